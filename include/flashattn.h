@@ -1,0 +1,218 @@
+/*
+ * flashattn — exact attention in C: standard attention, FlashAttention-1 and FlashAttention-2,
+ * forward and backward, on the CPU and (when built) on NVIDIA Hopper GPUs.
+ *
+ * This header is the manual. Everything a caller may use is declared here; everything else is internal.
+ *
+ *   O = softmax(scale · Q Kᵀ + mask) V
+ *
+ * Conventions used by every declaration below:
+ *  - Shapes are [batch, seqlen, heads, head_dim]; head_dim is always contiguous (stride 1). The other three
+ *    strides are given in ELEMENTS (not bytes) and may be any non-negative value for inputs (0 broadcasts);
+ *    output tensors must not overlap themselves (no zero stride over a dimension of size > 1, no rows that
+ *    share elements).
+ *  - Data pointers are host pointers for a CPU context and device pointers for a CUDA context.
+ *  - The library never prints, never exits, never aborts. Every entry point validates all of its arguments
+ *    before it touches any output: on error it returns a status, writes nothing to outputs, and keeps a
+ *    message naming the argument, its value and the reason (fa_context_last_error).
+ *  - A context is used by one thread at a time; distinct contexts are independent.
+ */
+#ifndef FLASHATTN_H
+#define FLASHATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32) && defined(FA_BUILD_SHARED)
+#define FA_API __declspec(dllexport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define FA_API __attribute__((visibility("default")))
+#else
+#define FA_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Version
+ * ------------------------------------------------------------------------------------------------------- */
+#define FA_VERSION_MAJOR 0
+#define FA_VERSION_MINOR 1
+#define FA_VERSION_PATCH 0
+#define FA_VERSION_NUMBER (FA_VERSION_MAJOR * 10000 + FA_VERSION_MINOR * 100 + FA_VERSION_PATCH)
+
+/* "0.1.0 (cpu: avx512, cuda: sm_90a)" — the version and what this build contains. Static storage. */
+FA_API const char *fa_version_string(void);
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Status codes (values are pinned: they never change between releases)
+ * ------------------------------------------------------------------------------------------------------- */
+typedef enum fa_status {
+    FA_OK = 0,
+    FA_ERR_INVALID_ARGUMENT = 1,   /* a NULL pointer, bad dimension, stride, shape mismatch, overflow, ... */
+    FA_ERR_UNSUPPORTED = 2,        /* valid request this backend/algorithm cannot do (dtype, head_dim, option) */
+    FA_ERR_OUT_OF_MEMORY = 3,      /* workspace allocation failed */
+    FA_ERR_BACKEND_UNAVAILABLE = 4,/* e.g. CUDA asked for but not built, or no GPU present */
+    FA_ERR_DEVICE = 5,             /* a CUDA call failed; the CUDA message is in fa_context_last_error */
+    FA_ERR_INTERNAL = 6            /* a bug in flashattn: please report it */
+} fa_status;
+
+/* "FA_OK", "FA_ERR_INVALID_ARGUMENT", ...; "unknown fa_status" for other values. Static storage. */
+FA_API const char *fa_status_string(fa_status status);
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Element types, backends, algorithms
+ * ------------------------------------------------------------------------------------------------------- */
+typedef enum fa_dtype {
+    FA_DTYPE_F32 = 0,   /* IEEE binary32 */
+    FA_DTYPE_F16 = 1,   /* IEEE binary16 */
+    FA_DTYPE_BF16 = 2   /* bfloat16 */
+} fa_dtype;
+/* Storage size of one element in bytes (4 or 2), 0 for an unknown dtype. */
+FA_API size_t fa_dtype_size(fa_dtype dtype);
+/* "f32", "f16", "bf16"; "?" for an unknown dtype. */
+FA_API const char *fa_dtype_name(fa_dtype dtype);
+
+typedef enum fa_backend {
+    FA_BACKEND_CPU = 0,
+    FA_BACKEND_CUDA = 1
+} fa_backend;
+/* "cpu", "cuda"; "?" otherwise. */
+FA_API const char *fa_backend_name(fa_backend backend);
+/* 1 if this build contains the backend AND it can run here (for CUDA: a device is present), else 0. */
+FA_API int fa_backend_available(fa_backend backend);
+
+typedef enum fa_algo {
+    FA_ALGO_AUTO = 0,      /* the fastest available: FLASH2 */
+    FA_ALGO_STANDARD = 1,  /* materialise S = scale·QKᵀ and P = softmax(S) per (batch, head): Θ(N²) memory */
+    FA_ALGO_FLASH1 = 2,    /* FlashAttention-1 (Algorithm 1): outer loop K/V blocks, inner loop Q blocks */
+    FA_ALGO_FLASH2 = 3     /* FlashAttention-2: outer loop Q blocks, inner loop K/V blocks, LSE only */
+} fa_algo;
+/* "auto", "standard", "flash1", "flash2"; "?" otherwise. */
+FA_API const char *fa_algo_name(fa_algo algo);
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Tensors: a plain view (the caller owns the memory)
+ * ------------------------------------------------------------------------------------------------------- */
+typedef struct fa_tensor {
+    void *data;            /* host (CPU context) or device (CUDA context) pointer to element [0,0,0,0] */
+    fa_dtype dtype;
+    int64_t batch, seqlen, heads, head_dim;
+    int64_t stride_batch;  /* elements between [b,s,h,0] and [b+1,s,h,0] */
+    int64_t stride_seq;    /* elements between [b,s,h,0] and [b,s+1,h,0] */
+    int64_t stride_head;   /* elements between [b,s,h,0] and [b,s,h+1,0]; head_dim has stride 1 */
+} fa_tensor;
+
+/* Contiguous [batch, seqlen, heads, head_dim] (flash-attn layout). */
+FA_API fa_tensor fa_tensor_bshd(void *data, fa_dtype dtype, int64_t batch, int64_t seqlen, int64_t heads,
+                                int64_t head_dim);
+/* Contiguous [batch, heads, seqlen, head_dim] memory (PyTorch SDPA layout), viewed as [b, s, h, d]. */
+FA_API fa_tensor fa_tensor_bhsd(void *data, fa_dtype dtype, int64_t batch, int64_t heads, int64_t seqlen,
+                                int64_t head_dim);
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Context
+ * ------------------------------------------------------------------------------------------------------- */
+typedef struct fa_context fa_context;
+
+/* Create a context on a backend.
+ *   ctx               out: the new context (set to NULL on failure). Must not be NULL.
+ *   backend           FA_BACKEND_CPU or FA_BACKEND_CUDA.
+ *   device_or_threads CPU: number of threads (0 = all cores; OMP_NUM_THREADS is respected when 0).
+ *                     CUDA: device ordinal (>= 0).
+ * Returns FA_OK, FA_ERR_INVALID_ARGUMENT, FA_ERR_BACKEND_UNAVAILABLE (CUDA not built / no device),
+ * FA_ERR_OUT_OF_MEMORY, FA_ERR_DEVICE. On failure with ctx != NULL the reason is not kept anywhere (there is no
+ * context): use fa_create_error() for the message. */
+FA_API fa_status fa_context_create(fa_context **ctx, fa_backend backend, int device_or_threads);
+/* Message of the last failed fa_context_create in this thread ("" if none). Thread-local static storage. */
+FA_API const char *fa_create_error(void);
+/* Free a context and its workspace. NULL is a no-op. */
+FA_API void fa_context_destroy(fa_context *ctx);
+/* Message of the last failed call on ctx: which argument, which value, why. "" after a successful call.
+ * Valid until the next call on ctx. NULL ctx gives a static message. */
+FA_API const char *fa_context_last_error(const fa_context *ctx);
+/* CUDA: the cudaStream_t all later work of ctx is queued on (NULL = the legacy default stream).
+ * CPU: only NULL is accepted. */
+FA_API fa_status fa_context_set_stream(fa_context *ctx, void *cuda_stream);
+/* The backend and the thread count (CPU) or device ordinal (CUDA) of ctx; -1 for a NULL ctx. */
+FA_API fa_backend fa_context_backend(const fa_context *ctx);
+FA_API int fa_context_threads(const fa_context *ctx);
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Options
+ * ------------------------------------------------------------------------------------------------------- */
+typedef struct fa_attn_opts {
+    float scale;          /* softmax scale; 0 means 1/sqrt(head_dim). Must be finite. */
+    int causal;           /* 1: query i sees key j iff j <= i + seqlen_k - seqlen_q (bottom-right aligned) */
+    int window_left;      /* sliding window: key j visible iff j >= i + seqlen_k - seqlen_q - window_left; -1 = unbounded */
+    int window_right;     /* ... and j <= i + seqlen_k - seqlen_q + window_right; -1 = unbounded (causal = right 0) */
+    float softcap;        /* 0 = off; else s <- softcap * tanh(s / softcap), applied to scale·QKᵀ. Must be >= 0. */
+    fa_algo algo;         /* FA_ALGO_AUTO = the fastest available */
+    int block_q, block_k; /* tile sizes Br, Bc; 0 = the tuned default. For experiments (flashattn bench/io). */
+    int deterministic;    /* backward: 1 = bitwise reproducible run to run (no atomics) */
+    /* Variable-length packed batches (both NULL = off). When set, q/k/v/out have batch == 1 and seqlen = total
+     * tokens; sequence s owns rows [cu_seqlens_q[s], cu_seqlens_q[s+1]) of q/out and [cu_seqlens_k[s],
+     * cu_seqlens_k[s+1]) of k/v. Arrays of n_seqs + 1 non-decreasing int32 starting at 0 and ending at the
+     * tensor's seqlen; HOST memory on every backend. Empty sequences are allowed. lse is then [1, heads, total_q]. */
+    const int32_t *cu_seqlens_q;
+    const int32_t *cu_seqlens_k;
+    int64_t n_seqs;
+} fa_attn_opts;
+
+/* scale 0, no mask, no softcap, FA_ALGO_AUTO, default tiles, not deterministic, not varlen. */
+FA_API fa_attn_opts fa_attn_opts_default(void);
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Attention
+ * ------------------------------------------------------------------------------------------------------- */
+/* Forward: out = softmax(scale · q kᵀ + mask) v.
+ *   ctx   a context (not NULL).
+ *   opts  options (NULL = fa_attn_opts_default()).
+ *   q     [B, Sq, Hq, D];  k, v  [B, Sk, Hk, D] with Hq % Hk == 0 (GQA/MQA: query head h reads K/V head
+ *         h / (Hq / Hk)). q, k, v, out share one dtype and D (1..256 on the CPU).
+ *   out   [B, Sq, Hq, D], written in full. Must not overlap q, k, v or lse.
+ *   lse   NULL, or fp32 [B, Hq, Sq] contiguous: natural-log log-sum-exp of each row of scale·QKᵀ (after softcap and
+ *         mask); -INFINITY for a row that sees no key (its output row is 0).
+ * Returns FA_OK, FA_ERR_INVALID_ARGUMENT, FA_ERR_UNSUPPORTED, FA_ERR_OUT_OF_MEMORY, FA_ERR_BACKEND_UNAVAILABLE,
+ * FA_ERR_DEVICE. */
+FA_API fa_status fa_forward(fa_context *ctx, const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k,
+                            const fa_tensor *v, const fa_tensor *out, float *lse);
+
+/* Backward: the gradients of L(out) given dout = ∂L/∂out.
+ *   q, k, v, out, lse  exactly as given to / produced by fa_forward with the same opts (lse must not be NULL).
+ *   dout  [B, Sq, Hq, D].
+ *   dq    [B, Sq, Hq, D]; dk, dv [B, Sk, Hk, D] — written in full (with GQA, dk/dv sum over the Hq/Hk query
+ *         heads sharing a K/V head). Outputs must not overlap each other or any input.
+ * All tensors share one dtype; gradients are accumulated in fp32 and rounded once. A row that sees no key
+ * contributes zero to every gradient.
+ * Returns as fa_forward. */
+FA_API fa_status fa_backward(fa_context *ctx, const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k,
+                             const fa_tensor *v, const fa_tensor *out, const float *lse, const fa_tensor *dout,
+                             const fa_tensor *dq, const fa_tensor *dk, const fa_tensor *dv);
+
+/* ---------------------------------------------------------------------------------------------------------
+ * What the last call did
+ * ------------------------------------------------------------------------------------------------------- */
+typedef struct fa_stats {
+    fa_backend backend;
+    fa_algo algo;              /* the algorithm that ran (never FA_ALGO_AUTO) */
+    int is_backward;
+    const char *kernel;        /* the kernel that ran, e.g. "cpu.flash2.avx512"; static storage */
+    int block_q, block_k;      /* Br, Bc actually used */
+    int threads;               /* CPU threads used (CUDA: 0) */
+    double flops;              /* matmul FLOPs of the call: 4·Sq·Sk_visible·D per head (x2.5 for backward) */
+    int64_t slow_read_bytes;   /* bytes moved from slow memory (main memory / HBM): counted on CPU, modelled on CUDA */
+    int64_t slow_write_bytes;  /* bytes moved to slow memory */
+    int64_t extra_bytes;       /* memory the call needed beyond its inputs and outputs (workspace, S/P, ...) */
+} fa_stats;
+
+/* Copy the stats of the last successful fa_forward/fa_backward on ctx into *stats.
+ * Returns FA_ERR_INVALID_ARGUMENT for NULL arguments or when no call has succeeded yet. */
+FA_API fa_status fa_last_stats(const fa_context *ctx, fa_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHATTN_H */

@@ -1,0 +1,30 @@
+/* The CUDA backend entry points when flashattn is built without CUDA: every one says so. */
+#include "internal.h"
+
+#include <stdio.h>
+
+int fa_cuda_built(void) { return 0; }
+int fa_cuda_device_count(void) { return 0; }
+fa_status fa_cuda_create(fa_context *ctx, int device) {
+    (void)device;
+    return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "backend: FA_BACKEND_CUDA is not built into this library "
+                                                    "(configure with a CUDA compiler, -DFA_CUDA=ON)");
+}
+void fa_cuda_destroy(fa_context *ctx) { (void)ctx; }
+fa_status fa_cuda_set_stream(fa_context *ctx, void *stream) {
+    (void)stream;
+    return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
+}
+fa_status fa_cuda_supports(const fa_problem *p, char *why, size_t why_len) {
+    (void)p;
+    snprintf(why, why_len, "CUDA is not built into this library");
+    return FA_ERR_BACKEND_UNAVAILABLE;
+}
+fa_status fa_cuda_forward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
+    (void)p; (void)st;
+    return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
+}
+fa_status fa_cuda_backward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
+    (void)p; (void)st;
+    return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
+}

@@ -1,0 +1,101 @@
+/* Internal interface between src/api.c (validation, the one selector, stats) and the backends.
+ * Not installed. Backends receive a fully validated fa_problem and never print. */
+#ifndef FA_INTERNAL_H
+#define FA_INTERNAL_H
+
+#include "flashattn.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FA_HIDDEN __attribute__((visibility("hidden")))
+
+/* A validated attention call. api.c fills it; backends only read it. */
+typedef struct fa_problem {
+    int is_backward;
+    fa_algo algo;          /* resolved: never FA_ALGO_AUTO */
+    fa_dtype dtype;        /* of every tensor */
+    int64_t batch;         /* number of sequences: q.batch, or n_seqs for varlen */
+    int64_t hq, hk, d;     /* query heads, K/V heads, head_dim */
+    int64_t sq_max, sk_max;/* longest query / key sequence (q.seqlen / k.seqlen unless varlen) */
+    float scale;           /* resolved (never 0) */
+    float softcap;         /* 0 = off */
+    int wl, wr;            /* window, -1 = unbounded; causal is folded in as wr = min(wr, 0) */
+    int causal;            /* as given (informational; wl/wr carry the mask) */
+    int block_q, block_k;  /* 0 = tuned default */
+    int deterministic;
+    const int32_t *cu_q, *cu_k; /* host arrays of batch + 1 entries, or NULL */
+    fa_tensor q, k, v, o;  /* o = out */
+    float *lse;            /* forward: output (may be NULL); backward: input (never NULL) */
+    fa_tensor dout, dq, dk, dv; /* backward only */
+} fa_problem;
+
+/* Rows of sequence b. */
+static inline int64_t fa_seqlen_q(const fa_problem *p, int64_t b) {
+    return p->cu_q ? (int64_t)p->cu_q[b + 1] - p->cu_q[b] : p->q.seqlen;
+}
+static inline int64_t fa_seqlen_k(const fa_problem *p, int64_t b) {
+    return p->cu_k ? (int64_t)p->cu_k[b + 1] - p->cu_k[b] : p->k.seqlen;
+}
+/* Element offset of row 0 of (sequence b, head h) in a query-side (is_k = 0) or key-side (is_k = 1) tensor. */
+static inline int64_t fa_row0(const fa_problem *p, const fa_tensor *t, int is_k, int64_t b, int64_t h) {
+    const int32_t *cu = is_k ? p->cu_k : p->cu_q;
+    return (cu ? (int64_t)cu[b] * t->stride_seq : b * t->stride_batch) + h * t->stride_head;
+}
+/* Index of LSE[b, h, 0]; the LSE row of (b, h) is contiguous. */
+static inline int64_t fa_lse0(const fa_problem *p, int64_t b, int64_t h) {
+    return p->cu_q ? h * p->q.seqlen + p->cu_q[b] : (b * p->hq + h) * p->q.seqlen;
+}
+/* Keys visible to query row i of a (sq, sk) sequence: [*lo, *hi) (empty when *hi <= *lo). */
+static inline void fa_key_range(const fa_problem *p, int64_t sq, int64_t sk, int64_t i, int64_t *lo, int64_t *hi) {
+    int64_t diag = i + sk - sq;
+    int64_t l = 0, h = sk;
+    if (p->wl >= 0 && diag - p->wl > l) l = diag - p->wl;
+    if (p->wr >= 0 && diag + p->wr + 1 < h) h = diag + p->wr + 1;
+    *lo = l;
+    *hi = h > l ? h : l;
+}
+
+/* The context. State lives here, never in globals. */
+#define FA_ERR_LEN 512
+struct fa_context {
+    fa_backend backend;
+    int threads;           /* CPU threads */
+    int device;            /* CUDA ordinal */
+    char err[FA_ERR_LEN];
+    fa_stats stats;
+    int has_stats;
+    void *ws;              /* CPU workspace, grown, never shrunk (64-byte aligned) */
+    size_t ws_size;
+    const void *kernels;   /* CPU: const fa_cpu_kernels * picked once at creation */
+    void *cuda;            /* CUDA backend state (src/cuda), NULL on CPU */
+};
+
+/* Record a message on ctx and return status. printf-style. */
+FA_HIDDEN fa_status fa_fail(fa_context *ctx, fa_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* CPU workspace of at least bytes (64-byte aligned), or NULL after fa_fail(FA_ERR_OUT_OF_MEMORY). */
+FA_HIDDEN void *fa_workspace(fa_context *ctx, size_t bytes);
+/* Matmul FLOPs of the problem (4·D per visible (query, key) pair per head; x2.5 for backward). */
+FA_HIDDEN double fa_problem_flops(const fa_problem *p);
+
+/* ---- CPU backend (src/cpu/) ---- */
+FA_HIDDEN fa_status fa_cpu_init(fa_context *ctx);
+FA_HIDDEN fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p, fa_stats *st);
+FA_HIDDEN fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p, fa_stats *st);
+
+/* ---- CUDA backend (src/cuda/, built when FA_HAVE_CUDA; stubs in src/cuda_stub.c otherwise) ---- */
+FA_HIDDEN int fa_cuda_built(void);
+FA_HIDDEN int fa_cuda_device_count(void);
+FA_HIDDEN fa_status fa_cuda_create(fa_context *ctx, int device);
+FA_HIDDEN void fa_cuda_destroy(fa_context *ctx);
+FA_HIDDEN fa_status fa_cuda_set_stream(fa_context *ctx, void *stream);
+/* Part of the one selector: FA_OK if the CUDA backend runs p (p->algo resolved), else FA_ERR_UNSUPPORTED with
+ * the reason written to why. Called before any launch. */
+FA_HIDDEN fa_status fa_cuda_supports(const fa_problem *p, char *why, size_t why_len);
+FA_HIDDEN fa_status fa_cuda_forward(fa_context *ctx, const fa_problem *p, fa_stats *st);
+FA_HIDDEN fa_status fa_cuda_backward(fa_context *ctx, const fa_problem *p, fa_stats *st);
+
+#endif

@@ -1,0 +1,24 @@
+/* Counted tile transfers between slow memory (the caller's tensors, the context workspace standing in for HBM)
+ * and fast memory (fp32 tiles small enough for L1/L2). Every algorithm moves data through these, so
+ * fa_last_stats reports exactly the bytes each algorithm moved. A transfer counts rows · cols · element size. */
+#ifndef FA_CPU_TILE_IO_H
+#define FA_CPU_TILE_IO_H
+
+#include "flashattn.h"
+
+#include <stdint.h>
+
+typedef struct fa_io {
+    int64_t read, written;
+    char pad[48]; /* one counter pair per cache line: threads keep their own */
+} fa_io;
+
+/* dst[r][c] = (float) src[r · ld_src + c] for r < rows, c < cols; ld_dst/ld_src in elements. */
+void fa_tile_load(float *dst, int ld_dst, const void *src, fa_dtype dt, int64_t ld_src, int rows, int cols, fa_io *io);
+/* dst[r · ld_dst + c] = src[r][c] rounded to dt. */
+void fa_tile_store(void *dst, fa_dtype dt, int64_t ld_dst, const float *src, int ld_src, int rows, int cols, fa_io *io);
+/* Vectors of fp32 state in slow memory (ℓ, m, LSE, D). */
+void fa_vec_load(float *dst, const float *src, int n, fa_io *io);
+void fa_vec_store(float *dst, const float *src, int n, fa_io *io);
+
+#endif

@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L /* posix_memalign, sysconf */
 /* The public API: argument validation, the one selector, stats. Every entry point checks everything it is given
  * before touching any output; backends receive a validated fa_problem and never print. */
 #include "internal.h"
@@ -5,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -107,6 +109,12 @@ fa_status fa_fail(fa_context *ctx, fa_status status, const char *fmt, ...) {
 
 void *fa_workspace(fa_context *ctx, size_t bytes) {
     if (bytes <= ctx->ws_size) return ctx->ws;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && (double)bytes > 0.8 * (double)pages * (double)page) {
+        fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "workspace: the call needs %.2f GB, more than 80%% of this machine's "
+                "%.2f GB of memory", (double)bytes / 1e9, (double)pages * (double)page / 1e9);
+        return NULL;
+    }
     size_t size = (bytes + 4095) & ~(size_t)4095;
     void *p = NULL;
     if (posix_memalign(&p, 4096, size) != 0 || !p) {

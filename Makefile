@@ -1,0 +1,22 @@
+# Thin wrapper over CMake: the README's commands.
+BUILD ?= build
+JOBS  ?= 2
+CMAKE_FLAGS ?=
+
+.PHONY: all build demo test bench test-gpu bench-gpu install clean
+
+all: build
+
+build:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The main job: measure standard vs FlashAttention-1 vs FlashAttention-2 on this machine (CPU; GPU when present).
+demo: build
+	$(BUILD)/flashattn bench --device cpu --algo standard,flash1,flash2 --d 64 --seqlen 512,1024 --tokens 4096 --reps 5
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+clean:
+	rm -rf $(BUILD)

@@ -5,6 +5,7 @@
 #ifndef FA_CPU_KERNELS_H
 #define FA_CPU_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct fa_cpu_kernels {
@@ -15,10 +16,46 @@ typedef struct fa_cpu_kernels {
     void (*gemm_ab_acc)(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
     /* C[m][n] += A[k][m]ᵀ · B[k][n]         (dV += Pᵀ dO, dK += dSᵀ Q) */
     void (*gemm_atb_acc)(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
+
+    /* ---- extended entries (issue 3); every table implements all of them (portable C in kernels_portable.h) ---- */
+    /* C[m][n] (acc ? += : =) Σ_p A[i·rsa + p·csa] · B[p·ldb + j]: A·B with (rsa, csa) = (lda, 1), Aᵀ·B with
+     * (1, lda). The register-blocked workhorse; B rows are vectors, A elements are broadcast. */
+    void (*gemm_nn)(int m, int n, int k, const float *A, ptrdiff_t rsa, ptrdiff_t csa, const float *B, int ldb,
+                    float *C, int ldc, int acc);
+    /* dst[c·ldd + r] = mul · src[r·lds + c] for r < rows, c < cols (transpose-pack a tile). */
+    void (*pack_t)(int rows, int cols, const float *src, int lds, float *dst, int ldd, float mul);
+    /* One online-softmax step on a transposed score tile Sᵀ[nk keys][nq queries] (raw scores, not scaled);
+     * c = scale · log2(e). Per query column q: m_new = max(m[q], max_r S[r][q]); S[r][q] ← 2^(c·(S[r][q] − m_new))
+     * (so S becomes Pᵀ); alpha[q] = 2^(c·(m[q] − m_new)); l[q] ← alpha[q]·l[q] + Σ_r P; m[q] ← m_new.
+     * A column whose maximum is −∞ subtracts 0 instead (gives P = 0, alpha = 0, never NaN). */
+    void (*softmax_step_t)(int nk, int nq, float *S, int lds, float c, float *m, float *l, float *alpha);
+    /* S[r][j] ← 2^(S[r][j]·c − sub[r])  (backward: P = exp(scale·S − LSE) with c = scale·log2 e, sub = LSE·log2 e) */
+    void (*exp2_rows)(int rows, int cols, float *S, int lds, float c, const float *sub);
+    /* dP[r][j] ← scale · P[r][j] · (dP[r][j] − D[r])  (backward: dS, pre-scaled) */
+    void (*ds_rows)(int rows, int cols, const float *P, int ldp, float *dP, int ldd, const float *D, float scale);
+    /* O[r][j] *= alpha[r] */
+    void (*scale_rows)(int rows, int cols, float *O, int ldo, const float *alpha);
+
+    /* bf16: operands are 32-bit words holding two bf16 along the reduction dimension (low half first).
+     * bf16_dot = 1 when gemm_bf16 is a hardware dot product (vdpbf16ps); the portable one emulates it. */
+    int bf16_dot;
+    /* C[m][n] (acc ? += : =) Σ_p Σ_{h=0,1} A[i·rsa + p·csa].h · B[p·ldb + j].h over kp word pairs. */
+    void (*gemm_bf16)(int m, int n, int kp, const uint32_t *A, ptrdiff_t rsa, ptrdiff_t csa, const uint32_t *B,
+                      int ldb, float *C, int ldc, int acc);
+    /* dst[c·ldd + r] = src[r·lds + c] on 32-bit words. */
+    void (*pack_t32)(int rows, int cols, const uint32_t *src, int lds, uint32_t *dst, int ldd);
+    /* dst[w·ldd + j] = (bf16(src[2w][j]), bf16(src[2w+1][j])) for 2w < nk (odd nk pairs the last row with 0). */
+    void (*pairs_f32_bf16)(int nk, int n, const float *src, int lds, uint32_t *dst, int ldd);
+    /* The same for bf16 rows. */
+    void (*pairs_bf16)(int nk, int n, const uint16_t *src, int lds, uint32_t *dst, int ldd);
 } fa_cpu_kernels;
 
 /* The best table this CPU supports. FA_CPU_ISA=scalar|avx2|avx512 in the environment caps it (for tests). */
 const fa_cpu_kernels *fa_cpu_kernels_select(void);
 extern const fa_cpu_kernels fa_cpu_kernels_scalar;
+#if defined(__x86_64__) || defined(__i386__)
+extern const fa_cpu_kernels fa_cpu_kernels_avx2;   /* kernels_avx2.c, -mavx2 -mfma */
+extern const fa_cpu_kernels fa_cpu_kernels_avx512; /* kernels_avx512.c, AVX-512 F/BW/VL/DQ/BF16 */
+#endif
 
 #endif

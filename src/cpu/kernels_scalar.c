@@ -1,5 +1,6 @@
 /* Portable tile products (any CPU). The SIMD tables in kernels_avx*.c compute the same sums. */
 #include "cpu/kernels.h"
+#include "cpu/kernels_portable.h"
 
 static void gemm_abt(int m, int n, int k, const float *restrict A, int lda, const float *restrict B, int ldb,
                      float *restrict C, int ldc) {
@@ -31,4 +32,12 @@ static void gemm_atb_acc(int m, int n, int k, const float *restrict A, int lda, 
         }
 }
 
-const fa_cpu_kernels fa_cpu_kernels_scalar = {"scalar", gemm_abt, gemm_ab_acc, gemm_atb_acc};
+const fa_cpu_kernels fa_cpu_kernels_scalar = {
+    .isa = "scalar",
+    .gemm_abt = gemm_abt,
+    .gemm_ab_acc = gemm_ab_acc,
+    .gemm_atb_acc = gemm_atb_acc,
+    .gemm_nn = port_gemm_nn,
+    .bf16_dot = 0,
+    FA_PORTABLE_EXT_ENTRIES,
+};

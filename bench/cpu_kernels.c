@@ -1,0 +1,421 @@
+/* CPU tile-kernel lab (issue 3): checks every entry of every kernel table this CPU runs against a float64 loop,
+ * then times the attention-shaped products, exp2 and the bf16 dot-product kernel, on 1 thread and on all threads.
+ *
+ *   cpu_kernels            check + timings
+ *   cpu_kernels --peak     machine ceilings: our fp32 / bf16 micro-kernel GFLOP/s (and OpenBLAS sgemm when linked)
+ *   cpu_kernels --check    correctness only (exit status 1 on a mismatch)
+ *
+ * Not a test (timings are not asserted); built by bench/CMakeLists.txt, run by scripts/bench-cpu.sh. */
+#include "cpu/kernels.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef FA_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+static float *fbuf(size_t n) {
+    float *p = aligned_alloc(64, ((n * sizeof(float) + 63) / 64) * 64);
+    for (size_t i = 0; i < n; i++) p[i] = frand();
+    return p;
+}
+static float bf16r(float x) { /* round to bf16 (nearest even) */
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+static uint16_t bf16bits(float x) {
+    uint32_t u;
+    x = bf16r(x);
+    memcpy(&u, &x, 4);
+    return (uint16_t)(u >> 16);
+}
+
+static int failures = 0;
+static void report(const char *isa, const char *what, double err, double tol) {
+    int ok = err <= tol;
+    if (!ok) failures++;
+    printf("  %-7s %-34s max err %.3g (tol %.3g) %s\n", isa, what, err, tol, ok ? "ok" : "FAIL");
+}
+
+/* ---- correctness ---- */
+
+static void check_gemms(const fa_cpu_kernels *K) {
+    static const int shapes[][3] = {{1, 1, 1}, {7, 13, 5}, {64, 64, 128}, {13, 70, 33}, {6, 64, 64}, {67, 129, 17}, {5, 300, 260}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        int lda = k + 3, ldb = n + 5, ldc = n + 1, ldbt = k + 2, ldat = m + 4;
+        float *A = fbuf((size_t)m * lda), *B = fbuf((size_t)k * ldb), *Bt = fbuf((size_t)n * ldbt);
+        float *At = fbuf((size_t)k * ldat), *C = fbuf((size_t)m * ldc), *C0 = malloc(sizeof(float) * m * ldc);
+        memcpy(C0, C, sizeof(float) * m * ldc);
+        char name[64];
+        double e1 = 0, e2 = 0, e3 = 0, e4 = 0;
+        /* abt */
+        K->gemm_abt(m, n, k, A, lda, Bt, ldbt, C, ldc);
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                double r = 0;
+                for (int p = 0; p < k; p++) r += (double)A[i * lda + p] * Bt[j * ldbt + p];
+                e1 = fmax(e1, fabs(r - C[i * ldc + j]));
+            }
+        /* ab_acc */
+        memcpy(C, C0, sizeof(float) * m * ldc);
+        K->gemm_ab_acc(m, n, k, A, lda, B, ldb, C, ldc);
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                double r = C0[i * ldc + j];
+                for (int p = 0; p < k; p++) r += (double)A[i * lda + p] * B[p * ldb + j];
+                e2 = fmax(e2, fabs(r - C[i * ldc + j]));
+            }
+        /* atb_acc */
+        memcpy(C, C0, sizeof(float) * m * ldc);
+        K->gemm_atb_acc(m, n, k, At, ldat, B, ldb, C, ldc);
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                double r = C0[i * ldc + j];
+                for (int p = 0; p < k; p++) r += (double)At[p * ldat + i] * B[p * ldb + j];
+                e3 = fmax(e3, fabs(r - C[i * ldc + j]));
+            }
+        /* gemm_nn, acc = 0, Aᵀ addressing; the padding column after n must stay untouched */
+        memcpy(C, C0, sizeof(float) * m * ldc);
+        K->gemm_nn(m, n, k, At, 1, ldat, B, ldb, C, ldc, 0);
+        for (int i = 0; i < m; i++) {
+            for (int j = 0; j < n; j++) {
+                double r = 0;
+                for (int p = 0; p < k; p++) r += (double)At[p * ldat + i] * B[p * ldb + j];
+                e4 = fmax(e4, fabs(r - C[i * ldc + j]));
+            }
+            if (ldc > n && C[i * ldc + n] != C0[i * ldc + n]) e4 = INFINITY;
+        }
+        double tol = 4e-7 * (k + 1);
+        snprintf(name, sizeof name, "gemm_abt %dx%dx%d", m, n, k);
+        report(K->isa, name, e1, tol);
+        snprintf(name, sizeof name, "gemm_ab_acc %dx%dx%d", m, n, k);
+        report(K->isa, name, e2, tol);
+        snprintf(name, sizeof name, "gemm_atb_acc %dx%dx%d", m, n, k);
+        report(K->isa, name, e3, tol);
+        snprintf(name, sizeof name, "gemm_nn(At, acc=0) %dx%dx%d", m, n, k);
+        report(K->isa, name, e4, tol);
+        free(A); free(B); free(Bt); free(At); free(C); free(C0);
+    }
+}
+
+static void check_elementwise(const fa_cpu_kernels *K) {
+    const int rows = 37, cols = 45, ld = 48;
+    float *S = fbuf((size_t)rows * ld), *T = fbuf((size_t)cols * 40), *S0 = malloc(sizeof(float) * rows * ld);
+    double e = 0;
+    /* pack_t */
+    K->pack_t(rows, cols, S, ld, T, 40, 0.5f);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) e = fmax(e, fabs(T[c * 40 + r] - 0.5 * S[r * ld + c]));
+    report(K->isa, "pack_t 37x45", e, 0);
+    /* exp2_rows: values across the whole range, −∞ and large negative */
+    for (int i = 0; i < rows * ld; i++) S[i] = 40.0f * S[i] - 20.0f;
+    S[5] = -INFINITY;
+    S[6] = -200.0f;
+    memcpy(S0, S, sizeof(float) * rows * ld);
+    float sub[64];
+    for (int r = 0; r < rows; r++) sub[r] = 0.25f * r - 3.0f;
+    K->exp2_rows(rows, cols, S, ld, 0.7f, sub);
+    e = 0;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            double ref = exp2((double)(float)((double)S0[r * ld + c] * 0.7f - sub[r])); /* argument rounded once, as FMA */
+            double got = S[r * ld + c];
+            if (ref < 1e-30) e = fmax(e, got > 1e-30 ? 1.0 : 0.0); /* denormal range: only "tiny" matters */
+            else e = fmax(e, fabs(got - ref) / ref);
+        }
+    report(K->isa, "exp2_rows (rel)", e, 4e-7);
+    /* softmax_step_t on a transposed tile, two steps, including an all −∞ column */
+    {
+        const int nk = 29, nq = 35, lds = 40;
+        float *St = fbuf((size_t)nk * lds), *St2 = fbuf((size_t)nk * lds);
+        for (int i = 0; i < nk * lds; i++) St[i] *= 8.0f, St2[i] *= 8.0f;
+        for (int r = 0; r < nk; r++) St[r * lds + 3] = St2[r * lds + 3] = -INFINITY;
+        for (int r = 0; r < nk; r++) St[r * lds + 4] = -INFINITY; /* column 4: first step empty */
+        float m[64], l[64], al[64];
+        for (int q = 0; q < nq; q++) m[q] = -INFINITY, l[q] = 0;
+        const float c = 0.125f * 1.44269504f;
+        double em = 0, el = 0, ep = 0;
+        K->softmax_step_t(nk, nq, St, lds, c, m, l, al);
+        float msave[64];
+        memcpy(msave, m, sizeof msave);
+        float *S2copy = malloc(sizeof(float) * nk * lds);
+        memcpy(S2copy, St2, sizeof(float) * nk * lds);
+        K->softmax_step_t(nk, nq, St2, lds, c, m, l, al);
+        for (int q = 0; q < nq; q++) {
+            double mr = -INFINITY, lr = 0;
+            for (int r = 0; r < nk; r++) mr = fmax(mr, (double)S2copy[r * lds + q]);
+            mr = fmax(mr, (double)msave[q]);
+            double sub2 = isinf(mr) ? 0 : mr * c;
+            double a = exp2(msave[q] * (double)c - sub2);
+            for (int r = 0; r < nk; r++) {
+                double p = exp2(S2copy[r * lds + q] * (double)c - sub2);
+                lr += p;
+                ep = fmax(ep, fabs(p - St2[r * lds + q]));
+            }
+            /* l of the first step, recomputed */
+            double l1 = 0, s1 = isinf(msave[q]) ? 0 : msave[q] * (double)c;
+            (void)s1;
+            (void)l1;
+            em = fmax(em, (mr == m[q] || (isinf(mr) && isinf(m[q]))) ? 0 : 1);
+            ep = fmax(ep, fabs(a - al[q]));
+            (void)lr;
+        }
+        int nan = 0;
+        for (int q = 0; q < nq; q++) nan |= isnan(l[q]) || isnan(al[q]);
+        el = nan ? 1 : 0;
+        el = fmax(el, l[3] == 0 ? 0 : 1); /* all-masked column: l = 0 */
+        report(K->isa, "softmax_step_t max", em, 0);
+        report(K->isa, "softmax_step_t P, alpha (abs)", ep, 4e-7);
+        report(K->isa, "softmax_step_t masked column", el, 0);
+        free(St); free(St2); free(S2copy);
+    }
+    /* ds_rows, scale_rows */
+    {
+        float *P = fbuf((size_t)rows * ld), *dP = fbuf((size_t)rows * ld), *dP0 = malloc(sizeof(float) * rows * ld);
+        float D[64];
+        for (int r = 0; r < rows; r++) D[r] = frand();
+        memcpy(dP0, dP, sizeof(float) * rows * ld);
+        K->ds_rows(rows, cols, P, ld, dP, ld, D, 0.3f);
+        e = 0;
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++)
+                e = fmax(e, fabs(dP[r * ld + c] - 0.3 * P[r * ld + c] * ((double)dP0[r * ld + c] - D[r])));
+        report(K->isa, "ds_rows", e, 1e-6);
+        memcpy(dP, dP0, sizeof(float) * rows * ld);
+        K->scale_rows(rows, cols, dP, ld, D);
+        e = 0;
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) e = fmax(e, fabs(dP[r * ld + c] - (double)dP0[r * ld + c] * D[r]));
+        report(K->isa, "scale_rows", e, 1e-7);
+        free(P); free(dP); free(dP0);
+    }
+    free(S); free(T); free(S0);
+}
+
+static void check_bf16(const fa_cpu_kernels *K) {
+    /* S = K · Qᵀ-style product with pairs along the reduction dim, built through the packing entries */
+    const int m = 29, n = 67, k = 38, kp = k / 2; /* A[m][k], B[k][n] */
+    float *A = fbuf((size_t)m * k), *B = fbuf((size_t)k * n);
+    uint16_t *Ab = malloc(2 * (size_t)m * k);
+    for (int i = 0; i < m * k; i++) Ab[i] = bf16bits(A[i]), A[i] = bf16r(A[i]);
+    uint32_t *Bp = malloc(4 * (size_t)kp * n), *Bp2 = malloc(4 * (size_t)kp * n);
+    K->pairs_f32_bf16(k, n, B, n, Bp, n);
+    uint16_t *Bb = malloc(2 * (size_t)k * n);
+    for (int i = 0; i < k * n; i++) Bb[i] = bf16bits(B[i]), B[i] = bf16r(B[i]);
+    K->pairs_bf16(k, n, Bb, n, Bp2, n);
+    report(K->isa, "pairs_f32_bf16 == pairs_bf16", memcmp(Bp, Bp2, 4 * (size_t)kp * n) ? 1 : 0, 0);
+    float *C = malloc(sizeof(float) * m * n);
+    K->gemm_bf16(m, n, kp, (const uint32_t *)Ab, kp, 1, Bp, n, C, n, 0);
+    double e = 0;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double r = 0;
+            for (int p = 0; p < k; p++) r += (double)A[i * k + p] * B[p * n + j];
+            e = fmax(e, fabs(r - C[i * n + j]));
+        }
+    report(K->isa, "gemm_bf16 29x67x38 (A rows)", e, 4e-7 * k);
+    /* Aᵀ addressing: A stored as pairs [kp][m] via pack_t32 of the row-major bf16 A */
+    uint32_t *At = malloc(4 * (size_t)kp * m);
+    K->pack_t32(m, kp, (const uint32_t *)Ab, kp, At, m);
+    float *C2 = malloc(sizeof(float) * m * n);
+    K->gemm_bf16(m, n, kp, At, 1, m, Bp, n, C2, n, 0);
+    e = 0;
+    for (int i = 0; i < m * n; i++) e = fmax(e, fabs(C2[i] - C[i]));
+    report(K->isa, "gemm_bf16 via pack_t32", e, 4e-7 * k);
+    free(A); free(B); free(Ab); free(Bp); free(Bp2); free(Bb); free(C); free(At); free(C2);
+}
+
+/* ---- timing ---- */
+
+/* GFLOP/s of reps × gemm_nn(m, n, k) per thread, all threads running their own buffers. */
+static double time_gemm(const fa_cpu_kernels *K, int threads, int m, int n, int k, int at, double seconds) {
+    double best = 0;
+    for (int trial = 0; trial < 3; trial++) {
+        double t0 = 0, t1 = 0;
+        long reps_total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : reps_total)
+        {
+            float *A = fbuf((size_t)m * k), *B = fbuf((size_t)k * n), *C = fbuf((size_t)m * n);
+            long reps = 0;
+#pragma omp barrier
+#pragma omp master
+            t0 = now();
+            double end = now() + seconds;
+            while (now() < end) {
+                for (int r = 0; r < 16; r++) {
+                    if (at) K->gemm_nn(m, n, k, A, 1, m, B, n, C, n, 1);
+                    else K->gemm_nn(m, n, k, A, k, 1, B, n, C, n, 0);
+                }
+                reps += 16;
+            }
+#pragma omp barrier
+#pragma omp master
+            t1 = now();
+            reps_total += reps;
+            free(A); free(B); free(C);
+        }
+        double g = 2.0 * m * n * k * (double)reps_total / (t1 - t0) * 1e-9;
+        if (g > best) best = g;
+    }
+    return best;
+}
+
+static double time_bf16(const fa_cpu_kernels *K, int threads, int m, int n, int kp, double seconds) {
+    double best = 0;
+    for (int trial = 0; trial < 3; trial++) {
+        double t0 = 0, t1 = 0;
+        long reps_total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : reps_total)
+        {
+            uint32_t *A = calloc((size_t)m * kp, 4), *B = calloc((size_t)kp * n, 4);
+            float *C = fbuf((size_t)m * n);
+            long reps = 0;
+#pragma omp barrier
+#pragma omp master
+            t0 = now();
+            double end = now() + seconds;
+            while (now() < end) {
+                for (int r = 0; r < 16; r++) K->gemm_bf16(m, n, kp, A, kp, 1, B, n, C, n, 1);
+                reps += 16;
+            }
+#pragma omp barrier
+#pragma omp master
+            t1 = now();
+            reps_total += reps;
+            free(A); free(B); free(C);
+        }
+        double g = 4.0 * m * n * kp * (double)reps_total / (t1 - t0) * 1e-9;
+        if (g > best) best = g;
+    }
+    return best;
+}
+
+static double time_exp(const fa_cpu_kernels *K, double seconds) {
+    const int nk = 64, nq = 64;
+    float *S = fbuf(nk * nq), m[64], l[64], al[64];
+    long reps = 0;
+    double t0 = now(), end = t0 + seconds;
+    while (now() < end) {
+        for (int r = 0; r < 64; r++) {
+            for (int q = 0; q < nq; q++) m[q] = 4.0f, l[q] = 1.0f;
+            K->softmax_step_t(nk, nq, S, nq, 1.0f, m, l, al);
+        }
+        reps += 64;
+    }
+    double t = now() - t0;
+    free(S);
+    return t / ((double)reps * nk * nq) * 1e9; /* ns per score */
+}
+
+#ifdef FA_HAVE_CBLAS
+static double time_sgemm(int n, int reps) {
+    float *A = fbuf((size_t)n * n), *B = fbuf((size_t)n * n), *C = fbuf((size_t)n * n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+        double t = now() - t0;
+        if (t < best) best = t;
+    }
+    free(A); free(B); free(C);
+    return 2.0 * n * n * (double)n / best * 1e-9;
+}
+#endif
+
+static int max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+int main(int argc, char **argv) {
+    int peak = 0, check_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--peak")) peak = 1;
+        else if (!strcmp(argv[i], "--check")) check_only = 1;
+        else {
+            fprintf(stderr, "usage: %s [--peak | --check]\n", argv[0]);
+            return 2;
+        }
+    }
+    const fa_cpu_kernels *best = fa_cpu_kernels_select();
+    const fa_cpu_kernels *tables[3];
+    int nt = 0;
+    tables[nt++] = &fa_cpu_kernels_scalar;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) tables[nt++] = &fa_cpu_kernels_avx2;
+    if (best == &fa_cpu_kernels_avx512) tables[nt++] = &fa_cpu_kernels_avx512;
+#endif
+    int T = max_threads();
+    if (peak) {
+        printf("peak (selected kernels: %s, %d threads)\n", best->isa, T);
+        printf("  fp32 micro-kernel 6x64, k=128, 1 thread : %7.1f GFLOP/s\n", time_gemm(best, 1, 60, 64, 128, 0, 0.3));
+        printf("  fp32 micro-kernel 6x64, k=128, %d threads: %7.1f GFLOP/s\n", T, time_gemm(best, T, 60, 64, 128, 0, 0.3));
+        if (best->bf16_dot)
+            printf("  bf16 vdpbf16ps 6x64, k=128, %d threads  : %7.1f GFLOP/s\n", T, time_bf16(best, T, 60, 64, 64, 0.3));
+#ifdef FA_HAVE_CBLAS
+        printf("  BLAS sgemm 4096^3 (BLAS threads)       : %7.1f GFLOP/s\n", time_sgemm(4096, 3));
+#else
+        printf("  BLAS: not linked\n");
+#endif
+        return 0;
+    }
+    printf("correctness (float64 reference):\n");
+    for (int t = 0; t < nt; t++) {
+        check_gemms(tables[t]);
+        check_elementwise(tables[t]);
+        check_bf16(tables[t]);
+    }
+    printf("%s\n", failures ? "SOME CHECKS FAILED" : "all checks passed");
+    if (check_only) return failures ? 1 : 0;
+    printf("\ntimings (best of 3, GFLOP/s; %d threads = all)\n", T);
+    printf("  %-7s %-40s %9s %9s\n", "isa", "product", "1 thread", "all");
+    for (int t = 0; t < nt; t++) {
+        const fa_cpu_kernels *K = tables[t];
+        double dur = K == &fa_cpu_kernels_scalar ? 0.1 : 0.2;
+        static const struct { const char *name; int m, n, k, at; } sh[] = {
+            {"S^T = K Q^T   64x64, d=128 (ab)", 64, 64, 128, 0},
+            {"S^T = K Q^T   64x64, d=64  (ab)", 64, 64, 64, 0},
+            {"O += P V      64x128, Bc=64 (atb)", 64, 128, 64, 1},
+            {"O += P V      64x64,  Bc=64 (atb)", 64, 64, 64, 1},
+            {"O += P V      128x128, Bc=128 (atb)", 128, 128, 128, 1},
+        };
+        for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++)
+            printf("  %-7s %-40s %9.1f %9.1f\n", K->isa, sh[s].name, time_gemm(K, 1, sh[s].m, sh[s].n, sh[s].k, sh[s].at, dur),
+                   time_gemm(K, T, sh[s].m, sh[s].n, sh[s].k, sh[s].at, dur));
+        if (K->bf16_dot)
+            printf("  %-7s %-40s %9.1f %9.1f\n", K->isa, "bf16 64x64, d=128", time_bf16(K, 1, 64, 64, 64, dur),
+                   time_bf16(K, T, 64, 64, 64, dur));
+        printf("  %-7s %-40s %9.3f ns/score\n", K->isa, "softmax_step_t 64x64 (max+exp2+sum)", time_exp(K, dur));
+    }
+    return failures ? 1 : 0;
+}

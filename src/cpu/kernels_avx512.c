@@ -1,0 +1,404 @@
+/* AVX-512 tile kernels (fp32 FMA, bf16 vdpbf16ps). Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq
+ * -mavx512bf16 -mfma (src/cpu/sources.cmake); only reached through fa_cpu_kernels_select() after a CPUID check.
+ *
+ * Register blocking (CPU_NOTES §2): C tiles of MR = 6 rows × NV = 4 zmm (64 columns) = 24 accumulators; per k step
+ * NV vector loads of a B row, MR broadcasts of A, MR·NV FMAs. A is addressed as A[i·rsa + p·csa], so the same
+ * kernel serves A·B (rsa = lda, csa = 1: broadcast along a row of A) and Aᵀ·B (rsa = 1, csa = lda). A·Bᵀ packs Bᵀ
+ * into a k × 64 panel with a 16 × 16 in-register transpose and reuses it. The last zmm of a row is masked, so any
+ * n works without padding. */
+#include "cpu/kernels.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define AI static inline __attribute__((always_inline))
+
+/* ---- fp32 GEMM micro-kernel ---- */
+
+/* C[MR][16·NV] (=|+=) Σ_p A(i, p) · B[p][·]; the last vector of each row uses mask `tail`. */
+AI void ukr(const int MR, const int NV, int k, const float *restrict A, ptrdiff_t rsa, ptrdiff_t csa,
+            const float *restrict B, ptrdiff_t ldb, float *restrict C, ptrdiff_t ldc, int acc, __mmask16 tail) {
+    __m512 c[6][4];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;
+            c[i][v] = acc ? _mm512_maskz_loadu_ps(mk, C + i * ldc + 16 * v) : _mm512_setzero_ps();
+        }
+    for (int p = 0; p < k; p++) {
+        __m512 b[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;
+            b[v] = _mm512_maskz_loadu_ps(mk, B + 16 * v);
+        }
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            __m512 a = _mm512_set1_ps(A[i * rsa]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) c[i][v] = _mm512_fmadd_ps(a, b[v], c[i][v]);
+        }
+        A += csa;
+        B += ldb;
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;
+            _mm512_mask_storeu_ps(C + i * ldc + 16 * v, mk, c[i][v]);
+        }
+}
+
+#define UKR_CASE(MR, NV) \
+    case (MR)*8 + (NV): ukr(MR, NV, k, A, rsa, csa, B, ldb, C, ldc, acc, tail); break;
+#define UKR_ROW(MR) UKR_CASE(MR, 1) UKR_CASE(MR, 2) UKR_CASE(MR, 3) UKR_CASE(MR, 4)
+
+static void ukr_any(int mr, int nv, int k, const float *A, ptrdiff_t rsa, ptrdiff_t csa, const float *B, ptrdiff_t ldb,
+                    float *C, ptrdiff_t ldc, int acc, __mmask16 tail) {
+    switch (mr * 8 + nv) {
+        UKR_ROW(1) UKR_ROW(2) UKR_ROW(3) UKR_ROW(4) UKR_ROW(5) UKR_ROW(6)
+    default: break;
+    }
+}
+
+/* C[m][n] (acc ? += : =) Σ_p A[i·rsa + p·csa] · B[p·ldb + j]. */
+static void gemm_nn(int m, int n, int k, const float *A, ptrdiff_t rsa, ptrdiff_t csa, const float *B, int ldb, float *C,
+                    int ldc, int acc) {
+    for (int j0 = 0; j0 < n; j0 += 64) {
+        int nc = n - j0 < 64 ? n - j0 : 64;
+        int nv = (nc + 15) / 16;
+        int rem = nc - 16 * (nv - 1);
+        __mmask16 tail = (__mmask16)((1u << rem) - 1u);
+        for (int i0 = 0; i0 < m; i0 += 6) {
+            int mr = m - i0 < 6 ? m - i0 : 6;
+            ukr_any(mr, nv, k, A + i0 * rsa, rsa, csa, B + j0, ldb, C + (ptrdiff_t)i0 * ldc + j0, ldc, acc, tail);
+        }
+    }
+}
+
+/* ---- 16 × 16 transpose (CPU_NOTES §5: 4 stages of 16 shuffles) ---- */
+
+AI void transpose16(__m512 r[16]) {
+    __m512 a[16], b[16];
+    for (int i = 0; i < 16; i += 2) {
+        a[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        a[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 4; g++) { /* rows 4g..4g+3: b[4g + j] holds columns j, j+4, j+8, j+12 */
+        __m512d x0 = _mm512_castps_pd(a[4 * g]), x1 = _mm512_castps_pd(a[4 * g + 1]);
+        __m512d x2 = _mm512_castps_pd(a[4 * g + 2]), x3 = _mm512_castps_pd(a[4 * g + 3]);
+        b[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(x0, x2));
+        b[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(x0, x2));
+        b[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(x1, x3));
+        b[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(x1, x3));
+    }
+    for (int j = 0; j < 4; j++) {
+        __m512 clo = _mm512_shuffle_f32x4(b[j], b[4 + j], 0x88), chi = _mm512_shuffle_f32x4(b[j], b[4 + j], 0xdd);
+        __m512 dlo = _mm512_shuffle_f32x4(b[8 + j], b[12 + j], 0x88), dhi = _mm512_shuffle_f32x4(b[8 + j], b[12 + j], 0xdd);
+        r[j] = _mm512_shuffle_f32x4(clo, dlo, 0x88);
+        r[j + 8] = _mm512_shuffle_f32x4(clo, dlo, 0xdd);
+        r[j + 4] = _mm512_shuffle_f32x4(chi, dhi, 0x88);
+        r[j + 12] = _mm512_shuffle_f32x4(chi, dhi, 0xdd);
+    }
+}
+
+/* dst[c·ldd + r] = mul · src[r·lds + c], r < rows, c < cols. */
+static void pack_t(int rows, int cols, const float *src, int lds, float *dst, int ldd, float mul) {
+    __m512 vm = _mm512_set1_ps(mul);
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+        int nr = rows - r0 < 16 ? rows - r0 : 16;
+        __mmask16 mrow = (__mmask16)((1u << nr) - 1u);
+        for (int c0 = 0; c0 < cols; c0 += 16) {
+            int nc = cols - c0 < 16 ? cols - c0 : 16;
+            __mmask16 mcol = (__mmask16)((1u << nc) - 1u);
+            __m512 t[16];
+            for (int i = 0; i < 16; i++)
+                t[i] = i < nr ? _mm512_maskz_loadu_ps(mcol, src + (ptrdiff_t)(r0 + i) * lds + c0) : _mm512_setzero_ps();
+            transpose16(t);
+            for (int j = 0; j < nc; j++)
+                _mm512_mask_storeu_ps(dst + (ptrdiff_t)(c0 + j) * ldd + r0, mrow, _mm512_mul_ps(t[j], vm));
+        }
+    }
+}
+
+/* ---- the three products of the contract ---- */
+
+static void gemm_ab_acc(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
+    gemm_nn(m, n, k, A, lda, 1, B, ldb, C, ldc, 1);
+}
+static void gemm_atb_acc(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
+    gemm_nn(m, n, k, A, 1, lda, B, ldb, C, ldc, 1);
+}
+/* C = A·Bᵀ: Bᵀ is packed 64 columns × 256 k at a time (64 KiB on the stack, L1/L2 resident). */
+#define ABT_KC 256
+static void gemm_abt(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
+    float panel[ABT_KC * 64] __attribute__((aligned(64)));
+    if (k <= 0) {
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) C[(ptrdiff_t)i * ldc + j] = 0;
+        return;
+    }
+    for (int j0 = 0; j0 < n; j0 += 64) {
+        int nc = n - j0 < 64 ? n - j0 : 64;
+        for (int p0 = 0; p0 < k; p0 += ABT_KC) {
+            int kc = k - p0 < ABT_KC ? k - p0 : ABT_KC;
+            pack_t(nc, kc, B + (ptrdiff_t)j0 * ldb + p0, ldb, panel, 64, 1.0f);
+            gemm_nn(m, nc, kc, A + p0, lda, 1, panel, 64, C + j0, ldc, p0 > 0);
+        }
+    }
+}
+
+/* ---- exp2 (CPU_NOTES §4): n = round(x), f = x − n ∈ [−½, ½], 2^f by a degree-5 fit at Chebyshev nodes
+ * (max rel. error 2.1e-7), result = p · 2ⁿ by vscalefps. x is clamped at −160 so −∞ gives exactly 0. ---- */
+
+AI __m512 exp2_ps(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-160.0f));
+    __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_set1_ps(1.339086331e-03f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.676031768e-03f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550356954e-02f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402210683e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471825e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.000000119e+00f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* Online-softmax step on a transposed score tile (keys × queries), see kernels.h. */
+static void softmax_step_t(int nk, int nq, float *S, int lds, float c, float *m, float *l, float *alpha) {
+    const __m512 vc = _mm512_set1_ps(c), ninf = _mm512_set1_ps(-INFINITY);
+    for (int q0 = 0; q0 < nq; q0 += 16) {
+        __mmask16 mq = nq - q0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nq - q0)) - 1u);
+        __m512 mold = _mm512_mask_loadu_ps(ninf, mq, m + q0);
+        __m512 mx0 = mold, mx1 = ninf, mx2 = ninf, mx3 = ninf;
+        float *s = S + q0;
+        int r = 0;
+        for (; r + 4 <= nk; r += 4) {
+            mx0 = _mm512_max_ps(mx0, _mm512_mask_loadu_ps(ninf, mq, s + (ptrdiff_t)r * lds));
+            mx1 = _mm512_max_ps(mx1, _mm512_mask_loadu_ps(ninf, mq, s + (ptrdiff_t)(r + 1) * lds));
+            mx2 = _mm512_max_ps(mx2, _mm512_mask_loadu_ps(ninf, mq, s + (ptrdiff_t)(r + 2) * lds));
+            mx3 = _mm512_max_ps(mx3, _mm512_mask_loadu_ps(ninf, mq, s + (ptrdiff_t)(r + 3) * lds));
+        }
+        for (; r < nk; r++) mx0 = _mm512_max_ps(mx0, _mm512_mask_loadu_ps(ninf, mq, s + (ptrdiff_t)r * lds));
+        __m512 mnew = _mm512_max_ps(_mm512_max_ps(mx0, mx1), _mm512_max_ps(mx2, mx3));
+        /* a column that has seen only −∞ subtracts 0 (−∞ − −∞ would be NaN) */
+        __mmask16 fin = _mm512_cmp_ps_mask(mnew, ninf, _CMP_NEQ_OQ);
+        __m512 mc = _mm512_maskz_mul_ps(fin, mnew, vc);
+        __m512 al = exp2_ps(_mm512_fmsub_ps(mold, vc, mc));
+        __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+        r = 0;
+        for (; r + 2 <= nk; r += 2) {
+            float *p0 = s + (ptrdiff_t)r * lds, *p1 = p0 + lds;
+            __m512 e0 = exp2_ps(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(mq, p0), vc, mc));
+            __m512 e1 = exp2_ps(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(mq, p1), vc, mc));
+            _mm512_mask_storeu_ps(p0, mq, e0);
+            _mm512_mask_storeu_ps(p1, mq, e1);
+            sum0 = _mm512_add_ps(sum0, e0);
+            sum1 = _mm512_add_ps(sum1, e1);
+        }
+        if (r < nk) {
+            float *p0 = s + (ptrdiff_t)r * lds;
+            __m512 e0 = exp2_ps(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(mq, p0), vc, mc));
+            _mm512_mask_storeu_ps(p0, mq, e0);
+            sum0 = _mm512_add_ps(sum0, e0);
+        }
+        __m512 lv = _mm512_maskz_loadu_ps(mq, l + q0);
+        lv = _mm512_fmadd_ps(lv, al, _mm512_add_ps(sum0, sum1));
+        _mm512_mask_storeu_ps(l + q0, mq, lv);
+        _mm512_mask_storeu_ps(m + q0, mq, mnew);
+        _mm512_mask_storeu_ps(alpha + q0, mq, al);
+    }
+}
+
+/* P[r][c] = 2^(S[r][c]·c − sub[r]) in place. */
+static void exp2_rows(int rows, int cols, float *S, int lds, float c, const float *sub) {
+    const __m512 vc = _mm512_set1_ps(c);
+    for (int r = 0; r < rows; r++) {
+        float *s = S + (ptrdiff_t)r * lds;
+        __m512 vs = _mm512_set1_ps(sub[r]);
+        int j = 0;
+        for (; j + 16 <= cols; j += 16) _mm512_storeu_ps(s + j, exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + j), vc, vs)));
+        if (j < cols) {
+            __mmask16 mk = (__mmask16)((1u << (cols - j)) - 1u);
+            _mm512_mask_storeu_ps(s + j, mk, exp2_ps(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(mk, s + j), vc, vs)));
+        }
+    }
+}
+
+/* dP[r][c] = scale · P[r][c] · (dP[r][c] − D[r]) in place. */
+static void ds_rows(int rows, int cols, const float *P, int ldp, float *dP, int ldd, const float *D, float scale) {
+    const __m512 vsc = _mm512_set1_ps(scale);
+    for (int r = 0; r < rows; r++) {
+        const float *p = P + (ptrdiff_t)r * ldp;
+        float *d = dP + (ptrdiff_t)r * ldd;
+        __m512 vd = _mm512_set1_ps(D[r]);
+        int j = 0;
+        for (; j + 16 <= cols; j += 16) {
+            __m512 t = _mm512_mul_ps(_mm512_loadu_ps(p + j), vsc);
+            _mm512_storeu_ps(d + j, _mm512_mul_ps(t, _mm512_sub_ps(_mm512_loadu_ps(d + j), vd)));
+        }
+        if (j < cols) {
+            __mmask16 mk = (__mmask16)((1u << (cols - j)) - 1u);
+            __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, p + j), vsc);
+            _mm512_mask_storeu_ps(d + j, mk, _mm512_mul_ps(t, _mm512_sub_ps(_mm512_maskz_loadu_ps(mk, d + j), vd)));
+        }
+    }
+}
+
+/* O[r][·] *= alpha[r]. */
+static void scale_rows(int rows, int cols, float *O, int ldo, const float *alpha) {
+    for (int r = 0; r < rows; r++) {
+        float *o = O + (ptrdiff_t)r * ldo;
+        __m512 a = _mm512_set1_ps(alpha[r]);
+        int j = 0;
+        for (; j + 16 <= cols; j += 16) _mm512_storeu_ps(o + j, _mm512_mul_ps(_mm512_loadu_ps(o + j), a));
+        if (j < cols) {
+            __mmask16 mk = (__mmask16)((1u << (cols - j)) - 1u);
+            _mm512_mask_storeu_ps(o + j, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, o + j), a));
+        }
+    }
+}
+
+/* ---- bf16 (AVX512_BF16, CPU_NOTES §5): operands are dwords holding a pair of bf16 along the reduction dim;
+ * vdpbf16ps adds both products of a pair into an fp32 lane. Same MR × NV blocking as the fp32 kernel. ---- */
+
+AI void ukr_bf16(const int MR, const int NV, int kp, const uint32_t *restrict A, ptrdiff_t rsa, ptrdiff_t csa,
+                 const uint32_t *restrict B, ptrdiff_t ldb, float *restrict C, ptrdiff_t ldc, int acc, __mmask16 tail) {
+    __m512 c[6][4];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;
+            c[i][v] = acc ? _mm512_maskz_loadu_ps(mk, C + i * ldc + 16 * v) : _mm512_setzero_ps();
+        }
+    for (int p = 0; p < kp; p++) {
+        __m512i b[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;
+            b[v] = _mm512_maskz_loadu_epi32(mk, B + 16 * v);
+        }
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            __m512i a = _mm512_set1_epi32((int)A[i * rsa]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) c[i][v] = _mm512_dpbf16_ps(c[i][v], (__m512bh)a, (__m512bh)b[v]);
+        }
+        A += csa;
+        B += ldb;
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;
+            _mm512_mask_storeu_ps(C + i * ldc + 16 * v, mk, c[i][v]);
+        }
+}
+
+#define UKB_CASE(MR, NV) \
+    case (MR)*8 + (NV): ukr_bf16(MR, NV, kp, A, rsa, csa, B, ldb, C, ldc, acc, tail); break;
+#define UKB_ROW(MR) UKB_CASE(MR, 1) UKB_CASE(MR, 2) UKB_CASE(MR, 3) UKB_CASE(MR, 4)
+
+static void ukb_any(int mr, int nv, int kp, const uint32_t *A, ptrdiff_t rsa, ptrdiff_t csa, const uint32_t *B,
+                    ptrdiff_t ldb, float *C, ptrdiff_t ldc, int acc, __mmask16 tail) {
+    switch (mr * 8 + nv) {
+        UKB_ROW(1) UKB_ROW(2) UKB_ROW(3) UKB_ROW(4) UKB_ROW(5) UKB_ROW(6)
+    default: break;
+    }
+}
+
+/* C[m][n] (acc ? += : =) Σ_p dot2(A[i·rsa + p·csa], B[p·ldb + j]) over kp dword pairs. */
+static void gemm_bf16(int m, int n, int kp, const uint32_t *A, ptrdiff_t rsa, ptrdiff_t csa, const uint32_t *B, int ldb,
+                      float *C, int ldc, int acc) {
+    for (int j0 = 0; j0 < n; j0 += 64) {
+        int nc = n - j0 < 64 ? n - j0 : 64;
+        int nv = (nc + 15) / 16;
+        int rem = nc - 16 * (nv - 1);
+        __mmask16 tail = (__mmask16)((1u << rem) - 1u);
+        for (int i0 = 0; i0 < m; i0 += 6) {
+            int mr = m - i0 < 6 ? m - i0 : 6;
+            ukb_any(mr, nv, kp, A + i0 * rsa, rsa, csa, B + j0, ldb, C + (ptrdiff_t)i0 * ldc + j0, ldc, acc, tail);
+        }
+    }
+}
+
+/* dst[c·ldd + r] = src[r·lds + c] on 32-bit words. */
+static void pack_t32(int rows, int cols, const uint32_t *src, int lds, uint32_t *dst, int ldd) {
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+        int nr = rows - r0 < 16 ? rows - r0 : 16;
+        __mmask16 mrow = (__mmask16)((1u << nr) - 1u);
+        for (int c0 = 0; c0 < cols; c0 += 16) {
+            int nc = cols - c0 < 16 ? cols - c0 : 16;
+            __mmask16 mcol = (__mmask16)((1u << nc) - 1u);
+            __m512 t[16];
+            for (int i = 0; i < 16; i++)
+                t[i] = i < nr ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(mcol, src + (ptrdiff_t)(r0 + i) * lds + c0))
+                              : _mm512_setzero_ps();
+            transpose16(t);
+            for (int j = 0; j < nc; j++)
+                _mm512_mask_storeu_epi32(dst + (ptrdiff_t)(c0 + j) * ldd + r0, mrow, _mm512_castps_si512(t[j]));
+        }
+    }
+}
+
+/* Word permutation interleaving the low 16 words (row 2w) with the high 16 (row 2w + 1): dword q = (lo[q], hi[q]). */
+AI __m512i pair_index(void) {
+    return _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                            23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+}
+
+/* dst[w·ldd + j] = (bf16(src[2w][j]), bf16(src[2w + 1][j])), an odd last row paired with 0. */
+static void pairs_f32_bf16(int nk, int n, const float *src, int lds, uint32_t *dst, int ldd) {
+    const __m512i idx = pair_index();
+    for (int w = 0; 2 * w < nk; w++) {
+        const float *r0 = src + (ptrdiff_t)(2 * w) * lds;
+        const float *r1 = 2 * w + 1 < nk ? r0 + lds : NULL;
+        for (int j = 0; j < n; j += 16) {
+            __mmask16 mk = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1u);
+            __m512 x0 = _mm512_maskz_loadu_ps(mk, r0 + j);
+            __m512 x1 = r1 ? _mm512_maskz_loadu_ps(mk, r1 + j) : _mm512_setzero_ps();
+            __m512i h = (__m512i)_mm512_cvtne2ps_pbh(x1, x0); /* low 16 words: x0, high 16: x1 */
+            _mm512_mask_storeu_epi32(dst + (ptrdiff_t)w * ldd + j, mk, _mm512_permutexvar_epi16(idx, h));
+        }
+    }
+}
+
+/* The same pairing for rows already in bf16. */
+static void pairs_bf16(int nk, int n, const uint16_t *src, int lds, uint32_t *dst, int ldd) {
+    const __m512i idx = pair_index();
+    for (int w = 0; 2 * w < nk; w++) {
+        const uint16_t *r0 = src + (ptrdiff_t)(2 * w) * lds;
+        const uint16_t *r1 = 2 * w + 1 < nk ? r0 + lds : NULL;
+        for (int j = 0; j < n; j += 16) {
+            __mmask16 mk = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1u);
+            __m256i x0 = _mm256_maskz_loadu_epi16(mk, r0 + j);
+            __m256i x1 = r1 ? _mm256_maskz_loadu_epi16(mk, r1 + j) : _mm256_setzero_si256();
+            __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
+            _mm512_mask_storeu_epi32(dst + (ptrdiff_t)w * ldd + j, mk, _mm512_permutexvar_epi16(idx, h));
+        }
+    }
+}
+
+const fa_cpu_kernels fa_cpu_kernels_avx512 = {
+    .isa = "avx512",
+    .gemm_abt = gemm_abt,
+    .gemm_ab_acc = gemm_ab_acc,
+    .gemm_atb_acc = gemm_atb_acc,
+    .gemm_nn = gemm_nn,
+    .pack_t = pack_t,
+    .softmax_step_t = softmax_step_t,
+    .exp2_rows = exp2_rows,
+    .ds_rows = ds_rows,
+    .scale_rows = scale_rows,
+    .bf16_dot = 1,
+    .gemm_bf16 = gemm_bf16,
+    .pack_t32 = pack_t32,
+    .pairs_f32_bf16 = pairs_f32_bf16,
+    .pairs_bf16 = pairs_bf16,
+};

@@ -1,0 +1,38 @@
+# CPU tile micro-kernels (issue 3). Included by the root CMakeLists.txt; sets FA_CPU_KERNEL_SOURCES.
+# Each ISA file gets its own flags; the dispatcher (kernels_dispatch.c) and everything that runs before the CPUID
+# check stay at the baseline ISA, so one binary runs on any x86-64 (CPU_NOTES §8).
+set(FA_CPU_KERNEL_SOURCES src/cpu/kernels_dispatch.c)   # kernels_scalar.c is in the root list
+
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i.86)$" AND CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
+  list(APPEND FA_CPU_KERNEL_SOURCES src/cpu/kernels_avx2.c src/cpu/kernels_avx512.c)
+  set_source_files_properties(src/cpu/kernels_avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
+  set_source_files_properties(src/cpu/kernels_avx512.c PROPERTIES
+    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma")
+endif()
+
+# STANDARD uses a system CBLAS when one is found (OpenBLAS preferred), else our micro-kernels.
+set(FA_CPU_BLAS_LIBS "")
+set(FA_CPU_BLAS_INCLUDE "")
+option(FA_USE_BLAS "Use a system CBLAS for FA_ALGO_STANDARD on the CPU when found" ON)
+if(FA_USE_BLAS)
+  find_path(FA_CBLAS_INCLUDE_DIR NAMES cblas.h PATH_SUFFIXES openblas openblas-openmp openblas-pthread)
+  find_library(FA_OPENBLAS_LIBRARY NAMES openblas)
+  if(FA_CBLAS_INCLUDE_DIR AND FA_OPENBLAS_LIBRARY)
+    set(FA_CPU_BLAS_LIBS ${FA_OPENBLAS_LIBRARY})
+    set(FA_CPU_BLAS_INCLUDE ${FA_CBLAS_INCLUDE_DIR})
+    set_source_files_properties(src/cpu/standard.c PROPERTIES COMPILE_DEFINITIONS "FA_HAVE_CBLAS=1"
+                                INCLUDE_DIRECTORIES "${FA_CBLAS_INCLUDE_DIR}")
+    message(STATUS "flashattn: STANDARD uses CBLAS from ${FA_OPENBLAS_LIBRARY}")
+  else()
+    message(STATUS "flashattn: no OpenBLAS found; STANDARD uses the built-in micro-kernels")
+  endif()
+endif()
+
+# Link the BLAS into everything built after this point (the library targets are created by the caller).
+if(FA_CPU_BLAS_LIBS)
+  link_libraries(${FA_CPU_BLAS_LIBS})
+endif()
+# The kernel lab (bench/cpu_kernels.c), built only on request.
+if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/../../bench/CMakeLists.txt)
+  add_subdirectory(${CMAKE_CURRENT_LIST_DIR}/../../bench ${CMAKE_BINARY_DIR}/bench EXCLUDE_FROM_ALL)
+endif()

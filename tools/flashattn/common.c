@@ -1,0 +1,265 @@
+/* flashattn CLI: argument parsing, timing, random data. */
+#include "common.h"
+
+#include "half.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+int cli_usage_error(const char *sub, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "flashattn%s%s: error: ", sub ? " " : "", sub ? sub : "");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'flashattn %s%s--help'.\n", sub ? sub : "", sub ? " " : "");
+    return CLI_EXIT_USAGE;
+}
+
+int opt_is(const char *arg, const char *name) {
+    size_t n = strlen(name);
+    return strncmp(arg, name, n) == 0 && (arg[n] == 0 || arg[n] == '=');
+}
+
+const char *opt_value(const char *sub, int argc, char **argv, int *i, const char *name) {
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (a[n] == '=') return a + n + 1;
+    if (*i + 1 >= argc) {
+        cli_usage_error(sub, "%s needs a value", name);
+        return NULL;
+    }
+    *i += 1;
+    return argv[*i];
+}
+
+static int parse_i64(const char *s, int64_t *v) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (errno || end == s || *end) return -1;
+    *v = (int64_t)x;
+    return 0;
+}
+
+int parse_int(const char *sub, const char *opt, const char *arg, int64_t lo, int64_t hi, int64_t *out) {
+    int64_t v;
+    if (!arg || parse_i64(arg, &v)) {
+        cli_usage_error(sub, "%s: '%s' is not an integer", opt, arg ? arg : "");
+        return -1;
+    }
+    if (v < lo || v > hi) {
+        cli_usage_error(sub, "%s: %lld is out of range [%lld, %lld]", opt, (long long)v, (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int parse_double(const char *sub, const char *opt, const char *arg, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = arg ? strtod(arg, &end) : 0;
+    if (!arg || errno || end == arg || *end || !isfinite(v)) {
+        cli_usage_error(sub, "%s: '%s' is not a number", opt, arg ? arg : "");
+        return -1;
+    }
+    if (v < lo || v > hi) {
+        cli_usage_error(sub, "%s: %g is out of range [%g, %g]", opt, v, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Split a comma list; calls one(item) for each. */
+typedef int (*item_fn)(const char *sub, const char *opt, const char *item, int64_t *v, const void *ctx);
+
+static int parse_list(const char *sub, const char *opt, const char *arg, int_list *out, item_fn fn, const void *ctx) {
+    if (!arg || !*arg) {
+        cli_usage_error(sub, "%s: empty list", opt);
+        return -1;
+    }
+    out->n = 0;
+    const char *p = arg;
+    for (;;) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        char item[64];
+        if (len == 0 || len >= sizeof item) {
+            cli_usage_error(sub, "%s: bad list '%s' (items are separated by single commas)", opt, arg);
+            return -1;
+        }
+        if (out->n >= CLI_MAX_LIST) {
+            cli_usage_error(sub, "%s: more than %d values", opt, CLI_MAX_LIST);
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = 0;
+        if (fn(sub, opt, item, &out->v[out->n], ctx)) return -1;
+        out->n++;
+        if (!c) break;
+        p = c + 1;
+    }
+    return 0;
+}
+
+typedef struct { int64_t lo, hi; } range;
+static int int_item(const char *sub, const char *opt, const char *item, int64_t *v, const void *ctx) {
+    const range *r = ctx;
+    return parse_int(sub, opt, item, r->lo, r->hi, v);
+}
+
+int parse_int_list(const char *sub, const char *opt, const char *arg, int64_t lo, int64_t hi, int_list *out) {
+    range r = {lo, hi};
+    return parse_list(sub, opt, arg, out, int_item, &r);
+}
+
+typedef struct { const char *name; int value; } name_value;
+typedef struct { const name_value *tab; const char *what, *expected; } name_table;
+
+static int name_item(const char *sub, const char *opt, const char *item, int64_t *v, const void *ctx) {
+    const name_table *t = ctx;
+    for (const name_value *e = t->tab; e->name; e++)
+        if (strcmp(e->name, item) == 0) {
+            *v = e->value;
+            return 0;
+        }
+    cli_usage_error(sub, "%s: unknown %s '%s' (expected %s)", opt, t->what, item, t->expected);
+    return -1;
+}
+
+int parse_algo_list(const char *sub, const char *opt, const char *arg, int_list *out) {
+    static const name_value tab[] = {{"standard", FA_ALGO_STANDARD}, {"flash1", FA_ALGO_FLASH1},
+                                     {"flash2", FA_ALGO_FLASH2},     {"auto", FA_ALGO_AUTO},
+                                     {"std", FA_ALGO_STANDARD},      {NULL, 0}};
+    name_table t = {tab, "algorithm", "standard, flash1, flash2 or auto"};
+    return parse_list(sub, opt, arg, out, name_item, &t);
+}
+
+int parse_dtype_list(const char *sub, const char *opt, const char *arg, int_list *out) {
+    static const name_value tab[] = {{"f32", FA_DTYPE_F32}, {"f16", FA_DTYPE_F16}, {"bf16", FA_DTYPE_BF16},
+                                     {"fp32", FA_DTYPE_F32}, {"fp16", FA_DTYPE_F16}, {NULL, 0}};
+    name_table t = {tab, "dtype", "f32, f16 or bf16"};
+    return parse_list(sub, opt, arg, out, name_item, &t);
+}
+
+int parse_device_list(const char *sub, const char *opt, const char *arg, int_list *out) {
+    static const name_value tab[] = {{"cpu", FA_BACKEND_CPU}, {"cuda", FA_BACKEND_CUDA}, {"gpu", FA_BACKEND_CUDA},
+                                     {NULL, 0}};
+    name_table t = {tab, "device", "cpu or cuda"};
+    return parse_list(sub, opt, arg, out, name_item, &t);
+}
+
+int parse_pass_list(const char *sub, const char *opt, const char *arg, int_list *out) {
+    static const name_value tab[] = {{"fwd", 0}, {"bwd", 1}, {"forward", 0}, {"backward", 1}, {NULL, 0}};
+    name_table t = {tab, "pass", "fwd or bwd"};
+    return parse_list(sub, opt, arg, out, name_item, &t);
+}
+
+double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double median_of(const double *x, int n) {
+    if (n <= 0) return NAN;
+    double *t = malloc((size_t)n * sizeof *t);
+    if (!t) return x[0];
+    memcpy(t, x, (size_t)n * sizeof *t);
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    double m = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    free(t);
+    return m;
+}
+
+uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+double rng_uniform(uint64_t *s) { return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+int rng_int(uint64_t *s, int lo, int hi) { return lo + (int)(rng_next(s) % (uint64_t)(hi - lo + 1)); }
+
+void fill_random(void *host, fa_dtype dt, int64_t n, uint64_t *rng, float amp) {
+    for (int64_t i = 0; i < n; i++) {
+        float x = (float)((2.0 * rng_uniform(rng) - 1.0) * amp);
+        fa_store_elem(host, (int)dt, i, x);
+    }
+}
+
+int64_t host_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return INT64_MAX / 4;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb > 0 ? (int64_t)kb * 1024 : INT64_MAX / 4;
+}
+
+int64_t cpu_cache_bytes(int level) {
+    /* sysfs: index0 = L1d, index2 = L2, index3 = L3 on x86 */
+    for (int idx = 0; idx < 8; idx++) {
+        char path[128], buf[64];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", idx);
+        FILE *f = fopen(path, "r");
+        if (!f) break;
+        int lv = 0;
+        if (fscanf(f, "%d", &lv) != 1) lv = 0;
+        fclose(f);
+        if (lv != level) continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", idx);
+        f = fopen(path, "r");
+        if (f) {
+            if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+            fclose(f);
+            if (strncmp(buf, "Instruction", 11) == 0) continue;
+        }
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", idx);
+        f = fopen(path, "r");
+        if (!f) continue;
+        long long sz = 0;
+        char unit = 0;
+        int got = fscanf(f, "%lld%c", &sz, &unit);
+        fclose(f);
+        if (got < 1) continue;
+        if (unit == 'K') sz *= 1024;
+        else if (unit == 'M') sz *= 1024 * 1024;
+        return (int64_t)sz;
+    }
+    return 0;
+}
+
+void cli_limit_address_space(int64_t limit) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %lld kB", &kb) == 1) break;
+    fclose(f);
+    if (kb <= 0) return;
+    /* slack: thread stacks and malloc arenas reserve address space they never touch */
+    double cap = (double)kb * 1024.0 + (double)limit + 4e9;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0) return;
+    if (rl.rlim_cur != RLIM_INFINITY && (double)rl.rlim_cur < cap) return;
+    rl.rlim_cur = (rlim_t)cap;
+    setrlimit(RLIMIT_AS, &rl);
+}

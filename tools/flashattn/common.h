@@ -1,0 +1,153 @@
+/* flashattn CLI: shared helpers (argument parsing, device buffers, timing, random data) and the interfaces the
+ * subcommands share. bench.c and io.c export the measurement functions that report.c reuses, so the report's numbers
+ * come from the same code as `flashattn bench` and `flashattn io`. */
+#ifndef FA_CLI_COMMON_H
+#define FA_CLI_COMMON_H
+
+#include "flashattn.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CLI_EXIT_USAGE 2
+#define CLI_MAX_LIST 64
+
+/* ---- argument parsing: every error names the argument and returns -1 (the caller exits with status 2) ---- */
+typedef struct int_list {
+    int n;
+    int64_t v[CLI_MAX_LIST];
+} int_list;
+
+/* Print "flashattn SUB: error: ..." and a hint to stderr. Returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "64,128" -> list; every value in [lo, hi]. */
+int parse_int_list(const char *sub, const char *opt, const char *arg, int64_t lo, int64_t hi, int_list *out);
+int parse_int(const char *sub, const char *opt, const char *arg, int64_t lo, int64_t hi, int64_t *out);
+int parse_double(const char *sub, const char *opt, const char *arg, double lo, double hi, double *out);
+/* Lists of names; results stored as ints in out->v. */
+int parse_algo_list(const char *sub, const char *opt, const char *arg, int_list *out);
+int parse_dtype_list(const char *sub, const char *opt, const char *arg, int_list *out);
+int parse_device_list(const char *sub, const char *opt, const char *arg, int_list *out);
+int parse_pass_list(const char *sub, const char *opt, const char *arg, int_list *out); /* 0 fwd, 1 bwd */
+/* The value of option argv[*i] ("--x V" or "--x=V"); advances *i. NULL (after an error message) if missing. */
+const char *opt_value(const char *sub, int argc, char **argv, int *i, const char *name);
+/* 1 if argv[i] is "--name" or starts with "--name=". */
+int opt_is(const char *arg, const char *name);
+
+/* ---- device buffers: host memory for the CPU backend, device memory (cudart) for CUDA ---- */
+typedef struct dev_buf {
+    fa_backend dev;
+    void *ptr;        /* host or device pointer */
+    size_t bytes;
+} dev_buf;
+/* 0 on success; -1 when the allocation failed (nothing printed). */
+int dev_alloc(dev_buf *b, fa_backend dev, size_t bytes);
+void dev_free(dev_buf *b);
+int dev_upload(dev_buf *b, const void *host, size_t bytes);
+int dev_download(const dev_buf *b, void *host, size_t bytes);
+int dev_fill_nan(dev_buf *b);   /* poison (0xFF bytes: NaN in f32, f16 and bf16) */
+int dev_sync(fa_backend dev);
+int cuda_tools_built(void);
+/* Device description ("AMD EPYC, 2 threads" / "NVIDIA H200 (132 SMs)"). */
+void device_describe(fa_backend dev, int threads, char *buf, size_t len);
+/* Bytes of fast memory per core/SM this device has: L1d, L2 (CPU); shared memory per SM (CUDA). 0 if unknown. */
+int64_t cpu_cache_bytes(int level);
+int64_t cuda_smem_per_sm(void);
+/* Available host memory in bytes (MemAvailable), or a large number if unknown. */
+int64_t host_mem_available(void);
+/* Device memory free on CUDA (0 if unknown). */
+int64_t cuda_mem_free(void);
+
+/* ---- GPU event timing: wall time of the work queued between start and stop (ms) ---- */
+typedef struct dev_timer dev_timer;
+dev_timer *dev_timer_create(fa_backend dev);
+void dev_timer_start(dev_timer *t);
+double dev_timer_stop(dev_timer *t); /* ms; synchronises */
+void dev_timer_destroy(dev_timer *t);
+
+/* ---- misc ---- */
+double now_ms(void);
+double median_of(const double *x, int n); /* does not modify x */
+uint64_t rng_next(uint64_t *s);           /* splitmix64 */
+double rng_uniform(uint64_t *s);          /* [0, 1) */
+int rng_int(uint64_t *s, int lo, int hi); /* [lo, hi] */
+/* n elements of dtype uniformly in [-amp, amp], written to host memory. */
+void fill_random(void *host, fa_dtype dt, int64_t n, uint64_t *rng, float amp);
+
+/* ---- bench (bench.c): one configuration, all requested algorithms interleaved ---- */
+typedef struct bench_config {
+    fa_backend dev;
+    fa_dtype dtype;
+    int64_t batch, heads, heads_k, seqlen_q, seqlen_k, head_dim;
+    int causal, window;   /* window: -1 none; else window_left = window_right = window (causal adds right = 0) */
+    int backward;
+    int threads;          /* CPU threads (0 = all) */
+    int block_q, block_k; /* 0 = default */
+    int reps, warmup;
+} bench_config;
+
+typedef struct bench_row {
+    bench_config cfg;
+    fa_algo algo;
+    int ok;               /* 1: measured */
+    char status[16];      /* "ok", "skip", "oom", "error" */
+    char note[200];       /* the reason when !ok */
+    char kernel[64];
+    int block_q, block_k, threads;
+    double ms, ms_min, ms_max, spread_pct; /* median, min, max of reps; spread = (max-min)/median */
+    double flops, gflops;
+    int64_t extra_bytes, read_bytes, write_bytes;
+    double speedup;       /* ms(STANDARD)/ms in the same group, 0 if STANDARD is not measured */
+} bench_row;
+
+/* Run one configuration for algos[0..n_algo): inputs allocated once, warm-up, then reps interleaved over the
+ * algorithms; rows[i] filled for algos[i]. ctx is a context on cfg->dev (threads as cfg->threads). Never exits.
+ * mem_limit: bytes the run may allocate on the host (inputs + estimated library workspace); rows that would exceed
+ * it are skipped with status "oom". */
+void bench_run_group(fa_context *ctx, const bench_config *cfg, const fa_algo *algos, int n_algo, int64_t mem_limit,
+                     bench_row *rows);
+/* CSV: the exact columns of issue 2 (with_extra adds block_q,block_k,threads,kernel,status). */
+void bench_csv_header(FILE *f, int with_extra);
+void bench_csv_row(FILE *f, const bench_row *r, int with_extra);
+int cmd_bench(int argc, char **argv);
+/* Default host memory limit for a run: 90 % of MemAvailable. */
+int64_t bench_default_mem_limit(void);
+/* CPU-only runs: cap the address space at what is mapped now + limit (+ slack), so a workspace that does not fit
+ * fails with FA_ERR_OUT_OF_MEMORY instead of waking the OOM killer. */
+void cli_limit_address_space(int64_t limit);
+
+/* ---- io (io.c): counted slow-memory bytes next to the paper's formulas ---- */
+typedef struct io_row {
+    fa_algo algo;
+    int ok;
+    char note[200];
+    int64_t batch, heads, seqlen, head_dim;
+    int causal, backward;
+    int block_q, block_k;    /* used (from fa_last_stats) */
+    int64_t sram_bytes;      /* M in bytes as given (--sram) or implied by the blocks: 4·Bc·d elements · 4 bytes */
+    int64_t read_bytes, write_bytes;
+    double paper_bytes;      /* Θ formula with constant 1, in bytes: (Nd + N²)·4 or N²d²/M·4, times batch·heads */
+    double model_bytes;      /* the algorithm as written in the papers, counted transfer by transfer */
+    char formula[32];
+} io_row;
+
+typedef struct io_config {
+    int64_t batch, heads, seqlen, head_dim;
+    int causal, backward, threads;
+    int block_q, block_k;   /* 0 = default (or derived from sram) */
+    int64_t sram_bytes;     /* 0 = not given */
+} io_config;
+
+/* Paper blocks from SRAM size M (bytes, fp32 elements): Bc = ceil(M/(4d)), Br = min(Bc, d), in elements. */
+void io_blocks_from_sram(int64_t sram_bytes, int64_t d, int *br, int *bc);
+/* Run algo once on the CPU with fp32 and fill row. */
+void io_run(fa_context *ctx, const io_config *cfg, fa_algo algo, io_row *row);
+void io_csv_header(FILE *f);
+void io_csv_row(FILE *f, const io_row *r);
+int cmd_io(int argc, char **argv);
+
+int cmd_check(int argc, char **argv);
+int cmd_report(int argc, char **argv);
+
+#endif

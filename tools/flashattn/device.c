@@ -1,0 +1,206 @@
+/* flashattn CLI: buffers on the device a context runs on. Host memory (64-byte aligned) for the CPU backend;
+ * CUDA runtime memory, copies and events for the CUDA backend when the tools are built with CUDA
+ * (FA_TOOLS_CUDA), otherwise every CUDA request fails cleanly. */
+#include "common.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef FA_TOOLS_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+int cuda_tools_built(void) {
+#ifdef FA_TOOLS_CUDA
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int dev_alloc(dev_buf *b, fa_backend dev, size_t bytes) {
+    b->dev = dev;
+    b->ptr = NULL;
+    b->bytes = bytes;
+    size_t sz = (bytes + 63) & ~(size_t)63;
+    if (sz == 0) sz = 64;
+    if (dev == FA_BACKEND_CPU) {
+        b->ptr = aligned_alloc(64, sz);
+        return b->ptr ? 0 : -1;
+    }
+#ifdef FA_TOOLS_CUDA
+    void *p = NULL;
+    if (cudaMalloc(&p, sz) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    b->ptr = p;
+    return 0;
+#else
+    return -1;
+#endif
+}
+
+void dev_free(dev_buf *b) {
+    if (!b->ptr) return;
+    if (b->dev == FA_BACKEND_CPU) free(b->ptr);
+#ifdef FA_TOOLS_CUDA
+    else cudaFree(b->ptr);
+#endif
+    b->ptr = NULL;
+}
+
+int dev_upload(dev_buf *b, const void *host, size_t bytes) {
+    if (b->dev == FA_BACKEND_CPU) {
+        memcpy(b->ptr, host, bytes);
+        return 0;
+    }
+#ifdef FA_TOOLS_CUDA
+    return cudaMemcpy(b->ptr, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess ? 0 : -1;
+#else
+    return -1;
+#endif
+}
+
+int dev_download(const dev_buf *b, void *host, size_t bytes) {
+    if (b->dev == FA_BACKEND_CPU) {
+        memcpy(host, b->ptr, bytes);
+        return 0;
+    }
+#ifdef FA_TOOLS_CUDA
+    return cudaMemcpy(host, b->ptr, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
+#else
+    return -1;
+#endif
+}
+
+int dev_fill_nan(dev_buf *b) {
+    if (b->dev == FA_BACKEND_CPU) {
+        memset(b->ptr, 0xff, b->bytes);
+        return 0;
+    }
+#ifdef FA_TOOLS_CUDA
+    return cudaMemset(b->ptr, 0xff, b->bytes) == cudaSuccess ? 0 : -1;
+#else
+    return -1;
+#endif
+}
+
+int dev_sync(fa_backend dev) {
+    if (dev == FA_BACKEND_CPU) return 0;
+#ifdef FA_TOOLS_CUDA
+    return cudaDeviceSynchronize() == cudaSuccess ? 0 : -1;
+#else
+    return -1;
+#endif
+}
+
+struct dev_timer {
+    fa_backend dev;
+    double t0;
+#ifdef FA_TOOLS_CUDA
+    cudaEvent_t e0, e1;
+#endif
+};
+
+dev_timer *dev_timer_create(fa_backend dev) {
+    dev_timer *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->dev = dev;
+#ifdef FA_TOOLS_CUDA
+    if (dev == FA_BACKEND_CUDA && (cudaEventCreate(&t->e0) != cudaSuccess || cudaEventCreate(&t->e1) != cudaSuccess)) {
+        free(t);
+        return NULL;
+    }
+#endif
+    return t;
+}
+
+void dev_timer_start(dev_timer *t) {
+#ifdef FA_TOOLS_CUDA
+    if (t->dev == FA_BACKEND_CUDA) {
+        cudaEventRecord(t->e0, 0);
+        return;
+    }
+#endif
+    t->t0 = now_ms();
+}
+
+double dev_timer_stop(dev_timer *t) {
+#ifdef FA_TOOLS_CUDA
+    if (t->dev == FA_BACKEND_CUDA) {
+        float ms = 0;
+        cudaEventRecord(t->e1, 0);
+        cudaEventSynchronize(t->e1);
+        cudaEventElapsedTime(&ms, t->e0, t->e1);
+        return ms;
+    }
+#endif
+    return now_ms() - t->t0;
+}
+
+void dev_timer_destroy(dev_timer *t) {
+    if (!t) return;
+#ifdef FA_TOOLS_CUDA
+    if (t->dev == FA_BACKEND_CUDA) {
+        cudaEventDestroy(t->e0);
+        cudaEventDestroy(t->e1);
+    }
+#endif
+    free(t);
+}
+
+int64_t cuda_smem_per_sm(void) {
+#ifdef FA_TOOLS_CUDA
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess)
+        return v;
+#endif
+    return 0;
+}
+
+int64_t cuda_mem_free(void) {
+#ifdef FA_TOOLS_CUDA
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) == cudaSuccess) return (int64_t)fr;
+#endif
+    return 0;
+}
+
+void device_describe(fa_backend dev, int threads, char *buf, size_t len) {
+    if (dev == FA_BACKEND_CUDA) {
+#ifdef FA_TOOLS_CUDA
+        struct cudaDeviceProp p;
+        int d = 0;
+        if (cudaGetDevice(&d) == cudaSuccess && cudaGetDeviceProperties(&p, d) == cudaSuccess) {
+            snprintf(buf, len, "%s (%d SMs, %d KiB smem/SM)", p.name, p.multiProcessorCount,
+                     (int)(p.sharedMemPerMultiprocessor / 1024));
+            return;
+        }
+#endif
+        snprintf(buf, len, "cuda (unavailable)");
+        return;
+    }
+    char model[128] = "cpu";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f)) {
+            if (strncmp(line, "model name", 10) == 0) {
+                char *c = strchr(line, ':');
+                if (c) {
+                    c++;
+                    while (*c == ' ') c++;
+                    snprintf(model, sizeof model, "%s", c);
+                    model[strcspn(model, "\n")] = 0;
+                }
+                break;
+            }
+        }
+        fclose(f);
+    }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(buf, len, "%s, %ld cores, %d threads", model, ncpu, threads);
+}

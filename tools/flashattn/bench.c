@@ -437,80 +437,71 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
 
 int64_t bench_default_mem_limit(void) { return (int64_t)((double)host_mem_available() * 0.9); }
 
-int cmd_bench(int argc, char **argv) {
-    bench_args A;
-    int rc = bench_parse(argc, argv, &A);
-    if (rc) return rc > 0 ? 0 : CLI_EXIT_USAGE;
-    int64_t mem_limit = A.mem_limit_mb > 0 ? (int64_t)(A.mem_limit_mb * 1e6) : bench_default_mem_limit();
+/* The product of A, one configuration group at a time; sink gets each device and each row. */
+static int bench_run_parsed(const bench_args *A, const bench_sink *sink) {
+    int64_t mem_limit = A->mem_limit_mb > 0 ? (int64_t)(A->mem_limit_mb * 1e6) : bench_default_mem_limit();
     int cuda_used = 0;
-    for (int i = 0; i < A.dev.n; i++) cuda_used |= A.dev.v[i] == FA_BACKEND_CUDA;
+    for (int i = 0; i < A->dev.n; i++) cuda_used |= A->dev.v[i] == FA_BACKEND_CUDA;
     if (!cuda_used) cli_limit_address_space(mem_limit);
-
-    FILE *out = stdout;
-    if (A.csv) bench_csv_header(out, 0);
-    if (A.json) fprintf(out, "[\n");
-    int first_json = 1, any_ok = 0, any_row = 0;
+    int any_ok = 0, any_row = 0;
     fa_algo algos[8];
-    int n_algo = A.algo.n > 8 ? 8 : A.algo.n;
-    for (int i = 0; i < n_algo; i++) algos[i] = (fa_algo)A.algo.v[i];
+    int n_algo = A->algo.n > 8 ? 8 : A->algo.n;
+    for (int i = 0; i < n_algo; i++) algos[i] = (fa_algo)A->algo.v[i];
 
-    for (int di = 0; di < A.dev.n; di++) {
-        fa_backend dev = (fa_backend)A.dev.v[di];
-        int_list dtypes = A.dtype;
-        if (!A.have_dtype) {
+    for (int di = 0; di < A->dev.n; di++) {
+        fa_backend dev = (fa_backend)A->dev.v[di];
+        int_list dtypes = A->dtype;
+        if (!A->have_dtype) {
             dtypes.n = 1;
             dtypes.v[0] = dev == FA_BACKEND_CUDA ? FA_DTYPE_BF16 : FA_DTYPE_F32;
         }
-        for (int ti = 0; ti < A.threads.n; ti++) {
-            int threads = (int)A.threads.v[ti];
+        for (int ti = 0; ti < A->threads.n; ti++) {
+            int threads = (int)A->threads.v[ti];
             fa_context *ctx = NULL;
             fa_status st = fa_context_create(&ctx, dev, dev == FA_BACKEND_CPU ? threads : 0);
             if (st != FA_OK) {
-                fprintf(stderr, "flashattn bench: device %s: %s: %s (rows skipped)\n", fa_backend_name(dev),
-                        fa_status_string(st), fa_create_error());
-                if (!A.csv && !A.json)
-                    printf("device %s: skip (%s: %s)\n\n", fa_backend_name(dev), fa_status_string(st), fa_create_error());
+                char why[300];
+                snprintf(why, sizeof why, "%s: %s", fa_status_string(st), fa_create_error());
+                if (sink->on_device) sink->on_device(dev, -1, why, sink->user);
                 continue;
             }
-            int nthreads = fa_context_threads(ctx);
-            if (!A.csv && !A.json) {
+            if (sink->on_device) {
                 char desc[256];
-                device_describe(dev, nthreads, desc, sizeof desc);
-                printf("flashattn %s — device %s: %s — reps %lld (median), warm-up %lld\n\n", fa_version_string(),
-                       fa_backend_name(dev), desc, (long long)A.reps, (long long)A.warmup);
-                table_header(out, dev);
+                device_describe(dev, fa_context_threads(ctx), desc, sizeof desc);
+                sink->on_device(dev, fa_context_threads(ctx), desc, sink->user);
             }
             for (int ty = 0; ty < dtypes.n; ty++)
-            for (int dd = 0; dd < A.d.n; dd++)
-            for (int si = 0; si < A.seqlen.n; si++)
-            for (int ski = 0; ski < (A.have_seqlen_k ? A.seqlen_k.n : 1); ski++)
-            for (int ci = 0; ci < A.causal.n; ci++)
-            for (int wi = 0; wi < A.window.n; wi++)
-            for (int gi = 0; gi < A.gqa.n; gi++)
-            for (int pi = 0; pi < A.pass.n; pi++)
-            for (int bqi = 0; bqi < A.bq.n; bqi++)
-            for (int bki = 0; bki < A.bk.n; bki++)
-            for (int bi = 0; bi < (A.have_batch ? A.batch.n : 1); bi++)
-            for (int hi = 0; hi < (A.have_heads ? A.heads.n : 1); hi++) {
+            for (int dd = 0; dd < A->d.n; dd++)
+            for (int si = 0; si < A->seqlen.n; si++)
+            for (int ski = 0; ski < (A->have_seqlen_k ? A->seqlen_k.n : 1); ski++)
+            for (int ci = 0; ci < A->causal.n; ci++)
+            for (int wi = 0; wi < A->window.n; wi++)
+            for (int gi = 0; gi < A->gqa.n; gi++)
+            for (int pi = 0; pi < A->pass.n; pi++)
+            for (int bqi = 0; bqi < A->bq.n; bqi++)
+            for (int bki = 0; bki < A->bk.n; bki++)
+            for (int bi = 0; bi < (A->have_batch ? A->batch.n : 1); bi++)
+            for (int hi = 0; hi < (A->have_heads ? A->heads.n : 1); hi++) {
                 bench_config c;
                 memset(&c, 0, sizeof c);
                 c.dev = dev;
                 c.dtype = (fa_dtype)dtypes.v[ty];
-                c.head_dim = A.d.v[dd];
-                c.seqlen_q = A.seqlen.v[si];
-                c.seqlen_k = A.have_seqlen_k ? A.seqlen_k.v[ski] : c.seqlen_q;
-                c.causal = (int)A.causal.v[ci];
-                c.window = (int)A.window.v[wi];
-                c.backward = (int)A.pass.v[pi];
-                c.block_q = (int)A.bq.v[bqi];
-                c.block_k = (int)A.bk.v[bki];
+                c.head_dim = A->d.v[dd];
+                c.seqlen_q = A->seqlen.v[si];
+                c.seqlen_k = A->have_seqlen_k ? A->seqlen_k.v[ski] : c.seqlen_q;
+                c.causal = (int)A->causal.v[ci];
+                c.window = (int)A->window.v[wi];
+                c.backward = (int)A->pass.v[pi];
+                c.block_q = (int)A->bq.v[bqi];
+                c.block_k = (int)A->bk.v[bki];
                 c.threads = threads;
-                c.reps = (int)A.reps;
-                c.warmup = (int)A.warmup;
-                c.heads = A.have_heads ? A.heads.v[hi] : (2048 / c.head_dim > 0 ? 2048 / c.head_dim : 1);
-                c.batch = A.have_batch ? A.batch.v[bi] : (A.tokens / c.seqlen_q > 0 ? A.tokens / c.seqlen_q : 1);
-                int64_t g = A.gqa.v[gi];
+                c.reps = (int)A->reps;
+                c.warmup = (int)A->warmup;
+                c.heads = A->have_heads ? A->heads.v[hi] : (2048 / c.head_dim > 0 ? 2048 / c.head_dim : 1);
+                c.batch = A->have_batch ? A->batch.v[bi] : (A->tokens / c.seqlen_q > 0 ? A->tokens / c.seqlen_q : 1);
+                int64_t g = A->gqa.v[gi];
                 bench_row rows[8];
+                if (sink->on_group) sink->on_group(&c, sink->user);
                 if (c.heads % g != 0) {
                     c.heads_k = c.heads;
                     for (int a = 0; a < n_algo; a++) {
@@ -528,26 +519,75 @@ int cmd_bench(int argc, char **argv) {
                 for (int a = 0; a < n_algo; a++) {
                     any_row = 1;
                     any_ok |= rows[a].ok;
-                    if (A.csv) {
-                        bench_csv_row(out, &rows[a], 0);
-                        if (!rows[a].ok)
-                            fprintf(stderr, "flashattn bench: %s %s d=%lld seqlen=%lld %s: %s\n", fa_algo_name(algos[a]),
-                                    fa_backend_name(dev), (long long)c.head_dim, (long long)c.seqlen_q,
-                                    rows[a].status, rows[a].note);
-                    } else if (A.json) {
-                        bench_json_row(out, &rows[a], first_json);
-                        first_json = 0;
-                    } else {
-                        table_row(out, &rows[a]);
-                    }
-                    fflush(out);
+                    if (sink->on_row) sink->on_row(&rows[a], sink->user);
                 }
             }
-            if (!A.csv && !A.json) printf("\n");
+            if (sink->on_device_end) sink->on_device_end(dev, sink->user);
             fa_context_destroy(ctx);
         }
     }
-    if (A.json) fprintf(out, "\n]\n");
     if (!any_row) return 1;
     return any_ok ? 0 : 1;
+}
+
+int bench_run_args(int argc, char **argv, const bench_sink *sink) {
+    bench_args A;
+    int rc = bench_parse(argc, argv, &A);
+    if (rc) return rc > 0 ? 0 : CLI_EXIT_USAGE;
+    return bench_run_parsed(&A, sink);
+}
+
+/* ---- the printing sink of `flashattn bench` ---- */
+typedef struct print_state {
+    const bench_args *A;
+    int first_json;
+} print_state;
+
+static void print_device(fa_backend dev, int threads, const char *desc, void *user) {
+    print_state *p = user;
+    if (threads < 0) {
+        fprintf(stderr, "flashattn bench: device %s: %s (rows skipped)\n", fa_backend_name(dev), desc);
+        if (!p->A->csv && !p->A->json) printf("device %s: skip (%s)\n\n", fa_backend_name(dev), desc);
+        return;
+    }
+    if (p->A->csv || p->A->json) return;
+    printf("flashattn %s — device %s: %s — reps %lld (median), warm-up %lld\n\n", fa_version_string(),
+           fa_backend_name(dev), desc, (long long)p->A->reps, (long long)p->A->warmup);
+    table_header(stdout, dev);
+}
+
+static void print_device_end(fa_backend dev, void *user) {
+    print_state *p = user;
+    (void)dev;
+    if (!p->A->csv && !p->A->json) printf("\n");
+}
+
+static void print_row(const bench_row *r, void *user) {
+    print_state *p = user;
+    if (p->A->csv) {
+        bench_csv_row(stdout, r, 0);
+        if (!r->ok)
+            fprintf(stderr, "flashattn bench: %s %s d=%lld seqlen=%lld %s: %s\n", fa_algo_name(r->algo),
+                    fa_backend_name(r->cfg.dev), (long long)r->cfg.head_dim, (long long)r->cfg.seqlen_q, r->status,
+                    r->note);
+    } else if (p->A->json) {
+        bench_json_row(stdout, r, p->first_json);
+        p->first_json = 0;
+    } else {
+        table_row(stdout, r);
+    }
+    fflush(stdout);
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_args A;
+    int rc = bench_parse(argc, argv, &A);
+    if (rc) return rc > 0 ? 0 : CLI_EXIT_USAGE;
+    print_state ps = {&A, 1};
+    bench_sink sink = {print_device, NULL, print_row, print_device_end, &ps};
+    if (A.csv) bench_csv_header(stdout, 0);
+    if (A.json) printf("[\n");
+    rc = bench_run_parsed(&A, &sink);
+    if (A.json) printf("\n]\n");
+    return rc;
 }

@@ -111,6 +111,16 @@ void bench_run_group(fa_context *ctx, const bench_config *cfg, const fa_algo *al
 void bench_csv_header(FILE *f, int with_extra);
 void bench_csv_row(FILE *f, const bench_row *r, int with_extra);
 int cmd_bench(int argc, char **argv);
+/* `flashattn bench ARGS` without the printing: the same parsing and product; the sink sees every device, every
+ * configuration before it runs, and every row. Returns 0, 1 (no row measured) or CLI_EXIT_USAGE. */
+typedef struct bench_sink {
+    void (*on_device)(fa_backend dev, int threads, const char *desc, void *user); /* threads < 0: unavailable */
+    void (*on_group)(const bench_config *c, void *user);
+    void (*on_row)(const bench_row *r, void *user);
+    void (*on_device_end)(fa_backend dev, void *user);
+    void *user;
+} bench_sink;
+int bench_run_args(int argc, char **argv, const bench_sink *sink);
 /* Default host memory limit for a run: 90 % of MemAvailable. */
 int64_t bench_default_mem_limit(void);
 /* CPU-only runs: cap the address space at what is mapped now + limit (+ slack), so a workspace that does not fit
@@ -146,6 +156,8 @@ void io_run(fa_context *ctx, const io_config *cfg, fa_algo algo, io_row *row);
 void io_csv_header(FILE *f);
 void io_csv_row(FILE *f, const io_row *r);
 int cmd_io(int argc, char **argv);
+/* Parse `flashattn io` arguments (shared with the report). 0 ok, 1 help printed, -1 error printed. */
+int io_parse_args(int argc, char **argv, io_config *c, int_list *algos, int *csv);
 
 int cmd_check(int argc, char **argv);
 int cmd_report(int argc, char **argv);

@@ -151,7 +151,7 @@ static int parse_bytes(const char *S, const char *opt, const char *arg, int64_t 
     return 0;
 }
 
-int cmd_io(int argc, char **argv) {
+int io_parse_args(int argc, char **argv, io_config *out, int_list *algos_out, int *csv_out) {
     const char *S = "io";
     io_config c;
     memset(&c, 0, sizeof c);
@@ -163,12 +163,12 @@ int cmd_io(int argc, char **argv) {
         int64_t t;
         if (strcmp(x, "--help") == 0 || strcmp(x, "-h") == 0) {
             io_help();
-            return 0;
+            return 1;
         }
         if (strcmp(x, "--csv") == 0) { csv = 1; continue; }
 #define INTOPT(name, lo, hi, dst)                                                                                      \
     if (opt_is(x, name)) {                                                                                             \
-        if (!(v = opt_value(S, argc, argv, &i, name)) || parse_int(S, name, v, lo, hi, &t)) return CLI_EXIT_USAGE;     \
+        if (!(v = opt_value(S, argc, argv, &i, name)) || parse_int(S, name, v, lo, hi, &t)) return -1;                 \
         dst = t;                                                                                                       \
         continue;                                                                                                      \
     }
@@ -184,31 +184,41 @@ int cmd_io(int argc, char **argv) {
         INTOPT("--threads", 0, 1024, c.threads)
 #undef INTOPT
         if (opt_is(x, "--sram")) {
-            if (!(v = opt_value(S, argc, argv, &i, "--sram")) || parse_bytes(S, "--sram", v, &c.sram_bytes))
-                return CLI_EXIT_USAGE;
+            if (!(v = opt_value(S, argc, argv, &i, "--sram")) || parse_bytes(S, "--sram", v, &c.sram_bytes)) return -1;
             continue;
         }
         if (opt_is(x, "--algo")) {
-            if (!(v = opt_value(S, argc, argv, &i, "--algo")) || parse_algo_list(S, "--algo", v, &algos))
-                return CLI_EXIT_USAGE;
+            if (!(v = opt_value(S, argc, argv, &i, "--algo")) || parse_algo_list(S, "--algo", v, &algos)) return -1;
             continue;
         }
         if (opt_is(x, "--pass")) {
             int_list p;
-            if (!(v = opt_value(S, argc, argv, &i, "--pass")) || parse_pass_list(S, "--pass", v, &p)) return CLI_EXIT_USAGE;
-            if (p.n != 1) return cli_usage_error(S, "--pass: give one of fwd, bwd");
+            if (!(v = opt_value(S, argc, argv, &i, "--pass")) || parse_pass_list(S, "--pass", v, &p)) return -1;
+            if (p.n != 1) return cli_usage_error(S, "--pass: give one of fwd, bwd"), -1;
             c.backward = (int)p.v[0];
             continue;
         }
-        return cli_usage_error(S, "unknown argument '%s'", x);
+        return cli_usage_error(S, "unknown argument '%s'", x), -1;
     }
-    if (!have_n) return cli_usage_error(S, "--seqlen is required");
-    if (!have_d) return cli_usage_error(S, "--d is required");
+    if (!have_n) return cli_usage_error(S, "--seqlen is required"), -1;
+    if (!have_d) return cli_usage_error(S, "--d is required"), -1;
     if (c.sram_bytes && (c.block_q || c.block_k))
-        return cli_usage_error(S, "--sram derives the blocks; do not combine it with --block-q/--block-k");
+        return cli_usage_error(S, "--sram derives the blocks; do not combine it with --block-q/--block-k"), -1;
     if (c.sram_bytes && c.sram_bytes / 4 < 4 * c.head_dim)
         fprintf(stderr, "flashattn io: note: --sram %lld bytes holds fewer than 4·d fp32 elements; Bc = 1\n",
                 (long long)c.sram_bytes);
+    *out = c;
+    *algos_out = algos;
+    *csv_out = csv;
+    return 0;
+}
+
+int cmd_io(int argc, char **argv) {
+    io_config c;
+    int_list algos;
+    int csv;
+    int rc = io_parse_args(argc, argv, &c, &algos, &csv);
+    if (rc) return rc > 0 ? 0 : CLI_EXIT_USAGE;
     cli_limit_address_space(bench_default_mem_limit());
 
     fa_context *ctx = NULL;

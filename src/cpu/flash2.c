@@ -13,7 +13,7 @@
  *   memory while the inner loop over Q blocks recomputes P = exp(S − LSE) and adds dS Kj into an fp32 dQ
  *   accumulator in slow memory. One work item per (sequence, K/V head), so dQ, dK, dV have one writer each:
  *   race-free and deterministic without atomics. */
-#include "cpu/cpu.h"
+#include "cpu/fast.h"
 
 #include <string.h>
 
@@ -22,20 +22,25 @@ fa_status fa_cpu_flash2_forward(fa_context *ctx, const fa_problem *p, fa_stats *
     const int d = (int)p->d;
     const size_t es = fa_dtype_size(p->dtype);
     int br, bc;
-    fa_cpu_blocks(p, &br, &bc);
-    const size_t tq = fa_align64((size_t)br * d * 4), tk = fa_align64((size_t)bc * d * 4);
-    const size_t ts = fa_align64((size_t)br * bc * 4), tv = fa_align64((size_t)br * 4);
+    fa_cpu_tiles(p, &br, &bc);
+    const int brp = fa_pad16(br);                     /* queries of a transposed tile, padded to whole zmm */
+    const size_t tq = fa_align64((size_t)brp * d * 4), tk = fa_align64((size_t)bc * d * 4);
+    const size_t ts = fa_align64((size_t)brp * bc * 4), tv = fa_align64((size_t)brp * 4);
     fa_cpu_ws w;
-    if (fa_cpu_ws_get(ctx, 2 * tq + 2 * tk + ts + 3 * tv, 0, &w)) return FA_ERR_OUT_OF_MEMORY;
+    if (fa_cpu_ws_get(ctx, 3 * tq + 2 * tk + ts + 4 * tv, 0, &w)) return FA_ERR_OUT_OF_MEMORY;
     const int64_t tr = (p->sq_max + br - 1) / br, items = p->batch * p->hq * tr;
+    /* softmax in base 2 with the scale folded in: P = 2^(c·S − c·m) (CPU_NOTES §4); a negative scale is moved
+     * into Qi's packing so that c > 0 and m is a max; with softcap the tile holds the capped (scaled) scores */
+    const float sgn = p->scale < 0 ? -1.0f : 1.0f, unit = p->softcap > 0 ? 1.0f : fabsf(p->scale);
+    const float c = unit * FA_LOG2E;
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(w.threads)
     for (int64_t it = 0; it < items; it++) {
         const int t = fa_thread_id();
         char *mem = fa_cpu_ws_thread(&w, t);
-        float *Qi = (float *)mem, *O = (float *)(mem + tq), *Kj = (float *)(mem + 2 * tq);
-        float *Vj = (float *)(mem + 2 * tq + tk), *S = (float *)(mem + 2 * tq + 2 * tk);
-        float *m = (float *)(mem + 2 * tq + 2 * tk + ts), *l = m + tv / 4, *lse = l + tv / 4;
+        float *Qi = (float *)mem, *QiT = (float *)(mem + tq), *O = (float *)(mem + 2 * tq);
+        float *Kj = (float *)(mem + 3 * tq), *Vj = (float *)(mem + 3 * tq + tk), *ST = (float *)(mem + 3 * tq + 2 * tk);
+        float *m = (float *)(mem + 3 * tq + 2 * tk + ts), *l = m + tv / 4, *alpha = l + tv / 4, *lse = alpha + tv / 4;
         fa_io *io = &w.io[t];
         /* last Q blocks first: under a causal mask they are the longest (load balance) */
         const int64_t b = it / (p->hq * tr), h = (it / tr) % p->hq, i = tr - 1 - it % tr;
@@ -43,10 +48,12 @@ fa_status fa_cpu_flash2_forward(fa_context *ctx, const fa_problem *p, fa_stats *
         fa_cpu_head(p, b, h, &hd);
         const int64_t i0 = i * br;
         if (i0 >= hd.sq) continue;
-        const int rows = (int)(hd.sq - i0 < br ? hd.sq - i0 : br);
+        const int rows = (int)(hd.sq - i0 < br ? hd.sq - i0 : br), rp = fa_pad16(rows);
 
         fa_tile_load(Qi, d, (const char *)hd.q + i0 * hd.ldq * es, p->dtype, hd.ldq, rows, d, io);
-        for (int r = 0; r < rows; r++) { m[r] = -INFINITY; l[r] = 0; }
+        memset(Qi + (int64_t)rows * d, 0, (size_t)(rp - rows) * d * 4);
+        kr->pack_t(rp, d, Qi, d, QiT, rp, sgn);                           /* Qiᵀ [d][rp], once per Q block */
+        for (int r = 0; r < rp; r++) { m[r] = -INFINITY; l[r] = 0; }
         memset(O, 0, (size_t)rows * d * 4);
         int64_t lo, hi;
         fa_cpu_block_keys(p, hd.sq, hd.sk, i0, i0 + rows, &lo, &hi);
@@ -54,27 +61,20 @@ fa_status fa_cpu_flash2_forward(fa_context *ctx, const fa_problem *p, fa_stats *
             const int cols = (int)(hd.sk - j0 < bc ? hd.sk - j0 : bc);
             fa_tile_load(Kj, d, (const char *)hd.k + j0 * hd.ldk * es, p->dtype, hd.ldk, cols, d, io);
             fa_tile_load(Vj, d, (const char *)hd.v + j0 * hd.ldv * es, p->dtype, hd.ldv, cols, d, io);
-            kr->gemm_abt(rows, cols, d, Qi, d, Kj, d, S, cols);            /* S = Qi Kjᵀ */
-            if (fa_cpu_scores(p, S, cols, rows, cols, i0, j0, hd.sq, hd.sk) == 0) continue;
-            for (int r = 0; r < rows; r++) {
-                float *s = S + (int64_t)r * cols, mx = m[r];
-                for (int c = 0; c < cols; c++) mx = s[c] > mx ? s[c] : mx;  /* m_new = max(m, rowmax S) */
-                if (mx == -INFINITY) { memset(s, 0, (size_t)cols * 4); continue; }
-                const float alpha = expf(m[r] - mx);                        /* e^(m − m_new); 0 when m = −∞ */
-                float sum = 0;
-                for (int c = 0; c < cols; c++) { s[c] = expf(s[c] - mx); sum += s[c]; } /* P = exp(S − m_new) */
-                l[r] = alpha * l[r] + sum;
-                m[r] = mx;
-                if (alpha != 1.0f)
-                    for (int x = 0; x < d; x++) O[(int64_t)r * d + x] *= alpha;
-            }
-            kr->gemm_ab_acc(rows, d, cols, S, cols, Vj, d, O, d);          /* O += P Vj */
+            kr->gemm_nn(cols, rp, d, Kj, d, 1, QiT, rp, ST, rp, 0);       /* Sᵀ = Kj Qiᵀ (keys x queries) */
+            if ((p->softcap > 0 || fa_cpu_tile_needs_mask(p, hd.sq, hd.sk, i0, rows, j0, cols)) &&
+                fa_cpu_scores_t(p, ST, rp, rows, cols, i0, j0, hd.sq, hd.sk) == 0)
+                continue;
+            /* m_new = max(m, colmax Sᵀ); Pᵀ = 2^(c·(Sᵀ − m_new)); ℓ = α·ℓ + colsum Pᵀ, α = 2^(c·(m − m_new)) */
+            kr->softmax_step_t(cols, rp, ST, rp, c, m, l, alpha);
+            kr->scale_rows(rows, d, O, d, alpha);                         /* O = diag(α) O  */
+            kr->gemm_nn(rows, d, cols, ST, 1, rp, Vj, d, O, d, 1);        /* O += P Vj      */
         }
-        for (int r = 0; r < rows; r++) {                                    /* O /= ℓ, once */
-            const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-            for (int x = 0; x < d; x++) O[(int64_t)r * d + x] *= inv;
-            lse[r] = l[r] > 0 ? m[r] + logf(l[r]) : -INFINITY;
+        for (int r = 0; r < rows; r++) {                                  /* O /= ℓ, once   */
+            alpha[r] = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+            lse[r] = l[r] > 0 ? m[r] * unit + logf(l[r]) : -INFINITY; /* scale·max S + ln ℓ */
         }
+        kr->scale_rows(rows, d, O, d, alpha);
         fa_tile_store((char *)hd.o + i0 * hd.ldo * es, p->dtype, hd.ldo, O, d, rows, d, io);
         if (hd.lse) fa_vec_store(hd.lse + i0, lse, rows, io);
     }
@@ -86,62 +86,81 @@ fa_status fa_cpu_flash2_backward(fa_context *ctx, const fa_problem *p, fa_stats 
     const fa_cpu_kernels *kr = ctx->kernels;
     const int d = (int)p->d;
     const size_t es = fa_dtype_size(p->dtype);
-    const int64_t group = p->hq / p->hk;
+    const int64_t group = p->hq / p->hk, sq_max = p->sq_max;
     int br, bc;
-    fa_cpu_blocks(p, &br, &bc);
+    fa_cpu_tiles(p, &br, &bc);
+    const int bcp = fa_pad16(bc);
     const size_t tq = fa_align64((size_t)br * d * 4), tk = fa_align64((size_t)bc * d * 4);
-    const size_t ts = fa_align64((size_t)br * bc * 4), tv = fa_align64((size_t)br * 4);
-    /* slow memory per thread: D [group][sq] and the fp32 dQ accumulator [group][sq][d] (not needed for f32: dq is
-     * accumulated in place) */
-    const int acc_in_place = p->dtype == FA_DTYPE_F32;
-    const size_t sD = fa_align64((size_t)(group * p->sq_max) * 4);
-    const size_t sQ = acc_in_place ? 0 : fa_align64((size_t)(group * p->sq_max * d) * 4);
-    const size_t fast = 3 * tq + 4 * tk + 2 * ts + 2 * tv;
+    const size_t tkt = fa_align64((size_t)d * bcp * 4), ts = fa_align64((size_t)br * bcp * 4);
+    const size_t tv = fa_align64((size_t)br * 4);
+    /* Work items: (sequence, K/V head), each a whole KV-outer loop. With fewer items than threads (one long
+     * head, ≥ 16 K/V blocks) the K/V blocks of a head are dealt round-robin to nsplit parts (balanced under a causal
+     * mask), each part adding into its own fp32 dQ partial, summed in a fixed order afterwards (deterministic; the
+     * partials add 2·nsplit·N·d·4 bytes of slow-memory traffic and nsplit·N·d·4 bytes of workspace). */
+    const int64_t heads = p->batch * p->hk;
+    const int nsplit = heads < ctx->threads && p->sk_max >= 16 * (int64_t)bc ? (int)((ctx->threads + heads - 1) / heads) : 1;
+    const int64_t items = heads * nsplit;
+    /* dQ accumulates in place for f32 without split; else in fp32 partials: per thread (no split) or per item */
+    const int acc_in_place = p->dtype == FA_DTYPE_F32 && nsplit == 1;
+    const size_t sQ = fa_align64((size_t)(group * sq_max * d) * 4);
+    const size_t fast = 3 * tq + 4 * tk + 2 * tkt + 2 * ts + 2 * tv;
+    const size_t per = fast + (nsplit == 1 && !acc_in_place ? sQ : 0);
+    const size_t sD = fa_align64((size_t)(p->batch * p->hq * sq_max) * 4);
+    const size_t shared = sD + (nsplit > 1 ? (size_t)items * sQ : 0);
     fa_cpu_ws w;
-    if (fa_cpu_ws_get(ctx, fast + sD + sQ, 0, &w)) return FA_ERR_OUT_OF_MEMORY;
-    const int64_t items = p->batch * p->hk;
+    if (fa_cpu_ws_get(ctx, per, shared, &w)) return FA_ERR_OUT_OF_MEMORY;
+    float *Dall = (float *)fa_cpu_ws_shared(&w), *dQparts = (float *)(fa_cpu_ws_shared(&w) + sD);
 
+    /* pre-pass, per (sequence, query head): D = rowsum(dO ∘ O) (the FMA order of the tile products, so that
+     * dP − D is exactly 0 where it should be); zero the dQ accumulators */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(w.threads)
+    for (int64_t bh = 0; bh < p->batch * p->hq; bh++) {
+        const int t = fa_thread_id();
+        float *Oi = (float *)fa_cpu_ws_thread(&w, t), *dOi = Oi + tq / 4, *Z = dOi + tq / 4, *D_i = Z + tq / 4;
+        fa_io *io = &w.io[t];
+        const int64_t b = bh / p->hq, h = bh % p->hq;
+        fa_head hq;
+        fa_cpu_head(p, b, h, &hq);
+        memset(Z, 0, (size_t)br * d * 4);
+        for (int64_t i0 = 0; i0 < hq.sq; i0 += br) {
+            const int rows = (int)(hq.sq - i0 < br ? hq.sq - i0 : br);
+            fa_tile_load(Oi, d, (const char *)hq.o + i0 * hq.ldo * es, p->dtype, hq.ldo, rows, d, io);
+            fa_tile_load(dOi, d, (const char *)hq.dout + i0 * hq.lddo * es, p->dtype, hq.lddo, rows, d, io);
+            for (int r = 0; r < rows; r++) D_i[r] = fa_cpu_rowdot(d, dOi + (int64_t)r * d, Oi + (int64_t)r * d);
+            fa_vec_store(Dall + bh * sq_max + i0, D_i, rows, io);
+            if (acc_in_place)
+                fa_tile_store((char *)hq.dq + i0 * hq.lddq * es, FA_DTYPE_F32, hq.lddq, Z, d, rows, d, io);
+        }
+    }
+
+    /* main loop: K/V blocks outside, Q blocks inside (FA2 Algorithm 2) */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(w.threads)
     for (int64_t it = 0; it < items; it++) {
         const int t = fa_thread_id();
         char *mem = fa_cpu_ws_thread(&w, t);
-        float *Qi = (float *)mem, *dOi = (float *)(mem + tq), *Oi = (float *)(mem + 2 * tq);
+        float *Qi = (float *)mem, *dOi = (float *)(mem + tq), *dQi = (float *)(mem + 2 * tq);
         float *Kj = (float *)(mem + 3 * tq), *Vj = Kj + tk / 4, *dKj = Vj + tk / 4, *dVj = dKj + tk / 4;
-        float *S = dVj + tk / 4, *dP = S + ts / 4, *lse_i = dP + ts / 4, *D_i = lse_i + tv / 4;
-        float *Dall = (float *)(mem + fast), *dQall = (float *)(mem + fast + sD);
-        float *dQi = Oi; /* the pre-pass's O tile doubles as the dQ tile of the main loop */
+        float *KjT = dVj + tk / 4, *VjT = KjT + tkt / 4, *S = VjT + tkt / 4, *dP = S + ts / 4;
+        float *lse_i = dP + ts / 4, *D_i = lse_i + tv / 4;
+        float *dQacc = nsplit > 1 ? dQparts + (size_t)it * (sQ / 4) : (float *)(mem + fast);
         fa_io *io = &w.io[t];
-        const int64_t b = it / p->hk, hk = it % p->hk;
+        const int64_t b = (it / nsplit) / p->hk, hk = (it / nsplit) % p->hk, part = it % nsplit;
         fa_head hd;
         fa_cpu_head(p, b, hk * group, &hd);
         const int64_t sq = hd.sq, sk = hd.sk;
-
-        /* pre-pass: D = rowsum(dO ∘ O); zero the dQ accumulator */
-        for (int64_t g = 0; g < group; g++) {
-            fa_head hq;
-            fa_cpu_head(p, b, hk * group + g, &hq);
-            for (int64_t i0 = 0; i0 < sq; i0 += br) {
-                const int rows = (int)(sq - i0 < br ? sq - i0 : br);
-                fa_tile_load(Oi, d, (const char *)hq.o + i0 * hq.ldo * es, p->dtype, hq.ldo, rows, d, io);
-                fa_tile_load(dOi, d, (const char *)hq.dout + i0 * hq.lddo * es, p->dtype, hq.lddo, rows, d, io);
-                for (int r = 0; r < rows; r++) {
-                    float acc = 0;
-                    for (int x = 0; x < d; x++) acc += Oi[(int64_t)r * d + x] * dOi[(int64_t)r * d + x];
-                    D_i[r] = acc;
-                }
-                fa_vec_store(Dall + g * sq + i0, D_i, rows, io);
-                memset(Qi, 0, (size_t)rows * d * 4);
-                if (acc_in_place)
-                    fa_tile_store((char *)hq.dq + i0 * hq.lddq * es, FA_DTYPE_F32, hq.lddq, Qi, d, rows, d, io);
-                else
-                    fa_tile_store(dQall + (g * sq + i0) * d, FA_DTYPE_F32, d, Qi, d, rows, d, io);
+        if (!acc_in_place) { /* zero this item's fp32 dQ partial */
+            memset(dQi, 0, (size_t)br * d * 4);
+            for (int64_t r0 = 0; r0 < group * sq; r0 += br) {
+                const int rows = (int)(group * sq - r0 < br ? group * sq - r0 : br);
+                fa_tile_store(dQacc + r0 * d, FA_DTYPE_F32, d, dQi, d, rows, d, io);
             }
         }
-        /* main loop: K/V blocks outside, Q blocks inside */
-        for (int64_t j0 = 0; j0 < sk; j0 += bc) {
+        for (int64_t j0 = part * bc; j0 < sk; j0 += (int64_t)nsplit * bc) {
             const int cols = (int)(sk - j0 < bc ? sk - j0 : bc);
             fa_tile_load(Kj, d, (const char *)hd.k + j0 * hd.ldk * es, p->dtype, hd.ldk, cols, d, io);
             fa_tile_load(Vj, d, (const char *)hd.v + j0 * hd.ldv * es, p->dtype, hd.ldv, cols, d, io);
+            kr->pack_t(cols, d, Kj, d, KjT, bcp, 1.0f);                      /* Kjᵀ, Vjᵀ once per K/V block */
+            kr->pack_t(cols, d, Vj, d, VjT, bcp, 1.0f);
             memset(dKj, 0, (size_t)cols * d * 4);
             memset(dVj, 0, (size_t)cols * d * 4);
             for (int64_t g = 0; g < group; g++) {
@@ -155,29 +174,56 @@ fa_status fa_cpu_flash2_backward(fa_context *ctx, const fa_problem *p, fa_stats 
                     fa_tile_load(Qi, d, (const char *)hq.q + i0 * hq.ldq * es, p->dtype, hq.ldq, rows, d, io);
                     fa_tile_load(dOi, d, (const char *)hq.dout + i0 * hq.lddo * es, p->dtype, hq.lddo, rows, d, io);
                     fa_vec_load(lse_i, hq.lse + i0, rows, io);
-                    fa_vec_load(D_i, Dall + g * sq + i0, rows, io);
-                    float *dq_slow = acc_in_place ? (float *)hq.dq + i0 * hq.lddq : dQall + (g * sq + i0) * d;
+                    fa_vec_load(D_i, Dall + ((b * p->hq) + hk * group + g) * sq_max + i0, rows, io);
+                    float *dq_slow = acc_in_place ? (float *)hq.dq + i0 * hq.lddq : dQacc + (g * sq + i0) * d;
                     const int64_t ld_slow = acc_in_place ? hq.lddq : d;
                     fa_tile_load(dQi, d, dq_slow, FA_DTYPE_F32, ld_slow, rows, d, io);
-                    fa_cpu_bwd_tile(p, kr, rows, cols, i0, j0, sq, sk, Qi, dOi, lse_i, D_i, Kj, Vj, S, dP, dQi, d,
-                                    dKj, dVj);
+                    if (p->softcap > 0)
+                        fa_cpu_bwd_tile(p, kr, rows, cols, i0, j0, sq, sk, Qi, dOi, lse_i, D_i, Kj, Vj, S, dP, dQi, d,
+                                        dKj, dVj);
+                    else /* S = Qi Kjᵀ, P, dVj += Pᵀ dOi, dP = dOi Vjᵀ, dS, dQi += dS Kj, dKj += dSᵀ Qi */
+                        fa_cpu_bwd_tile_fast(p, kr, rows, cols, i0, j0, sq, sk, Qi, dOi, lse_i, D_i, Kj, KjT, VjT,
+                                             bcp, S, dP, dQi, d, dKj, dVj);
                     fa_tile_store(dq_slow, FA_DTYPE_F32, ld_slow, dQi, d, rows, d, io);
                 }
             }
             fa_tile_store((char *)hd.dk + j0 * hd.lddk * es, p->dtype, hd.lddk, dKj, d, cols, d, io);
             fa_tile_store((char *)hd.dv + j0 * hd.lddv * es, p->dtype, hd.lddv, dVj, d, cols, d, io);
         }
-        if (!acc_in_place)                                                  /* dQ = dQacc rounded to the dtype */
+        if (nsplit == 1 && !acc_in_place)                                   /* dQ = dQacc rounded to the dtype */
             for (int64_t g = 0; g < group; g++) {
                 fa_head hq;
                 fa_cpu_head(p, b, hk * group + g, &hq);
                 for (int64_t i0 = 0; i0 < sq; i0 += br) {
                     const int rows = (int)(sq - i0 < br ? sq - i0 : br);
-                    fa_tile_load(Qi, d, dQall + (g * sq + i0) * d, FA_DTYPE_F32, d, rows, d, io);
+                    fa_tile_load(Qi, d, dQacc + (g * sq + i0) * d, FA_DTYPE_F32, d, rows, d, io);
                     fa_tile_store((char *)hq.dq + i0 * hq.lddq * es, p->dtype, hq.lddq, Qi, d, rows, d, io);
                 }
             }
     }
-    fa_cpu_ws_finish(&w, st, "cpu.flash2", br, bc, w.per * (size_t)w.threads);
+
+    if (nsplit > 1) { /* dQ = Σ over the parts of a head, in part order, rounded to the dtype */
+        const int64_t tr = (sq_max + br - 1) / br, rows_items = p->batch * p->hq * tr;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(w.threads)
+        for (int64_t it = 0; it < rows_items; it++) {
+            const int t = fa_thread_id();
+            float *A = (float *)fa_cpu_ws_thread(&w, t), *B = A + tq / 4;
+            fa_io *io = &w.io[t];
+            const int64_t b = it / (p->hq * tr), h = (it / tr) % p->hq, i0 = (it % tr) * br;
+            fa_head hq;
+            fa_cpu_head(p, b, h, &hq);
+            if (i0 >= hq.sq) continue;
+            const int rows = (int)(hq.sq - i0 < br ? hq.sq - i0 : br);
+            const int64_t head = b * p->hk + h / group, g = h % group;
+            for (int part = 0; part < nsplit; part++) {
+                const float *src = dQparts + (size_t)(head * nsplit + part) * (sQ / 4) + (g * hq.sq + i0) * d;
+                fa_tile_load(part ? B : A, d, src, FA_DTYPE_F32, d, rows, d, io);
+                if (part)
+                    for (int64_t x = 0; x < (int64_t)rows * d; x++) A[x] += B[x];
+            }
+            fa_tile_store((char *)hq.dq + i0 * hq.lddq * es, p->dtype, hq.lddq, A, d, rows, d, io);
+        }
+    }
+    fa_cpu_ws_finish(&w, st, "cpu.flash2", br, bc, w.per * (size_t)w.threads + shared);
     return FA_OK;
 }

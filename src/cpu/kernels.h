@@ -29,8 +29,8 @@ typedef struct fa_cpu_kernels {
      * (so S becomes Pᵀ); alpha[q] = 2^(c·(m[q] − m_new)); l[q] ← alpha[q]·l[q] + Σ_r P; m[q] ← m_new.
      * A column whose maximum is −∞ subtracts 0 instead (gives P = 0, alpha = 0, never NaN). */
     void (*softmax_step_t)(int nk, int nq, float *S, int lds, float c, float *m, float *l, float *alpha);
-    /* S[r][j] ← 2^(S[r][j]·c − sub[r])  (backward: P = exp(scale·S − LSE) with c = scale·log2 e, sub = LSE·log2 e) */
-    void (*exp2_rows)(int rows, int cols, float *S, int lds, float c, const float *sub);
+    /* S[r][j] ← e^(S[r][j]·c − sub[r])  (backward: P = exp(scale·S − LSE); the exponent is rounded once) */
+    void (*exp_rows)(int rows, int cols, float *S, int lds, float c, const float *sub);
     /* dP[r][j] ← scale · P[r][j] · (dP[r][j] − D[r])  (backward: dS, pre-scaled) */
     void (*ds_rows)(int rows, int cols, const float *P, int ldp, float *dP, int ldd, const float *D, float scale);
     /* O[r][j] *= alpha[r] */

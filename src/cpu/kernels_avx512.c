@@ -153,18 +153,18 @@ static void gemm_abt(int m, int n, int k, const float *A, int lda, const float *
 }
 
 /* ---- exp2 (CPU_NOTES §4): n = round(x), f = x − n ∈ [−½, ½], 2^f by a degree-5 fit at Chebyshev nodes
- * (max rel. error 2.1e-7), result = p · 2ⁿ by vscalefps. x is clamped at −160 so −∞ gives exactly 0. ---- */
+ * (max rel. error 2.5e-7; the constant term is exactly 1, so 2^0 = 1 exactly), result = p · 2ⁿ by vscalefps. x is clamped at −160 so −∞ gives exactly 0. ---- */
 
 AI __m512 exp2_ps(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-160.0f));
     __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(1.339086331e-03f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.676031768e-03f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550356954e-02f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402210683e-01f));
+    __m512 p = _mm512_set1_ps(1.338130212e-03f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.666368365e-03f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550381169e-02f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402234972e-01f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471825e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.000000119e+00f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
 }
 
@@ -187,14 +187,15 @@ static void softmax_step_t(int nk, int nq, float *S, int lds, float c, float *m,
         __m512 mnew = _mm512_max_ps(_mm512_max_ps(mx0, mx1), _mm512_max_ps(mx2, mx3));
         /* a column that has seen only −∞ subtracts 0 (−∞ − −∞ would be NaN) */
         __mmask16 fin = _mm512_cmp_ps_mask(mnew, ninf, _CMP_NEQ_OQ);
-        __m512 mc = _mm512_maskz_mul_ps(fin, mnew, vc);
-        __m512 al = exp2_ps(_mm512_fmsub_ps(mold, vc, mc));
+        __m512 ms = _mm512_maskz_mov_ps(fin, mnew);
+        /* 2^(c·(s − m)): s − m is exact near the maximum, where P matters (CPU_NOTES §4) */
+        __m512 al = exp2_ps(_mm512_mul_ps(_mm512_sub_ps(mold, ms), vc));
         __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
         r = 0;
         for (; r + 2 <= nk; r += 2) {
             float *p0 = s + (ptrdiff_t)r * lds, *p1 = p0 + lds;
-            __m512 e0 = exp2_ps(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(mq, p0), vc, mc));
-            __m512 e1 = exp2_ps(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(mq, p1), vc, mc));
+            __m512 e0 = exp2_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mq, p0), ms), vc));
+            __m512 e1 = exp2_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mq, p1), ms), vc));
             _mm512_mask_storeu_ps(p0, mq, e0);
             _mm512_mask_storeu_ps(p1, mq, e1);
             sum0 = _mm512_add_ps(sum0, e0);
@@ -202,7 +203,7 @@ static void softmax_step_t(int nk, int nq, float *S, int lds, float c, float *m,
         }
         if (r < nk) {
             float *p0 = s + (ptrdiff_t)r * lds;
-            __m512 e0 = exp2_ps(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(mq, p0), vc, mc));
+            __m512 e0 = exp2_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mq, p0), ms), vc));
             _mm512_mask_storeu_ps(p0, mq, e0);
             sum0 = _mm512_add_ps(sum0, e0);
         }
@@ -214,17 +215,19 @@ static void softmax_step_t(int nk, int nq, float *S, int lds, float c, float *m,
     }
 }
 
-/* P[r][c] = 2^(S[r][c]·c − sub[r]) in place. */
-static void exp2_rows(int rows, int cols, float *S, int lds, float c, const float *sub) {
-    const __m512 vc = _mm512_set1_ps(c);
+/* P[r][j] = e^(S[r][j]·c − sub[r]) in place: one rounding of the (small) exponent, then ·log2 e and exp2. */
+static void exp_rows(int rows, int cols, float *S, int lds, float c, const float *sub) {
+    const __m512 vc = _mm512_set1_ps(c), l2e = _mm512_set1_ps(1.44269504088896340736f);
     for (int r = 0; r < rows; r++) {
         float *s = S + (ptrdiff_t)r * lds;
         __m512 vs = _mm512_set1_ps(sub[r]);
         int j = 0;
-        for (; j + 16 <= cols; j += 16) _mm512_storeu_ps(s + j, exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + j), vc, vs)));
+        for (; j + 16 <= cols; j += 16)
+            _mm512_storeu_ps(s + j, exp2_ps(_mm512_mul_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + j), vc, vs), l2e)));
         if (j < cols) {
             __mmask16 mk = (__mmask16)((1u << (cols - j)) - 1u);
-            _mm512_mask_storeu_ps(s + j, mk, exp2_ps(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(mk, s + j), vc, vs)));
+            __m512 x = _mm512_mul_ps(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(mk, s + j), vc, vs), l2e);
+            _mm512_mask_storeu_ps(s + j, mk, exp2_ps(x));
         }
     }
 }
@@ -393,7 +396,7 @@ const fa_cpu_kernels fa_cpu_kernels_avx512 = {
     .gemm_nn = gemm_nn,
     .pack_t = pack_t,
     .softmax_step_t = softmax_step_t,
-    .exp2_rows = exp2_rows,
+    .exp_rows = exp_rows,
     .ds_rows = ds_rows,
     .scale_rows = scale_rows,
     .bf16_dot = 1,

@@ -1,7 +1,7 @@
 # CPU tile micro-kernels (issue 3). Included by the root CMakeLists.txt; sets FA_CPU_KERNEL_SOURCES.
 # Each ISA file gets its own flags; the dispatcher (kernels_dispatch.c) and everything that runs before the CPUID
 # check stay at the baseline ISA, so one binary runs on any x86-64 (CPU_NOTES §8).
-set(FA_CPU_KERNEL_SOURCES src/cpu/kernels_dispatch.c)   # kernels_scalar.c is in the root list
+set(FA_CPU_KERNEL_SOURCES src/cpu/kernels_dispatch.c src/cpu/tiles.c)   # kernels_scalar.c is in the root list
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i.86)$" AND CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
   list(APPEND FA_CPU_KERNEL_SOURCES src/cpu/kernels_avx2.c src/cpu/kernels_avx512.c)

@@ -262,7 +262,7 @@ double t_max_diff_f(const float *a, const double *b, int64_t n) {
 /* ---- tolerance ---- */
 double t_atol(fa_dtype dt, double refmax) {
     switch (dt) {
-    case FA_DTYPE_F32: return 1e-6 * refmax;
+    case FA_DTYPE_F32: return 5e-6 * refmax;       /* f32's real criterion is the 1e-5 relative bound */
     case FA_DTYPE_F16: return refmax / 1024.0;     /* 1 ulp of binary16 at refmax */
     default: return refmax / 128.0;                /* 1 ulp of bfloat16 at refmax */
     }
@@ -496,9 +496,14 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
                       "%s: gradient errors %.3e %.3e %.3e > 2 x standard's (%.3e %.3e %.3e) + %.2g x max|ref| (%.3g "
                       "%.3g %.3g)", t_algo_short(a), eq, ek, ev, sq_, sk_, sv_, c->grad_rel, mq, mk, mv);
         } else {
-            t_check_err("dq", a, c->dt, eq, sq_, mq, 1, c->relax);
-            t_check_err("dk", a, c->dt, ek, sk_, mk, 1, c->relax);
-            t_check_err("dv", a, c->dt, ev, sv_, mv, 1, c->relax);
+            /* One scale for the three gradients: dQ or dK can be ~0 by cancellation in dP - D (one visible key:
+             * P = 1 and dS = 0 exactly), where any fp32 implementation leaves rounding noise of the size of
+             * eps·|dP|; measured against max|dQ| = 0 that noise would be an infinite relative error. */
+            double gm = mq > mk ? mq : mk;
+            gm = gm > mv ? gm : mv;
+            t_check_err("dq", a, c->dt, eq, sq_, gm, 1, c->relax);
+            t_check_err("dk", a, c->dt, ek, sk_, gm, 1, c->relax);
+            t_check_err("dv", a, c->dt, ev, sv_, gm, 1, c->relax);
         }
         printf(" %s %.1e/%.1e/%.1e", t_algo_short(a), eq, ek, ev);
     }
@@ -531,7 +536,9 @@ t_case t_case_random(int max_seqlen, int max_d, int allow_bcast) {
     if (t_randint(0, 3) == 0) c.opts.window_right = t_randint(0, 20);
     if (t_randint(0, 3) == 0) c.opts.softcap = (float)t_randint(5, 50);
     if (t_randint(0, 1)) c.opts.block_q = t_randint(1, 70), c.opts.block_k = t_randint(1, 70);
-    if (t_randint(0, 4) == 0) c.opts.scale = (float)(0.05 + t_uniform());
+    /* an explicit scale around the default 1/sqrt(d), sometimes negative (logits stay O(1..10): the f32 bound of
+     * 1e-5 assumes scores that fp32 represents to ~1e-6) */
+    if (t_randint(0, 4) == 0) c.opts.scale = (float)((t_randint(0, 3) ? 1 : -1) * (0.3 + t_uniform()) / sqrt((double)c.d));
     c.sigma = t_randint(0, 2) ? 1 : 2;
     return c;
 }

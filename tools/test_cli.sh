@@ -1,2 +1,55 @@
 #!/bin/sh
-exit 0
+# flashattn CLI: bad arguments exit 2 with a message naming the argument; help exits 0; the CSV columns are exact;
+# a configuration that does not fit prints an oom row instead of crashing; io shows STANDARD > FLASH1 > FLASH2.
+# usage: test_cli.sh path/to/flashattn
+set -u
+BIN=$1
+fail() { echo "FAIL: $*"; exit 1; }
+TMP=$(mktemp -d) || fail "mktemp"
+trap 'rm -rf "$TMP"' EXIT
+expect_usage() { # expect_usage WORD-IN-MESSAGE ARGS...
+    word=$1; shift
+    msg=$("$BIN" "$@" 2>&1 >/dev/null); rc=$?
+    [ "$rc" -eq 2 ] || fail "'flashattn $*' exited $rc, expected 2"
+    echo "$msg" | grep -q -- "$word" || fail "'flashattn $*' message does not name '$word': $msg"
+}
+expect_usage "command" bogus
+expect_usage "--d" bench --d 0
+expect_usage "--d" bench --d 64,,128
+expect_usage "--algo" bench --algo flash3
+expect_usage "--seqlen" bench --seqlen
+expect_usage "--seqlen" bench --seqlen abc
+expect_usage "--dtype" bench --dtype f64
+expect_usage "--causal" bench --causal 2
+expect_usage "--reps" bench --reps 0
+expect_usage "--frobnicate" bench --frobnicate
+expect_usage "--d" io --seqlen 64
+expect_usage "--seqlen" io --d 64
+expect_usage "--sram" io --seqlen 64 --d 64 --sram 1K --block-q 16
+expect_usage "--sram" io --seqlen 64 --d 64 --sram lots
+expect_usage "--count" check --count -1
+expect_usage "--device" check --device tpu
+expect_usage "--out" report --out ""
+expect_usage "--bogus" report --bogus
+"$BIN" >/dev/null 2>&1; [ $? -eq 2 ] || fail "no command should exit 2"
+for c in "" bench check io report; do
+    # shellcheck disable=SC2086
+    "$BIN" $c --help >/dev/null || fail "flashattn $c --help exited $?"
+done
+
+hdr=$("$BIN" bench --seqlen 32 --tokens 64 --heads 2 --d 16 --reps 2 --csv | head -1)
+[ "$hdr" = "device,algo,dtype,batch,heads,seqlen_q,seqlen_k,head_dim,causal,pass,ms,gflops,peak_extra_mb,slow_read_mb,slow_write_mb" ] ||
+    fail "CSV header: $hdr"
+rows=$("$BIN" bench --seqlen 32,48 --tokens 96 --heads 2 --d 16 --causal 0,1 --pass fwd,bwd --dtype f32,bf16 --reps 2 --csv | tail -n +2 | wc -l)
+[ "$rows" -eq 48 ] || fail "product of lists gave $rows rows, expected 48"
+out=$("$BIN" bench --seqlen 4096 --tokens 4096 --heads 1 --d 64 --mem-limit 1 --csv 2>/dev/null); rc=$?
+[ "$rc" -eq 1 ] || fail "bench over --mem-limit exited $rc, expected 1"
+echo "$out" | grep -q ',oom,' || fail "no oom row: $out"
+out=$("$BIN" bench --seqlen 64 --tokens 64 --heads 3 --gqa 2 --d 16 --reps 2 --csv 2>/dev/null)
+echo "$out" | grep -q ',skip,' || fail "no skip row for --gqa 2 with 3 heads: $out"
+
+"$BIN" io --seqlen 1024 --d 64 --csv >"$TMP/io.csv" || fail "io exited $?"
+awk -F, 'NR > 1 { t[$1] = $13 } END { if (!(t["standard"] > t["flash1"] && t["flash1"] > t["flash2"])) exit 1 }' "$TMP/io.csv" ||
+    fail "io: expected STANDARD > FLASH1 > FLASH2 bytes: $(cat "$TMP/io.csv")"
+"$BIN" check --count 30 --seed 7 >"$TMP/check.txt" || { cat "$TMP/check.txt"; fail "check --count 30 failed"; }
+echo "PASS"

@@ -283,7 +283,9 @@ static void table_row(FILE *f, const bench_row *r) {
     double rate = c->dev == FA_BACKEND_CUDA ? r->gflops / 1e3 : r->gflops;
     char sp[16] = "";
     if (r->speedup > 0) snprintf(sp, sizeof sp, "%.2fx", r->speedup);
-    fprintf(f, "%9.3f | %5.1f%% | %8.2f | %7s | %9.2f | %9.2f | %9.2f |\n", r->ms, r->spread_pct, rate, sp,
+    fprintf(f, r->spread_pct < 100 ? "%9.3f | %5.1f%% | %8.2f | %7s | %9.2f | %9.2f | %9.2f |\n"
+                                    : "%9.3f | %5.0f%% | %8.2f | %7s | %9.2f | %9.2f | %9.2f |\n",
+            r->ms, r->spread_pct, rate, sp,
             (double)r->extra_bytes / 1e6, (double)r->read_bytes / 1e6, (double)r->write_bytes / 1e6);
 }
 

@@ -1,2 +1,463 @@
-#include "common.h"
-int cmd_report(int argc, char **argv) { (void)argc; (void)argv; return 0; }
+/* flashattn report: measure the FlashAttention claims on this machine and write report/index.md with plots.
+ *
+ * Every number comes from the code paths of `flashattn bench` (bench_run_args) and `flashattn io` (io_run) called
+ * with argument strings; each data file's commands are written to reproduce.txt, so `flashattn bench ARGS --csv`
+ * gives the same rows (tools/test_report.sh checks this). Every verdict of the claims table is computed from the
+ * rows below, none is written in advance. */
+#include "report.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Progress bar (stderr)
+ * ------------------------------------------------------------------------------------------------------- */
+static void progress(report *R, const char *what) {
+    double frac = R->work_total > 0 ? R->work_done / R->work_total : 0;
+    if (frac > 1) frac = 1;
+    double el = (now_ms() - R->t0) / 1e3;
+    int w = 30, fill = (int)(frac * w + 0.5);
+    char bar[64];
+    for (int i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
+    bar[w] = 0;
+    /* on a terminal: one line redrawn; otherwise a line per section (the words before " cpu"/" cuda"/" N=") */
+    char section[128];
+    snprintf(section, sizeof section, "%s", what);
+    char *cut = strstr(section, " cpu");
+    if (!cut) cut = strstr(section, " cuda");
+    if (!cut) cut = strstr(section, " N=");
+    if (cut) *cut = 0;
+    if (R->tty)
+        fprintf(stderr, "\r[%s] %3.0f%% %5.0fs  %-48.48s", bar, 100 * frac, el, what);
+    else if (section[0] && strcmp(section, R->last_section) != 0)
+        fprintf(stderr, "[%s] %3.0f%% %5.0fs  %s\n", bar, 100 * frac, el, section);
+    snprintf(R->last_section, sizeof R->last_section, "%s", section);
+    fflush(stderr);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Running bench / io with argument strings
+ * ------------------------------------------------------------------------------------------------------- */
+void rows_push(rows_t *r, const bench_row *x) {
+    if (r->n == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 64;
+        bench_row *v = realloc(r->v, (size_t)cap * sizeof *v);
+        if (!v) return;
+        r->v = v;
+        r->cap = cap;
+    }
+    r->v[r->n++] = *x;
+}
+
+typedef struct run_ctx {
+    report *R;
+    rows_t *dst;
+    FILE *csv;
+    double work_per_group;
+    char label[96];
+} run_ctx;
+
+static void on_group(const bench_config *c, void *user) {
+    run_ctx *x = user;
+    char what[128];
+    snprintf(what, sizeof what, "%s %s d=%lld N=%lld %s%s", x->label, fa_backend_name(c->dev), (long long)c->head_dim,
+             (long long)c->seqlen_q, c->backward ? "bwd" : "fwd", c->causal ? " causal" : "");
+    progress(x->R, what);
+}
+
+static void on_row(const bench_row *r, void *user) {
+    run_ctx *x = user;
+    rows_push(x->dst, r);
+    if (x->csv) {
+        bench_csv_row(x->csv, r, 1);
+        fflush(x->csv);
+    }
+    x->R->work_done += x->work_per_group;
+}
+
+/* Split a command line on spaces (no quoting needed: our arguments have none). */
+static int split_args(char *s, char **argv, int max) {
+    int n = 0;
+    for (char *t = strtok(s, " "); t && n < max; t = strtok(NULL, " ")) argv[n++] = t;
+    return n;
+}
+
+FILE *report_csv(report *R, const char *name, int kind) {
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", R->out, name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "flashattn report: cannot write %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    if (kind == 0) bench_csv_header(f, 1);
+    else io_csv_header(f);
+    return f;
+}
+
+/* Run `flashattn bench ARGS` (printf-style) into dst and csv; est = estimated work units of the whole command,
+ * spread over its rows. */
+static void report_bench(report *R, rows_t *dst, FILE *csv, const char *csvname, const char *label, double est, int n_rows,
+                  const char *fmt, ...) {
+    char args[2048], buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    if (R->repro) fprintf(R->repro, "%s\tbench %s\n", csvname, args);
+    snprintf(buf, sizeof buf, "%s", args);
+    char *argv[128];
+    int argc = split_args(buf, argv, 128);
+    run_ctx x = {R, dst, csv, n_rows > 0 ? est / n_rows : 0, ""};
+    snprintf(x.label, sizeof x.label, "%s", label);
+    bench_sink sink = {NULL, on_group, on_row, NULL, &x};
+    double before = R->work_done;
+    int rc = bench_run_args(argc, argv, &sink);
+    if (rc == CLI_EXIT_USAGE) fprintf(stderr, "flashattn report: internal: bad bench arguments: %s\n", args);
+    R->work_done = before + est;
+    progress(R, label);
+}
+
+/* Run `flashattn io ARGS` (without --csv) into dst and csv. */
+static void report_io(report *R, io_rows_t *dst, FILE *csv, const char *csvname, double est, const char *fmt, ...) {
+    char args[1024], buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    if (R->repro) fprintf(R->repro, "%s\tio %s\n", csvname, args);
+    snprintf(buf, sizeof buf, "%s", args);
+    char *argv[64];
+    int argc = split_args(buf, argv, 64);
+    io_config c;
+    int_list algos;
+    int dummy;
+    if (io_parse_args(argc, argv, &c, &algos, &dummy) != 0) {
+        fprintf(stderr, "flashattn report: internal: bad io arguments: %s\n", args);
+        return;
+    }
+    fa_context *ctx = NULL;
+    if (fa_context_create(&ctx, FA_BACKEND_CPU, (int)c.threads) != FA_OK) return;
+    for (int a = 0; a < algos.n; a++) {
+        char what[96];
+        snprintf(what, sizeof what, "io N=%lld d=%lld %s", (long long)c.seqlen, (long long)c.head_dim,
+                 fa_algo_name((fa_algo)algos.v[a]));
+        progress(R, what);
+        io_row r;
+        io_run(ctx, &c, (fa_algo)algos.v[a], &r);
+        if (dst->n == dst->cap) {
+            int cap = dst->cap ? 2 * dst->cap : 32;
+            io_row *v = realloc(dst->v, (size_t)cap * sizeof *v);
+            if (!v) break;
+            dst->v = v;
+            dst->cap = cap;
+        }
+        dst->v[dst->n++] = r;
+        if (csv) io_csv_row(csv, &r);
+        R->work_done += est / algos.n;
+    }
+    if (csv) fflush(csv);
+    fa_context_destroy(ctx);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * The plan: what each preset measures
+ * ------------------------------------------------------------------------------------------------------- */
+static const char *dev_name(fa_backend d) { return fa_backend_name(d); }
+
+/* Rough seconds of a bench command, for the progress bar only. */
+static double est_cost(report *R, fa_backend dev, double flops_per_call, int calls) {
+    double rate = dev == FA_BACKEND_CUDA ? 100e12 : R->cpu_rate;
+    return flops_per_call * calls / rate + 0.002 * calls;
+}
+
+static void measure_device(report *R, fa_backend dev, dev_data *D) {
+    const preset *P = &R->p;
+    int cuda = dev == FA_BACKEND_CUDA;
+    const char *dn = dev_name(dev);
+    const char *dt = cuda ? "bf16" : "f32";
+    char name[64];
+    D->dev = dev;
+    D->present = 1;
+
+    /* 1. speed vs seqlen: STANDARD, FLASH1, FLASH2, fwd and bwd, d 64 and 128, causal and not */
+    snprintf(name, sizeof name, "speed_%s.csv", dn);
+    FILE *f = report_csv(R, name, 0);
+    for (int di = 0; di < 2; di++) {
+        int d = di ? 128 : 64;
+        int heads = (int)(cuda ? 2048 / d : P->model_dim / d);
+        if (heads < 1) heads = 1;
+        double fl = 0;
+        for (int s = 0; s < P->n_seqlens; s++) fl += 4.0 * (double)P->tokens * P->seqlens[s] * heads * d;
+        double est = est_cost(R, dev, fl * 1.5 /*causal half*/ * 3.5 /*fwd + bwd + the bwd's fwd*/, (P->reps + 1) * 3);
+        report_bench(R, &D->speed, f, name, "speed", est, P->n_seqlens * 12,
+                     "--device %s --dtype %s --algo standard,flash1,flash2 --d %d --heads %d --tokens %lld "
+                     "--seqlen %s --causal 0,1 --pass fwd,bwd --reps %d",
+                     dn, dt, d, heads, (long long)(cuda ? 16384 : P->tokens), cuda ? P->gpu_seqlen_list : P->seqlen_list,
+                     P->reps);
+    }
+    if (f) fclose(f);
+
+    /* 2. speed vs batch × heads at a fixed long seqlen (V1 parallelises over batch × heads only) */
+    snprintf(name, sizeof name, "parallel_%s.csv", dn);
+    f = report_csv(R, name, 0);
+    {
+        int n = cuda ? 8192 : P->par_seqlen;
+        double fl = 0;
+        for (int h = 1; h <= P->par_max_heads; h *= 2) fl += 4.0 * n * n * 64 * h;
+        report_bench(R, &D->par, f, name, "batch×heads", est_cost(R, dev, fl * 3.5, (P->reps + 1) * 3), 0,
+                     "--device %s --dtype %s --algo standard,flash1,flash2 --d 64 --batch 1 --heads %s --seqlen %d "
+                     "--pass fwd,bwd --reps %d",
+                     dn, dt, cuda ? "1,2,4,8,16,32,64,128" : P->par_heads_list, n, P->reps);
+    }
+    if (f) fclose(f);
+
+    /* 3. speed (and counted bytes) vs block sizes */
+    snprintf(name, sizeof name, "blocks_%s.csv", dn);
+    f = report_csv(R, name, 0);
+    {
+        int n = cuda ? 4096 : P->blk_seqlen;
+        int heads = cuda ? 32 : P->blk_heads;
+        double fl = 4.0 * n * n * 64 * heads;
+        for (int i = 0; i < P->n_blk_q; i++)
+            report_bench(R, &D->blocks, f, name, "blocks", est_cost(R, dev, fl, (P->reps + 1) * 2 * P->n_blk_k), 0,
+                         "--device %s --dtype %s --algo flash1,flash2 --d 64 --batch 1 --heads %d --seqlen %d "
+                         "--block-q %d --block-k %s --reps %d",
+                         dn, dt, heads, n, P->blk_q[i], P->blk_k_list, P->reps);
+    }
+    if (f) fclose(f);
+
+    /* 4. peak extra memory vs seqlen, up to the length where STANDARD no longer fits */
+    snprintf(name, sizeof name, "memory_%s.csv", dn);
+    f = report_csv(R, name, 0);
+    for (int s = 0; s < P->n_mem_seqlens; s++) {
+        int64_t n = P->mem_seqlens[s];
+        report_bench(R, &D->mem, f, name, "memory", est_cost(R, dev, 4.0 * n * n * 64, 2 * 3), 0,
+                     "--device %s --dtype %s --algo standard,flash1,flash2 --d 64 --batch 1 --heads 1 --seqlen %lld "
+                     "--reps 1 --warmup 0",
+                     dn, dt, (long long)n);
+    }
+    /* The first power-of-two length at which STANDARD's extra memory (c·N², fitted) exceeds what is available:
+     * asking for it must fail cleanly (it fails at allocation, before any work). */
+    double c2 = 0;
+    int64_t nmax = 0;
+    for (int i = 0; i < D->mem.n; i++) {
+        const bench_row *r = &D->mem.v[i];
+        if (r->ok && r->algo == FA_ALGO_STANDARD && r->cfg.seqlen_q > nmax) {
+            nmax = r->cfg.seqlen_q;
+            c2 = (double)r->extra_bytes / ((double)nmax * (double)nmax);
+        }
+    }
+    int64_t limit = cuda ? cuda_mem_free() : bench_default_mem_limit();
+    if (c2 > 0 && limit > 0) {
+        int64_t n = nmax;
+        while (c2 * (double)n * (double)n <= (double)limit && n < ((int64_t)1 << 22)) n *= 2;
+        if (n > nmax) {
+            D->probe_n = n;
+            D->probe_need = c2 * (double)n * (double)n;
+            D->probe_limit = (double)limit;
+            report_bench(R, &D->mem, f, name, "memory (does STANDARD fit?)", 0.5, 0,
+                         "--device %s --dtype %s --algo standard --d 64 --batch 1 --heads 1 --seqlen %lld --reps 1 "
+                         "--warmup 0",
+                         dn, dt, (long long)n);
+        }
+    }
+    if (f) fclose(f);
+}
+
+static void measure_io(report *R) {
+    const preset *P = &R->p;
+    FILE *f = report_csv(R, "io_seqlen.csv", 1);
+    for (int s = 0; s < P->n_io_seqlens; s++) {
+        double n = (double)P->io_seqlens[s];
+        report_io(R, &R->io_seqlen, f, "io_seqlen.csv", est_cost(R, FA_BACKEND_CPU, 4 * n * n * 64, 6),
+                  "--seqlen %lld --d 64", (long long)P->io_seqlens[s]);
+    }
+    if (f) fclose(f);
+    f = report_csv(R, "io_sram.csv", 1);
+    double n = (double)P->io_sram_seqlen;
+    for (int s = 0; s < P->n_srams; s++)
+        report_io(R, &R->io_sram, f, "io_sram.csv", est_cost(R, FA_BACKEND_CPU, 4 * n * n * 64, 4),
+                  "--seqlen %lld --d 64 --sram %lld --algo flash1,flash2", (long long)P->io_sram_seqlen,
+                  (long long)P->srams[s]);
+    if (f) fclose(f);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Presets
+ * ------------------------------------------------------------------------------------------------------- */
+static void set_list(char *dst, size_t len, const int64_t *v, int n) {
+    size_t o = 0;
+    dst[0] = 0;
+    for (int i = 0; i < n && o < len; i++) o += (size_t)snprintf(dst + o, len - o, "%s%lld", i ? "," : "", (long long)v[i]);
+}
+
+static void preset_init(preset *P, const char *mode) {
+    memset(P, 0, sizeof *P);
+    snprintf(P->name, sizeof P->name, "%s", mode);
+    static const int64_t sq_quick[] = {128, 256, 512, 1024}, sq_full[] = {512, 1024, 2048, 4096},
+                         sq_smoke[] = {64, 128};
+    static const int64_t gpu_sq[] = {512, 1024, 2048, 4096, 8192, 16384};
+    static const int64_t mem_quick[] = {1024, 2048, 4096, 8192},
+                         mem_full[] = {1024, 2048, 4096, 8192, 16384, 32768, 65536}, mem_smoke[] = {128, 256, 512};
+    static const int64_t io_quick[] = {256, 512, 1024, 2048, 4096}, io_full[] = {256, 512, 1024, 2048, 4096, 8192, 16384},
+                         io_smoke[] = {64, 128, 256};
+    static const int64_t sram_q[] = {8192, 16384, 32768, 65536, 131072, 262144, 524288},
+                         sram_smoke[] = {4096, 8192, 16384};
+    P->reps = 10;
+    if (strcmp(mode, "smoke") == 0) {
+        P->model_dim = 128;
+        P->tokens = 256;
+        memcpy(P->seqlens, sq_smoke, sizeof sq_smoke), P->n_seqlens = 2;
+        P->par_seqlen = 128;
+        snprintf(P->par_heads_list, sizeof P->par_heads_list, "1,2");
+        P->par_max_heads = 2;
+        P->blk_seqlen = 128, P->blk_heads = 2;
+        P->blk_q[0] = 16, P->blk_q[1] = 32, P->n_blk_q = 2;
+        snprintf(P->blk_k_list, sizeof P->blk_k_list, "16,64");
+        P->n_blk_k = 2;
+        memcpy(P->mem_seqlens, mem_smoke, sizeof mem_smoke), P->n_mem_seqlens = 3;
+        memcpy(P->io_seqlens, io_smoke, sizeof io_smoke), P->n_io_seqlens = 3;
+        P->io_sram_seqlen = 128;
+        memcpy(P->srams, sram_smoke, sizeof sram_smoke), P->n_srams = 3;
+    } else if (strcmp(mode, "full") == 0) {
+        P->model_dim = 2048;
+        P->tokens = 16384;
+        memcpy(P->seqlens, sq_full, sizeof sq_full), P->n_seqlens = 4;
+        P->par_seqlen = 4096;
+        snprintf(P->par_heads_list, sizeof P->par_heads_list, "1,2,4,8,16,32");
+        P->par_max_heads = 32;
+        P->blk_seqlen = 4096, P->blk_heads = 8;
+        int64_t bq[] = {16, 32, 64, 128, 256};
+        for (int i = 0; i < 5; i++) P->blk_q[i] = (int)bq[i];
+        P->n_blk_q = 5;
+        snprintf(P->blk_k_list, sizeof P->blk_k_list, "16,32,64,128,256,512,1024");
+        P->n_blk_k = 7;
+        memcpy(P->mem_seqlens, mem_full, sizeof mem_full), P->n_mem_seqlens = 7;
+        memcpy(P->io_seqlens, io_full, sizeof io_full), P->n_io_seqlens = 7;
+        P->io_sram_seqlen = 4096;
+        memcpy(P->srams, sram_q, sizeof sram_q), P->n_srams = 7;
+    } else { /* quick */
+        P->model_dim = 256;
+        P->tokens = 2048;
+        memcpy(P->seqlens, sq_quick, sizeof sq_quick), P->n_seqlens = 4;
+        P->par_seqlen = 1024;
+        snprintf(P->par_heads_list, sizeof P->par_heads_list, "1,2,4,8");
+        P->par_max_heads = 8;
+        P->blk_seqlen = 1024, P->blk_heads = 4;
+        int64_t bq[] = {16, 64, 256};
+        for (int i = 0; i < 3; i++) P->blk_q[i] = (int)bq[i];
+        P->n_blk_q = 3;
+        snprintf(P->blk_k_list, sizeof P->blk_k_list, "16,32,64,128,256,512");
+        P->n_blk_k = 6;
+        memcpy(P->mem_seqlens, mem_quick, sizeof mem_quick), P->n_mem_seqlens = 4;
+        memcpy(P->io_seqlens, io_quick, sizeof io_quick), P->n_io_seqlens = 5;
+        P->io_sram_seqlen = 2048;
+        memcpy(P->srams, sram_q, sizeof sram_q), P->n_srams = 7;
+    }
+    set_list(P->seqlen_list, sizeof P->seqlen_list, P->seqlens, P->n_seqlens);
+    set_list(P->gpu_seqlen_list, sizeof P->gpu_seqlen_list, gpu_sq, 6);
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * The command
+ * ------------------------------------------------------------------------------------------------------- */
+static void report_help(void) {
+    printf("usage: flashattn report [--quick | --full] [--out DIR] [--no-plots] [--no-gpu]\n"
+           "\n"
+           "Measures the FlashAttention claims on this machine (CPU; the CUDA device too when present) and writes\n"
+           "DIR/index.md (default DIR = report) with PNG plots (gnuplot), the CSV behind each plot, reproduce.txt\n"
+           "(the `flashattn bench`/`flashattn io` command behind every CSV row) and a claims table whose verdicts\n"
+           "are computed from the measurements. A progress bar goes to stderr; a summary to stdout.\n"
+           "\n"
+           "  --quick      small problems (model dim 256, 2048 tokens): under 3 minutes on a 2-core CPU (default)\n"
+           "  --full       the BENCHMARKS.md protocol sizes (model dim 2048, 16384 tokens): an hour or more on a\n"
+           "               2-core CPU\n"
+           "  --smoke      tiny problems, seconds (for tests)\n"
+           "  --out DIR    output directory (created)\n"
+           "  --no-plots   do not call gnuplot (tables only)\n"
+           "  --no-gpu     CPU only even when a CUDA device is present\n");
+}
+
+int cmd_report(int argc, char **argv) {
+    const char *S = "report", *mode = "quick";
+    report R;
+    memset(&R, 0, sizeof R);
+    snprintf(R.out, sizeof R.out, "report");
+    int no_plots = 0, no_gpu = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *x = argv[i], *v;
+        if (strcmp(x, "--help") == 0 || strcmp(x, "-h") == 0) {
+            report_help();
+            return 0;
+        }
+        if (strcmp(x, "--quick") == 0) mode = "quick";
+        else if (strcmp(x, "--full") == 0) mode = "full";
+        else if (strcmp(x, "--smoke") == 0) mode = "smoke";
+        else if (strcmp(x, "--no-plots") == 0) no_plots = 1;
+        else if (strcmp(x, "--no-gpu") == 0) no_gpu = 1;
+        else if (opt_is(x, "--out")) {
+            if (!(v = opt_value(S, argc, argv, &i, "--out"))) return CLI_EXIT_USAGE;
+            if (!*v || strlen(v) > 900 || strchr(v, '\'')) return cli_usage_error(S, "--out: bad directory '%s'", v);
+            snprintf(R.out, sizeof R.out, "%s", v);
+        } else
+            return cli_usage_error(S, "unknown argument '%s'", x);
+    }
+    if (mkdir(R.out, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "flashattn report: cannot create %s: %s\n", R.out, strerror(errno));
+        return 1;
+    }
+    preset_init(&R.p, mode);
+    R.tty = isatty(2);
+    R.t0 = now_ms();
+    R.cpu_rate = 25e9;
+    R.gnuplot = !no_plots && system("command -v gnuplot >/dev/null 2>&1") == 0;
+    R.cuda = !no_gpu && fa_backend_available(FA_BACKEND_CUDA);
+    char path[2048];
+    snprintf(path, sizeof path, "%s/reproduce.txt", R.out);
+    R.repro = fopen(path, "w");
+    if (!R.repro) {
+        fprintf(stderr, "flashattn report: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    fprintf(R.repro, "# data file<TAB>flashattn arguments (append --csv; rows come out in the same order)\n");
+
+    /* Work estimate for the progress bar (seconds at the assumed rates). */
+    {
+        const preset *P = &R.p;
+        double w = 0, fl = 0;
+        for (int s = 0; s < P->n_seqlens; s++) fl += 4.0 * (double)P->tokens * P->seqlens[s] * P->model_dim;
+        w += 2 * est_cost(&R, FA_BACKEND_CPU, fl * 1.5 * 3.5, (P->reps + 1) * 3);
+        fl = 0;
+        for (int h = 1; h <= P->par_max_heads; h *= 2) fl += 4.0 * P->par_seqlen * (double)P->par_seqlen * 64 * h;
+        w += est_cost(&R, FA_BACKEND_CPU, fl * 3.5, (P->reps + 1) * 3);
+        w += P->n_blk_q * est_cost(&R, FA_BACKEND_CPU, 4.0 * P->blk_seqlen * (double)P->blk_seqlen * 64 * P->blk_heads,
+                                   (P->reps + 1) * 2 * P->n_blk_k);
+        for (int s = 0; s < P->n_mem_seqlens; s++)
+            w += est_cost(&R, FA_BACKEND_CPU, 4.0 * (double)P->mem_seqlens[s] * (double)P->mem_seqlens[s] * 64, 6) + 0.5 / P->n_mem_seqlens;
+        for (int s = 0; s < P->n_io_seqlens; s++)
+            w += est_cost(&R, FA_BACKEND_CPU, 4.0 * (double)P->io_seqlens[s] * (double)P->io_seqlens[s] * 64, 6);
+        w += P->n_srams * est_cost(&R, FA_BACKEND_CPU, 4.0 * P->io_sram_seqlen * (double)P->io_sram_seqlen * 64, 4);
+        R.work_total = w * (R.cuda ? 1.3 : 1.0);
+    }
+    progress(&R, "start");
+    measure_device(&R, FA_BACKEND_CPU, &R.cpu);
+    measure_io(&R);
+    if (R.cuda) measure_device(&R, FA_BACKEND_CUDA, &R.gpu);
+    fclose(R.repro);
+    R.work_done = R.work_total;
+    progress(&R, "writing the report");
+    if (R.tty) fprintf(stderr, "\n");
+    R.seconds = (now_ms() - R.t0) / 1e3;
+    int rc = report_write(&R);
+    free(R.cpu.speed.v), free(R.cpu.par.v), free(R.cpu.blocks.v), free(R.cpu.mem.v);
+    free(R.gpu.speed.v), free(R.gpu.par.v), free(R.gpu.blocks.v), free(R.gpu.mem.v);
+    free(R.io_seqlen.v), free(R.io_sram.v);
+    return rc;
+}

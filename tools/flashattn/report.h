@@ -1,0 +1,65 @@
+/* flashattn report: shared between the measuring (report.c) and the writing (report_write.c) halves. */
+#ifndef FA_CLI_REPORT_H
+#define FA_CLI_REPORT_H
+
+#include "common.h"
+
+typedef struct rows_t {
+    bench_row *v;
+    int n, cap;
+} rows_t;
+
+typedef struct io_rows_t {
+    io_row *v;
+    int n, cap;
+} io_rows_t;
+
+/* What one preset (--smoke, --quick, --full) measures. */
+typedef struct preset {
+    char name[16];
+    int reps;
+    int64_t model_dim, tokens;
+    int64_t seqlens[8];
+    int n_seqlens;
+    char seqlen_list[128], gpu_seqlen_list[128];
+    int par_seqlen, par_max_heads;
+    char par_heads_list[64];
+    int blk_seqlen, blk_heads;
+    int blk_q[8], n_blk_q;
+    char blk_k_list[64];
+    int n_blk_k;
+    int64_t mem_seqlens[8];
+    int n_mem_seqlens;
+    int64_t io_seqlens[8];
+    int n_io_seqlens;
+    int64_t io_sram_seqlen;
+    int64_t srams[8];
+    int n_srams;
+} preset;
+
+typedef struct dev_data {
+    fa_backend dev;
+    int present;
+    rows_t speed, par, blocks, mem;
+    int64_t probe_n;       /* the length at which STANDARD was predicted not to fit (0 = not probed) */
+    double probe_need, probe_limit;
+} dev_data;
+
+typedef struct report {
+    char out[960];
+    preset p;
+    int tty, gnuplot, cuda;
+    double t0, seconds, cpu_rate;
+    double work_total, work_done;
+    char last_section[128];
+    FILE *repro;
+    dev_data cpu, gpu;
+    io_rows_t io_seqlen, io_sram;
+} report;
+
+void rows_push(rows_t *r, const bench_row *x);
+FILE *report_csv(report *R, const char *name, int kind);
+/* Writes index.md, the plots, and prints the summary. Returns the exit status. */
+int report_write(report *R);
+
+#endif

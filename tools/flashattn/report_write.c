@@ -1,0 +1,871 @@
+/* flashattn report: the claims table (every verdict computed from the rows), index.md, gnuplot plots, summary. */
+#include "report.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Looking rows up
+ * ------------------------------------------------------------------------------------------------------- */
+static const bench_row *find(const rows_t *rs, fa_algo a, int64_t d, int64_t n, int causal, int bwd, int64_t heads,
+                             int bq, int bk) {
+    for (int i = 0; i < rs->n; i++) {
+        const bench_row *r = &rs->v[i];
+        const bench_config *c = &r->cfg;
+        if (r->algo == a && (d < 0 || c->head_dim == d) && (n < 0 || c->seqlen_q == n) &&
+            (causal < 0 || c->causal == causal) && (bwd < 0 || c->backward == bwd) && (heads < 0 || c->heads == heads) &&
+            (bq < 0 || c->block_q == bq) && (bk < 0 || c->block_k == bk))
+            return r;
+    }
+    return NULL;
+}
+
+typedef struct ratio_set {
+    int n;
+    double r[512];
+    int64_t d[512], seqlen[512], bh[512];
+    int causal[512], bwd[512];
+} ratio_set;
+
+/* ms(slow)/ms(fast) for every configuration of rs where both ran. */
+static void collect(const rows_t *rs, fa_algo slow, fa_algo fast, ratio_set *out) {
+    out->n = 0;
+    for (int i = 0; i < rs->n && out->n < 512; i++) {
+        const bench_row *f = &rs->v[i];
+        if (f->algo != fast || !f->ok) continue;
+        const bench_config *c = &f->cfg;
+        const bench_row *s = find(rs, slow, c->head_dim, c->seqlen_q, c->causal, c->backward, c->heads, c->block_q,
+                                  c->block_k);
+        if (!s || !s->ok) continue;
+        int k = out->n++;
+        out->r[k] = s->ms / f->ms;
+        out->d[k] = c->head_dim;
+        out->seqlen[k] = c->seqlen_q;
+        out->bh[k] = c->batch * c->heads;
+        out->causal[k] = c->causal;
+        out->bwd[k] = c->backward;
+    }
+}
+
+static double median_n(const double *x, int n) { return n > 0 ? median_of(x, n) : NAN; }
+
+static void minmax(const double *x, int n, double *lo, double *hi) {
+    *lo = INFINITY, *hi = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        if (x[i] < *lo) *lo = x[i];
+        if (x[i] > *hi) *hi = x[i];
+    }
+}
+
+/* Which setting explains the spread of the ratios: the dimension whose per-value medians differ most. */
+static void explain(const ratio_set *s, char *buf, size_t len) {
+    const char *names[5] = {"pass", "causal", "head_dim", "seqlen", "batch×heads"};
+    double best = 0;
+    buf[0] = 0;
+    for (int dim = 0; dim < 5; dim++) {
+        int64_t vals[32];
+        int nv = 0;
+        for (int i = 0; i < s->n; i++) {
+            int64_t v = dim == 0 ? s->bwd[i] : dim == 1 ? s->causal[i] : dim == 2 ? s->d[i] : dim == 3 ? s->seqlen[i] : s->bh[i];
+            int seen = 0;
+            for (int j = 0; j < nv; j++) seen |= vals[j] == v;
+            if (!seen && nv < 32) vals[nv++] = v;
+        }
+        if (nv < 2) continue;
+        double med[32], lo = INFINITY, hi = -INFINITY;
+        for (int j = 0; j < nv; j++) {
+            double x[512];
+            int m = 0;
+            for (int i = 0; i < s->n; i++) {
+                int64_t v = dim == 0 ? s->bwd[i] : dim == 1 ? s->causal[i] : dim == 2 ? s->d[i] : dim == 3 ? s->seqlen[i] : s->bh[i];
+                if (v == vals[j]) x[m++] = s->r[i];
+            }
+            med[j] = median_n(x, m);
+            if (med[j] < lo) lo = med[j];
+            if (med[j] > hi) hi = med[j];
+        }
+        if (hi - lo > best) {
+            best = hi - lo;
+            size_t o = (size_t)snprintf(buf, len, "%s (", names[dim]);
+            for (int j = 0; j < nv && o < len; j++) {
+                char v[32];
+                if (dim == 0) snprintf(v, sizeof v, "%s", vals[j] ? "bwd" : "fwd");
+                else if (dim == 1) snprintf(v, sizeof v, "%s", vals[j] ? "causal" : "not causal");
+                else snprintf(v, sizeof v, "%lld", (long long)vals[j]);
+                o += (size_t)snprintf(buf + o, len - o, "%s%s: %.2f×", j ? ", " : "", v, med[j]);
+            }
+            if (o < len) snprintf(buf + o, len - o, ")");
+        }
+    }
+}
+
+typedef struct claim {
+    const char *claim;
+    char measured[512];
+    char result[1024];
+    char verdict[512];
+} claim;
+
+/* "A is X–Y× faster than B": ratios ms(B)/ms(A). */
+static void speed_claim(claim *c, const ratio_set *s, double lo_claim, double hi_claim, const char *fast,
+                        const char *slow, const char *where) {
+    if (s->n == 0) {
+        snprintf(c->result, sizeof c->result, "no configuration where both %s and %s ran", fast, slow);
+        snprintf(c->verdict, sizeof c->verdict, "not measured here");
+        return;
+    }
+    double med = median_n(s->r, s->n), lo, hi;
+    minmax(s->r, s->n, &lo, &hi);
+    int in = 0, above = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (s->r[i] >= lo_claim) in++;
+        if (s->r[i] > hi_claim) above++;
+    }
+    char why[400];
+    explain(s, why, sizeof why);
+    snprintf(c->result, sizeof c->result,
+             "%s/%s speed ratio over %d settings (%s): median %.2f×, range %.2f–%.2f×; ≥ %.1f× in %d of %d%s%s",
+             fast, slow, s->n, where, med, lo, hi, lo_claim, in, s->n, why[0] ? "; by " : "", why);
+    if (med >= lo_claim)
+        snprintf(c->verdict, sizeof c->verdict, "**holds here** (median %.2f×%s)", med,
+                 med > hi_claim ? ", above the claimed range" : "");
+    else if (4 * in >= s->n)
+        snprintf(c->verdict, sizeof c->verdict, "**depends** on %s: ≥ %.1f× in %d of %d settings", why[0] ? why : "the setting",
+                 lo_claim, in, s->n);
+    else if (in > 0) {
+        char where_ok[200] = "";
+        size_t o = 0;
+        for (int i = 0, k = 0; i < s->n && k < 3; i++)
+            if (s->r[i] >= lo_claim)
+                o += (size_t)snprintf(where_ok + o, sizeof where_ok - o, "%sd=%lld N=%lld B×H=%lld %s%s: %.2f×",
+                                      k++ ? "; " : "", (long long)s->d[i], (long long)s->seqlen[i], (long long)s->bh[i],
+                                      s->bwd[i] ? "bwd" : "fwd", s->causal[i] ? " causal" : "", s->r[i]);
+        snprintf(c->verdict, sizeof c->verdict,
+                 "**does not hold here** in general (median %.2f×): ≥ %.1f× only in %d of %d settings (%s)", med,
+                 lo_claim, in, s->n, where_ok);
+    }
+    else if (med >= 1.05)
+        snprintf(c->verdict, sizeof c->verdict, "**does not hold here**: %s is faster, but by %.2f× (median), not %.1f–%.0f×",
+                 fast, med, lo_claim, hi_claim);
+    else
+        snprintf(c->verdict, sizeof c->verdict, "**does not hold here**: %s is not faster than %s (median %.2f×)", fast,
+                 slow, med);
+    (void)above;
+}
+
+/* Least-squares slope of log(y) vs log(x). */
+static double loglog_slope(const double *x, const double *y, int n) {
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(x[i] > 0 && y[i] > 0)) continue;
+        double a = log(x[i]), b = log(y[i]);
+        sx += a, sy += b, sxx += a * a, sxy += a * b, m++;
+    }
+    if (m < 2) return NAN;
+    double den = m * sxx - sx * sx;
+    return den != 0 ? (m * sxy - sx * sy) / den : NAN;
+}
+
+static double mem_slope(const rows_t *mem, fa_algo a, double *last_mb, int64_t *last_n) {
+    double x[16], y[16];
+    int n = 0;
+    *last_mb = NAN;
+    *last_n = 0;
+    for (int i = 0; i < mem->n && n < 16; i++) {
+        const bench_row *r = &mem->v[i];
+        if (r->algo != a || !r->ok) continue;
+        x[n] = (double)r->cfg.seqlen_q;
+        y[n] = (double)r->extra_bytes;
+        *last_mb = y[n] / 1e6;
+        *last_n = r->cfg.seqlen_q;
+        n++;
+    }
+    /* the largest three lengths: small ones carry constant overheads */
+    int first = n > 3 ? n - 3 : 0;
+    return loglog_slope(x + first, y + first, n - first);
+}
+
+/* Fast-memory working set of one FLASH2 step (fp32): Qi, Kj, Vj, S/P, Oi. */
+static double tile_bytes(int br, int bc, int d) { return 4.0 * ((double)br * d * 2 + 2.0 * bc * d + (double)br * bc); }
+
+static int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
+    int n = 0;
+    ratio_set s;
+    const char *dn = fa_backend_name(D->dev);
+    char where[128];
+    snprintf(where, sizeof where, "%s, speed vs seqlen and batch×heads", dn);
+
+    /* 1. V2 is 1.5–2× V1 */
+    rows_t both = {0};
+    for (int i = 0; i < D->speed.n; i++) rows_push(&both, &D->speed.v[i]);
+    for (int i = 0; i < D->par.n; i++) rows_push(&both, &D->par.v[i]);
+    cl[n].claim = "FlashAttention-2 is 1.5–2× faster than FlashAttention-1";
+    snprintf(cl[n].measured, sizeof cl[n].measured, "median time of FLASH1 / FLASH2, same inputs, interleaved (%s)", dn);
+    collect(&both, FA_ALGO_FLASH1, FA_ALGO_FLASH2, &s);
+    speed_claim(&cl[n], &s, 1.5, 2.0, "FLASH2", "FLASH1", where);
+    n++;
+
+    /* 2. V1 is 2–4× standard */
+    cl[n].claim = "FlashAttention(-1) is 2–4× faster than standard attention";
+    snprintf(cl[n].measured, sizeof cl[n].measured, "median time of STANDARD / FLASH1 (%s)", dn);
+    collect(&both, FA_ALGO_STANDARD, FA_ALGO_FLASH1, &s);
+    speed_claim(&cl[n], &s, 2.0, 4.0, "FLASH1", "STANDARD", where);
+    n++;
+
+    /* 3. memory linear instead of quadratic */
+    cl[n].claim = "memory is linear in sequence length instead of quadratic";
+    snprintf(cl[n].measured, sizeof cl[n].measured,
+             "peak extra memory (fa_last_stats extra_bytes) vs N, batch 1, 1 head, d 64; log-log slope (%s)", dn);
+    {
+        double mb[4];
+        int64_t ln[4];
+        double sl[4];
+        for (int a = 1; a <= 3; a++) sl[a] = mem_slope(&D->mem, (fa_algo)a, &mb[a], &ln[a]);
+        size_t o = (size_t)snprintf(cl[n].result, sizeof cl[n].result,
+                                    "extra memory grows as N^%.2f (STANDARD), N^%.2f (FLASH1), N^%.2f (FLASH2) over the 3 longest N; at N = %lld: "
+                                    "%.2f MB vs %.3f MB vs %.3f MB",
+                                    sl[1], sl[2], sl[3], (long long)ln[1], mb[1], mb[2], mb[3]);
+        const bench_row *probe = D->probe_n ? find(&D->mem, FA_ALGO_STANDARD, 64, D->probe_n, 0, 0, 1, -1, -1) : NULL;
+        if (probe)
+            snprintf(cl[n].result + o, sizeof cl[n].result - o,
+                     "; at N = %lld STANDARD would need ≈ %.1f GB beyond its inputs (%.1f GB available): %s",
+                     (long long)D->probe_n, D->probe_need / 1e9, D->probe_limit / 1e9,
+                     probe->ok ? "it still ran" : probe->status);
+        int quad = sl[1] >= 1.7, lin = sl[2] <= 1.2 && sl[3] <= 1.2;
+        if (isnan(sl[1]) || isnan(sl[3]))
+            snprintf(cl[n].verdict, sizeof cl[n].verdict, "not measured here");
+        else if (quad && lin)
+            snprintf(cl[n].verdict, sizeof cl[n].verdict,
+                     "**holds here**: STANDARD's extra memory is quadratic (slope %.2f), FLASH1/FLASH2's at most linear "
+                     "(%.2f, %.2f)%s",
+                     sl[1], sl[2], sl[3], probe && !probe->ok ? "; STANDARD stops fitting in memory where predicted" : "");
+        else if (lin)
+            snprintf(cl[n].verdict, sizeof cl[n].verdict,
+                     "**partly**: FLASH1/FLASH2 need at most linear extra memory (slopes %.2f, %.2f), but STANDARD's grew "
+                     "as N^%.2f over these lengths, not yet quadratic", sl[2], sl[3], sl[1]);
+        else
+            snprintf(cl[n].verdict, sizeof cl[n].verdict, "**does not hold here** as stated: slopes %.2f / %.2f / %.2f",
+                     sl[1], sl[2], sl[3]);
+    }
+    n++;
+
+    /* 4. V2 halves slow-memory reads/writes (counted, CPU) */
+    if (D->dev == FA_BACKEND_CPU) {
+        cl[n].claim = "FlashAttention-2 halves the HBM (slow-memory) reads/writes of FlashAttention-1";
+        snprintf(cl[n].measured, sizeof cl[n].measured,
+                 "counted slow-memory bytes (fa_last_stats), forward, d 64, library blocks (io_seqlen) and paper blocks "
+                 "from M (io_sram)");
+        double rt[32], rr[32], rw[32];
+        int m = 0;
+        for (int i = 0; i < R->io_seqlen.n; i++) {
+            const io_row *a = &R->io_seqlen.v[i];
+            if (a->algo != FA_ALGO_FLASH1 || !a->ok) continue;
+            for (int j = 0; j < R->io_seqlen.n; j++) {
+                const io_row *b = &R->io_seqlen.v[j];
+                if (b->algo == FA_ALGO_FLASH2 && b->ok && b->seqlen == a->seqlen && m < 32) {
+                    rt[m] = (double)(a->read_bytes + a->write_bytes) / (double)(b->read_bytes + b->write_bytes);
+                    rr[m] = (double)a->read_bytes / (double)b->read_bytes;
+                    rw[m] = (double)a->write_bytes / (double)b->write_bytes;
+                    m++;
+                }
+            }
+        }
+        double ms[32];
+        int k = 0;
+        for (int i = 0; i < R->io_sram.n; i++) {
+            const io_row *a = &R->io_sram.v[i];
+            if (a->algo != FA_ALGO_FLASH1 || !a->ok) continue;
+            for (int j = 0; j < R->io_sram.n; j++) {
+                const io_row *b = &R->io_sram.v[j];
+                if (b->algo == FA_ALGO_FLASH2 && b->ok && b->sram_bytes == a->sram_bytes && k < 32)
+                    ms[k++] = (double)(a->read_bytes + a->write_bytes) / (double)(b->read_bytes + b->write_bytes);
+            }
+        }
+        double lo, hi, slo = NAN, shi = NAN;
+        minmax(rt, m, &lo, &hi);
+        if (k) minmax(ms, k, &slo, &shi);
+        double med = median_n(rt, m);
+        snprintf(cl[n].result, sizeof cl[n].result,
+                 "FLASH1/FLASH2 total bytes: median %.2f× (range %.2f–%.2f×) over %d lengths; reads %.2f×, writes "
+                 "%.1f× (medians); with the paper's blocks from M: %.2f–%.2f×",
+                 med, lo, hi, m, median_n(rr, m), median_n(rw, m), slo, shi);
+        if (m == 0) snprintf(cl[n].verdict, sizeof cl[n].verdict, "not measured");
+        else if (med >= 1.8)
+            snprintf(cl[n].verdict, sizeof cl[n].verdict, "**holds here**: FLASH2 moves %.0f%% of FLASH1's bytes",
+                     100 / med);
+        else if (med > 1.05)
+            snprintf(cl[n].verdict, sizeof cl[n].verdict,
+                     "**partly**: FLASH2 moves %.0f%% of FLASH1's bytes — it writes O once instead of once per K/V block "
+                     "(%.0f× fewer writes) but reads about as much (%.2f×)",
+                     100 / med, median_n(rw, m), median_n(rr, m));
+        else
+            snprintf(cl[n].verdict, sizeof cl[n].verdict, "**does not hold here** (FLASH1/FLASH2 = %.2f×)", med);
+        n++;
+    }
+
+    /* 5. tile size bounded by fast memory */
+    cl[n].claim = "the tile size is bounded by the fast memory (SRAM), and traffic falls as Θ(N²d²/M)";
+    {
+        double fast = D->dev == FA_BACKEND_CUDA ? (double)cuda_smem_per_sm() : (double)cpu_cache_bytes(2);
+        const char *fname = D->dev == FA_BACKEND_CUDA ? "shared memory per SM" : "L2 per core";
+        const bench_row *best = NULL;
+        for (int i = 0; i < D->blocks.n; i++) {
+            const bench_row *r = &D->blocks.v[i];
+            if (r->ok && r->algo == FA_ALGO_FLASH2 && (!best || r->gflops > best->gflops)) best = r;
+        }
+        double worst_big = INFINITY;
+        int n_big = 0, n_unsup = 0;
+        for (int i = 0; i < D->blocks.n; i++) {
+            const bench_row *r = &D->blocks.v[i];
+            if (r->algo != FA_ALGO_FLASH2) continue;
+            if (!r->ok) {
+                n_unsup++;
+                continue;
+            }
+            if (tile_bytes(r->block_q, r->block_k, 64) > fast) {
+                n_big++;
+                if (r->gflops < worst_big) worst_big = r->gflops;
+            }
+        }
+        double x[16], y[16];
+        int m = 0;
+        for (int i = 0; i < R->io_sram.n && m < 16; i++)
+            if (R->io_sram.v[i].algo == FA_ALGO_FLASH1 && R->io_sram.v[i].ok) {
+                x[m] = (double)R->io_sram.v[i].sram_bytes;
+                y[m] = (double)(R->io_sram.v[i].read_bytes + R->io_sram.v[i].write_bytes);
+                m++;
+            }
+        double slope = loglog_slope(x, y, m);
+        snprintf(cl[n].measured, sizeof cl[n].measured,
+                 "FLASH2 speed vs (Br, Bc), d 64 (%s); FLASH1 counted bytes vs M with the paper's blocks", dn);
+        size_t o = 0;
+        if (best)
+            o = (size_t)snprintf(cl[n].result, sizeof cl[n].result,
+                                 "fastest FLASH2 tile Br×Bc = %d×%d (%.1f %s), working set %.0f KiB vs %s %.0f KiB",
+                                 best->block_q, best->block_k, D->dev == FA_BACKEND_CUDA ? best->gflops / 1e3 : best->gflops,
+                                 D->dev == FA_BACKEND_CUDA ? "TFLOP/s" : "GFLOP/s",
+                                 tile_bytes(best->block_q, best->block_k, 64) / 1024, fname, fast / 1024);
+        if (n_big && best)
+            o += (size_t)snprintf(cl[n].result + o, sizeof cl[n].result - o,
+                                  "; %d tiles larger than %s: down to %.0f%% of the best", n_big, fname,
+                                  100 * worst_big / best->gflops);
+        if (n_unsup)
+            o += (size_t)snprintf(cl[n].result + o, sizeof cl[n].result - o, "; %d tile shapes refused by the backend",
+                                  n_unsup);
+        if (!isnan(slope) && o < sizeof cl[n].result)
+            snprintf(cl[n].result + o, sizeof cl[n].result - o, "; CPU FLASH1 bytes ∝ M^%.2f (paper: M^-1)", slope);
+        int io_ok = !isnan(slope) && slope < -0.7 && slope > -1.3;
+        int speed_ok = best && fast > 0 && tile_bytes(best->block_q, best->block_k, 64) <= fast &&
+                       (n_big == 0 || worst_big < 0.9 * best->gflops);
+        if (!best)
+            snprintf(cl[n].verdict, sizeof cl[n].verdict, "not measured");
+        else if (io_ok && speed_ok && n_big)
+            snprintf(cl[n].verdict, sizeof cl[n].verdict,
+                     "**holds here**: traffic falls as 1/M, and tiles that overflow the %s run slower", fname);
+        else if (io_ok && speed_ok)
+            snprintf(cl[n].verdict, sizeof cl[n].verdict,
+                     "**partly**: traffic falls as 1/M and the best tile fits the %s; no swept tile overflowed it", fname);
+        else if (io_ok)
+            snprintf(cl[n].verdict, sizeof cl[n].verdict,
+                     "**depends**: traffic falls as 1/M, but speed is not limited by the %s here (best tile %.0f KiB)",
+                     fname, tile_bytes(best->block_q, best->block_k, 64) / 1024);
+        else
+            snprintf(cl[n].verdict, sizeof cl[n].verdict, "**does not hold here** as measured");
+    }
+    n++;
+
+    /* 6. at 512 tokens standard may be faster */
+    cl[n].claim = "at short sequences (≤ 512) standard attention may be faster";
+    snprintf(cl[n].measured, sizeof cl[n].measured, "STANDARD vs the faster of FLASH1/FLASH2 at N ≤ 512 (%s)", dn);
+    {
+        int tot = 0, wins = 0;
+        double best_ratio = 0, worst_ratio = INFINITY;
+        char list[256] = "";
+        size_t o = 0;
+        for (int i = 0; i < D->speed.n; i++) {
+            const bench_row *s = &D->speed.v[i];
+            if (s->algo != FA_ALGO_STANDARD || !s->ok || s->cfg.seqlen_q > 512) continue;
+            const bench_config *c = &s->cfg;
+            const bench_row *f1 = find(&D->speed, FA_ALGO_FLASH1, c->head_dim, c->seqlen_q, c->causal, c->backward, c->heads, -1, -1);
+            const bench_row *f2 = find(&D->speed, FA_ALGO_FLASH2, c->head_dim, c->seqlen_q, c->causal, c->backward, c->heads, -1, -1);
+            double fm = INFINITY;
+            if (f1 && f1->ok && f1->ms < fm) fm = f1->ms;
+            if (f2 && f2->ok && f2->ms < fm) fm = f2->ms;
+            if (!isfinite(fm)) continue;
+            tot++;
+            double r = fm / s->ms; /* > 1: standard faster */
+            if (r > best_ratio) best_ratio = r;
+            if (r < worst_ratio) worst_ratio = r;
+            if (r > 1) {
+                wins++;
+                if (o < sizeof list - 64)
+                    o += (size_t)snprintf(list + o, sizeof list - o, "%sd=%lld N=%lld %s%s", wins > 1 ? "; " : "",
+                                          (long long)c->head_dim, (long long)c->seqlen_q, c->backward ? "bwd" : "fwd",
+                                          c->causal ? " causal" : "");
+            }
+        }
+        snprintf(cl[n].result, sizeof cl[n].result,
+                 "STANDARD was the fastest in %d of %d settings with N ≤ 512%s%s%s; its time relative to the best flash: "
+                 "%.2f–%.2f×",
+                 wins, tot, wins ? " (" : "", list, wins ? ")" : "", worst_ratio > 0 ? 1 / best_ratio : NAN,
+                 1 / worst_ratio);
+        if (!tot) snprintf(cl[n].verdict, sizeof cl[n].verdict, "not measured (no N ≤ 512 in this preset)");
+        else if (wins == tot) snprintf(cl[n].verdict, sizeof cl[n].verdict, "**holds here** in every short setting");
+        else if (wins) snprintf(cl[n].verdict, sizeof cl[n].verdict, "**depends**: in %d of %d settings", wins, tot);
+        else snprintf(cl[n].verdict, sizeof cl[n].verdict, "**does not hold here**: a flash algorithm was faster in all %d", tot);
+    }
+    n++;
+
+    /* 7. V2's sequence parallelism matters when batch × heads is small */
+    cl[n].claim = "FlashAttention-2's parallelism over the sequence matters when batch × heads is small";
+    snprintf(cl[n].measured, sizeof cl[n].measured, "FLASH1/FLASH2 time ratio vs batch×heads, batch 1 (%s, %d threads or SMs)",
+             dn, D->par.n ? D->par.v[0].threads : 0);
+    {
+        collect(&D->par, FA_ALGO_FLASH1, FA_ALGO_FLASH2, &s);
+        double small = NAN, large = NAN;
+        int64_t bs = INT64_MAX, bl = 0;
+        for (int p = 0; p < 2; p++) {
+            /* forward only for the headline */
+            for (int i = 0; i < s.n; i++)
+                if (s.bwd[i] == 0) {
+                    if (s.bh[i] < bs) bs = s.bh[i], small = s.r[i];
+                    if (s.bh[i] > bl) bl = s.bh[i], large = s.r[i];
+                }
+        }
+        char why[400];
+        explain(&s, why, sizeof why);
+        snprintf(cl[n].result, sizeof cl[n].result, "forward: FLASH2 is %.2f× FLASH1 at batch×heads = %lld, %.2f× at %lld%s%s",
+                 small, (long long)bs, large, (long long)bl, why[0] ? "; by " : "", why);
+        if (isnan(small) || isnan(large)) snprintf(cl[n].verdict, sizeof cl[n].verdict, "not measured");
+        else if (small > 1.2 * large && small > 1.2)
+            snprintf(cl[n].verdict, sizeof cl[n].verdict, "**holds here**: FLASH2's advantage is %.2f× at %lld head(s), %.2f× at %lld",
+                     small, (long long)bs, large, (long long)bl);
+        else
+            snprintf(cl[n].verdict, sizeof cl[n].verdict, "**does not show here** (%.2f× vs %.2f×)", small, large);
+    }
+    n++;
+    free(both.v);
+    *ncl = n;
+    return n;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Plots (gnuplot, inline data blocks)
+ * ------------------------------------------------------------------------------------------------------- */
+static FILE *gp_open(report *R, const char *name, const char *title, int rows, int cols) {
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s.gp", R->out, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return NULL;
+    fprintf(f, "set terminal pngcairo size %d,%d font ',10'\nset output '%s.png'\n", 520 * cols + 80, 400 * rows + 60,
+            name);
+    fprintf(f, "set key top left box opaque\nset grid\nset pointsize 1.2\n");
+    fprintf(f, "set multiplot layout %d,%d title \"%s\"\n", rows, cols, title);
+    return f;
+}
+
+static void gp_close(report *R, FILE *f, const char *name, int *n_png) {
+    fprintf(f, "unset multiplot\n");
+    fclose(f);
+    if (!R->gnuplot) return;
+    char cmd[2600];
+    snprintf(cmd, sizeof cmd, "cd '%s' && gnuplot '%s.gp' >/dev/null 2>&1", R->out, name);
+    if (system(cmd) == 0) (*n_png)++;
+    else fprintf(stderr, "flashattn report: gnuplot failed on %s/%s.gp\n", R->out, name);
+}
+
+static const char *ALGO_NAMES[4] = {"auto", "standard", "flash1", "flash2"};
+
+/* One panel of speed vs x for the three algorithms: x from the row (0 seqlen, 1 batch×heads, 2 block_k). */
+static void gp_panel(FILE *f, const rows_t *rs, int xkind, int64_t d, int causal, int bwd, int bq, const char *title,
+                     const char *ylabel, double yscale, int logx) {
+    static int id = 0;
+    int ids[4] = {0};
+    int have[4] = {0};
+    for (int a = 1; a <= 3; a++) {
+        ids[a] = ++id;
+        fprintf(f, "$d%d << EOD\n", ids[a]);
+        for (int i = 0; i < rs->n; i++) {
+            const bench_row *r = &rs->v[i];
+            const bench_config *c = &r->cfg;
+            if ((int)r->algo != a || !r->ok || (d > 0 && c->head_dim != d) || (causal >= 0 && c->causal != causal) ||
+                (bwd >= 0 && c->backward != bwd) || (bq > 0 && c->block_q != bq))
+                continue;
+            double x = xkind == 0 ? (double)c->seqlen_q : xkind == 1 ? (double)(c->batch * c->heads) : (double)r->block_k;
+            fprintf(f, "%g %g\n", x, r->gflops * yscale);
+            have[a] = 1;
+        }
+        fprintf(f, "EOD\n");
+    }
+    fprintf(f, "set title \"%s\"\nset xlabel \"%s\"\nset ylabel \"%s\"\n%s\nset yrange [0:*]\n", title,
+            xkind == 0 ? "sequence length" : xkind == 1 ? "batch × heads" : "Bc (block_k)", ylabel,
+            logx ? "set logscale x 2" : "unset logscale x");
+    int first = 1;
+    for (int a = 1; a <= 3; a++) {
+        if (!have[a]) continue;
+        fprintf(f, "%s $d%d with linespoints lw 2 title '%s'", first ? "plot" : ",", ids[a], ALGO_NAMES[a]);
+        first = 0;
+    }
+    if (first) fprintf(f, "set label 1 'no data' at graph 0.4,0.5\nplot 1/0 notitle\nunset label 1");
+    fprintf(f, "\n");
+}
+
+static void plots_device(report *R, const dev_data *D, int *n_png, char names[][64], int *n_names) {
+    const char *dn = fa_backend_name(D->dev);
+    int cuda = D->dev == FA_BACKEND_CUDA;
+    const char *yl = cuda ? "TFLOP/s" : "GFLOP/s";
+    double ys = cuda ? 1e-3 : 1;
+    char name[64], t[160];
+    for (int bwd = 0; bwd < 2; bwd++) {
+        snprintf(name, sizeof name, "speed_%s_%s", dn, bwd ? "bwd" : "fwd");
+        snprintf(t, sizeof t, "%s, %s: speed vs sequence length (%s)", dn, bwd ? "backward" : "forward",
+                 cuda ? "bf16" : "fp32");
+        FILE *f = gp_open(R, name, t, 2, 2);
+        if (!f) continue;
+        for (int d = 64; d <= 128; d *= 2)
+            for (int c = 0; c < 2; c++) {
+                char pt[64];
+                snprintf(pt, sizeof pt, "d = %d, %s", d, c ? "causal" : "not causal");
+                gp_panel(f, &D->speed, 0, d, c, bwd, 0, pt, yl, ys, 1);
+            }
+        gp_close(R, f, name, n_png);
+        snprintf(names[(*n_names)++], 64, "%s", name);
+    }
+    snprintf(name, sizeof name, "parallel_%s", dn);
+    snprintf(t, sizeof t, "%s: speed vs batch × heads (batch 1, N = %lld, d = 64)", dn,
+             D->par.n ? (long long)D->par.v[0].cfg.seqlen_q : 0LL);
+    FILE *f = gp_open(R, name, t, 1, 2);
+    if (f) {
+        gp_panel(f, &D->par, 1, 64, -1, 0, 0, "forward", yl, ys, 1);
+        gp_panel(f, &D->par, 1, 64, -1, 1, 0, "backward", yl, ys, 1);
+        gp_close(R, f, name, n_png);
+        snprintf(names[(*n_names)++], 64, "%s", name);
+    }
+    snprintf(name, sizeof name, "blocks_%s", dn);
+    snprintf(t, sizeof t, "%s: forward speed vs tile size (N = %lld, d = 64)", dn,
+             D->blocks.n ? (long long)D->blocks.v[0].cfg.seqlen_q : 0LL);
+    int bqs[8], nbq = 0;
+    for (int i = 0; i < D->blocks.n; i++) {
+        int bq = D->blocks.v[i].cfg.block_q, seen = 0;
+        for (int j = 0; j < nbq; j++) seen |= bqs[j] == bq;
+        if (!seen && nbq < 8) bqs[nbq++] = bq;
+    }
+    f = gp_open(R, name, t, 1, nbq > 0 ? nbq : 1);
+    if (f) {
+        for (int j = 0; j < nbq; j++) {
+            char pt[64];
+            snprintf(pt, sizeof pt, "Br = %d", bqs[j]);
+            gp_panel(f, &D->blocks, 2, 64, -1, 0, bqs[j], pt, yl, ys, 1);
+        }
+        gp_close(R, f, name, n_png);
+        snprintf(names[(*n_names)++], 64, "%s", name);
+    }
+    snprintf(name, sizeof name, "memory_%s", dn);
+    f = gp_open(R, name, "peak extra memory vs sequence length (batch 1, 1 head, d = 64, forward)", 1, 1);
+    if (f) {
+        fprintf(f, "set logscale xy 2\nset xlabel 'sequence length'\nset ylabel 'extra memory (MB)'\nset title ''\n");
+        int first = 1;
+        for (int a = 1; a <= 3; a++) {
+            fprintf(f, "$m%d << EOD\n", a);
+            for (int i = 0; i < D->mem.n; i++)
+                if ((int)D->mem.v[i].algo == a && D->mem.v[i].ok && D->mem.v[i].extra_bytes > 0)
+                    fprintf(f, "%lld %g\n", (long long)D->mem.v[i].cfg.seqlen_q, (double)D->mem.v[i].extra_bytes / 1e6);
+            fprintf(f, "EOD\n");
+        }
+        for (int a = 1; a <= 3; a++) {
+            fprintf(f, "%s $m%d with linespoints lw 2 title '%s'", first ? "plot" : ",", a, ALGO_NAMES[a]);
+            first = 0;
+        }
+        fprintf(f, "\n");
+        gp_close(R, f, name, n_png);
+        snprintf(names[(*n_names)++], 64, "%s", name);
+    }
+}
+
+static void plots_io(report *R, int *n_png, char names[][64], int *n_names) {
+    FILE *f = gp_open(R, "io_seqlen", "slow-memory bytes (counted) vs sequence length, d = 64, forward", 1, 1);
+    if (f) {
+        fprintf(f, "set logscale xy 2\nset xlabel 'sequence length N'\nset ylabel 'MB moved'\nset title ''\n");
+        for (int a = 1; a <= 3; a++) {
+            fprintf(f, "$c%d << EOD\n", a);
+            for (int i = 0; i < R->io_seqlen.n; i++)
+                if ((int)R->io_seqlen.v[i].algo == a && R->io_seqlen.v[i].ok)
+                    fprintf(f, "%lld %g %g\n", (long long)R->io_seqlen.v[i].seqlen,
+                            (double)(R->io_seqlen.v[i].read_bytes + R->io_seqlen.v[i].write_bytes) / 1e6,
+                            R->io_seqlen.v[i].paper_bytes / 1e6);
+            fprintf(f, "EOD\n");
+        }
+        fprintf(f, "plot $c1 u 1:2 w lp lw 2 t 'standard (counted)', $c1 u 1:3 w l dt 2 t 'Nd + N^2 (x4 B)', "
+                   "$c2 u 1:2 w lp lw 2 t 'flash1 (counted)', $c3 u 1:2 w lp lw 2 t 'flash2 (counted)', "
+                   "$c2 u 1:3 w l dt 3 t 'N^2d^2/M (x4 B)'\n");
+        gp_close(R, f, "io_seqlen", n_png);
+        snprintf(names[(*n_names)++], 64, "io_seqlen");
+    }
+    f = gp_open(R, "io_sram", "slow-memory bytes vs fast-memory size M (paper blocks Bc = M/4d, Br = min(Bc, d))", 1, 1);
+    if (f) {
+        fprintf(f, "set logscale xy 2\nset xlabel 'M (KiB)'\nset ylabel 'MB moved'\nset title ''\n");
+        for (int a = 2; a <= 3; a++) {
+            fprintf(f, "$s%d << EOD\n", a);
+            for (int i = 0; i < R->io_sram.n; i++)
+                if ((int)R->io_sram.v[i].algo == a && R->io_sram.v[i].ok)
+                    fprintf(f, "%g %g %g\n", (double)R->io_sram.v[i].sram_bytes / 1024,
+                            (double)(R->io_sram.v[i].read_bytes + R->io_sram.v[i].write_bytes) / 1e6,
+                            R->io_sram.v[i].paper_bytes / 1e6);
+            fprintf(f, "EOD\n");
+        }
+        fprintf(f, "plot $s2 u 1:2 w lp lw 2 t 'flash1 (counted)', $s3 u 1:2 w lp lw 2 t 'flash2 (counted)', "
+                   "$s2 u 1:3 w l dt 2 t 'N^2d^2/M (x4 B)'\n");
+        gp_close(R, f, "io_sram", n_png);
+        snprintf(names[(*n_names)++], 64, "io_sram");
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * index.md
+ * ------------------------------------------------------------------------------------------------------- */
+static void md_speed_table(FILE *f, const rows_t *rs, int cuda) {
+    const char *u = cuda ? "TFLOP/s" : "GFLOP/s";
+    double ys = cuda ? 1e-3 : 1;
+    fprintf(f, "| d | causal | pass | B×H | N | standard %s | flash1 %s | flash2 %s | V2/V1 | V1/std | V2/std |\n", u, u, u);
+    fprintf(f, "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < rs->n; i++) {
+        const bench_row *s = &rs->v[i];
+        if (s->algo != FA_ALGO_STANDARD) continue;
+        const bench_config *c = &s->cfg;
+        const bench_row *r[4] = {NULL, s,
+                                 find(rs, FA_ALGO_FLASH1, c->head_dim, c->seqlen_q, c->causal, c->backward, c->heads, -1, -1),
+                                 find(rs, FA_ALGO_FLASH2, c->head_dim, c->seqlen_q, c->causal, c->backward, c->heads, -1, -1)};
+        fprintf(f, "| %lld | %s | %s | %lld×%lld | %lld |", (long long)c->head_dim, c->causal ? "yes" : "no",
+                c->backward ? "bwd" : "fwd", (long long)c->batch, (long long)c->heads, (long long)c->seqlen_q);
+        for (int a = 1; a <= 3; a++) {
+            if (r[a] && r[a]->ok) fprintf(f, " %.2f |", r[a]->gflops * ys);
+            else fprintf(f, " %s |", r[a] ? r[a]->status : "-");
+        }
+        int ok1 = r[1]->ok, ok2 = r[2] && r[2]->ok, ok3 = r[3] && r[3]->ok;
+        if (ok2 && ok3) fprintf(f, " %.2f× |", r[2]->ms / r[3]->ms); else fprintf(f, " - |");
+        if (ok1 && ok2) fprintf(f, " %.2f× |", r[1]->ms / r[2]->ms); else fprintf(f, " - |");
+        if (ok1 && ok3) fprintf(f, " %.2f× |\n", r[1]->ms / r[3]->ms); else fprintf(f, " - |\n");
+    }
+}
+
+static void md_rows(FILE *f, const rows_t *rs, int cuda) {
+    fprintf(f, "| algo | B×H | N | Br×Bc | ms (median) | spread | %s | extra MB | read MB | write MB | kernel |\n",
+            cuda ? "TFLOP/s" : "GFLOP/s");
+    fprintf(f, "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|\n");
+    for (int i = 0; i < rs->n; i++) {
+        const bench_row *r = &rs->v[i];
+        const bench_config *c = &r->cfg;
+        fprintf(f, "| %s%s | %lld×%lld | %lld | ", fa_algo_name(r->algo), c->backward ? " bwd" : "", (long long)c->batch,
+                (long long)c->heads, (long long)c->seqlen_q);
+        if (!r->ok) {
+            fprintf(f, "- | %s | | | | | | %s |\n", r->status, r->note);
+            continue;
+        }
+        fprintf(f, "%d×%d | %.3f | %.1f%% | %.2f | %.3f | %.2f | %.2f | %s |\n", r->block_q, r->block_k, r->ms,
+                r->spread_pct, cuda ? r->gflops / 1e3 : r->gflops, (double)r->extra_bytes / 1e6,
+                (double)r->read_bytes / 1e6, (double)r->write_bytes / 1e6, r->kernel);
+    }
+}
+
+static void md_io(FILE *f, const io_rows_t *rs) {
+    fprintf(f, "| algo | N | Br×Bc | M (KiB) | read MB | write MB | total MB | paper bound | bound MB | counted/bound | "
+               "algorithm model MB | counted/model |\n");
+    fprintf(f, "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|\n");
+    for (int i = 0; i < rs->n; i++) {
+        const io_row *r = &rs->v[i];
+        if (!r->ok) {
+            fprintf(f, "| %s | %lld | %s |\n", fa_algo_name(r->algo), (long long)r->seqlen, r->note);
+            continue;
+        }
+        double tot = (double)(r->read_bytes + r->write_bytes);
+        fprintf(f, "| %s | %lld | %d×%d | %.1f | %.3f | %.3f | %.3f | %s | %.3f | %.2f | %.3f | %.3f |\n",
+                fa_algo_name(r->algo), (long long)r->seqlen, r->block_q, r->block_k, (double)r->sram_bytes / 1024,
+                (double)r->read_bytes / 1e6, (double)r->write_bytes / 1e6, tot / 1e6, r->formula, r->paper_bytes / 1e6,
+                tot / r->paper_bytes, r->model_bytes / 1e6, tot / r->model_bytes);
+    }
+}
+
+static void md_claims(FILE *f, const claim *cl, int n, const char *dev) {
+    fprintf(f, "| # | claim | measurement (%s) | result | verdict |\n|---|---|---|---|---|\n", dev);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "| %d | %s | %s | %s | %s |\n", i + 1, cl[i].claim, cl[i].measured, cl[i].result, cl[i].verdict);
+}
+
+static void md_device(report *R, FILE *f, const dev_data *D, const char *pngs_prefix) {
+    int cuda = D->dev == FA_BACKEND_CUDA;
+    const char *dn = fa_backend_name(D->dev);
+    (void)pngs_prefix;
+    fprintf(f, "\n## Speed vs sequence length (%s)\n\n", dn);
+    fprintf(f, "Like the FlashAttention-2 paper's figures: %s, heads × d = %s, batch = tokens / N, median of %d runs, "
+               "the three algorithms interleaved on the same inputs.\n\n",
+            cuda ? "bf16" : "fp32", cuda ? "2048 (protocol)" : "the preset's model dim", R->p.reps);
+    if (R->gnuplot) fprintf(f, "![forward](speed_%s_fwd.png)\n![backward](speed_%s_bwd.png)\n\n", dn, dn);
+    fprintf(f, "Data: [speed_%s.csv](speed_%s.csv)\n\n", dn, dn);
+    md_speed_table(f, &D->speed, cuda);
+    fprintf(f, "\n## Speed vs batch × heads (%s)\n\nFLASH1 parallelises over batch × heads only; FLASH2 also over query "
+               "blocks. With batch 1 and few heads, FLASH1 leaves %s idle.\n\n",
+            dn, cuda ? "most SMs" : "threads");
+    if (R->gnuplot) fprintf(f, "![parallel](parallel_%s.png)\n\n", dn);
+    fprintf(f, "Data: [parallel_%s.csv](parallel_%s.csv)\n\n", dn, dn);
+    md_speed_table(f, &D->par, cuda);
+    fprintf(f, "\n## Speed vs tile size (%s)\n\n", dn);
+    if (R->gnuplot) fprintf(f, "![blocks](blocks_%s.png)\n\n", dn);
+    fprintf(f, "Data: [blocks_%s.csv](blocks_%s.csv)\n\n", dn, dn);
+    md_rows(f, &D->blocks, cuda);
+    fprintf(f, "\n## Peak extra memory vs sequence length (%s)\n\nMemory the call needed beyond its inputs and outputs "
+               "(fa_last_stats extra_bytes): STANDARD materialises S/P, the flash algorithms keep tiles and O(N) state.\n\n",
+            dn);
+    if (R->gnuplot) fprintf(f, "![memory](memory_%s.png)\n\n", dn);
+    fprintf(f, "Data: [memory_%s.csv](memory_%s.csv)\n\n", dn, dn);
+    md_rows(f, &D->mem, cuda);
+    if (D->probe_n)
+        fprintf(f, "\nThe last STANDARD row is the first power-of-two length at which its fitted extra memory (%.1f GB) "
+                   "exceeds the %.1f GB this run may use; the flash algorithms are not timed there in this preset.\n",
+                D->probe_need / 1e9, D->probe_limit / 1e9);
+}
+
+int report_write(report *R) {
+    char path[2048];
+    snprintf(path, sizeof path, "%s/index.md", R->out);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "flashattn report: cannot write %s\n", path);
+        return 1;
+    }
+    claim cpu_cl[8], gpu_cl[8];
+    int n_cpu = 0, n_gpu = 0;
+    build_claims(R, &R->cpu, cpu_cl, &n_cpu);
+    if (R->cuda) build_claims(R, &R->gpu, gpu_cl, &n_gpu);
+    int n_png = 0, n_names = 0;
+    char names[16][64];
+    plots_device(R, &R->cpu, &n_png, names, &n_names);
+    plots_io(R, &n_png, names, &n_names);
+    if (R->cuda) plots_device(R, &R->gpu, &n_png, names, &n_names);
+
+    char desc[256];
+    int threads = R->cpu.speed.n ? R->cpu.speed.v[0].threads : 0;
+    device_describe(FA_BACKEND_CPU, threads, desc, sizeof desc);
+    time_t now = time(NULL);
+    char date[64];
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    fprintf(f, "# flashattn report: standard vs FlashAttention-1 vs FlashAttention-2 on this machine\n\n");
+    fprintf(f, "- flashattn %s, `flashattn report --%s`, %s, %.0f s\n", fa_version_string(), R->p.name, date, R->seconds);
+    fprintf(f, "- CPU: %s; L1d %lld KiB, L2 %lld KiB, L3 %lld KiB (per the OS)\n", desc,
+            (long long)cpu_cache_bytes(1) / 1024, (long long)cpu_cache_bytes(2) / 1024, (long long)cpu_cache_bytes(3) / 1024);
+    if (R->cuda) {
+        device_describe(FA_BACKEND_CUDA, 0, desc, sizeof desc);
+        fprintf(f, "- GPU: %s\n", desc);
+    } else {
+        fprintf(f, "- GPU: none used (%s)\n", fa_backend_available(FA_BACKEND_CUDA)
+                                                  ? "--no-gpu"
+                                                  : "this build has no CUDA backend or no CUDA device is present");
+    }
+    fprintf(f, "- preset `%s`: %s; every timing is the median of %d runs after a warm-up, the algorithms interleaved; "
+               "MB = 10^6 bytes\n",
+            R->p.name,
+            strcmp(R->p.name, "full") == 0 ? "the BENCHMARKS.md protocol sizes (model dim 2048, 16384 tokens)"
+                                            : "reduced sizes so the run stays short (use --full for the protocol sizes)",
+            R->p.reps);
+    if (!R->gnuplot)
+        fprintf(f, "- **no plots**: gnuplot was not found (or --no-plots). Install it (`apt-get install gnuplot-nox`) "
+                   "and run again, or run `gnuplot NAME.gp` in this directory: the scripts are written.\n");
+
+    fprintf(f, "\n## Claims\n\nEach verdict below is computed from the measurements in this report.\n\n");
+    md_claims(f, cpu_cl, n_cpu, "CPU");
+    if (R->cuda) {
+        fprintf(f, "\n");
+        md_claims(f, gpu_cl, n_gpu, "GPU");
+    }
+
+    md_device(R, f, &R->cpu, "");
+    fprintf(f, "\n## Slow-memory traffic (CPU, counted)\n\nBytes each algorithm moved between slow memory (the caller's "
+               "tensors and the workspace) and fast-memory tiles, counted by the CPU backend's tile transfers and reported "
+               "by fa_last_stats, next to the FlashAttention paper's bounds (Theorem 2: standard Θ(Nd + N²), flash "
+               "Θ(N²d²/M); constant 1, fp32 elements, M in elements) and to each algorithm's transfers as its paper "
+               "writes them.\n\n");
+    if (R->gnuplot) fprintf(f, "![io vs N](io_seqlen.png)\n![io vs M](io_sram.png)\n\n");
+    fprintf(f, "Library blocks, N varies. Data: [io_seqlen.csv](io_seqlen.csv)\n\n");
+    md_io(f, &R->io_seqlen);
+    fprintf(f, "\nThe paper's blocks from M (Bc = ceil(M/4d), Br = min(Bc, d)), N = %lld. Data: [io_sram.csv](io_sram.csv)\n\n",
+            (long long)R->p.io_sram_seqlen);
+    md_io(f, &R->io_sram);
+
+    /* tile sizes on this machine */
+    {
+        int64_t l1 = cpu_cache_bytes(1), l2 = cpu_cache_bytes(2);
+        int br1, bc1, br2, bc2;
+        io_blocks_from_sram(l1 > 0 ? l1 : 32768, 64, &br1, &bc1);
+        io_blocks_from_sram(l2 > 0 ? l2 : 1 << 20, 64, &br2, &bc2);
+        const bench_row *def = find(&R->cpu.speed, FA_ALGO_FLASH2, 64, -1, 0, 0, -1, -1, -1);
+        const bench_row *best = NULL;
+        for (int i = 0; i < R->cpu.blocks.n; i++) {
+            const bench_row *r = &R->cpu.blocks.v[i];
+            if (r->ok && r->algo == FA_ALGO_FLASH2 && (!best || r->gflops > best->gflops)) best = r;
+        }
+        fprintf(f, "\n## Tile sizes on this machine\n\n");
+        fprintf(f, "- The paper's rule with M = L1d (%lld KiB) at d = 64 gives Bc = %d, Br = %d; with M = L2 (%lld KiB): "
+                   "Bc = %d, Br = %d.\n",
+                (long long)l1 / 1024, bc1, br1, (long long)l2 / 1024, bc2, br2);
+        if (def)
+            fprintf(f, "- The library's default FLASH2 tile on the CPU: Br × Bc = %d × %d (working set %.0f KiB at d = 64: "
+                       "Qi, Oi, Kj, Vj and S in fp32).\n",
+                    def->block_q, def->block_k, tile_bytes(def->block_q, def->block_k, 64) / 1024);
+        if (best)
+            fprintf(f, "- Fastest measured FLASH2 tile in the sweep: %d × %d at %.1f GFLOP/s (working set %.0f KiB).\n",
+                    best->block_q, best->block_k, best->gflops, tile_bytes(best->block_q, best->block_k, 64) / 1024);
+        fprintf(f, "- Why: a step of FLASH2 touches Qi (Br·d), Kj and Vj (2·Bc·d), S/P (Br·Bc) and the accumulator Oi (Br·d); "
+                   "that set must stay in L1/L2 for the tile products to run at cache speed, while larger tiles re-read "
+                   "K/V fewer times (traffic ∝ 1/Br for FLASH2, ∝ 1/Bc for FLASH1).\n");
+        if (R->cuda && cuda_smem_per_sm() > 0) {
+            int brg, bcg;
+            io_blocks_from_sram(cuda_smem_per_sm(), 64, &brg, &bcg);
+            fprintf(f, "- GPU: %lld KiB shared memory per SM; the paper's rule at d = 64 gives Bc = %d, Br = %d (fp32 "
+                       "elements; bf16 tiles hold twice as many).\n",
+                    (long long)cuda_smem_per_sm() / 1024, bcg, brg);
+        }
+    }
+
+    if (R->cuda) {
+        fprintf(f, "\n# GPU\n");
+        md_device(R, f, &R->gpu, "");
+        fprintf(f, "\nOn CUDA the slow-memory bytes are modelled from the kernels' tiling (fa_last_stats).\n");
+    }
+    fprintf(f, "\n## GPU measurements not in this report\n\n");
+    if (!R->cuda)
+        fprintf(f, "- No CUDA device was used, so there are no GPU plots. On a machine with an NVIDIA GPU and a CUDA build "
+                   "of flashattn, the same command adds them.\n");
+    fprintf(f, "- Measured DRAM bytes (Nsight Compute `ncu`): %s\n",
+            system("command -v ncu >/dev/null 2>&1") == 0
+                ? "ncu is installed here; run `ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum flashattn bench "
+                  "--device cuda --reps 1 --warmup 0 ...` — this report does not run it itself yet."
+                : "`ncu` is not installed on this machine, so no DRAM counters were read.");
+    fprintf(f, "- PyTorch SDPA reference line: not run by this version of the report.\n");
+
+    fprintf(f, "\n## Reproduce\n\nEvery CSV row above comes from one of these commands (see "
+               "[reproduce.txt](reproduce.txt)); append `--csv` to get the same rows: `flashattn bench ...` for speed "
+               "and memory, `flashattn io ...` for traffic.\n\n```\n");
+    snprintf(path, sizeof path, "%s/reproduce.txt", R->out);
+    FILE *rp = fopen(path, "r");
+    if (rp) {
+        char line[2100];
+        while (fgets(line, sizeof line, rp)) {
+            if (line[0] == '#') continue;
+            char *tab = strchr(line, '\t');
+            fprintf(f, "flashattn %s", tab ? tab + 1 : line);
+        }
+        fclose(rp);
+    }
+    fprintf(f, "```\n\nPlots: %d PNG files written%s; gnuplot scripts (`*.gp`) and data (`*.csv`) beside them.\n", n_png,
+            R->gnuplot ? "" : " (gnuplot missing)");
+    fclose(f);
+
+    /* summary on stdout */
+    printf("flashattn report (%s, %.0f s): %s/index.md, %d plots%s\n\n", R->p.name, R->seconds, R->out, n_png,
+           R->gnuplot ? "" : " (gnuplot not found: tables only; apt-get install gnuplot-nox)");
+    for (int i = 0; i < n_cpu; i++) printf("cpu %d. %s: %s\n", i + 1, cpu_cl[i].claim, cpu_cl[i].verdict);
+    for (int i = 0; i < n_gpu; i++) printf("gpu %d. %s: %s\n", i + 1, gpu_cl[i].claim, gpu_cl[i].verdict);
+    return 0;
+}

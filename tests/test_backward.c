@@ -61,6 +61,9 @@ int main(void) {
     c = mk(2, 65, 77, 2, 2, 16, BF16, T_BSHD, T_BSHD, T_BSHD);
     c.opts.scale = 0.4f;
     t_run_backward(ctx, &c, ALL);
+    c = mk(1, 70, 111, 4, 1, 8, F32, T_BSHD, T_BSHD, T_BSHD);
+    c.opts.scale = -0.2f, c.opts.causal = 1; /* a negative scale under a mask: masked scores must stay masked */
+    t_run_backward(ctx, &c, ALL);
 
     /* forced tiles and deterministic mode */
     c = mk(1, 113, 239, 4, 2, 64, F32, T_BSHD, T_BSHD, T_BSHD);

@@ -77,6 +77,8 @@ int main(void) {
     c = mk(1, 65, 77, 2, 2, 16, BF16, T_BSHD, T_BSHD, T_BSHD);
     c.opts.scale = -0.2f;
     t_run_forward(ctx, &c, ALL);
+    c.opts.causal = 1, c.opts.window_left = 20;
+    t_run_forward(ctx, &c, ALL);
 
     /* forced tiles: many tiles at small sizes, odd tile sizes, 1 x 1 tiles */
     c = mk(1, 113, 239, 4, 2, 64, F32, T_BSHD, T_BSHD, T_BSHD);

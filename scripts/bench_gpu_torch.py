@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""PyTorch SDPA reference timings for scripts/bench-gpu.sh (benchmark only: never used by the library or tests).
+
+  bench_gpu_torch.py run  --out torch.csv [--d 64,128] [--seqlen 512,...] [--causal 0,1] [--pass fwd,bwd]
+  bench_gpu_torch.py merge ours.csv torch.csv     -> one table: TFLOP/s of every algorithm and the ratios
+
+Protocol of ../shared/BENCHMARKS.md: model dim 2048 (heads = 2048/d), batch*seqlen = 16384, bf16, layout
+[B, H, S, D]; warm-up, then the median of --reps runs timed with CUDA events. FLOPs 4*B*H*S*S*D (halved when
+causal), backward = 2.5 x forward; the backward is timed alone (out.backward on a retained graph)."""
+import csv
+import math
+import statistics
+import sys
+
+
+def flops(b, h, s, d, causal, pas):
+    f = 4.0 * b * h * s * s * d
+    if causal:
+        f /= 2
+    return f * (2.5 if pas == "bwd" else 1.0)
+
+
+def run(args):
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+
+    opts = dict(d="64,128", seqlen="512,1024,2048,4096,8192,16384", causal="0,1", **{"pass": "fwd,bwd"}, reps="10",
+                out="torch.csv", tokens="16384")
+    i = 0
+    while i < len(args):
+        opts[args[i].lstrip("-")] = args[i + 1]
+        i += 2
+    reps = int(opts["reps"])
+    backends = [("torch-flash", SDPBackend.FLASH_ATTENTION), ("torch-cudnn", SDPBackend.CUDNN_ATTENTION)]
+    rows = []
+    for d in map(int, opts["d"].split(",")):
+        h = 2048 // d
+        for s in map(int, opts["seqlen"].split(",")):
+            b = max(1, int(opts["tokens"]) // s)
+            for causal in map(int, opts["causal"].split(",")):
+                q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                           for _ in range(3))
+                dout = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+                for name, be in backends:
+                    for pas in opts["pass"].split(","):
+                        try:
+                            with sdpa_kernel([be]):
+                                def fwd():
+                                    return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+                                out = fwd()
+                                if pas == "bwd":
+                                    def step():
+                                        q.grad = k.grad = v.grad = None
+                                        out.backward(dout, retain_graph=True)
+                                else:
+                                    def step():
+                                        fwd()
+                                step()
+                                torch.cuda.synchronize()
+                                times = []
+                                for _ in range(reps):
+                                    e0 = torch.cuda.Event(enable_timing=True)
+                                    e1 = torch.cuda.Event(enable_timing=True)
+                                    e0.record()
+                                    step()
+                                    e1.record()
+                                    e1.synchronize()
+                                    times.append(e0.elapsed_time(e1))
+                                ms = statistics.median(times)
+                                tf = flops(b, h, s, d, causal, pas) / ms / 1e9
+                                rows.append([name, d, s, causal, pas, b, h, "%.4f" % ms, "%.1f" % tf])
+                        except Exception as ex:  # a backend that refuses a shape
+                            rows.append([name, d, s, causal, pas, b, h, "error", str(ex).split("\n")[0][:60]])
+                        print(",".join(map(str, rows[-1])), flush=True)
+                del q, k, v, dout
+                torch.cuda.empty_cache()
+    with open(opts["out"], "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["algo", "d", "seqlen", "causal", "pass", "batch", "heads", "ms", "tflops"])
+        w.writerows(rows)
+
+
+def merge(ours_csv, torch_csv):
+    val = {}  # (algo, d, seqlen, causal, pass) -> TFLOP/s or None
+    with open(ours_csv) as f:
+        for r in csv.DictReader(f):
+            try:
+                tf = float(r["gflops"]) / 1e3
+            except (ValueError, KeyError):
+                tf = None
+            val[(r["algo"], int(r["head_dim"]), int(r["seqlen_q"]), int(r["causal"]), r["pass"])] = tf
+    with open(torch_csv) as f:
+        for r in csv.DictReader(f):
+            try:
+                tf = float(r["tflops"])
+            except ValueError:
+                tf = None
+            val[(r["algo"], int(r["d"]), int(r["seqlen"]), int(r["causal"]), r["pass"])] = tf
+    keys = sorted({k[1:] for k in val}, key=lambda k: (k[3], k[0], k[2], k[1]))
+    cols = ["standard", "flash1", "flash2", "torch-flash", "torch-cudnn"]
+
+    def fmt(x):
+        return "-" if x is None else "%.1f" % x
+
+    def ratio(a, b):
+        return "-" if a is None or b is None or b == 0 else "%.2f" % (a / b)
+
+    print("TFLOP/s, bf16, H200 (one run; ratios from the same run)")
+    print("| pass | d | causal | seqlen | standard | flash1 | flash2 | torch-flash | torch-cudnn "
+          "| F2/torch-flash | F2/cuDNN | F2/F1 | F1/std |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    worst = None
+    for (d, s, c, p) in keys:
+        v = [val.get((a, d, s, c, p)) for a in cols]
+        print("| %s | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            p, d, c, s, *map(fmt, v), ratio(v[2], v[3]), ratio(v[2], v[4]), ratio(v[2], v[1]), ratio(v[1], v[0])))
+        if v[2] is not None and v[3]:
+            r = v[2] / v[3]
+            worst = r if worst is None else min(worst, r)
+    if worst is not None:
+        print("\nworst FLASH2 / torch-flash over the table: %.2f" % worst)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "run":
+        run(sys.argv[2:])
+    elif len(sys.argv) == 4 and sys.argv[1] == "merge":
+        merge(sys.argv[2], sys.argv[3])
+    else:
+        print(__doc__)
+        sys.exit(2)

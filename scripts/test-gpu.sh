@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# GPU tests of the CUDA backend (needs an H200 / sm_90 GPU): build with CUDA, run tests/gpu/test_gpu (every
+# algorithm against the float64 oracle, poisoned outputs), `flashattn check --device cuda` (random cases), then
+# compute-sanitizer memcheck and racecheck on small shapes. Exits non-zero on any failure.
+# Env: BUILD (default build-cuda), JOBS (default nproc), LOG_DIR (copies of the logs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-cuda}
+JOBS=${JOBS:-$(nproc)}
+LOG_DIR=${LOG_DIR:-$BUILD/gpu-logs}
+mkdir -p "$LOG_DIR"
+cmake -S . -B "$BUILD" -DFA_CUDA=ON -DCMAKE_BUILD_TYPE=Release >"$LOG_DIR/cmake.log"
+cmake --build "$BUILD" -j "$JOBS" 2>&1 | tee "$LOG_DIR/build.log" | grep -E "error|warning|spill" || true
+test -x "$BUILD/tests/gpu/test_gpu"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
+
+status=0
+echo "== test_gpu"
+"$BUILD/tests/gpu/test_gpu" 2>&1 | tee "$LOG_DIR/test_gpu.log" | grep -E "FAIL|fail|error|summary|passed|seed" | head -60 || true
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+tail -3 "$LOG_DIR/test_gpu.log"
+
+echo "== flashattn check --device cuda"
+if "$BUILD/flashattn" check --device cuda --count "${CHECK_COUNT:-300}" >"$LOG_DIR/check.log" 2>&1; then
+  tail -3 "$LOG_DIR/check.log"
+else
+  status=1
+  grep -iE "fail|error" "$LOG_DIR/check.log" | head -20
+  tail -3 "$LOG_DIR/check.log"
+fi
+
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer --tool $tool (small shapes)"
+    if FA_GPU_TEST_SMALL=1 compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/gpu/test_gpu" \
+         >"$LOG_DIR/sanitizer-$tool.log" 2>&1; then
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG_DIR/sanitizer-$tool.log" | tail -2
+    else
+      status=1
+      grep -E "=========|FAIL" "$LOG_DIR/sanitizer-$tool.log" | head -30
+    fi
+  done
+else
+  echo "compute-sanitizer not found: memcheck/racecheck skipped"
+fi
+echo "test-gpu: $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
+exit $status

@@ -1,0 +1,92 @@
+/* Small memory-bound kernels around the backward pass, shared by STANDARD, FLASH1 and FLASH2:
+ *   D = rowsum(dO ∘ O) (fp32, laid out like LSE); dQ = scale·dQacc -> dtype; GQA: dK, dV = Σ over the query heads
+ *   of a K/V head of the fp32 per-query-head gradients (fixed order: deterministic).
+ * Rows are addressed without the cu_seqlens: under varlen a packed row t of head h is row h·total + t. */
+#include "common.cuh"
+
+/* Query-side row r -> element offset in a tensor with strides (sb, ss, sh). */
+FA_DEV int64_t fa_qrow_off(const fa_cuda_params &p, int64_t r, int64_t sb, int64_t ss, int64_t sh) {
+    if (p.cu_q) return (r % p.total_q) * ss + (r / p.total_q) * sh;
+    const int64_t i = r % p.sq, h = (r / p.sq) % p.hq, b = r / ((int64_t)p.sq * p.hq);
+    return b * sb + i * ss + h * sh;
+}
+
+template <typename T> __global__ void fa_dsum_kernel(const fa_cuda_params p, int64_t rows) {
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    const T *o = (const T *)p.o + fa_qrow_off(p, r, p.o_sb, p.o_ss, p.o_sh);
+    const T *g = (const T *)p.dout + fa_qrow_off(p, r, p.do_sb, p.do_ss, p.do_sh);
+    float acc = 0.f;
+    for (int c = lane; c < p.d; c += 32) acc += fa_to_f32<T>(o[c]) * fa_to_f32<T>(g[c]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) p.dsum[r] = acc;
+}
+
+template <typename T> __global__ void fa_dq_convert_kernel(const fa_cuda_params p, int64_t n) {
+    const int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (x >= n) return;
+    const int64_t r = x / p.d, c = x % p.d;
+    ((T *)p.dq)[fa_qrow_off(p, r, p.dq_sb, p.dq_ss, p.dq_sh) + c] = fa_from_f32<T>(p.dq_acc[x] * p.scale);
+}
+
+template <typename T> __global__ void fa_dkv_reduce_kernel(const fa_cuda_params p, int64_t n) {
+    const int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (x >= n) return;
+    const int64_t r = x / p.d, c = x % p.d; /* r: a K/V-side row over (b, hk, sk) or (hk, total_k) */
+    int64_t src0, step, dko, dvo;
+    if (p.cu_k) {
+        const int64_t t = r % p.total_k, g = r / p.total_k;
+        src0 = (g * p.group * p.total_k + t) * p.d + c;
+        step = (int64_t)p.total_k * p.d;
+        dko = t * p.dk_ss + g * p.dk_sh;
+        dvo = t * p.dv_ss + g * p.dv_sh;
+    } else {
+        const int64_t j = r % p.sk, g = (r / p.sk) % p.hk, b = r / ((int64_t)p.sk * p.hk);
+        src0 = ((b * p.hq + g * p.group) * p.sk + j) * p.d + c;
+        step = (int64_t)p.sk * p.d;
+        dko = b * p.dk_sb + j * p.dk_ss + g * p.dk_sh;
+        dvo = b * p.dv_sb + j * p.dv_ss + g * p.dv_sh;
+    }
+    float sk = 0.f, sv = 0.f;
+    for (int h = 0; h < p.group; ++h) {
+        sk += p.dk_acc[src0 + h * step];
+        sv += p.dv_acc[src0 + h * step];
+    }
+    ((T *)p.dk)[dko + c] = fa_from_f32<T>(sk);
+    ((T *)p.dv)[dvo + c] = fa_from_f32<T>(sv);
+}
+
+static int64_t fa_q_rows(const fa_cuda_params *p) {
+    return p->cu_q ? (int64_t)p->hq * p->total_q : (int64_t)p->batch * p->hq * p->sq;
+}
+static int64_t fa_k_rows(const fa_cuda_params *p) {
+    return p->cu_k ? (int64_t)p->hk * p->total_k : (int64_t)p->batch * p->hk * p->sk;
+}
+
+#define FA_DTYPE_SWITCH(dtype, KERNEL, grid, block, st, ...)                                  \
+    do {                                                                                     \
+        if ((dtype) == 0) KERNEL<float><<<grid, block, 0, st>>>(__VA_ARGS__);                \
+        else if ((dtype) == 1) KERNEL<__half><<<grid, block, 0, st>>>(__VA_ARGS__);          \
+        else KERNEL<__nv_bfloat16><<<grid, block, 0, st>>>(__VA_ARGS__);                    \
+    } while (0)
+
+extern "C" cudaError_t fa_bwd_dsum_launch(const fa_cuda_params *p, int dtype, cudaStream_t st) {
+    const int64_t rows = fa_q_rows(p);
+    if (rows == 0) return cudaSuccess;
+    FA_DTYPE_SWITCH(dtype, fa_dsum_kernel, (unsigned)((rows + 7) / 8), 256, st, *p, rows);
+    return cudaGetLastError();
+}
+extern "C" cudaError_t fa_bwd_dq_convert_launch(const fa_cuda_params *p, int dtype, cudaStream_t st) {
+    const int64_t n = fa_q_rows(p) * p->d;
+    if (n == 0) return cudaSuccess;
+    FA_DTYPE_SWITCH(dtype, fa_dq_convert_kernel, (unsigned)((n + 255) / 256), 256, st, *p, n);
+    return cudaGetLastError();
+}
+extern "C" cudaError_t fa_bwd_dkv_reduce_launch(const fa_cuda_params *p, int dtype, cudaStream_t st) {
+    const int64_t n = fa_k_rows(p) * p->d;
+    if (n == 0) return cudaSuccess;
+    FA_DTYPE_SWITCH(dtype, fa_dkv_reduce_kernel, (unsigned)((n + 255) / 256), 256, st, *p, n);
+    return cudaGetLastError();
+}

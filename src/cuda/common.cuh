@@ -1,0 +1,177 @@
+/* Shared by the CUDA kernels: the launch parameters, sequence/mask helpers, and warp-level tile GEMMs built on
+ * mma.cuh. Shared-memory tiles are row-major with rows padded by 8 elements (16 bytes): ldmatrix reads of 8
+ * consecutive rows then hit 8 different 16-byte bank groups (row stride ≡ 16 B mod 128 B), conflict-free without
+ * a swizzle, and 16-byte cp.async writes stay aligned. */
+#ifndef FA_CUDA_COMMON_CUH
+#define FA_CUDA_COMMON_CUH
+
+#include "mma.cuh"
+#include "params.h"
+
+#include <math.h>
+
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
+
+/* Where sequence b lives: its lengths and the element offsets of (b, head) in each tensor family. */
+struct fa_seq {
+    int sq, sk;
+    int64_t qrow, krow; /* first row of the sequence in the packed tensors (varlen), else 0 */
+    int64_t stat0;      /* index of row 0 of (b, h) in the fp32 [b, hq, sq] row statistics (LSE, D) */
+};
+
+FA_DEV fa_seq fa_get_seq(const fa_cuda_params &p, int b, int h) {
+    fa_seq s;
+    if (p.cu_q) {
+        s.qrow = p.cu_q[b];
+        s.sq = p.cu_q[b + 1] - p.cu_q[b];
+        s.krow = p.cu_k[b];
+        s.sk = p.cu_k[b + 1] - p.cu_k[b];
+        s.stat0 = (int64_t)h * p.total_q + s.qrow;
+    } else {
+        s.qrow = 0;
+        s.krow = 0;
+        s.sq = p.sq;
+        s.sk = p.sk;
+        s.stat0 = ((int64_t)b * p.hq + h) * p.total_q;
+    }
+    return s;
+}
+/* Element offset of row 0 of (b, h) in a tensor with strides (sb, ss, sh); row0 = packed first row (varlen). */
+FA_DEV int64_t fa_off(const fa_cuda_params &p, int64_t sb, int64_t ss, int64_t sh, int b, int64_t row0, int h) {
+    return (p.cu_q ? row0 * ss : (int64_t)b * sb) + (int64_t)h * sh;
+}
+
+/* Key j is visible to query i (bottom-right aligned window; causal is wr = 0). */
+FA_DEV bool fa_visible(const fa_cuda_params &p, int i, int j, int sq, int sk) {
+    int diag = i + sk - sq;
+    return j < sk && (p.wl < 0 || j >= diag - p.wl) && (p.wr < 0 || j <= diag + p.wr);
+}
+/* Keys visible to any query row of [r0, r1) (r1 > r0): [*lo, *hi). */
+FA_DEV void fa_key_span(const fa_cuda_params &p, int r0, int r1, int sq, int sk, int *lo, int *hi) {
+    int l = 0, h = sk;
+    if (p.wl >= 0) l = max(0, r0 + sk - sq - p.wl);
+    if (p.wr >= 0) h = min(sk, r1 - 1 + sk - sq + p.wr + 1);
+    *lo = l;
+    *hi = h;
+}
+/* Query rows that see any key of [c0, c1): [*lo, *hi). */
+FA_DEV void fa_query_span(const fa_cuda_params &p, int c0, int c1, int sq, int sk, int *lo, int *hi) {
+    int l = 0, h = sq;
+    if (p.wr >= 0) l = max(0, c0 - sk + sq - p.wr);
+    if (p.wl >= 0) h = min(sq, c1 - 1 - sk + sq + p.wl + 1);
+    *lo = l;
+    *hi = h;
+}
+/* True when every (row, key) of [r0, r1) x [c0, c1) is visible (no per-element mask needed). */
+FA_DEV bool fa_block_full(const fa_cuda_params &p, int r0, int r1, int c0, int c1, int sq, int sk) {
+    if (c1 > sk) return false;
+    if (p.wl >= 0 && c0 < (r1 - 1) + sk - sq - p.wl) return false;
+    if (p.wr >= 0 && c1 - 1 > r0 + sk - sq + p.wr) return false;
+    return true;
+}
+
+/* softcap: s <- c·tanh(s·scale/c); the exp2 then uses log2(e) (p.scale_log2 is set so on the host). */
+FA_DEV float fa_softcap(float s, float scale, float cap) { return cap * tanhf(s * (scale / cap)); }
+
+/* ---- tile movement: ROWS x D elements, global rows `stride` apart -> shared rows LD apart ---- */
+template <typename T, int ROWS, int D, int LD, int NTHR>
+FA_DEV void fa_load_tile(T *s, const T *g, int64_t stride, int rows_valid, int tid) {
+    constexpr int CPR = D / 8;
+    static_assert((ROWS * CPR) % NTHR == 0, "tile chunks must split evenly over the threads");
+#pragma unroll
+    for (int it = 0; it < ROWS * CPR / NTHR; ++it) {
+        int c = it * NTHR + tid, r = c / CPR, cc = c % CPR;
+        bool ok = r < rows_valid;
+        fa_cp_async16(s + r * LD + cc * 8, ok ? (const void *)(g + (int64_t)r * stride + cc * 8) : (const void *)g,
+                      ok ? 16 : 0);
+    }
+}
+/* shared rows -> global rows (16-byte stores), rows >= rows_valid skipped. */
+template <typename T, int ROWS, int D, int LD, int NTHR>
+FA_DEV void fa_store_tile(T *g, int64_t stride, const T *s, int rows_valid, int tid) {
+    constexpr int CPR = D / 8;
+#pragma unroll
+    for (int it = 0; it < (ROWS * CPR + NTHR - 1) / NTHR; ++it) {
+        int c = it * NTHR + tid, r = c / CPR, cc = c % CPR;
+        if (c < ROWS * CPR && r < rows_valid) *(uint4 *)(g + (int64_t)r * stride + cc * 8) = *(const uint4 *)(s + r * LD + cc * 8);
+    }
+}
+
+/* ---- warp-level GEMMs on shared-memory tiles ----
+ * acc[MT][NT] are 16x8 fp32 C tiles. */
+
+/* acc += A · Bᵀ; A: MT·16 rows x K (row-major, lda), B: NT·8 rows x K (row-major, ldb).  (S = Q Kᵀ, dP = dO Vᵀ) */
+template <typename T, int MT, int NT, int K, int LDA, int LDB>
+FA_DEV void fa_warp_gemm_abt(float (&acc)[MT][NT][4], const T *A, const T *B, int lane) {
+    static_assert(NT % 2 == 0, "NT must be even");
+    const uint32_t a0 = fa_opaque(fa_smem_addr(A + (lane & 15) * LDA + (lane >> 4) * 8));
+    const uint32_t b0 = fa_opaque(fa_smem_addr(B + ((lane & 7) + ((lane >> 4) << 3)) * LDB + ((lane >> 3) & 1) * 8));
+#pragma unroll
+    for (int k = 0; k < K / 16; ++k) {
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi) fa_ldmatrix_x4(a[mi], a0 + (mi * 16 * LDA + k * 16) * 2);
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+            uint32_t b[4];
+            fa_ldmatrix_x4(b, b0 + (np * 16 * LDB + k * 16) * 2);
+#pragma unroll
+            for (int mi = 0; mi < MT; ++mi) {
+                fa_mma<T>(acc[mi][2 * np], a[mi], b[0], b[1]);
+                fa_mma<T>(acc[mi][2 * np + 1], a[mi], b[2], b[3]);
+            }
+        }
+    }
+}
+
+/* C tiles (MT x 2KT of 16x8) -> A fragments (MT x KT of 16x16), packed to T. */
+template <typename T, int MT, int KT>
+FA_DEV void fa_acc_to_a(uint32_t (&a)[MT][KT][4], const float (&c)[MT][2 * KT][4]) {
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int kt = 0; kt < KT; ++kt) {
+            a[mi][kt][0] = fa_pack2<T>(c[mi][2 * kt][0], c[mi][2 * kt][1]);
+            a[mi][kt][1] = fa_pack2<T>(c[mi][2 * kt][2], c[mi][2 * kt][3]);
+            a[mi][kt][2] = fa_pack2<T>(c[mi][2 * kt + 1][0], c[mi][2 * kt + 1][1]);
+            a[mi][kt][3] = fa_pack2<T>(c[mi][2 * kt + 1][2], c[mi][2 * kt + 1][3]);
+        }
+}
+
+/* acc += A · B; A in registers (MT x KT fragments), B: KT·16 rows (k) x NT·8 cols (n), row-major (ldb), read with
+ * ldmatrix.trans.  (O += P V, dV += Pᵀ dO, dK += dSᵀ Q, dQ += dS K) */
+template <typename T, int MT, int NT, int KT, int LDB>
+FA_DEV void fa_warp_gemm_rb(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][KT][4], const T *B, int lane) {
+    static_assert(NT % 2 == 0, "NT must be even");
+    const uint32_t b0 = fa_opaque(fa_smem_addr(B + ((lane & 7) + ((lane >> 3) & 1) * 8) * LDB + (lane >> 4) * 8));
+#pragma unroll
+    for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+            uint32_t b[4];
+            fa_ldmatrix_x4_trans(b, b0 + (kt * 16 * LDB + np * 16) * 2);
+#pragma unroll
+            for (int mi = 0; mi < MT; ++mi) {
+                fa_mma<T>(acc[mi][2 * np], a[mi][kt], b[0], b[1]);
+                fa_mma<T>(acc[mi][2 * np + 1], a[mi][kt], b[2], b[3]);
+            }
+        }
+}
+
+/* acc += Atᵀ · B; At: K rows x MT·16 cols (row-major, lda; i.e. A stored transposed), B: K rows x NT·8 cols
+ * (row-major, ldb).  (dQ += dS K with dS kept as dSᵀ in shared memory) */
+template <typename T, int MT, int NT, int K, int LDA, int LDB>
+FA_DEV void fa_warp_gemm_atb(float (&acc)[MT][NT][4], const T *At, const T *B, int lane) {
+    const int mat = lane >> 3;
+    const uint32_t a0 = fa_opaque(fa_smem_addr(At + ((lane & 7) + ((mat >> 1) << 3)) * LDA + (mat & 1) * 8));
+#pragma unroll
+    for (int k = 0; k < K / 16; ++k) {
+        uint32_t a[MT][1][4];
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi) fa_ldmatrix_x4_trans(a[mi][0], a0 + (k * 16 * LDA + mi * 16) * 2);
+        fa_warp_gemm_rb<T, MT, NT, 1, LDB>(acc, a, B + k * 16 * LDB, lane);
+    }
+}
+
+#endif

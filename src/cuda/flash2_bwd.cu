@@ -1,0 +1,192 @@
+/* FlashAttention-2 backward (FA2p Algorithm 2, §3.2 "parallel over column blocks").
+ *
+ *   1. D = rowsum(dO ∘ O)                                 (bwd_util.cu; also clears the fp32 dQ accumulator)
+ *   2. grid (Tc = ceil(Sk/Bc), Hq, B): CTA j keeps Kj, Vj, dKj, dVj on chip and loops over the query blocks
+ *      (bwd_block.cuh); dQ is accumulated with fp32 atomics (float2 red.global.add on sm_90)
+ *   3. dQ = scale · dQacc -> dtype (bwd_util.cu); GQA: dK, dV summed over the query heads of a K/V head.
+ * Deterministic mode (opts.deterministic): step 2 skips dQ and a second kernel computes dQ by query blocks
+ * (grid (Tr, Hq, B), warps split Q rows, Qi dOi resident, loop over Kj Vj recomputing S and dP):
+ *   dQi = scale · Σj dSij Kj — no atomics, the same bits every run, at the price of recomputing S and dP (two of
+ *   the five backward GEMMs run twice: ≈ 7/5 of the FLOPs). */
+#include "bwd_block.cuh"
+
+/* Tile table (Br x Bc, warps) of the K/V-block kernel, 8 warps, 1 CTA/SM (-Xptxas -v: no spills).
+ *   d=64 : 64 x 128  FA2's sm90 choice (GPU_NOTES §3)        smem 93 KB
+ *   d=128: 32 x 128  (FA2's 64 x 128 spills 44 B here: dK, dV hold 128 regs; Br = 32 halves Sᵀ, dPᵀ)
+ * dQ kernel (deterministic): 64 x 64, 4 warps. */
+template <int D> struct fa2_bwd_tiles { static constexpr int BM = D == 128 ? 32 : 64, BN = 128, NW = 8; };
+template <int D> struct fa2_dq_tiles { static constexpr int BM = 64, BN = 64, NW = 4; };
+
+template <typename T, int D, int DQ_MODE>
+__global__ void __launch_bounds__(fa2_bwd_tiles<D>::NW * 32, 1) fa_flash2_bwd_kernel(const fa_cuda_params p) {
+    typedef fa2_bwd_tiles<D> Tl;
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    const int n_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const fa_seq s = fa_get_seq(p, b, h);
+    if (n_block * Tl::BN >= s.sk) return;
+    fa_bwd_kv_block<T, D, Tl::BM, Tl::BN, Tl::NW, DQ_MODE>(p, s, b, h, n_block, fa_smem);
+}
+
+/* Deterministic dQ: dQi = scale · Σj (P ∘ (dP − D)) Kj with warps splitting the rows of Qi. */
+template <typename T, int D>
+__global__ void __launch_bounds__(fa2_dq_tiles<D>::NW * 32) fa_flash2_dq_kernel(const fa_cuda_params p) {
+    constexpr int BM = fa2_dq_tiles<D>::BM, BN = fa2_dq_tiles<D>::BN, NW = fa2_dq_tiles<D>::NW;
+    constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, NT = BN / 8, DT = D / 8;
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    T *sQ = (T *)fa_smem, *sdO = sQ + BM * LD, *sK = sdO + BM * LD, *sV = sK + 2 * BN * LD;
+
+    const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const fa_seq s = fa_get_seq(p, b, h);
+    const int m0 = m_block * BM;
+    if (m0 >= s.sq) return;
+    const int rows = min(BM, s.sq - m0), hk = h / p.group;
+    const T *Q = (const T *)p.q + fa_off(p, p.q_sb, p.q_ss, p.q_sh, b, s.qrow, h) + (int64_t)m0 * p.q_ss;
+    const T *dO = (const T *)p.dout + fa_off(p, p.do_sb, p.do_ss, p.do_sh, b, s.qrow, h) + (int64_t)m0 * p.do_ss;
+    const T *K = (const T *)p.k + fa_off(p, p.k_sb, p.k_ss, p.k_sh, b, s.krow, hk);
+    const T *V = (const T *)p.v + fa_off(p, p.v_sb, p.v_ss, p.v_sh, b, s.krow, hk);
+    T *dQg = (T *)p.dq + fa_off(p, p.dq_sb, p.dq_ss, p.dq_sh, b, s.qrow, h) + (int64_t)m0 * p.dq_ss;
+
+    int klo, khi;
+    fa_key_span(p, m0, m0 + rows, s.sq, s.sk, &klo, &khi);
+    const int nb_lo = klo / BN, nb_hi = khi > klo ? (khi + BN - 1) / BN : nb_lo;
+    const int wrow = warp * 16 * MW;
+    const float sl2 = p.scale_log2;
+
+    float Lr[MW][2], Dr[MW][2];
+#pragma unroll
+    for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = m0 + wrow + mi * 16 + (lane >> 2) + r * 8;
+            float L = INFINITY, Dv = 0.f;
+            if (row < s.sq) {
+                const float l = p.lse[s.stat0 + row];
+                L = l == -INFINITY ? INFINITY : l * FA_LOG2E;
+                Dv = p.dsum[s.stat0 + row];
+            }
+            Lr[mi][r] = L;
+            Dr[mi][r] = Dv;
+        }
+    float dQ[MW][DT][4];
+#pragma unroll
+    for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) dQ[mi][dt][0] = dQ[mi][dt][1] = dQ[mi][dt][2] = dQ[mi][dt][3] = 0.f;
+
+    if (nb_hi > nb_lo) {
+        fa_load_tile<T, BM, D, LD, NTHR>(sQ, Q, p.q_ss, rows, tid);
+        fa_load_tile<T, BM, D, LD, NTHR>(sdO, dO, p.do_ss, rows, tid);
+        fa_load_tile<T, BN, D, LD, NTHR>(sK, K + (int64_t)nb_lo * BN * p.k_ss, p.k_ss, s.sk - nb_lo * BN, tid);
+        fa_load_tile<T, BN, D, LD, NTHR>(sV, V + (int64_t)nb_lo * BN * p.v_ss, p.v_ss, s.sk - nb_lo * BN, tid);
+        fa_cp_async_commit();
+    }
+    for (int n = nb_lo; n < nb_hi; ++n) {
+        const int buf = (n - nb_lo) & 1, n0 = n * BN;
+        const T *sKb = sK + buf * BN * LD, *sVb = sV + buf * BN * LD;
+        fa_cp_async_wait<0>();
+        __syncthreads();
+        if (n + 1 < nb_hi) {
+            fa_load_tile<T, BN, D, LD, NTHR>(sK + (buf ^ 1) * BN * LD, K + (int64_t)(n0 + BN) * p.k_ss, p.k_ss, s.sk - n0 - BN, tid);
+            fa_load_tile<T, BN, D, LD, NTHR>(sV + (buf ^ 1) * BN * LD, V + (int64_t)(n0 + BN) * p.v_ss, p.v_ss, s.sk - n0 - BN, tid);
+            fa_cp_async_commit();
+        }
+        float S[MW][NT][4], dP[MW][NT][4];
+#pragma unroll
+        for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) S[mi][nt][e] = dP[mi][nt][e] = 0.f;
+        fa_warp_gemm_abt<T, MW, NT, D, LD, LD>(S, sQ + wrow * LD, sKb, lane);
+        fa_warp_gemm_abt<T, MW, NT, D, LD, LD>(dP, sdO + wrow * LD, sVb, lane);
+        const bool full = fa_block_full(p, m0, m0 + rows, n0, n0 + BN, s.sq, s.sk);
+#pragma unroll
+        for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int r = e >> 1, i = m0 + wrow + mi * 16 + (lane >> 2) + r * 8;
+                    const int j = n0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+                    float sv = S[mi][nt][e], pv;
+                    if (p.softcap > 0.f) sv = fa_softcap(sv, p.scale, p.softcap);
+                    if (!full && !fa_visible(p, i, j, s.sq, s.sk))
+                        pv = 0.f;
+                    else
+                        pv = exp2f(fmaf(sv, sl2, -Lr[mi][r]));
+                    float ds = pv * (dP[mi][nt][e] - Dr[mi][r]);
+                    if (p.softcap > 0.f) {
+                        const float tn = sv / p.softcap;
+                        ds *= 1.f - tn * tn;
+                    }
+                    dP[mi][nt][e] = ds;
+                }
+        uint32_t dSa[MW][NT / 2][4];
+        fa_acc_to_a<T, MW, NT / 2>(dSa, dP);
+        fa_warp_gemm_rb<T, MW, DT, NT / 2, LD>(dQ, dSa, sKb, lane);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = wrow + mi * 16 + (lane >> 2) + r * 8;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+                *(uint32_t *)(sQ + row * LD + dt * 8 + (lane & 3) * 2) =
+                    fa_pack2<T>(dQ[mi][dt][2 * r] * p.scale, dQ[mi][dt][2 * r + 1] * p.scale);
+        }
+    __syncthreads();
+    fa_store_tile<T, BM, D, LD, NTHR>(dQg, p.dq_ss, sQ, rows, tid);
+}
+
+template <typename T, int D, int DQ_MODE> static cudaError_t fa2_bwd_main(const fa_cuda_params *p, cudaStream_t st) {
+    typedef fa2_bwd_tiles<D> Tl;
+    const size_t smem = fa_bwd_smem_bytes<D, Tl::BM, Tl::BN>();
+    cudaError_t e = cudaFuncSetAttribute(fa_flash2_bwd_kernel<T, D, DQ_MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    dim3 grid((p->sk + Tl::BN - 1) / Tl::BN, p->hq, p->batch);
+    if (grid.x == 0) return cudaSuccess;
+    fa_flash2_bwd_kernel<T, D, DQ_MODE><<<grid, Tl::NW * 32, smem, st>>>(*p);
+    return cudaGetLastError();
+}
+
+template <typename T, int D> static cudaError_t fa2_bwd_kernels(const fa_cuda_params *p, int det, cudaStream_t st) {
+    if (!det) return fa2_bwd_main<T, D, FA_DQ_ATOMIC>(p, st);
+    cudaError_t e = fa2_bwd_main<T, D, FA_DQ_NONE>(p, st);
+    if (e != cudaSuccess) return e;
+    typedef fa2_dq_tiles<D> Tq;
+    const size_t smem = (size_t)(2 * Tq::BM + 4 * Tq::BN) * (D + 8) * 2;
+    e = cudaFuncSetAttribute(fa_flash2_dq_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    dim3 grid((p->sq + Tq::BM - 1) / Tq::BM, p->hq, p->batch);
+    if (grid.x == 0) return cudaSuccess;
+    fa_flash2_dq_kernel<T, D><<<grid, Tq::NW * 32, smem, st>>>(*p);
+    return cudaGetLastError();
+}
+
+/* D pre-pass, the K/V-block kernel (+ dQ kernel when deterministic), dQ conversion, GQA reduction. */
+extern "C" cudaError_t fa_flash2_bwd_launch(const fa_cuda_params *p, int dtype, int deterministic, cudaStream_t st,
+                                            int *bm, int *bn) {
+    cudaError_t e = fa_bwd_dsum_launch(p, dtype, st);
+    if (e != cudaSuccess) return e;
+    if (!deterministic) {
+        e = cudaMemsetAsync(p->dq_acc, 0, (size_t)p->hq * p->total_q * (p->cu_q ? 1 : p->batch) * p->d * sizeof(float), st);
+        if (e != cudaSuccess) return e;
+    }
+    *bm = p->d == 128 ? fa2_bwd_tiles<128>::BM : fa2_bwd_tiles<64>::BM;
+    *bn = 128;
+    switch (p->d) {
+    case 64: e = dtype == 1 ? fa2_bwd_kernels<__half, 64>(p, deterministic, st) : fa2_bwd_kernels<__nv_bfloat16, 64>(p, deterministic, st); break;
+    case 128: e = dtype == 1 ? fa2_bwd_kernels<__half, 128>(p, deterministic, st) : fa2_bwd_kernels<__nv_bfloat16, 128>(p, deterministic, st); break;
+    default: return cudaErrorInvalidValue;
+    }
+    if (e != cudaSuccess) return e;
+    if (!deterministic) {
+        e = fa_bwd_dq_convert_launch(p, dtype, st);
+        if (e != cudaSuccess) return e;
+    }
+    if (p->group > 1) e = fa_bwd_dkv_reduce_launch(p, dtype, st);
+    return e;
+}

@@ -1,0 +1,94 @@
+/* The few PTX wrappers the CUDA kernels need (sm_80+ instructions, run on sm_90a): cp.async, ldmatrix,
+ * mma.sync m16n8k16 with fp32 accumulators, and packing two floats into one 16-bit pair.
+ *
+ * Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16"); g = lane / 4, t = lane % 4:
+ *   A 16x16: a[0] = (g, 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 8+2t..), a[3] = (g+8, 8+2t..)
+ *   B 16x8 (k x n): b[0] = (k 2t..2t+1, n g), b[1] = (k 8+2t.., n g)
+ *   C 16x8 fp32: c[0], c[1] = (g, 2t, 2t+1); c[2], c[3] = (g+8, 2t, 2t+1)
+ * Two adjacent C tiles (n 0-7, 8-15) are exactly one A fragment (k 0-15) once packed to 16 bits: that is how
+ * P = exp(S) is fed to P·V straight from registers (GPU_NOTES §2.6). */
+#ifndef FA_CUDA_MMA_CUH
+#define FA_CUDA_MMA_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define FA_DEV __device__ __forceinline__
+
+FA_DEV uint32_t fa_smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* 16-byte global -> shared copy through L2 only; src_bytes < 16 zero-fills the rest (0 = pure zero fill). */
+FA_DEV void fa_cp_async16(void *smem, const void *gmem, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(fa_smem_addr(smem)), "l"(gmem),
+                 "r"(src_bytes));
+}
+FA_DEV void fa_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> FA_DEV void fa_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* A value the compiler cannot see through: applied to a tile's base address inside the main loops so that the
+ * many (base + constant) ldmatrix addresses are not hoisted out of the loop into registers of their own (that
+ * alone cost ~100 registers per thread and spilled the d = 128 kernels); SASS then uses [reg + imm] addressing. */
+FA_DEV uint32_t fa_opaque(uint32_t x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
+
+/* Four 8x8 b16 matrices; lane l gives the row address (shared-space byte address) of matrix l / 8. */
+FA_DEV void fa_ldmatrix_x4(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+FA_DEV void fa_ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* c += a · b, m16n8k16, fp32 accumulators. T = __nv_bfloat16 or __half. */
+template <typename T> FA_DEV void fa_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+template <> FA_DEV void fa_mma<__nv_bfloat16>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <> FA_DEV void fa_mma<__half>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* (lo, hi) -> one 32-bit register of two 16-bit values, round to nearest even. */
+template <typename T> FA_DEV uint32_t fa_pack2(float lo, float hi);
+template <> FA_DEV uint32_t fa_pack2<__nv_bfloat16>(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+template <> FA_DEV uint32_t fa_pack2<__half>(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+template <typename T> FA_DEV float fa_to_f32(T x);
+template <> FA_DEV float fa_to_f32<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <> FA_DEV float fa_to_f32<__half>(__half x) { return __half2float(x); }
+template <> FA_DEV float fa_to_f32<float>(float x) { return x; }
+template <typename T> FA_DEV T fa_from_f32(float x);
+template <> FA_DEV __nv_bfloat16 fa_from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> FA_DEV __half fa_from_f32<__half>(float x) { return __float2half_rn(x); }
+template <> FA_DEV float fa_from_f32<float>(float x) { return x; }
+
+/* Reductions over the 4 lanes of a quad (the lanes that share rows g and g+8 of a C fragment). */
+FA_DEV float fa_quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+}
+FA_DEV float fa_quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 2);
+    return x + __shfl_xor_sync(0xffffffffu, x, 1);
+}
+
+#endif

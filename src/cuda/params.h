@@ -1,0 +1,54 @@
+/* The one parameter block every CUDA kernel of flashattn takes (by value), and the launchers' declarations.
+ * Filled by backend.cu from a validated fa_problem. Strides are in elements; head_dim is contiguous. */
+#ifndef FA_CUDA_PARAMS_H
+#define FA_CUDA_PARAMS_H
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+typedef struct fa_cuda_params {
+    const void *q, *k, *v, *o, *dout; /* inputs (o is an input of the backward) */
+    void *out, *dq, *dk, *dv;         /* outputs */
+    float *lse;                       /* forward: output or NULL; backward: input */
+    float *dsum;                      /* backward: D = rowsum(dO ∘ O), laid out like lse */
+    float *dq_acc;                    /* fp32 [rows like lse][d] dQ accumulator */
+    float *dk_acc, *dv_acc;           /* GQA: fp32 per-query-head dK, dV [b, hq, sk, d] (varlen [hq, total_k, d]) */
+    float *o_acc, *row_m, *row_l;     /* FLASH1: fp32 O, m, l kept in HBM between outer steps */
+    int64_t q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh;
+    int64_t do_sb, do_ss, do_sh, dq_sb, dq_ss, dq_sh, dk_sb, dk_ss, dk_sh, dv_sb, dv_ss, dv_sh;
+    int batch, hq, hk, group, d;
+    int sq, sk;             /* seqlens (varlen: the longest) */
+    int total_q, total_k;   /* q.seqlen, k.seqlen (rows of the packed tensors under varlen) */
+    const int *cu_q, *cu_k; /* device copies of the cu_seqlens, or NULL */
+    float scale;            /* softmax scale */
+    float scale_log2;       /* scale·log2(e), or log2(e) with softcap (scale is applied inside the cap) */
+    float softcap;          /* 0 = off */
+    int wl, wr;             /* window, -1 = unbounded; causal folded in as wr = 0 */
+} fa_cuda_params;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Launchers (each returns the launch's cudaError_t; dtype: 1 = f16, 2 = bf16; block sizes from the tables;
+ * fa_flash2_fwd_launch takes the requested *bm, *bn, 0 = default). */
+cudaError_t fa_flash2_fwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn);
+cudaError_t fa_flash2_bwd_launch(const fa_cuda_params *p, int dtype, int deterministic, cudaStream_t st, int *bm,
+                                 int *bn);
+cudaError_t fa_flash1_fwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn);
+cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn);
+/* Tile sizes of (algo: 2 = FLASH1, 3 = FLASH2; head_dim; backward) without launching. *bm, *bn: in = requested
+ * (0 = the default), out = what runs. Returns 0 when no built kernel matches. */
+int fa_flash_tiles(int algo, int d, int backward, int *bm, int *bn);
+int fa_flash2_fwd_tiles(int d, int *bm, int *bn);
+
+/* Backward helpers (bwd_util.cu). */
+cudaError_t fa_bwd_dsum_launch(const fa_cuda_params *p, int dtype, cudaStream_t st);       /* D = rowsum(dO∘O) */
+cudaError_t fa_bwd_dq_convert_launch(const fa_cuda_params *p, int dtype, cudaStream_t st); /* dq = dq_acc·scale */
+cudaError_t fa_bwd_dkv_reduce_launch(const fa_cuda_params *p, int dtype, cudaStream_t st); /* GQA sum of dk/dv_acc */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

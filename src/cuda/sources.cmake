@@ -1,0 +1,19 @@
+# CUDA backend sources (included by the root CMakeLists.txt when a CUDA compiler is found).
+# Built for sm_90a only (H100/H200): the flash kernels use mma.sync/ldmatrix/cp.async, the build stays fast.
+find_package(CUDAToolkit REQUIRED)
+# Always sm_90a (the backend refuses other devices at context creation): shadows the toolkit default that
+# enable_language(CUDA) puts in the cache.
+set(CMAKE_CUDA_ARCHITECTURES 90a)
+set(CMAKE_CUDA_STANDARD 17)
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+set(FA_CUDA_SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/backend.cu
+    ${CMAKE_CURRENT_LIST_DIR}/standard.cu
+    ${CMAKE_CURRENT_LIST_DIR}/bwd_util.cu
+    ${CMAKE_CURRENT_LIST_DIR}/flash1.cu
+    ${CMAKE_CURRENT_LIST_DIR}/flash2_fwd.cu
+    ${CMAKE_CURRENT_LIST_DIR}/flash2_bwd.cu)
+# Host code warnings-clean; device code: report spills (-Xptxas -warn-spills) so a shipped tile that spills shows.
+set_source_files_properties(${FA_CUDA_SOURCES} PROPERTIES COMPILE_OPTIONS
+    "-Xcompiler=-Wall,-Wextra;-Xptxas=-warn-spills;--expt-relaxed-constexpr")
+set(FA_CUDA_LIBS CUDA::cudart CUDA::cublas)

@@ -1,0 +1,285 @@
+/* STANDARD attention on the GPU: the baseline a user would write. Per sequence, with cuBLAS
+ * (cublasGemmStridedBatchedEx, 16-bit or fp32 operands, fp32 compute) and our row-softmax kernels:
+ *   forward:  S = scale·Q Kᵀ (fp32, materialised: Hq x Sq x Sk) -> P = softmax(mask(softcap(S))) (dtype) + LSE
+ *             -> O = P V
+ *   backward: S again -> P (dtype) -> dV = Pᵀ dO -> dP = dO Vᵀ (fp32) -> dS = P ∘ (dP − D) [∘ (1 − tanh²)]
+ *             -> dQ = scale·dS K, dK = scale·dSᵀ Q; D = rowsum(dO ∘ O) from bwd_util.cu
+ * Extra memory: Θ(Hq·Sq·Sk) per sequence (S fp32 + P; backward + dP fp32), reused across the sequences of a batch.
+ * GQA: the query heads of one K/V head are one strided batch with a K/V stride of 0; dK, dV per query head in
+ * fp32 are then summed (bwd_util.cu). */
+#include "common.cuh"
+#include "standard.h"
+
+static cudaDataType fa_cu_type(int dtype) { return dtype == 0 ? CUDA_R_32F : dtype == 1 ? CUDA_R_16F : CUDA_R_16BF; }
+static size_t fa_esize(int dtype) { return dtype == 0 ? 4 : 2; }
+
+/* One GEMM per head (row-major thinking, column-major call): operand X of head h is base + hx·stride where
+ * hx = h for query-side operands and h / group for K/V-side ones. */
+typedef struct fa_gop {
+    const void *p;
+    int64_t ld, stride; /* leading dimension, per-head stride (elements) */
+    int kv;             /* 1: indexed by the K/V head */
+    cudaDataType t;
+    size_t es;
+} fa_gop;
+
+static cublasStatus_t fa_gemm_heads(cublasHandle_t hd, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                    float alpha, fa_gop A, fa_gop B, float beta, void *C, cudaDataType ct, size_t ces,
+                                    int64_t ldc, int64_t cstride, int hq, int group) {
+    const int calls = group == 1 ? 1 : hq / group, per = group == 1 ? hq : group;
+    for (int g = 0; g < calls; ++g) {
+        const char *a = (const char *)A.p + (size_t)(A.kv ? g : (int64_t)g * per) * A.stride * A.es;
+        const char *b = (const char *)B.p + (size_t)(B.kv ? g : (int64_t)g * per) * B.stride * B.es;
+        char *c = (char *)C + (size_t)g * per * cstride * ces;
+        const long long sa = (A.kv && group > 1) ? 0 : A.stride, sb = (B.kv && group > 1) ? 0 : B.stride;
+        cublasStatus_t s = cublasGemmStridedBatchedEx(hd, ta, tb, m, n, k, &alpha, a, A.t, (int)A.ld, sa, b, B.t, (int)B.ld,
+                                                      sb, &beta, c, ct, (int)ldc, cstride, per, CUBLAS_COMPUTE_32F,
+                                                      CUBLAS_GEMM_DEFAULT);
+        if (s != CUBLAS_STATUS_SUCCESS) return s;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* Per-row mask + softcap on S (already scaled). */
+struct fa_std_row {
+    int sq, sk, wl, wr;
+    float cap;
+};
+FA_DEV float fa_std_val(const fa_std_row &r, int i, int j, float s, bool *vis) {
+    const int diag = i + r.sk - r.sq;
+    *vis = (r.wl < 0 || j >= diag - r.wl) && (r.wr < 0 || j <= diag + r.wr);
+    return r.cap > 0.f ? r.cap * tanhf(s / r.cap) : s;
+}
+
+FA_DEV float fa_block_reduce(float v, bool is_max, float *red) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        float o = __shfl_xor_sync(0xffffffffu, v, off);
+        v = is_max ? fmaxf(v, o) : v + o;
+    }
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    v = red[0];
+    for (int i = 1; i < nw; ++i) v = is_max ? fmaxf(v, red[i]) : v + red[i];
+    return v;
+}
+
+/* Forward softmax of one row per block: P = exp(S − max) / Σ, LSE = max + ln Σ. */
+template <typename T>
+__global__ void fa_std_softmax_kernel(const float *S, void *Pv, fa_std_row r, float *lse, int64_t lse_hs) {
+    __shared__ float red[32];
+    const int64_t row = blockIdx.x;
+    const int h = (int)(row / r.sq), i = (int)(row % r.sq);
+    const float *s = S + row * r.sk;
+    T *pr = (T *)Pv + row * r.sk;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < r.sk; j += blockDim.x) {
+        bool vis;
+        float x = fa_std_val(r, i, j, s[j], &vis);
+        if (vis) mx = fmaxf(mx, x);
+    }
+    mx = fa_block_reduce(mx, true, red);
+    const float mu = mx == -INFINITY ? 0.f : mx;
+    float sum = 0.f;
+    for (int j = threadIdx.x; j < r.sk; j += blockDim.x) {
+        bool vis;
+        float x = fa_std_val(r, i, j, s[j], &vis);
+        if (vis) sum += expf(x - mu);
+    }
+    sum = fa_block_reduce(sum, false, red);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    for (int j = threadIdx.x; j < r.sk; j += blockDim.x) {
+        bool vis;
+        float x = fa_std_val(r, i, j, s[j], &vis);
+        pr[j] = fa_from_f32<T>(vis ? expf(x - mu) * inv : 0.f);
+    }
+    if (lse && threadIdx.x == 0) lse[(int64_t)h * lse_hs + i] = sum > 0.f ? mu + logf(sum) : -INFINITY;
+}
+
+/* Backward, element-wise per row: mode 0: P = exp(S − LSE) -> out; mode 1: dS = P ∘ (dP − D) [∘ (1 − tanh²)] -> out. */
+template <typename T>
+__global__ void fa_std_bwd_kernel(const float *S, const float *dP, void *outv, fa_std_row r, const float *lse,
+                                  const float *dsum, int64_t lse_hs, int mode) {
+    const int64_t row = blockIdx.x;
+    const int h = (int)(row / r.sq), i = (int)(row % r.sq);
+    float L = lse[(int64_t)h * lse_hs + i];
+    if (L == -INFINITY) L = INFINITY;
+    const float Dv = mode ? dsum[(int64_t)h * lse_hs + i] : 0.f;
+    for (int j = threadIdx.x; j < r.sk; j += blockDim.x) {
+        bool vis;
+        const float x = fa_std_val(r, i, j, S[row * r.sk + j], &vis);
+        float v = vis ? expf(x - L) : 0.f;
+        if (mode) {
+            v *= dP[row * r.sk + j] - Dv;
+            if (r.cap > 0.f) {
+                const float t = x / r.cap;
+                v *= 1.f - t * t;
+            }
+        }
+        ((T *)outv)[row * r.sk + j] = fa_from_f32<T>(v);
+    }
+}
+
+#define FA_STD_DT(dtype, KERNEL, grid, block, st, ...)                                \
+    do {                                                                             \
+        if ((dtype) == 0) KERNEL<float><<<grid, block, 0, st>>>(__VA_ARGS__);        \
+        else if ((dtype) == 1) KERNEL<__half><<<grid, block, 0, st>>>(__VA_ARGS__);  \
+        else KERNEL<__nv_bfloat16><<<grid, block, 0, st>>>(__VA_ARGS__);            \
+    } while (0)
+
+size_t fa_standard_ws_bytes(const fa_cuda_params *p, int dtype, int backward) {
+    const size_t hss = (size_t)p->hq * p->sq * p->sk;
+    size_t b = hss * (4 + fa_esize(dtype));
+    if (backward) {
+        b += hss * 4;                                                            /* dP */
+        if (p->group > 1) b += 2 * (size_t)p->hq * p->sk * p->d * 4;             /* dK, dV per query head */
+    }
+    return b;
+}
+
+/* Sequence b's offsets. */
+static void fa_std_seq(const fa_cuda_params *p, const int *cu_q, const int *cu_k, int b, int *sq, int *sk, int64_t *qr,
+                       int64_t *kr, int64_t *lse0, int64_t *lse_hs) {
+    if (cu_q) {
+        *qr = cu_q[b], *kr = cu_k[b];
+        *sq = cu_q[b + 1] - cu_q[b], *sk = cu_k[b + 1] - cu_k[b];
+        *lse0 = cu_q[b], *lse_hs = p->total_q;
+    } else {
+        *qr = 0, *kr = 0, *sq = p->sq, *sk = p->sk;
+        *lse0 = (int64_t)b * p->hq * p->sq, *lse_hs = p->sq;
+    }
+}
+#define FA_OFF(P, X, b, row) ((cu_q ? (row) * (P)->X##_ss : (int64_t)(b) * (P)->X##_sb))
+
+fa_std_status fa_standard_forward(const fa_cuda_params *p, int dtype, const int *cu_q, const int *cu_k,
+                                  cublasHandle_t hd, cudaStream_t st, void *ws) {
+    const cudaDataType t = fa_cu_type(dtype);
+    const size_t es = fa_esize(dtype);
+    fa_std_status r = {cudaSuccess, CUBLAS_STATUS_SUCCESS};
+    for (int b = 0; b < p->batch; ++b) {
+        int sq, sk;
+        int64_t qr, kr, lse0, lse_hs;
+        fa_std_seq(p, cu_q, cu_k, b, &sq, &sk, &qr, &kr, &lse0, &lse_hs);
+        if (sq == 0) continue;
+        const char *q = (const char *)p->q + FA_OFF(p, q, b, qr) * es;
+        const char *k = (const char *)p->k + FA_OFF(p, k, b, kr) * es;
+        const char *v = (const char *)p->v + FA_OFF(p, v, b, kr) * es;
+        char *o = (char *)p->out + FA_OFF(p, o, b, qr) * es;
+        float *S = (float *)ws;
+        void *P = (char *)ws + (size_t)p->hq * sq * sk * 4;
+        const fa_std_row rw = {sq, sk, p->wl, p->wr, p->softcap};
+        if (sk == 0) { /* no keys: O = 0, LSE = -inf */
+            for (int h = 0; h < p->hq; ++h) {
+                r.cuda = cudaMemset2DAsync(o + (size_t)h * p->o_sh * es, p->o_ss * es, 0, p->d * es, sq, st);
+                if (r.cuda != cudaSuccess) return r;
+            }
+            if (p->lse) {
+                FA_STD_DT(dtype, fa_std_softmax_kernel, (unsigned)(p->hq * sq), 32, st, S, P, rw, p->lse + lse0, lse_hs);
+                if ((r.cuda = cudaGetLastError()) != cudaSuccess) return r;
+            }
+            continue;
+        }
+        /* Sᵀ (col-major sk x sq) = (K as col-major d x sk)ᵀ · (Q as col-major d x sq), alpha = scale */
+        fa_gop A = {k, p->k_ss, p->k_sh, 1, t, es}, B = {q, p->q_ss, p->q_sh, 0, t, es};
+        r.blas = fa_gemm_heads(hd, CUBLAS_OP_T, CUBLAS_OP_N, sk, sq, p->d, p->scale, A, B, 0.f, S, CUDA_R_32F, 4, sk,
+                               (int64_t)sq * sk, p->hq, p->group);
+        if (r.blas != CUBLAS_STATUS_SUCCESS) return r;
+        FA_STD_DT(dtype, fa_std_softmax_kernel, (unsigned)(p->hq * sq), 256, st, S, P, rw,
+                  p->lse ? p->lse + lse0 : (float *)0, lse_hs);
+        if ((r.cuda = cudaGetLastError()) != cudaSuccess) return r;
+        /* Oᵀ (col-major d x sq) = (V as col-major d x sk) · (P as col-major sk x sq) */
+        fa_gop A2 = {v, p->v_ss, p->v_sh, 1, t, es}, B2 = {P, sk, (int64_t)sq * sk, 0, t, es};
+        r.blas = fa_gemm_heads(hd, CUBLAS_OP_N, CUBLAS_OP_N, p->d, sq, sk, 1.f, A2, B2, 0.f, o, t, es, p->o_ss, p->o_sh,
+                               p->hq, p->group);
+        if (r.blas != CUBLAS_STATUS_SUCCESS) return r;
+    }
+    return r;
+}
+
+fa_std_status fa_standard_backward(const fa_cuda_params *p, int dtype, const int *cu_q, const int *cu_k,
+                                   cublasHandle_t hd, cudaStream_t st, void *ws) {
+    const cudaDataType t = fa_cu_type(dtype);
+    const size_t es = fa_esize(dtype);
+    fa_std_status r = {cudaSuccess, CUBLAS_STATUS_SUCCESS};
+    r.cuda = fa_bwd_dsum_launch(p, dtype, st);
+    if (r.cuda != cudaSuccess) return r;
+    for (int b = 0; b < p->batch; ++b) {
+        int sq, sk;
+        int64_t qr, kr, lse0, lse_hs;
+        fa_std_seq(p, cu_q, cu_k, b, &sq, &sk, &qr, &kr, &lse0, &lse_hs);
+        const char *q = (const char *)p->q + FA_OFF(p, q, b, qr) * es;
+        const char *k = (const char *)p->k + FA_OFF(p, k, b, kr) * es;
+        const char *v = (const char *)p->v + FA_OFF(p, v, b, kr) * es;
+        const char *dO = (const char *)p->dout + FA_OFF(p, do, b, qr) * es;
+        char *dq = (char *)p->dq + FA_OFF(p, dq, b, qr) * es;
+        char *dk = (char *)p->dk + FA_OFF(p, dk, b, kr) * es;
+        char *dv = (char *)p->dv + FA_OFF(p, dv, b, kr) * es;
+        const size_t hss = (size_t)p->hq * sq * sk;
+        float *S = (float *)ws, *dP = S + hss;
+        void *P = dP + hss;
+        float *dkw = (float *)((char *)P + hss * es), *dvw = dkw + (size_t)p->hq * sk * p->d;
+        const int gqa = p->group > 1;
+        const fa_std_row rw = {sq, sk, p->wl, p->wr, p->softcap};
+        if (sq == 0 || sk == 0) {
+            for (int h = 0; h < p->hq && sq > 0; ++h) {
+                r.cuda = cudaMemset2DAsync(dq + (size_t)h * p->dq_sh * es, p->dq_ss * es, 0, p->d * es, sq, st);
+                if (r.cuda != cudaSuccess) return r;
+            }
+            for (int h = 0; h < p->hk && sk > 0; ++h) {
+                r.cuda = cudaMemset2DAsync(dk + (size_t)h * p->dk_sh * es, p->dk_ss * es, 0, p->d * es, sk, st);
+                if (r.cuda == cudaSuccess)
+                    r.cuda = cudaMemset2DAsync(dv + (size_t)h * p->dv_sh * es, p->dv_ss * es, 0, p->d * es, sk, st);
+                if (r.cuda != cudaSuccess) return r;
+            }
+            continue;
+        }
+        /* S = scale·Q Kᵀ; P = exp(S − LSE) */
+        r.blas = fa_gemm_heads(hd, CUBLAS_OP_T, CUBLAS_OP_N, sk, sq, p->d, p->scale, (fa_gop){k, p->k_ss, p->k_sh, 1, t, es},
+                               (fa_gop){q, p->q_ss, p->q_sh, 0, t, es}, 0.f, S, CUDA_R_32F, 4, sk, (int64_t)sq * sk,
+                               p->hq, p->group);
+        if (r.blas != CUBLAS_STATUS_SUCCESS) return r;
+        FA_STD_DT(dtype, fa_std_bwd_kernel, (unsigned)(p->hq * sq), 256, st, S, dP, P, rw, p->lse + lse0,
+                  p->dsum + lse0, lse_hs, 0);
+        if ((r.cuda = cudaGetLastError()) != cudaSuccess) return r;
+        /* dVᵀ (col-major d x sk) = (dO col-major d x sq) · (P col-major sk x sq)ᵀ */
+        fa_gop Pop = {P, sk, (int64_t)sq * sk, 0, t, es};
+        r.blas = fa_gemm_heads(hd, CUBLAS_OP_N, CUBLAS_OP_T, p->d, sk, sq, 1.f, (fa_gop){dO, p->do_ss, p->do_sh, 0, t, es},
+                               Pop, 0.f, gqa ? (void *)dvw : (void *)dv, gqa ? CUDA_R_32F : t, gqa ? 4 : es,
+                               gqa ? p->d : p->dv_ss, gqa ? (int64_t)sk * p->d : p->dv_sh, p->hq, gqa ? 1 : 1);
+        if (r.blas != CUBLAS_STATUS_SUCCESS) return r;
+        /* dPᵀ (col-major sk x sq) = (V col-major d x sk)ᵀ · (dO col-major d x sq) */
+        r.blas = fa_gemm_heads(hd, CUBLAS_OP_T, CUBLAS_OP_N, sk, sq, p->d, 1.f, (fa_gop){v, p->v_ss, p->v_sh, 1, t, es},
+                               (fa_gop){dO, p->do_ss, p->do_sh, 0, t, es}, 0.f, dP, CUDA_R_32F, 4, sk, (int64_t)sq * sk,
+                               p->hq, p->group);
+        if (r.blas != CUBLAS_STATUS_SUCCESS) return r;
+        FA_STD_DT(dtype, fa_std_bwd_kernel, (unsigned)(p->hq * sq), 256, st, S, dP, P, rw, p->lse + lse0,
+                  p->dsum + lse0, lse_hs, 1);
+        if ((r.cuda = cudaGetLastError()) != cudaSuccess) return r;
+        /* dQᵀ (col-major d x sq) = scale · (K col-major d x sk) · (dS col-major sk x sq) */
+        r.blas = fa_gemm_heads(hd, CUBLAS_OP_N, CUBLAS_OP_N, p->d, sq, sk, p->scale, (fa_gop){k, p->k_ss, p->k_sh, 1, t, es},
+                               Pop, 0.f, dq, t, es, p->dq_ss, p->dq_sh, p->hq, p->group);
+        if (r.blas != CUBLAS_STATUS_SUCCESS) return r;
+        /* dKᵀ (col-major d x sk) = scale · (Q col-major d x sq) · (dS col-major sk x sq)ᵀ */
+        r.blas = fa_gemm_heads(hd, CUBLAS_OP_N, CUBLAS_OP_T, p->d, sk, sq, p->scale, (fa_gop){q, p->q_ss, p->q_sh, 0, t, es},
+                               Pop, 0.f, gqa ? (void *)dkw : (void *)dk, gqa ? CUDA_R_32F : t, gqa ? 4 : es,
+                               gqa ? p->d : p->dk_ss, gqa ? (int64_t)sk * p->d : p->dk_sh, p->hq, 1);
+        if (r.blas != CUBLAS_STATUS_SUCCESS) return r;
+        if (gqa) {
+            /* sum the query heads of each K/V head: reuse the reduction kernel on a one-sequence view */
+            fa_cuda_params s1 = *p;
+            s1.cu_q = s1.cu_k = 0;
+            s1.batch = 1;
+            s1.sk = sk;
+            s1.total_k = sk;
+            s1.dk_acc = dkw;
+            s1.dv_acc = dvw;
+            s1.dk = dk;
+            s1.dv = dv;
+            r.cuda = fa_bwd_dkv_reduce_launch(&s1, dtype, st);
+            if (r.cuda != cudaSuccess) return r;
+        }
+    }
+    return r;
+}

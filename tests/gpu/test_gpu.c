@@ -1,0 +1,280 @@
+/* GPU tests of the CUDA backend (run on a machine with an H200: `make test-gpu`).
+ *
+ * Every case builds its tensors on the host with the CPU tests' helpers (tests/common.h: layouts with padding and
+ * offsets, NaN-poisoned allocations), mirrors each whole allocation to the device, runs STANDARD, FLASH1 and
+ * FLASH2 through the public API on a CUDA context, copies the allocations back and checks, against the float64
+ * oracle (src/cpu/reference.h):
+ *   - status FA_OK, or FA_ERR_UNSUPPORTED exactly when the request is outside what the CUDA kernels are built for
+ *     (dtype f32 or head_dim not 64/128 or rows not 16-byte aligned or explicit tiles for FLASH1/FLASH2), with a reason;
+ *   - every output element written (outputs poisoned with NaN before each call), nothing outside the views written;
+ *   - out, lse, dq, dk, dv within DESIGN.md's rule: max|x − ref| ≤ 2·max|standard − ref| + atol (STANDARD = our
+ *     cuBLAS path in the same dtype);
+ *   - FLASH2 deterministic backward: bitwise identical over two runs.
+ * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "common.h"
+#include "cpu/reference.h"
+
+static void cuda_ok(cudaError_t e, const char *what) {
+    if (e != cudaSuccess) {
+        fprintf(stderr, "CUDA error in test harness (%s): %s\n", what, cudaGetErrorString(e));
+        exit(2);
+    }
+}
+
+/* A device mirror of a host t_buf: same bytes, same view offset and strides. */
+typedef struct dbuf {
+    t_buf *h;
+    unsigned char *mem;
+    fa_tensor t;
+} dbuf;
+
+static dbuf d_new(t_buf *h) {
+    dbuf d;
+    d.h = h;
+    cuda_ok(cudaMalloc((void **)&d.mem, h->mem_bytes), "cudaMalloc");
+    d.t = h->t;
+    d.t.data = d.mem + ((unsigned char *)h->t.data - h->mem);
+    return d;
+}
+static void d_up(dbuf *d) { cuda_ok(cudaMemcpy(d->mem, d->h->mem, d->h->mem_bytes, cudaMemcpyHostToDevice), "up"); }
+static void d_down(dbuf *d) { cuda_ok(cudaMemcpy(d->h->mem, d->mem, d->h->mem_bytes, cudaMemcpyDeviceToHost), "down"); }
+static void d_free(dbuf *d) { cudaFree(d->mem); }
+
+static int aligned16(const dbuf *d) {
+    return ((uintptr_t)d->t.data % 16) == 0 && d->t.stride_batch % 8 == 0 && d->t.stride_seq % 8 == 0 &&
+           d->t.stride_head % 8 == 0;
+}
+
+/* Expected: does the CUDA backend run algo a on this case? */
+static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
+    if (a == FA_ALGO_STANDARD) return 1;
+    if (c->dt == FA_DTYPE_F32 || (c->d != 64 && c->d != 128)) return 0;
+    if (c->opts.block_q || c->opts.block_k) return -1; /* either: depends on the tile table */
+    for (int i = 0; i < nb; ++i)
+        if (!aligned16(bufs[i])) return 0;
+    return 1;
+}
+
+static const fa_algo algos[3] = {FA_ALGO_STANDARD, FA_ALGO_FLASH1, FA_ALGO_FLASH2};
+
+static double lse_err(const float *lse, const double *ref, int64_t n) { return t_max_diff_f(lse, ref, n); }
+
+static void run_case(fa_context *ctx, t_case *c, int backward) {
+    char desc[400];
+    t_case_describe(c, desc, sizeof desc);
+    snprintf(t_case_label, sizeof t_case_label, "gpu %s %s", backward ? "bwd" : "fwd", desc);
+    printf("gpu %s %s:", backward ? "bwd" : "fwd", desc);
+    fflush(stdout);
+    t_layout lo = c->lay_o == T_BCAST ? T_BSHD : c->lay_o;
+    t_buf q = t_buf_new(c->dt, c->b, c->sq, c->hq, c->d, c->lay_q);
+    t_buf k = t_buf_new(c->dt, c->b, c->sk, c->hk, c->d, c->lay_kv);
+    t_buf v = t_buf_new(c->dt, c->b, c->sk, c->hk, c->d, c->lay_kv);
+    t_buf o = t_buf_new(c->dt, c->b, c->sq, c->hq, c->d, lo);
+    t_buf dout = t_buf_new(c->dt, c->b, c->sq, c->hq, c->d, lo);
+    t_buf dq = t_buf_new(c->dt, c->b, c->sq, c->hq, c->d, lo);
+    t_buf dk = t_buf_new(c->dt, c->b, c->sk, c->hk, c->d, lo);
+    t_buf dv = t_buf_new(c->dt, c->b, c->sk, c->hk, c->d, lo);
+    const double sigma = c->sigma > 0 ? c->sigma : 1;
+    t_buf_randn(&q, sigma);
+    t_buf_randn(&k, sigma);
+    t_buf_randn(&v, 1);
+    t_buf_randn(&dout, 1);
+    dbuf Q = d_new(&q), K = d_new(&k), V = d_new(&v), O = d_new(&o), DO = d_new(&dout), DQ = d_new(&dq), DK = d_new(&dk),
+         DV = d_new(&dv);
+    d_up(&Q), d_up(&K), d_up(&V), d_up(&DO);
+    dbuf *fwd_bufs[4] = {&Q, &K, &V, &O}, *all_bufs[8] = {&Q, &K, &V, &O, &DO, &DQ, &DK, &DV};
+
+    const int64_t nq = c->b * c->sq * c->hq * c->d, nk = c->b * c->sk * c->hk * c->d, nl = c->b * c->hq * c->sq;
+    double *ref = malloc(sizeof(double) * (size_t)(nq > 0 ? nq : 1)), *rlse = malloc(sizeof(double) * (size_t)(nl > 0 ? nl : 1));
+    double *rdq = NULL, *rdk = NULL, *rdv = NULL;
+    fa_attn_opts opts = c->opts;
+    CHECK_STATUS(fa_reference_forward(&opts, &q.t, &k.t, &v.t, ref, rlse), FA_OK);
+    const double refmax = t_max_abs(ref, nq);
+    double lscale = t_max_abs(rlse, nl);
+    if (!(lscale > 1)) lscale = 1;
+    double mq = 0, mk = 0, mv = 0, gmax = 0;
+    if (backward) {
+        rdq = malloc(sizeof(double) * (size_t)(nq > 0 ? nq : 1));
+        rdk = malloc(sizeof(double) * (size_t)(nk > 0 ? nk : 1));
+        rdv = malloc(sizeof(double) * (size_t)(nk > 0 ? nk : 1));
+        CHECK_STATUS(fa_reference_backward(&opts, &q.t, &k.t, &v.t, &dout.t, rdq, rdk, rdv), FA_OK);
+        mq = t_max_abs(rdq, nq), mk = t_max_abs(rdk, nk), mv = t_max_abs(rdv, nk);
+        gmax = fmax(mq, fmax(mk, mv));
+    }
+    float *lse = malloc(sizeof(float) * (size_t)(nl > 0 ? nl : 1)), *dlse = NULL;
+    cuda_ok(cudaMalloc((void **)&dlse, sizeof(float) * (size_t)(nl > 0 ? nl : 1)), "cudaMalloc lse");
+
+    double err_std = 0, lse_std = 0, gstd[3] = {0, 0, 0};
+    for (int ai = 0; ai < 3; ++ai) {
+        const fa_algo a = algos[ai];
+        const int expect = cuda_runs(a, c, backward ? all_bufs : fwd_bufs, backward ? 8 : 4);
+        for (int det = 0; det <= (backward && a == FA_ALGO_FLASH2 ? 1 : 0); ++det) {
+            opts.algo = a;
+            opts.deterministic = det;
+            t_buf_poison(&o);
+            d_up(&O);
+            for (int64_t i = 0; i < nl; ++i) lse[i] = t_nanf();
+            cuda_ok(cudaMemcpy(dlse, lse, sizeof(float) * (size_t)(nl > 0 ? nl : 1), cudaMemcpyHostToDevice), "lse up");
+            fa_status st = fa_forward(ctx, &opts, &Q.t, &K.t, &V.t, &O.t, dlse);
+            if (st == FA_ERR_UNSUPPORTED && expect != 1) {
+                CHECK_MSG(strlen(fa_context_last_error(ctx)) > 10, "%s: UNSUPPORTED without a reason", t_algo_short(a));
+                printf(" %s:unsupported", t_algo_short(a));
+                break;
+            }
+            CHECK_STATUS(st, FA_OK);
+            if (st != FA_OK) {
+                fprintf(stderr, "  %s: %s\n", t_algo_short(a), fa_context_last_error(ctx));
+                break;
+            }
+            cuda_ok(cudaDeviceSynchronize(), "sync after forward");
+            d_down(&O);
+            cuda_ok(cudaMemcpy(lse, dlse, sizeof(float) * (size_t)(nl > 0 ? nl : 1), cudaMemcpyDeviceToHost), "lse down");
+            fa_stats s;
+            CHECK_STATUS(fa_last_stats(ctx, &s), FA_OK);
+            CHECK(s.algo == a && s.kernel && strncmp(s.kernel, "cuda.", 5) == 0);
+            const int64_t bad = t_buf_check_written(&o);
+            CHECK_MSG(bad == 0, "%s: %lld elements of out not written or written outside the view", t_algo_short(a),
+                      (long long)bad);
+            if (!backward || det == 0) {
+                const double err = t_max_diff(&o.t, ref), lerr = lse_err(lse, rlse, nl);
+                if (a == FA_ALGO_STANDARD) err_std = err, lse_std = lerr;
+                t_check_err("out", a, c->dt, err, err_std, refmax, 0, c->relax);
+                CHECK_MSG(lerr <= 2e-5 * lscale, "%s lse: max abs err %.3e > 2e-5 x %.3g", t_algo_short(a), lerr, lscale);
+                if (a != FA_ALGO_STANDARD)
+                    CHECK_MSG(lerr <= 2 * lse_std + 4e-6 * lscale, "%s lse: max abs err %.3e > 2 x standard's %.3e + %.3e",
+                              t_algo_short(a), lerr, lse_std, 4e-6 * lscale);
+                if (!backward) printf(" %s %.1e/%.1e", t_algo_short(a), err, lerr);
+            }
+            if (!backward) break;
+
+            /* backward from this algorithm's own out and lse */
+            unsigned char *dq_first = NULL;
+            for (int rep = 0; rep < (det ? 2 : 1); ++rep) {
+                t_buf_poison(&dq), t_buf_poison(&dk), t_buf_poison(&dv);
+                d_up(&DQ), d_up(&DK), d_up(&DV);
+                st = fa_backward(ctx, &opts, &Q.t, &K.t, &V.t, &O.t, dlse, &DO.t, &DQ.t, &DK.t, &DV.t);
+                CHECK_STATUS(st, FA_OK);
+                if (st != FA_OK) {
+                    fprintf(stderr, "  %s bwd: %s\n", t_algo_short(a), fa_context_last_error(ctx));
+                    break;
+                }
+                cuda_ok(cudaDeviceSynchronize(), "sync after backward");
+                d_down(&DQ), d_down(&DK), d_down(&DV);
+                CHECK_MSG(t_buf_check_written(&dq) == 0 && t_buf_check_written(&dk) == 0 && t_buf_check_written(&dv) == 0,
+                          "%s%s: gradient elements not written (NaN) or written outside the view", t_algo_short(a),
+                          det ? " deterministic" : "");
+                if (det && rep == 0) {
+                    dq_first = malloc(dq.mem_bytes * 3 + 1);
+                    memcpy(dq_first, dq.mem, dq.mem_bytes);
+                    memcpy(dq_first + dq.mem_bytes, dk.mem, dk.mem_bytes < dq.mem_bytes ? dk.mem_bytes : dq.mem_bytes);
+                } else if (det) {
+                    CHECK_MSG(memcmp(dq_first, dq.mem, dq.mem_bytes) == 0, "flash2 deterministic: dq differs between runs");
+                }
+            }
+            free(dq_first);
+            if (st != FA_OK) break;
+            const double e[3] = {t_max_diff(&dq.t, rdq), t_max_diff(&dk.t, rdk), t_max_diff(&dv.t, rdv)};
+            const char *nm[3] = {"dq", "dk", "dv"};
+            for (int g = 0; g < 3; ++g) {
+                if (a == FA_ALGO_STANDARD) gstd[g] = e[g];
+                t_check_err(nm[g], a, c->dt, e[g], gstd[g], gmax, 1, c->relax);
+            }
+            printf(" %s%s %.1e/%.1e/%.1e", t_algo_short(a), det ? "(det)" : "", e[0], e[1], e[2]);
+        }
+    }
+    printf("\n");
+    free(ref), free(rlse), free(rdq), free(rdk), free(rdv), free(lse);
+    cudaFree(dlse);
+    for (int i = 0; i < 8; ++i) d_free(all_bufs[i]);
+    t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&o), t_buf_free(&dout), t_buf_free(&dq),
+        t_buf_free(&dk), t_buf_free(&dv);
+    t_case_label[0] = 0;
+}
+
+/* Varlen case: n sequences with the given lengths packed into batch 1. */
+static t_case varlen_case(int n, const int *lq, const int *lk, int hq, int hk, int d, fa_dtype dt, int32_t *cq,
+                          int32_t *ck) {
+    cq[0] = ck[0] = 0;
+    for (int i = 0; i < n; ++i) cq[i + 1] = cq[i] + lq[i], ck[i + 1] = ck[i] + lk[i];
+    t_case c = t_case_make(1, cq[n], ck[n], hq, hk, d, dt);
+    c.opts.cu_seqlens_q = cq;
+    c.opts.cu_seqlens_k = ck;
+    c.opts.n_seqs = n;
+    return c;
+}
+
+static void unsupported_checks(fa_context *ctx) {
+    /* reasons come from the selector before any launch: no device memory is touched (NULL-free dummies) */
+    t_case c = t_case_make(1, 8, 8, 1, 1, 96, FA_DTYPE_BF16);
+    t_buf q = t_buf_new(c.dt, 1, 8, 1, 96, T_BSHD), o = t_buf_new(c.dt, 1, 8, 1, 96, T_BSHD);
+    dbuf Q = d_new(&q), O = d_new(&o);
+    fa_attn_opts op = fa_attn_opts_default();
+    op.algo = FA_ALGO_FLASH2;
+    CHECK_STATUS(fa_forward(ctx, &op, &Q.t, &Q.t, &Q.t, &O.t, NULL), FA_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(fa_context_last_error(ctx), "head_dim 96");
+    op.algo = FA_ALGO_STANDARD;
+    d_up(&Q);
+    CHECK_STATUS(fa_forward(ctx, &op, &Q.t, &Q.t, &Q.t, &O.t, NULL), FA_OK);
+    d_free(&Q), d_free(&O), t_buf_free(&q), t_buf_free(&o);
+    printf("unsupported: %s\n", t_failures ? "FAILED" : "ok");
+}
+
+int main(void) {
+    t_init("test_gpu");
+    fa_context *ctx = NULL;
+    fa_status st = fa_context_create(&ctx, FA_BACKEND_CUDA, 0);
+    if (st != FA_OK) {
+        fprintf(stderr, "test_gpu: no CUDA context: %s (%s)\n", fa_status_string(st), fa_create_error());
+        return 1;
+    }
+    const int small = getenv("FA_GPU_TEST_SMALL") != NULL;
+    static const fa_dtype dts[2] = {FA_DTYPE_BF16, FA_DTYPE_F16};
+
+    unsupported_checks(ctx);
+    /* fixed shapes: awkward seqlens, sq != sk, both head dims, both dtypes, masks */
+    static const int shapes[][4] = {{1, 1, 64, 1},    {2, 3, 3, 64},    {1, 113, 239, 64}, {2, 239, 113, 128},
+                                    {1, 128, 128, 128}, {1, 1023, 1023, 64}, {1, 256, 512, 128}, {1, 4224, 4224, 128}};
+    const int nshape = small ? 3 : (int)(sizeof shapes / sizeof shapes[0]);
+    for (int si = 0; si < nshape; ++si)
+        for (int di = 0; di < 2; ++di)
+            for (int mode = 0; mode < (small ? 2 : 5); ++mode) {
+                const int d = shapes[si][3] == 1 ? 64 : shapes[si][3];
+                t_case c = t_case_make(shapes[si][0], shapes[si][1], shapes[si][2], 2, mode == 3 ? 1 : 2, d, dts[di]);
+                if (mode == 3) c.hq = 4; /* GQA 4:1 */
+                if (mode == 1) c.opts.causal = 1;
+                if (mode == 2) c.opts.window_left = 37, c.opts.window_right = 5;
+                if (mode == 4) c.opts.softcap = 20.f, c.opts.causal = 1, c.lay_q = T_BHSD, c.lay_kv = T_STRIDED;
+                if (shapes[si][1] > 2000 && mode > 1) continue;
+                run_case(ctx, &c, 0);
+                if (shapes[si][1] <= 1100) run_case(ctx, &c, 1);
+            }
+    /* varlen with an empty sequence, sq > sk (fully masked rows under causal) */
+    {
+        int32_t cq[5], ck[5];
+        const int lq[4] = {17, 0, 130, 64}, lk[4] = {33, 5, 64, 200};
+        for (int di = 0; di < 2; ++di)
+            for (int causal = 0; causal < 2; ++causal) {
+                t_case c = varlen_case(4, lq, lk, 4, 2, di ? 128 : 64, dts[di], cq, ck);
+                c.opts.causal = causal;
+                run_case(ctx, &c, 0);
+                run_case(ctx, &c, 1);
+            }
+    }
+    /* random small cases (any dtype, head_dim, layout, mask; explicit tiles dropped half the time) */
+    for (int i = 0; i < (small ? 2 : 40); ++i) {
+        t_case c = t_case_random(239, 128, 1);
+        if (t_randint(0, 1)) c.d = t_randint(0, 1) ? 64 : 128;
+        if (c.dt == FA_DTYPE_F32 && t_randint(0, 1)) c.dt = FA_DTYPE_BF16;
+        if (t_randint(0, 1)) c.opts.block_q = c.opts.block_k = 0;
+        run_case(ctx, &c, i % 2);
+    }
+    fa_context_destroy(ctx);
+    return t_finish();
+}

@@ -3,6 +3,8 @@
 # a configuration that does not fit prints an oom row instead of crashing; io shows STANDARD > FLASH1 > FLASH2.
 # usage: test_cli.sh path/to/flashattn
 set -u
+# under AddressSanitizer a too-large allocation must return NULL (the library then reports FA_ERR_OUT_OF_MEMORY)
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1"
 BIN=$1
 fail() { echo "FAIL: $*"; exit 1; }
 TMP=$(mktemp -d) || fail "mktemp"

@@ -354,8 +354,8 @@ static void preset_init(preset *P, const char *mode) {
         int64_t bq[] = {16, 64, 256};
         for (int i = 0; i < 3; i++) P->blk_q[i] = (int)bq[i];
         P->n_blk_q = 3;
-        snprintf(P->blk_k_list, sizeof P->blk_k_list, "16,32,64,128,256,512");
-        P->n_blk_k = 6;
+        snprintf(P->blk_k_list, sizeof P->blk_k_list, "16,32,64,128,256,512,1024");
+        P->n_blk_k = 7;
         memcpy(P->mem_seqlens, mem_quick, sizeof mem_quick), P->n_mem_seqlens = 4;
         memcpy(P->io_seqlens, io_quick, sizeof io_quick), P->n_io_seqlens = 5;
         P->io_sram_seqlen = 2048;

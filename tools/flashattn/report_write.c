@@ -462,7 +462,7 @@ static FILE *gp_open(report *R, const char *name, const char *title, int rows, i
     if (!f) return NULL;
     fprintf(f, "set terminal pngcairo size %d,%d font ',10'\nset output '%s.png'\n", 520 * cols + 80, 400 * rows + 60,
             name);
-    fprintf(f, "set key top left box opaque\nset grid\nset pointsize 1.2\n");
+    fprintf(f, "set termoption noenhanced\nset key top left box opaque\nset grid\nset pointsize 1.2\n");
     fprintf(f, "set multiplot layout %d,%d title \"%s\"\n", rows, cols, title);
     return f;
 }
@@ -598,9 +598,9 @@ static void plots_io(report *R, int *n_png, char names[][64], int *n_names) {
                             R->io_seqlen.v[i].paper_bytes / 1e6);
             fprintf(f, "EOD\n");
         }
-        fprintf(f, "plot $c1 u 1:2 w lp lw 2 t 'standard (counted)', $c1 u 1:3 w l dt 2 t 'Nd + N^2 (x4 B)', "
+        fprintf(f, "plot $c1 u 1:2 w lp lw 2 t 'standard (counted)', $c1 u 1:3 w l dt 2 t 'Nd + N² (×4 B)', "
                    "$c2 u 1:2 w lp lw 2 t 'flash1 (counted)', $c3 u 1:2 w lp lw 2 t 'flash2 (counted)', "
-                   "$c2 u 1:3 w l dt 3 t 'N^2d^2/M (x4 B)'\n");
+                   "$c2 u 1:3 w l dt 3 t 'N²d²/M (×4 B)'\n");
         gp_close(R, f, "io_seqlen", n_png);
         snprintf(names[(*n_names)++], 64, "io_seqlen");
     }
@@ -617,7 +617,7 @@ static void plots_io(report *R, int *n_png, char names[][64], int *n_names) {
             fprintf(f, "EOD\n");
         }
         fprintf(f, "plot $s2 u 1:2 w lp lw 2 t 'flash1 (counted)', $s3 u 1:2 w lp lw 2 t 'flash2 (counted)', "
-                   "$s2 u 1:3 w l dt 2 t 'N^2d^2/M (x4 B)'\n");
+                   "$s2 u 1:3 w l dt 2 t 'N²d²/M (×4 B)'\n");
         gp_close(R, f, "io_sram", n_png);
         snprintf(names[(*n_names)++], 64, "io_sram");
     }

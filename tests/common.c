@@ -23,7 +23,8 @@ void t_fail_at(const char *file, int line, const char *fmt, ...) {
         if (t_failures == 61) fprintf(stderr, "(further failures not printed)\n");
         return;
     }
-    fprintf(stderr, "FAIL %s:%d [%s]: ", file, line, t_case_label);
+    fflush(stdout);
+    fprintf(stderr, "\nFAIL %s:%d [%s]: ", file, line, t_case_label);
     va_list ap;
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
@@ -80,6 +81,8 @@ uint64_t t_init(const char *name) {
     uint64_t x = seed;
     for (int i = 0; i < 4; i++) rng_s[i] = splitmix64(&x);
     printf("%s: seed %llu (replay: FA_TEST_SEED=%llu)\n", name, (unsigned long long)seed, (unsigned long long)seed);
+    const char *isa = getenv("FA_CPU_ISA");
+    if (isa && *isa) printf("%s: FA_CPU_ISA=%s\n", name, isa);
     fflush(stdout);
     return seed;
 }

@@ -13,7 +13,7 @@ build:
 
 # The main job: measure standard vs FlashAttention-1 vs FlashAttention-2 on this machine (CPU; GPU when present).
 demo: build
-	$(BUILD)/flashattn bench --device cpu --algo standard,flash1,flash2 --d 64 --seqlen 512,1024 --tokens 4096 --reps 5
+	$(BUILD)/flashattn report --quick --out report
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -13,6 +13,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define N_ALGOS 3
 static const fa_algo ALGOS[N_ALGOS] = {FA_ALGO_STANDARD, FA_ALGO_FLASH1, FA_ALGO_FLASH2};
@@ -98,8 +100,8 @@ static void gen_case(uint64_t *rng, const int_list *dtypes, check_case *c) {
     c->dtype = (fa_dtype)dtypes->v[rng_int(rng, 0, dtypes->n - 1)];
     static const int dims[] = {1, 8, 63, 64, 80, 128, 256};
     c->d = rng_uniform(rng) < 0.6 ? rng_int(rng, 1, 256) : dims[rng_int(rng, 0, 6)];
-    static const int lens[] = {1, 3, 17, 33, 113};
-#define RLEN() (rng_uniform(rng) < 0.5 ? rng_int(rng, 1, 64) : rng_uniform(rng) < 0.6 ? lens[rng_int(rng, 0, 4)] : rng_int(rng, 65, 160))
+    static const int lens[] = {1, 3, 17, 33, 113, 239};
+#define RLEN() (rng_uniform(rng) < 0.5 ? rng_int(rng, 1, 64) : rng_uniform(rng) < 0.6 ? lens[rng_int(rng, 0, 5)] : rng_int(rng, 65, 256))
     c->varlen = rng_uniform(rng) < 0.15;
     if (c->varlen) {
         c->n_seqs = rng_int(rng, 1, 4);
@@ -126,12 +128,12 @@ static void gen_case(uint64_t *rng, const int_list *dtypes, check_case *c) {
     c->hk = rng_int(rng, 1, 3);
     static const int g[] = {1, 1, 2, 4};
     c->hq = c->hk * g[rng_int(rng, 0, 3)];
-    /* keep the float64 oracle cheap: B·H·Sq·Sk·d under ~1.5e6 */
-    while (c->batch * c->hq * c->sq * c->sk * c->d > 1500000 && (c->hq > c->hk || c->batch > 1)) {
+    /* keep the float64 oracle cheap: B·H·Sq·Sk·d under ~3e6 */
+    while (c->batch * c->hq * c->sq * c->sk * c->d > 3000000 && (c->hq > c->hk || c->batch > 1)) {
         if (c->hq > c->hk) c->hq = c->hk;
         else c->batch--;
     }
-    while (c->batch * c->hq * c->sq * c->sk * c->d > 1500000 && c->hk > 1) c->hq = --c->hk;
+    while (c->batch * c->hq * c->sq * c->sk * c->d > 3000000 && c->hk > 1) c->hq = --c->hk;
     c->causal = rng_uniform(rng) < 0.3;
     c->wl = c->wr = -1;
     if (rng_uniform(rng) < 0.15) {
@@ -178,7 +180,7 @@ typedef struct run_out {
 } run_out;
 
 static double eps_of(fa_dtype dt) {
-    return dt == FA_DTYPE_F32 ? 1e-6 : dt == FA_DTYPE_F16 ? 1.0 / 1024 : 1.0 / 128;
+    return dt == FA_DTYPE_F32 ? 4e-6 : dt == FA_DTYPE_F16 ? 1.0 / 1024 : 1.0 / 128;
 }
 
 /* Device copies of the inputs and outputs of one case. */
@@ -278,7 +280,7 @@ static void check_help(void) {
            "Pass: max|x-ref| <= 2*max|standard-ref| + eps(dtype)*max|ref|, and in f32 max|x-ref|/max|ref| < 1e-5.\n"
            "Outputs are poisoned with NaN before every call. Exit status 0 only if every case passes.\n"
            "\n"
-           "  --seed S       base seed (default 1); case i uses (S, i)\n"
+           "  --seed S       base seed (default: fresh each run, printed); case i uses (S, i)\n"
            "  --count N      number of cases (default 100)\n"
            "  --first I      index of the first case (replay one failure: --first I --count 1)\n"
            "  --device D     cpu or cuda (default cpu; CUDA results are checked against the same CPU oracle)\n"
@@ -289,7 +291,7 @@ static void check_help(void) {
 
 int cmd_check(int argc, char **argv) {
     const char *S = "check";
-    int64_t seed = 1, count = 100, first = 0, threads = 0;
+    int64_t seed = -1, count = 100, first = 0, threads = 0;
     int verbose = 0;
     fa_backend dev = FA_BACKEND_CPU;
     int_list dtypes = {3, {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16}};
@@ -325,6 +327,8 @@ int cmd_check(int argc, char **argv) {
         }
         return cli_usage_error(S, "unknown argument '%s'", x);
     }
+    int random_seed = seed < 0;
+    if (random_seed) seed = (int64_t)(((uint64_t)time(NULL) * 2654435761u ^ (uint64_t)getpid()) % 1000000);
     fa_context *ctx = NULL;
     fa_status st = fa_context_create(&ctx, dev, dev == FA_BACKEND_CPU ? (int)threads : 0);
     if (st != FA_OK) {
@@ -332,8 +336,9 @@ int cmd_check(int argc, char **argv) {
                 fa_create_error());
         return 1;
     }
-    printf("flashattn check — %s, device %s, seed %lld, cases %lld..%lld\n", fa_version_string(), fa_backend_name(dev),
-           (long long)seed, (long long)first, (long long)(first + count - 1));
+    printf("flashattn check — %s, device %s, seed %lld%s, cases %lld..%lld\n", fa_version_string(), fa_backend_name(dev),
+           (long long)seed, random_seed ? " (fresh; --seed replays it)" : "", (long long)first,
+           (long long)(first + count - 1));
     agg ag[N_ALGOS][2][3];
     memset(ag, 0, sizeof ag);
     int n_fail_cases = 0, n_errors = 0;

@@ -490,8 +490,44 @@ static void test_accepted(fa_context *ctx) {
     t_case_label[0] = 0;
 }
 
+/* Contexts are independent: an error on one leaves the other's message and stats alone, and interleaved calls on
+ * two contexts give the same results as calls on one. */
+static void test_two_contexts(void) {
+    snprintf(t_case_label, sizeof t_case_label, "two contexts");
+    fa_context *a = t_cpu_ctx(), *b = NULL;
+    CHECK_STATUS(fa_context_create(&b, FA_BACKEND_CPU, 1), FA_OK);
+    args x;
+    base_args(&x, a);
+    fill_arena();
+    x.opts.algo = FA_ALGO_FLASH1;
+    CHECK_STATUS(fa_forward(a, &x.opts, &x.q, &x.k, &x.v, &x.o, x.lse), FA_OK);
+    float o1[NQ];
+    memcpy(o1, x.o.data, sizeof o1);
+    fa_attn_opts bad = x.opts;
+    bad.softcap = -2;
+    CHECK_STATUS(fa_forward(b, &bad, &x.q, &x.k, &x.v, &x.o, x.lse), FA_ERR_INVALID_ARGUMENT);
+    CHECK_MSG(fa_context_last_error(a)[0] == 0, "ctx a's message changed by a failure on b: \"%s\"", fa_context_last_error(a));
+    CHECK_MSG(has_words(fa_context_last_error(b), "softcap"), "\"%s\"", fa_context_last_error(b));
+    fa_stats sa, sb;
+    CHECK_STATUS(fa_last_stats(a, &sa), FA_OK);
+    CHECK_STATUS(fa_last_stats(b, &sb), FA_ERR_INVALID_ARGUMENT); /* b has had no successful call */
+    CHECK_EQ_INT(sa.algo, FA_ALGO_FLASH1);
+    x.opts.algo = FA_ALGO_FLASH2;
+    CHECK_STATUS(fa_forward(b, &x.opts, &x.q, &x.k, &x.v, &x.o, x.lse), FA_OK);
+    x.opts.algo = FA_ALGO_FLASH1;
+    CHECK_STATUS(fa_forward(a, &x.opts, &x.q, &x.k, &x.v, &x.o, x.lse), FA_OK);
+    CHECK_MSG(memcmp(o1, x.o.data, sizeof o1) == 0, "ctx a's FLASH1 result changed after a call on ctx b");
+    CHECK_STATUS(fa_last_stats(b, &sb), FA_OK);
+    CHECK_EQ_INT(sb.algo, FA_ALGO_FLASH2);
+    CHECK_EQ_INT(sb.threads, 1);
+    fa_context_destroy(a);
+    fa_context_destroy(b);
+    t_case_label[0] = 0;
+}
+
 int main(void) {
     t_init("test_api_errors");
+    test_two_contexts();
     test_names();
     test_helpers();
     test_contexts();

@@ -6,8 +6,13 @@
  * Backward recomputes P the same way, then materialises dP = dO Vᵀ and dS = P ∘ (dP − D) (also N x N) and forms
  * dV = Pᵀ dO, dQ = scale·dS K, dK = scale·dSᵀ Q. Work is parallel over batch × heads (forward) and
  * batch × K/V heads (backward, so dK/dV have one writer); each thread owns its S/P (and dP) buffers: Θ(N²)
- * extra memory per thread. The products go through the same tile kernels as FLASH1/FLASH2. */
-#include "cpu/cpu.h"
+ * extra memory per thread.
+ *
+ * With a system CBLAS (FA_HAVE_CBLAS, set by src/cpu/sources.cmake when OpenBLAS is found) the products are
+ * cblas_sgemm calls on whole heads — the baseline a user would write (kernel "cpu.standard.blas"); without it they
+ * go through the same tile kernels as FLASH1/FLASH2 (kernel "cpu.standard"). The counted traffic is the same
+ * model either way: S and P (and dP, dS) are N x N fp32 matrices in slow memory. */
+#include "cpu/fast.h"
 
 #include <string.h>
 
@@ -67,7 +72,7 @@ static void slow_t_times_rows(const fa_problem *p, const fa_cpu_kernels *kr, int
     }
 }
 
-fa_status fa_cpu_standard_forward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
+static fa_status standard_forward_tiled(fa_context *ctx, const fa_problem *p, fa_stats *st) {
     const fa_cpu_kernels *kr = ctx->kernels;
     const int d = (int)p->d;
     int br, bc;
@@ -110,7 +115,7 @@ fa_status fa_cpu_standard_forward(fa_context *ctx, const fa_problem *p, fa_stats
     return FA_OK;
 }
 
-fa_status fa_cpu_standard_backward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
+static fa_status standard_backward_tiled(fa_context *ctx, const fa_problem *p, fa_stats *st) {
     const fa_cpu_kernels *kr = ctx->kernels;
     const int d = (int)p->d;
     const int64_t group = p->hq / p->hk;
@@ -198,3 +203,256 @@ fa_status fa_cpu_standard_backward(fa_context *ctx, const fa_problem *p, fa_stat
     fa_cpu_ws_finish(&w, st, "cpu.standard", br, bc, w.per * (size_t)w.threads);
     return FA_OK;
 }
+
+#ifdef FA_HAVE_CBLAS
+#include <cblas.h>
+
+/* Rows of one head as a dense fp32 matrix: the tensor itself (f32) or a converted copy in buf (f16/bf16).
+ * Not counted here: the callers count each operand where a product reads it. */
+static const float *head_f32(const fa_problem *p, const void *src, int64_t ld, int64_t rows, float *buf, int64_t *ldo,
+                             fa_io *io) {
+    const int d = (int)p->d;
+    if (p->dtype == FA_DTYPE_F32) {
+        *ldo = ld;
+        return (const float *)src;
+    }
+    fa_io scratch = *io;
+    for (int64_t r0 = 0; r0 < rows; r0 += 4096) {
+        const int n = (int)(rows - r0 < 4096 ? rows - r0 : 4096);
+        fa_tile_load(buf + r0 * d, d, (const char *)src + r0 * ld * 2, p->dtype, ld, n, d, &scratch);
+    }
+    *ldo = d;
+    return buf;
+}
+
+/* Keys visible to rows [i0, i1): [*lo, *hi), rounded out to 16 (whole vectors for the row passes). */
+static void panel_keys(const fa_problem *p, int64_t sq, int64_t sk, int64_t i0, int64_t i1, int64_t *lo, int64_t *hi) {
+    fa_cpu_block_keys(p, sq, sk, i0, i1, lo, hi);
+    *lo = *lo / 16 * 16;
+    if (*hi < *lo) *hi = *lo;
+}
+
+/* S[i][lo..hi) = scale·Q Kᵀ for a panel of query rows, then softcap and the mask (−∞); returns nothing. */
+static void scores_blas(const fa_problem *p, int64_t sq, int64_t sk, int64_t i0, int rows, int64_t lo, int64_t hi,
+                        const float *Q, int64_t ldq, const float *K, int64_t ldk, float *S, int64_t lds) {
+    const int d = (int)p->d;
+    if (hi <= lo) return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, (int)(hi - lo), d, p->scale, Q + i0 * ldq, (int)ldq,
+                K + lo * ldk, (int)ldk, 0.0f, S + i0 * lds + lo, (int)lds);
+    for (int r = 0; r < rows; r++) {
+        float *s = S + (i0 + r) * lds;
+        if (p->softcap > 0) {
+            const float cap = p->softcap, inv = 1.0f / cap;
+            for (int64_t c = lo; c < hi; c++) s[c] = cap * tanhf(s[c] * inv);
+        }
+        int64_t a, b;
+        fa_key_range(p, sq, sk, i0 + r, &a, &b);
+        for (int64_t c = lo; c < hi && c < a; c++) s[c] = -INFINITY;
+        for (int64_t c = b > lo ? b : lo; c < hi; c++) s[c] = -INFINITY;
+    }
+}
+
+#define STD_PANEL 256 /* query rows per sgemm panel (lets a causal mask skip the masked key range) */
+
+/* BLAS chooses its own blocking: explicit tile sizes (--block-q/--block-k, the stats tests) and varlen batches run
+ * the tiled loop instead, whose counted traffic follows the per-tile model exactly. */
+static int use_blas(const fa_problem *p) { return !p->cu_q && !p->cu_k && !p->block_q && !p->block_k; }
+
+fa_status fa_cpu_standard_forward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
+    if (!use_blas(p)) return standard_forward_tiled(ctx, p, st);
+    const fa_cpu_kernels *kr = ctx->kernels;
+    const int d = (int)p->d;
+    const size_t es = fa_dtype_size(p->dtype);
+    const int64_t sq = p->q.seqlen, sk = p->k.seqlen, items = p->batch * p->hq;
+    const int conv = p->dtype != FA_DTYPE_F32;
+    const size_t sS = fa_align64((size_t)(sq * sk) * 4), sQ = conv ? fa_align64((size_t)(sq * d) * 4) : 0;
+    const size_t sK = conv ? fa_align64((size_t)(sk * d) * 4) : 0;
+    fa_cpu_ws w;
+    if (fa_cpu_ws_get(ctx, sS + 2 * sQ + 2 * sK + fa_align64((size_t)sq * 4), 0, &w)) return FA_ERR_OUT_OF_MEMORY;
+    /* many heads: one head per thread, single-threaded BLAS inside; one head: BLAS threads inside the head */
+    const int outer = items >= w.threads ? w.threads : 1;
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(outer)
+    for (int64_t it = 0; it < items; it++) {
+        const int t = fa_thread_id();
+        char *mem = fa_cpu_ws_thread(&w, t);
+        float *S = (float *)mem, *Qb = (float *)(mem + sS), *Ob = (float *)(mem + sS + sQ);
+        float *Kb = (float *)(mem + sS + 2 * sQ), *Vb = (float *)(mem + sS + 2 * sQ + sK);
+        float *L = (float *)(mem + sS + 2 * sQ + 2 * sK);
+        fa_io *io = &w.io[t];
+        fa_head hd;
+        fa_cpu_head(p, it / p->hq, it % p->hq, &hd);
+        int64_t ldq, ldk, ldv;
+        const float *Q = head_f32(p, hd.q, hd.ldq, sq, Qb, &ldq, io);
+        const float *K = head_f32(p, hd.k, hd.ldk, sk, Kb, &ldk, io);
+        const float *V = head_f32(p, hd.v, hd.ldv, sk, Vb, &ldv, io);
+        float *O = conv ? Ob : (float *)hd.o;
+        const int64_t ldo = conv ? d : hd.ldo;
+        for (int64_t i0 = 0; i0 < sq; i0 += STD_PANEL) {
+            const int rows = (int)(sq - i0 < STD_PANEL ? sq - i0 : STD_PANEL);
+            int64_t lo, hi;
+            panel_keys(p, sq, sk, i0, i0 + rows, &lo, &hi);
+            scores_blas(p, sq, sk, i0, rows, lo, hi, Q, ldq, K, ldk, S, sk);       /* S = scale·Q Kᵀ */
+            io->read += ((int64_t)rows + (hi - lo)) * d * (int64_t)es;             /* Q panel, K range */
+            io->written += (int64_t)rows * (hi - lo) * 4;
+            for (int r = 0; r < rows; r++) {                                       /* P = softmax(S) */
+                float *s = S + (i0 + r) * sk + lo, mx = -INFINITY, sum = 0;
+                const int n = (int)(hi - lo);
+                for (int c = 0; c < n; c++) mx = s[c] > mx ? s[c] : mx;
+                if (mx == -INFINITY) {
+                    memset(s, 0, (size_t)n * 4);
+                    L[i0 + r] = -INFINITY;
+                    continue;
+                }
+                kr->exp_rows(1, n, s, n, 1.0f, &mx);
+                for (int c = 0; c < n; c++) sum += s[c];
+                const float inv = 1.0f / sum;
+                kr->scale_rows(1, n, s, n, &inv);
+                L[i0 + r] = mx + logf(sum);
+            }
+            io->read += (int64_t)rows * (hi - lo) * 4;
+            io->written += (int64_t)rows * (hi - lo) * 4;
+            if (hi > lo)                                                           /* O = P V */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, (int)(hi - lo), 1.0f, S + i0 * sk + lo,
+                            (int)sk, V + lo * ldv, (int)ldv, 0.0f, O + i0 * ldo, (int)ldo);
+            else
+                for (int r = 0; r < rows; r++) memset(O + (i0 + r) * ldo, 0, (size_t)d * 4);
+            io->read += (int64_t)rows * (hi - lo) * 4 + (hi - lo) * d * (int64_t)es;
+        }
+        if (conv)
+            for (int64_t r0 = 0; r0 < sq; r0 += 4096) {
+                const int n = (int)(sq - r0 < 4096 ? sq - r0 : 4096);
+                fa_tile_store((char *)hd.o + r0 * hd.ldo * es, p->dtype, hd.ldo, O + r0 * d, d, n, d, io);
+            }
+        else
+            io->written += sq * d * 4;
+        if (hd.lse) fa_vec_store(hd.lse, L, (int)sq, io);
+    }
+    fa_cpu_ws_finish(&w, st, "cpu.standard.blas", (int)(sq < STD_PANEL ? sq : STD_PANEL), (int)sk,
+                     w.per * (size_t)w.threads);
+    return FA_OK;
+}
+
+fa_status fa_cpu_standard_backward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
+    if (!use_blas(p)) return standard_backward_tiled(ctx, p, st);
+    const fa_cpu_kernels *kr = ctx->kernels;
+    const int d = (int)p->d;
+    const size_t es = fa_dtype_size(p->dtype);
+    const int64_t sq = p->q.seqlen, sk = p->k.seqlen, group = p->hq / p->hk, items = p->batch * p->hk;
+    const int conv = p->dtype != FA_DTYPE_F32;
+    const size_t sS = fa_align64((size_t)(sq * sk) * 4), sQ = fa_align64((size_t)(sq * d) * 4);
+    const size_t sK = fa_align64((size_t)(sk * d) * 4);
+    /* per thread: P, dS (N x N); Q, dO, dQ (converted, f16/bf16 only); K, V (converted); dK, dV fp32 accumulators */
+    const size_t per = 2 * sS + (conv ? 3 * sQ + 2 * sK : 0) + 2 * sK + fa_align64((size_t)sq * 4);
+    fa_cpu_ws w;
+    if (fa_cpu_ws_get(ctx, per, 0, &w)) return FA_ERR_OUT_OF_MEMORY;
+    const int outer = items >= w.threads ? w.threads : 1;
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(outer)
+    for (int64_t it = 0; it < items; it++) {
+        const int t = fa_thread_id();
+        char *mem = fa_cpu_ws_thread(&w, t);
+        float *P = (float *)mem, *dS = (float *)(mem + sS);
+        char *x = mem + 2 * sS;
+        float *Qb = NULL, *dOb = NULL, *dQb = NULL, *Kb = NULL, *Vb = NULL;
+        if (conv) {
+            Qb = (float *)x, dOb = (float *)(x + sQ), dQb = (float *)(x + 2 * sQ);
+            Kb = (float *)(x + 3 * sQ), Vb = (float *)(x + 3 * sQ + sK);
+            x += 3 * sQ + 2 * sK;
+        }
+        float *dK = (float *)x, *dV = (float *)(x + sK), *L = (float *)(x + 2 * sK);
+        fa_io *io = &w.io[t];
+        const int64_t b = it / p->hk, hk = it % p->hk;
+        fa_head hd;
+        fa_cpu_head(p, b, hk * group, &hd);
+        int64_t ldk, ldv;
+        const float *K = head_f32(p, hd.k, hd.ldk, sk, Kb, &ldk, io);
+        const float *V = head_f32(p, hd.v, hd.ldv, sk, Vb, &ldv, io);
+        memset(dK, 0, (size_t)sk * d * 4);                                          /* dK = dV = 0 (fp32, slow) */
+        memset(dV, 0, (size_t)sk * d * 4);
+        io->written += 2 * sk * d * 4;
+        for (int64_t g = 0; g < group; g++) {
+            fa_head hq;
+            fa_cpu_head(p, b, hk * group + g, &hq);
+            int64_t ldq, lddo;
+            const float *Q = head_f32(p, hq.q, hq.ldq, sq, Qb, &ldq, io);
+            const float *dO = head_f32(p, hq.dout, hq.lddo, sq, dOb, &lddo, io);
+            fa_vec_load(L, hq.lse, (int)sq, io);
+            float *dQ = conv ? dQb : (float *)hq.dq;
+            const int64_t lddq = conv ? d : hq.lddq;
+            for (int64_t i0 = 0; i0 < sq; i0 += STD_PANEL) {
+                const int rows = (int)(sq - i0 < STD_PANEL ? sq - i0 : STD_PANEL);
+                int64_t lo, hi;
+                panel_keys(p, sq, sk, i0, i0 + rows, &lo, &hi);
+                const int n = (int)(hi - lo);
+                if (n <= 0) {
+                    for (int r = 0; r < rows; r++) memset(dQ + (i0 + r) * lddq, 0, (size_t)d * 4);
+                    continue;
+                }
+                scores_blas(p, sq, sk, i0, rows, lo, hi, Q, ldq, K, ldk, P, sk);   /* S */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, d, 1.0f, dO + i0 * lddo, (int)lddo,
+                            V + lo * ldv, (int)ldv, 0.0f, dS + i0 * sk + lo, (int)sk); /* dP = dO Vᵀ */
+                io->read += 2 * ((int64_t)rows + n) * d * (int64_t)es;                 /* Q, dO panels; K, V ranges */
+                io->written += 2 * (int64_t)rows * n * 4;                              /* S, dP */
+                for (int r = 0; r < rows; r++) {
+                    float *s = P + (i0 + r) * sk + lo, *dp = dS + (i0 + r) * sk + lo;
+                    const float lse = L[i0 + r];
+                    if (lse == -INFINITY) { /* a row that sees no key: zero gradients */
+                        memset(s, 0, (size_t)n * 4);
+                        memset(dp, 0, (size_t)n * 4);
+                        continue;
+                    }
+                    float dsum = 0; /* D = rowsum(P ∘ dP) (= rowsum(dO ∘ O); exact where P is one-hot) */
+                    if (p->softcap > 0) { /* dS ∘ (1 − (s/cap)²) needs the capped scores: scalar path */
+                        for (int c = 0; c < n; c++) dsum += (s[c] == -INFINITY ? 0.0f : expf(s[c] - lse)) * dp[c];
+                        for (int c = 0; c < n; c++) {
+                            const float th = s[c] / p->softcap;
+                            const float pv = s[c] == -INFINITY ? 0.0f : expf(s[c] - lse);
+                            dp[c] = pv == 0 ? 0.0f : p->scale * pv * (dp[c] - dsum) * (1.0f - th * th);
+                            s[c] = pv;
+                        }
+                        continue;
+                    }
+                    kr->exp_rows(1, n, s, n, 1.0f, &lse);                          /* P = exp(S − LSE) */
+                    for (int c = 0; c < n; c++) dsum += s[c] * dp[c];
+                    kr->ds_rows(1, n, s, n, dp, n, &dsum, p->scale);               /* dS = scale·P ∘ (dP − D) */
+                }
+                io->read += 4 * (int64_t)rows * n * 4; /* P, dP read for D and for dS */
+                io->written += 2 * (int64_t)rows * n * 4;
+                /* dV[lo, hi) += Pᵀ dO, dK[lo, hi) += dSᵀ Q (fp32 accumulators, summed over the panels and the group) */
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, d, rows, 1.0f, P + i0 * sk + lo, (int)sk,
+                            dO + i0 * lddo, (int)lddo, 1.0f, dV + lo * d, d);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, d, rows, 1.0f, dS + i0 * sk + lo, (int)sk,
+                            Q + i0 * ldq, (int)ldq, 1.0f, dK + lo * d, d);
+                io->read += 2 * (int64_t)rows * n * 4 + 2 * (int64_t)rows * d * es + 2 * (int64_t)n * d * 4;
+                io->written += 2 * (int64_t)n * d * 4;
+                /* dQ = dS K (this panel's rows) */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, n, 1.0f, dS + i0 * sk + lo, (int)sk,
+                            K + lo * ldk, (int)ldk, 0.0f, dQ + i0 * lddq, (int)lddq);
+                io->read += (int64_t)rows * n * 4 + (int64_t)n * d * es;
+                io->written += (int64_t)rows * d * 4;
+            }
+            if (conv)
+                for (int64_t r0 = 0; r0 < sq; r0 += 4096) {
+                    const int n = (int)(sq - r0 < 4096 ? sq - r0 : 4096);
+                    fa_tile_store((char *)hq.dq + r0 * hq.lddq * es, p->dtype, hq.lddq, dQ + r0 * d, d, n, d, io);
+                }
+        }
+        for (int64_t r0 = 0; r0 < sk; r0 += 4096) {                                 /* dK, dV in the dtype */
+            const int n = (int)(sk - r0 < 4096 ? sk - r0 : 4096);
+            fa_tile_store((char *)hd.dk + r0 * hd.lddk * es, p->dtype, hd.lddk, dK + r0 * d, d, n, d, io);
+            fa_tile_store((char *)hd.dv + r0 * hd.lddv * es, p->dtype, hd.lddv, dV + r0 * d, d, n, d, io);
+        }
+    }
+    fa_cpu_ws_finish(&w, st, "cpu.standard.blas", (int)(sq < STD_PANEL ? sq : STD_PANEL), (int)sk,
+                     w.per * (size_t)w.threads);
+    return FA_OK;
+}
+#else
+fa_status fa_cpu_standard_forward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
+    return standard_forward_tiled(ctx, p, st);
+}
+fa_status fa_cpu_standard_backward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
+    return standard_backward_tiled(ctx, p, st);
+}
+#endif

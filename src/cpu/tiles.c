@@ -17,24 +17,27 @@ static void cache_sizes(long *l1, long *l2) {
 
 /* The one tile table of the CPU backend. Changes speed, never results.
  *
- *   Br = 64 query rows: one 6x64 register block spans the 64 queries of a transposed score tile (4 zmm), and
- *        the PV product runs 6-row blocks down them; K/V re-reads cost 8·N·d bytes per Br queries (CPU_NOTES §2).
- *   Bc = the largest of 256/128/64 keys whose fp32 score tile Br·Bc·4 fits in half the L1 (the softmax passes
- *        re-read it) and whose forward working set Qᵢᵀ, Oᵢ (2·Br·d·4) + Kⱼ, Vⱼ (2·Bc·d·4) + S fits in half the L2.
- *   Backward: Bc = 64 (six K/V-sized tiles stay in L2: Kⱼ, Vⱼ, Kⱼᵀ, Vⱼᵀ, dKⱼ, dVⱼ).
- *
- * Measured on the 2-core Zen 4 VM (32 KiB L1d, 1 MiB L2), FLASH2 forward fp32, bench/cpu_attn: see
- * scripts/bench-cpu.sh for the sweep; 64 x 64 was within noise of the best at d = 64 and d = 128. */
+ *   Forward (FLASH2, FLASH1): Br = 128 query rows (two 64-column panels of the transposed score tile, so the 6x64
+ *   register block runs full width), Bc = the largest of 256/128/64 keys whose working set Qᵢᵀ, Oᵢ (2·Br·d·4) +
+ *   Kⱼ, Vⱼ (2·Bc·d·4) + Sᵀ (Br·Bc·4) fits in half the L2: the 6x64 kernels run at full speed with their B panel
+ *   in L2 (CPU_NOTES §1), so the score tile need not fit in L1. K/V are re-read once per Br queries.
+ *   Measured (FLASH2 fwd, f32, 1 thread, 4 heads x 2048, flashattn bench --threads 1 --block-q 64,128
+ *   --block-k 64,128,256; Zen 4 VM, 32 KiB L1d, 1 MiB L2, 2026-11-30), GFLOP/s:
+ *       d = 64 : 64x64 77, 64x128 91, 64x256 92, 128x64 93, 128x128 95, 128x256 97
+ *       d = 128: 64x64 95, 64x128 96, 64x256 98, 128x64 97, 128x128 96, 128x256 100
+ *   Backward: Br = Bc = 64 (Kⱼ, Vⱼ, Kⱼᵀ, Vⱼᵀ, dKⱼ, dVⱼ and Qᵢ, dOᵢ, dQᵢ, P, dS stay in L2). */
 void fa_cpu_tiles(const fa_problem *p, int *br, int *bc) {
     long l1, l2;
     cache_sizes(&l1, &l2);
+    (void)l1;
     const long d = p->d;
     int q = 64, k = 64;
     if (!p->is_backward) {
         static const int cand[] = {256, 128, 64};
+        q = 128;
         for (int i = 0; i < 3; i++) {
-            long s = (long)q * cand[i] * 4, set = 2L * q * d * 4 + 2L * cand[i] * d * 4 + s;
-            if (s <= l1 / 2 && set <= l2 / 2) { k = cand[i]; break; }
+            long set = 2L * q * d * 4 + 2L * cand[i] * d * 4 + (long)q * cand[i] * 4;
+            if (set <= l2 / 2) { k = cand[i]; break; }
         }
     }
     if (p->block_q) q = p->block_q;
@@ -82,6 +85,7 @@ void fa_cpu_bwd_tile_fast(const fa_problem *p, const fa_cpu_kernels *kr, int row
     float sub[512];
     kr->gemm_nn(rows, cols, d, Qi, d, 1, KjT, ldt, S, ldt, 0);                 /* S = Qi Kjᵀ (raw) */
     if (fa_cpu_tile_needs_mask(p, sq, sk, i0, rows, j0, cols)) {
+        const float masked = p->scale < 0 ? INFINITY : -INFINITY; /* scale·masked = −∞ */
         int64_t vis = 0;
         for (int r = 0; r < rows; r++) {
             int64_t lo, hi;
@@ -90,8 +94,8 @@ void fa_cpu_bwd_tile_fast(const fa_problem *p, const fa_cpu_kernels *kr, int row
             int c1 = hi - j0 < 0 ? 0 : (hi - j0 > cols ? cols : (int)(hi - j0));
             if (c1 < c0) c1 = c0;
             float *s = S + (int64_t)r * ldt;
-            for (int c = 0; c < c0; c++) s[c] = -INFINITY;
-            for (int c = c1; c < cols; c++) s[c] = -INFINITY;
+            for (int c = 0; c < c0; c++) s[c] = masked;
+            for (int c = c1; c < cols; c++) s[c] = masked;
             vis += c1 - c0;
         }
         if (vis == 0) return;

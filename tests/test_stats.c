@@ -141,7 +141,8 @@ static fa_stats backward(run *r, const fa_attn_opts *o) {
 }
 
 static void check_io(const char *what, const fa_stats *s, io want) {
-    printf("  %-34s read %10lld (model %10lld)  written %10lld (model %10lld)\n", what, (long long)s->slow_read_bytes,
+    printf("  %-8s %-22s read %10lld (model %10lld)  written %10lld (model %10lld)\n", what, s->kernel ? s->kernel : "?",
+           (long long)s->slow_read_bytes,
            (long long)want.r, (long long)s->slow_write_bytes, (long long)want.w);
     CHECK_MSG(s->slow_read_bytes == want.r, "%s: slow_read_bytes %lld, model %lld", what, (long long)s->slow_read_bytes,
               (long long)want.r);
@@ -244,6 +245,16 @@ static void ordering(int64_t n, int64_t d) {
         fa_stats s = forward(&r, &o, 1);
         tot[i] = s.slow_read_bytes + s.slow_write_bytes;
         CHECK(s.block_q >= 1 && s.block_q <= n && s.block_k >= 1 && s.block_k <= n);
+        /* default tiles (the tuned table; STANDARD through BLAS where built, in row panels of block_q): the same
+         * models hold with the tile sizes the call reports */
+        if (s.block_q >= 1 && s.block_k >= 1) {
+            const int64_t Tr = (n + s.block_q - 1) / s.block_q;
+            io m = algos[i] == FA_ALGO_STANDARD ? standard_fwd(n, d, 4, Tr, 1)
+                 : algos[i] == FA_ALGO_FLASH1   ? flash1_fwd(&o, n, d, 4, s.block_q, s.block_k, 1)
+                                                : flash2_fwd(&o, n, d, 4, s.block_q, s.block_k, 1);
+            m.r *= 2, m.w *= 2;
+            check_io(fa_algo_name(algos[i]), &s, m);
+        }
         /* the same call on a 1-thread context counts the same bytes */
         fa_context *c1 = NULL;
         CHECK_STATUS(fa_context_create(&c1, FA_BACKEND_CPU, 1), FA_OK);

@@ -81,6 +81,13 @@ static void on_row(const bench_row *r, void *user) {
     x->R->work_done += x->work_per_group;
 }
 
+static void push_row(const bench_row *r, void *user) { rows_push(user, r); }
+
+void report_bench_rows(int argc, char **argv, rows_t *rows) {
+    bench_sink sink = {NULL, NULL, push_row, NULL, rows};
+    bench_run_args(argc, argv, &sink);
+}
+
 /* Split a command line on spaces (no quoting needed: our arguments have none). */
 static int split_args(char *s, char **argv, int max) {
     int n = 0;
@@ -97,7 +104,9 @@ FILE *report_csv(report *R, const char *name, int kind) {
         return NULL;
     }
     if (kind == 0) bench_csv_header(f, 1);
-    else io_csv_header(f);
+    else if (kind == 1) io_csv_header(f);
+    else fprintf(f, "algo,batch,heads,seqlen,head_dim,kernels,dram_read_bytes,dram_write_bytes,model_read_bytes,"
+                    "model_write_bytes,compulsory_bytes\n");
     return f;
 }
 
@@ -449,7 +458,13 @@ int cmd_report(int argc, char **argv) {
     progress(&R, "start");
     measure_device(&R, FA_BACKEND_CPU, &R.cpu);
     measure_io(&R);
-    if (R.cuda) measure_device(&R, FA_BACKEND_CUDA, &R.gpu);
+    if (R.cuda) {
+        measure_device(&R, FA_BACKEND_CUDA, &R.gpu);
+        progress(&R, "ncu DRAM bytes");
+        report_ncu(&R);
+        progress(&R, "PyTorch SDPA");
+        report_torch(&R);
+    }
     fclose(R.repro);
     R.work_done = R.work_total;
     progress(&R, "writing the report");

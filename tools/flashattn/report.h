@@ -45,6 +45,20 @@ typedef struct dev_data {
     double probe_need, probe_limit;
 } dev_data;
 
+typedef struct ncu_row {
+    char algo[16], kernel[64], note[200];
+    int64_t b, h, n, d;
+    int ok, kernels;
+    double dram_read, dram_write, model_read, model_write, compulsory;
+} ncu_row;
+
+typedef struct torch_row {
+    char name[24];
+    int64_t b, h, n, d;
+    int causal, bwd;
+    double ms, tflops;
+} torch_row;
+
 typedef struct report {
     char out[960];
     preset p;
@@ -55,9 +69,21 @@ typedef struct report {
     FILE *repro;
     dev_data cpu, gpu;
     io_rows_t io_seqlen, io_sram;
+    ncu_row ncu[8];
+    int n_ncu;
+    char ncu_status[300];
+    torch_row torch[256];
+    int n_torch;
+    char torch_status[300];
 } report;
 
 void rows_push(rows_t *r, const bench_row *x);
+/* `flashattn bench ARGV` into rows (no CSV, no progress). */
+void report_bench_rows(int argc, char **argv, rows_t *rows);
+/* GPU extras (report_gpu.c): ncu DRAM bytes and the PyTorch SDPA reference; each sets its *_status line. */
+void report_ncu(report *R);
+void report_torch(report *R);
+/* kind 0: bench columns, 1: io columns, 2: ncu columns. */
 FILE *report_csv(report *R, const char *name, int kind);
 /* Writes index.md, the plots, and prints the summary. Returns the exit status. */
 int report_write(report *R);

@@ -74,6 +74,12 @@ static void explain(const ratio_set *s, char *buf, size_t len) {
             if (!seen && nv < 32) vals[nv++] = v;
         }
         if (nv < 2) continue;
+        for (int a = 1; a < nv; a++) /* ascending, so the text reads in order */
+            for (int b = a; b > 0 && vals[b] < vals[b - 1]; b--) {
+                int64_t t = vals[b];
+                vals[b] = vals[b - 1];
+                vals[b - 1] = t;
+            }
         double med[32], lo = INFINITY, hi = -INFINITY;
         for (int j = 0; j < nv; j++) {
             double x[512];
@@ -273,15 +279,17 @@ static int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
                 }
             }
         }
-        double ms[32];
+        double ms[32], m_at[32];
         int k = 0;
         for (int i = 0; i < R->io_sram.n; i++) {
             const io_row *a = &R->io_sram.v[i];
             if (a->algo != FA_ALGO_FLASH1 || !a->ok) continue;
             for (int j = 0; j < R->io_sram.n; j++) {
                 const io_row *b = &R->io_sram.v[j];
-                if (b->algo == FA_ALGO_FLASH2 && b->ok && b->sram_bytes == a->sram_bytes && k < 32)
+                if (b->algo == FA_ALGO_FLASH2 && b->ok && b->sram_bytes == a->sram_bytes && k < 32) {
+                    m_at[k] = (double)a->sram_bytes;
                     ms[k++] = (double)(a->read_bytes + a->write_bytes) / (double)(b->read_bytes + b->write_bytes);
+                }
             }
         }
         double lo, hi, slo = NAN, shi = NAN;
@@ -292,6 +300,16 @@ static int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
                  "FLASH1/FLASH2 total bytes: median %.2f× (range %.2f–%.2f×) over %d lengths; reads %.2f×, writes "
                  "%.1f× (medians); with the paper's blocks from M: %.2f–%.2f×",
                  med, lo, hi, m, median_n(rr, m), median_n(rw, m), slo, shi);
+        {
+            /* where FLASH2 moves MORE than FLASH1 with the paper's blocks (Br = min(Bc, d) re-reads K/V N/Br times) */
+            double worse_hi = 0;
+            for (int i = 0; i < k; i++)
+                if (ms[i] < 1 && m_at[i] > worse_hi) worse_hi = m_at[i];
+            size_t o = strlen(cl[n].result);
+            if (worse_hi > 0 && o < sizeof cl[n].result)
+                snprintf(cl[n].result + o, sizeof cl[n].result - o,
+                         " — FLASH2 moves more than FLASH1 for M ≤ %.0f KiB, where Br = min(Bc, d) is small", worse_hi / 1024);
+        }
         if (m == 0) snprintf(cl[n].verdict, sizeof cl[n].verdict, "not measured");
         else if (med >= 1.8)
             snprintf(cl[n].verdict, sizeof cl[n].verdict, "**holds here**: FLASH2 moves %.0f%% of FLASH1's bytes",
@@ -480,8 +498,16 @@ static void gp_close(report *R, FILE *f, const char *name, int *n_png) {
 static const char *ALGO_NAMES[4] = {"auto", "standard", "flash1", "flash2"};
 
 /* One panel of speed vs x for the three algorithms: x from the row (0 seqlen, 1 batch×heads, 2 block_k). */
+static void gp_panel_t(FILE *f, const rows_t *rs, int xkind, int64_t d, int causal, int bwd, int bq, const char *title,
+                       const char *ylabel, double yscale, int logx, const report *R);
 static void gp_panel(FILE *f, const rows_t *rs, int xkind, int64_t d, int causal, int bwd, int bq, const char *title,
                      const char *ylabel, double yscale, int logx) {
+    gp_panel_t(f, rs, xkind, d, causal, bwd, bq, title, ylabel, yscale, logx, NULL);
+}
+
+/* As gp_panel; with R, PyTorch SDPA rows of the same (d, causal, pass) are added as reference lines. */
+static void gp_panel_t(FILE *f, const rows_t *rs, int xkind, int64_t d, int causal, int bwd, int bq, const char *title,
+                       const char *ylabel, double yscale, int logx, const report *R) {
     static int id = 0;
     int ids[4] = {0};
     int have[4] = {0};
@@ -503,10 +529,28 @@ static void gp_panel(FILE *f, const rows_t *rs, int xkind, int64_t d, int causal
     fprintf(f, "set title \"%s\"\nset xlabel \"%s\"\nset ylabel \"%s\"\n%s\nset yrange [0:*]\n", title,
             xkind == 0 ? "sequence length" : xkind == 1 ? "batch × heads" : "Bc (block_k)", ylabel,
             logx ? "set logscale x 2" : "unset logscale x");
+    static const char *TN[2] = {"torch-flash", "torch-cudnn"};
+    int tid[2] = {0, 0}, thave[2] = {0, 0};
+    for (int t = 0; R && t < 2; t++) {
+        tid[t] = ++id;
+        fprintf(f, "$d%d << EOD\n", tid[t]);
+        for (int i = 0; i < R->n_torch; i++) {
+            const torch_row *x = &R->torch[i];
+            if (strcmp(x->name, TN[t]) != 0 || x->d != d || x->causal != causal || x->bwd != bwd) continue;
+            fprintf(f, "%lld %g\n", (long long)x->n, x->tflops * 1e3 * yscale);
+            thave[t] = 1;
+        }
+        fprintf(f, "EOD\n");
+    }
     int first = 1;
     for (int a = 1; a <= 3; a++) {
         if (!have[a]) continue;
         fprintf(f, "%s $d%d with linespoints lw 2 title '%s'", first ? "plot" : ",", ids[a], ALGO_NAMES[a]);
+        first = 0;
+    }
+    for (int t = 0; t < 2; t++) {
+        if (!thave[t]) continue;
+        fprintf(f, "%s $d%d with linespoints lw 1 dt 2 title '%s'", first ? "plot" : ",", tid[t], TN[t]);
         first = 0;
     }
     if (first) fprintf(f, "set label 1 'no data' at graph 0.4,0.5\nplot 1/0 notitle\nunset label 1");
@@ -529,7 +573,7 @@ static void plots_device(report *R, const dev_data *D, int *n_png, char names[][
             for (int c = 0; c < 2; c++) {
                 char pt[64];
                 snprintf(pt, sizeof pt, "d = %d, %s", d, c ? "causal" : "not causal");
-                gp_panel(f, &D->speed, 0, d, c, bwd, 0, pt, yl, ys, 1);
+                gp_panel_t(f, &D->speed, 0, d, c, bwd, 0, pt, yl, ys, 1, cuda ? R : NULL);
             }
         gp_close(R, f, name, n_png);
         snprintf(names[(*n_names)++], 64, "%s", name);
@@ -833,16 +877,45 @@ int report_write(report *R) {
         md_device(R, f, &R->gpu, "");
         fprintf(f, "\nOn CUDA the slow-memory bytes are modelled from the kernels' tiling (fa_last_stats).\n");
     }
-    fprintf(f, "\n## GPU measurements not in this report\n\n");
-    if (!R->cuda)
-        fprintf(f, "- No CUDA device was used, so there are no GPU plots. On a machine with an NVIDIA GPU and a CUDA build "
-                   "of flashattn, the same command adds them.\n");
-    fprintf(f, "- Measured DRAM bytes (Nsight Compute `ncu`): %s\n",
-            system("command -v ncu >/dev/null 2>&1") == 0
-                ? "ncu is installed here; run `ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum flashattn bench "
-                  "--device cuda --reps 1 --warmup 0 ...` — this report does not run it itself yet."
-                : "`ncu` is not installed on this machine, so no DRAM counters were read.");
-    fprintf(f, "- PyTorch SDPA reference line: not run by this version of the report.\n");
+    if (!R->cuda) {
+        fprintf(f, "\n## GPU\n\nNo CUDA device was used (%s), so there are no GPU plots, no measured DRAM bytes (ncu) "
+                   "and no PyTorch SDPA reference line. On a machine with an NVIDIA GPU and a CUDA build of flashattn, the "
+                   "same command adds them.\n",
+                fa_backend_available(FA_BACKEND_CUDA) ? "--no-gpu" : "no CUDA backend in this build or no device");
+    } else {
+        fprintf(f, "\n## Measured DRAM bytes (GPU)\n\n%s.\n\n", R->ncu_status);
+        if (R->n_ncu) {
+            fprintf(f, "| algo | B×H×N×d | kernels | DRAM read MB | DRAM write MB | modelled read MB | modelled write MB | "
+                       "compulsory Q+K+V+O MB | measured / compulsory |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+            for (int i = 0; i < R->n_ncu; i++) {
+                const ncu_row *r = &R->ncu[i];
+                fprintf(f, "| %s | %lld×%lld×%lld×%lld | ", r->algo, (long long)r->b, (long long)r->h, (long long)r->n,
+                        (long long)r->d);
+                if (!r->ok) fprintf(f, "%s |\n", r->note);
+                else
+                    fprintf(f, "%d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f |\n", r->kernels, r->dram_read / 1e6,
+                            r->dram_write / 1e6, r->model_read / 1e6, r->model_write / 1e6, r->compulsory / 1e6,
+                            (r->dram_read + r->dram_write) / r->compulsory);
+            }
+            fprintf(f, "\nThe paper's HBM model has no cache; on a GPU with a large L2 the K/V re-reads of the tiled loop "
+                       "can hit L2, so measured DRAM bytes may sit near the compulsory traffic while the model counts every "
+                       "tile transfer. Data: [ncu_cuda.csv](ncu_cuda.csv)\n");
+        }
+        fprintf(f, "\n## PyTorch SDPA (GPU)\n\n%s.\n\n", R->torch_status);
+        if (R->n_torch) {
+            fprintf(f, "| backend | B×H | N | d | causal | pass | ms | TFLOP/s | flashattn FLASH2 TFLOP/s |\n"
+                       "|---|---|---|---|---|---|---:|---:|---:|\n");
+            for (int i = 0; i < R->n_torch; i++) {
+                const torch_row *t = &R->torch[i];
+                const bench_row *o = find(&R->gpu.speed, FA_ALGO_FLASH2, t->d, t->n, t->causal, t->bwd, t->h, -1, -1);
+                char ours[32] = "-";
+                if (o && o->ok) snprintf(ours, sizeof ours, "%.1f", o->gflops / 1e3);
+                fprintf(f, "| %s | %lld×%lld | %lld | %lld | %s | %s | %.3f | %.1f | %s |\n", t->name, (long long)t->b,
+                        (long long)t->h, (long long)t->n, (long long)t->d, t->causal ? "yes" : "no",
+                        t->bwd ? "bwd" : "fwd", t->ms, t->tflops, ours);
+            }
+        }
+    }
 
     fprintf(f, "\n## Reproduce\n\nEvery CSV row above comes from one of these commands (see "
                "[reproduce.txt](reproduce.txt)); append `--csv` to get the same rows: `flashattn bench ...` for speed "

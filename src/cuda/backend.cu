@@ -123,11 +123,7 @@ extern "C" fa_status fa_cuda_supports(const fa_problem *p, char *why, size_t why
                          names[i], (long long)ts[i]->stride_seq, (long long)ts[i]->head_dim);
                 return FA_ERR_UNSUPPORTED;
             }
-        if (p->block_q || p->block_k) {
-            snprintf(why, why_len, "block_q/block_k: CUDA FA_ALGO_STANDARD has no tiles (use 0)");
-            return FA_ERR_UNSUPPORTED;
-        }
-        return FA_OK;
+        return FA_OK; /* block_q/block_k: cuBLAS picks its own tiles; ignored as on the CPU */
     }
     if (p->algo != FA_ALGO_FLASH1 && p->algo != FA_ALGO_FLASH2) {
         snprintf(why, why_len, "algo %s is not implemented on CUDA (standard, flash1, flash2 are)", fa_algo_name(p->algo));
@@ -139,16 +135,20 @@ extern "C" fa_status fa_cuda_supports(const fa_problem *p, char *why, size_t why
                  p->algo == FA_ALGO_FLASH1 ? "FLASH1" : "FLASH2");
         return FA_ERR_UNSUPPORTED;
     }
-    int bm, bn;
+    int bm = 0, bn = 0;
     if (!fa_flash_tiles(p->algo, (int)p->d, p->is_backward, &bm, &bn)) {
         snprintf(why, why_len,
                  "head_dim %lld is not built for CUDA FA_ALGO_%s (built: 64, 128); FA_ALGO_STANDARD runs any head_dim",
                  (long long)p->d, p->algo == FA_ALGO_FLASH1 ? "FLASH1" : "FLASH2");
         return FA_ERR_UNSUPPORTED;
     }
-    if ((p->block_q && p->block_q != bm) || (p->block_k && p->block_k != bn)) {
-        snprintf(why, why_len, "block_q %d / block_k %d: this CUDA kernel is built for %d x %d only (use 0)", p->block_q,
-                 p->block_k, bm, bn);
+    bm = p->block_q, bn = p->block_k;
+    if ((bm || bn) && !fa_flash_tiles(p->algo, (int)p->d, p->is_backward, &bm, &bn)) {
+        snprintf(why, why_len,
+                 "block_q %d / block_k %d: no CUDA FA_ALGO_%s %s kernel is built with these tiles for head_dim %lld "
+                 "(0 = the tuned default; see the tile table in src/cuda)",
+                 p->block_q, p->block_k, p->algo == FA_ALGO_FLASH1 ? "FLASH1" : "FLASH2",
+                 p->is_backward ? "backward" : "forward", (long long)p->d);
         return FA_ERR_UNSUPPORTED;
     }
     for (int i = 0; i < nt; ++i)
@@ -293,6 +293,7 @@ extern "C" fa_status fa_cuda_forward(fa_context *ctx, const fa_problem *p, fa_st
         rd = qrows * d * e + 2 * kvrows * d * e + ss * 4 + ss * e;
         wr = ss * 4 + ss * e + qrows * d * e + (p->lse ? qrows * 4 : 0);
     } else if (p->algo == FA_ALGO_FLASH2) {
+        bm = p->block_q, bn = p->block_k;
         cudaError_t ce = fa_flash2_fwd_launch(&c, dtype, s->stream, &bm, &bn);
         if (ce != cudaSuccess) return fa_cuda_err(ctx, "flash2 forward launch", ce);
         kernel = p->d == 64 ? "cuda.flash2.fwd.mma_sync.d64" : "cuda.flash2.fwd.mma_sync.d128";
@@ -361,11 +362,13 @@ extern "C" fa_status fa_cuda_backward(fa_context *ctx, const fa_problem *p, fa_s
     } else {
         /* D, dQ accumulator (fp32), GQA per-query-head dK dV (fp32) */
         const size_t gq = p->hq / p->hk > 1 ? fa_krows_q_heads(p) * p->d * 2 : 0;
-        ws = rows * sizeof(float) + rows * p->d * sizeof(float) + gq * sizeof(float);
+        /* each part 256-byte aligned: the kernels access dQacc, dKacc, dVacc as float2 */
+        const size_t a0 = (rows * sizeof(float) + 255) & ~(size_t)255, a1 = (rows * p->d * sizeof(float) + 255) & ~(size_t)255;
+        ws = a0 + a1 + gq * sizeof(float);
         if ((rc = fa_cuda_ws(ctx, s, ws)) != FA_OK) return rc;
         c.dsum = (float *)s->ws;
-        c.dq_acc = c.dsum + rows;
-        c.dk_acc = c.dq_acc + rows * p->d;
+        c.dq_acc = (float *)((char *)s->ws + a0);
+        c.dk_acc = (float *)((char *)s->ws + a0 + a1);
         c.dv_acc = c.dk_acc + gq / 2;
         cudaError_t ce;
         if (p->algo == FA_ALGO_FLASH2) {

@@ -112,7 +112,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
                     if (!full && !fa_visible(p, m0 + qc, j, s.sq, s.sk))
                         pv = 0.f;
                     else
-                        pv = exp2f(fmaf(sv, sl2, -sLb[qc]));
+                        pv = fa_exp2(fmaf(sv, sl2, -sLb[qc]));
                     float ds = pv * (dPt[mi][nt][e] - sDb[qc]);
                     if (p.softcap > 0.f) {
                         const float tn = sv / p.softcap;

@@ -132,8 +132,8 @@ __global__ void __launch_bounds__(fa1_fwd_tiles<D>::NW * 32) fa_flash1_fwd_kerne
                 sum[r] = 0.f;
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
-                    S[0][nt][2 * r] = exp2f(S[0][nt][2 * r] - mu);
-                    S[0][nt][2 * r + 1] = exp2f(S[0][nt][2 * r + 1] - mu);
+                    S[0][nt][2 * r] = fa_exp2(S[0][nt][2 * r] - mu);
+                    S[0][nt][2 * r + 1] = fa_exp2(S[0][nt][2 * r + 1] - mu);
                     sum[r] += S[0][nt][2 * r] + S[0][nt][2 * r + 1];
                 }
                 sum[r] = fa_quad_sum(sum[r]);
@@ -164,8 +164,8 @@ __global__ void __launch_bounds__(fa1_fwd_tiles<D>::NW * 32) fa_flash1_fwd_kerne
                 for (int w = 0; w < NW; ++w) lt += sSum[w * BM + tid];
                 const float mi = first ? -INFINITY : Mg[row], li = first ? 0.f : Lg[row];
                 const float mn = fmaxf(mi, mt);
-                const float al = mi == -INFINITY ? 0.f : exp2f(mi - mn);
-                const float be = mt == -INFINITY ? 0.f : exp2f(mt - mn);
+                const float al = mi == -INFINITY ? 0.f : fa_exp2(mi - mn);
+                const float be = mt == -INFINITY ? 0.f : fa_exp2(mt - mn);
                 const float ln = al * li + be * lt;
                 sA[tid] = ln > 0.f ? al * li / ln : 0.f;
                 sC[tid] = ln > 0.f ? be / ln : 0.f;

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(fa2_dq_tiles<D>::NW * 32) fa_flash2_dq_kernel(
                     if (!full && !fa_visible(p, i, j, s.sq, s.sk))
                         pv = 0.f;
                     else
-                        pv = exp2f(fmaf(sv, sl2, -Lr[mi][r]));
+                        pv = fa_exp2(fmaf(sv, sl2, -Lr[mi][r]));
                     float ds = pv * (dP[mi][nt][e] - Dr[mi][r]);
                     if (p.softcap > 0.f) {
                         const float tn = sv / p.softcap;

@@ -4,18 +4,20 @@
  * the Br rows of Qi ("split-Q"): warp w owns rows 16·MW·w .. 16·MW·(w+1)-1, so every row statistic lives inside
  * one quad of lanes and no warp ever talks to another (FA2p §3.3).
  * Inner loop over the key blocks Kj, Vj, last block first (the only one that can need the seqlen mask):
- *   S = Qi Kjᵀ·scale·log2e (fp32 registers); mask; m_new = max(m, rowmax S);
- *   P = exp2(S − m_new); ℓ = 2^(m−m_new)·ℓ + rowsum P; O = 2^(m−m_new)·O + P Vj
+ *   S = Qi Kjᵀ (fp32 registers); mask; m_new = max(m, rowmax S);
+ *   P = exp2(S·c − m_new·c), c = scale·log2e (one FFMA + MUFU.EX2 per score); ℓ = 2^((m−m_new)c)·ℓ + rowsum P;
+ *   O = 2^((m−m_new)c)·O + P Vj
  * with P fed from the S registers as the A operand (no shared memory). 1/ℓ is applied once at the end and only
- * LSE = m·scale + ln ℓ is written (FA2p §3.1.1). K and V have one shared-memory buffer each; V[j] is fetched
- * while S = Qi Kjᵀ runs and K[j-1] while softmax and P·V run (GPU_NOTES §2.5). */
+ * LSE = m·scale + ln ℓ is written (FA2p §3.1.1). Kj, Vj are double-buffered with cp.async: block j-1 is fetched
+ * while block j computes, one __syncthreads per block. (FA2's single-buffered K/V ordering, GPU_NOTES §2.5, was
+ * measured first: 168 TFLOP/s at d=64, 4k — the load latency was not hidden with 2 CTAs per SM.) */
 #include "common.cuh"
 
 template <typename T, int D, int BM, int BN, int NW>
 __global__ void __launch_bounds__(NW * 32) fa_flash2_fwd_kernel(const fa_cuda_params p) {
     constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, NT = BN / 8, DT = D / 8;
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    T *sQ = (T *)fa_smem, *sK = sQ + BM * LD, *sV = sK + BN * LD;
+    T *sQ = (T *)fa_smem, *sK = sQ + BM * LD, *sV = sK + 2 * BN * LD; /* K and V: two stages each */
 
     const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -45,18 +47,26 @@ __global__ void __launch_bounds__(NW * 32) fa_flash2_fwd_kernel(const fa_cuda_pa
     }
     const int wrow = warp * 16 * MW; /* first row of this warp inside the block */
     const float sl2 = p.scale_log2;
+    const bool raw = sl2 > 0.f && p.softcap == 0.f; /* uniform */
+    const float kl = raw ? sl2 : 1.f;               /* S·kl is in log2 units */
 
     if (nb_hi > nb_lo) {
+        const int64_t r0 = (int64_t)(nb_hi - 1) * BN;
         fa_load_tile<T, BM, D, LD, NTHR>(sQ, Q, p.q_ss, rows, tid);
-        fa_load_tile<T, BN, D, LD, NTHR>(sK, K + (int64_t)(nb_hi - 1) * BN * p.k_ss, p.k_ss, s.sk - (nb_hi - 1) * BN, tid);
+        fa_load_tile<T, BN, D, LD, NTHR>(sK, K + r0 * p.k_ss, p.k_ss, s.sk - (int)r0, tid);
+        fa_load_tile<T, BN, D, LD, NTHR>(sV, V + r0 * p.v_ss, p.v_ss, s.sk - (int)r0, tid);
         fa_cp_async_commit();
     }
     for (int n = nb_hi - 1; n >= nb_lo; --n) {
-        const int n0 = n * BN;
+        const int n0 = n * BN, st = (nb_hi - 1 - n) & 1;
+        const T *sKs = sK + st * BN * LD, *sVs = sV + st * BN * LD;
         fa_cp_async_wait<0>();
-        __syncthreads(); /* Kj (and Qi) landed; every warp is done with the previous Vj */
-        fa_load_tile<T, BN, D, LD, NTHR>(sV, V + (int64_t)n0 * p.v_ss, p.v_ss, s.sk - n0, tid);
-        fa_cp_async_commit();
+        __syncthreads(); /* Kj, Vj (and Qi) landed; every warp is done with the other stage */
+        if (n > nb_lo) { /* prefetch Kj-1, Vj-1: a whole iteration to land */
+            fa_load_tile<T, BN, D, LD, NTHR>(sK + (st ^ 1) * BN * LD, K + (int64_t)(n0 - BN) * p.k_ss, p.k_ss, s.sk - (n0 - BN), tid);
+            fa_load_tile<T, BN, D, LD, NTHR>(sV + (st ^ 1) * BN * LD, V + (int64_t)(n0 - BN) * p.v_ss, p.v_ss, s.sk - (n0 - BN), tid);
+            fa_cp_async_commit();
+        }
 
         /* S = Qi Kjᵀ */
         float S[MW][NT][4];
@@ -64,20 +74,22 @@ __global__ void __launch_bounds__(NW * 32) fa_flash2_fwd_kernel(const fa_cuda_pa
         for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) S[mi][nt][0] = S[mi][nt][1] = S[mi][nt][2] = S[mi][nt][3] = 0.f;
-        fa_warp_gemm_abt<T, MW, NT, D, LD, LD>(S, sQ + wrow * LD, sK, lane);
+        fa_warp_gemm_abt<T, MW, NT, D, LD, LD>(S, sQ + wrow * LD, sKs, lane);
 
-        /* S <- S·scale·log2e (softcap first when on): one FMUL per score; the max is then taken in the exp2 domain,
-         * which is also right for a negative scale */
+        /* Scores stay raw and exp2 takes scale·log2e folded into one FFMA (FA2's trick) when the scale is positive;
+         * with softcap or a negative scale, S is first mapped to log2 units (one FMUL) and kl = 1. */
+        if (!raw) {
 #pragma unroll
-        for (int mi = 0; mi < MW; ++mi)
+            for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
+                for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    float x = S[mi][nt][e];
-                    if (p.softcap > 0.f) x = fa_softcap(x, p.scale, p.softcap);
-                    S[mi][nt][e] = x * sl2;
-                }
+                    for (int e = 0; e < 4; ++e) {
+                        float x = S[mi][nt][e];
+                        if (p.softcap > 0.f) x = fa_softcap(x, p.scale, p.softcap);
+                        S[mi][nt][e] = x * sl2;
+                    }
+        }
         if (!fa_block_full(p, m0, m0 + rows, n0, n0 + BN, s.sq, s.sk)) {
 #pragma unroll
             for (int mi = 0; mi < MW; ++mi)
@@ -91,14 +103,7 @@ __global__ void __launch_bounds__(NW * 32) fa_flash2_fwd_kernel(const fa_cuda_pa
                     }
         }
 
-        fa_cp_async_wait<0>();
-        __syncthreads(); /* Vj landed; every warp is done reading Kj */
-        if (n > nb_lo) {
-            fa_load_tile<T, BN, D, LD, NTHR>(sK, K + (int64_t)(n0 - BN) * p.k_ss, p.k_ss, s.sk - (n0 - BN), tid);
-            fa_cp_async_commit();
-        }
-
-        /* Online softmax (S in log2 units): m_new = max(m, rowmax S); rescale ℓ and O by exp2(m − m_new). */
+        /* Online softmax: m_new = max(m, rowmax S); rescale ℓ and O by exp2((m − m_new)·kl). */
 #pragma unroll
         for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
@@ -108,13 +113,14 @@ __global__ void __launch_bounds__(NW * 32) fa_flash2_fwd_kernel(const fa_cuda_pa
                 for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(S[mi][nt][2 * r], S[mi][nt][2 * r + 1]));
                 mx = fa_quad_max(mx);
                 const float m_use = mx == -INFINITY ? 0.f : mx; /* fully masked so far: no NaN from −inf − −inf */
-                const float corr = exp2f(row_m[mi][r] - m_use);
+                const float corr = fa_exp2((row_m[mi][r] - m_use) * kl);
                 row_m[mi][r] = mx;
+                const float msc = m_use * kl;
                 float sum = 0.f;
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
-                    S[mi][nt][2 * r] = exp2f(S[mi][nt][2 * r] - m_use);
-                    S[mi][nt][2 * r + 1] = exp2f(S[mi][nt][2 * r + 1] - m_use);
+                    S[mi][nt][2 * r] = fa_exp2(fmaf(S[mi][nt][2 * r], kl, -msc));
+                    S[mi][nt][2 * r + 1] = fa_exp2(fmaf(S[mi][nt][2 * r + 1], kl, -msc));
                     sum += S[mi][nt][2 * r] + S[mi][nt][2 * r + 1];
                 }
                 row_l[mi][r] = row_l[mi][r] * corr + sum; /* thread-local: the quad sum is deferred to the end */
@@ -127,7 +133,7 @@ __global__ void __launch_bounds__(NW * 32) fa_flash2_fwd_kernel(const fa_cuda_pa
         /* O += P Vj, P straight from the S registers. */
         uint32_t Pa[MW][NT / 2][4];
         fa_acc_to_a<T, MW, NT / 2>(Pa, S);
-        fa_warp_gemm_rb<T, MW, DT, NT / 2, LD>(O_acc, Pa, sV, lane);
+        fa_warp_gemm_rb<T, MW, DT, NT / 2, LD>(O_acc, Pa, sVs, lane);
     }
 
     /* Epilogue: O /= ℓ, LSE = m·scale + ln ℓ (−inf and O = 0 for a row that saw no key). */
@@ -144,14 +150,14 @@ __global__ void __launch_bounds__(NW * 32) fa_flash2_fwd_kernel(const fa_cuda_pa
                 *(uint32_t *)(sQ + row * LD + dt * 8 + (lane & 3) * 2) =
                     fa_pack2<T>(O_acc[mi][dt][2 * r] * inv, O_acc[mi][dt][2 * r + 1] * inv);
             if (p.lse && (lane & 3) == 0 && row < rows)
-                p.lse[s.stat0 + m0 + row] = l > 0.f ? row_m[mi][r] * FA_LN2 + logf(l) : -INFINITY;
+                p.lse[s.stat0 + m0 + row] = l > 0.f ? row_m[mi][r] * kl * FA_LN2 + logf(l) : -INFINITY;
         }
     __syncthreads();
     fa_store_tile<T, BM, D, LD, NTHR>(O, p.o_ss, sQ, rows, tid);
 }
 
 template <typename T, int D, int BM, int BN, int NW> static cudaError_t fa2_fwd_run(const fa_cuda_params *p, cudaStream_t st) {
-    const size_t smem = (size_t)(BM + 2 * BN) * (D + 8) * sizeof(T);
+    const size_t smem = (size_t)(BM + 4 * BN) * (D + 8) * sizeof(T);
     cudaError_t e = cudaFuncSetAttribute(fa_flash2_fwd_kernel<T, D, BM, BN, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
     dim3 grid((p->sq + BM - 1) / BM, p->hq, p->batch);
@@ -163,14 +169,16 @@ template <typename T, int D, int BM, int BN, int NW> static cudaError_t fa2_fwd_
 /* Tile table (Br x Bc, warps); the first row of each head dim is the default, the others are reachable through
  * opts.block_q/block_k for sweeps. Registers from -Xptxas -v (no spills in any row); time measured on the H200,
  * bf16, B·S = 16k, see scripts/bench-gpu.sh and the table in the commit message / report.
- *   d=64 : 128 x 64, 4 warps (2 row tiles per warp: halves the K/V ldmatrix traffic per FLOP)
- *          64 x 64, 4 warps;  128 x 128, 8 warps
- *   d=128: 64 x 64, 4 warps (128 x 64 with 4 warps, FA2's choice, spills 88 B here: ptxas hoists fragments)
- *          128 x 64, 8 warps */
+ * Run 2 (4 x 32 x 4096 x 64 / 4 x 16 x 4096 x 128, non-causal / causal, TFLOP/s, K/V double-buffered):
+ *   d=64 : 128 x 128, 8 warps: 206 / 186   <- default
+ *          128 x 64,  4 warps: 191 / 161   (2 row tiles per warp: half the K/V ldmatrix traffic, but 253 regs)
+ *          64 x 64,   4 warps: 164 / 144
+ *   d=128: 64 x 64,   4 warps: 200 / 176   <- default (128 x 64 with 4 warps, FA2's choice, spills 88 B here)
+ *          128 x 64,  8 warps: 182 / 171 */
 typedef struct fa2_fwd_cfg {
     int d, bm, bn;
 } fa2_fwd_cfg;
-static const fa2_fwd_cfg fa2_fwd_table[] = {{64, 128, 64}, {64, 64, 64}, {64, 128, 128}, {128, 64, 64}, {128, 128, 64}};
+static const fa2_fwd_cfg fa2_fwd_table[] = {{64, 128, 128}, {64, 128, 64}, {64, 64, 64}, {128, 64, 64}, {128, 128, 64}};
 
 extern "C" int fa_flash2_fwd_tiles(int d, int *bm, int *bn) {
     for (size_t i = 0; i < sizeof fa2_fwd_table / sizeof fa2_fwd_table[0]; ++i) {

@@ -81,6 +81,13 @@ template <> FA_DEV __nv_bfloat16 fa_from_f32<__nv_bfloat16>(float x) { return __
 template <> FA_DEV __half fa_from_f32<__half>(float x) { return __float2half_rn(x); }
 template <> FA_DEV float fa_from_f32<float>(float x) { return x; }
 
+/* 2^x on the SFU (MUFU.EX2), flush-to-zero: exp2(-inf) = 0, exactly what the masked scores need. */
+FA_DEV float fa_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Reductions over the 4 lanes of a quad (the lanes that share rows g and g+8 of a C fragment). */
 FA_DEV float fa_quad_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));

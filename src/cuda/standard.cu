@@ -131,7 +131,7 @@ __global__ void fa_std_bwd_kernel(const float *S, const float *dP, void *outv, f
 
 size_t fa_standard_ws_bytes(const fa_cuda_params *p, int dtype, int backward) {
     const size_t hss = (size_t)p->hq * p->sq * p->sk;
-    size_t b = hss * (4 + fa_esize(dtype));
+    size_t b = hss * (4 + fa_esize(dtype)) + 1024; /* + 256-byte alignment of the parts */
     if (backward) {
         b += hss * 4;                                                            /* dP */
         if (p->group > 1) b += 2 * (size_t)p->hq * p->sk * p->d * 4;             /* dK, dV per query head */
@@ -168,7 +168,7 @@ fa_std_status fa_standard_forward(const fa_cuda_params *p, int dtype, const int 
         const char *v = (const char *)p->v + FA_OFF(p, v, b, kr) * es;
         char *o = (char *)p->out + FA_OFF(p, o, b, qr) * es;
         float *S = (float *)ws;
-        void *P = (char *)ws + (size_t)p->hq * sq * sk * 4;
+        void *P = (char *)ws + (((size_t)p->hq * sq * sk * 4 + 255) & ~(size_t)255);
         const fa_std_row rw = {sq, sk, p->wl, p->wr, p->softcap};
         if (sk == 0) { /* no keys: O = 0, LSE = -inf */
             for (int h = 0; h < p->hq; ++h) {
@@ -217,9 +217,9 @@ fa_std_status fa_standard_backward(const fa_cuda_params *p, int dtype, const int
         char *dk = (char *)p->dk + FA_OFF(p, dk, b, kr) * es;
         char *dv = (char *)p->dv + FA_OFF(p, dv, b, kr) * es;
         const size_t hss = (size_t)p->hq * sq * sk;
-        float *S = (float *)ws, *dP = S + hss;
-        void *P = dP + hss;
-        float *dkw = (float *)((char *)P + hss * es), *dvw = dkw + (size_t)p->hq * sk * p->d;
+        float *S = (float *)ws, *dP = (float *)((char *)ws + ((hss * 4 + 255) & ~(size_t)255));
+        void *P = (char *)dP + ((hss * 4 + 255) & ~(size_t)255);
+        float *dkw = (float *)((char *)P + ((hss * es + 255) & ~(size_t)255)), *dvw = dkw + (size_t)p->hq * sk * p->d;
         const int gqa = p->group > 1;
         const fa_std_row rw = {sq, sk, p->wl, p->wr, p->softcap};
         if (sq == 0 || sk == 0) {

@@ -255,6 +255,17 @@ int main(void) {
                 run_case(ctx, &c, 0);
                 if (shapes[si][1] <= 1100) run_case(ctx, &c, 1);
             }
+    /* regression: B·Hq·Sq odd (615 rows) put the fp32 dQ accumulator at a 4-byte offset in the workspace, and its
+     * float2 accesses faulted (flashattn check, seed 730645 case 286) */
+    {
+        t_case c = t_case_make(1, 205, 63, 3, 3, 64, FA_DTYPE_F16);
+        c.opts.causal = 1;
+        c.opts.softcap = 28.93f;
+        c.lay_q = T_BHSD;
+        run_case(ctx, &c, 1);
+        c.hk = 1; /* GQA 3:1 */
+        run_case(ctx, &c, 1);
+    }
     /* varlen with an empty sequence, sq > sk (fully masked rows under causal) */
     {
         int32_t cq[5], ck[5];

@@ -257,11 +257,11 @@ static void bench_json_row(FILE *f, const bench_row *r, int first) {
 }
 
 static void table_header(FILE *f, fa_backend dev) {
-    fprintf(f, "| %-8s | %-22s | %-4s | %5s | %4s | %6s | %6s | %4s | %6s | %4s | %9s | %6s | %8s | %7s | %9s | "
+    fprintf(f, "| %-8s | %-28s | %-4s | %5s | %4s | %6s | %6s | %4s | %6s | %4s | %9s | %6s | %8s | %7s | %9s | "
                "%9s | %9s |\n",
             "algo", "kernel", "type", "B", "H", "Sq", "Sk", "d", "causal", "pass", "ms", "spread",
             dev == FA_BACKEND_CUDA ? "TFLOP/s" : "GFLOP/s", "vs std", "extra MB", "read MB", "write MB");
-    fprintf(f, "|----------|------------------------|------|------:|-----:|-------:|-------:|-----:|-------:|------|"
+    fprintf(f, "|----------|------------------------------|------|------:|-----:|-------:|-------:|-----:|-------:|------|"
                "----------:|-------:|---------:|--------:|----------:|----------:|----------:|\n");
 }
 
@@ -273,7 +273,7 @@ static void table_row(FILE *f, const bench_row *r) {
     char heads[24];
     if (c->heads_k != c->heads) snprintf(heads, sizeof heads, "%lld/%lld", (long long)c->heads, (long long)c->heads_k);
     else snprintf(heads, sizeof heads, "%lld", (long long)c->heads);
-    fprintf(f, "| %-8s | %-22s | %-4s | %5lld | %4s | %6lld | %6lld | %4lld | %6s | %4s | ", fa_algo_name(r->algo),
+    fprintf(f, "| %-8s | %-28s | %-4s | %5lld | %4s | %6lld | %6lld | %4lld | %6s | %4s | ", fa_algo_name(r->algo),
             r->ok ? r->kernel : "-", fa_dtype_name(c->dtype), (long long)c->batch, heads, (long long)c->seqlen_q,
             (long long)c->seqlen_k, (long long)c->head_dim, causal, c->backward ? "bwd" : "fwd");
     if (!r->ok) {

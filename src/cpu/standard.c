@@ -343,7 +343,7 @@ fa_status fa_cpu_standard_backward(fa_context *ctx, const fa_problem *p, fa_stat
     const size_t sS = fa_align64((size_t)(sq * sk) * 4), sQ = fa_align64((size_t)(sq * d) * 4);
     const size_t sK = fa_align64((size_t)(sk * d) * 4);
     /* per thread: P, dS (N x N); Q, dO, dQ (converted, f16/bf16 only); K, V (converted); dK, dV fp32 accumulators */
-    const size_t per = 2 * sS + (conv ? 3 * sQ + 2 * sK : 0) + 2 * sK + fa_align64((size_t)sq * 4);
+    const size_t per = 2 * sS + (conv ? 4 * sQ + 2 * sK : 0) + 2 * sK + 2 * fa_align64((size_t)sq * 4);
     fa_cpu_ws w;
     if (fa_cpu_ws_get(ctx, per, 0, &w)) return FA_ERR_OUT_OF_MEMORY;
     const int outer = items >= w.threads ? w.threads : 1;
@@ -354,13 +354,14 @@ fa_status fa_cpu_standard_backward(fa_context *ctx, const fa_problem *p, fa_stat
         char *mem = fa_cpu_ws_thread(&w, t);
         float *P = (float *)mem, *dS = (float *)(mem + sS);
         char *x = mem + 2 * sS;
-        float *Qb = NULL, *dOb = NULL, *dQb = NULL, *Kb = NULL, *Vb = NULL;
+        float *Qb = NULL, *dOb = NULL, *dQb = NULL, *Kb = NULL, *Vb = NULL, *Ob = NULL;
         if (conv) {
-            Qb = (float *)x, dOb = (float *)(x + sQ), dQb = (float *)(x + 2 * sQ);
-            Kb = (float *)(x + 3 * sQ), Vb = (float *)(x + 3 * sQ + sK);
-            x += 3 * sQ + 2 * sK;
+            Qb = (float *)x, dOb = (float *)(x + sQ), dQb = (float *)(x + 2 * sQ), Ob = (float *)(x + 3 * sQ);
+            Kb = (float *)(x + 4 * sQ), Vb = (float *)(x + 4 * sQ + sK);
+            x += 4 * sQ + 2 * sK;
         }
         float *dK = (float *)x, *dV = (float *)(x + sK), *L = (float *)(x + 2 * sK);
+        float *Dr = L + fa_align64((size_t)sq * 4) / 4;
         fa_io *io = &w.io[t];
         const int64_t b = it / p->hk, hk = it % p->hk;
         fa_head hd;
@@ -378,6 +379,12 @@ fa_status fa_cpu_standard_backward(fa_context *ctx, const fa_problem *p, fa_stat
             const float *Q = head_f32(p, hq.q, hq.ldq, sq, Qb, &ldq, io);
             const float *dO = head_f32(p, hq.dout, hq.lddo, sq, dOb, &lddo, io);
             fa_vec_load(L, hq.lse, (int)sq, io);
+            if (conv) { /* f16/bf16: D = rowsum(dO ∘ O) from the rounded output, as FLASH1/FLASH2 must (below) */
+                int64_t ldo;
+                const float *O = head_f32(p, hq.o, hq.ldo, sq, Ob, &ldo, io);
+                for (int64_t r = 0; r < sq; r++) Dr[r] = fa_cpu_rowdot(d, dO + r * lddo, O + r * ldo);
+                io->read += sq * d * (int64_t)es;
+            }
             float *dQ = conv ? dQb : (float *)hq.dq;
             const int64_t lddq = conv ? d : hq.lddq;
             for (int64_t i0 = 0; i0 < sq; i0 += STD_PANEL) {
@@ -402,9 +409,13 @@ fa_status fa_cpu_standard_backward(fa_context *ctx, const fa_problem *p, fa_stat
                         memset(dp, 0, (size_t)n * 4);
                         continue;
                     }
-                    float dsum = 0; /* D = rowsum(P ∘ dP) (= rowsum(dO ∘ O); exact where P is one-hot) */
+                    /* D = rowsum(dO ∘ O) = rowsum(P ∘ dP). f32: the second form (O is not rounded; exact zeros for
+                     * a one-hot P). f16/bf16: the first, from the rounded O the caller holds, so that STANDARD sees
+                     * the same conditioning as FLASH1/FLASH2 (whose tiles cannot form P ∘ dP before dS) */
+                    float dsum = 0;
                     if (p->softcap > 0) { /* dS ∘ (1 − (s/cap)²) needs the capped scores: scalar path */
                         for (int c = 0; c < n; c++) dsum += (s[c] == -INFINITY ? 0.0f : expf(s[c] - lse)) * dp[c];
+                        if (conv) dsum = Dr[i0 + r];
                         for (int c = 0; c < n; c++) {
                             const float th = s[c] / p->softcap;
                             const float pv = s[c] == -INFINITY ? 0.0f : expf(s[c] - lse);
@@ -414,7 +425,9 @@ fa_status fa_cpu_standard_backward(fa_context *ctx, const fa_problem *p, fa_stat
                         continue;
                     }
                     kr->exp_rows(1, n, s, n, 1.0f, &lse);                          /* P = exp(S − LSE) */
-                    for (int c = 0; c < n; c++) dsum += s[c] * dp[c];
+                    if (conv) dsum = Dr[i0 + r];
+                    else
+                        for (int c = 0; c < n; c++) dsum += s[c] * dp[c];
                     kr->ds_rows(1, n, s, n, dp, n, &dsum, p->scale);               /* dS = scale·P ∘ (dP − D) */
                 }
                 io->read += 4 * (int64_t)rows * n * 4; /* P, dP read for D and for dS */

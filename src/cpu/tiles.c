@@ -17,14 +17,16 @@ static void cache_sizes(long *l1, long *l2) {
 
 /* The one tile table of the CPU backend. Changes speed, never results.
  *
- *   Forward (FLASH2, FLASH1): Br = 128 query rows (two 64-column panels of the transposed score tile, so the 6x64
- *   register block runs full width), Bc = the largest of 256/128/64 keys whose working set Qᵢᵀ, Oᵢ (2·Br·d·4) +
- *   Kⱼ, Vⱼ (2·Bc·d·4) + Sᵀ (Br·Bc·4) fits in half the L2: the 6x64 kernels run at full speed with their B panel
- *   in L2 (CPU_NOTES §1), so the score tile need not fit in L1. K/V are re-read once per Br queries.
- *   Measured (FLASH2 fwd, f32, 1 thread, 4 heads x 2048, flashattn bench --threads 1 --block-q 64,128
- *   --block-k 64,128,256; Zen 4 VM, 32 KiB L1d, 1 MiB L2, 2026-11-30), GFLOP/s:
- *       d = 64 : 64x64 77, 64x128 91, 64x256 92, 128x64 93, 128x128 95, 128x256 97
- *       d = 128: 64x64 95, 64x128 96, 64x256 98, 128x64 97, 128x128 96, 128x256 100
+ *   Forward (FLASH2, and FLASH1 with the same tiles so that the two compare loop orders, not tile sizes): the first
+ *   (Br, Bc) of 256x128, 128x128, 128x64, 64x64 whose working set Qᵢᵀ, Oᵢ (2·Br·d·4) + Kⱼ, Vⱼ (2·Bc·d·4) + Sᵀ
+ *   (Br·Bc·4) fits in half the L2: the 6x64 kernels run at full speed with their B panel in L2 (CPU_NOTES §1), so
+ *   the score tile need not fit in L1; a large Br divides FLASH2's K/V re-reads (8·N²·d/Br bytes per head).
+ *   d = 64 and 128 -> 256 x 128 on a 1 MiB L2; d = 256 -> 128 x 64.
+ *   Measured (FLASH2 fwd, f32, 1 thread, 4 heads x 2048, flashattn bench --threads 1 --block-q --block-k; Zen 4 VM,
+ *   32 KiB L1d, 1 MiB L2, 2026-11-30; the VM was shared, ±15 %), GFLOP/s:
+ *       d = 64 : 64x64 77, 64x128 91, 128x64 93, 128x128 93-95, 128x256 92-97, 256x128 94, 256x256 96
+ *       d = 128: 64x64 95, 64x128 96, 128x64 97, 128x128 94-96, 128x256 88-100, 256x128 76-92
+ *   i.e. everything from 128 x 128 up is within the noise; 64 x 64 loses 15 % at d = 64.
  *   Backward: Br = Bc = 64 (Kⱼ, Vⱼ, Kⱼᵀ, Vⱼᵀ, dKⱼ, dVⱼ and Qᵢ, dOᵢ, dQᵢ, P, dS stay in L2). */
 void fa_cpu_tiles(const fa_problem *p, int *br, int *bc) {
     long l1, l2;
@@ -33,11 +35,14 @@ void fa_cpu_tiles(const fa_problem *p, int *br, int *bc) {
     const long d = p->d;
     int q = 64, k = 64;
     if (!p->is_backward) {
-        static const int cand[] = {256, 128, 64};
-        q = 128;
-        for (int i = 0; i < 3; i++) {
-            long set = 2L * q * d * 4 + 2L * cand[i] * d * 4 + (long)q * cand[i] * 4;
-            if (set <= l2 / 2) { k = cand[i]; break; }
+        static const int cand[][2] = {{256, 128}, {128, 128}, {128, 64}, {64, 64}};
+        for (int i = 0; i < 4; i++) {
+            const long bq = cand[i][0], bk = cand[i][1];
+            if (2 * bq * d * 4 + 2 * bk * d * 4 + bq * bk * 4 <= l2 / 2 || i == 3) {
+                q = (int)bq;
+                k = (int)bk;
+                break;
+            }
         }
     }
     if (p->block_q) q = p->block_q;

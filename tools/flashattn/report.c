@@ -15,6 +15,16 @@
 #include <time.h>
 #include <unistd.h>
 
+static double load_avg(void) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    double l = -1;
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1;
+        fclose(f);
+    }
+    return l;
+}
+
 /* ---------------------------------------------------------------------------------------------------------
  * Progress bar (stderr)
  * ------------------------------------------------------------------------------------------------------- */
@@ -457,6 +467,7 @@ int cmd_report(int argc, char **argv) {
         w += P->n_srams * est_cost(&R, FA_BACKEND_CPU, 4.0 * P->io_sram_seqlen * (double)P->io_sram_seqlen * 64, 4);
         R.work_total = (no_cpu ? 0 : w) + (R.cuda ? 150 : 0);
     }
+    R.load_start = load_avg();
     progress(&R, "start");
     if (!no_cpu) {
         measure_device(&R, FA_BACKEND_CPU, &R.cpu);
@@ -474,6 +485,7 @@ int cmd_report(int argc, char **argv) {
     progress(&R, "writing the report");
     if (R.tty) fprintf(stderr, "\n");
     R.seconds = (now_ms() - R.t0) / 1e3;
+    R.load_end = load_avg();
     int rc = report_write(&R);
     free(R.cpu.speed.v), free(R.cpu.par.v), free(R.cpu.blocks.v), free(R.cpu.mem.v);
     free(R.gpu.speed.v), free(R.gpu.par.v), free(R.gpu.blocks.v), free(R.gpu.mem.v);

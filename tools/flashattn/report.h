@@ -64,6 +64,7 @@ typedef struct report {
     preset p;
     int tty, gnuplot, cuda;
     double t0, seconds, cpu_rate;
+    double load_start, load_end; /* 1-minute load average (Linux), -1 if unknown */
     double work_total, work_done;
     char last_section[128];
     FILE *repro;

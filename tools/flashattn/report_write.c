@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------------------------------------------------
  * Looking rows up
@@ -917,6 +918,13 @@ int report_write(report *R) {
             strcmp(R->p.name, "full") == 0 ? "the BENCHMARKS.md protocol sizes (model dim 2048, 16384 tokens)"
                                             : "reduced sizes so the run stays short (use --full for the protocol sizes)",
             R->p.reps);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int busy = ncpu > 0 && (R->load_start > (double)ncpu + 0.5 || R->load_end > (double)ncpu + 1.5);
+    if (R->load_start >= 0)
+        fprintf(f, "- load average %.2f at the start, %.2f at the end, on %ld cores%s\n", R->load_start, R->load_end, ncpu,
+                busy ? ": **the machine was busy with other work, so the timings are noisy** (counted bytes and memory "
+                       "are not affected); run again on a quiet machine"
+                     : "");
     if (!R->gnuplot)
         fprintf(f, "- **no plots**: gnuplot was not found (or --no-plots). Install it (`apt-get install gnuplot-nox`) "
                    "and run again, or run `gnuplot NAME.gp` in this directory: the scripts are written.\n");
@@ -995,6 +1003,9 @@ int report_write(report *R) {
     /* summary on stdout */
     printf("flashattn report (%s, %.0f s): %s/index.md, %d plots%s\n\n", R->p.name, R->seconds, R->out, n_png,
            R->gnuplot ? "" : " (gnuplot not found: tables only; apt-get install gnuplot-nox)");
+    if (busy)
+        printf("note: the machine was busy (load %.1f / %.1f on %ld cores): timings are noisy\n", R->load_start,
+               R->load_end, ncpu);
     for (int i = 0; i < n_cpu; i++) printf("cpu %d. %s: %s\n", i + 1, cpu_cl[i].claim, cpu_cl[i].verdict);
     for (int i = 0; i < n_gpu; i++) printf("gpu %d. %s: %s\n", i + 1, gpu_cl[i].claim, gpu_cl[i].verdict);
     return 0;

@@ -2,18 +2,21 @@
 # The report's numbers are those of `flashattn bench` / `flashattn io` for the same settings:
 # runs `flashattn report --smoke`, re-runs every command of its reproduce.txt with --csv, and compares row by row:
 # configuration columns and counted bytes (slow_read_mb, slow_write_mb, peak_extra_mb; all io columns) exactly,
-# times within timing noise (a factor of 5 plus 25 ms: on a shared 2-core machine a descheduled OpenMP thread costs a scheduler tick per call). Also: >= 4 PNGs when gnuplot is
+# times within timing noise (a factor of 5 plus 25 ms, up to 3 tries; one thread, so a busy machine's descheduled
+# OpenMP threads do not stall the calls). Also: >= 4 PNGs when gnuplot is
 # installed, and a complete report with tables when plots are off.
 # usage: test_report.sh path/to/flashattn WORKDIR
 set -u
 # under AddressSanitizer a too-large allocation must return NULL (the library then reports FA_ERR_OUT_OF_MEMORY)
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1"
+# one thread everywhere (our calls use --threads 1; this keeps BLAS inside STANDARD from starting its own team)
+export OMP_NUM_THREADS=1
 BIN=$1
 OUT=$2
 fail() { echo "FAIL: $*"; exit 1; }
 rm -rf "$OUT" && mkdir -p "$OUT" || fail "cannot create $OUT"
 
-"$BIN" report --smoke --out "$OUT/r" >"$OUT/summary.txt" 2>"$OUT/progress.txt" || fail "report exited $?"
+"$BIN" report --smoke --threads 1 --out "$OUT/r" >"$OUT/summary.txt" 2>"$OUT/progress.txt" || fail "report exited $?"
 R="$OUT/r"
 test -s "$R/index.md" || fail "no index.md"
 grep -q '^## Claims' "$R/index.md" || fail "no claims table"
@@ -22,25 +25,30 @@ test -s "$R/reproduce.txt" || fail "no reproduce.txt"
 
 grep -v '^#' "$R/reproduce.txt" | cut -f1 | sort -u >"$OUT/csvs"
 while read -r csv; do
-    : >"$OUT/$csv.again"
     grep -v '^#' "$R/reproduce.txt" | awk -F'\t' -v c="$csv" '$1 == c { print $2 }' >"$OUT/$csv.cmds"
-    while read -r args; do
-        # shellcheck disable=SC2086
-        "$BIN" $args --csv 2>/dev/null | tail -n +2 >>"$OUT/$csv.again"
-    done <"$OUT/$csv.cmds"
     tail -n +2 "$R/$csv" >"$OUT/$csv.report"
     a=$(wc -l <"$OUT/$csv.report")
-    b=$(wc -l <"$OUT/$csv.again")
     [ "$a" -gt 0 ] || fail "$csv: no rows"
-    [ "$a" -eq "$b" ] || fail "$csv: report has $a rows, the commands gave $b"
-    case "$csv" in
-    io_*)
-        cmp -s "$OUT/$csv.report" "$OUT/$csv.again" || {
-            diff "$OUT/$csv.report" "$OUT/$csv.again" | head
-            fail "$csv: io rows differ"
-        }
-        ;;
-    *)
+    # times may differ by noise: up to 3 runs of the commands; anything else must match on the first
+    attempt=1
+    while :; do
+        : >"$OUT/$csv.again"
+        while read -r args; do
+            # shellcheck disable=SC2086
+            "$BIN" $args --csv 2>/dev/null | tail -n +2 >>"$OUT/$csv.again"
+        done <"$OUT/$csv.cmds"
+        b=$(wc -l <"$OUT/$csv.again")
+        [ "$a" -eq "$b" ] || fail "$csv: report has $a rows, the commands gave $b"
+        case "$csv" in
+        io_*)
+            cmp -s "$OUT/$csv.report" "$OUT/$csv.again" || {
+                diff "$OUT/$csv.report" "$OUT/$csv.again" | head
+                fail "$csv: io rows differ"
+            }
+            echo "$csv: $a rows identical"
+            break
+            ;;
+        esac
         paste -d'|' "$OUT/$csv.report" "$OUT/$csv.again" | awk -F'|' -v f="$csv" '
             {
                 n = split($1, r, ","); m = split($2, b, ",");
@@ -48,13 +56,18 @@ while read -r csv; do
                 for (i = 13; i <= 15; i++) if (r[i] != b[i]) { print f ": row " NR " counted column " i ": " r[i] " vs " b[i]; bad = 1 }
                 if (r[11] ~ /^[0-9.]+$/ && b[11] ~ /^[0-9.]+$/) {
                     x = r[11] + 0; y = b[11] + 0;
-                    if (x > 5 * y + 25 || y > 5 * x + 25) { print f ": row " NR " ms " x " vs " y; bad = 1 }
+                    if (x > 5 * y + 25 || y > 5 * x + 25) { print f ": row " NR " ms " x " vs " y " (noise?)"; slow = 1 }
                 } else if (r[11] != b[11]) { print f ": row " NR " status " r[11] " vs " b[11]; bad = 1 }
                 rows++
             }
-            END { if (bad) exit 1; print f ": " rows " rows match" }' || fail "$csv differs from flashattn bench"
-        ;;
-    esac
+            END { if (bad) exit 1; if (slow) exit 2; print f ": " rows " rows match" }'
+        rc=$?
+        [ "$rc" -eq 0 ] && break
+        [ "$rc" -eq 1 ] && fail "$csv differs from flashattn bench"
+        attempt=$((attempt + 1))
+        [ "$attempt" -le 3 ] || fail "$csv: times differ beyond noise in 3 runs"
+        echo "$csv: timing differs, running the commands again ($attempt/3)"
+    done
 done <"$OUT/csvs"
 
 if command -v gnuplot >/dev/null 2>&1; then
@@ -62,7 +75,7 @@ if command -v gnuplot >/dev/null 2>&1; then
     [ "$n" -ge 4 ] || fail "only $n PNG plots with gnuplot installed"
     echo "plots: $n PNG"
 fi
-"$BIN" report --smoke --no-plots --out "$OUT/np" >/dev/null 2>&1 || fail "report --no-plots exited $?"
+"$BIN" report --smoke --threads 1 --no-plots --out "$OUT/np" >/dev/null 2>&1 || fail "report --no-plots exited $?"
 grep -q 'no plots' "$OUT/np/index.md" || fail "--no-plots report does not say how to get the plots"
 grep -q '^| # | claim' "$OUT/np/index.md" || fail "--no-plots report has no claims table"
 echo "PASS"

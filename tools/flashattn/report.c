@@ -129,6 +129,10 @@ static void report_bench(report *R, rows_t *dst, FILE *csv, const char *csvname,
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
+    if (R->threads > 0 && strstr(args, "--device cpu")) {
+        size_t l = strlen(args);
+        snprintf(args + l, sizeof args - l, " --threads %d", R->threads);
+    }
     if (R->repro) fprintf(R->repro, "%s\tbench %s\n", csvname, args);
     snprintf(buf, sizeof buf, "%s", args);
     char *argv[128];
@@ -150,6 +154,10 @@ static void report_io(report *R, io_rows_t *dst, FILE *csv, const char *csvname,
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
+    if (R->threads > 0) {
+        size_t l = strlen(args);
+        snprintf(args + l, sizeof args - l, " --threads %d", R->threads);
+    }
     if (R->repro) fprintf(R->repro, "%s\tio %s\n", csvname, args);
     snprintf(buf, sizeof buf, "%s", args);
     char *argv[64];
@@ -388,7 +396,7 @@ static void preset_init(preset *P, const char *mode) {
  * The command
  * ------------------------------------------------------------------------------------------------------- */
 static void report_help(void) {
-    printf("usage: flashattn report [--quick | --full] [--out DIR] [--no-plots] [--no-gpu]\n"
+    printf("usage: flashattn report [--quick | --full] [--out DIR] [--threads T] [--no-plots] [--no-gpu] [--no-cpu]\n"
            "\n"
            "Measures the FlashAttention claims on this machine (CPU; the CUDA device too when present) and writes\n"
            "DIR/index.md (default DIR = report) with PNG plots (gnuplot), the CSV behind each plot, reproduce.txt\n"
@@ -400,6 +408,7 @@ static void report_help(void) {
            "               2-core CPU\n"
            "  --smoke      tiny problems, seconds (for tests)\n"
            "  --out DIR    output directory (created)\n"
+           "  --threads T  CPU threads for every measurement (default 0 = all cores)\n"
            "  --no-plots   do not call gnuplot (tables only)\n"
            "  --no-gpu     CPU only even when a CUDA device is present\n"
            "  --no-cpu     skip the CPU measurements (GPU only; the CPU claims then say 'not measured')\n");
@@ -411,6 +420,7 @@ int cmd_report(int argc, char **argv) {
     memset(&R, 0, sizeof R);
     snprintf(R.out, sizeof R.out, "report");
     int no_plots = 0, no_gpu = 0, no_cpu = 0;
+    int64_t threads = 0;
     for (int i = 0; i < argc; i++) {
         const char *x = argv[i], *v;
         if (strcmp(x, "--help") == 0 || strcmp(x, "-h") == 0) {
@@ -423,7 +433,10 @@ int cmd_report(int argc, char **argv) {
         else if (strcmp(x, "--no-plots") == 0) no_plots = 1;
         else if (strcmp(x, "--no-gpu") == 0) no_gpu = 1;
         else if (strcmp(x, "--no-cpu") == 0) no_cpu = 1;
-        else if (opt_is(x, "--out")) {
+        else if (opt_is(x, "--threads")) {
+            if (!(v = opt_value(S, argc, argv, &i, "--threads")) || parse_int(S, "--threads", v, 0, 1024, &threads))
+                return CLI_EXIT_USAGE;
+        } else if (opt_is(x, "--out")) {
             if (!(v = opt_value(S, argc, argv, &i, "--out"))) return CLI_EXIT_USAGE;
             if (!*v || strlen(v) > 900 || strchr(v, '\'')) return cli_usage_error(S, "--out: bad directory '%s'", v);
             snprintf(R.out, sizeof R.out, "%s", v);
@@ -435,6 +448,7 @@ int cmd_report(int argc, char **argv) {
         return 1;
     }
     preset_init(&R.p, mode);
+    R.threads = (int)threads;
     R.tty = isatty(2);
     R.t0 = now_ms();
     R.cpu_rate = 25e9;

@@ -78,6 +78,14 @@ int main(void) {
     c = mk(1, 113, 113, 4, 1, 64, F32, T_BSHD, T_BSHD, T_BSHD);
     c.opts.deterministic = 1, c.opts.block_q = 32, c.opts.block_k = 16;
     t_run_backward(ctx, &c, ALL);
+    /* one K/V head, many K/V blocks: fewer work items than threads, so FLASH2 may split a head's K/V blocks over
+     * threads (dQ partials summed afterwards) */
+    c = mk(1, 97, 239, 2, 1, 32, F32, T_BSHD, T_BSHD, T_BSHD);
+    c.opts.block_q = 16, c.opts.block_k = 8;
+    t_run_backward(ctx, &c, ALL);
+    c = mk(1, 239, 239, 1, 1, 16, BF16, T_BSHD, T_BSHD, T_STRIDED);
+    c.opts.block_q = 32, c.opts.block_k = 8, c.opts.causal = 1;
+    t_run_backward(ctx, &c, ALL);
 
     /* the larger ones: few */
     c = mk(1, 1023, 1023, 1, 1, 32, F32, T_BSHD, T_BSHD, T_BSHD);

@@ -50,6 +50,7 @@ echo "$out" | grep -q ',oom,' || fail "no oom row: $out"
 out=$("$BIN" bench --seqlen 64 --tokens 64 --heads 3 --gqa 2 --d 16 --reps 2 --csv 2>/dev/null)
 echo "$out" | grep -q ',skip,' || fail "no skip row for --gqa 2 with 3 heads: $out"
 
+"$BIN" io --seqlen 64 --d 16 --sram 8K >/dev/null || fail "io --sram 8K exited $?"
 "$BIN" io --seqlen 1024 --d 64 --csv >"$TMP/io.csv" || fail "io exited $?"
 awk -F, 'NR > 1 { t[$1] = $13 } END { if (!(t["standard"] > t["flash1"] && t["flash1"] > t["flash2"])) exit 1 }' "$TMP/io.csv" ||
     fail "io: expected STANDARD > FLASH1 > FLASH2 bytes: $(cat "$TMP/io.csv")"

@@ -146,7 +146,8 @@ static int parse_bytes(const char *S, const char *opt, const char *arg, int64_t 
     if (n > 0 && (buf[n - 1] == 'K' || buf[n - 1] == 'k')) mul = 1024, buf[n - 1] = 0;
     else if (n > 0 && (buf[n - 1] == 'M' || buf[n - 1] == 'm')) mul = 1024 * 1024, buf[n - 1] = 0;
     int64_t v;
-    if (parse_int(S, opt, buf, 16, (int64_t)1 << 40, &v)) return -1;
+    if (parse_int(S, opt, buf, 1, ((int64_t)1 << 40) / mul, &v)) return -1;
+    if (v * mul < 16) return cli_usage_error(S, "%s: %lld bytes is too small (at least 16)", opt, (long long)(v * mul)), -1;
     *out = v * mul;
     return 0;
 }

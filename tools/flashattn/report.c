@@ -453,6 +453,8 @@ int cmd_report(int argc, char **argv) {
     R.t0 = now_ms();
     R.cpu_rate = 25e9;
     R.gnuplot = !no_plots && system("command -v gnuplot >/dev/null 2>&1") == 0;
+    snprintf(R.gp_term, sizeof R.gp_term, "%s",
+             R.gnuplot && system("gnuplot -e 'set terminal pngcairo' >/dev/null 2>&1") != 0 ? "png" : "pngcairo");
     R.cuda = !no_gpu && fa_backend_available(FA_BACKEND_CUDA);
     char path[2048];
     snprintf(path, sizeof path, "%s/reproduce.txt", R.out);

@@ -63,6 +63,7 @@ typedef struct report {
     char out[960];
     preset p;
     int tty, gnuplot, cuda;
+    char gp_term[16]; /* pngcairo, or png where gnuplot lacks cairo */
     int threads; /* CPU threads passed to every bench/io command (0 = all) */
     double t0, seconds, cpu_rate;
     double load_start, load_end; /* 1-minute load average (Linux), -1 if unknown */

@@ -530,8 +530,8 @@ static FILE *gp_open(report *R, const char *name, const char *title, int rows, i
     snprintf(path, sizeof path, "%s/%s.gp", R->out, name);
     FILE *f = fopen(path, "w");
     if (!f) return NULL;
-    fprintf(f, "set terminal pngcairo size %d,%d font ',10'\nset output '%s.png'\n", 520 * cols + 80, 400 * rows + 60,
-            name);
+    fprintf(f, "set terminal %s size %d,%d\nset output '%s.png'\n", R->gp_term[0] ? R->gp_term : "pngcairo",
+            520 * cols + 80, 400 * rows + 60, name);
     fprintf(f, "set termoption noenhanced\nset key top left box opaque\nset grid\nset pointsize 1.2\n");
     fprintf(f, "set multiplot layout %d,%d title \"%s\"\n", rows, cols, title);
     return f;
@@ -662,7 +662,8 @@ static void plots_device(report *R, const dev_data *D, int *n_png, char names[][
     snprintf(name, sizeof name, "memory_%s", dn);
     f = gp_open(R, name, "peak extra memory vs sequence length (batch 1, 1 head, d = 64, forward)", 1, 1);
     if (f) {
-        fprintf(f, "set logscale xy 2\nset xlabel 'sequence length'\nset ylabel 'extra memory (MB)'\nset title ''\n");
+        fprintf(f, "set logscale xy 2\nset xlabel 'sequence length'\nset ylabel 'extra memory (MB)'\nset title ''\n"
+                   "set key top left Left reverse box opaque\nset xtics rotate by -35\n");
         int first = 1;
         for (int a = 1; a <= 3; a++) {
             fprintf(f, "$m%d << EOD\n", a);
@@ -671,10 +672,16 @@ static void plots_device(report *R, const dev_data *D, int *n_png, char names[][
                     fprintf(f, "%lld %g\n", (long long)D->mem.v[i].cfg.seqlen_q, (double)D->mem.v[i].extra_bytes / 1e6);
             fprintf(f, "EOD\n");
         }
+        const bench_row *probe = D->probe_n ? find(&D->mem, FA_ALGO_STANDARD, 64, D->probe_n, 0, 0, 1, -1, -1) : NULL;
+        if (probe && !probe->ok)
+            fprintf(f, "$probe << EOD\n%lld %g\nEOD\n", (long long)D->probe_n, D->probe_need / 1e6);
         for (int a = 1; a <= 3; a++) {
             fprintf(f, "%s $m%d with linespoints lw 2 title '%s'", first ? "plot" : ",", a, ALGO_NAMES[a]);
             first = 0;
         }
+        if (probe && !probe->ok)
+            fprintf(f, ", $probe with points pt 6 ps 2.5 lc rgb 'red' title 'standard needs %.0f GB: %s'",
+                    D->probe_need / 1e9, probe->status);
         fprintf(f, "\n");
         gp_close(R, f, name, n_png);
         snprintf(names[(*n_names)++], 64, "%s", name);

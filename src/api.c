@@ -376,9 +376,11 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
 }
 
 static fa_status check_lse(fa_context *ctx, const fa_problem *p, const float *lse, span *sp) {
-    int64_t n = p->q.batch * p->hq * p->q.seqlen;
+    int64_t n, bytes;
     sp->lo = (uintptr_t)lse;
-    if (__builtin_add_overflow(sp->lo, (uintptr_t)n * sizeof(float), &sp->hi))
+    if (__builtin_mul_overflow(p->q.batch, p->hq, &n) || __builtin_mul_overflow(n, p->q.seqlen, &n) ||
+        __builtin_mul_overflow(n, (int64_t)sizeof(float), &bytes) ||
+        __builtin_add_overflow(sp->lo, (uintptr_t)bytes, &sp->hi))
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: extent overflows the address space");
     return FA_OK;
 }

@@ -18,5 +18,14 @@ demo: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# GPU (H200): the CUDA backend's tests against the float64 oracle + compute-sanitizer, and the benchmark
+# protocol against PyTorch SDPA (scripts owned by src/cuda; they build into build-cuda unless BUILD_GPU is set).
+BUILD_GPU ?= build-cuda
+test-gpu:
+	BUILD=$(BUILD_GPU) scripts/test-gpu.sh
+
+bench-gpu:
+	BUILD=$(BUILD_GPU) scripts/bench-gpu.sh
+
 clean:
 	rm -rf $(BUILD)

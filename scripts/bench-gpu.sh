@@ -21,9 +21,14 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 std_seqlens=$(echo "$SEQLENS" | tr ',' '\n' | awk -v m="$STD_MAX" '$1 <= m' | paste -sd, -)
 ours="$OUT_DIR/ours.csv"
 "$BUILD/flashattn" bench --device cuda --dtype bf16 --algo flash2,flash1 --d "$DIMS" --seqlen "$SEQLENS" \
-  --causal 0,1 --pass "$PASSES" --reps "$REPS" --warmup 2 --csv >"$ours" 2>"$OUT_DIR/ours.err"
+  --causal 0,1 --pass "$PASSES" --reps "$REPS" --warmup 2 --csv >"$ours" 2>"$OUT_DIR/ours.err" || true
 "$BUILD/flashattn" bench --device cuda --dtype bf16 --algo standard --d "$DIMS" --seqlen "$std_seqlens" \
-  --causal 0,1 --pass "$PASSES" --reps "$REPS" --warmup 2 --csv 2>>"$OUT_DIR/ours.err" | tail -n +2 >>"$ours"
+  --causal 0,1 --pass "$PASSES" --reps "$REPS" --warmup 2 --csv 2>>"$OUT_DIR/ours.err" | tail -n +2 >>"$ours" || true
 PYTHONUNBUFFERED=1 python3 scripts/bench_gpu_torch.py run --out "$OUT_DIR/torch.csv" --d "$DIMS" --seqlen "$SEQLENS" \
-  --causal 0,1 --pass "$PASSES" --reps "$REPS" >"$OUT_DIR/torch.log" 2>&1
+  --causal 0,1 --pass "$PASSES" --reps "$REPS" >"$OUT_DIR/torch.log" 2>&1 || true
 python3 scripts/bench_gpu_torch.py merge "$ours" "$OUT_DIR/torch.csv" | tee "$OUT_DIR/table.md"
+if [ -x "$BUILD/tests/gpu/bench_bwd_det" ]; then
+  echo
+  echo "FLASH2 backward: deterministic (dQ kernel, no atomics) vs default (fp32 atomics), bf16"
+  "$BUILD/tests/gpu/bench_bwd_det" | tee -a "$OUT_DIR/table.md"
+fi

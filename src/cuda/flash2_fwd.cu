@@ -167,18 +167,21 @@ template <typename T, int D, int BM, int BN, int NW> static cudaError_t fa2_fwd_
 }
 
 /* Tile table (Br x Bc, warps); the first row of each head dim is the default, the others are reachable through
- * opts.block_q/block_k for sweeps. Registers from -Xptxas -v (no spills in any row); time measured on the H200,
- * bf16, B·S = 16k, see scripts/bench-gpu.sh and the table in the commit message / report.
- * Run 2 (4 x 32 x 4096 x 64 / 4 x 16 x 4096 x 128, non-causal / causal, TFLOP/s, K/V double-buffered):
- *   d=64 : 128 x 128, 8 warps: 206 / 186   <- default
- *          128 x 64,  4 warps: 191 / 161   (2 row tiles per warp: half the K/V ldmatrix traffic, but 253 regs)
- *          64 x 64,   4 warps: 164 / 144
- *   d=128: 64 x 64,   4 warps: 200 / 176   <- default (128 x 64 with 4 warps, FA2's choice, spills 88 B here)
- *          128 x 64,  8 warps: 182 / 171 */
+ * opts.block_q/block_k for sweeps. Registers from -Xptxas -v (no spills in any row). Measured on the H200, bf16,
+ * flashattn bench (B·S = 16k, model dim 2048), median of 10, ms for seqlen 1k / 4k / 16k non-causal, with the
+ * final kernel (K/V double-buffered, FFMA-folded exp2):
+ *   d=64 : 128 x 64,  4 warps: 0.513 / 1.882 / 7.350  <- default (2 row tiles per warp: half the K/V ldmatrix
+ *                                                        traffic per FLOP; 246 regs, 2 CTAs/SM)
+ *          256 x 64,  8 warps: 0.544 / 1.983 / 7.650
+ *          128 x 128, 8 warps: 0.667 / 2.428 / 9.397
+ *          64 x 64,   4 warps: slower in an earlier round (164 vs 191 TFLOP/s for 128 x 64 at 4k)
+ *   d=128: 128 x 64,  8 warps: 0.609 / 2.245 / 8.803  <- default
+ *          64 x 64,   4 warps: 0.633 / 2.372 / 9.325
+ *          (128 x 64 with 4 warps, FA2's choice, spills 72 B here: ptxas keeps too many fragments live) */
 typedef struct fa2_fwd_cfg {
     int d, bm, bn;
 } fa2_fwd_cfg;
-static const fa2_fwd_cfg fa2_fwd_table[] = {{64, 128, 128}, {64, 128, 64}, {64, 64, 64}, {128, 64, 64}, {128, 128, 64}};
+static const fa2_fwd_cfg fa2_fwd_table[] = {{64, 128, 64}, {64, 256, 64}, {64, 128, 128}, {64, 64, 64}, {128, 128, 64}, {128, 64, 64}};
 
 extern "C" int fa_flash2_fwd_tiles(int d, int *bm, int *bn) {
     for (size_t i = 0; i < sizeof fa2_fwd_table / sizeof fa2_fwd_table[0]; ++i) {
@@ -195,6 +198,7 @@ template <typename T> static cudaError_t fa2_fwd_dispatch(const fa_cuda_params *
     if (p->d == 64 && bm == 128 && bn == 64) return fa2_fwd_run<T, 64, 128, 64, 4>(p, st);
     if (p->d == 64 && bm == 64 && bn == 64) return fa2_fwd_run<T, 64, 64, 64, 4>(p, st);
     if (p->d == 64 && bm == 128 && bn == 128) return fa2_fwd_run<T, 64, 128, 128, 8>(p, st);
+    if (p->d == 64 && bm == 256 && bn == 64) return fa2_fwd_run<T, 64, 256, 64, 8>(p, st);
     if (p->d == 128 && bm == 64 && bn == 64) return fa2_fwd_run<T, 128, 64, 64, 4>(p, st);
     if (p->d == 128 && bm == 128 && bn == 64) return fa2_fwd_run<T, 128, 128, 64, 8>(p, st);
     return cudaErrorInvalidValue;

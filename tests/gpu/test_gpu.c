@@ -255,6 +255,16 @@ int main(void) {
                 run_case(ctx, &c, 0);
                 if (shapes[si][1] <= 1100) run_case(ctx, &c, 1);
             }
+    /* every built FLASH2 forward tile configuration (opts.block_q/block_k) */
+    {
+        static const int tiles[][3] = {{64, 128, 64}, {64, 256, 64}, {64, 128, 128}, {64, 64, 64}, {128, 128, 64}, {128, 64, 64}};
+        for (int ti = 0; ti < 6; ++ti) {
+            t_case c = t_case_make(2, 239, 1023, 2, 1, tiles[ti][0], FA_DTYPE_BF16);
+            c.opts.causal = ti % 2;
+            c.opts.block_q = tiles[ti][1], c.opts.block_k = tiles[ti][2];
+            run_case(ctx, &c, 0);
+        }
+    }
     /* regression: B·Hq·Sq odd (615 rows) put the fp32 dQ accumulator at a 4-byte offset in the workspace, and its
      * float2 accesses faulted (flashattn check, seed 730645 case 286) */
     {

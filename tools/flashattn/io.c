@@ -257,7 +257,7 @@ int cmd_io(int argc, char **argv) {
            "Bc", "M (KiB)", "read MB", "write MB", "total MB", "paper bound", "formula MB", "counted/Θ", "model MB",
            "counted/model");
     printf("|----------|-----:|-----:|-----------:|-------------:|-------------:|-------------:|--------------|"
-           "-------------:|----------:|-------------:|----------:|\n");
+           "-------------:|----------:|-------------:|--------------:|\n");
     for (int a = 0; a < n; a++) {
         const io_row *r = &rows[a];
         if (!r->ok) {

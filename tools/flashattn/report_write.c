@@ -414,7 +414,7 @@ static int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
                                  tile_bytes(best->block_q, best->block_k, 64) / 1024, fname, fast / 1024);
         if (n_big && best)
             o += (size_t)snprintf(cl[n].result + o, sizeof cl[n].result - o,
-                                  "; %d tiles larger than %s: down to %.0f%% of the best", n_big, fname,
+                                  "; %d tile%s larger than the %s: down to %.0f%% of the best", n_big, n_big == 1 ? "" : "s", fname,
                                   100 * worst_big / best->gflops);
         if (n_unsup)
             o += (size_t)snprintf(cl[n].result + o, sizeof cl[n].result - o, "; %d tile shapes refused by the backend",

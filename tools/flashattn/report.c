@@ -285,10 +285,15 @@ static void measure_device(report *R, fa_backend dev, dev_data *D) {
     if (c2 > 0 && limit > 0) {
         int64_t n = nmax;
         while (c2 * (double)n * (double)n <= (double)limit && n < ((int64_t)1 << 22)) n *= 2;
+        int already = 0; /* a preset that asked for this length already has STANDARD's row */
+        for (int i = 0; i < D->mem.n; i++)
+            already |= D->mem.v[i].algo == FA_ALGO_STANDARD && D->mem.v[i].cfg.seqlen_q == n;
         if (n > nmax) {
             D->probe_n = n;
             D->probe_need = c2 * (double)n * (double)n;
             D->probe_limit = (double)limit;
+        }
+        if (n > nmax && !already) {
             report_bench(R, &D->mem, f, name, "memory (does STANDARD fit?)", 0.5, 0,
                          "--device %s --dtype %s --algo standard --d 64 --batch 1 --heads 1 --seqlen %lld --reps 1 "
                          "--warmup 0",

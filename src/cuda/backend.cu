@@ -54,12 +54,18 @@ extern "C" fa_status fa_cuda_create(fa_context *ctx, int device) {
         return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE,
                        "backend: CUDA device %d (%s) is compute capability %d.%d; this build has sm_90a code only", device,
                        prop.name, prop.major, prop.minor);
+    int prev = 0;
+    FA_CUDA_TRY(ctx, cudaGetDevice(&prev));
     FA_CUDA_TRY(ctx, cudaSetDevice(device));
     fa_cuda_state *s = (fa_cuda_state *)calloc(1, sizeof *s);
-    if (!s) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "backend: out of host memory for the CUDA state");
+    if (!s) {
+        cudaSetDevice(prev);
+        return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "backend: out of host memory for the CUDA state");
+    }
     s->device = device;
     s->sm_count = prop.multiProcessorCount;
     cublasStatus_t bs = cublasCreate(&s->blas);
+    cudaSetDevice(prev); /* the caller's current device is left as it was */
     if (bs != CUBLAS_STATUS_SUCCESS) {
         free(s);
         return fa_fail(ctx, FA_ERR_DEVICE, "cublasCreate: %s", cublasGetStatusString(bs));
@@ -72,10 +78,13 @@ extern "C" fa_status fa_cuda_create(fa_context *ctx, int device) {
 extern "C" void fa_cuda_destroy(fa_context *ctx) {
     fa_cuda_state *s = (fa_cuda_state *)ctx->cuda;
     if (!s) return;
+    int prev = 0;
+    if (cudaGetDevice(&prev) != cudaSuccess) prev = s->device;
     cudaSetDevice(s->device);
     if (s->ws) cudaFree(s->ws);
     if (s->cu_dev) cudaFree(s->cu_dev);
     if (s->blas) cublasDestroy(s->blas);
+    cudaSetDevice(prev);
     (void)cudaGetLastError();
     free(s);
     ctx->cuda = NULL;
@@ -209,7 +218,6 @@ static fa_status fa_cuda_prepare(fa_context *ctx, const fa_problem *p, fa_cuda_p
     c->softcap = p->softcap;
     c->scale_log2 = p->softcap > 0.f ? 1.4426950408889634f : p->scale * 1.4426950408889634f;
     c->wl = p->wl, c->wr = p->wr;
-    FA_CUDA_TRY(ctx, cudaSetDevice(s->device));
     if (p->cu_q) {
         const size_t n = (size_t)p->batch + 1;
         if (s->cu_cap < 2 * n) {
@@ -268,7 +276,7 @@ static fa_status fa_std_err(fa_context *ctx, const char *what, fa_std_status r) 
     return FA_OK;
 }
 
-extern "C" fa_status fa_cuda_forward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
+static fa_status fa_cuda_forward_on(fa_context *ctx, const fa_problem *p, fa_stats *st) {
     fa_cuda_state *s = (fa_cuda_state *)ctx->cuda;
     fa_cuda_params c;
     fa_status rc = fa_cuda_prepare(ctx, p, &c);
@@ -331,7 +339,7 @@ extern "C" fa_status fa_cuda_forward(fa_context *ctx, const fa_problem *p, fa_st
     return FA_OK;
 }
 
-extern "C" fa_status fa_cuda_backward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
+static fa_status fa_cuda_backward_on(fa_context *ctx, const fa_problem *p, fa_stats *st) {
     fa_cuda_state *s = (fa_cuda_state *)ctx->cuda;
     fa_cuda_params c;
     fa_status rc = fa_cuda_prepare(ctx, p, &c);
@@ -402,3 +410,16 @@ extern "C" fa_status fa_cuda_backward(fa_context *ctx, const fa_problem *p, fa_s
     st->extra_bytes = (int64_t)ws;
     return FA_OK;
 }
+
+/* Work is queued on the context's device; the caller's current device is restored afterwards. */
+static fa_status fa_cuda_run(fa_context *ctx, const fa_problem *p, fa_stats *st, int backward) {
+    const fa_cuda_state *s = (const fa_cuda_state *)ctx->cuda;
+    int prev = 0;
+    FA_CUDA_TRY(ctx, cudaGetDevice(&prev));
+    if (prev != s->device) FA_CUDA_TRY(ctx, cudaSetDevice(s->device));
+    fa_status rc = backward ? fa_cuda_backward_on(ctx, p, st) : fa_cuda_forward_on(ctx, p, st);
+    if (prev != s->device) cudaSetDevice(prev);
+    return rc;
+}
+extern "C" fa_status fa_cuda_forward(fa_context *ctx, const fa_problem *p, fa_stats *st) { return fa_cuda_run(ctx, p, st, 0); }
+extern "C" fa_status fa_cuda_backward(fa_context *ctx, const fa_problem *p, fa_stats *st) { return fa_cuda_run(ctx, p, st, 1); }

@@ -88,6 +88,22 @@ void report_ncu(report *R);
 void report_torch(report *R);
 /* kind 0: bench columns, 1: io columns, 2: ncu columns. */
 FILE *report_csv(report *R, const char *name, int kind);
+typedef struct claim {
+    const char *claim;
+    char measured[512];
+    char result[1024];
+    char verdict[512];
+} claim;
+
+/* report_claims.c: the claims of one device (at most 10) from its rows; returns how many. */
+int build_claims(report *R, const dev_data *D, claim *cl, int *ncl);
+/* The first row of rs matching (negative / -1 = any). */
+const bench_row *find_row(const rows_t *rs, fa_algo a, int64_t d, int64_t n, int causal, int bwd, int64_t heads, int bq,
+                          int bk);
+double median_n(const double *x, int n);
+/* Fast-memory working set of one FLASH2 step (fp32): Qi, Kj, Vj, S/P, Oi. */
+double tile_bytes(int br, int bc, int d);
+
 /* Writes index.md, the plots, and prints the summary. Returns the exit status. */
 int report_write(report *R);
 

@@ -17,8 +17,91 @@
 
 #include <string.h>
 
+/* Rows of bf16 from slow memory into a fast tile, unconverted (counted as fa_tile_load counts them). */
+static void load_bf16_rows(uint16_t *dst, int ld_dst, const uint16_t *src, int64_t ld_src, int rows, int cols, fa_io *io) {
+    for (int r = 0; r < rows; r++) memcpy(dst + (int64_t)r * ld_dst, src + r * ld_src, (size_t)cols * 2);
+    io->read += (int64_t)rows * cols * 2;
+}
+
+/* The forward on bf16 storage with the AVX512_BF16 dot product (CPU_NOTES §5): the same loop as the fp32 path
+ * below, with the two tile products on bf16 pairs — Sᵀ = Kj Qiᵀ reduces over d pairs (Qiᵀ packed once per Q block
+ * as [d/2][Br] words of two bf16, Kj rows broadcast as words), O += P Vj over key pairs (Pᵀ rounded to bf16 and
+ * interleaved by key pairs, Vj interleaved as [Bc/2][d] words). Softmax state, S and O stay fp32. */
+static fa_status flash2_forward_bf16(fa_context *ctx, const fa_problem *p, fa_stats *st) {
+    const fa_cpu_kernels *kr = ctx->kernels;
+    const int d = (int)p->d, dp = d / 2;
+    int br, bc;
+    fa_cpu_tiles(p, &br, &bc);
+    const int brp = fa_pad16(br), bcw = (bc + 1) / 2;
+    const size_t tq16 = fa_align64((size_t)brp * d * 2), tk16 = fa_align64((size_t)bc * d * 2);
+    const size_t tvp = fa_align64((size_t)bcw * d * 4), ts = fa_align64((size_t)brp * bc * 4);
+    const size_t tpp = fa_align64((size_t)bcw * brp * 4), to = fa_align64((size_t)brp * d * 4);
+    const size_t tv = fa_align64((size_t)brp * 4);
+    fa_cpu_ws w;
+    if (fa_cpu_ws_get(ctx, 2 * tq16 + 2 * tk16 + tvp + ts + tpp + to + 4 * tv, 0, &w)) return FA_ERR_OUT_OF_MEMORY;
+    const int64_t tr = (p->sq_max + br - 1) / br, items = p->batch * p->hq * tr;
+    const float unit = p->softcap > 0 ? 1.0f : fabsf(p->scale), c = unit * FA_LOG2E;
+    const uint16_t sign = p->scale < 0 ? 0x8000u : 0; /* a negative scale flips the sign of Qi */
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(w.threads)
+    for (int64_t it = 0; it < items; it++) {
+        const int t = fa_thread_id();
+        char *mem = fa_cpu_ws_thread(&w, t);
+        uint16_t *Qi = (uint16_t *)mem;
+        uint32_t *QiT = (uint32_t *)(mem + tq16);
+        uint16_t *Kj = (uint16_t *)(mem + 2 * tq16), *Vj = (uint16_t *)(mem + 2 * tq16 + tk16);
+        uint32_t *Vp = (uint32_t *)(mem + 2 * tq16 + 2 * tk16);
+        float *ST = (float *)(mem + 2 * tq16 + 2 * tk16 + tvp);
+        uint32_t *Pp = (uint32_t *)(mem + 2 * tq16 + 2 * tk16 + tvp + ts);
+        float *O = (float *)(mem + 2 * tq16 + 2 * tk16 + tvp + ts + tpp);
+        float *m = (float *)(mem + 2 * tq16 + 2 * tk16 + tvp + ts + tpp + to), *l = m + tv / 4, *alpha = l + tv / 4;
+        float *lse = alpha + tv / 4;
+        fa_io *io = &w.io[t];
+        const int64_t b = it / (p->hq * tr), h = (it / tr) % p->hq, i = tr - 1 - it % tr;
+        fa_head hd;
+        fa_cpu_head(p, b, h, &hd);
+        const int64_t i0 = i * br;
+        if (i0 >= hd.sq) continue;
+        const int rows = (int)(hd.sq - i0 < br ? hd.sq - i0 : br), rp = fa_pad16(rows);
+
+        load_bf16_rows(Qi, d, (const uint16_t *)hd.q + i0 * hd.ldq, hd.ldq, rows, d, io);
+        memset(Qi + (int64_t)rows * d, 0, (size_t)(rp - rows) * d * 2);
+        if (sign)
+            for (int64_t x = 0; x < (int64_t)rows * d; x++) Qi[x] ^= sign;
+        kr->pack_t32(rp, dp, (const uint32_t *)Qi, dp, QiT, rp);          /* Qiᵀ as [d/2][rp] bf16 pairs */
+        for (int r = 0; r < rp; r++) { m[r] = -INFINITY; l[r] = 0; }
+        memset(O, 0, (size_t)rows * d * 4);
+        int64_t lo, hi;
+        fa_cpu_block_keys(p, hd.sq, hd.sk, i0, i0 + rows, &lo, &hi);
+        for (int64_t j0 = lo / bc * bc; j0 < hi; j0 += bc) {
+            const int cols = (int)(hd.sk - j0 < bc ? hd.sk - j0 : bc), cw = (cols + 1) / 2;
+            load_bf16_rows(Kj, d, (const uint16_t *)hd.k + j0 * hd.ldk, hd.ldk, cols, d, io);
+            load_bf16_rows(Vj, d, (const uint16_t *)hd.v + j0 * hd.ldv, hd.ldv, cols, d, io);
+            kr->gemm_bf16(cols, rp, dp, (const uint32_t *)Kj, dp, 1, QiT, rp, ST, rp, 0); /* Sᵀ = Kj Qiᵀ */
+            if ((p->softcap > 0 || fa_cpu_tile_needs_mask(p, hd.sq, hd.sk, i0, rows, j0, cols)) &&
+                fa_cpu_scores_t(p, ST, rp, rows, cols, i0, j0, hd.sq, hd.sk) == 0)
+                continue;
+            kr->softmax_step_t(cols, rp, ST, rp, c, m, l, alpha);            /* Pᵀ, m, ℓ, α (fp32) */
+            kr->pairs_f32_bf16(cols, rp, ST, rp, Pp, rp);                    /* Pᵀ -> bf16 key pairs */
+            kr->pairs_bf16(cols, d, Vj, d, Vp, d);                           /* Vj -> bf16 key pairs */
+            kr->scale_rows(rows, d, O, d, alpha);                            /* O = diag(α) O */
+            kr->gemm_bf16(rows, d, cw, Pp, 1, rp, Vp, d, O, d, 1);           /* O += P Vj */
+        }
+        for (int r = 0; r < rows; r++) {
+            alpha[r] = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+            lse[r] = l[r] > 0 ? m[r] * unit + logf(l[r]) : -INFINITY;
+        }
+        kr->scale_rows(rows, d, O, d, alpha);
+        fa_tile_store((char *)hd.o + i0 * hd.ldo * 2, p->dtype, hd.ldo, O, d, rows, d, io);
+        if (hd.lse) fa_vec_store(hd.lse + i0, lse, rows, io);
+    }
+    fa_cpu_ws_finish(&w, st, "cpu.flash2.bf16dot", br, bc, w.per * (size_t)w.threads);
+    return FA_OK;
+}
+
 fa_status fa_cpu_flash2_forward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
     const fa_cpu_kernels *kr = ctx->kernels;
+    if (p->dtype == FA_DTYPE_BF16 && kr->bf16_dot && p->d % 2 == 0) return flash2_forward_bf16(ctx, p, st);
     const int d = (int)p->d;
     const size_t es = fa_dtype_size(p->dtype);
     int br, bc;

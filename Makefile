@@ -18,6 +18,10 @@ demo: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# CPU: the figures of the CPU issue in one run (scripts/bench-cpu.sh sets OPENBLAS_CORETYPE for itself only).
+bench:
+	scripts/bench-cpu.sh
+
 # GPU (H200): the CUDA backend's tests against the float64 oracle + compute-sanitizer, and the benchmark
 # protocol against PyTorch SDPA (scripts owned by src/cuda; they build into build-cuda unless BUILD_GPU is set).
 BUILD_GPU ?= build-cuda

@@ -216,6 +216,7 @@ static fa_status fa_cuda_prepare(fa_context *ctx, const fa_problem *p, fa_cuda_p
     c->total_q = (int)p->q.seqlen, c->total_k = (int)p->k.seqlen;
     c->scale = p->scale;
     c->softcap = p->softcap;
+    c->softcap_scale = p->softcap > 0.f ? p->scale / p->softcap : 0.f; /* IEEE fp32 division, as div.rn on the GPU */
     c->scale_log2 = p->softcap > 0.f ? 1.4426950408889634f : p->scale * 1.4426950408889634f;
     c->wl = p->wl, c->wr = p->wr;
     if (p->cu_q) {

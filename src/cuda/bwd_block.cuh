@@ -16,8 +16,18 @@
 
 enum { FA_DQ_ATOMIC = 0, FA_DQ_NONE = 1, FA_DQ_RMW = 2 };
 
+/* Where the epilogue writes dKj, dVj: computed before the loop over Qi by thread 0 and parked in shared memory, so
+ * that no register carries it (or what it is derived from) across the loop. ptxas kept such values (a 64-bit
+ * offset's high word, the row count, the varlen flag) in local memory: 4–20 B of spill in the 255-register
+ * kernels. */
+struct fa_bwd_out {
+    void *dk, *dv; /* row n0 of dK, dV (16-bit, group == 1) or of the fp32 per-query-head dK, dV (GQA) */
+    int rows;      /* valid key rows of the block */
+};
+
 template <int D, int BM, int BN> FA_DEV constexpr size_t fa_bwd_smem_bytes() {
-    return (size_t)(2 * BN * (D + 8) + 4 * BM * (D + 8) + BN * (BM + 8)) * 2 + 4 * BM * sizeof(float);
+    return (size_t)(2 * BN * (D + 8) + 4 * BM * (D + 8) + BN * (BM + 8)) * 2 + 4 * BM * sizeof(float) +
+           sizeof(fa_bwd_out);
 }
 
 /* Row statistics of query block m into shared memory: LSE·log2e (+inf for rows past the end or that saw no key,
@@ -42,6 +52,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
     constexpr int NTHR = NW * 32, MW = BN / (16 * NW), LD = D + 8, LDS = BM + 8, QT = BM / 8, DT = D / 8;
     T *sK = (T *)smem, *sV = sK + BN * LD, *sQ = sV + BN * LD, *sdO = sQ + 2 * BM * LD, *sdS = sdO + 2 * BM * LD;
     float *sL = (float *)(sdS + BN * LDS), *sD = sL + 2 * BM;
+    fa_bwd_out *sOut = (fa_bwd_out *)(sD + 2 * BM); /* 8-byte aligned: every region above is a multiple of 16 B */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int n0 = n_block * BN, kv_rows = min(BN, s.sk - n0), hk = h / p.group;
@@ -53,6 +64,17 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
     int qlo, qhi;
     fa_query_span(p, n0, n0 + kv_rows, s.sq, s.sk, &qlo, &qhi);
     const int mb_lo = qlo / BM, mb_hi = qhi > qlo ? (qhi + BM - 1) / BM : mb_lo;
+    if (tid == 0) { /* read after the epilogue's first __syncthreads */
+        if (p.group == 1) {
+            sOut->dk = (T *)p.dk + fa_off(p, p.dk_sb, p.dk_ss, p.dk_sh, b, s.krow, hk) + (int64_t)n0 * p.dk_ss;
+            sOut->dv = (T *)p.dv + fa_off(p, p.dv_sb, p.dv_ss, p.dv_sh, b, s.krow, hk) + (int64_t)n0 * p.dv_ss;
+        } else {
+            const int64_t k0 = p.cu_k ? (int64_t)h * p.total_k + s.krow : ((int64_t)b * p.hq + h) * p.total_k;
+            sOut->dk = p.dk_acc + (k0 + n0) * D;
+            sOut->dv = p.dv_acc + (k0 + n0) * D;
+        }
+        sOut->rows = kv_rows;
+    }
 
     float dK[MW][DT][4], dV[MW][DT][4];
 #pragma unroll
@@ -106,18 +128,19 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int qc = nt * 8 + (lane & 3) * 2 + (e & 1);
-                    float sv = St[mi][nt][e], pv;
-                    if (p.softcap > 0.f) sv = fa_softcap(sv, p.scale, p.softcap);
+                    float sv = St[mi][nt][e], pv, dcap = 1.f;
+                    if (p.softcap > 0.f) { /* sv = c·t, t = tanh(s·scale/c); d sv / d s = scale·(1 − t²) */
+                        const float t = tanhf(sv * p.softcap_scale);
+                        sv = p.softcap * t;
+                        dcap = 1.f - t * t;
+                    }
                     const int j = n0 + wkey + mi * 16 + (lane >> 2) + (e >> 1) * 8;
                     if (!full && !fa_visible(p, m0 + qc, j, s.sq, s.sk))
                         pv = 0.f;
                     else
                         pv = fa_exp2(fmaf(sv, sl2, -sLb[qc]));
                     float ds = pv * (dPt[mi][nt][e] - sDb[qc]);
-                    if (p.softcap > 0.f) {
-                        const float tn = sv / p.softcap;
-                        ds *= 1.f - tn * tn;
-                    }
+                    if (p.softcap > 0.f) ds *= dcap; /* t itself, not (c·t)/c: no division in the loop */
                     St[mi][nt][e] = pv;
                     dPt[mi][nt][e] = ds;
                 }
@@ -174,6 +197,8 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
 
     /* Epilogue: dKj *= scale; write dKj, dVj (16-bit through shared memory, or fp32 per query head for GQA). */
     __syncthreads();
+    void *const dk_out = sOut->dk, *const dv_out = sOut->dv;
+    const int rows_e = sOut->rows;
     if (p.group == 1) {
 #pragma unroll
         for (int mi = 0; mi < MW; ++mi)
@@ -188,20 +213,16 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
                 }
             }
         __syncthreads();
-        T *dKg = (T *)p.dk + fa_off(p, p.dk_sb, p.dk_ss, p.dk_sh, b, s.krow, hk) + (int64_t)n0 * p.dk_ss;
-        T *dVg = (T *)p.dv + fa_off(p, p.dv_sb, p.dv_ss, p.dv_sh, b, s.krow, hk) + (int64_t)n0 * p.dv_ss;
-        fa_store_tile<T, BN, D, LD, NTHR>(dKg, p.dk_ss, sK, kv_rows, tid);
-        fa_store_tile<T, BN, D, LD, NTHR>(dVg, p.dv_ss, sV, kv_rows, tid);
-        __syncthreads(); /* FLASH1 reuses sK/sV for the next block */
+        fa_store_tile<T, BN, D, LD, NTHR>((T *)dk_out, p.dk_ss, sK, rows_e, tid);
+        fa_store_tile<T, BN, D, LD, NTHR>((T *)dv_out, p.dv_ss, sV, rows_e, tid);
     } else {
-        const int64_t k0 = p.cu_k ? (int64_t)h * p.total_k + s.krow : ((int64_t)b * p.hq + h) * p.total_k;
 #pragma unroll
         for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int row = wkey + mi * 16 + (lane >> 2) + r * 8;
-                if (row >= kv_rows) continue;
-                float *dk = p.dk_acc + (k0 + n0 + row) * D, *dv = p.dv_acc + (k0 + n0 + row) * D;
+                if (row >= rows_e) continue;
+                float *dk = (float *)dk_out + (int64_t)row * D, *dv = (float *)dv_out + (int64_t)row * D;
 #pragma unroll
                 for (int dt = 0; dt < DT; ++dt) {
                     const int c = dt * 8 + (lane & 3) * 2;
@@ -210,6 +231,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
                 }
             }
     }
+    __syncthreads(); /* FLASH1 reuses sK, sV and sOut for the next block */
 }
 
 #endif

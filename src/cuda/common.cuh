@@ -71,30 +71,42 @@ FA_DEV bool fa_block_full(const fa_cuda_params &p, int r0, int r1, int c0, int c
     return true;
 }
 
-/* softcap: s <- c·tanh(s·scale/c); the exp2 then uses log2(e) (p.scale_log2 is set so on the host). */
-FA_DEV float fa_softcap(float s, float scale, float cap) { return cap * tanhf(s * (scale / cap)); }
+/* softcap: s <- c·tanh(s·scale/c), k = scale/c (p.softcap_scale); the exp2 then uses log2(e) (p.scale_log2 is
+ * set so on the host). */
+FA_DEV float fa_softcap(float s, float k, float cap) { return cap * tanhf(s * k); }
 
-/* ---- tile movement: ROWS x D elements, global rows `stride` apart -> shared rows LD apart ---- */
+/* ---- tile movement: ROWS x D elements, global rows `stride` apart -> shared rows LD apart ----
+ * Thread tid moves the 16-byte chunk tid % CPR of rows tid / CPR + it·RPI. The global row step goes through
+ * fa_opaque64, so each row's address is one 64-bit add where it is used: otherwise nvcc hoisted one offset per
+ * row (and per tile) out of the kernels' loops into registers of its own, and the FLASH1 backward spilled them. */
 template <typename T, int ROWS, int D, int LD, int NTHR>
 FA_DEV void fa_load_tile(T *s, const T *g, int64_t stride, int rows_valid, int tid) {
-    constexpr int CPR = D / 8;
-    static_assert((ROWS * CPR) % NTHR == 0, "tile chunks must split evenly over the threads");
+    constexpr int CPR = D / 8, RPI = NTHR / CPR;
+    static_assert(NTHR % CPR == 0 && ROWS % RPI == 0, "tile chunks must split evenly over the threads");
+    const int r0 = (int)((unsigned)tid / CPR), cc = (int)((unsigned)tid % CPR) * 8;
+    const int64_t step = fa_opaque64(RPI * stride);
+    const T *gr = g + r0 * stride + cc;
 #pragma unroll
-    for (int it = 0; it < ROWS * CPR / NTHR; ++it) {
-        int c = it * NTHR + tid, r = c / CPR, cc = c % CPR;
-        bool ok = r < rows_valid;
-        fa_cp_async16(s + r * LD + cc * 8, ok ? (const void *)(g + (int64_t)r * stride + cc * 8) : (const void *)g,
-                      ok ? 16 : 0);
+    for (int it = 0; it < ROWS / RPI; ++it) {
+        const int r = it * RPI + r0;
+        const bool ok = r < rows_valid;
+        fa_cp_async16(s + r * LD + cc, ok ? (const void *)gr : (const void *)g, ok ? 16 : 0);
+        gr += step;
     }
 }
 /* shared rows -> global rows (16-byte stores), rows >= rows_valid skipped. */
 template <typename T, int ROWS, int D, int LD, int NTHR>
 FA_DEV void fa_store_tile(T *g, int64_t stride, const T *s, int rows_valid, int tid) {
-    constexpr int CPR = D / 8;
+    constexpr int CPR = D / 8, RPI = NTHR / CPR;
+    static_assert(NTHR % CPR == 0, "a thread keeps one chunk column");
+    const int r0 = (int)((unsigned)tid / CPR), cc = (int)((unsigned)tid % CPR) * 8;
+    const int64_t step = fa_opaque64(RPI * stride);
+    T *gr = g + r0 * stride + cc;
 #pragma unroll
-    for (int it = 0; it < (ROWS * CPR + NTHR - 1) / NTHR; ++it) {
-        int c = it * NTHR + tid, r = c / CPR, cc = c % CPR;
-        if (c < ROWS * CPR && r < rows_valid) *(uint4 *)(g + (int64_t)r * stride + cc * 8) = *(const uint4 *)(s + r * LD + cc * 8);
+    for (int it = 0; it < (ROWS + RPI - 1) / RPI; ++it) {
+        const int r = it * RPI + r0;
+        if (r < ROWS && r < rows_valid) *(uint4 *)gr = *(const uint4 *)(s + r * LD + cc);
+        gr += step;
     }
 }
 

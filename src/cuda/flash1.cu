@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(fa1_fwd_tiles<D>::NW * 32) fa_flash1_fwd_kerne
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    if (p.softcap > 0.f) S[0][nt][e] = fa_softcap(S[0][nt][e], p.scale, p.softcap);
+                    if (p.softcap > 0.f) S[0][nt][e] = fa_softcap(S[0][nt][e], p.softcap_scale, p.softcap);
                     S[0][nt][e] *= sl2; /* log2 units: the max below is right for a negative scale too */
                     const int r = m0 + (lane >> 2) + (e >> 1) * 8, c = n0 + warp * KW + nt * 8 + (lane & 3) * 2 + (e & 1);
                     if (!full && !fa_visible(p, r, c, s.sq, s.sk)) S[0][nt][e] = -INFINITY;

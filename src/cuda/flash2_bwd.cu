@@ -109,17 +109,18 @@ __global__ void __launch_bounds__(fa2_dq_tiles<D>::NW * 32) fa_flash2_dq_kernel(
                 for (int e = 0; e < 4; ++e) {
                     const int r = e >> 1, i = m0 + wrow + mi * 16 + (lane >> 2) + r * 8;
                     const int j = n0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-                    float sv = S[mi][nt][e], pv;
-                    if (p.softcap > 0.f) sv = fa_softcap(sv, p.scale, p.softcap);
+                    float sv = S[mi][nt][e], pv, dcap = 1.f;
+                    if (p.softcap > 0.f) { /* sv = c·t, t = tanh(s·scale/c); d sv / d s = scale·(1 − t²) */
+                        const float t = tanhf(sv * p.softcap_scale);
+                        sv = p.softcap * t;
+                        dcap = 1.f - t * t;
+                    }
                     if (!full && !fa_visible(p, i, j, s.sq, s.sk))
                         pv = 0.f;
                     else
                         pv = fa_exp2(fmaf(sv, sl2, -Lr[mi][r]));
                     float ds = pv * (dP[mi][nt][e] - Dr[mi][r]);
-                    if (p.softcap > 0.f) {
-                        const float tn = sv / p.softcap;
-                        ds *= 1.f - tn * tn;
-                    }
+                    if (p.softcap > 0.f) ds *= dcap; /* t itself, not (c·t)/c: no division in the loop */
                     dP[mi][nt][e] = ds;
                 }
         uint32_t dSa[MW][NT / 2][4];

@@ -13,8 +13,10 @@
  * measured first: 168 TFLOP/s at d=64, 4k — the load latency was not hidden with 2 CTAs per SM.) */
 #include "common.cuh"
 
+/* Launch bounds: 4-warp tiles are told "2 CTAs per SM" (up to 255 registers): with the thread count alone, ptxas
+ * capped the 64 x 64 tile at 128 registers and spilled 20 B. 8-warp tiles: 1 CTA, 255 registers. */
 template <typename T, int D, int BM, int BN, int NW>
-__global__ void __launch_bounds__(NW * 32) fa_flash2_fwd_kernel(const fa_cuda_params p) {
+__global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) fa_flash2_fwd_kernel(const fa_cuda_params p) {
     constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, NT = BN / 8, DT = D / 8;
     extern __shared__ __align__(16) unsigned char fa_smem[];
     T *sQ = (T *)fa_smem, *sK = sQ + BM * LD, *sV = sK + 2 * BN * LD; /* K and V: two stages each */
@@ -86,7 +88,7 @@ __global__ void __launch_bounds__(NW * 32) fa_flash2_fwd_kernel(const fa_cuda_pa
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         float x = S[mi][nt][e];
-                        if (p.softcap > 0.f) x = fa_softcap(x, p.scale, p.softcap);
+                        if (p.softcap > 0.f) x = fa_softcap(x, p.softcap_scale, p.softcap);
                         S[mi][nt][e] = x * sl2;
                     }
         }
@@ -143,7 +145,7 @@ __global__ void __launch_bounds__(NW * 32) fa_flash2_fwd_kernel(const fa_cuda_pa
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const float l = fa_quad_sum(row_l[mi][r]);
-            const float inv = l > 0.f ? 1.f / l : 0.f;
+            const float inv = l > 0.f ? fa_rcp_normal(l) : 0.f; /* l > 0 is about 1 or more: the row max adds 2^(~0) */
             const int row = wrow + mi * 16 + (lane >> 2) + r * 8;
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt)

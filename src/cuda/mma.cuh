@@ -33,6 +33,10 @@ FA_DEV uint32_t fa_opaque(uint32_t x) {
     asm volatile("" : "+r"(x));
     return x;
 }
+FA_DEV int64_t fa_opaque64(int64_t x) {
+    asm volatile("" : "+l"(x));
+    return x;
+}
 
 /* Four 8x8 b16 matrices; lane l gives the row address (shared-space byte address) of matrix l / 8. */
 FA_DEV void fa_ldmatrix_x4(uint32_t r[4], uint32_t addr) {
@@ -86,6 +90,16 @@ FA_DEV float fa_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
+}
+
+/* 1/x for x of normal magnitude (2^-125 < |x| < 2^125): the inline fast path of nvcc's IEEE 1.f / x (MUFU.RCP, one
+ * FMA Newton step; the same bits), without the subroutine call for the out-of-range case. A call in the epilogue
+ * made ptxas save the registers live across it to the stack (reported as spill). */
+FA_DEV float fa_rcp_normal(float x) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    const float e = -fmaf(x, r, -1.f);
+    return fmaf(r, e, r);
 }
 
 /* Reductions over the 4 lanes of a quad (the lanes that share rows g and g+8 of a C fragment). */

@@ -24,6 +24,8 @@ typedef struct fa_cuda_params {
     float scale;            /* softmax scale */
     float scale_log2;       /* scale·log2(e), or log2(e) with softcap (scale is applied inside the cap) */
     float softcap;          /* 0 = off */
+    float softcap_scale;    /* scale / softcap (0 when off), divided once on the host: kept in the kernels, the
+                             * quotient was a loop-invariant register that ptxas spilled (FLASH1 d = 128) */
     int wl, wr;             /* window, -1 = unbounded; causal folded in as wr = 0 */
 } fa_cuda_params;
 

@@ -7,25 +7,22 @@
 # OPENBLAS_CORETYPE=SkylakeX (Debian's 0.3.21 takes Zen for Haswell) and OPENBLAS_L2_SIZE unset; the library
 # links the OpenMP build of OpenBLAS when it is the system's libopenblas (update-alternatives).
 #
-# Env: BUILD (default build-cpu-bench), OUT_DIR (default $BUILD/bench-cpu), REPS (default 10), QUICK=1 (d=64 only,
-# 5 reps), TOKENS (batch·seqlen, default 16384), MEM_SEQLEN (default 65536); smaller values are for smoke runs. A full run takes ~15 min on the 2-core VM (seqlen 2k for the fp32/bf16/backward rows, 4k for the
+# Env: BUILD (default build-cpu-bench), OUT_DIR (default $BUILD/bench-cpu), REPS (default 4) x ROUNDS (default 3)
+# = 12 timed reps per configuration, QUICK=1 (d=64 only, 3 x 2), TOKENS (batch·seqlen, default 16384), MEM_SEQLEN (default 65536); smaller values are for smoke runs. A full run takes ~15 min on the 2-core VM (seqlen 2k for the fp32/bf16/backward rows, 4k for the
 # FLASH2 >= FLASH1 >= STANDARD row, 64k for the memory row).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-cpu-bench}
 OUT=${OUT_DIR:-$BUILD/bench-cpu}
-REPS=${REPS:-10}
+REPS=${REPS:-4}
+ROUNDS=${ROUNDS:-3}
 TOKENS=${TOKENS:-16384}
 MEM_N=${MEM_SEQLEN:-65536}
 DIMS=64,128
-if [ "${QUICK:-0}" = 1 ]; then REPS=5; DIMS=64; fi
+if [ "${QUICK:-0}" = 1 ]; then REPS=3; ROUNDS=2; DIMS=64; fi
 mkdir -p "$OUT"
-if [ ! -x "$BUILD/flashattn" ] || [ ! -x "$BUILD/bench/cpu_kernels" ]; then
-  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=OFF -DFA_BUILD_TESTS=OFF >/dev/null
-  cmake --build "$BUILD" -j "$(nproc)" --target flashattn_cli cpu_kernels >/dev/null 2>&1 ||
-    cmake --build "$BUILD" -j "$(nproc)" >/dev/null
-  cmake --build "$BUILD" -j "$(nproc)" --target cpu_kernels >/dev/null
-fi
+[ -f "$BUILD/CMakeCache.txt" ] || cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=OFF -DFA_BUILD_TESTS=OFF >/dev/null
+cmake --build "$BUILD" -j "$(nproc)" --target flashattn_cli cpu_kernels >/dev/null
 export OPENBLAS_CORETYPE=SkylakeX
 unset OPENBLAS_L2_SIZE
 FA="$BUILD/flashattn"
@@ -36,11 +33,17 @@ echo "== OpenBLAS: $(readlink -f /usr/lib/x86_64-linux-gnu/libopenblas.so.0 2>/d
 echo; echo "== peak: our micro-kernels and OpenBLAS sgemm (bench/cpu_kernels --peak)"
 "$BUILD/bench/cpu_kernels" --peak | tee "$OUT/peak.txt"
 
-bench() { # one flashattn bench command; the markdown table to the terminal, the rows to $CSV
+bench() { # one flashattn bench command, ROUNDS times; the tables to the terminal and $OUT/$tag.r<k>.md
   local tag=$1; shift
-  echo; echo "== $tag: flashattn bench $*"
-  "$FA" bench "$@" --tokens "$TOKENS" --reps "$REPS" | tee "$OUT/$tag.md"
+  echo; echo "== $tag: flashattn bench $* --tokens $TOKENS --reps $REPS   (x $ROUNDS rounds, interleaved)"
+  for r in $(seq 1 "$ROUNDS"); do
+    "$FA" bench "$@" --tokens "$TOKENS" --reps "$REPS" | tee "$OUT/$tag.r$r.md" | grep -E '^\|' | tail -n +3
+  done
 }
+# The VM is shared and drifts by up to 2x over minutes: every command runs ROUNDS times and the summary takes the
+# median over the rounds; the algorithms of one configuration are interleaved rep by rep by the CLI, so ratios
+# between algorithms are the robust figures, ratios between configurations (causal/non-causal, bf16/fp32,
+# bwd/fwd) less so.
 bench fwd_f32 --algo standard,flash2 --d "$DIMS" --seqlen 2048 --causal 0,1 --pass fwd
 bench fwd_512 --algo standard,flash2 --d "$DIMS" --seqlen 512 --pass fwd
 bench fwd_bf16 --algo flash2 --dtype f32,bf16 --d "$DIMS" --seqlen 2048 --pass fwd
@@ -65,9 +68,23 @@ echo; echo "== summary (GFLOP/s from the tables above; ratios within one command
 python3 - "$OUT" <<'EOF'
 import re, sys, os
 out = sys.argv[1]
+import glob, statistics
 def rows(tag):
+    """Rows of every round of a command, GFLOP/s = median over the rounds."""
+    allr = {}
+    for fn in sorted(glob.glob(os.path.join(out, tag + ".r*.md"))):
+        for r in rows1(fn):
+            allr.setdefault((r["algo"], r["dtype"], r["S"], r["d"], r["causal"], r["pass_"]), []).append(r)
+    res = []
+    for k, lst in allr.items():
+        r = dict(lst[0])
+        r["gf"] = statistics.median(x["gf"] for x in lst)
+        r["rounds"] = ", ".join("%.0f" % x["gf"] for x in lst)
+        res.append(r)
+    return res
+def rows1(fn):
     r = []
-    for line in open(os.path.join(out, tag + ".md")):
+    for line in open(fn):
         c = [x.strip() for x in line.split("|")]
         if len(c) < 18 or c[1] not in ("standard", "flash1", "flash2"): continue
         try:
@@ -82,14 +99,16 @@ def get(rs, **k):
         if all(r[a] == b for a, b in k.items()): return r
     return None
 f = rows("fwd_f32")
+print("GFLOP/s are medians over the rounds (each round: median of REPS); per-round values in brackets.")
 print("FLASH2 fp32 fwd vs STANDARD (%s), non-causal / causal:" % (get(f, algo="standard") or {}).get("kernel", "?"))
 for d in sorted({r["d"] for r in f}):
     for S in sorted({r["S"] for r in f}):
         for c in (False, True):
             a, s = get(f, algo="flash2", d=d, S=S, causal=c), get(f, algo="standard", d=d, S=S, causal=c)
             if a and s:
-                print("  d=%3d S=%5d %-10s flash2 %6.1f  standard %6.1f  -> %.2fx (target %.1fx)" %
-                      (d, S, "causal" if c else "non-causal", a["gf"], s["gf"], a["gf"] / s["gf"], 1.2 if d == 128 else 1.1))
+                print("  d=%3d S=%5d %-10s flash2 %6.1f [%s]  standard %6.1f [%s]  -> %.2fx (target %.1fx)" %
+                      (d, S, "causal" if c else "non-causal", a["gf"], a["rounds"], s["gf"], s["rounds"], a["gf"] / s["gf"],
+                       1.2 if d == 128 else 1.1))
 print("FLASH2 causal / non-causal GFLOP/s (target >= 0.8):")
 for d in sorted({r["d"] for r in f}):
     for S in sorted({r["S"] for r in f}):

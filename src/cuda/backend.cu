@@ -15,6 +15,7 @@ extern "C" {
 
 typedef struct fa_cuda_state {
     int device, sm_count;
+    int fwd_warps;     /* FA_CUDA_FLASH2_FWD_WARPS at creation (0 = the tile table's default): benchmarks only */
     cudaStream_t stream;
     cublasHandle_t blas;
     void *ws;          /* device workspace, grown, never shrunk */
@@ -64,6 +65,8 @@ extern "C" fa_status fa_cuda_create(fa_context *ctx, int device) {
     }
     s->device = device;
     s->sm_count = prop.multiProcessorCount;
+    const char *fw = getenv("FA_CUDA_FLASH2_FWD_WARPS"); /* read once here, never in a call */
+    s->fwd_warps = fw ? atoi(fw) : 0;
     cublasStatus_t bs = cublasCreate(&s->blas);
     cudaSetDevice(prev); /* the caller's current device is left as it was */
     if (bs != CUBLAS_STATUS_SUCCESS) {
@@ -303,9 +306,8 @@ static fa_status fa_cuda_forward_on(fa_context *ctx, const fa_problem *p, fa_sta
         wr = ss * 4 + ss * e + qrows * d * e + (p->lse ? qrows * 4 : 0);
     } else if (p->algo == FA_ALGO_FLASH2) {
         bm = p->block_q, bn = p->block_k;
-        cudaError_t ce = fa_flash2_fwd_launch(&c, dtype, s->stream, &bm, &bn);
+        cudaError_t ce = fa_flash2_fwd_launch(&c, dtype, s->fwd_warps, s->stream, &bm, &bn, &kernel);
         if (ce != cudaSuccess) return fa_cuda_err(ctx, "flash2 forward launch", ce);
-        kernel = p->d == 64 ? "cuda.flash2.fwd.mma_sync.d64" : "cuda.flash2.fwd.mma_sync.d128";
         double pairs, qb;
         fa_model_pairs(p, bm, bn, &pairs, &qb);
         /* Qi once per query block, Kj Vj once per visited pair; O and LSE written once */

@@ -13,6 +13,17 @@
  * measured first: 168 TFLOP/s at d=64, 4k — the load latency was not hidden with 2 CTAs per SM.) */
 #include "common.cuh"
 
+/* Per-CTA values that the loop and the epilogue read back from shared memory: thread 0 writes them before the
+ * loop and the loop's first __syncthreads (or the epilogue's) publishes them. Carried in registers across the
+ * loop, they (with ℓ, m) were what ptxas spilled in the 4-warp d = 128 tiles, whose 128 O and 64 S accumulators
+ * per thread leave no room for anything loop-invariant. */
+struct fa_fwd_cta {
+    const void *K, *V; /* row 0 of this (batch, K/V head) */
+    void *O;           /* row m0 of this (batch, head) */
+    int64_t lse0;      /* index of row m0 in p.lse */
+    int sq, sk, rows, nb_lo;
+};
+
 /* Launch bounds: 4-warp tiles are told "2 CTAs per SM" (up to 255 registers): with the thread count alone, ptxas
  * capped the 64 x 64 tile at 128 registers and spilled 20 B. 8-warp tiles: 1 CTA, 255 registers. */
 template <typename T, int D, int BM, int BN, int NW>
@@ -20,6 +31,9 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) fa_flash2_fwd_kernel
     constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, NT = BN / 8, DT = D / 8;
     extern __shared__ __align__(16) unsigned char fa_smem[];
     T *sQ = (T *)fa_smem, *sK = sQ + BM * LD, *sV = sK + 2 * BN * LD; /* K and V: two stages each */
+    /* ℓ and m of the rows this thread holds, [MW·2][NTHR] each: private to the thread, no barrier needed */
+    float *sRowL = (float *)(sV + 2 * BN * LD), *sRowM = sRowL + 2 * MW * NTHR;
+    fa_fwd_cta *cta = (fa_fwd_cta *)(sRowM + 2 * MW * NTHR);
 
     const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -37,15 +51,23 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) fa_flash2_fwd_kernel
     fa_key_span(p, m0, m0 + rows, s.sq, s.sk, &klo, &khi);
     const int nb_lo = klo / BN, nb_hi = khi > klo ? (khi + BN - 1) / BN : nb_lo;
 
-    /* Row statistics: this thread holds rows g and g+8 of each of its MW row tiles. */
+    if (tid == 0) {
+        cta->K = K, cta->V = V, cta->O = O;
+        cta->lse0 = s.stat0 + m0;
+        cta->sq = s.sq, cta->sk = s.sk, cta->rows = rows, cta->nb_lo = nb_lo;
+    }
+
+    /* Row statistics: this thread holds rows g and g+8 of each of its MW row tiles; slot (2·mi + r)·NTHR + tid. */
     float O_acc[MW][DT][4];
-    float row_m[MW][2], row_l[MW][2];
 #pragma unroll
     for (int mi = 0; mi < MW; ++mi) {
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt) O_acc[mi][dt][0] = O_acc[mi][dt][1] = O_acc[mi][dt][2] = O_acc[mi][dt][3] = 0.f;
-        row_m[mi][0] = row_m[mi][1] = -INFINITY;
-        row_l[mi][0] = row_l[mi][1] = 0.f;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            sRowM[(2 * mi + r) * NTHR + tid] = -INFINITY;
+            sRowL[(2 * mi + r) * NTHR + tid] = 0.f;
+        }
     }
     const int wrow = warp * 16 * MW; /* first row of this warp inside the block */
     const float sl2 = p.scale_log2;
@@ -59,14 +81,16 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) fa_flash2_fwd_kernel
         fa_load_tile<T, BN, D, LD, NTHR>(sV, V + r0 * p.v_ss, p.v_ss, s.sk - (int)r0, tid);
         fa_cp_async_commit();
     }
-    for (int n = nb_hi - 1; n >= nb_lo; --n) {
-        const int n0 = n * BN, st = (nb_hi - 1 - n) & 1;
+    for (int n = nb_hi - 1, st = 0; n >= nb_lo; --n, st ^= 1) {
+        const int n0 = n * BN;
         const T *sKs = sK + st * BN * LD, *sVs = sV + st * BN * LD;
         fa_cp_async_wait<0>();
-        __syncthreads(); /* Kj, Vj (and Qi) landed; every warp is done with the other stage */
-        if (n > nb_lo) { /* prefetch Kj-1, Vj-1: a whole iteration to land */
-            fa_load_tile<T, BN, D, LD, NTHR>(sK + (st ^ 1) * BN * LD, K + (int64_t)(n0 - BN) * p.k_ss, p.k_ss, s.sk - (n0 - BN), tid);
-            fa_load_tile<T, BN, D, LD, NTHR>(sV + (st ^ 1) * BN * LD, V + (int64_t)(n0 - BN) * p.v_ss, p.v_ss, s.sk - (n0 - BN), tid);
+        __syncthreads(); /* Kj, Vj (and Qi, *cta) landed; every warp is done with the other stage */
+        const int sq = cta->sq, sk = cta->sk, rows_c = cta->rows;
+        if (n > cta->nb_lo) { /* prefetch Kj-1, Vj-1: a whole iteration to land */
+            const T *Kc = (const T *)cta->K, *Vc = (const T *)cta->V;
+            fa_load_tile<T, BN, D, LD, NTHR>(sK + (st ^ 1) * BN * LD, Kc + (int64_t)(n0 - BN) * p.k_ss, p.k_ss, sk - (n0 - BN), tid);
+            fa_load_tile<T, BN, D, LD, NTHR>(sV + (st ^ 1) * BN * LD, Vc + (int64_t)(n0 - BN) * p.v_ss, p.v_ss, sk - (n0 - BN), tid);
             fa_cp_async_commit();
         }
 
@@ -92,7 +116,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) fa_flash2_fwd_kernel
                         S[mi][nt][e] = x * sl2;
                     }
         }
-        if (!fa_block_full(p, m0, m0 + rows, n0, n0 + BN, s.sq, s.sk)) {
+        if (!fa_block_full(p, m0, m0 + rows_c, n0, n0 + BN, sq, sk)) {
 #pragma unroll
             for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
@@ -101,7 +125,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) fa_flash2_fwd_kernel
                     for (int e = 0; e < 4; ++e) {
                         int i = m0 + wrow + mi * 16 + (lane >> 2) + (e >> 1) * 8;
                         int j = n0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-                        if (!fa_visible(p, i, j, s.sq, s.sk)) S[mi][nt][e] = -INFINITY;
+                        if (!fa_visible(p, i, j, sq, sk)) S[mi][nt][e] = -INFINITY;
                     }
         }
 
@@ -110,13 +134,15 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) fa_flash2_fwd_kernel
         for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                float mx = row_m[mi][r];
+                const int si = (2 * mi + r) * NTHR + tid;
+                const float m_old = sRowM[si];
+                float mx = m_old;
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(S[mi][nt][2 * r], S[mi][nt][2 * r + 1]));
                 mx = fa_quad_max(mx);
                 const float m_use = mx == -INFINITY ? 0.f : mx; /* fully masked so far: no NaN from −inf − −inf */
-                const float corr = fa_exp2((row_m[mi][r] - m_use) * kl);
-                row_m[mi][r] = mx;
+                const float corr = fa_exp2((m_old - m_use) * kl);
+                sRowM[si] = mx;
                 const float msc = m_use * kl;
                 float sum = 0.f;
 #pragma unroll
@@ -125,7 +151,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) fa_flash2_fwd_kernel
                     S[mi][nt][2 * r + 1] = fa_exp2(fmaf(S[mi][nt][2 * r + 1], kl, -msc));
                     sum += S[mi][nt][2 * r] + S[mi][nt][2 * r + 1];
                 }
-                row_l[mi][r] = row_l[mi][r] * corr + sum; /* thread-local: the quad sum is deferred to the end */
+                sRowL[si] = sRowL[si] * corr + sum; /* thread-local: the quad sum is deferred to the end */
 #pragma unroll
                 for (int dt = 0; dt < DT; ++dt) {
                     O_acc[mi][dt][2 * r] *= corr;
@@ -139,27 +165,34 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) fa_flash2_fwd_kernel
     }
 
     /* Epilogue: O /= ℓ, LSE = m·scale + ln ℓ (−inf and O = 0 for a row that saw no key). */
-    __syncthreads(); /* all warps are done with sQ: it becomes the O staging tile */
+    __syncthreads(); /* all warps are done with sQ: it becomes the O staging tile; *cta is visible */
+    const int rows_e = cta->rows;
 #pragma unroll
     for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const float l = fa_quad_sum(row_l[mi][r]);
+            const float l = fa_quad_sum(sRowL[(2 * mi + r) * NTHR + tid]);
             const float inv = l > 0.f ? fa_rcp_normal(l) : 0.f; /* l > 0 is about 1 or more: the row max adds 2^(~0) */
             const int row = wrow + mi * 16 + (lane >> 2) + r * 8;
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt)
                 *(uint32_t *)(sQ + row * LD + dt * 8 + (lane & 3) * 2) =
                     fa_pack2<T>(O_acc[mi][dt][2 * r] * inv, O_acc[mi][dt][2 * r + 1] * inv);
-            if (p.lse && (lane & 3) == 0 && row < rows)
-                p.lse[s.stat0 + m0 + row] = l > 0.f ? row_m[mi][r] * kl * FA_LN2 + logf(l) : -INFINITY;
+            if (p.lse && (lane & 3) == 0 && row < rows_e)
+                p.lse[cta->lse0 + row] = l > 0.f ? sRowM[(2 * mi + r) * NTHR + tid] * kl * FA_LN2 + logf(l) : -INFINITY;
         }
     __syncthreads();
-    fa_store_tile<T, BM, D, LD, NTHR>(O, p.o_ss, sQ, rows, tid);
+    fa_store_tile<T, BM, D, LD, NTHR>((T *)cta->O, p.o_ss, sQ, rows_e, tid);
+}
+
+/* Qi, two stages of Kj and Vj, ℓ and m (8 floats per row of Qi: each lane of the row's quad keeps its own ℓ, m),
+ * the per-CTA values. */
+template <int D, int BM, int BN> static size_t fa2_fwd_smem_bytes() {
+    return (size_t)(BM + 4 * BN) * (D + 8) * 2 + (size_t)8 * BM * sizeof(float) + sizeof(fa_fwd_cta);
 }
 
 template <typename T, int D, int BM, int BN, int NW> static cudaError_t fa2_fwd_run(const fa_cuda_params *p, cudaStream_t st) {
-    const size_t smem = (size_t)(BM + 4 * BN) * (D + 8) * sizeof(T);
+    const size_t smem = fa2_fwd_smem_bytes<D, BM, BN>();
     cudaError_t e = cudaFuncSetAttribute(fa_flash2_fwd_kernel<T, D, BM, BN, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
     dim3 grid((p->sq + BM - 1) / BM, p->hq, p->batch);
@@ -169,45 +202,70 @@ template <typename T, int D, int BM, int BN, int NW> static cudaError_t fa2_fwd_
 }
 
 /* Tile table (Br x Bc, warps); the first row of each head dim is the default, the others are reachable through
- * opts.block_q/block_k for sweeps. Registers from -Xptxas -v (no spills in any row). Measured on the H200, bf16,
- * flashattn bench (B·S = 16k, model dim 2048), median of 10, ms for seqlen 1k / 4k / 16k non-causal, with the
- * final kernel (K/V double-buffered, FFMA-folded exp2):
+ * opts.block_q/block_k for sweeps, and rows that differ only in warps through FA_CUDA_FLASH2_FWD_WARPS (read at
+ * context creation: among the rows that match the request, the first with that many warps). Registers from
+ * -Xptxas -v, nvcc 13.0 (no spills in any row); CTAs/SM from registers and shared memory.
+ * Measured on the H200, bf16, flashattn bench (B·S = 16k, model dim 2048), median of 10, ms for seqlen
+ * 1k / 4k / 16k non-causal, before the row statistics moved to shared memory (2026-11-30, first round):
  *   d=64 : 128 x 64,  4 warps: 0.513 / 1.882 / 7.350  <- default (2 row tiles per warp: half the K/V ldmatrix
- *                                                        traffic per FLOP; 246 regs, 2 CTAs/SM)
- *          256 x 64,  8 warps: 0.544 / 1.983 / 7.650
- *          128 x 128, 8 warps: 0.667 / 2.428 / 9.397
- *          64 x 64,   4 warps: slower in an earlier round (164 vs 191 TFLOP/s for 128 x 64 at 4k)
- *   d=128: 128 x 64,  8 warps: 0.609 / 2.245 / 8.803  <- default
- *          64 x 64,   4 warps: 0.633 / 2.372 / 9.325
- *          (128 x 64 with 4 warps, FA2's choice, spills 72 B here: ptxas keeps too many fragments live) */
+ *                                                        traffic per FLOP; 206 regs, 2 CTAs/SM)
+ *          256 x 64,  8 warps: 0.544 / 1.983 / 7.650  (210 regs, 1 CTA/SM)
+ *          128 x 128, 8 warps: 0.667 / 2.428 / 9.397  (182 regs, 1 CTA/SM)
+ *          64 x 64,   4 warps: slower in an earlier round (164 vs 191 TFLOP/s for 128 x 64 at 4k) (126 regs)
+ *   d=128: 128 x 64,  4 warps: not measured yet       <- default: FA2's H100 choice, the d=64 winner's shape
+ *                                                        (2 row tiles per warp: half the K/V shared-memory reads
+ *                                                        per MMA of the 8-warp tile). 255 regs, 0 spill (it
+ *                                                        spilled 72 B while ℓ, m and the per-CTA values lived in
+ *                                                        registers), 2 CTAs/SM = 8 warps/SM like the 8-warp row
+ *          128 x 64,  8 warps: 0.609 / 2.245 / 8.803  (the default until the 4-warp row fitted; 158 regs,
+ *                                                        1 CTA/SM; FA_CUDA_FLASH2_FWD_WARPS=8)
+ *          64 x 64,   4 warps: 0.633 / 2.372 / 9.325  (158 regs, 2 CTAs/SM) */
 typedef struct fa2_fwd_cfg {
-    int d, bm, bn;
+    int d, bm, bn, nw;
+    const char *kernel; /* the name fa_stats reports */
 } fa2_fwd_cfg;
-static const fa2_fwd_cfg fa2_fwd_table[] = {{64, 128, 64}, {64, 256, 64}, {64, 128, 128}, {64, 64, 64}, {128, 128, 64}, {128, 64, 64}};
+static const fa2_fwd_cfg fa2_fwd_table[] = {
+    {64, 128, 64, 4, "cuda.flash2.fwd.mma_sync.d64.128x64w4"},   {64, 256, 64, 8, "cuda.flash2.fwd.mma_sync.d64.256x64w8"},
+    {64, 128, 128, 8, "cuda.flash2.fwd.mma_sync.d64.128x128w8"}, {64, 64, 64, 4, "cuda.flash2.fwd.mma_sync.d64.64x64w4"},
+    {128, 128, 64, 4, "cuda.flash2.fwd.mma_sync.d128.128x64w4"}, {128, 128, 64, 8, "cuda.flash2.fwd.mma_sync.d128.128x64w8"},
+    {128, 64, 64, 4, "cuda.flash2.fwd.mma_sync.d128.64x64w4"}};
 
-extern "C" int fa_flash2_fwd_tiles(int d, int *bm, int *bn) {
-    for (size_t i = 0; i < sizeof fa2_fwd_table / sizeof fa2_fwd_table[0]; ++i) {
-        const fa2_fwd_cfg *c = &fa2_fwd_table[i];
-        if (c->d == d && (*bm == 0 || *bm == c->bm) && (*bn == 0 || *bn == c->bn)) {
-            *bm = c->bm, *bn = c->bn;
-            return 1;
+/* The row for head dim d, tile bm x bn (0 = any) and nw warps (0 = any; ignored when no matching row has nw). */
+static const fa2_fwd_cfg *fa2_fwd_find(int d, int bm, int bn, int nw) {
+    for (int pass = 0; pass < 2; ++pass)
+        for (size_t i = 0; i < sizeof fa2_fwd_table / sizeof fa2_fwd_table[0]; ++i) {
+            const fa2_fwd_cfg *c = &fa2_fwd_table[i];
+            if (c->d == d && (bm == 0 || bm == c->bm) && (bn == 0 || bn == c->bn) && (pass || !nw || nw == c->nw))
+                return c;
         }
-    }
-    return 0;
+    return NULL;
 }
 
-template <typename T> static cudaError_t fa2_fwd_dispatch(const fa_cuda_params *p, int bm, int bn, cudaStream_t st) {
-    if (p->d == 64 && bm == 128 && bn == 64) return fa2_fwd_run<T, 64, 128, 64, 4>(p, st);
-    if (p->d == 64 && bm == 64 && bn == 64) return fa2_fwd_run<T, 64, 64, 64, 4>(p, st);
-    if (p->d == 64 && bm == 128 && bn == 128) return fa2_fwd_run<T, 64, 128, 128, 8>(p, st);
-    if (p->d == 64 && bm == 256 && bn == 64) return fa2_fwd_run<T, 64, 256, 64, 8>(p, st);
-    if (p->d == 128 && bm == 64 && bn == 64) return fa2_fwd_run<T, 128, 64, 64, 4>(p, st);
-    if (p->d == 128 && bm == 128 && bn == 64) return fa2_fwd_run<T, 128, 128, 64, 8>(p, st);
+extern "C" int fa_flash2_fwd_tiles(int d, int *bm, int *bn) {
+    const fa2_fwd_cfg *c = fa2_fwd_find(d, *bm, *bn, 0);
+    if (!c) return 0;
+    *bm = c->bm, *bn = c->bn;
+    return 1;
+}
+
+template <typename T> static cudaError_t fa2_fwd_dispatch(const fa_cuda_params *p, const fa2_fwd_cfg *c, cudaStream_t st) {
+    const int bm = c->bm, bn = c->bn, nw = c->nw;
+    if (p->d == 64 && bm == 128 && bn == 64 && nw == 4) return fa2_fwd_run<T, 64, 128, 64, 4>(p, st);
+    if (p->d == 64 && bm == 64 && bn == 64 && nw == 4) return fa2_fwd_run<T, 64, 64, 64, 4>(p, st);
+    if (p->d == 64 && bm == 128 && bn == 128 && nw == 8) return fa2_fwd_run<T, 64, 128, 128, 8>(p, st);
+    if (p->d == 64 && bm == 256 && bn == 64 && nw == 8) return fa2_fwd_run<T, 64, 256, 64, 8>(p, st);
+    if (p->d == 128 && bm == 64 && bn == 64 && nw == 4) return fa2_fwd_run<T, 128, 64, 64, 4>(p, st);
+    if (p->d == 128 && bm == 128 && bn == 64 && nw == 4) return fa2_fwd_run<T, 128, 128, 64, 4>(p, st);
+    if (p->d == 128 && bm == 128 && bn == 64 && nw == 8) return fa2_fwd_run<T, 128, 128, 64, 8>(p, st);
     return cudaErrorInvalidValue;
 }
 
-/* *bm, *bn: in = requested (0 = default), out = used. */
-extern "C" cudaError_t fa_flash2_fwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn) {
-    if (!fa_flash2_fwd_tiles(p->d, bm, bn)) return cudaErrorInvalidValue;
-    return dtype == 1 ? fa2_fwd_dispatch<__half>(p, *bm, *bn, st) : fa2_fwd_dispatch<__nv_bfloat16>(p, *bm, *bn, st);
+/* *bm, *bn: in = requested (0 = default), out = used; nw: requested warps (0 = the table's order); *kernel: the
+ * name of the row that ran. */
+extern "C" cudaError_t fa_flash2_fwd_launch(const fa_cuda_params *p, int dtype, int nw, cudaStream_t st, int *bm, int *bn,
+                                            const char **kernel) {
+    const fa2_fwd_cfg *c = fa2_fwd_find(p->d, *bm, *bn, nw);
+    if (!c) return cudaErrorInvalidValue;
+    *bm = c->bm, *bn = c->bn, *kernel = c->kernel;
+    return dtype == 1 ? fa2_fwd_dispatch<__half>(p, c, st) : fa2_fwd_dispatch<__nv_bfloat16>(p, c, st);
 }

@@ -35,7 +35,8 @@ extern "C" {
 
 /* Launchers (each returns the launch's cudaError_t; dtype: 1 = f16, 2 = bf16; block sizes from the tables;
  * fa_flash2_fwd_launch takes the requested *bm, *bn, 0 = default). */
-cudaError_t fa_flash2_fwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn);
+cudaError_t fa_flash2_fwd_launch(const fa_cuda_params *p, int dtype, int nw, cudaStream_t st, int *bm, int *bn,
+                                 const char **kernel); /* nw: warps (0 = the table's default), *kernel: what ran */
 cudaError_t fa_flash2_bwd_launch(const fa_cuda_params *p, int dtype, int deterministic, cudaStream_t st, int *bm,
                                  int *bn);
 cudaError_t fa_flash1_fwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn);

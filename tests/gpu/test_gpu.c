@@ -265,6 +265,24 @@ int main(void) {
             run_case(ctx, &c, 0);
         }
     }
+    /* the 8-warp d=128 forward row, reachable only through FA_CUDA_FLASH2_FWD_WARPS (read at context creation):
+     * explicit 128 x 64 and the default tile, both dtypes, causal and not, plus an odd-length GQA case */
+    {
+        setenv("FA_CUDA_FLASH2_FWD_WARPS", "8", 1);
+        fa_context *c8 = NULL;
+        const fa_status s8 = fa_context_create(&c8, FA_BACKEND_CUDA, 0);
+        unsetenv("FA_CUDA_FLASH2_FWD_WARPS");
+        CHECK(s8 == FA_OK);
+        if (s8 == FA_OK) {
+            for (int ti = 0; ti < (small ? 1 : 4); ++ti) {
+                t_case c = t_case_make(2, 239, 1023, 2, ti == 3 ? 1 : 2, 128, dts[ti & 1]);
+                c.opts.causal = ti % 2;
+                if (ti < 2) c.opts.block_q = 128, c.opts.block_k = 64;
+                run_case(c8, &c, 0);
+            }
+            fa_context_destroy(c8);
+        }
+    }
     /* regression: B·Hq·Sq odd (615 rows) put the fp32 dQ accumulator at a 4-byte offset in the workspace, and its
      * float2 accesses faulted (flashattn check, seed 730645 case 286) */
     {

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # One short device run (H200) that checks and measures the CUDA backend as committed, in under 4 minutes including
-# the build: PyTorch SDPA flash/cuDNN at the benchmark shapes (in the background, GPU idle, while nvcc builds) and
-# the build (ptxas registers/spills in the log) -> FLASH2 fwd+bwd at seqlen 4096, d 64/128, causal 0/1 (default
-# tiles, plus the forward's previous d=128 default, 128x64 with 8 warps, through FA_CUDA_FLASH2_FWD_WARPS=8) ->
-# tests/gpu/test_gpu (the full GPU test) -> the GPU part of `flashattn report --quick` with the time left.
-# Every step runs under `timeout` against one deadline, so a hang costs only its step.
+# the build:
+#   0. PyTorch SDPA flash/cuDNN at the benchmark shapes, in the background while nvcc builds (the GPU is idle then)
+#   1. the build (CLI + GPU test; ptxas registers/spills of every kernel in build.log)
+#   2. our FLASH2 fwd+bwd at seqlen 4096, d 64/128, causal 0/1 (default tiles), plus the forward's previous d=128
+#      default, 128x64 with 8 warps, through FA_CUDA_FLASH2_FWD_WARPS=8
+#   3. tests/gpu/test_gpu (the full GPU test), then `flashattn check --device cuda` (150 random cases) as time allows
+#   4. the GPU part of `flashattn report --quick` with the time left
+# Every step runs under `timeout` against one deadline, so a hang costs only its step. Exit status: test_gpu's.
 #
-# Files (all under $OUT, 8 at most): build.log, test_gpu.log, ours.csv (+ config column), ours.err, torch.csv,
-# torch.log, report-gpu.tar.gz, summary.md (also printed at the end).
+# Files (all under $OUT, 8 at most): build.log, test_gpu.log (+ flashattn check), ours.csv (+ config column),
+# ours.err, torch.csv, torch.log, report-gpu.tar.gz, summary.md (also printed at the end).
 # Env: OUT (default gpu-final-out), BUILD (default build-gpu-final), JOBS (default 16), BUDGET_S (default 235).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-gpu-final-out}
 BUILD=${BUILD:-build-gpu-final}
 JOBS=${JOBS:-16}
@@ -72,7 +75,7 @@ wait "$TORCH_PID" 2>/dev/null
 #    d=128 forward default (8 warps) for the comparison
 if [ $BUILD_OK -eq 0 ]; then
   bench_ours() {
-    local common=(--device cuda --dtype bf16 --algo flash2 --seqlen 4096 --causal 0,1 --reps 10 --warmup 2 --csv)
+    local common=(--device cuda --dtype bf16 --algo flash2 --seqlen 4096 --causal "0,1" --reps 10 --warmup 2 --csv)
     "$BUILD/flashattn" bench "${common[@]}" --d 64,128 --pass fwd,bwd | awk -F, -v c=default \
       'NR==1{print $0",config"; next} {print $0","c}' >"$OUT/ours.csv"
     FA_CUDA_FLASH2_FWD_WARPS=8 "$BUILD/flashattn" bench "${common[@]}" --d 128 --pass fwd | awk -F, \
@@ -83,11 +86,16 @@ fi
 
 # 3. the full GPU test (every algorithm against the float64 oracle; all FLASH2 forward tiles incl. the 8-warp row)
 TEST_RC=skipped
+CHECK_RC=skipped
 if [ $BUILD_OK -eq 0 ]; then
   step test_gpu 150 0 "$BUILD/tests/gpu/test_gpu" >"$OUT/test_gpu.log" 2>&1
   TEST_RC=$?
   grep -E "FAIL|fail|error" "$OUT/test_gpu.log" | head -20
   tail -3 "$OUT/test_gpu.log"
+  # random cases against the oracle (softcap, GQA, varlen, layouts...), with what time is left; same log file
+  step check 40 20 "$BUILD/flashattn" check --device cuda --dtype bf16,f16 --count 150 >>"$OUT/test_gpu.log" 2>&1
+  CHECK_RC=$?
+  tail -2 "$OUT/test_gpu.log"
 fi
 
 # 4. the report's GPU part (quick sizes), packed into one file
@@ -135,7 +143,8 @@ for n, d in sorted(zip(names, dem), key=lambda x: x[1]):
     print("| %s | %s | %s |" % (d.replace("(fa_cuda_params)", ""), rows[n].get("regs", "?"), rows[n].get("spill", "?")))
 PY
   echo
-  echo "test_gpu: rc=$TEST_RC; $(grep -v '^== ' "$OUT/test_gpu.log" 2>/dev/null | tail -1)"
+  echo "test_gpu: rc=$TEST_RC; $(grep -E '^test_gpu: [0-9]+ checks' "$OUT/test_gpu.log" 2>/dev/null | tail -1)"
+  echo "flashattn check --device cuda: rc=$CHECK_RC (0 = every case passed; see the end of test_gpu.log)"
   echo
   python3 - "$OUT/ours.csv" "$OUT/torch.csv" <<'EOF'
 import csv, sys

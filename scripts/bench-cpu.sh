@@ -50,6 +50,26 @@ bench fwd_bf16 --algo flash2 --dtype f32,bf16 --d "$DIMS" --seqlen 2048 --pass f
 bench bwd --algo standard,flash2 --d "$DIMS" --seqlen 2048 --pass fwd,bwd
 bench order_4k --algo standard,flash1,flash2 --d 64 --seqlen 4096 --pass fwd
 
+if [ -n "${GGML_DIR:-}" ]; then # ggml's CPU flash attention on the same shapes (GGML_DIR: a ggml source tree)
+  echo; echo "== ggml: ggml_flash_attn_ext (f32, tiled path) vs FLASH2 fp32 fwd, seqlen 2048, alternating"
+  if [ ! -x "$BUILD/ggml/ggml_fa" ]; then
+    cmake -S "$GGML_DIR" -B "$BUILD/ggml" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_BUILD_TESTS=OFF \
+      -DGGML_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF -DGGML_OPENMP=ON >/dev/null
+    cmake --build "$BUILD/ggml" -j "$(nproc)" >"$OUT/ggml-build.log" 2>&1
+    cc -O2 -std=c11 -I"$GGML_DIR/include" bench/ggml_fa.c -o "$BUILD/ggml/ggml_fa" "$BUILD/ggml/src/libggml.a" \
+      "$BUILD/ggml/src/libggml-cpu.a" "$BUILD/ggml/src/libggml-base.a" -lstdc++ -lgomp -lm -lpthread
+  fi
+  for r in $(seq 1 "$ROUNDS"); do
+    for d in $(echo "$DIMS" | tr , ' '); do
+      for c in 0 1; do
+        "$BUILD/ggml/ggml_fa" "$d" 2048 "$c" "$REPS" "$(nproc)" | tee -a "$OUT/ggml.txt"
+        "$FA" bench --algo flash2 --d "$d" --seqlen 2048 --causal "$c" --tokens "$TOKENS" --reps "$REPS" --csv \
+          | tail -n +2 | tee -a "$OUT/ggml_flash2.csv"
+      done
+    done
+  done
+fi
+
 echo; echo "== memory: seqlen $MEM_N, d 64, 1 head, f32, FLASH2 (/usr/bin/time -v max RSS)"
 io_mb() { awk -v n="$MEM_N" -v d=64 -v k="$1" 'BEGIN { printf "%.1f", k * n * d * 4 / 1e6 + n * 4 / 1e6 }'; }
 for pass in fwd bwd; do
@@ -137,4 +157,15 @@ print("seqlen 4k, d=64: GFLOP/s and counted slow-memory MB (read + written):")
 for r in o:
     print("  %-8s %6.1f GFLOP/s  %9.0f MB read  %9.0f MB written  extra %.1f MB" % (r["algo"], r["gf"], r["rd"], r["wr"], r["extra"]))
 EOF
+if [ -f "$OUT/ggml.txt" ]; then
+  echo "FLASH2 vs ggml_flash_attn_ext, fp32 fwd, seqlen 2048 (medians over rounds; target >= 2.3x):"
+  for d in $(echo "$DIMS" | tr , ' '); do
+    for c in 0 1; do
+      g=$(grep "d=$d causal=$c " "$OUT/ggml.txt" | sed 's/.*ms, \([0-9.]*\) GFLOP.*/\1/' | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+      f=$(awk -F, -v d="$d" -v c="$c" '$8 == d && $9 == c { print $12 }' "$OUT/ggml_flash2.csv" | sort -n |
+          awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+      awk -v d="$d" -v c="$c" -v f="$f" -v g="$g" 'BEGIN { printf "  d=%3d causal=%d  flash2 %.1f  ggml %.1f  -> %.2fx\n", d, c, f, g, f / g }'
+    done
+  done
+fi
 echo; echo "tables and logs: $OUT"

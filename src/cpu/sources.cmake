@@ -28,10 +28,8 @@ if(FA_USE_BLAS)
   endif()
 endif()
 
-# Link the BLAS into everything built after this point (the library targets are created by the caller).
-if(FA_CPU_BLAS_LIBS)
-  link_libraries(${FA_CPU_BLAS_LIBS})
-endif()
+# The root CMakeLists.txt links FA_CPU_BLAS_LIBS into the library targets (PUBLIC, so the installed package and
+# everything linking flashattn carry it).
 # The kernel lab (bench/cpu_kernels.c), built only on request.
 if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/../../bench/CMakeLists.txt)
   add_subdirectory(${CMAKE_CURRENT_LIST_DIR}/../../bench ${CMAKE_BINARY_DIR}/bench EXCLUDE_FROM_ALL)

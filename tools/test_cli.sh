@@ -49,6 +49,9 @@ out=$("$BIN" bench --seqlen 4096 --tokens 4096 --heads 1 --d 64 --mem-limit 1 --
 echo "$out" | grep -q ',oom,' || fail "no oom row: $out"
 out=$("$BIN" bench --seqlen 64 --tokens 64 --heads 3 --gqa 2 --d 16 --reps 2 --csv 2>/dev/null)
 echo "$out" | grep -q ',skip,' || fail "no skip row for --gqa 2 with 3 heads: $out"
+out=$("$BIN" bench --peak --algo flash2 --seqlen 32 --tokens 64 --heads 2 --d 16 --reps 2) || fail "bench --peak exited $?"
+echo "$out" | grep -Eq 'peak \(cpu.*fp32 micro-kernel [1-9][0-9.]* GFLOP/s' || fail "bench --peak: no positive fp32 peak: $out"
+echo "$out" | grep -q '% peak' || fail "bench --peak: no % peak column: $out"
 
 "$BIN" io --seqlen 64 --d 16 --sram 8K >/dev/null || fail "io --sram 8K exited $?"
 "$BIN" io --seqlen 1024 --d 64 --csv >"$TMP/io.csv" || fail "io exited $?"

@@ -20,7 +20,7 @@ if(FA_USE_BLAS)
   if(FA_CBLAS_INCLUDE_DIR AND FA_OPENBLAS_LIBRARY)
     set(FA_CPU_BLAS_LIBS ${FA_OPENBLAS_LIBRARY})
     set(FA_CPU_BLAS_INCLUDE ${FA_CBLAS_INCLUDE_DIR})
-    set_source_files_properties(src/cpu/standard.c PROPERTIES COMPILE_DEFINITIONS "FA_HAVE_CBLAS=1"
+    set_source_files_properties(src/cpu/standard.c src/cpu/peak.c PROPERTIES COMPILE_DEFINITIONS "FA_HAVE_CBLAS=1"
                                 INCLUDE_DIRECTORIES "${FA_CBLAS_INCLUDE_DIR}")
     message(STATUS "flashattn: STANDARD uses CBLAS from ${FA_OPENBLAS_LIBRARY}")
   else()

@@ -2,6 +2,7 @@
  * Comma lists expand to a Cartesian product; within one configuration the algorithms share their inputs and are
  * interleaved rep by rep (the VM drifts 10–20 % over minutes, interleaving keeps the comparison fair). */
 #include "common.h"
+#include "cpu/peak.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -256,16 +257,18 @@ static void bench_json_row(FILE *f, const bench_row *r, int first) {
     }
 }
 
-static void table_header(FILE *f, fa_backend dev) {
+static void table_header(FILE *f, fa_backend dev, double peak) {
     fprintf(f, "| %-8s | %-28s | %-4s | %5s | %4s | %6s | %6s | %4s | %6s | %4s | %9s | %6s | %8s | %7s | %9s | "
-               "%9s | %9s |\n",
+               "%9s | %9s |%s\n",
             "algo", "kernel", "type", "B", "H", "Sq", "Sk", "d", "causal", "pass", "ms", "spread",
-            dev == FA_BACKEND_CUDA ? "TFLOP/s" : "GFLOP/s", "vs std", "extra MB", "read MB", "write MB");
+            dev == FA_BACKEND_CUDA ? "TFLOP/s" : "GFLOP/s", "vs std", "extra MB", "read MB", "write MB",
+            peak > 0 ? " % peak |" : "");
     fprintf(f, "|----------|------------------------------|------|------:|-----:|-------:|-------:|-----:|-------:|------|"
-               "----------:|-------:|---------:|--------:|----------:|----------:|----------:|\n");
+               "----------:|-------:|---------:|--------:|----------:|----------:|----------:|%s\n",
+            peak > 0 ? "-------:|" : "");
 }
 
-static void table_row(FILE *f, const bench_row *r) {
+static void table_row(FILE *f, const bench_row *r, double peak) {
     const bench_config *c = &r->cfg;
     char causal[16];
     if (c->window >= 0) snprintf(causal, sizeof causal, "%s w%d", c->causal ? "yes" : "no", c->window);
@@ -283,10 +286,13 @@ static void table_row(FILE *f, const bench_row *r) {
     double rate = c->dev == FA_BACKEND_CUDA ? r->gflops / 1e3 : r->gflops;
     char sp[16] = "";
     if (r->speedup > 0) snprintf(sp, sizeof sp, "%.2fx", r->speedup);
-    fprintf(f, r->spread_pct < 100 ? "%9.3f | %5.1f%% | %8.2f | %7s | %9.2f | %9.2f | %9.2f |\n"
-                                    : "%9.3f | %5.0f%% | %8.2f | %7s | %9.2f | %9.2f | %9.2f |\n",
+    fprintf(f, r->spread_pct < 100 ? "%9.3f | %5.1f%% | %8.2f | %7s | %9.2f | %9.2f | %9.2f |"
+                                    : "%9.3f | %5.0f%% | %8.2f | %7s | %9.2f | %9.2f | %9.2f |",
             r->ms, r->spread_pct, rate, sp,
             (double)r->extra_bytes / 1e6, (double)r->read_bytes / 1e6, (double)r->write_bytes / 1e6);
+    if (peak > 0 && c->dev == FA_BACKEND_CPU) fprintf(f, " %5.1f%% |", 100.0 * r->gflops / peak);
+    else if (peak > 0) fprintf(f, "      - |");
+    fprintf(f, "\n");
 }
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -322,6 +328,8 @@ static void bench_help(void) {
         "                    device,algo,dtype,batch,heads,seqlen_q,seqlen_k,head_dim,causal,pass,ms,gflops,\n"
         "                    peak_extra_mb,slow_read_mb,slow_write_mb\n"
         "  --json            JSON array (all fields, the kernel and failure reasons)\n"
+        "  --peak            first measure this CPU's matmul ceilings (our fp32 micro-kernel, bf16 dot product, BLAS\n"
+        "                    sgemm when linked); the table then shows each CPU row's GFLOP/s as %% of the fp32 peak\n"
         "\n"
         "ms is the median; spread = (max-min)/median. MB = 10^6 bytes. gflops = fa_last_stats flops / median time\n"
         "(4*B*H*Sq*Sk_visible*d, x2.5 for bwd). peak_extra_mb = memory the call needed beyond its inputs and outputs.\n"
@@ -335,6 +343,7 @@ typedef struct bench_args {
     int64_t tokens, reps, warmup;
     double mem_limit_mb;
     int csv, json;
+    int peak; /* --peak: measure the machine's matmul ceilings first; the table shows % of the fp32 peak */
 } bench_args;
 
 static int bench_parse(int argc, char **argv, bench_args *a) {
@@ -370,6 +379,7 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
             return 1;
         }
         if (strcmp(x, "--csv") == 0) { a->csv = 1; continue; }
+        if (strcmp(x, "--peak") == 0) { a->peak = 1; continue; }
         if (strcmp(x, "--json") == 0) { a->json = 1; continue; }
         LISTOPT("--device", parse_device_list, &a->dev)
         LISTOPT("--algo", parse_algo_list, &a->algo)
@@ -543,6 +553,7 @@ int bench_run_args(int argc, char **argv, const bench_sink *sink) {
 typedef struct print_state {
     const bench_args *A;
     int first_json;
+    double peak; /* fp32 GFLOP/s of the micro-kernel on the CPU, 0 = not measured */
 } print_state;
 
 static void print_device(fa_backend dev, int threads, const char *desc, void *user) {
@@ -555,7 +566,7 @@ static void print_device(fa_backend dev, int threads, const char *desc, void *us
     if (p->A->csv || p->A->json) return;
     printf("flashattn %s — device %s: %s — reps %lld (median), warm-up %lld\n\n", fa_version_string(),
            fa_backend_name(dev), desc, (long long)p->A->reps, (long long)p->A->warmup);
-    table_header(stdout, dev);
+    table_header(stdout, dev, p->peak);
 }
 
 static void print_device_end(fa_backend dev, void *user) {
@@ -576,7 +587,7 @@ static void print_row(const bench_row *r, void *user) {
         bench_json_row(stdout, r, p->first_json);
         p->first_json = 0;
     } else {
-        table_row(stdout, r);
+        table_row(stdout, r, p->peak);
     }
     fflush(stdout);
 }
@@ -585,7 +596,19 @@ int cmd_bench(int argc, char **argv) {
     bench_args A;
     int rc = bench_parse(argc, argv, &A);
     if (rc) return rc > 0 ? 0 : CLI_EXIT_USAGE;
-    print_state ps = {&A, 1};
+    print_state ps = {&A, 1, 0};
+    if (A.peak) {
+        fa_cpu_peak pk;
+        fa_cpu_measure_peak(A.threads.v[0], 0.5, &pk);
+        ps.peak = pk.fp32;
+        FILE *f = A.csv || A.json ? stderr : stdout; /* keep CSV/JSON clean */
+        fprintf(f, "peak (cpu, kernels %s, %d threads): fp32 micro-kernel %.1f GFLOP/s (%.1f on 1 thread)", pk.isa,
+                pk.threads, pk.fp32, pk.fp32_1t);
+        if (pk.bf16 > 0) fprintf(f, ", bf16 dot %.1f", pk.bf16);
+        if (pk.blas > 0) fprintf(f, ", BLAS sgemm 4096^3 %.1f", pk.blas);
+        else fprintf(f, ", BLAS: not linked");
+        fprintf(f, "\n\n");
+    }
     bench_sink sink = {print_device, NULL, print_row, print_device_end, &ps};
     if (A.csv) bench_csv_header(stdout, 0);
     if (A.json) printf("[\n");

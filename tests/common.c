@@ -309,6 +309,13 @@ t_case t_case_make(int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hk, in
     return c;
 }
 
+t_case t_case_laid(int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hk, int64_t d, fa_dtype dt, t_layout lq,
+                   t_layout lkv, t_layout lo) {
+    t_case c = t_case_make(b, sq, sk, hq, hk, d, dt);
+    c.lay_q = lq, c.lay_kv = lkv, c.lay_o = lo;
+    return c;
+}
+
 void t_case_describe(const t_case *c, char *buf, size_t n) {
     const fa_attn_opts *o = &c->opts;
     int w = snprintf(buf, n, "%s b%lld sq%lld sk%lld h%lld/%lld d%lld q:%s kv:%s o:%s", fa_dtype_name(c->dt),

@@ -79,6 +79,9 @@ typedef struct t_case {
 } t_case;
 
 t_case t_case_make(int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hk, int64_t d, fa_dtype dt);
+/* The same with the layouts of q (and dq), k/v (and dk/dv) and out (and dout) given. */
+t_case t_case_laid(int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hk, int64_t d, fa_dtype dt, t_layout lq,
+                   t_layout lkv, t_layout lo);
 void t_case_describe(const t_case *c, char *buf, size_t n);
 /* A random small case: seqlens from {1, 2, 3, 5, ...} up to max_seqlen, head_dim up to max_d, any dtype, layouts,
  * causal/window/softcap/scale/tile options drawn at random; T_BCAST K/V only if allow_bcast. */

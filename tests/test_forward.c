@@ -8,13 +8,6 @@
 
 #define ALL (T_ALL_ALGOS | T_ALGO_BIT(FA_ALGO_AUTO))
 
-static t_case mk(int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hk, int64_t d, fa_dtype dt, t_layout lq,
-                 t_layout lkv, t_layout lo) {
-    t_case c = t_case_make(b, sq, sk, hq, hk, d, dt);
-    c.lay_q = lq, c.lay_kv = lkv, c.lay_o = lo;
-    return c;
-}
-
 int main(void) {
     t_init("test_forward");
     fa_context *ctx = t_cpu_ctx();
@@ -22,16 +15,16 @@ int main(void) {
     t_case c;
 
     /* tiny shapes */
-    c = mk(1, 1, 1, 1, 1, 1, F32, T_BSHD, T_BSHD, T_BSHD);
+    c = t_case_laid(1, 1, 1, 1, 1, 1, F32, T_BSHD, T_BSHD, T_BSHD);
     t_run_forward(ctx, &c, ALL);
-    c = mk(2, 3, 3, 4, 4, 8, F32, T_BHSD, T_BHSD, T_BHSD);
+    c = t_case_laid(2, 3, 3, 4, 4, 8, F32, T_BHSD, T_BHSD, T_BHSD);
     t_run_forward(ctx, &c, ALL);
-    c = mk(1, 3, 1, 2, 1, 8, BF16, T_STRIDED, T_STRIDED, T_STRIDED);
+    c = t_case_laid(1, 3, 1, 2, 1, 8, BF16, T_STRIDED, T_STRIDED, T_STRIDED);
     c.opts.causal = 1; /* sq > sk: rows 0 and 1 see no key */
     t_run_forward(ctx, &c, ALL);
-    c = mk(2, 1, 239, 2, 2, 256, F16, T_BSHD, T_STRIDED, T_BHSD);
+    c = t_case_laid(2, 1, 239, 2, 2, 256, F16, T_BSHD, T_STRIDED, T_BHSD);
     t_run_forward(ctx, &c, ALL);
-    c = mk(1, 239, 1, 4, 2, 64, F32, T_BSHD, T_BSHD, T_BSHD);
+    c = t_case_laid(1, 239, 1, 4, 2, 64, F32, T_BSHD, T_BSHD, T_BSHD);
     t_run_forward(ctx, &c, ALL);
 
     /* every head_dim of the issue, seqlen 113 / 239, both orders */
@@ -39,68 +32,68 @@ int main(void) {
     static const fa_dtype dts[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
     for (int i = 0; i < 7; i++) {
         int64_t sq = (i & 1) ? 113 : 239, sk = (i & 1) ? 239 : 113;
-        c = mk(1, sq, sk, 2, 1, dims[i], dts[i % 3], (t_layout)(i % 3), (t_layout)((i + 1) % 3), (t_layout)((i + 2) % 3));
+        c = t_case_laid(1, sq, sk, 2, 1, dims[i], dts[i % 3], (t_layout)(i % 3), (t_layout)((i + 1) % 3), (t_layout)((i + 2) % 3));
         c.opts.causal = i % 2;
         t_run_forward(ctx, &c, ALL);
     }
     /* GQA 1, 4, 8 */
-    c = mk(2, 113, 113, 4, 4, 64, F16, T_BSHD, T_BSHD, T_BSHD);
+    c = t_case_laid(2, 113, 113, 4, 4, 64, F16, T_BSHD, T_BSHD, T_BSHD);
     t_run_forward(ctx, &c, ALL);
-    c = mk(1, 113, 239, 8, 2, 64, BF16, T_BHSD, T_STRIDED, T_BSHD);
+    c = t_case_laid(1, 113, 239, 8, 2, 64, BF16, T_BHSD, T_STRIDED, T_BSHD);
     c.opts.causal = 1;
     t_run_forward(ctx, &c, ALL);
-    c = mk(1, 239, 239, 8, 1, 32, F32, T_STRIDED, T_BHSD, T_STRIDED);
+    c = t_case_laid(1, 239, 239, 8, 1, 32, F32, T_STRIDED, T_BHSD, T_STRIDED);
     t_run_forward(ctx, &c, ALL);
     /* broadcast K/V (stride_batch 0) */
-    c = mk(3, 113, 64, 4, 2, 64, F32, T_BSHD, T_BCAST, T_BSHD);
+    c = t_case_laid(3, 113, 64, 4, 2, 64, F32, T_BSHD, T_BCAST, T_BSHD);
     t_run_forward(ctx, &c, ALL);
 
     /* masks and score modifiers */
-    c = mk(1, 239, 239, 2, 1, 64, F32, T_BSHD, T_BSHD, T_BSHD);
+    c = t_case_laid(1, 239, 239, 2, 1, 64, F32, T_BSHD, T_BSHD, T_BSHD);
     c.opts.window_left = 32, c.opts.window_right = 8;
     t_run_forward(ctx, &c, ALL);
-    c = mk(2, 113, 239, 2, 2, 80, BF16, T_BSHD, T_BSHD, T_BHSD);
+    c = t_case_laid(2, 113, 239, 2, 2, 80, BF16, T_BSHD, T_BSHD, T_BHSD);
     c.opts.window_left = 0, c.opts.window_right = 0; /* diagonal only */
     t_run_forward(ctx, &c, ALL);
-    c = mk(1, 239, 113, 8, 1, 63, F16, T_STRIDED, T_BSHD, T_BSHD);
+    c = t_case_laid(1, 239, 113, 8, 1, 63, F16, T_STRIDED, T_BSHD, T_BSHD);
     c.opts.window_left = 16, c.opts.causal = 1; /* with sq > sk: masked rows */
     t_run_forward(ctx, &c, ALL);
-    c = mk(2, 113, 113, 4, 4, 128, F16, T_BSHD, T_BSHD, T_BSHD);
+    c = t_case_laid(2, 113, 113, 4, 4, 128, F16, T_BSHD, T_BSHD, T_BSHD);
     c.opts.softcap = 30, c.sigma = 3;
     t_run_forward(ctx, &c, ALL);
-    c = mk(1, 113, 239, 2, 1, 64, F32, T_BSHD, T_BSHD, T_BSHD);
+    c = t_case_laid(1, 113, 239, 2, 1, 64, F32, T_BSHD, T_BSHD, T_BSHD);
     c.opts.softcap = 5, c.opts.causal = 1, c.opts.window_left = 50, c.sigma = 2;
     t_run_forward(ctx, &c, ALL);
-    c = mk(1, 113, 113, 2, 2, 64, F32, T_BSHD, T_BSHD, T_BSHD);
+    c = t_case_laid(1, 113, 113, 2, 2, 64, F32, T_BSHD, T_BSHD, T_BSHD);
     c.opts.scale = 0.3f;
     t_run_forward(ctx, &c, ALL);
-    c = mk(1, 65, 77, 2, 2, 16, BF16, T_BSHD, T_BSHD, T_BSHD);
+    c = t_case_laid(1, 65, 77, 2, 2, 16, BF16, T_BSHD, T_BSHD, T_BSHD);
     c.opts.scale = -0.2f;
     t_run_forward(ctx, &c, ALL);
     c.opts.causal = 1, c.opts.window_left = 20;
     t_run_forward(ctx, &c, ALL);
 
     /* forced tiles: many tiles at small sizes, odd tile sizes, 1 x 1 tiles */
-    c = mk(1, 113, 239, 4, 2, 64, F32, T_BSHD, T_BSHD, T_BSHD);
+    c = t_case_laid(1, 113, 239, 4, 2, 64, F32, T_BSHD, T_BSHD, T_BSHD);
     c.opts.block_q = 16, c.opts.block_k = 32, c.opts.causal = 1;
     t_run_forward(ctx, &c, ALL);
-    c = mk(2, 39, 41, 2, 1, 8, F16, T_STRIDED, T_STRIDED, T_STRIDED);
+    c = t_case_laid(2, 39, 41, 2, 1, 8, F16, T_STRIDED, T_STRIDED, T_STRIDED);
     c.opts.block_q = 7, c.opts.block_k = 5, c.opts.window_left = 6;
     t_run_forward(ctx, &c, ALL);
-    c = mk(1, 9, 6, 2, 2, 3, F32, T_BSHD, T_BSHD, T_BSHD);
+    c = t_case_laid(1, 9, 6, 2, 2, 3, F32, T_BSHD, T_BSHD, T_BSHD);
     c.opts.block_q = 1, c.opts.block_k = 1, c.opts.causal = 1;
     t_run_forward(ctx, &c, ALL);
-    c = mk(1, 50, 30, 1, 1, 8, F32, T_BSHD, T_BSHD, T_BSHD);
+    c = t_case_laid(1, 50, 30, 1, 1, 8, F32, T_BSHD, T_BSHD, T_BSHD);
     c.opts.block_q = 4096, c.opts.block_k = 4096; /* larger than the sequence */
     t_run_forward(ctx, &c, ALL);
 
     /* the big ones: few */
-    c = mk(1, 1023, 1023, 2, 1, 64, F32, T_BSHD, T_BSHD, T_BSHD);
+    c = t_case_laid(1, 1023, 1023, 2, 1, 64, F32, T_BSHD, T_BSHD, T_BSHD);
     c.opts.causal = 1;
     t_run_forward(ctx, &c, ALL);
-    c = mk(1, 1023, 239, 1, 1, 256, BF16, T_BHSD, T_BSHD, T_BSHD);
+    c = t_case_laid(1, 1023, 239, 1, 1, 256, BF16, T_BHSD, T_BSHD, T_BSHD);
     t_run_forward(ctx, &c, T_ALL_ALGOS);
-    c = mk(1, 239, 1023, 1, 1, 128, F16, T_BSHD, T_BSHD, T_STRIDED);
+    c = t_case_laid(1, 239, 1023, 1, 1, 128, F16, T_BSHD, T_BSHD, T_STRIDED);
     c.opts.window_left = 100, c.opts.window_right = 100;
     t_run_forward(ctx, &c, T_ALL_ALGOS);
 

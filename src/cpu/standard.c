@@ -252,6 +252,17 @@ static void scores_blas(const fa_problem *p, int64_t sq, int64_t sk, int64_t i0,
     }
 }
 
+/* The OpenMP OpenBLAS sizes its own team from the calling task's nthreads-var: give it the context's thread count
+ * (one head at a time) or 1 (one head per thread). The ICV is private to this region's implicit task, so the
+ * caller's setting is untouched. Without it a --threads 1 context still ran a 2-thread BLAS team. */
+static void fa_cpu_blas_threads(int n) {
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
 #define STD_PANEL 256 /* query rows per sgemm panel (lets a causal mask skip the masked key range) */
 
 /* BLAS chooses its own blocking: explicit tile sizes (--block-q/--block-k, the stats tests) and varlen batches run
@@ -275,6 +286,7 @@ fa_status fa_cpu_standard_forward(fa_context *ctx, const fa_problem *p, fa_stats
 #pragma omp parallel for schedule(dynamic, 1) num_threads(outer)
     for (int64_t it = 0; it < items; it++) {
         const int t = fa_thread_id();
+        fa_cpu_blas_threads(outer == 1 ? w.threads : 1);
         char *mem = fa_cpu_ws_thread(&w, t);
         float *S = (float *)mem, *Qb = (float *)(mem + sS), *Ob = (float *)(mem + sS + sQ);
         float *Kb = (float *)(mem + sS + 2 * sQ), *Vb = (float *)(mem + sS + 2 * sQ + sK);
@@ -351,6 +363,7 @@ fa_status fa_cpu_standard_backward(fa_context *ctx, const fa_problem *p, fa_stat
 #pragma omp parallel for schedule(dynamic, 1) num_threads(outer)
     for (int64_t it = 0; it < items; it++) {
         const int t = fa_thread_id();
+        fa_cpu_blas_threads(outer == 1 ? w.threads : 1);
         char *mem = fa_cpu_ws_thread(&w, t);
         float *P = (float *)mem, *dS = (float *)(mem + sS);
         char *x = mem + 2 * sS;

@@ -375,6 +375,19 @@ static void check_unchanged(const t_buf *x, unsigned char *copy, const char *nam
     free(copy);
 }
 
+/* out and lse poisoned (NaN), then fa_forward with algorithm a; a failure is counted and reported. */
+static int poisoned_forward(fa_context *ctx, fa_attn_opts *opts, fa_algo a, t_buf *q, t_buf *k, t_buf *v, t_buf *o,
+                            float *lse, int64_t n_lse, const char *what) {
+    t_buf_poison(o);
+    for (int64_t i = 0; i < n_lse; i++) lse[i] = t_nanf();
+    opts->algo = a;
+    fa_status st = fa_forward(ctx, opts, &q->t, &k->t, &v->t, &o->t, lse);
+    CHECK_STATUS(st, FA_OK);
+    if (st != FA_OK) fprintf(stderr, "  %s%s: %s\n", t_algo_short(a), what, fa_context_last_error(ctx));
+    return st == FA_OK;
+}
+
+
 int t_run_forward(fa_context *ctx, const t_case *c, unsigned algos) {
     int fails0 = t_failures;
     char desc[400];
@@ -405,15 +418,7 @@ int t_run_forward(fa_context *ctx, const t_case *c, unsigned algos) {
     for (size_t ai = 0; ai < sizeof run_order / sizeof run_order[0]; ai++) {
         fa_algo a = run_order[ai];
         if (!(algos & T_ALGO_BIT(a))) continue;
-        t_buf_poison(&o);
-        for (int64_t i = 0; i < n_lse; i++) lse[i] = t_nanf();
-        opts.algo = a;
-        fa_status st = fa_forward(ctx, &opts, &q.t, &k.t, &v.t, &o.t, lse);
-        CHECK_STATUS(st, FA_OK);
-        if (st != FA_OK) {
-            fprintf(stderr, "  %s: %s\n", t_algo_short(a), fa_context_last_error(ctx));
-            continue;
-        }
+        if (!poisoned_forward(ctx, &opts, a, &q, &k, &v, &o, lse, n_lse, "")) continue;
         check_stats_algo(ctx, a, 0);
         int64_t bad = t_buf_check_written(&o);
         CHECK_MSG(bad == 0, "%s: %lld elements of out not written (NaN) or written outside the view", t_algo_short(a),
@@ -470,20 +475,12 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
     for (size_t ai = 0; ai < sizeof run_order / sizeof run_order[0]; ai++) {
         fa_algo a = run_order[ai];
         if (!(algos & T_ALGO_BIT(a))) continue;
-        t_buf_poison(&o);
-        for (int64_t i = 0; i < n_lse; i++) lse[i] = t_nanf();
-        opts.algo = a;
-        fa_status st = fa_forward(ctx, &opts, &q.t, &k.t, &v.t, &o.t, lse);
-        CHECK_STATUS(st, FA_OK);
-        if (st != FA_OK) {
-            fprintf(stderr, "  %s forward: %s\n", t_algo_short(a), fa_context_last_error(ctx));
-            continue;
-        }
+        if (!poisoned_forward(ctx, &opts, a, &q, &k, &v, &o, lse, n_lse, " forward")) continue;
         unsigned char *o0, *lse0 = xmalloc(sizeof(float) * (size_t)n_lse);
         snapshot(&o, &o0);
         memcpy(lse0, lse, sizeof(float) * (size_t)n_lse);
         t_buf_poison(&dq), t_buf_poison(&dk), t_buf_poison(&dv);
-        st = fa_backward(ctx, &opts, &q.t, &k.t, &v.t, &o.t, lse, &dout.t, &dq.t, &dk.t, &dv.t);
+        fa_status st = fa_backward(ctx, &opts, &q.t, &k.t, &v.t, &o.t, lse, &dout.t, &dq.t, &dk.t, &dv.t);
         CHECK_STATUS(st, FA_OK);
         if (st != FA_OK) {
             fprintf(stderr, "  %s backward: %s\n", t_algo_short(a), fa_context_last_error(ctx));

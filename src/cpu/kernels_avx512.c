@@ -17,10 +17,10 @@
 
 /* ---- fp32 GEMM micro-kernel ---- */
 
-/* C[MR][16·NV] (=|+=) Σ_p A(i, p) · B[p][·]; the last vector of each row uses mask `tail`. */
-AI void ukr(const int MR, const int NV, int k, const float *restrict A, ptrdiff_t rsa, ptrdiff_t csa,
-            const float *restrict B, ptrdiff_t ldb, float *restrict C, ptrdiff_t ldc, int acc, __mmask16 tail) {
-    __m512 c[6][4];
+/* The MR × NV accumulator block of a micro-kernel: loaded from C (acc) or zeroed, and stored back; the last vector
+ * of each row uses mask `tail`. Shared by the fp32 and the bf16 kernels. */
+AI void acc_load(const int MR, const int NV, const float *restrict C, ptrdiff_t ldc, int acc, __mmask16 tail,
+                 __m512 c[6][4]) {
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
@@ -28,6 +28,24 @@ AI void ukr(const int MR, const int NV, int k, const float *restrict A, ptrdiff_
             __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;
             c[i][v] = acc ? _mm512_maskz_loadu_ps(mk, C + i * ldc + 16 * v) : _mm512_setzero_ps();
         }
+}
+
+AI void acc_store(const int MR, const int NV, float *restrict C, ptrdiff_t ldc, __mmask16 tail, __m512 c[6][4]) {
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;
+            _mm512_mask_storeu_ps(C + i * ldc + 16 * v, mk, c[i][v]);
+        }
+}
+
+
+/* C[MR][16·NV] (=|+=) Σ_p A(i, p) · B[p][·]; the last vector of each row uses mask `tail`. */
+AI void ukr(const int MR, const int NV, int k, const float *restrict A, ptrdiff_t rsa, ptrdiff_t csa,
+            const float *restrict B, ptrdiff_t ldb, float *restrict C, ptrdiff_t ldc, int acc, __mmask16 tail) {
+    __m512 c[6][4];
+    acc_load(MR, NV, C, ldc, acc, tail, c);
     for (int p = 0; p < k; p++) {
         __m512 b[4];
 #pragma GCC unroll 4
@@ -44,13 +62,7 @@ AI void ukr(const int MR, const int NV, int k, const float *restrict A, ptrdiff_
         A += csa;
         B += ldb;
     }
-#pragma GCC unroll 6
-    for (int i = 0; i < MR; i++)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) {
-            __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;
-            _mm512_mask_storeu_ps(C + i * ldc + 16 * v, mk, c[i][v]);
-        }
+    acc_store(MR, NV, C, ldc, tail, c);
 }
 
 #define UKR_CASE(MR, NV) \
@@ -272,13 +284,7 @@ static void scale_rows(int rows, int cols, float *O, int ldo, const float *alpha
 AI void ukr_bf16(const int MR, const int NV, int kp, const uint32_t *restrict A, ptrdiff_t rsa, ptrdiff_t csa,
                  const uint32_t *restrict B, ptrdiff_t ldb, float *restrict C, ptrdiff_t ldc, int acc, __mmask16 tail) {
     __m512 c[6][4];
-#pragma GCC unroll 6
-    for (int i = 0; i < MR; i++)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) {
-            __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;
-            c[i][v] = acc ? _mm512_maskz_loadu_ps(mk, C + i * ldc + 16 * v) : _mm512_setzero_ps();
-        }
+    acc_load(MR, NV, C, ldc, acc, tail, c);
     for (int p = 0; p < kp; p++) {
         __m512i b[4];
 #pragma GCC unroll 4
@@ -295,13 +301,7 @@ AI void ukr_bf16(const int MR, const int NV, int kp, const uint32_t *restrict A,
         A += csa;
         B += ldb;
     }
-#pragma GCC unroll 6
-    for (int i = 0; i < MR; i++)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) {
-            __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;
-            _mm512_mask_storeu_ps(C + i * ldc + 16 * v, mk, c[i][v]);
-        }
+    acc_store(MR, NV, C, ldc, tail, c);
 }
 
 #define UKB_CASE(MR, NV) \

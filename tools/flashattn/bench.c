@@ -268,7 +268,8 @@ static void table_header(FILE *f, fa_backend dev, double peak) {
             peak > 0 ? "-------:|" : "");
 }
 
-static void table_row(FILE *f, const bench_row *r, double peak) {
+/* peak: fp32 and bf16 GFLOP/s of the CPU micro-kernels (0 = not measured); a row is shown against its dtype's */
+static void table_row(FILE *f, const bench_row *r, const double peak[2]) {
     const bench_config *c = &r->cfg;
     char causal[16];
     if (c->window >= 0) snprintf(causal, sizeof causal, "%s w%d", c->causal ? "yes" : "no", c->window);
@@ -290,8 +291,9 @@ static void table_row(FILE *f, const bench_row *r, double peak) {
                                     : "%9.3f | %5.0f%% | %8.2f | %7s | %9.2f | %9.2f | %9.2f |",
             r->ms, r->spread_pct, rate, sp,
             (double)r->extra_bytes / 1e6, (double)r->read_bytes / 1e6, (double)r->write_bytes / 1e6);
-    if (peak > 0 && c->dev == FA_BACKEND_CPU) fprintf(f, " %5.1f%% |", 100.0 * r->gflops / peak);
-    else if (peak > 0) fprintf(f, "      - |");
+    const double pk = c->dtype == FA_DTYPE_BF16 && peak[1] > 0 ? peak[1] : peak[0];
+    if (peak[0] > 0 && c->dev == FA_BACKEND_CPU) fprintf(f, " %5.1f%% |", 100.0 * r->gflops / pk);
+    else if (peak[0] > 0) fprintf(f, "      - |");
     fprintf(f, "\n");
 }
 
@@ -329,7 +331,8 @@ static void bench_help(void) {
         "                    peak_extra_mb,slow_read_mb,slow_write_mb\n"
         "  --json            JSON array (all fields, the kernel and failure reasons)\n"
         "  --peak            first measure this CPU's matmul ceilings (our fp32 micro-kernel, bf16 dot product, BLAS\n"
-        "                    sgemm when linked); the table then shows each CPU row's GFLOP/s as %% of the fp32 peak\n"
+        "                    sgemm when linked); the table then shows each CPU row's GFLOP/s as %% of its dtype's\n"
+        "                    peak (bf16 rows: the bf16 dot-product kernel when the CPU has one, else fp32)\n"
         "\n"
         "ms is the median; spread = (max-min)/median. MB = 10^6 bytes. gflops = fa_last_stats flops / median time\n"
         "(4*B*H*Sq*Sk_visible*d, x2.5 for bwd). peak_extra_mb = memory the call needed beyond its inputs and outputs.\n"
@@ -343,7 +346,7 @@ typedef struct bench_args {
     int64_t tokens, reps, warmup;
     double mem_limit_mb;
     int csv, json;
-    int peak; /* --peak: measure the machine's matmul ceilings first; the table shows % of the fp32 peak */
+    int peak; /* --peak: measure the machine's matmul ceilings first; the table shows % of peak */
 } bench_args;
 
 static int bench_parse(int argc, char **argv, bench_args *a) {
@@ -553,7 +556,7 @@ int bench_run_args(int argc, char **argv, const bench_sink *sink) {
 typedef struct print_state {
     const bench_args *A;
     int first_json;
-    double peak; /* fp32 GFLOP/s of the micro-kernel on the CPU, 0 = not measured */
+    double peak[2]; /* fp32, bf16 GFLOP/s of the micro-kernels on the CPU, 0 = not measured */
 } print_state;
 
 static void print_device(fa_backend dev, int threads, const char *desc, void *user) {
@@ -566,7 +569,7 @@ static void print_device(fa_backend dev, int threads, const char *desc, void *us
     if (p->A->csv || p->A->json) return;
     printf("flashattn %s — device %s: %s — reps %lld (median), warm-up %lld\n\n", fa_version_string(),
            fa_backend_name(dev), desc, (long long)p->A->reps, (long long)p->A->warmup);
-    table_header(stdout, dev, p->peak);
+    table_header(stdout, dev, p->peak[0]);
 }
 
 static void print_device_end(fa_backend dev, void *user) {
@@ -596,11 +599,12 @@ int cmd_bench(int argc, char **argv) {
     bench_args A;
     int rc = bench_parse(argc, argv, &A);
     if (rc) return rc > 0 ? 0 : CLI_EXIT_USAGE;
-    print_state ps = {&A, 1, 0};
+    print_state ps = {&A, 1, {0, 0}};
     if (A.peak) {
         fa_cpu_peak pk;
         fa_cpu_measure_peak(A.threads.v[0], 0.5, &pk);
-        ps.peak = pk.fp32;
+        ps.peak[0] = pk.fp32;
+        ps.peak[1] = pk.bf16;
         FILE *f = A.csv || A.json ? stderr : stdout; /* keep CSV/JSON clean */
         fprintf(f, "peak (cpu, kernels %s, %d threads): fp32 micro-kernel %.1f GFLOP/s (%.1f on 1 thread)", pk.isa,
                 pk.threads, pk.fp32, pk.fp32_1t);

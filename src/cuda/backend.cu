@@ -371,18 +371,20 @@ static fa_status fa_cuda_backward_on(fa_context *ctx, const fa_problem *p, fa_st
         rd = 3 * qrows * d * e + 2 * kvrows * d * e + qrows * 4 + ss * (4 + 4 + 4 + 3 * e);
         wr = ss * (4 + 4 + 2 * e) + qrows * d * e + 2 * kvrows * d * e;
     } else {
-        /* D, dQ accumulator (fp32), GQA per-query-head dK dV (fp32) */
+        /* D, LSE·log2(e), dQ accumulator (fp32), GQA per-query-head dK dV (fp32) */
         const size_t gq = p->hq / p->hk > 1 ? fa_krows_q_heads(p) * p->d * 2 : 0;
         /* each part 256-byte aligned: the kernels access dQacc, dKacc, dVacc as float2 */
         const size_t a0 = (rows * sizeof(float) + 255) & ~(size_t)255, a1 = (rows * p->d * sizeof(float) + 255) & ~(size_t)255;
-        ws = a0 + a1 + gq * sizeof(float);
+        ws = 2 * a0 + a1 + gq * sizeof(float);
         if ((rc = fa_cuda_ws(ctx, s, ws)) != FA_OK) return rc;
         c.dsum = (float *)s->ws;
-        c.dq_acc = (float *)((char *)s->ws + a0);
-        c.dk_acc = (float *)((char *)s->ws + a0 + a1);
+        c.lse2 = (float *)((char *)s->ws + a0);
+        c.dq_acc = (float *)((char *)s->ws + 2 * a0);
+        c.dk_acc = (float *)((char *)s->ws + 2 * a0 + a1);
         c.dv_acc = c.dk_acc + gq / 2;
         cudaError_t ce;
         if (p->algo == FA_ALGO_FLASH2) {
+            bm = p->block_q, bn = p->block_k;
             ce = fa_flash2_bwd_launch(&c, dtype, p->deterministic, s->stream, &bm, &bn);
             kernel = p->deterministic ? "cuda.flash2.bwd.deterministic" : "cuda.flash2.bwd.atomic_dq";
         } else {

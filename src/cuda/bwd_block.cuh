@@ -1,14 +1,19 @@
 /* The backward work of one K/V block (Kj, Vj), shared by FLASH2 (one CTA per block: the grid is the outer loop)
- * and FLASH1 (one CTA per (batch, head) looping over the blocks, as V1 did).
+ * and FLASH1 (one CTA per (batch, head) looping over the blocks, as V1 did). FA2p Algorithm 2, per query block Qi:
+ *   Sᵀ = Kj Qiᵀ;  dPᵀ = Vj dOiᵀ;  P = exp2(S·scale·log2e − LSE·log2e);  dS = P ∘ (dP − Di)  [∘ (1 − tanh²) softcap]
+ *   dVj += Pᵀ dOi;  dKj += dSᵀ Qi        (dKj, dVj stay in registers for the whole loop over Qi)
+ *   dQi += dS Kj   fp32 atomics (FLASH2), a plain read-modify-write (FLASH1: this CTA is the only writer of its
+ *                  head's dQ), or not at all (FLASH2 deterministic: a second kernel computes dQ by rows).
+ * Qi and dOi are double-buffered with cp.async: block i+1 loads while block i computes.
  *
- * NW warps split the Bc keys of the block ("split-K" rows of Sᵀ): warp w owns keys 16·MW·w ... and keeps dKj, dVj
- * for them in registers for the whole inner loop over query blocks Qi (FA2p Algorithm 2):
- *   Sᵀ = Kj Qiᵀ; dPᵀ = Vj dOiᵀ;  P = exp2(S·scale·log2e − LSE·log2e);  dS = P ∘ (dP − Di)  [∘ (1 − tanh²) with softcap]
- *   dVj += Pᵀ dOi;  dKj += dSᵀ Qi         (Pᵀ and dSᵀ feed the MMAs straight from the registers of Sᵀ, dPᵀ)
- *   dQi += dS Kj   through dSᵀ in shared memory; fp32 atomics (FLASH2), a plain read-modify-write (FLASH1: this
- *                  CTA is the only writer of its head's dQ), or not at all (FLASH2 deterministic: a second kernel
- *                  computes dQ by rows).
- * Qi and dOi are double-buffered with cp.async: block i+1 loads while block i computes. */
+ * The 8 warps tile each of the three GEMM families in two dimensions (FA2's AtomLayoutMSdP / NdKV / MdQ), so that
+ * no warp reads a whole operand tile it does not need from shared memory:
+ *   Sᵀ, dPᵀ (Bc x Br):    WK_S warps along the keys  x 8/WK_S  along the queries;
+ *   dKj, dVj (Bc x d):    WK_KV warps along the keys x 8/WK_KV along d;
+ *   dQi (Br x d):         WQ_DQ warps along queries  x 8/WQ_DQ along d.
+ * P and dS (16-bit, rows = keys) go through shared memory between the first GEMMs and the others: one more
+ * __syncthreads per step, in exchange for halving the B-operand reads of the old one-dimensional split (every warp
+ * read all of Qi and dOi twice per step: ≈ 2000 shared-memory cycles for ≈ 2500 cycles of MMAs at d = 64). */
 #ifndef FA_CUDA_BWD_BLOCK_CUH
 #define FA_CUDA_BWD_BLOCK_CUH
 
@@ -16,171 +21,224 @@
 
 enum { FA_DQ_ATOMIC = 0, FA_DQ_NONE = 1, FA_DQ_RMW = 2 };
 
-/* Where the epilogue writes dKj, dVj: computed before the loop over Qi by thread 0 and parked in shared memory, so
- * that no register carries it (or what it is derived from) across the loop. ptxas kept such values (a 64-bit
- * offset's high word, the row count, the varlen flag) in local memory: 4–20 B of spill in the 255-register
- * kernels. */
-struct fa_bwd_out {
+/* Br x Bc = BM x BN, 8 warps, and the warp grid of each GEMM (see above). */
+template <int D_, int BM_, int BN_, int WK_S_, int WK_KV_, int WQ_DQ_> struct fa_bwd_cfg {
+    static constexpr int D = D_, BM = BM_, BN = BN_, NW = 8, WK_S = WK_S_, WK_KV = WK_KV_, WQ_DQ = WQ_DQ_;
+    static constexpr int LD = D + 8, LDP = BM + 8; /* padded rows: conflict-free ldmatrix (common.cuh) */
+    static constexpr int SK = BN / WK_S, SQ = BM / (NW / WK_S);     /* a warp's Sᵀ tile: SK keys x SQ queries */
+    static constexpr int KK = BN / WK_KV, KD = D / (NW / WK_KV);    /* a warp's dK/dV tile: KK keys x KD cols */
+    static constexpr int QQ = BM / WQ_DQ, QD = D / (NW / WQ_DQ);    /* a warp's dQ tile: QQ queries x QD cols */
+    static_assert(SK % 16 == 0 && SQ % 16 == 0 && KK % 16 == 0 && KD % 16 == 0 && QQ % 16 == 0 && QD % 16 == 0,
+                  "every warp tile must be whole 16 x 16 MMA tiles");
+};
+
+/* The tile table of the backward (FLASH1 and FLASH2 share the body), 1 CTA of 8 warps per SM; every row is
+ * reachable through opts.block_q and tested (tests/gpu). Registers from -Xptxas -v; times: H200, bf16, seqlen 4k,
+ * the protocol of ../shared/BENCHMARKS.md (see src/cuda/README.md).
+ *   d=64 : 128 x 128, Sᵀ 2 x 4, dK/dV 4 x 2, dQ 4 x 2    FA2's sm90 choice (GPU_NOTES §3)     smem 180 KB
+ *          64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 2 x 4                                           smem 108 KB
+ *   d=128: 64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 2 x 4    FA2's sm90 choice                   smem 177 KB */
+template <int D, int BM> struct fa_bwd_tiles;
+template <> struct fa_bwd_tiles<64, 128> : fa_bwd_cfg<64, 128, 128, 2, 4, 4> {};
+template <> struct fa_bwd_tiles<64, 64> : fa_bwd_cfg<64, 64, 128, 4, 4, 2> {};
+template <> struct fa_bwd_tiles<128, 64> : fa_bwd_cfg<128, 64, 128, 4, 4, 2> {};
+/* The table on the host: *bm, *bn in = requested (0 = the default), out = what runs; 0 if no row matches. */
+static inline int fa_bwd_tile_pick(int d, int *bm, int *bn) {
+    const int def = d == 64 ? 128 : 64, q = *bm ? *bm : def;
+    const int ok = (d == 64 && (q == 128 || q == 64)) || (d == 128 && q == 64);
+    if (!ok || (*bn && *bn != 128)) return 0;
+    *bm = q, *bn = 128;
+    return 1;
+}
+
+/* The block's addresses, computed before the loop over Qi by thread 0 and parked in shared memory: read where
+ * they are used, so that no register carries them (or what they are derived from) across the loop. Kept in
+ * registers, ptxas spilled such values (64-bit row offsets, the row count, the varlen flag) to local memory in the
+ * 255-register kernels. */
+struct fa_bwd_addr {
+    const void *q, *dout;     /* row 0 of (b, h) in Q, dO */
+    float *dq;                /* row 0 of (b, h) in the fp32 dQ accumulator */
+    const float *lse2, *dsum; /* row 0 of (b, h) in the row statistics */
     void *dk, *dv; /* row n0 of dK, dV (16-bit, group == 1) or of the fp32 per-query-head dK, dV (GQA) */
     int rows;      /* valid key rows of the block */
 };
 
-template <int D, int BM, int BN> FA_DEV constexpr size_t fa_bwd_smem_bytes() {
-    return (size_t)(2 * BN * (D + 8) + 4 * BM * (D + 8) + BN * (BM + 8)) * 2 + 4 * BM * sizeof(float) +
-           sizeof(fa_bwd_out);
+/* K, V; Q, dO double-buffered; Pᵀ, dSᵀ; LSE·log2e and D double-buffered; the epilogue's destinations. */
+template <class C> constexpr size_t fa_bwd_smem_bytes() {
+    return (size_t)(2 * C::BN * C::LD + 4 * C::BM * C::LD + 2 * C::BN * C::LDP) * 2 + 4 * C::BM * sizeof(float) +
+           sizeof(fa_bwd_addr);
 }
 
-/* Row statistics of query block m into shared memory: LSE·log2e (+inf for rows past the end or that saw no key,
- * so that P = 0 there) and D. */
+/* Row statistics of query block m -> shared memory with cp.async (part of the caller's commit group): LSE·log2e
+ * (+inf for a row that saw no key, so that P = 0 there; written by the D pre-pass) and D. Rows past the end are
+ * zero-filled: their Q and dO rows are zero-filled too, so P = 1, dP = 0, dS = 0 and nothing reaches dK, dV or dQ.
+ * (A plain load here made the loading warps wait ~a microsecond at every step before their first MMA.) */
 template <int BM>
-FA_DEV void fa_bwd_load_stats(const fa_cuda_params &p, const fa_seq &s, int m, float *sL, float *sD, int tid) {
-    if (tid < BM) {
-        int row = m * BM + tid;
-        float L = INFINITY, Dv = 0.f;
-        if (row < s.sq) {
-            float l = p.lse[s.stat0 + row];
-            L = l == -INFINITY ? INFINITY : l * FA_LOG2E;
-            Dv = p.dsum[s.stat0 + row];
-        }
-        sL[tid] = L;
-        sD[tid] = Dv;
-    }
+FA_DEV void fa_bwd_copy_stats(const fa_bwd_addr *a, int sq, int m, float *sL, float *sD, int tid) {
+    const int i = tid % BM, row = m * BM + i;
+    const float *src = (tid < BM ? a->lse2 : a->dsum) + (row < sq ? row : 0);
+    if (tid < 2 * BM) fa_cp_async4((tid < BM ? sL : sD) + i, src, row < sq ? 4 : 0);
 }
 
-template <typename T, int D, int BM, int BN, int NW, int DQ_MODE>
+template <int MT, int NT> FA_DEV void fa_zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mi][nt][e] = 0.f;
+}
+
+/* The elementwise step on a warp's Sᵀ, dPᵀ tiles (rows = keys from key0, cols = queries from q0), in place:
+ * St <- P = exp2(S·scale·log2e − LSE·log2e), dPt <- dS = P ∘ (dP − D); with softcap, St comes in as
+ * t = tanh(s·scale/c), the score is c·t and dS picks up d(c·t)/ds = scale·(1 − t²) (from t itself, not (c·t)/c:
+ * no division in the loop); masked -> 0. */
+template <bool SOFTCAP, bool MASK, int MS, int QS>
+FA_DEV void fa_bwd_p_ds(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const fa_cuda_params &p, const fa_seq &s,
+                        int q0, int key0, const float *sLq, const float *sDq, int lane) {
+#pragma unroll
+    for (int nt = 0; nt < QS; ++nt)
+#pragma unroll
+        for (int c1 = 0; c1 < 2; ++c1) {
+            const int qc = nt * 8 + (lane & 3) * 2 + c1;
+            const float Lq = sLq[qc], Dq = sDq[qc];
+#pragma unroll
+            for (int mi = 0; mi < MS; ++mi)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int e = 2 * r + c1;
+                    float sv = St[mi][nt][e], dcap = 1.f;
+                    if (SOFTCAP) { /* St holds t = tanh(s·scale/c) already (see the caller) */
+                        dcap = 1.f - sv * sv;
+                        sv *= p.softcap;
+                    }
+                    float pv = fa_exp2(fmaf(sv, p.scale_log2, -Lq));
+                    if (MASK && !fa_visible(p, q0 + qc, key0 + mi * 16 + (lane >> 2) + r * 8, s.sq, s.sk)) pv = 0.f;
+                    float ds = pv * (dPt[mi][nt][e] - Dq);
+                    if (SOFTCAP) ds *= dcap;
+                    St[mi][nt][e] = pv;
+                    dPt[mi][nt][e] = ds;
+                }
+        }
+}
+
+template <typename T, class C, int DQ_MODE, bool SOFTCAP>
 FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int h, int n_block, unsigned char *smem) {
-    constexpr int NTHR = NW * 32, MW = BN / (16 * NW), LD = D + 8, LDS = BM + 8, QT = BM / 8, DT = D / 8;
-    T *sK = (T *)smem, *sV = sK + BN * LD, *sQ = sV + BN * LD, *sdO = sQ + 2 * BM * LD, *sdS = sdO + 2 * BM * LD;
-    float *sL = (float *)(sdS + BN * LDS), *sD = sL + 2 * BM;
-    fa_bwd_out *sOut = (fa_bwd_out *)(sD + 2 * BM); /* 8-byte aligned: every region above is a multiple of 16 B */
+    constexpr int D = C::D, BM = C::BM, BN = C::BN, NTHR = C::NW * 32, LD = C::LD, LDP = C::LDP;
+    constexpr int MS = C::SK / 16, QS = C::SQ / 8, MK = C::KK / 16, NK = C::KD / 8, MQ = C::QQ / 16, NQ = C::QD / 8;
+    T *sK = (T *)smem, *sV = sK + BN * LD, *sQ = sV + BN * LD, *sdO = sQ + 2 * BM * LD, *sP = sdO + 2 * BM * LD;
+    T *sdS = sP + BN * LDP;
+    float *sL = (float *)(sdS + BN * LDP), *sD = sL + 2 * BM;
+    fa_bwd_addr *sA = (fa_bwd_addr *)(sD + 2 * BM); /* 8-byte aligned: every region above is a multiple of 16 B */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int n0 = n_block * BN, kv_rows = min(BN, s.sk - n0), hk = h / p.group;
     const T *Kj = (const T *)p.k + fa_off(p, p.k_sb, p.k_ss, p.k_sh, b, s.krow, hk) + (int64_t)n0 * p.k_ss;
     const T *Vj = (const T *)p.v + fa_off(p, p.v_sb, p.v_ss, p.v_sh, b, s.krow, hk) + (int64_t)n0 * p.v_ss;
-    const T *Q = (const T *)p.q + fa_off(p, p.q_sb, p.q_ss, p.q_sh, b, s.qrow, h);
-    const T *dO = (const T *)p.dout + fa_off(p, p.do_sb, p.do_ss, p.do_sh, b, s.qrow, h);
 
     int qlo, qhi;
     fa_query_span(p, n0, n0 + kv_rows, s.sq, s.sk, &qlo, &qhi);
     const int mb_lo = qlo / BM, mb_hi = qhi > qlo ? (qhi + BM - 1) / BM : mb_lo;
-    if (tid == 0) { /* read after the epilogue's first __syncthreads */
+    if (tid == 0) {
+        sA->q = (const T *)p.q + fa_off(p, p.q_sb, p.q_ss, p.q_sh, b, s.qrow, h);
+        sA->dout = (const T *)p.dout + fa_off(p, p.do_sb, p.do_ss, p.do_sh, b, s.qrow, h);
+        sA->dq = p.dq_acc + s.stat0 * D;
+        sA->lse2 = p.lse2 + s.stat0;
+        sA->dsum = p.dsum + s.stat0;
         if (p.group == 1) {
-            sOut->dk = (T *)p.dk + fa_off(p, p.dk_sb, p.dk_ss, p.dk_sh, b, s.krow, hk) + (int64_t)n0 * p.dk_ss;
-            sOut->dv = (T *)p.dv + fa_off(p, p.dv_sb, p.dv_ss, p.dv_sh, b, s.krow, hk) + (int64_t)n0 * p.dv_ss;
+            sA->dk = (T *)p.dk + fa_off(p, p.dk_sb, p.dk_ss, p.dk_sh, b, s.krow, hk) + (int64_t)n0 * p.dk_ss;
+            sA->dv = (T *)p.dv + fa_off(p, p.dv_sb, p.dv_ss, p.dv_sh, b, s.krow, hk) + (int64_t)n0 * p.dv_ss;
         } else {
             const int64_t k0 = p.cu_k ? (int64_t)h * p.total_k + s.krow : ((int64_t)b * p.hq + h) * p.total_k;
-            sOut->dk = p.dk_acc + (k0 + n0) * D;
-            sOut->dv = p.dv_acc + (k0 + n0) * D;
+            sA->dk = p.dk_acc + (k0 + n0) * D;
+            sA->dv = p.dv_acc + (k0 + n0) * D;
         }
-        sOut->rows = kv_rows;
+        sA->rows = kv_rows;
     }
+    __syncthreads(); /* sA */
 
-    float dK[MW][DT][4], dV[MW][DT][4];
-#pragma unroll
-    for (int mi = 0; mi < MW; ++mi)
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dK[mi][dt][e] = dV[mi][dt][e] = 0.f;
-    const int wkey = warp * 16 * MW;
-    const float sl2 = p.scale_log2;
+    /* this warp's place in each GEMM's warp grid */
+    const int s_key = (warp % C::WK_S) * C::SK, s_qry = (warp / C::WK_S) * C::SQ;
+    const int kv_key = (warp % C::WK_KV) * C::KK, kv_col = (warp / C::WK_KV) * C::KD;
+    const int q_row = (warp % C::WQ_DQ) * C::QQ, q_col = (warp / C::WQ_DQ) * C::QD;
+    float dK[MK][NK][4], dV[MK][NK][4];
+    fa_zero(dK);
+    fa_zero(dV);
 
     if (mb_hi > mb_lo) {
         fa_load_tile<T, BN, D, LD, NTHR>(sK, Kj, p.k_ss, kv_rows, tid);
         fa_load_tile<T, BN, D, LD, NTHR>(sV, Vj, p.v_ss, kv_rows, tid);
-        fa_load_tile<T, BM, D, LD, NTHR>(sQ, Q + (int64_t)mb_lo * BM * p.q_ss, p.q_ss, s.sq - mb_lo * BM, tid);
-        fa_load_tile<T, BM, D, LD, NTHR>(sdO, dO + (int64_t)mb_lo * BM * p.do_ss, p.do_ss, s.sq - mb_lo * BM, tid);
+        const int r0 = mb_lo * BM;
+        fa_load_tile<T, BM, D, LD, NTHR>(sQ, (const T *)sA->q + (int64_t)r0 * p.q_ss, p.q_ss, s.sq - r0, tid);
+        fa_load_tile<T, BM, D, LD, NTHR>(sdO, (const T *)sA->dout + (int64_t)r0 * p.do_ss, p.do_ss, s.sq - r0, tid);
+        fa_bwd_copy_stats<BM>(sA, s.sq, mb_lo, sL, sD, tid);
         fa_cp_async_commit();
-        fa_bwd_load_stats<BM>(p, s, mb_lo, sL, sD, tid);
     }
     for (int m = mb_lo; m < mb_hi; ++m) {
         const int buf = (m - mb_lo) & 1, m0 = m * BM;
         T *sQb = sQ + buf * BM * LD, *sdOb = sdO + buf * BM * LD;
         const float *sLb = sL + buf * BM, *sDb = sD + buf * BM;
         fa_cp_async_wait<0>();
-        __syncthreads(); /* Qi, dOi, stats landed; every warp is done with block i-1 (its buffers, sdS) */
+        __syncthreads(); /* Qi, dOi, stats landed; every warp is done with block i-1 (its buffers, sP, sdS) */
         if (m + 1 < mb_hi) {
             const int nb = buf ^ 1, m1 = m0 + BM;
-            fa_load_tile<T, BM, D, LD, NTHR>(sQ + nb * BM * LD, Q + (int64_t)m1 * p.q_ss, p.q_ss, s.sq - m1, tid);
-            fa_load_tile<T, BM, D, LD, NTHR>(sdO + nb * BM * LD, dO + (int64_t)m1 * p.do_ss, p.do_ss, s.sq - m1, tid);
+            fa_load_tile<T, BM, D, LD, NTHR>(sQ + nb * BM * LD, (const T *)sA->q + (int64_t)m1 * p.q_ss, p.q_ss, s.sq - m1, tid);
+            fa_load_tile<T, BM, D, LD, NTHR>(sdO + nb * BM * LD, (const T *)sA->dout + (int64_t)m1 * p.do_ss, p.do_ss, s.sq - m1, tid);
+            fa_bwd_copy_stats<BM>(sA, s.sq, m + 1, sL + nb * BM, sD + nb * BM, tid);
             fa_cp_async_commit();
-            fa_bwd_load_stats<BM>(p, s, m + 1, sL + nb * BM, sD + nb * BM, tid);
         }
 
-        /* Sᵀ = Kj Qiᵀ, dPᵀ = Vj dOiᵀ (this warp's keys x all BM queries) */
-        float St[MW][QT][4], dPt[MW][QT][4];
+        { /* Sᵀ = Kj Qiᵀ, dPᵀ = Vj dOiᵀ on this warp's SK keys x SQ queries; P and dS -> shared memory */
+            float St[MS][QS][4], dPt[MS][QS][4];
+            fa_zero(St);
+            fa_zero(dPt);
+            fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(St, sK + s_key * LD, sQb + s_qry * LD, lane);
+            if (SOFTCAP) /* t = tanh(s·scale/c) before dPᵀ is live: tanhf's temporaries then cost no spill */
 #pragma unroll
-        for (int mi = 0; mi < MW; ++mi)
+                for (int mi = 0; mi < MS; ++mi)
 #pragma unroll
-            for (int nt = 0; nt < QT; ++nt)
+                    for (int nt = 0; nt < QS; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) St[mi][nt][e] = dPt[mi][nt][e] = 0.f;
-        fa_warp_gemm_abt<T, MW, QT, D, LD, LD>(St, sK + wkey * LD, sQb, lane);
-        fa_warp_gemm_abt<T, MW, QT, D, LD, LD>(dPt, sV + wkey * LD, sdOb, lane);
-
-        /* P = exp2(S·scale·log2e − LSE·log2e), dS = P ∘ (dP − D), element by element (key row, query col). */
-        const bool full = fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk);
+                        for (int e = 0; e < 4; ++e) St[mi][nt][e] = tanhf(St[mi][nt][e] * p.softcap_scale);
+            fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(dPt, sV + s_key * LD, sdOb + s_qry * LD, lane);
+            /* P = exp2(S·scale·log2e − LSE·log2e), dS = P ∘ (dP − D) [∘ (1 − t²) with softcap], in place */
+            if (SOFTCAP || !fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk))
+                fa_bwd_p_ds<SOFTCAP, true, MS, QS>(St, dPt, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, sDb + s_qry, lane);
+            else /* the hot path: no mask, no softcap, no branch */
+                fa_bwd_p_ds<false, false, MS, QS>(St, dPt, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, sDb + s_qry, lane);
+            /* shared-space addresses (32-bit) from one opaque base: a generic 64-bit pointer kept across the loop
+             * for these stores was the d = 128 kernel's last spill */
+            const uint32_t pa = fa_opaque(fa_smem_addr(sP + (s_key + (lane >> 2)) * LDP + s_qry + (lane & 3) * 2));
 #pragma unroll
-        for (int mi = 0; mi < MW; ++mi)
+            for (int mi = 0; mi < MS; ++mi)
 #pragma unroll
-            for (int nt = 0; nt < QT; ++nt)
+                for (int nt = 0; nt < QS; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int qc = nt * 8 + (lane & 3) * 2 + (e & 1);
-                    float sv = St[mi][nt][e], pv, dcap = 1.f;
-                    if (p.softcap > 0.f) { /* sv = c·t, t = tanh(s·scale/c); d sv / d s = scale·(1 − t²) */
-                        const float t = tanhf(sv * p.softcap_scale);
-                        sv = p.softcap * t;
-                        dcap = 1.f - t * t;
+                    for (int r = 0; r < 2; ++r) {
+                        const uint32_t o = pa + ((mi * 16 + r * 8) * LDP + nt * 8) * 2;
+                        fa_st_shared32(o, fa_pack2<T>(St[mi][nt][2 * r], St[mi][nt][2 * r + 1]));
+                        fa_st_shared32(o + BN * LDP * 2, fa_pack2<T>(dPt[mi][nt][2 * r], dPt[mi][nt][2 * r + 1]));
                     }
-                    const int j = n0 + wkey + mi * 16 + (lane >> 2) + (e >> 1) * 8;
-                    if (!full && !fa_visible(p, m0 + qc, j, s.sq, s.sk))
-                        pv = 0.f;
-                    else
-                        pv = fa_exp2(fmaf(sv, sl2, -sLb[qc]));
-                    float ds = pv * (dPt[mi][nt][e] - sDb[qc]);
-                    if (p.softcap > 0.f) ds *= dcap; /* t itself, not (c·t)/c: no division in the loop */
-                    St[mi][nt][e] = pv;
-                    dPt[mi][nt][e] = ds;
-                }
-        uint32_t Pa[MW][QT / 2][4], dSa[MW][QT / 2][4];
-        fa_acc_to_a<T, MW, QT / 2>(Pa, St);
-        fa_acc_to_a<T, MW, QT / 2>(dSa, dPt);
-        /* dVj += Pᵀ dOi; dKj += dSᵀ Qi */
-        fa_warp_gemm_rb<T, MW, DT, QT / 2, LD>(dV, Pa, sdOb, lane);
-        fa_warp_gemm_rb<T, MW, DT, QT / 2, LD>(dK, dSa, sQb, lane);
+        }
+        __syncthreads(); /* Pᵀ and dSᵀ of the whole block are in shared memory */
 
-        if (DQ_MODE != FA_DQ_NONE) {
-            /* dSᵀ -> shared memory (rows = keys), then dQi += dS Kj split over the warps by (rows, cols) of dQi. */
-#pragma unroll
-            for (int mi = 0; mi < MW; ++mi)
-#pragma unroll
-                for (int kt = 0; kt < QT / 2; ++kt) {
-                    const int r = wkey + mi * 16 + (lane >> 2), c = kt * 16 + (lane & 3) * 2;
-                    *(uint32_t *)(sdS + r * LDS + c) = dSa[mi][kt][0];
-                    *(uint32_t *)(sdS + (r + 8) * LDS + c) = dSa[mi][kt][1];
-                    *(uint32_t *)(sdS + r * LDS + c + 8) = dSa[mi][kt][2];
-                    *(uint32_t *)(sdS + (r + 8) * LDS + c + 8) = dSa[mi][kt][3];
-                }
-            __syncthreads();
-            constexpr int WM = (BM / 16 < NW) ? BM / 16 : NW, MQ = BM / 16 / WM, WN = NW / WM, NQ = DT / WN;
-            const int wm = warp % WM, wn = warp / WM;
+        /* dVj += Pᵀ dOi; dKj += dSᵀ Qi (this warp's KK keys x KD columns) */
+        fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dV, sP + kv_key * LDP, sdOb + kv_col, lane);
+        fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dK, sdS + kv_key * LDP, sQb + kv_col, lane);
+
+        if (DQ_MODE != FA_DQ_NONE) { /* dQi += dS Kj (this warp's QQ queries x QD columns), dS read as (dSᵀ)ᵀ */
             float dQp[MQ][NQ][4];
-#pragma unroll
-            for (int mi = 0; mi < MQ; ++mi)
-#pragma unroll
-                for (int nt = 0; nt < NQ; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) dQp[mi][nt][e] = 0.f;
-            fa_warp_gemm_atb<T, MQ, NQ, BN, LDS, LD>(dQp, sdS + wm * MQ * 16, sK + wn * NQ * 8, lane);
+            fa_zero(dQp);
+            fa_warp_gemm_sb<T, true, MQ, NQ, BN, LDP, LD>(dQp, sdS + q_row, sK + q_col, lane);
+            /* 32-bit and opaque here: nvcc otherwise kept its 64-bit extension across the loop (8 B spill, d=128) */
+            const int qoff = (int)fa_opaque((uint32_t)(q_col + (lane & 3) * 2));
 #pragma unroll
             for (int mi = 0; mi < MQ; ++mi)
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
-                    const int row = m0 + (wm * MQ + mi) * 16 + (lane >> 2) + r * 8;
+                    const int row = m0 + q_row + mi * 16 + (lane >> 2) + r * 8;
                     if (row >= s.sq) continue;
-                    float *dst = p.dq_acc + (s.stat0 + row) * D + wn * NQ * 8 + (lane & 3) * 2;
+                    float *dst = sA->dq + (int64_t)row * D + qoff;
 #pragma unroll
                     for (int nt = 0; nt < NQ; ++nt) {
                         float2 v = make_float2(dQp[mi][nt][2 * r], dQp[mi][nt][2 * r + 1]);
@@ -197,19 +255,19 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
 
     /* Epilogue: dKj *= scale; write dKj, dVj (16-bit through shared memory, or fp32 per query head for GQA). */
     __syncthreads();
-    void *const dk_out = sOut->dk, *const dv_out = sOut->dv;
-    const int rows_e = sOut->rows;
+    void *const dk_out = sA->dk, *const dv_out = sA->dv;
+    const int rows_e = sA->rows;
     if (p.group == 1) {
 #pragma unroll
-        for (int mi = 0; mi < MW; ++mi)
+        for (int mi = 0; mi < MK; ++mi)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const int row = wkey + mi * 16 + (lane >> 2) + r * 8;
+                const int row = kv_key + mi * 16 + (lane >> 2) + r * 8;
 #pragma unroll
-                for (int dt = 0; dt < DT; ++dt) {
-                    const int c = dt * 8 + (lane & 3) * 2;
-                    *(uint32_t *)(sK + row * LD + c) = fa_pack2<T>(dK[mi][dt][2 * r] * p.scale, dK[mi][dt][2 * r + 1] * p.scale);
-                    *(uint32_t *)(sV + row * LD + c) = fa_pack2<T>(dV[mi][dt][2 * r], dV[mi][dt][2 * r + 1]);
+                for (int nt = 0; nt < NK; ++nt) {
+                    const int c = kv_col + nt * 8 + (lane & 3) * 2;
+                    *(uint32_t *)(sK + row * LD + c) = fa_pack2<T>(dK[mi][nt][2 * r] * p.scale, dK[mi][nt][2 * r + 1] * p.scale);
+                    *(uint32_t *)(sV + row * LD + c) = fa_pack2<T>(dV[mi][nt][2 * r], dV[mi][nt][2 * r + 1]);
                 }
             }
         __syncthreads();
@@ -217,21 +275,21 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         fa_store_tile<T, BN, D, LD, NTHR>((T *)dv_out, p.dv_ss, sV, rows_e, tid);
     } else {
 #pragma unroll
-        for (int mi = 0; mi < MW; ++mi)
+        for (int mi = 0; mi < MK; ++mi)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const int row = wkey + mi * 16 + (lane >> 2) + r * 8;
+                const int row = kv_key + mi * 16 + (lane >> 2) + r * 8;
                 if (row >= rows_e) continue;
                 float *dk = (float *)dk_out + (int64_t)row * D, *dv = (float *)dv_out + (int64_t)row * D;
 #pragma unroll
-                for (int dt = 0; dt < DT; ++dt) {
-                    const int c = dt * 8 + (lane & 3) * 2;
-                    *(float2 *)(dk + c) = make_float2(dK[mi][dt][2 * r] * p.scale, dK[mi][dt][2 * r + 1] * p.scale);
-                    *(float2 *)(dv + c) = make_float2(dV[mi][dt][2 * r], dV[mi][dt][2 * r + 1]);
+                for (int nt = 0; nt < NK; ++nt) {
+                    const int c = kv_col + nt * 8 + (lane & 3) * 2;
+                    *(float2 *)(dk + c) = make_float2(dK[mi][nt][2 * r] * p.scale, dK[mi][nt][2 * r + 1] * p.scale);
+                    *(float2 *)(dv + c) = make_float2(dV[mi][nt][2 * r], dV[mi][nt][2 * r + 1]);
                 }
             }
     }
-    __syncthreads(); /* FLASH1 reuses sK, sV and sOut for the next block */
+    __syncthreads(); /* FLASH1 reuses sK, sV and sA for the next block */
 }
 
 #endif

@@ -1,5 +1,6 @@
 /* Small memory-bound kernels around the backward pass, shared by STANDARD, FLASH1 and FLASH2:
- *   D = rowsum(dO ∘ O) (fp32, laid out like LSE); dQ = scale·dQacc -> dtype; GQA: dK, dV = Σ over the query heads
+ *   D = rowsum(dO ∘ O) (fp32, laid out like LSE), and for the flash kernels LSE·log2(e) (+inf for a row that saw
+ *   no key), so that they can copy both with cp.async; dQ = scale·dQacc -> dtype; GQA: dK, dV = Σ over the query heads
  *   of a K/V head of the fp32 per-query-head gradients (fixed order: deterministic).
  * Rows are addressed without the cu_seqlens: under varlen a packed row t of head h is row h·total + t. */
 #include "common.cuh"
@@ -21,7 +22,10 @@ template <typename T> __global__ void fa_dsum_kernel(const fa_cuda_params p, int
     for (int c = lane; c < p.d; c += 32) acc += fa_to_f32<T>(o[c]) * fa_to_f32<T>(g[c]);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) p.dsum[r] = acc;
+    if (lane == 0) {
+        p.dsum[r] = acc;
+        if (p.lse2) p.lse2[r] = p.lse[r] == -INFINITY ? INFINITY : p.lse[r] * FA_LOG2E;
+    }
 }
 
 template <typename T> __global__ void fa_dq_convert_kernel(const fa_cuda_params p, int64_t n) {

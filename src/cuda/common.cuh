@@ -171,17 +171,24 @@ FA_DEV void fa_warp_gemm_rb(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][KT]
         }
 }
 
-/* acc += Atᵀ · B; At: K rows x MT·16 cols (row-major, lda; i.e. A stored transposed), B: K rows x NT·8 cols
- * (row-major, ldb).  (dQ += dS K with dS kept as dSᵀ in shared memory) */
-template <typename T, int MT, int NT, int K, int LDA, int LDB>
-FA_DEV void fa_warp_gemm_atb(float (&acc)[MT][NT][4], const T *At, const T *B, int lane) {
+/* acc += A · B with A in shared memory too, B: K rows x NT·8 cols (row-major, ldb, read with ldmatrix.trans).
+ * AT = false: A is MT·16 rows x K (row-major, lda)       (dVj += Pᵀ dOi, dKj += dSᵀ Qi, Pᵀ and dSᵀ stored by keys)
+ * AT = true:  A is stored transposed, K rows x MT·16 cols (dQi += dS Kj, dS read from the same dSᵀ tile) */
+template <typename T, bool AT, int MT, int NT, int K, int LDA, int LDB>
+FA_DEV void fa_warp_gemm_sb(float (&acc)[MT][NT][4], const T *A, const T *B, int lane) {
     const int mat = lane >> 3;
-    const uint32_t a0 = fa_opaque(fa_smem_addr(At + ((lane & 7) + ((mat >> 1) << 3)) * LDA + (mat & 1) * 8));
+    const uint32_t a0 = fa_opaque(fa_smem_addr(AT ? A + ((lane & 7) + ((mat >> 1) << 3)) * LDA + (mat & 1) * 8
+                                                  : A + (lane & 15) * LDA + (lane >> 4) * 8));
 #pragma unroll
     for (int k = 0; k < K / 16; ++k) {
         uint32_t a[MT][1][4];
 #pragma unroll
-        for (int mi = 0; mi < MT; ++mi) fa_ldmatrix_x4_trans(a[mi][0], a0 + (k * 16 * LDA + mi * 16) * 2);
+        for (int mi = 0; mi < MT; ++mi) {
+            if (AT)
+                fa_ldmatrix_x4_trans(a[mi][0], a0 + (k * 16 * LDA + mi * 16) * 2);
+            else
+                fa_ldmatrix_x4(a[mi][0], a0 + (mi * 16 * LDA + k * 16) * 2);
+        }
         fa_warp_gemm_rb<T, MT, NT, 1, LDB>(acc, a, B + k * 16 * LDB, lane);
     }
 }

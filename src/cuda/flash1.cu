@@ -21,12 +21,12 @@
 
 /* Tile table (Br x Bc, warps). V1's own shapes (GPU_NOTES §4: STEP = 16 query rows, 128 keys at d=128 and
  * 256 keys at d<=64 for long sequences, 4 warps splitting the keys); the backward uses FLASH2's tiles.
- *   d=64 : fwd 16 x 256, bwd 64 x 128 (8 warps)
- *   d=128: fwd 16 x 128, bwd 32 x 128 (8 warps) */
+ *   d=64 : fwd 16 x 256, bwd the default row of bwd_block.cuh (128 x 128)
+ *   d=128: fwd 16 x 128, bwd the default row of bwd_block.cuh (64 x 128) */
 template <int D> struct fa1_fwd_tiles;
 template <> struct fa1_fwd_tiles<64> { static constexpr int BM = 16, BN = 256, NW = 4; };
 template <> struct fa1_fwd_tiles<128> { static constexpr int BM = 16, BN = 128, NW = 4; };
-template <int D> struct fa1_bwd_tiles { static constexpr int BM = D == 128 ? 32 : 64, BN = 128, NW = 8; };
+template <int D> struct fa1_bwd_tiles : fa_bwd_tiles<D, D == 64 ? 128 : 64> {}; /* the default row of bwd_block.cuh */
 
 template <int D> static size_t fa1_fwd_smem() {
     typedef fa1_fwd_tiles<D> Tl;
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(fa1_fwd_tiles<D>::NW * 32) fa_flash1_fwd_kerne
     }
 }
 
-template <typename T, int D>
+template <typename T, int D, bool SOFTCAP>
 __global__ void __launch_bounds__(fa1_bwd_tiles<D>::NW * 32, 1) fa_flash1_bwd_kernel(const fa_cuda_params p) {
     typedef fa1_bwd_tiles<D> Tl;
     extern __shared__ __align__(16) unsigned char fa_smem[];
@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(fa1_bwd_tiles<D>::NW * 32, 1) fa_flash1_bwd_ke
         const int h = (int)fa_opaque(blockIdx.x), b = (int)fa_opaque(blockIdx.y);
         const fa_seq s = fa_get_seq(p, b, h);
         if (j * Tl::BN >= s.sk) break;
-        fa_bwd_kv_block<T, D, Tl::BM, Tl::BN, Tl::NW, FA_DQ_RMW>(p, s, b, h, j, fa_smem);
+        fa_bwd_kv_block<T, Tl, FA_DQ_RMW, SOFTCAP>(p, s, b, h, j, fa_smem);
     }
 }
 
@@ -225,13 +225,16 @@ template <typename T, int D> static cudaError_t fa1_fwd_run(const fa_cuda_params
     fa_flash1_fwd_kernel<T, D><<<dim3(p->hq, p->batch), fa1_fwd_tiles<D>::NW * 32, smem, st>>>(*p);
     return cudaGetLastError();
 }
-template <typename T, int D> static cudaError_t fa1_bwd_run(const fa_cuda_params *p, cudaStream_t st) {
+template <typename T, int D, bool SOFTCAP> static cudaError_t fa1_bwd_run_sc(const fa_cuda_params *p, cudaStream_t st) {
     typedef fa1_bwd_tiles<D> Tl;
-    const size_t smem = fa_bwd_smem_bytes<D, Tl::BM, Tl::BN>();
-    cudaError_t e = cudaFuncSetAttribute(fa_flash1_bwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    const size_t smem = fa_bwd_smem_bytes<Tl>();
+    cudaError_t e = cudaFuncSetAttribute(fa_flash1_bwd_kernel<T, D, SOFTCAP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    fa_flash1_bwd_kernel<T, D><<<dim3(p->hq, p->batch), Tl::NW * 32, smem, st>>>(*p);
+    fa_flash1_bwd_kernel<T, D, SOFTCAP><<<dim3(p->hq, p->batch), Tl::NW * 32, smem, st>>>(*p);
     return cudaGetLastError();
+}
+template <typename T, int D> static cudaError_t fa1_bwd_run(const fa_cuda_params *p, cudaStream_t st) {
+    return p->softcap > 0.f ? fa1_bwd_run_sc<T, D, true>(p, st) : fa1_bwd_run_sc<T, D, false>(p, st);
 }
 
 extern "C" cudaError_t fa_flash1_fwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn) {
@@ -252,7 +255,7 @@ extern "C" cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, int dtype, 
     e = cudaMemsetAsync(p->dq_acc, 0, (size_t)p->hq * p->total_q * (p->cu_q ? 1 : p->batch) * p->d * sizeof(float), st);
     if (e != cudaSuccess) return e;
     *bm = p->d == 128 ? fa1_bwd_tiles<128>::BM : fa1_bwd_tiles<64>::BM;
-    *bn = 128;
+    *bn = fa1_bwd_tiles<64>::BN;
     switch (p->d) {
     case 64: e = dtype == 1 ? fa1_bwd_run<__half, 64>(p, st) : fa1_bwd_run<__nv_bfloat16, 64>(p, st); break;
     case 128: e = dtype == 1 ? fa1_bwd_run<__half, 128>(p, st) : fa1_bwd_run<__nv_bfloat16, 128>(p, st); break;
@@ -268,9 +271,10 @@ extern "C" cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, int dtype, 
 extern "C" int fa_flash_tiles(int algo, int d, int backward, int *bm, int *bn) {
     if (d != 64 && d != 128) return 0;
     if (algo == 3 && !backward) return fa_flash2_fwd_tiles(d, bm, bn); /* FA_ALGO_FLASH2: a table of choices */
+    if (backward && algo == 3) return fa_bwd_tile_pick(d, bm, bn); /* FLASH2: every row of the table */
     int tq, tk;
     if (backward) {
-        tq = d == 128 ? 32 : 64, tk = 128;
+        tq = d == 128 ? fa1_bwd_tiles<128>::BM : fa1_bwd_tiles<64>::BM, tk = fa1_bwd_tiles<64>::BN;
     } else {
         tq = 16, tk = d == 64 ? fa1_fwd_tiles<64>::BN : fa1_fwd_tiles<128>::BN;
     }

@@ -10,21 +10,16 @@
  *   the five backward GEMMs run twice: ≈ 7/5 of the FLOPs). */
 #include "bwd_block.cuh"
 
-/* Tile table (Br x Bc, warps) of the K/V-block kernel, 8 warps, 1 CTA/SM (-Xptxas -v: no spills).
- *   d=64 : 64 x 128  FA2's sm90 choice (GPU_NOTES §3)        smem 93 KB
- *   d=128: 32 x 128  (FA2's 64 x 128 spills 44 B here: dK, dV hold 128 regs; Br = 32 halves Sᵀ, dPᵀ)
- * dQ kernel (deterministic): 64 x 64, 4 warps. */
-template <int D> struct fa2_bwd_tiles { static constexpr int BM = D == 128 ? 32 : 64, BN = 128, NW = 8; };
+/* Tiles of the K/V-block kernel: the table in bwd_block.cuh. dQ kernel (deterministic): 64 x 64, 4 warps. */
 template <int D> struct fa2_dq_tiles { static constexpr int BM = 64, BN = 64, NW = 4; };
 
-template <typename T, int D, int DQ_MODE>
-__global__ void __launch_bounds__(fa2_bwd_tiles<D>::NW * 32, 1) fa_flash2_bwd_kernel(const fa_cuda_params p) {
-    typedef fa2_bwd_tiles<D> Tl;
+template <typename T, class C, int DQ_MODE, bool SOFTCAP>
+__global__ void __launch_bounds__(C::NW * 32, 1) fa_flash2_bwd_kernel(const fa_cuda_params p) {
     extern __shared__ __align__(16) unsigned char fa_smem[];
     const int n_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const fa_seq s = fa_get_seq(p, b, h);
-    if (n_block * Tl::BN >= s.sk) return;
-    fa_bwd_kv_block<T, D, Tl::BM, Tl::BN, Tl::NW, DQ_MODE>(p, s, b, h, n_block, fa_smem);
+    if (n_block * C::BN >= s.sk) return;
+    fa_bwd_kv_block<T, C, DQ_MODE, SOFTCAP>(p, s, b, h, n_block, fa_smem);
 }
 
 /* Deterministic dQ: dQi = scale · Σj (P ∘ (dP − D)) Kj with warps splitting the rows of Qi. */
@@ -142,20 +137,24 @@ __global__ void __launch_bounds__(fa2_dq_tiles<D>::NW * 32) fa_flash2_dq_kernel(
     fa_store_tile<T, BM, D, LD, NTHR>(dQg, p.dq_ss, sQ, rows, tid);
 }
 
-template <typename T, int D, int DQ_MODE> static cudaError_t fa2_bwd_main(const fa_cuda_params *p, cudaStream_t st) {
-    typedef fa2_bwd_tiles<D> Tl;
-    const size_t smem = fa_bwd_smem_bytes<D, Tl::BM, Tl::BN>();
-    cudaError_t e = cudaFuncSetAttribute(fa_flash2_bwd_kernel<T, D, DQ_MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+template <typename T, class C, int DQ_MODE, bool SOFTCAP>
+static cudaError_t fa2_bwd_main_sc(const fa_cuda_params *p, cudaStream_t st) {
+    const size_t smem = fa_bwd_smem_bytes<C>();
+    cudaError_t e = cudaFuncSetAttribute(fa_flash2_bwd_kernel<T, C, DQ_MODE, SOFTCAP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    dim3 grid((p->sk + Tl::BN - 1) / Tl::BN, p->hq, p->batch);
+    dim3 grid((p->sk + C::BN - 1) / C::BN, p->hq, p->batch);
     if (grid.x == 0) return cudaSuccess;
-    fa_flash2_bwd_kernel<T, D, DQ_MODE><<<grid, Tl::NW * 32, smem, st>>>(*p);
+    fa_flash2_bwd_kernel<T, C, DQ_MODE, SOFTCAP><<<grid, C::NW * 32, smem, st>>>(*p);
     return cudaGetLastError();
 }
+template <typename T, class C, int DQ_MODE> static cudaError_t fa2_bwd_main(const fa_cuda_params *p, cudaStream_t st) {
+    return p->softcap > 0.f ? fa2_bwd_main_sc<T, C, DQ_MODE, true>(p, st) : fa2_bwd_main_sc<T, C, DQ_MODE, false>(p, st);
+}
 
-template <typename T, int D> static cudaError_t fa2_bwd_kernels(const fa_cuda_params *p, int det, cudaStream_t st) {
-    if (!det) return fa2_bwd_main<T, D, FA_DQ_ATOMIC>(p, st);
-    cudaError_t e = fa2_bwd_main<T, D, FA_DQ_NONE>(p, st);
+template <typename T, class C> static cudaError_t fa2_bwd_kernels(const fa_cuda_params *p, int det, cudaStream_t st) {
+    constexpr int D = C::D;
+    if (!det) return fa2_bwd_main<T, C, FA_DQ_ATOMIC>(p, st);
+    cudaError_t e = fa2_bwd_main<T, C, FA_DQ_NONE>(p, st);
     if (e != cudaSuccess) return e;
     typedef fa2_dq_tiles<D> Tq;
     const size_t smem = (size_t)(2 * Tq::BM + 4 * Tq::BN) * (D + 8) * 2;
@@ -167,6 +166,13 @@ template <typename T, int D> static cudaError_t fa2_bwd_kernels(const fa_cuda_pa
     return cudaGetLastError();
 }
 
+template <typename T> static cudaError_t fa2_bwd_pick(const fa_cuda_params *p, int det, int bm, cudaStream_t st) {
+    if (p->d == 64 && bm == 128) return fa2_bwd_kernels<T, fa_bwd_tiles<64, 128>>(p, det, st);
+    if (p->d == 64 && bm == 64) return fa2_bwd_kernels<T, fa_bwd_tiles<64, 64>>(p, det, st);
+    if (p->d == 128 && bm == 64) return fa2_bwd_kernels<T, fa_bwd_tiles<128, 64>>(p, det, st);
+    return cudaErrorInvalidValue;
+}
+
 /* D pre-pass, the K/V-block kernel (+ dQ kernel when deterministic), dQ conversion, GQA reduction. */
 extern "C" cudaError_t fa_flash2_bwd_launch(const fa_cuda_params *p, int dtype, int deterministic, cudaStream_t st,
                                             int *bm, int *bn) {
@@ -176,13 +182,8 @@ extern "C" cudaError_t fa_flash2_bwd_launch(const fa_cuda_params *p, int dtype, 
         e = cudaMemsetAsync(p->dq_acc, 0, (size_t)p->hq * p->total_q * (p->cu_q ? 1 : p->batch) * p->d * sizeof(float), st);
         if (e != cudaSuccess) return e;
     }
-    *bm = p->d == 128 ? fa2_bwd_tiles<128>::BM : fa2_bwd_tiles<64>::BM;
-    *bn = 128;
-    switch (p->d) {
-    case 64: e = dtype == 1 ? fa2_bwd_kernels<__half, 64>(p, deterministic, st) : fa2_bwd_kernels<__nv_bfloat16, 64>(p, deterministic, st); break;
-    case 128: e = dtype == 1 ? fa2_bwd_kernels<__half, 128>(p, deterministic, st) : fa2_bwd_kernels<__nv_bfloat16, 128>(p, deterministic, st); break;
-    default: return cudaErrorInvalidValue;
-    }
+    if (!fa_bwd_tile_pick(p->d, bm, bn)) return cudaErrorInvalidValue;
+    e = dtype == 1 ? fa2_bwd_pick<__half>(p, deterministic, *bm, st) : fa2_bwd_pick<__nv_bfloat16>(p, deterministic, *bm, st);
     if (e != cudaSuccess) return e;
     if (!deterministic) {
         e = fa_bwd_dq_convert_launch(p, dtype, st);

@@ -23,6 +23,11 @@ FA_DEV void fa_cp_async16(void *smem, const void *gmem, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(fa_smem_addr(smem)), "l"(gmem),
                  "r"(src_bytes));
 }
+/* 4-byte global -> shared copy (through L1); src_bytes 0 = zero fill. */
+FA_DEV void fa_cp_async4(void *smem, const void *gmem, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(fa_smem_addr(smem)), "l"(gmem),
+                 "r"(src_bytes));
+}
 FA_DEV void fa_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> FA_DEV void fa_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
@@ -37,6 +42,9 @@ FA_DEV int64_t fa_opaque64(int64_t x) {
     asm volatile("" : "+l"(x));
     return x;
 }
+
+/* 32-bit store to a shared-space address (32-bit, unlike a generic pointer's 64). */
+FA_DEV void fa_st_shared32(uint32_t addr, uint32_t v) { asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v)); }
 
 /* Four 8x8 b16 matrices; lane l gives the row address (shared-space byte address) of matrix l / 8. */
 FA_DEV void fa_ldmatrix_x4(uint32_t r[4], uint32_t addr) {

@@ -12,6 +12,7 @@ typedef struct fa_cuda_params {
     void *out, *dq, *dk, *dv;         /* outputs */
     float *lse;                       /* forward: output or NULL; backward: input */
     float *dsum;                      /* backward: D = rowsum(dO ∘ O), laid out like lse */
+    float *lse2;                      /* backward (flash): LSE·log2(e), +inf where LSE = −inf (P = 0); or NULL */
     float *dq_acc;                    /* fp32 [rows like lse][d] dQ accumulator */
     float *dk_acc, *dv_acc;           /* GQA: fp32 per-query-head dK, dV [b, hq, sk, d] (varlen [hq, total_k, d]) */
     float *o_acc, *row_m, *row_l;     /* FLASH1: fp32 O, m, l kept in HBM between outer steps */
@@ -38,7 +39,7 @@ extern "C" {
 cudaError_t fa_flash2_fwd_launch(const fa_cuda_params *p, int dtype, int nw, cudaStream_t st, int *bm, int *bn,
                                  const char **kernel); /* nw: warps (0 = the table's default), *kernel: what ran */
 cudaError_t fa_flash2_bwd_launch(const fa_cuda_params *p, int dtype, int deterministic, cudaStream_t st, int *bm,
-                                 int *bn);
+                                 int *bn); /* *bm, *bn: in = requested (0 = the default), out = what ran */
 cudaError_t fa_flash1_fwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn);
 cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn);
 /* Tile sizes of (algo: 2 = FLASH1, 3 = FLASH2; head_dim; backward) without launching. *bm, *bn: in = requested

@@ -265,6 +265,18 @@ int main(void) {
             run_case(ctx, &c, 0);
         }
     }
+    /* every built FLASH2 backward tile (opts.block_q; Bc = 128), odd lengths, sq != sk, causal and not, GQA */
+    {
+        static const int tiles[][2] = {{64, 128}, {64, 64}, {128, 64}};
+        for (int ti = 0; ti < 3; ++ti)
+            for (int v = 0; v < (small ? 1 : 3); ++v) {
+                t_case c = t_case_make(2, v == 2 ? 300 : 239, v == 1 ? 77 : 1023, 2, v == 2 ? 1 : 2, tiles[ti][0],
+                                       v == 1 ? FA_DTYPE_F16 : FA_DTYPE_BF16);
+                c.opts.causal = v != 0;
+                c.opts.block_q = tiles[ti][1], c.opts.block_k = 128;
+                run_case(ctx, &c, 1);
+            }
+    }
     /* the 8-warp d=128 forward row, reachable only through FA_CUDA_FLASH2_FWD_WARPS (read at context creation):
      * explicit 128 x 64 and the default tile, both dtypes, causal and not, plus an odd-length GQA case */
     {

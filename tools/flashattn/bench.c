@@ -66,6 +66,7 @@ static int alloc_random(dev_buf *b, fa_backend dev, fa_dtype dt, int64_t n, uint
 static fa_status call_algo(fa_context *ctx, const bench_config *c, fa_algo algo, group_bufs *g, int slot,
                            int backward) {
     fa_attn_opts o = make_opts(c, algo);
+    if (c->backward && !backward) o.block_q = o.block_k = 0; /* the forward behind a bwd row: default tiles */
     fa_tensor q = fa_tensor_bshd(g->q.ptr, c->dtype, c->batch, c->seqlen_q, c->heads, c->head_dim);
     fa_tensor k = fa_tensor_bshd(g->k.ptr, c->dtype, c->batch, c->seqlen_k, c->heads_k, c->head_dim);
     fa_tensor v = fa_tensor_bshd(g->v.ptr, c->dtype, c->batch, c->seqlen_k, c->heads_k, c->head_dim);
@@ -321,7 +322,7 @@ static void bench_help(void) {
         "  --batch LIST      batch size (overrides --tokens)\n"
         "  --heads LIST      query heads (overrides 2048/d)\n"
         "  --threads LIST    CPU threads, 0 = all                        (default 0)\n"
-        "  --block-q LIST    Br, 0 = library default                     (default 0)\n"
+        "  --block-q LIST    Br, 0 = default (bwd rows: the bwd's tiles) (default 0)\n"
         "  --block-k LIST    Bc, 0 = library default                     (default 0)\n"
         "  --reps N          timed repetitions (protocol: >= 10)         (default 10)\n"
         "  --warmup N        warm-up calls per algorithm                 (default 1)\n"

@@ -91,8 +91,8 @@ template <int MT, int NT> FA_DEV void fa_zero(float (&acc)[MT][NT][4]) {
 
 /* The elementwise step on a warp's Sᵀ, dPᵀ tiles (rows = keys from key0, cols = queries from q0), in place:
  * St <- P = exp2(S·scale·log2e − LSE·log2e), dPt <- dS = P ∘ (dP − D); with softcap, St comes in as
- * t = tanh(s·scale/c), the score is c·t and dS picks up d(c·t)/ds = scale·(1 − t²) (from t itself, not (c·t)/c:
- * no division in the loop); masked -> 0. */
+ * t = tanh(s·scale/c) (−inf where masked), the score is c·t and dS picks up d(c·t)/ds = scale·(1 − t²) (from t
+ * itself, not (c·t)/c: no division in the loop); MASK: masked -> 0 here. */
 template <bool SOFTCAP, bool MASK, int MS, int QS>
 FA_DEV void fa_bwd_p_ds(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const fa_cuda_params &p, const fa_seq &s,
                         int q0, int key0, const float *sLq, const float *sDq, int lane) {
@@ -101,15 +101,16 @@ FA_DEV void fa_bwd_p_ds(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const f
 #pragma unroll
         for (int c1 = 0; c1 < 2; ++c1) {
             const int qc = nt * 8 + (lane & 3) * 2 + c1;
-            const float Lq = sLq[qc], Dq = sDq[qc];
+            const float2 L2 = *(const float2 *)(sLq + qc - c1), D2 = *(const float2 *)(sDq + qc - c1);
+            const float Lq = c1 ? L2.y : L2.x, Dq = c1 ? D2.y : D2.x;
 #pragma unroll
             for (int mi = 0; mi < MS; ++mi)
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
                     const int e = 2 * r + c1;
                     float sv = St[mi][nt][e], dcap = 1.f;
-                    if (SOFTCAP) { /* St holds t = tanh(s·scale/c) already (see the caller) */
-                        dcap = 1.f - sv * sv;
+                    if (SOFTCAP) { /* St holds t = tanh(s·scale/c) already, −inf where masked (see the caller) */
+                        dcap = fmaxf(1.f - sv * sv, 0.f); /* 0, not −inf, where masked: P = 0 there, dS = 0 */
                         sv *= p.softcap;
                     }
                     float pv = fa_exp2(fmaf(sv, p.scale_log2, -Lq));
@@ -193,32 +194,42 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
             fa_zero(St);
             fa_zero(dPt);
             fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(St, sK + s_key * LD, sQb + s_qry * LD, lane);
-            if (SOFTCAP) /* t = tanh(s·scale/c) before dPᵀ is live: tanhf's temporaries then cost no spill */
+            if (SOFTCAP) { /* t = tanh(s·scale/c), or −inf where masked, before dPᵀ is live (no spill for tanhf) */
+                const bool full = fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk);
 #pragma unroll
                 for (int mi = 0; mi < MS; ++mi)
 #pragma unroll
                     for (int nt = 0; nt < QS; ++nt)
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) St[mi][nt][e] = tanhf(St[mi][nt][e] * p.softcap_scale);
+                        for (int e = 0; e < 4; ++e) {
+                            const int q = m0 + s_qry + nt * 8 + (lane & 3) * 2 + (e & 1);
+                            const int j = n0 + s_key + mi * 16 + (lane >> 2) + (e >> 1) * 8;
+                            const float t = tanhf(St[mi][nt][e] * p.softcap_scale);
+                            St[mi][nt][e] = full || fa_visible(p, q, j, s.sq, s.sk) ? t : -INFINITY;
+                        }
+            }
             fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(dPt, sV + s_key * LD, sdOb + s_qry * LD, lane);
             /* P = exp2(S·scale·log2e − LSE·log2e), dS = P ∘ (dP − D) [∘ (1 − t²) with softcap], in place */
-            if (SOFTCAP || !fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk))
-                fa_bwd_p_ds<SOFTCAP, true, MS, QS>(St, dPt, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, sDb + s_qry, lane);
-            else /* the hot path: no mask, no softcap, no branch */
-                fa_bwd_p_ds<false, false, MS, QS>(St, dPt, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, sDb + s_qry, lane);
-            /* shared-space addresses (32-bit) from one opaque base: a generic 64-bit pointer kept across the loop
-             * for these stores was the d = 128 kernel's last spill */
-            const uint32_t pa = fa_opaque(fa_smem_addr(sP + (s_key + (lane >> 2)) * LDP + s_qry + (lane & 3) * 2));
+            if (SOFTCAP || fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk)) /* hot path: no mask, no branch */
+                fa_bwd_p_ds<SOFTCAP, false, MS, QS>(St, dPt, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, sDb + s_qry, lane);
+            else
+                fa_bwd_p_ds<false, true, MS, QS>(St, dPt, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, sDb + s_qry, lane);
+            /* 16 x 16 of P and dS per stmatrix (4 x fewer shared-memory instructions than 32-bit stores: the MIO
+             * queue was the d = 64 kernel's second stall reason); shared-space addresses from one opaque base (a
+             * generic 64-bit pointer kept across the loop for these stores was the d = 128 kernel's last spill) */
+            const uint32_t pa = fa_opaque(fa_smem_addr(sP + (s_key + (lane & 15)) * LDP + s_qry + (lane >> 4) * 8));
 #pragma unroll
             for (int mi = 0; mi < MS; ++mi)
 #pragma unroll
-                for (int nt = 0; nt < QS; ++nt)
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        const uint32_t o = pa + ((mi * 16 + r * 8) * LDP + nt * 8) * 2;
-                        fa_st_shared32(o, fa_pack2<T>(St[mi][nt][2 * r], St[mi][nt][2 * r + 1]));
-                        fa_st_shared32(o + BN * LDP * 2, fa_pack2<T>(dPt[mi][nt][2 * r], dPt[mi][nt][2 * r + 1]));
-                    }
+                for (int np = 0; np < QS / 2; ++np) {
+                    const uint32_t o = pa + (mi * 16 * LDP + np * 16) * 2;
+                    const float(&a)[4] = St[mi][2 * np], (&b)[4] = St[mi][2 * np + 1];
+                    const float(&c)[4] = dPt[mi][2 * np], (&d)[4] = dPt[mi][2 * np + 1];
+                    fa_stmatrix_x4(o, fa_pack2<T>(a[0], a[1]), fa_pack2<T>(a[2], a[3]), fa_pack2<T>(b[0], b[1]),
+                                   fa_pack2<T>(b[2], b[3]));
+                    fa_stmatrix_x4(o + BN * LDP * 2, fa_pack2<T>(c[0], c[1]), fa_pack2<T>(c[2], c[3]),
+                                   fa_pack2<T>(d[0], d[1]), fa_pack2<T>(d[2], d[3]));
+                }
         }
         __syncthreads(); /* Pᵀ and dSᵀ of the whole block are in shared memory */
 

@@ -21,12 +21,13 @@
 
 /* Tile table (Br x Bc, warps). V1's own shapes (GPU_NOTES §4: STEP = 16 query rows, 128 keys at d=128 and
  * 256 keys at d<=64 for long sequences, 4 warps splitting the keys); the backward uses FLASH2's tiles.
- *   d=64 : fwd 16 x 256, bwd the default row of bwd_block.cuh (128 x 128)
- *   d=128: fwd 16 x 128, bwd the default row of bwd_block.cuh (64 x 128) */
+ *   d=64 : fwd 16 x 256, bwd 64 x 128 (a row of bwd_block.cuh's table)
+ *   d=128: fwd 16 x 128, bwd 64 x 128 (bwd_block.cuh's default) */
 template <int D> struct fa1_fwd_tiles;
 template <> struct fa1_fwd_tiles<64> { static constexpr int BM = 16, BN = 256, NW = 4; };
 template <> struct fa1_fwd_tiles<128> { static constexpr int BM = 16, BN = 128, NW = 4; };
-template <int D> struct fa1_bwd_tiles : fa_bwd_tiles<D, D == 64 ? 128 : 64> {}; /* the default row of bwd_block.cuh */
+/* backward: bwd_block.cuh's 64 x 128 rows (the d=64 default, 128 x 128, spills 28 B in this kernel's outer loop) */
+template <int D> struct fa1_bwd_tiles : fa_bwd_tiles<D, 64> {};
 
 template <int D> static size_t fa1_fwd_smem() {
     typedef fa1_fwd_tiles<D> Tl;

@@ -43,6 +43,13 @@ FA_DEV int64_t fa_opaque64(int64_t x) {
     return x;
 }
 
+/* Four 8x8 b16 matrices to shared memory (sm_90 stmatrix), the mirror of ldmatrix: lane l gives the row address of
+ * matrix l / 8, and r[i] holds (row l / 4, cols 2(l % 4), +1) of matrix i — the C-fragment layout, packed. */
+FA_DEV void fa_stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3));
+}
+
 /* 32-bit store to a shared-space address (32-bit, unlike a generic pointer's 64). */
 FA_DEV void fa_st_shared32(uint32_t addr, uint32_t v) { asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v)); }
 

@@ -266,8 +266,8 @@ extern "C" cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, int dtype, 
 }
 
 extern "C" int fa_flash_tiles(int algo, int d, int backward, int *bm, int *bn) {
-    if (d != 64 && d != 128) return 0;
     if (algo == 3 && !backward) return fa_flash2_fwd_tiles(d, bm, bn); /* FA_ALGO_FLASH2: a table of choices */
+    if (d != 64 && d != 128) return 0;
     int tq, tk;
     if (backward) {
         tq = d == 128 ? 32 : 64, tk = 128;

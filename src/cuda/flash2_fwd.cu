@@ -3,14 +3,17 @@
  * Grid (Tr = ceil(Sq/Br), Hq, B): one CTA per query block Qi — the outer loop of FA2 is the grid. NW warps split
  * the Br rows of Qi ("split-Q"): warp w owns rows 16·MW·w .. 16·MW·(w+1)-1, so every row statistic lives inside
  * one quad of lanes and no warp ever talks to another (FA2p §3.3).
- * Inner loop over the key blocks Kj, Vj, last block first (the only one that can need the seqlen mask):
+ * Inner loop over the key blocks Kj, Vj, last block first (the only one that can need the seqlen mask); blocks that
+ * every row of Qi sees whole take a step without mask code (the causal diagonal, seqlen tail and windows take the
+ * general one):
  *   S = Qi Kjᵀ (fp32 registers); mask; m_new = max(m, rowmax S);
  *   P = exp2(S·c − m_new·c), c = scale·log2e (one FFMA + MUFU.EX2 per score); ℓ = 2^((m−m_new)c)·ℓ + rowsum P;
  *   O = 2^((m−m_new)c)·O + P Vj
  * with P fed from the S registers as the A operand (no shared memory). 1/ℓ is applied once at the end and only
  * LSE = m·scale + ln ℓ is written (FA2p §3.1.1). Kj, Vj are double-buffered with cp.async: block j-1 is fetched
  * while block j computes, one __syncthreads per block. (FA2's single-buffered K/V ordering, GPU_NOTES §2.5, was
- * measured first: 168 TFLOP/s at d=64, 4k — the load latency was not hidden with 2 CTAs per SM.) */
+ * measured first: 168 TFLOP/s at d=64, 4k — the load latency was not hidden with 2 CTAs per SM.)
+ * Query blocks run last to first, so under a causal mask the longest CTAs of each head start first. */
 #include "common.cuh"
 
 /* Per-CTA values that the loop and the epilogue read back from shared memory: thread 0 writes them before the
@@ -273,32 +276,44 @@ static cudaError_t fa2_fwd_run(const fa_cuda_params *p, cudaStream_t st) {
  * FA_CUDA_FLASH2_FWD_WARPS (read at context creation: among the rows that match the request, the first with that
  * many warps). Registers from -Xptxas -v, nvcc 13.0, bf16 (f16 alike); no row spills.
  *
- * Measured on the H200 (one device run, 2026-11-30 17:12 UTC; a sweep build that picked any row through an
- * environment variable, not kept), bf16, flashattn bench at the protocol shapes (B·S = 16k, model dim 2048),
+ * Defaults as built, H200, one run (2026-11-30 17:25 UTC, scripts/fwd-final.sh, bench/results/h200-2026-11-30-fwd.md),
+ * TFLOP/s and ratio to PyTorch's flash backend in the same command, seqlen 512 / 1k / 2k / 4k / 8k / 16k:
+ *   d=64  non-causal 265.9 / 285.8 / 297.2 / 303.5 / 305.9 / 307.3 = 1.15 / 1.06 / 1.04 / 1.02 / 1.01 / 0.99
+ *         causal     178.4 / 222.8 / 253.7 / 273.6 / 284.4 / 291.3 = 1.33 / 1.13 / 1.02 / 1.00 / 0.98 / 1.03
+ *   d=128 non-causal 286.5 / 313.9 / 327.7 / 333.2 / 338.2 / 343.3 = 1.02 / 1.03 / 0.98 / 0.96 / 0.97 / 0.98
+ *         causal     190.9 / 238.5 / 271.6 / 291.3 / 308.1 / 316.1 = 1.24 / 1.09 / 1.03 / 0.98 / 1.02 / 1.08
+ *   d=32 (512 / 4k) 187.4 / 215.1 = 1.12 / 1.00, causal 125.6 / 196.2 = 1.29 / 1.00
+ *   d=256 (512 / 4k) 217.2 / 258.8 = 0.88 / 0.84, causal 151.7 / 222.7 = 0.80 / 0.83
+ * The previous tree in the same command (same d=128 tile, old loop): d=128 non-causal 4k 341.1 (ours 333.2, 336.9
+ * on a second pass), causal 4k 283.1; d=64 4k 283.9, causal 237.2.
+ *
+ * The sweep that chose the rows (one device run, 2026-11-30 17:12 UTC, with a sweep build that picked any row
+ * through an environment variable, not kept; registers below are the built kernels'), bf16, flashattn bench at the protocol shapes (B·S = 16k, model dim 2048),
  * median of 10, TFLOP/s at seqlen 512 / 4k, non-causal | causal, and the ratio to PyTorch's flash backend (FA2)
  * from the same command:
  *   d=64 : 128 x 64,  4 warps, 3 CTAs/SM: 267.7 / 305.3 | 143.2 / 265.7 = 1.07 / 1.05 | 1.00 / 0.96  <- default
  *             (168 regs: 12 warps/SM instead of 8; it spilled 12 B until the loop's block index, the thread
  *             index and the K/V strides were re-read from shared memory / %tid instead of held in registers —
  *             measured with the spill)
- *          128 x 64,  4 warps, 2 CTAs/SM: 233.9 / 279.2 | 119.3 / 239.1 = 0.94 / 0.96 | 0.84 / 0.87 (210 regs;
- *             the default until this round: 1.88 ms at 4k then vs 1.98 for 256 x 64 8w, 2.43 for 128 x 128 8w)
+ *          128 x 64,  4 warps, 2 CTAs/SM: 233.9 / 279.2 | 119.3 / 239.1 = 0.94 / 0.96 | 0.84 / 0.87 (not built
+ *             now: same tile; 206-210 regs; the default until this round: 1.88 ms at 4k in the first round vs 1.98
+ *             for 256 x 64 8w, 2.43 for 128 x 128 8w)
  *          128 x 128, 4 warps (FA2's tile): 252.2 / 291.0 | 115.1 / 250.7 = 1.01 / 1.00 | 0.81 / 0.91 (spills
  *             4-8 B now: not built)
- *          64 x 64,   4 warps, 4 CTAs/SM: 227.9 / 256.2 | 158.5 / 234.9 = 0.91 / 0.88 | 1.11 / 0.85 (120 regs)
- *          256 x 64,  8 warps; 128 x 128, 8 warps: slower in the first round (above)
+ *          64 x 64,   4 warps, 4 CTAs/SM: 227.9 / 256.2 | 158.5 / 234.9 = 0.91 / 0.88 | 1.11 / 0.85 (119 regs)
+ *          256 x 64,  8 warps (210 regs); 128 x 128, 8 warps (186 regs): slower in the first round (above)
  *   d=128: 128 x 64,  4 warps, 2 CTAs/SM: 282.6 / 331.5 | 158.9 / 277.9 = 1.10 / 0.95 | 0.94 / 0.96  <- default
- *             (FA2's H100 tile; ~251 regs; 2 row tiles per warp: half the K/V shared-memory reads per MMA of
+ *             (FA2's H100 tile; 253 regs; 2 row tiles per warp: half the K/V shared-memory reads per MMA of
  *             the 8-warp tile; 2.315 -> 1.611 ms at 4k against 128 x 64 8w when it became the default)
- *          128 x 32,  4 warps: 256.4 / 294.1 | 149.0 / 250.0 = 1.00 / 0.84 | 0.88 / 0.86 (235 regs)
- *          64 x 64,   4 warps: 0.633 / 2.372 / 9.325 ms at 1k / 4k / 16k in the first round (156 regs)
- *          128 x 64,  8 warps: 0.609 / 2.245 / 8.803 ms in the first round (156 regs, FA_CUDA_FLASH2_FWD_WARPS=8)
- *   d=32 : 128 x 64,  4 warps: 194.9 / 225.2 |  93.7 / 193.9 = 1.11 / 1.03 | 0.92 / 0.97  <- default (148 regs:
+ *          128 x 32,  4 warps: 256.4 / 294.1 | 149.0 / 250.0 = 1.00 / 0.84 | 0.88 / 0.86 (234 regs)
+ *          64 x 64,   4 warps: 0.633 / 2.372 / 9.325 ms at 1k / 4k / 16k in the first round (153 regs)
+ *          128 x 64,  8 warps: 0.609 / 2.245 / 8.803 ms in the first round (153 regs, FA_CUDA_FLASH2_FWD_WARPS=8)
+ *   d=32 : 128 x 64,  4 warps: 194.9 / 225.2 |  93.7 / 193.9 = 1.11 / 1.03 | 0.92 / 0.97  <- default (144 regs:
  *             3 CTAs/SM by registers)
- *          128 x 128, 4 warps (FA2's tile): 174.8 / 214.4 | 72.5 / 180.2 = 1.00 / 0.98 | 0.71 / 0.90 (252 regs)
+ *          128 x 128, 4 warps (FA2's tile): 174.8 / 214.4 | 72.5 / 180.2 = 1.00 / 0.98 | 0.71 / 0.90 (254 regs)
  *   d=256: 128 x 64,  8 warps, 1 CTA/SM:  217.4 / 256.0 | 140.2 / 216.5 = 0.91 / 0.83 | 0.83 / 0.84  <- default
- *             (~228 regs, 203 KB shared memory: Q + two K/V stages)
- *          64 x 64,   4 warps, 1 CTA/SM:  172.6 / 202.6 | 126.4 / 188.1 = 0.72 / 0.66 | 0.74 / 0.73 (4 warps/SM)
+ *             (227 regs, 203 KB shared memory: Q + two K/V stages)
+ *          64 x 64,   4 warps, 1 CTA/SM:  172.6 / 202.6 | 126.4 / 188.1 = 0.72 / 0.66 | 0.74 / 0.73 (227 regs, 4 warps/SM)
  * Tried and dropped in the same run (not built): computing the next block's S during this block's softmax in one
  * warp ("pipe", a second S in registers, so the MMAs and the exp2/max/sum interleave): d=64 128 x 64 2 CTAs
  * 237.9 / 289.0 | 101.7 / 245.8 (+1-4 % over the same tile without it, slower causal at 512, 255 regs + spill,

@@ -2,7 +2,8 @@
 # GPU benchmark (H200): the protocol of ../shared/BENCHMARKS.md for STANDARD, FLASH1 and FLASH2 (our CLI) and
 # PyTorch's SDPA flash and cuDNN backends, in one command, printed as one table with TFLOP/s and ratios.
 # Env: BUILD (default build-cuda), OUT_DIR (CSV + logs, default $BUILD/bench-gpu), SEQLENS, DIMS, PASSES, REPS,
-#      STD_MAX_SEQLEN (STANDARD materialises Hq·S² fp32 per sequence: skipped above this, default 8192).
+#      STD_MAX_SEQLEN (STANDARD materialises Hq·S² fp32 per sequence: skipped above this, default 8192; 0 = skip
+#      STANDARD), ALGOS (our flash algorithms, default flash2,flash1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-cuda}
@@ -12,6 +13,7 @@ DIMS=${DIMS:-64,128}
 PASSES=${PASSES:-fwd,bwd}
 REPS=${REPS:-10}
 STD_MAX=${STD_MAX_SEQLEN:-8192}
+ALGOS=${ALGOS:-flash2,flash1}
 mkdir -p "$OUT_DIR"
 if [ ! -x "$BUILD/flashattn" ]; then
   cmake -S . -B "$BUILD" -DFA_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -20,10 +22,11 @@ fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
 std_seqlens=$(echo "$SEQLENS" | tr ',' '\n' | awk -v m="$STD_MAX" '$1 <= m' | paste -sd, -)
 ours="$OUT_DIR/ours.csv"
-"$BUILD/flashattn" bench --device cuda --dtype bf16 --algo flash2,flash1 --d "$DIMS" --seqlen "$SEQLENS" \
+"$BUILD/flashattn" bench --device cuda --dtype bf16 --algo "$ALGOS" --d "$DIMS" --seqlen "$SEQLENS" \
   --causal 0,1 --pass "$PASSES" --reps "$REPS" --warmup 2 --csv >"$ours" 2>"$OUT_DIR/ours.err" || true
-"$BUILD/flashattn" bench --device cuda --dtype bf16 --algo standard --d "$DIMS" --seqlen "$std_seqlens" \
-  --causal 0,1 --pass "$PASSES" --reps "$REPS" --warmup 2 --csv 2>>"$OUT_DIR/ours.err" | tail -n +2 >>"$ours" || true
+[ -n "$std_seqlens" ] && { "$BUILD/flashattn" bench --device cuda --dtype bf16 --algo standard --d "$DIMS" \
+  --seqlen "$std_seqlens" --causal 0,1 --pass "$PASSES" --reps "$REPS" --warmup 2 --csv 2>>"$OUT_DIR/ours.err" |
+  tail -n +2 >>"$ours" || true; }
 PYTHONUNBUFFERED=1 python3 scripts/bench_gpu_torch.py run --out "$OUT_DIR/torch.csv" --d "$DIMS" --seqlen "$SEQLENS" \
   --causal 0,1 --pass "$PASSES" --reps "$REPS" >"$OUT_DIR/torch.log" 2>&1 || true
 python3 scripts/bench_gpu_torch.py merge "$ours" "$OUT_DIR/torch.csv" | tee "$OUT_DIR/table.md"

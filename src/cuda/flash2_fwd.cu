@@ -3,39 +3,163 @@
  * Grid (Tr = ceil(Sq/Br), Hq, B): one CTA per query block Qi — the outer loop of FA2 is the grid. NW warps split
  * the Br rows of Qi ("split-Q"): warp w owns rows 16·MW·w .. 16·MW·(w+1)-1, so every row statistic lives inside
  * one quad of lanes and no warp ever talks to another (FA2p §3.3).
- * Inner loop over the key blocks Kj, Vj, last block first (the only one that can need the seqlen mask):
+ * Inner loop over the key blocks Kj, Vj, last block first (the only one that can need the seqlen mask); blocks that
+ * every row of Qi sees whole take a step without mask code (the causal diagonal, seqlen tail and windows take the
+ * general one):
  *   S = Qi Kjᵀ (fp32 registers); mask; m_new = max(m, rowmax S);
  *   P = exp2(S·c − m_new·c), c = scale·log2e (one FFMA + MUFU.EX2 per score); ℓ = 2^((m−m_new)c)·ℓ + rowsum P;
  *   O = 2^((m−m_new)c)·O + P Vj
  * with P fed from the S registers as the A operand (no shared memory). 1/ℓ is applied once at the end and only
  * LSE = m·scale + ln ℓ is written (FA2p §3.1.1). Kj, Vj are double-buffered with cp.async: block j-1 is fetched
  * while block j computes, one __syncthreads per block. (FA2's single-buffered K/V ordering, GPU_NOTES §2.5, was
- * measured first: 168 TFLOP/s at d=64, 4k — the load latency was not hidden with 2 CTAs per SM.) */
+ * measured first: 168 TFLOP/s at d=64, 4k — the load latency was not hidden with 2 CTAs per SM.)
+ * Query blocks run last to first, so under a causal mask the longest CTAs of each head start first. */
 #include "common.cuh"
 
 /* Per-CTA values that the loop and the epilogue read back from shared memory: thread 0 writes them before the
- * loop and the loop's first __syncthreads (or the epilogue's) publishes them. Carried in registers across the
- * loop, they (with ℓ, m) were what ptxas spilled in the 4-warp d = 128 tiles, whose 128 O and 64 S accumulators
- * per thread leave no room for anything loop-invariant. */
+ * loop and a __syncthreads publishes them. Carried in registers across the loop, they (with ℓ, m) were what ptxas
+ * spilled in the 4-warp d = 128 tiles (128 O and 64 S accumulators per thread) and in the 3-CTA d = 64 tile
+ * (168 registers per thread). */
 struct fa_fwd_cta {
-    const void *K, *V; /* row 0 of this (batch, K/V head) */
-    void *O;           /* row m0 of this (batch, head) */
-    int64_t lse0;      /* index of row m0 in p.lse */
-    int sq, sk, rows, nb_lo;
+    const void *K, *V;   /* row 0 of this (batch, K/V head) */
+    void *O;             /* row m0 of this (batch, head) */
+    int64_t lse0;        /* index of row m0 in p.lse */
+    int64_t k_ss, v_ss;  /* row strides of K and V */
+    int sq, sk, rows, m0; /* lengths of this sequence, valid rows of Qi, first row of Qi */
+    int nb_lo;           /* lowest key block to visit */
+    int f_lo, f_hi;      /* key blocks [f_lo, f_hi] take the hot step (no mask, no softcap) */
 };
 
-/* Launch bounds: 4-warp tiles are told "2 CTAs per SM" (up to 255 registers): with the thread count alone, ptxas
- * capped the 64 x 64 tile at 128 registers and spilled 20 B. 8-warp tiles: 1 CTA, 255 registers. */
-template <typename T, int D, int BM, int BN, int NW>
-__global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) fa_flash2_fwd_kernel(const fa_cuda_params p) {
+/* threadIdx.x, read where it is used: ptxas does not carry a special-register read across the loop's QKᵀ GEMM,
+ * where the 3-CTA d = 64 tile (168 registers) otherwise spilled the values derived from it. */
+FA_DEV int fa_tid_here() {
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
+}
+
+/* One key block n = sN[tid] of the inner loop, for the MW row tiles of this warp. Kn, Vn are in stage n & 1 of
+ * sK, sV; Kn-1, Vn-1 are fetched into the other stage while this block computes.
+ * GEN = false: the hot step — every (row, key) of the block visible, scale > 0, no softcap: no mask code at all.
+ * GEN = true: softcap / negative scale and the per-element mask (the seqlen tail, the causal diagonal, windows).
+ * The thread index, block index and lengths are re-read (special register, shared memory) on each side of the
+ * QKᵀ GEMM instead of being held across it: the GEMM (S, O and prefetched fragments live) is the register peak. */
+template <typename T, int D, int BM, int BN, int NW, bool GEN>
+FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (16 * NW)][BN / 8][4],
+                         const fa_cuda_params &p, const fa_fwd_cta *cta, const T *sQ, T *sK, T *sV, float *sRowM,
+                         float *sRowL, const int *sN) {
+    constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, NT = BN / 8, DT = D / 8;
+    fa_cp_async_wait<0>();
+    __syncthreads(); /* Kn, Vn (and Qi, *cta) landed; every warp is done with the other stage */
+    {
+        const int tid = fa_tid_here(), n = sN[tid];
+        if (n > cta->nb_lo) { /* prefetch Kn-1, Vn-1: a whole step to land */
+            const int64_t kss = cta->k_ss, vss = cta->v_ss, r0 = (int64_t)(n - 1) * BN;
+            const int left = cta->sk - (n - 1) * BN;
+            T *sK1 = sK + ((n - 1) & 1) * BN * LD, *sV1 = sV + ((n - 1) & 1) * BN * LD;
+            fa_load_tile<T, BN, D, LD, NTHR>(sK1, (const T *)cta->K + r0 * kss, kss, left, tid);
+            fa_load_tile<T, BN, D, LD, NTHR>(sV1, (const T *)cta->V + r0 * vss, vss, left, tid);
+            fa_cp_async_commit();
+        }
+    }
+
+    /* S = Qi Knᵀ */
+#pragma unroll
+    for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) S[mi][nt][0] = S[mi][nt][1] = S[mi][nt][2] = S[mi][nt][3] = 0.f;
+    {
+        const int tid = fa_tid_here();
+        fa_warp_gemm_abt<T, MW, NT, D, LD, LD>(S, sQ + (tid >> 5) * 16 * MW * LD, sK + (sN[tid] & 1) * BN * LD, tid & 31);
+    }
+    const int tid = fa_tid_here(), lane = tid & 31, n = sN[tid];
+    const int wrow = (tid >> 5) * 16 * MW; /* first row of this warp inside the block */
+    const float kl = p.scale_log2 > 0.f && p.softcap == 0.f ? p.scale_log2 : 1.f; /* S·kl is in log2 units */
+
+    if (GEN) {
+        /* Scores stay raw and exp2 takes scale·log2e folded into one FFMA (FA2's trick) when the scale is positive;
+         * with softcap or a negative scale, S is first mapped to log2 units (one FMUL) and kl = 1. */
+        if (!(p.scale_log2 > 0.f && p.softcap == 0.f)) {
+#pragma unroll
+            for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        float x = S[mi][nt][e];
+                        if (p.softcap > 0.f) x = fa_softcap(x, p.softcap_scale, p.softcap);
+                        S[mi][nt][e] = x * p.scale_log2;
+                    }
+        }
+        /* fa_visible per row: query i sees keys [jlo, jhi] (bottom-right aligned window; causal is wr = 0) */
+        const int sq = cta->sq, sk = cta->sk;
+#pragma unroll
+        for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int diag = cta->m0 + wrow + mi * 16 + (lane >> 2) + r * 8 + sk - sq;
+                const int jlo = p.wl >= 0 ? diag - p.wl : 0, jhi = p.wr >= 0 ? min(sk - 1, diag + p.wr) : sk - 1;
+                const int j0 = n * BN + (lane & 3) * 2;
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const int j = j0 + nt * 8 + c;
+                        if (j < jlo || j > jhi) S[mi][nt][2 * r + c] = -INFINITY;
+                    }
+            }
+    }
+
+    /* Online softmax: m_new = max(m, rowmax S); rescale ℓ and O by exp2((m − m_new)·kl). */
+#pragma unroll
+    for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int si = (2 * mi + r) * NTHR + tid;
+            const float m_old = sRowM[si];
+            float mx = m_old;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(S[mi][nt][2 * r], S[mi][nt][2 * r + 1]));
+            mx = fa_quad_max(mx);
+            const float m_use = mx == -INFINITY ? 0.f : mx; /* fully masked so far: no NaN from −inf − −inf */
+            const float corr = fa_exp2((m_old - m_use) * kl);
+            sRowM[si] = mx;
+            const float msc = m_use * kl;
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                S[mi][nt][2 * r] = fa_exp2(fmaf(S[mi][nt][2 * r], kl, -msc));
+                S[mi][nt][2 * r + 1] = fa_exp2(fmaf(S[mi][nt][2 * r + 1], kl, -msc));
+                sum += S[mi][nt][2 * r] + S[mi][nt][2 * r + 1];
+            }
+            sRowL[si] = sRowL[si] * corr + sum; /* thread-local: the quad sum is deferred to the end */
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt) {
+                O[mi][dt][2 * r] *= corr;
+                O[mi][dt][2 * r + 1] *= corr;
+            }
+        }
+    /* O += P Vn, P straight from the S registers. */
+    uint32_t Pa[MW][NT / 2][4];
+    fa_acc_to_a<T, MW, NT / 2>(Pa, S);
+    fa_warp_gemm_rb<T, MW, DT, NT / 2, LD>(O, Pa, sV + (n & 1) * BN * LD, lane);
+}
+
+/* Launch bounds: CTAS CTAs per SM (the table's column; registers per thread <= 65536 / (CTAS · 32·NW)). With the
+ * thread count alone, ptxas capped the 64 x 64 tile at 128 registers and spilled 20 B. */
+template <typename T, int D, int BM, int BN, int NW, int CTAS>
+__global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_cuda_params p) {
     constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, NT = BN / 8, DT = D / 8;
     extern __shared__ __align__(16) unsigned char fa_smem[];
     T *sQ = (T *)fa_smem, *sK = sQ + BM * LD, *sV = sK + 2 * BN * LD; /* K and V: two stages each */
     /* ℓ and m of the rows this thread holds, [MW·2][NTHR] each: private to the thread, no barrier needed */
     float *sRowL = (float *)(sV + 2 * BN * LD), *sRowM = sRowL + 2 * MW * NTHR;
-    fa_fwd_cta *cta = (fa_fwd_cta *)(sRowM + 2 * MW * NTHR);
+    int *sN = (int *)(sRowM + 2 * MW * NTHR); /* [NTHR]: each thread's copy of the loop's block index */
+    fa_fwd_cta *cta = (fa_fwd_cta *)(sN + NTHR);
 
-    const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    /* Query blocks last to first: under a causal mask the last blocks see the most keys, so the heaviest CTAs of
+     * each (batch, head) start first and the short ones fill the tail of the grid. */
+    const int m_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const fa_seq s = fa_get_seq(p, b, h);
     const int m0 = m_block * BM;
@@ -54,7 +178,19 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) fa_flash2_fwd_kernel
     if (tid == 0) {
         cta->K = K, cta->V = V, cta->O = O;
         cta->lse0 = s.stat0 + m0;
-        cta->sq = s.sq, cta->sk = s.sk, cta->rows = rows, cta->nb_lo = nb_lo;
+        cta->k_ss = p.k_ss, cta->v_ss = p.v_ss;
+        cta->sq = s.sq, cta->sk = s.sk, cta->rows = rows, cta->m0 = m0, cta->nb_lo = nb_lo;
+        /* Blocks [f_lo, f_hi] need no per-element mask (fa_block_full as a range: the seqlen tail and the causal /
+         * right window cap f_hi, the left window raises f_lo); with a positive scale and no softcap they take the
+         * hot step. */
+        int f_lo = 0, f_hi = -1;
+        if (p.scale_log2 > 0.f && p.softcap == 0.f) {
+            const int lim = p.wr >= 0 ? min(s.sk, m0 + s.sk - s.sq + p.wr + 1) : s.sk; /* keys < lim: every row sees */
+            f_hi = lim >= BN ? lim / BN - 1 : -1;
+            const int left = p.wl >= 0 ? m0 + rows - 1 + s.sk - s.sq - p.wl : 0; /* keys >= left: every row sees */
+            f_lo = left > 0 ? (left + BN - 1) / BN : 0;
+        }
+        cta->f_lo = f_lo, cta->f_hi = f_hi;
     }
 
     /* Row statistics: this thread holds rows g and g+8 of each of its MW row tiles; slot (2·mi + r)·NTHR + tid. */
@@ -69,104 +205,36 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) fa_flash2_fwd_kernel
             sRowL[(2 * mi + r) * NTHR + tid] = 0.f;
         }
     }
-    const int wrow = warp * 16 * MW; /* first row of this warp inside the block */
-    const float sl2 = p.scale_log2;
-    const bool raw = sl2 > 0.f && p.softcap == 0.f; /* uniform */
-    const float kl = raw ? sl2 : 1.f;               /* S·kl is in log2 units */
+    sN[tid] = nb_hi - 1;
 
     if (nb_hi > nb_lo) {
         const int64_t r0 = (int64_t)(nb_hi - 1) * BN;
+        const int st = (nb_hi - 1) & 1;
         fa_load_tile<T, BM, D, LD, NTHR>(sQ, Q, p.q_ss, rows, tid);
-        fa_load_tile<T, BN, D, LD, NTHR>(sK, K + r0 * p.k_ss, p.k_ss, s.sk - (int)r0, tid);
-        fa_load_tile<T, BN, D, LD, NTHR>(sV, V + r0 * p.v_ss, p.v_ss, s.sk - (int)r0, tid);
+        fa_load_tile<T, BN, D, LD, NTHR>(sK + st * BN * LD, K + r0 * p.k_ss, p.k_ss, s.sk - (int)r0, tid);
+        fa_load_tile<T, BN, D, LD, NTHR>(sV + st * BN * LD, V + r0 * p.v_ss, p.v_ss, s.sk - (int)r0, tid);
         fa_cp_async_commit();
     }
-    for (int n = nb_hi - 1, st = 0; n >= nb_lo; --n, st ^= 1) {
-        const int n0 = n * BN;
-        const T *sKs = sK + st * BN * LD, *sVs = sV + st * BN * LD;
-        fa_cp_async_wait<0>();
-        __syncthreads(); /* Kj, Vj (and Qi, *cta) landed; every warp is done with the other stage */
-        const int sq = cta->sq, sk = cta->sk, rows_c = cta->rows;
-        if (n > cta->nb_lo) { /* prefetch Kj-1, Vj-1: a whole iteration to land */
-            const T *Kc = (const T *)cta->K, *Vc = (const T *)cta->V;
-            fa_load_tile<T, BN, D, LD, NTHR>(sK + (st ^ 1) * BN * LD, Kc + (int64_t)(n0 - BN) * p.k_ss, p.k_ss, sk - (n0 - BN), tid);
-            fa_load_tile<T, BN, D, LD, NTHR>(sV + (st ^ 1) * BN * LD, Vc + (int64_t)(n0 - BN) * p.v_ss, p.v_ss, sk - (n0 - BN), tid);
-            fa_cp_async_commit();
-        }
-
-        /* S = Qi Kjᵀ */
+    __syncthreads(); /* *cta visible */
+    /* The inner loop, last key block first. The block index lives in the thread's shared slot sN[tid] (re-read
+     * after each step's barrier; in a register it was one of the values ptxas spilled in the 3-CTA d = 64 tile).
+     * A block takes the hot step unless it needs the general one: the choice is uniform, outside the step's body. */
+    for (;;) {
+        const int n = sN[fa_tid_here()];
+        if (n < cta->nb_lo) break;
         float S[MW][NT][4];
-#pragma unroll
-        for (int mi = 0; mi < MW; ++mi)
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) S[mi][nt][0] = S[mi][nt][1] = S[mi][nt][2] = S[mi][nt][3] = 0.f;
-        fa_warp_gemm_abt<T, MW, NT, D, LD, LD>(S, sQ + wrow * LD, sKs, lane);
-
-        /* Scores stay raw and exp2 takes scale·log2e folded into one FFMA (FA2's trick) when the scale is positive;
-         * with softcap or a negative scale, S is first mapped to log2 units (one FMUL) and kl = 1. */
-        if (!raw) {
-#pragma unroll
-            for (int mi = 0; mi < MW; ++mi)
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        float x = S[mi][nt][e];
-                        if (p.softcap > 0.f) x = fa_softcap(x, p.softcap_scale, p.softcap);
-                        S[mi][nt][e] = x * sl2;
-                    }
-        }
-        if (!fa_block_full(p, m0, m0 + rows_c, n0, n0 + BN, sq, sk)) {
-#pragma unroll
-            for (int mi = 0; mi < MW; ++mi)
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        int i = m0 + wrow + mi * 16 + (lane >> 2) + (e >> 1) * 8;
-                        int j = n0 + nt * 8 + (lane & 3) * 2 + (e & 1);
-                        if (!fa_visible(p, i, j, sq, sk)) S[mi][nt][e] = -INFINITY;
-                    }
-        }
-
-        /* Online softmax: m_new = max(m, rowmax S); rescale ℓ and O by exp2((m − m_new)·kl). */
-#pragma unroll
-        for (int mi = 0; mi < MW; ++mi)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int si = (2 * mi + r) * NTHR + tid;
-                const float m_old = sRowM[si];
-                float mx = m_old;
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(S[mi][nt][2 * r], S[mi][nt][2 * r + 1]));
-                mx = fa_quad_max(mx);
-                const float m_use = mx == -INFINITY ? 0.f : mx; /* fully masked so far: no NaN from −inf − −inf */
-                const float corr = fa_exp2((m_old - m_use) * kl);
-                sRowM[si] = mx;
-                const float msc = m_use * kl;
-                float sum = 0.f;
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    S[mi][nt][2 * r] = fa_exp2(fmaf(S[mi][nt][2 * r], kl, -msc));
-                    S[mi][nt][2 * r + 1] = fa_exp2(fmaf(S[mi][nt][2 * r + 1], kl, -msc));
-                    sum += S[mi][nt][2 * r] + S[mi][nt][2 * r + 1];
-                }
-                sRowL[si] = sRowL[si] * corr + sum; /* thread-local: the quad sum is deferred to the end */
-#pragma unroll
-                for (int dt = 0; dt < DT; ++dt) {
-                    O_acc[mi][dt][2 * r] *= corr;
-                    O_acc[mi][dt][2 * r + 1] *= corr;
-                }
-            }
-        /* O += P Vj, P straight from the S registers. */
-        uint32_t Pa[MW][NT / 2][4];
-        fa_acc_to_a<T, MW, NT / 2>(Pa, S);
-        fa_warp_gemm_rb<T, MW, DT, NT / 2, LD>(O_acc, Pa, sVs, lane);
+        if (n <= cta->f_hi && n >= cta->f_lo)
+            fa2_fwd_step<T, D, BM, BN, NW, false>(O_acc, S, p, cta, sQ, sK, sV, sRowM, sRowL, sN);
+        else
+            fa2_fwd_step<T, D, BM, BN, NW, true>(O_acc, S, p, cta, sQ, sK, sV, sRowM, sRowL, sN);
+        const int t = fa_tid_here();
+        sN[t] = sN[t] - 1;
     }
 
     /* Epilogue: O /= ℓ, LSE = m·scale + ln ℓ (−inf and O = 0 for a row that saw no key). */
     __syncthreads(); /* all warps are done with sQ: it becomes the O staging tile; *cta is visible */
-    const int rows_e = cta->rows;
+    const int rows_e = cta->rows, wrow = warp * 16 * MW;
+    const float kl = p.scale_log2 > 0.f && p.softcap == 0.f ? p.scale_log2 : 1.f;
 #pragma unroll
     for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
@@ -187,55 +255,93 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1) fa_flash2_fwd_kernel
 
 /* Qi, two stages of Kj and Vj, ℓ and m (8 floats per row of Qi: each lane of the row's quad keeps its own ℓ, m),
  * the per-CTA values. */
-template <int D, int BM, int BN> static size_t fa2_fwd_smem_bytes() {
-    return (size_t)(BM + 4 * BN) * (D + 8) * 2 + (size_t)8 * BM * sizeof(float) + sizeof(fa_fwd_cta);
+template <int D, int BM, int BN, int NW> static size_t fa2_fwd_smem_bytes() {
+    return (size_t)(BM + 4 * BN) * (D + 8) * 2 + (size_t)8 * BM * sizeof(float) + NW * 32 * sizeof(int) + sizeof(fa_fwd_cta);
 }
 
-template <typename T, int D, int BM, int BN, int NW> static cudaError_t fa2_fwd_run(const fa_cuda_params *p, cudaStream_t st) {
-    const size_t smem = fa2_fwd_smem_bytes<D, BM, BN>();
-    cudaError_t e = cudaFuncSetAttribute(fa_flash2_fwd_kernel<T, D, BM, BN, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+template <typename T, int D, int BM, int BN, int NW, int CTAS>
+static cudaError_t fa2_fwd_run(const fa_cuda_params *p, cudaStream_t st) {
+    const size_t smem = fa2_fwd_smem_bytes<D, BM, BN, NW>();
+    cudaError_t e = cudaFuncSetAttribute(fa_flash2_fwd_kernel<T, D, BM, BN, NW, CTAS>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
     dim3 grid((p->sq + BM - 1) / BM, p->hq, p->batch);
     if (grid.x == 0) return cudaSuccess;
-    fa_flash2_fwd_kernel<T, D, BM, BN, NW><<<grid, NW * 32, smem, st>>>(*p);
+    fa_flash2_fwd_kernel<T, D, BM, BN, NW, CTAS><<<grid, NW * 32, smem, st>>>(*p);
     return cudaGetLastError();
 }
 
-/* Tile table (Br x Bc, warps); the first row of each head dim is the default, the others are reachable through
- * opts.block_q/block_k for sweeps, and rows that differ only in warps through FA_CUDA_FLASH2_FWD_WARPS (read at
- * context creation: among the rows that match the request, the first with that many warps). Registers from
- * -Xptxas -v, nvcc 13.0 (no spills in any row); CTAs/SM from registers and shared memory.
- * Measured on the H200, bf16, flashattn bench (B·S = 16k, model dim 2048), median of 10, ms for seqlen
- * 1k / 4k / 16k non-causal, before the row statistics moved to shared memory (2026-11-30, first round):
- *   d=64 : 128 x 64,  4 warps: 0.513 / 1.882 / 7.350  <- default (2 row tiles per warp: half the K/V ldmatrix
- *                                                        traffic per FLOP; 206 regs, 2 CTAs/SM)
- *          256 x 64,  8 warps: 0.544 / 1.983 / 7.650  (210 regs, 1 CTA/SM)
- *          128 x 128, 8 warps: 0.667 / 2.428 / 9.397  (182 regs, 1 CTA/SM)
- *          64 x 64,   4 warps: slower in an earlier round (164 vs 191 TFLOP/s for 128 x 64 at 4k) (126 regs)
- *   d=128: 128 x 64,  4 warps: not measured yet       <- default: FA2's H100 choice, the d=64 winner's shape
- *                                                        (2 row tiles per warp: half the K/V shared-memory reads
- *                                                        per MMA of the 8-warp tile). 255 regs, 0 spill (it
- *                                                        spilled 72 B while ℓ, m and the per-CTA values lived in
- *                                                        registers), 2 CTAs/SM = 8 warps/SM like the 8-warp row
- *          128 x 64,  8 warps: 0.609 / 2.245 / 8.803  (the default until the 4-warp row fitted; 158 regs,
- *                                                        1 CTA/SM; FA_CUDA_FLASH2_FWD_WARPS=8)
- *          64 x 64,   4 warps: 0.633 / 2.372 / 9.325  (158 regs, 2 CTAs/SM) */
+/* Tile table (Br x Bc, warps, CTAs per SM for the launch bounds); the first row of each head dim is the default,
+ * the others are reachable through opts.block_q/block_k for sweeps, and rows that differ only in warps through
+ * FA_CUDA_FLASH2_FWD_WARPS (read at context creation: among the rows that match the request, the first with that
+ * many warps). Registers from -Xptxas -v, nvcc 13.0, bf16 (f16 alike); no row spills.
+ *
+ * Defaults as built, H200, one run (2026-11-30 17:25 UTC, scripts/fwd-final.sh, bench/results/h200-2026-11-30-fwd.md),
+ * TFLOP/s and ratio to PyTorch's flash backend in the same command, seqlen 512 / 1k / 2k / 4k / 8k / 16k:
+ *   d=64  non-causal 265.9 / 285.8 / 297.2 / 303.5 / 305.9 / 307.3 = 1.15 / 1.06 / 1.04 / 1.02 / 1.01 / 0.99
+ *         causal     178.4 / 222.8 / 253.7 / 273.6 / 284.4 / 291.3 = 1.33 / 1.13 / 1.02 / 1.00 / 0.98 / 1.03
+ *   d=128 non-causal 286.5 / 313.9 / 327.7 / 333.2 / 338.2 / 343.3 = 1.02 / 1.03 / 0.98 / 0.96 / 0.97 / 0.98
+ *         causal     190.9 / 238.5 / 271.6 / 291.3 / 308.1 / 316.1 = 1.24 / 1.09 / 1.03 / 0.98 / 1.02 / 1.08
+ *   d=32 (512 / 4k) 187.4 / 215.1 = 1.12 / 1.00, causal 125.6 / 196.2 = 1.29 / 1.00
+ *   d=256 (512 / 4k) 217.2 / 258.8 = 0.88 / 0.84, causal 151.7 / 222.7 = 0.80 / 0.83
+ * The previous tree in the same command (same d=128 tile, old loop): d=128 non-causal 4k 341.1 (ours 333.2, 336.9
+ * on a second pass), causal 4k 283.1; d=64 4k 283.9, causal 237.2.
+ *
+ * The sweep that chose the rows (one device run, 2026-11-30 17:12 UTC, with a sweep build that picked any row
+ * through an environment variable, not kept; registers below are the built kernels'), bf16, flashattn bench at the protocol shapes (B·S = 16k, model dim 2048),
+ * median of 10, TFLOP/s at seqlen 512 / 4k, non-causal | causal, and the ratio to PyTorch's flash backend (FA2)
+ * from the same command:
+ *   d=64 : 128 x 64,  4 warps, 3 CTAs/SM: 267.7 / 305.3 | 143.2 / 265.7 = 1.07 / 1.05 | 1.00 / 0.96  <- default
+ *             (168 regs: 12 warps/SM instead of 8; it spilled 12 B until the loop's block index, the thread
+ *             index and the K/V strides were re-read from shared memory / %tid instead of held in registers —
+ *             measured with the spill)
+ *          128 x 64,  4 warps, 2 CTAs/SM: 233.9 / 279.2 | 119.3 / 239.1 = 0.94 / 0.96 | 0.84 / 0.87 (not built
+ *             now: same tile; 206-210 regs; the default until this round: 1.88 ms at 4k in the first round vs 1.98
+ *             for 256 x 64 8w, 2.43 for 128 x 128 8w)
+ *          128 x 128, 4 warps (FA2's tile): 252.2 / 291.0 | 115.1 / 250.7 = 1.01 / 1.00 | 0.81 / 0.91 (spills
+ *             4-8 B now: not built)
+ *          64 x 64,   4 warps, 4 CTAs/SM: 227.9 / 256.2 | 158.5 / 234.9 = 0.91 / 0.88 | 1.11 / 0.85 (119 regs)
+ *          256 x 64,  8 warps (210 regs); 128 x 128, 8 warps (186 regs): slower in the first round (above)
+ *   d=128: 128 x 64,  4 warps, 2 CTAs/SM: 282.6 / 331.5 | 158.9 / 277.9 = 1.10 / 0.95 | 0.94 / 0.96  <- default
+ *             (FA2's H100 tile; 253 regs; 2 row tiles per warp: half the K/V shared-memory reads per MMA of
+ *             the 8-warp tile; 2.315 -> 1.611 ms at 4k against 128 x 64 8w when it became the default)
+ *          128 x 32,  4 warps: 256.4 / 294.1 | 149.0 / 250.0 = 1.00 / 0.84 | 0.88 / 0.86 (234 regs)
+ *          64 x 64,   4 warps: 0.633 / 2.372 / 9.325 ms at 1k / 4k / 16k in the first round (153 regs)
+ *          128 x 64,  8 warps: 0.609 / 2.245 / 8.803 ms in the first round (153 regs, FA_CUDA_FLASH2_FWD_WARPS=8)
+ *   d=32 : 128 x 64,  4 warps: 194.9 / 225.2 |  93.7 / 193.9 = 1.11 / 1.03 | 0.92 / 0.97  <- default (144 regs:
+ *             3 CTAs/SM by registers)
+ *          128 x 128, 4 warps (FA2's tile): 174.8 / 214.4 | 72.5 / 180.2 = 1.00 / 0.98 | 0.71 / 0.90 (254 regs)
+ *   d=256: 128 x 64,  8 warps, 1 CTA/SM:  217.4 / 256.0 | 140.2 / 216.5 = 0.91 / 0.83 | 0.83 / 0.84  <- default
+ *             (227 regs, 203 KB shared memory: Q + two K/V stages)
+ *          64 x 64,   4 warps, 1 CTA/SM:  172.6 / 202.6 | 126.4 / 188.1 = 0.72 / 0.66 | 0.74 / 0.73 (227 regs, 4 warps/SM)
+ * Tried and dropped in the same run (not built): computing the next block's S during this block's softmax in one
+ * warp ("pipe", a second S in registers, so the MMAs and the exp2/max/sum interleave): d=64 128 x 64 2 CTAs
+ * 237.9 / 289.0 | 101.7 / 245.8 (+1-4 % over the same tile without it, slower causal at 512, 255 regs + spill,
+ * and no room for 3 CTAs/SM); d=128 128 x 32 256.6 / 326.4 | 134.1 / 271.4 and 64 x 64 224.3 / 280.8 | 153.5 /
+ * 258.5 — below the default. */
+typedef cudaError_t (*fa2_fwd_fn)(const fa_cuda_params *, cudaStream_t);
 typedef struct fa2_fwd_cfg {
-    int d, bm, bn, nw;
+    int d, bm, bn, nw, ctas;
     const char *kernel; /* the name fa_stats reports */
+    fa2_fwd_fn run_f16, run_bf16;
 } fa2_fwd_cfg;
+#define FA2_FWD_ROW(D, BM, BN, NW, CTAS)                                                                               \
+    {D, BM, BN, NW, CTAS, "cuda.flash2.fwd.mma_sync.d" #D "." #BM "x" #BN "w" #NW,                                     \
+     fa2_fwd_run<__half, D, BM, BN, NW, CTAS>, fa2_fwd_run<__nv_bfloat16, D, BM, BN, NW, CTAS>}
 static const fa2_fwd_cfg fa2_fwd_table[] = {
-    {64, 128, 64, 4, "cuda.flash2.fwd.mma_sync.d64.128x64w4"},   {64, 256, 64, 8, "cuda.flash2.fwd.mma_sync.d64.256x64w8"},
-    {64, 128, 128, 8, "cuda.flash2.fwd.mma_sync.d64.128x128w8"}, {64, 64, 64, 4, "cuda.flash2.fwd.mma_sync.d64.64x64w4"},
-    {128, 128, 64, 4, "cuda.flash2.fwd.mma_sync.d128.128x64w4"}, {128, 128, 64, 8, "cuda.flash2.fwd.mma_sync.d128.128x64w8"},
-    {128, 64, 64, 4, "cuda.flash2.fwd.mma_sync.d128.64x64w4"}};
+    FA2_FWD_ROW(64, 128, 64, 4, 3),  FA2_FWD_ROW(64, 256, 64, 8, 1), FA2_FWD_ROW(64, 128, 128, 8, 1),
+    FA2_FWD_ROW(64, 64, 64, 4, 4),   FA2_FWD_ROW(128, 128, 64, 4, 2), FA2_FWD_ROW(128, 128, 64, 8, 1),
+    FA2_FWD_ROW(128, 128, 32, 4, 2), FA2_FWD_ROW(128, 64, 64, 4, 2),  FA2_FWD_ROW(32, 128, 64, 4, 2),
+    FA2_FWD_ROW(32, 128, 128, 4, 2), FA2_FWD_ROW(256, 128, 64, 8, 1), FA2_FWD_ROW(256, 64, 64, 4, 1)};
+#undef FA2_FWD_ROW
 
 /* The row for head dim d, tile bm x bn (0 = any) and nw warps (0 = any; ignored when no matching row has nw). */
 static const fa2_fwd_cfg *fa2_fwd_find(int d, int bm, int bn, int nw) {
     for (int pass = 0; pass < 2; ++pass)
         for (size_t i = 0; i < sizeof fa2_fwd_table / sizeof fa2_fwd_table[0]; ++i) {
             const fa2_fwd_cfg *c = &fa2_fwd_table[i];
-            if (c->d == d && (bm == 0 || bm == c->bm) && (bn == 0 || bn == c->bn) && (pass || !nw || nw == c->nw))
+            if (c->d == d && (bm == 0 || bm == c->bm) && (bn == 0 || bn == c->bn) &&
+                (pass || !nw || nw == c->nw))
                 return c;
         }
     return NULL;
@@ -248,18 +354,6 @@ extern "C" int fa_flash2_fwd_tiles(int d, int *bm, int *bn) {
     return 1;
 }
 
-template <typename T> static cudaError_t fa2_fwd_dispatch(const fa_cuda_params *p, const fa2_fwd_cfg *c, cudaStream_t st) {
-    const int bm = c->bm, bn = c->bn, nw = c->nw;
-    if (p->d == 64 && bm == 128 && bn == 64 && nw == 4) return fa2_fwd_run<T, 64, 128, 64, 4>(p, st);
-    if (p->d == 64 && bm == 64 && bn == 64 && nw == 4) return fa2_fwd_run<T, 64, 64, 64, 4>(p, st);
-    if (p->d == 64 && bm == 128 && bn == 128 && nw == 8) return fa2_fwd_run<T, 64, 128, 128, 8>(p, st);
-    if (p->d == 64 && bm == 256 && bn == 64 && nw == 8) return fa2_fwd_run<T, 64, 256, 64, 8>(p, st);
-    if (p->d == 128 && bm == 64 && bn == 64 && nw == 4) return fa2_fwd_run<T, 128, 64, 64, 4>(p, st);
-    if (p->d == 128 && bm == 128 && bn == 64 && nw == 4) return fa2_fwd_run<T, 128, 128, 64, 4>(p, st);
-    if (p->d == 128 && bm == 128 && bn == 64 && nw == 8) return fa2_fwd_run<T, 128, 128, 64, 8>(p, st);
-    return cudaErrorInvalidValue;
-}
-
 /* *bm, *bn: in = requested (0 = default), out = used; nw: requested warps (0 = the table's order); *kernel: the
  * name of the row that ran. */
 extern "C" cudaError_t fa_flash2_fwd_launch(const fa_cuda_params *p, int dtype, int nw, cudaStream_t st, int *bm, int *bn,
@@ -267,5 +361,5 @@ extern "C" cudaError_t fa_flash2_fwd_launch(const fa_cuda_params *p, int dtype, 
     const fa2_fwd_cfg *c = fa2_fwd_find(p->d, *bm, *bn, nw);
     if (!c) return cudaErrorInvalidValue;
     *bm = c->bm, *bn = c->bn, *kernel = c->kernel;
-    return dtype == 1 ? fa2_fwd_dispatch<__half>(p, c, st) : fa2_fwd_dispatch<__nv_bfloat16>(p, c, st);
+    return dtype == 1 ? c->run_f16(p, st) : c->run_bf16(p, st);
 }

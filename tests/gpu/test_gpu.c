@@ -5,7 +5,8 @@
  * FLASH2 through the public API on a CUDA context, copies the allocations back and checks, against the float64
  * oracle (src/cpu/reference.h):
  *   - status FA_OK, or FA_ERR_UNSUPPORTED exactly when the request is outside what the CUDA kernels are built for
- *     (dtype f32 or head_dim not 64/128 or rows not 16-byte aligned or explicit tiles for FLASH1/FLASH2), with a reason;
+ *     (dtype f32 or head_dim not 64/128 — FLASH2 forward: not 32/64/128/256 — or rows not 16-byte aligned or
+ *     explicit tiles for FLASH1/FLASH2), with a reason;
  *   - every output element written (outputs poisoned with NaN before each call), nothing outside the views written;
  *   - out, lse, dq, dk, dv within DESIGN.md's rule: max|x − ref| ≤ 2·max|standard − ref| + atol (STANDARD = our
  *     cuBLAS path in the same dtype);
@@ -52,10 +53,11 @@ static int aligned16(const dbuf *d) {
            d->t.stride_head % 8 == 0;
 }
 
-/* Expected: does the CUDA backend run algo a on this case? */
+/* Expected: does the CUDA backend run algo a on this case? (nb = 8: the backward's tensors) */
 static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     if (a == FA_ALGO_STANDARD) return 1;
-    if (c->dt == FA_DTYPE_F32 || (c->d != 64 && c->d != 128)) return 0;
+    const int f2fwd = a == FA_ALGO_FLASH2 && nb == 4; /* the FLASH2 forward also has head_dim 32 and 256 */
+    if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || (f2fwd && (c->d == 32 || c->d == 256)))) return 0;
     if (c->opts.block_q || c->opts.block_k) return -1; /* either: depends on the tile table */
     for (int i = 0; i < nb; ++i)
         if (!aligned16(bufs[i])) return 0;
@@ -160,6 +162,13 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
                 t_buf_poison(&dq), t_buf_poison(&dk), t_buf_poison(&dv);
                 d_up(&DQ), d_up(&DK), d_up(&DV);
                 st = fa_backward(ctx, &opts, &Q.t, &K.t, &V.t, &O.t, dlse, &DO.t, &DQ.t, &DK.t, &DV.t);
+                if (expect == 0) { /* a forward-only head dim: the backward must be refused, with a reason */
+                    CHECK_STATUS(st, FA_ERR_UNSUPPORTED);
+                    CHECK_MSG(strlen(fa_context_last_error(ctx)) > 10, "%s bwd: UNSUPPORTED without a reason",
+                              t_algo_short(a));
+                    printf(" %s:bwd-unsupported", t_algo_short(a));
+                    break;
+                }
                 CHECK_STATUS(st, FA_OK);
                 if (st != FA_OK) {
                     fprintf(stderr, "  %s bwd: %s\n", t_algo_short(a), fa_context_last_error(ctx));
@@ -255,10 +264,28 @@ int main(void) {
                 run_case(ctx, &c, 0);
                 if (shapes[si][1] <= 1100) run_case(ctx, &c, 1);
             }
+    /* the FLASH2 forward's extra head dims (32, 256; the backward is not built: FA_ERR_UNSUPPORTED expected there),
+     * the fixed shapes' masks and layouts, both dtypes */
+    for (int di = 0; di < 2; ++di)
+        for (int mode = 0; mode < (small ? 2 : 5); ++mode) {
+            const int d = di ? 256 : 32;
+            t_case c = t_case_make(2, small ? 113 : 239, small ? 239 : 1023, 2, mode == 3 ? 1 : 2, d, dts[mode & 1]);
+            if (mode == 3) c.hq = 4; /* GQA 4:1 */
+            if (mode == 1) c.opts.causal = 1;
+            if (mode == 2) c.opts.window_left = 37, c.opts.window_right = 5;
+            if (mode == 4) c.opts.softcap = 20.f, c.opts.causal = 1, c.lay_q = T_BHSD, c.lay_kv = T_STRIDED;
+            run_case(ctx, &c, 0);
+            if (mode == 0) {
+                t_case cb = t_case_make(1, 65, 130, 2, 2, d, FA_DTYPE_BF16);
+                run_case(ctx, &cb, 1);
+            }
+        }
     /* every built FLASH2 forward tile configuration (opts.block_q/block_k) */
     {
-        static const int tiles[][3] = {{64, 128, 64}, {64, 256, 64}, {64, 128, 128}, {64, 64, 64}, {128, 128, 64}, {128, 64, 64}};
-        for (int ti = 0; ti < 6; ++ti) {
+        static const int tiles[][3] = {{64, 128, 64}, {64, 256, 64},  {64, 128, 128}, {64, 64, 64},   {128, 128, 64},
+                                       {128, 64, 64}, {128, 128, 32}, {32, 128, 64},  {32, 128, 128}, {256, 128, 64},
+                                       {256, 64, 64}};
+        for (int ti = 0; ti < (int)(sizeof tiles / sizeof tiles[0]); ++ti) {
             t_case c = t_case_make(2, 239, 1023, 2, 1, tiles[ti][0], FA_DTYPE_BF16);
             c.opts.causal = ti % 2;
             c.opts.block_q = tiles[ti][1], c.opts.block_k = tiles[ti][2];

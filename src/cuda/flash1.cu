@@ -251,9 +251,7 @@ extern "C" cudaError_t fa_flash1_fwd_launch(const fa_cuda_params *p, int dtype, 
 }
 
 extern "C" cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn) {
-    cudaError_t e = fa_bwd_dsum_launch(p, dtype, st);
-    if (e != cudaSuccess) return e;
-    e = cudaMemsetAsync(p->dq_acc, 0, (size_t)p->hq * p->total_q * (p->cu_q ? 1 : p->batch) * p->d * sizeof(float), st);
+    cudaError_t e = fa_bwd_dsum_launch(p, dtype, 1, st); /* and dQacc = 0: the kernel read-modify-writes it */
     if (e != cudaSuccess) return e;
     *bm = p->d == 128 ? fa1_bwd_tiles<128>::BM : fa1_bwd_tiles<64>::BM;
     *bn = fa1_bwd_tiles<64>::BN;

@@ -176,12 +176,8 @@ template <typename T> static cudaError_t fa2_bwd_pick(const fa_cuda_params *p, i
 /* D pre-pass, the K/V-block kernel (+ dQ kernel when deterministic), dQ conversion, GQA reduction. */
 extern "C" cudaError_t fa_flash2_bwd_launch(const fa_cuda_params *p, int dtype, int deterministic, cudaStream_t st,
                                             int *bm, int *bn) {
-    cudaError_t e = fa_bwd_dsum_launch(p, dtype, st);
+    cudaError_t e = fa_bwd_dsum_launch(p, dtype, !deterministic, st); /* and dQacc = 0 for the atomics */
     if (e != cudaSuccess) return e;
-    if (!deterministic) {
-        e = cudaMemsetAsync(p->dq_acc, 0, (size_t)p->hq * p->total_q * (p->cu_q ? 1 : p->batch) * p->d * sizeof(float), st);
-        if (e != cudaSuccess) return e;
-    }
     if (!fa_bwd_tile_pick(p->d, bm, bn)) return cudaErrorInvalidValue;
     e = dtype == 1 ? fa2_bwd_pick<__half>(p, deterministic, *bm, st) : fa2_bwd_pick<__nv_bfloat16>(p, deterministic, *bm, st);
     if (e != cudaSuccess) return e;

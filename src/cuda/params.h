@@ -48,7 +48,8 @@ int fa_flash_tiles(int algo, int d, int backward, int *bm, int *bn);
 int fa_flash2_fwd_tiles(int d, int *bm, int *bn);
 
 /* Backward helpers (bwd_util.cu). */
-cudaError_t fa_bwd_dsum_launch(const fa_cuda_params *p, int dtype, cudaStream_t st);       /* D = rowsum(dO∘O) */
+/* D = rowsum(dO∘O), and for the flash kernels (p->lse2 set) LSE·log2e; zero_dq: also clear p->dq_acc */
+cudaError_t fa_bwd_dsum_launch(const fa_cuda_params *p, int dtype, int zero_dq, cudaStream_t st);
 cudaError_t fa_bwd_dq_convert_launch(const fa_cuda_params *p, int dtype, cudaStream_t st); /* dq = dq_acc·scale */
 cudaError_t fa_bwd_dkv_reduce_launch(const fa_cuda_params *p, int dtype, cudaStream_t st); /* GQA sum of dk/dv_acc */
 

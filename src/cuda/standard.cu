@@ -203,7 +203,7 @@ fa_std_status fa_standard_backward(const fa_cuda_params *p, int dtype, const int
     const cudaDataType t = fa_cu_type(dtype);
     const size_t es = fa_esize(dtype);
     fa_std_status r = {cudaSuccess, CUBLAS_STATUS_SUCCESS};
-    r.cuda = fa_bwd_dsum_launch(p, dtype, st);
+    r.cuda = fa_bwd_dsum_launch(p, dtype, 0, st);
     if (r.cuda != cudaSuccess) return r;
     for (int b = 0; b < p->batch; ++b) {
         int sq, sk;

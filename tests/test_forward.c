@@ -87,6 +87,14 @@ int main(void) {
     c.opts.block_q = 4096, c.opts.block_k = 4096; /* larger than the sequence */
     t_run_forward(ctx, &c, ALL);
 
+    /* FLASH2 packs the K/V rows of up to 8 Q blocks once when a call has >= 32 Q blocks (src/cpu/tiles.c) */
+    c = t_case_laid(2, 200, 180, 3, 1, 40, F32, T_BSHD, T_BSHD, T_BSHD);
+    c.opts.block_q = 8, c.opts.block_k = 24, c.opts.causal = 1;
+    t_run_forward(ctx, &c, ALL);
+    c = t_case_laid(1, 150, 170, 4, 2, 24, F16, T_STRIDED, T_BHSD, T_STRIDED);
+    c.opts.block_q = 8, c.opts.block_k = 16, c.opts.window_left = 20, c.opts.window_right = 5;
+    t_run_forward(ctx, &c, ALL);
+
     /* the big ones: few */
     c = t_case_laid(1, 1023, 1023, 2, 1, 64, F32, T_BSHD, T_BSHD, T_BSHD);
     c.opts.causal = 1;

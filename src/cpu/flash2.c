@@ -174,13 +174,18 @@ fa_status fa_cpu_flash2_forward(fa_context *ctx, const fa_problem *p, fa_stats *
                     fa_tile_load(Kp, d, (const char *)hd.k + j0 * hd.ldk * es, p->dtype, hd.ldk, cols, d, io);
                     fa_tile_load(Vp, d, (const char *)hd.v + j0 * hd.ldv * es, p->dtype, hd.ldv, cols, d, io);
                 }
-                kr->gemm_nn(cols, rp, d, Kj, d, 1, QiT, rp, ST, rp, 0);   /* Sᵀ = Kj Qiᵀ (keys x queries) */
-                if ((p->softcap > 0 || fa_cpu_tile_needs_mask(p, hd.sq, hd.sk, i0, rows, j0, cols)) &&
-                    fa_cpu_scores_t(p, ST, rp, rows, cols, i0, j0, hd.sq, hd.sk) == 0)
-                    continue;
-                /* m_new = max(m, colmax Sᵀ); Pᵀ = 2^(c·(Sᵀ − m_new)); ℓ = α·ℓ + colsum Pᵀ, α = 2^(c·(m − m_new)) */
-                kr->softmax_step_t(cols, rp, ST, rp, c, m, l, alpha);
-                kr->scale_rows(rows, d, O, d, alpha);                     /* O = diag(α) O  */
+                const int plain = p->softcap == 0 && !fa_cpu_tile_needs_mask(p, hd.sq, hd.sk, i0, rows, j0, cols);
+                if (plain && kr->qk_softmax_t) {
+                    /* Sᵀ = Kj Qiᵀ and Pᵀ = 2^(c·(Sᵀ − m)), ℓ += colsum Pᵀ in registers; m rises lazily (kernels.h) */
+                    if (kr->qk_softmax_t(cols, rp, d, Kj, d, QiT, rp, ST, rp, c, m, l, alpha))
+                        kr->scale_rows(rows, d, O, d, alpha);             /* O = diag(α) O, only if m rose */
+                } else {
+                    kr->gemm_nn(cols, rp, d, Kj, d, 1, QiT, rp, ST, rp, 0); /* Sᵀ = Kj Qiᵀ (keys x queries) */
+                    if (!plain && fa_cpu_scores_t(p, ST, rp, rows, cols, i0, j0, hd.sq, hd.sk) == 0) continue;
+                    /* m_new = max(m, colmax Sᵀ); Pᵀ = 2^(c·(Sᵀ − m_new)); ℓ = α·ℓ + colsum Pᵀ, α = 2^(c·(m − m_new)) */
+                    kr->softmax_step_t(cols, rp, ST, rp, c, m, l, alpha);
+                    kr->scale_rows(rows, d, O, d, alpha);                 /* O = diag(α) O  */
+                }
                 kr->gemm_nn(rows, d, cols, ST, 1, rp, Vj, d, O, d, 1);    /* O += P Vj      */
             }
             for (int r = 0; r < rows; r++) {                              /* O /= ℓ, once   */

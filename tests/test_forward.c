@@ -92,7 +92,7 @@ int main(void) {
     c.opts.block_q = 4096, c.opts.block_k = 4096; /* larger than the sequence */
     t_run_forward(ctx, &c, ALL);
 
-    /* FLASH2 packs the K/V rows of up to 8 Q blocks once when a call has >= 32 Q blocks (src/cpu/tiles.c) */
+    /* FLASH2 packs the K/V rows of up to 16 Q blocks once when a call has >= 32 Q blocks (src/cpu/tiles.c) */
     c = t_case_laid(2, 200, 180, 3, 1, 40, F32, T_BSHD, T_BSHD, T_BSHD);
     c.opts.block_q = 8, c.opts.block_k = 24, c.opts.causal = 1;
     t_run_forward(ctx, &c, ALL);

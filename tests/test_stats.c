@@ -62,10 +62,10 @@ static io flash1_fwd(const fa_attn_opts *o, int64_t N, int64_t d, int64_t e, int
 }
 static io flash2_fwd(const fa_attn_opts *o, int64_t N, int64_t d, int64_t e, int Br, int Bc, int lse, int64_t heads) {
     /* per Q block: Qi once, then Kj, Vj for every K/V block from the first to the last it can see; O (+LSE) once.
-     * With ≥ 32 Q blocks in the call (heads = batch·Hq of them per head) the f32 path groups G = min(8, blocks/16) Q
+     * With ≥ 32 Q blocks in the call (heads = batch·Hq of them per head) the f32 path groups G = min(16, blocks/16) Q
      * blocks per work item and packs the K/V rows they visit once per group (read in the dtype, written as fp32;
      * the Kj, Vj reads are then fp32 too), here always within the 4 MiB pack limit. */
-    const int64_t Tr = (N + Br - 1) / Br, G = heads * Tr / 16 > 8 ? 8 : heads * Tr / 16;
+    const int64_t Tr = (N + Br - 1) / Br, G = heads * Tr / 16 > 16 ? 16 : heads * Tr / 16;
     const int64_t ekv = G > 1 ? 4 : e;
     io x = {N * d * e, N * d * e + (lse ? 4 * N : 0)};
     for (int64_t i0 = 0; i0 < N; i0 += Br) {
@@ -303,6 +303,7 @@ int main(void) {
     forward_models(FA_DTYPE_F16, 1, 90, 1, 1, 8, 32, 16, 1, 0);
     forward_models(FA_DTYPE_F32, 2, 100, 4, 2, 16, 8, 24, 1, 1);    /* 104 Q blocks: K/V packed per 6 of them */
     forward_models(FA_DTYPE_F16, 1, 130, 4, 1, 8, 4, 16, 0, 0);     /* 132 Q blocks: per 8, f16 -> fp32 pack */
+    forward_models(FA_DTYPE_F32, 1, 200, 8, 8, 8, 4, 32, 0, 1);     /* 400 Q blocks: per 16 */
     backward_models(FA_DTYPE_F32, 1, 64, 1, 1, 16, 16, 16);
     backward_models(FA_DTYPE_F32, 2, 70, 4, 2, 8, 32, 16);
     backward_models(FA_DTYPE_F16, 1, 45, 2, 1, 24, 16, 32);

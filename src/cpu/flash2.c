@@ -109,6 +109,41 @@ static void pack_kv(const fa_problem *p, const fa_head *hd, int64_t a, int64_t z
     io->written += 2 * (int64_t)n * d * 4;
 }
 
+/* Keys [*k0, *k1) of the tile j0.. (cols keys) that some query of rows [a, b) of the Q block i0.. can see. */
+static void tile_keys(const fa_problem *p, const fa_head *hd, int64_t i0, int a, int b, int64_t j0, int cols, int *k0,
+                      int *k1) {
+    int64_t lo, hi;
+    fa_cpu_block_keys(p, hd->sq, hd->sk, i0 + a, i0 + b, &lo, &hi);
+    *k0 = lo - j0 < 0 ? 0 : lo - j0 > cols ? cols : (int)(lo - j0);
+    *k1 = hi - j0 < *k0 ? *k0 : hi - j0 > cols ? cols : (int)(hi - j0);
+}
+
+/* Sᵀ = Kj Qiᵀ on a masked tile, per 64-query panel only over the keys the panel can see (the causal diagonal tile:
+ * ~¾ of the work); the rest of a panel is left for fa_cpu_scores_t to mask (padded query columns stay unset). */
+static void masked_qk(const fa_problem *p, const fa_cpu_kernels *kr, const fa_head *hd, int64_t i0, int rows, int rp,
+                      int64_t j0, int cols, const float *Kj, const float *QiT, float *ST) {
+    const int d = (int)p->d;
+    for (int q0 = 0; q0 < rp; q0 += 64) {
+        const int nq = rp - q0 < 64 ? rp - q0 : 64;
+        int k0 = 0, k1 = 0;
+        if (q0 < rows) tile_keys(p, hd, i0, q0, q0 + nq < rows ? q0 + nq : rows, j0, cols, &k0, &k1);
+        if (k1 > k0) kr->gemm_nn(k1 - k0, nq, d, Kj + (int64_t)k0 * d, d, 1, QiT + q0, rp, ST + (int64_t)k0 * rp + q0, rp, 0);
+    }
+}
+
+/* O += P Vj on a masked tile, per 48-row chunk only over the keys the chunk can see (P = 0 elsewhere). */
+static void masked_pv(const fa_problem *p, const fa_cpu_kernels *kr, const fa_head *hd, int64_t i0, int rows, int rp,
+                      int64_t j0, int cols, const float *ST, const float *Vj, float *O) {
+    const int d = (int)p->d;
+    for (int r0 = 0; r0 < rows; r0 += 48) {
+        const int nr = rows - r0 < 48 ? rows - r0 : 48;
+        int k0, k1;
+        tile_keys(p, hd, i0, r0, r0 + nr, j0, cols, &k0, &k1);
+        if (k1 > k0)
+            kr->gemm_nn(nr, d, k1 - k0, ST + (int64_t)k0 * rp + r0, 1, rp, Vj + (int64_t)k0 * d, d, O + (int64_t)r0 * d, d, 1);
+    }
+}
+
 fa_status fa_cpu_flash2_forward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
     const fa_cpu_kernels *kr = ctx->kernels;
     if (p->dtype == FA_DTYPE_BF16 && kr->bf16_dot && p->d % 2 == 0) return flash2_forward_bf16(ctx, p, st);
@@ -180,13 +215,15 @@ fa_status fa_cpu_flash2_forward(fa_context *ctx, const fa_problem *p, fa_stats *
                     if (kr->qk_softmax_t(cols, rp, d, Kj, d, QiT, rp, ST, rp, c, m, l, alpha))
                         kr->scale_rows(rows, d, O, d, alpha);             /* O = diag(α) O, only if m rose */
                 } else {
-                    kr->gemm_nn(cols, rp, d, Kj, d, 1, QiT, rp, ST, rp, 0); /* Sᵀ = Kj Qiᵀ (keys x queries) */
+                    if (plain) kr->gemm_nn(cols, rp, d, Kj, d, 1, QiT, rp, ST, rp, 0); /* Sᵀ = Kj Qiᵀ */
+                    else masked_qk(p, kr, &hd, i0, rows, rp, j0, cols, Kj, QiT, ST);
                     if (!plain && fa_cpu_scores_t(p, ST, rp, rows, cols, i0, j0, hd.sq, hd.sk) == 0) continue;
                     /* m_new = max(m, colmax Sᵀ); Pᵀ = 2^(c·(Sᵀ − m_new)); ℓ = α·ℓ + colsum Pᵀ, α = 2^(c·(m − m_new)) */
                     kr->softmax_step_t(cols, rp, ST, rp, c, m, l, alpha);
                     kr->scale_rows(rows, d, O, d, alpha);                 /* O = diag(α) O  */
                 }
-                kr->gemm_nn(rows, d, cols, ST, 1, rp, Vj, d, O, d, 1);    /* O += P Vj      */
+                if (plain) kr->gemm_nn(rows, d, cols, ST, 1, rp, Vj, d, O, d, 1); /* O += P Vj */
+                else masked_pv(p, kr, &hd, i0, rows, rp, j0, cols, ST, Vj, O);
             }
             for (int r = 0; r < rows; r++) {                              /* O /= ℓ, once   */
                 alpha[r] = l[r] > 0 ? 1.0f / l[r] : 0.0f;

@@ -154,7 +154,9 @@ fa_status fa_cpu_flash2_forward(fa_context *ctx, const fa_problem *p, fa_stats *
     const int64_t tr = (p->sq_max + br - 1) / br;
     fa_cpu_kv_pack(p, tr, bc, &group, &seg);
     const int brp = fa_pad16(br);                     /* queries of a transposed tile, padded to whole zmm */
-    const int64_t sk_tiles = (p->sk_max + bc - 1) / bc * bc, kvrows = seg > bc ? (seg < sk_tiles ? seg : sk_tiles) : bc;
+    /* rows of the pack buffer: none (one K/V tile) when no item's keys can fit, as without a mask beyond seg keys */
+    const int64_t sk_tiles = (p->sk_max + bc - 1) / bc * bc;
+    const int64_t kvrows = seg <= bc || (p->wl < 0 && p->wr < 0 && sk_tiles > seg) ? bc : seg < sk_tiles ? seg : sk_tiles;
     const size_t tq = fa_align64((size_t)brp * d * 4), tkv = fa_align64((size_t)kvrows * d * 4);
     const size_t ts = fa_align64((size_t)brp * bc * 4), tv = fa_align64((size_t)brp * 4);
     fa_cpu_ws w;

@@ -196,6 +196,40 @@ static void check_elementwise(const fa_cpu_kernels *K) {
         report(K->isa, "softmax_step_t masked column", el, 0);
         free(St); free(St2); free(S2copy);
     }
+    /* qk_softmax_t (tables that have it): two blocks of wide scores, so that m rises inside and across blocks;
+     * checked through its invariants P·2^(c·m) = 2^(c·S), ℓ·2^(c·m) = Σ 2^(c·S), alpha = 2^(c·(m_before − m)) */
+    if (K->qk_softmax_t) {
+        const int nk = 29, nq = 35, d = 20, ldk = 23, ldq = 40, lds = 41;
+        float *Kb = fbuf((size_t)2 * nk * ldk), *QT = fbuf((size_t)d * ldq), *P = fbuf((size_t)nk * lds);
+        for (int i = 0; i < 2 * nk * ldk; i++) Kb[i] *= 6.0f;
+        float m[64], l[64], al[64], m0[64];
+        double L[64], ep = 0, el = 0, ea = 0, pmax = 0;
+        for (int q = 0; q < nq; q++) m[q] = -INFINITY, l[q] = 0, L[q] = 0;
+        const float c = 0.5f;
+        int rose[2];
+        for (int blk = 0; blk < 2; blk++) {
+            const float *Kj = Kb + (size_t)blk * nk * ldk;
+            memcpy(m0, m, sizeof m0);
+            rose[blk] = K->qk_softmax_t(nk, nq, d, Kj, ldk, QT, ldq, P, lds, c, m, l, al);
+            for (int q = 0; q < nq; q++) {
+                for (int r = 0; r < nk; r++) {
+                    double sr = 0;
+                    for (int x = 0; x < d; x++) sr += (double)Kj[r * ldk + x] * QT[x * ldq + q];
+                    double e = exp2((double)c * sr);
+                    L[q] += e;
+                    ep = fmax(ep, fabs(P[r * lds + q] * exp2((double)c * m[q]) / e - 1));
+                    pmax = fmax(pmax, P[r * lds + q]);
+                }
+                el = fmax(el, fabs(l[q] * exp2((double)c * m[q]) / L[q] - 1));
+                ea = fmax(ea, fabs(al[q] - (isinf(m0[q]) ? 0 : exp2((double)c * ((double)m0[q] - m[q])))));
+            }
+        }
+        report(K->isa, "qk_softmax_t P (rel)", ep, 1e-5);
+        report(K->isa, "qk_softmax_t l (rel)", el, 1e-5);
+        report(K->isa, "qk_softmax_t alpha (abs)", ea, 1e-6);
+        report(K->isa, "qk_softmax_t P <= 2^slack, rose", pmax <= exp2(FA_SOFTMAX_SLACK) * 1.001 && rose[0] ? 0 : 1, 0);
+        free(Kb); free(QT); free(P);
+    }
     /* ds_rows, scale_rows */
     {
         float *P = fbuf((size_t)rows * ld), *dP = fbuf((size_t)rows * ld), *dP0 = malloc(sizeof(float) * rows * ld);

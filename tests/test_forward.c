@@ -67,6 +67,11 @@ int main(void) {
     c = t_case_laid(1, 113, 113, 2, 2, 64, F32, T_BSHD, T_BSHD, T_BSHD);
     c.opts.scale = 0.3f;
     t_run_forward(ctx, &c, ALL);
+    /* wide logits (c·S spans ~±60 in log2 units) over many K/V blocks: FLASH2's lazily raised maximum rises
+     * inside and across blocks (kernels.h qk_softmax_t) */
+    c = t_case_laid(1, 150, 300, 2, 2, 64, F32, T_BSHD, T_BSHD, T_BSHD);
+    c.opts.scale = 0.5f, c.opts.block_k = 16, c.sigma = 2;
+    t_run_forward(ctx, &c, ALL);
     c = t_case_laid(1, 65, 77, 2, 2, 16, BF16, T_BSHD, T_BSHD, T_BSHD);
     c.opts.scale = -0.2f;
     t_run_forward(ctx, &c, ALL);
@@ -85,6 +90,14 @@ int main(void) {
     t_run_forward(ctx, &c, ALL);
     c = t_case_laid(1, 50, 30, 1, 1, 8, F32, T_BSHD, T_BSHD, T_BSHD);
     c.opts.block_q = 4096, c.opts.block_k = 4096; /* larger than the sequence */
+    t_run_forward(ctx, &c, ALL);
+
+    /* FLASH2 packs the K/V rows of up to 16 Q blocks once when a call has >= 32 Q blocks (src/cpu/tiles.c) */
+    c = t_case_laid(2, 200, 180, 3, 1, 40, F32, T_BSHD, T_BSHD, T_BSHD);
+    c.opts.block_q = 8, c.opts.block_k = 24, c.opts.causal = 1;
+    t_run_forward(ctx, &c, ALL);
+    c = t_case_laid(1, 150, 170, 4, 2, 24, F16, T_STRIDED, T_BHSD, T_STRIDED);
+    c.opts.block_q = 8, c.opts.block_k = 16, c.opts.window_left = 20, c.opts.window_right = 5;
     t_run_forward(ctx, &c, ALL);
 
     /* the big ones: few */

@@ -60,15 +60,27 @@ static io flash1_fwd(const fa_attn_opts *o, int64_t N, int64_t d, int64_t e, int
     if (lse) x.r += 8 * N, x.w += 4 * N;
     return x;
 }
-static io flash2_fwd(const fa_attn_opts *o, int64_t N, int64_t d, int64_t e, int Br, int Bc, int lse) {
-    /* per Q block: Qi once, then Kj, Vj for every K/V block from the first to the last it can see; O (+LSE) once */
+static io flash2_fwd(const fa_attn_opts *o, int64_t N, int64_t d, int64_t e, int Br, int Bc, int lse, int64_t heads) {
+    /* per Q block: Qi once, then Kj, Vj for every K/V block from the first to the last it can see; O (+LSE) once.
+     * With ≥ 32 Q blocks in the call (heads = batch·Hq of them per head) the f32 path groups G = min(16, blocks/16) Q
+     * blocks per work item and packs the K/V rows they visit once per group (read in the dtype, written as fp32;
+     * the Kj, Vj reads are then fp32 too), here always within the 4 MiB pack limit. */
+    const int64_t Tr = (N + Br - 1) / Br, G = heads * Tr / 16 > 16 ? 16 : heads * Tr / 16;
+    const int64_t ekv = G > 1 ? 4 : e;
     io x = {N * d * e, N * d * e + (lse ? 4 * N : 0)};
     for (int64_t i0 = 0; i0 < N; i0 += Br) {
         int rows = (int)(N - i0 < Br ? N - i0 : Br);
         int64_t lo, hi, l2, h2;
         key_range(o, N, N, i0, &lo, &hi);
         key_range(o, N, N, i0 + rows - 1, &l2, &h2);
-        for (int64_t j0 = lo / Bc * Bc; j0 < h2; j0 += Bc) x.r += 2 * d * e * (N - j0 < Bc ? N - j0 : Bc);
+        for (int64_t j0 = lo / Bc * Bc; j0 < h2; j0 += Bc) x.r += 2 * d * ekv * (N - j0 < Bc ? N - j0 : Bc);
+        if (G > 1 && (i0 / Br) % G == 0) { /* the group's pack: its first block's first key tile to its last key */
+            int64_t last = i0 + G * Br < N ? i0 + G * Br - 1 : N - 1, l3, h3;
+            key_range(o, N, N, last, &l3, &h3);
+            int64_t klo = lo / Bc * Bc, khi = klo + (h3 - klo + Bc - 1) / Bc * Bc;
+            if (khi > N) khi = N;
+            x.r += 2 * d * e * (khi - klo), x.w += 2 * d * 4 * (khi - klo);
+        }
     }
     return x;
 }
@@ -200,7 +212,7 @@ static void forward_models(fa_dtype dt, int64_t b, int64_t n, int64_t hq, int64_
     o.algo = FA_ALGO_FLASH2;
     s = forward(&r, &o, with_lse);
     check_common(&s, FA_ALGO_FLASH2, 0, br < n ? br : (int)n, bc < n ? bc : (int)n, flops);
-    m = flash2_fwd(&o, n, d, e, br, bc, with_lse);
+    m = flash2_fwd(&o, n, d, e, br, bc, with_lse, b * hq);
     m.r *= heads, m.w *= heads;
     check_io("flash2", &s, m);
     teardown(&r);
@@ -251,7 +263,7 @@ static void ordering(int64_t n, int64_t d) {
             const int64_t Tr = (n + s.block_q - 1) / s.block_q;
             io m = algos[i] == FA_ALGO_STANDARD ? standard_fwd(n, d, 4, Tr, 1)
                  : algos[i] == FA_ALGO_FLASH1   ? flash1_fwd(&o, n, d, 4, s.block_q, s.block_k, 1)
-                                                : flash2_fwd(&o, n, d, 4, s.block_q, s.block_k, 1);
+                                                : flash2_fwd(&o, n, d, 4, s.block_q, s.block_k, 1, 2);
             m.r *= 2, m.w *= 2;
             check_io(fa_algo_name(algos[i]), &s, m);
         }
@@ -289,6 +301,9 @@ int main(void) {
     forward_models(FA_DTYPE_BF16, 1, 50, 1, 1, 64, 64, 8, 0, 1);
     forward_models(FA_DTYPE_F32, 1, 96, 2, 2, 16, 16, 16, 1, 1);   /* causal: fully masked blocks are skipped */
     forward_models(FA_DTYPE_F16, 1, 90, 1, 1, 8, 32, 16, 1, 0);
+    forward_models(FA_DTYPE_F32, 2, 100, 4, 2, 16, 8, 24, 1, 1);    /* 104 Q blocks: K/V packed per 6 of them */
+    forward_models(FA_DTYPE_F16, 1, 130, 4, 1, 8, 4, 16, 0, 0);     /* 132 Q blocks: per 8, f16 -> fp32 pack */
+    forward_models(FA_DTYPE_F32, 1, 200, 8, 8, 8, 4, 32, 0, 1);     /* 400 Q blocks: per 16 */
     backward_models(FA_DTYPE_F32, 1, 64, 1, 1, 16, 16, 16);
     backward_models(FA_DTYPE_F32, 2, 70, 4, 2, 8, 32, 16);
     backward_models(FA_DTYPE_F16, 1, 45, 2, 1, 24, 16, 32);

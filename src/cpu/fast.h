@@ -12,6 +12,10 @@
  * L1/L2 sizes at run time); clipped to the sequence. */
 void fa_cpu_tiles(const fa_problem *p, int *br, int *bc);
 
+/* FLASH2 forward K/V packing for tr Q blocks of Bc-key tiles: *group = Q blocks per work item (they share one
+ * packed copy of the K/V rows they visit), *seg = most keys packed at once (a multiple of bc; 0 with group = 1: no packing). */
+void fa_cpu_kv_pack(const fa_problem *p, int64_t tr, int bc, int *group, int *seg);
+
 /* Round up to a multiple of 16 floats (one zmm): the padded query count of a transposed tile. */
 static inline int fa_pad16(int n) { return (n + 15) & ~15; }
 

@@ -99,67 +99,142 @@ static fa_status flash2_forward_bf16(fa_context *ctx, const fa_problem *p, fa_st
     return FA_OK;
 }
 
+/* Kj, Vj rows [a, z) of a head, converted to fp32 and packed contiguously ([z − a][d] each) into the thread's
+ * workspace: counted as read from the tensors and written to slow memory. */
+static void pack_kv(const fa_problem *p, const fa_head *hd, int64_t a, int64_t z, float *Kp, float *Vp, fa_io *io) {
+    const int d = (int)p->d, n = (int)(z - a);
+    const size_t es = fa_dtype_size(p->dtype);
+    fa_tile_load(Kp, d, (const char *)hd->k + a * hd->ldk * es, p->dtype, hd->ldk, n, d, io);
+    fa_tile_load(Vp, d, (const char *)hd->v + a * hd->ldv * es, p->dtype, hd->ldv, n, d, io);
+    io->written += 2 * (int64_t)n * d * 4;
+}
+
+/* Keys [*k0, *k1) of the tile j0.. (cols keys) that some query of rows [a, b) of the Q block i0.. can see. */
+static void tile_keys(const fa_problem *p, const fa_head *hd, int64_t i0, int a, int b, int64_t j0, int cols, int *k0,
+                      int *k1) {
+    int64_t lo, hi;
+    fa_cpu_block_keys(p, hd->sq, hd->sk, i0 + a, i0 + b, &lo, &hi);
+    *k0 = lo - j0 < 0 ? 0 : lo - j0 > cols ? cols : (int)(lo - j0);
+    *k1 = hi - j0 < *k0 ? *k0 : hi - j0 > cols ? cols : (int)(hi - j0);
+}
+
+/* Sᵀ = Kj Qiᵀ on a masked tile, per 64-query panel only over the keys the panel can see (the causal diagonal tile:
+ * ~¾ of the work); the rest of a panel is left for fa_cpu_scores_t to mask (padded query columns stay unset). */
+static void masked_qk(const fa_problem *p, const fa_cpu_kernels *kr, const fa_head *hd, int64_t i0, int rows, int rp,
+                      int64_t j0, int cols, const float *Kj, const float *QiT, float *ST) {
+    const int d = (int)p->d;
+    for (int q0 = 0; q0 < rp; q0 += 64) {
+        const int nq = rp - q0 < 64 ? rp - q0 : 64;
+        int k0 = 0, k1 = 0;
+        if (q0 < rows) tile_keys(p, hd, i0, q0, q0 + nq < rows ? q0 + nq : rows, j0, cols, &k0, &k1);
+        if (k1 > k0) kr->gemm_nn(k1 - k0, nq, d, Kj + (int64_t)k0 * d, d, 1, QiT + q0, rp, ST + (int64_t)k0 * rp + q0, rp, 0);
+    }
+}
+
+/* O += P Vj on a masked tile, per 48-row chunk only over the keys the chunk can see (P = 0 elsewhere). */
+static void masked_pv(const fa_problem *p, const fa_cpu_kernels *kr, const fa_head *hd, int64_t i0, int rows, int rp,
+                      int64_t j0, int cols, const float *ST, const float *Vj, float *O) {
+    const int d = (int)p->d;
+    for (int r0 = 0; r0 < rows; r0 += 48) {
+        const int nr = rows - r0 < 48 ? rows - r0 : 48;
+        int k0, k1;
+        tile_keys(p, hd, i0, r0, r0 + nr, j0, cols, &k0, &k1);
+        if (k1 > k0)
+            kr->gemm_nn(nr, d, k1 - k0, ST + (int64_t)k0 * rp + r0, 1, rp, Vj + (int64_t)k0 * d, d, O + (int64_t)r0 * d, d, 1);
+    }
+}
+
 fa_status fa_cpu_flash2_forward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
     const fa_cpu_kernels *kr = ctx->kernels;
     if (p->dtype == FA_DTYPE_BF16 && kr->bf16_dot && p->d % 2 == 0) return flash2_forward_bf16(ctx, p, st);
     const int d = (int)p->d;
     const size_t es = fa_dtype_size(p->dtype);
-    int br, bc;
+    int br, bc, group, seg;
     fa_cpu_tiles(p, &br, &bc);
+    const int64_t tr = (p->sq_max + br - 1) / br;
+    fa_cpu_kv_pack(p, tr, bc, &group, &seg);
     const int brp = fa_pad16(br);                     /* queries of a transposed tile, padded to whole zmm */
-    const size_t tq = fa_align64((size_t)brp * d * 4), tk = fa_align64((size_t)bc * d * 4);
+    /* rows of the pack buffer: none (one K/V tile) when no item's keys can fit, as without a mask beyond seg keys */
+    const int64_t sk_tiles = (p->sk_max + bc - 1) / bc * bc;
+    const int64_t kvrows = seg <= bc || (p->wl < 0 && p->wr < 0 && sk_tiles > seg) ? bc : seg < sk_tiles ? seg : sk_tiles;
+    const size_t tq = fa_align64((size_t)brp * d * 4), tkv = fa_align64((size_t)kvrows * d * 4);
     const size_t ts = fa_align64((size_t)brp * bc * 4), tv = fa_align64((size_t)brp * 4);
     fa_cpu_ws w;
-    if (fa_cpu_ws_get(ctx, 3 * tq + 2 * tk + ts + 4 * tv, 0, &w)) return FA_ERR_OUT_OF_MEMORY;
-    const int64_t tr = (p->sq_max + br - 1) / br, items = p->batch * p->hq * tr;
+    if (fa_cpu_ws_get(ctx, 3 * tq + 2 * tkv + ts + 4 * tv, 0, &w)) return FA_ERR_OUT_OF_MEMORY;
+    const int64_t tg = (tr + group - 1) / group, items = p->batch * p->hq * tg;
     /* softmax in base 2 with the scale folded in: P = 2^(c·S − c·m) (CPU_NOTES §4); a negative scale is moved
      * into Qi's packing so that c > 0 and m is a max; with softcap the tile holds the capped (scaled) scores */
     const float sgn = p->scale < 0 ? -1.0f : 1.0f, unit = p->softcap > 0 ? 1.0f : fabsf(p->scale);
     const float c = unit * FA_LOG2E;
 
+    /* One work item = `group` consecutive Q blocks of one (sequence, head). With group > 1 the K/V rows the item
+     * visits are packed once (fp32, contiguous, at most seg keys) and shared by its Q blocks: the strided rows of a
+     * BSHD tensor are a TLB miss each (one 4 KiB page per row), which made the per-block copy ~8 % of the time.
+     * Otherwise each K/V block is loaded into the fast tiles Kp, Vp as it is visited. */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(w.threads)
     for (int64_t it = 0; it < items; it++) {
         const int t = fa_thread_id();
         char *mem = fa_cpu_ws_thread(&w, t);
         float *Qi = (float *)mem, *QiT = (float *)(mem + tq), *O = (float *)(mem + 2 * tq);
-        float *Kj = (float *)(mem + 3 * tq), *Vj = (float *)(mem + 3 * tq + tk), *ST = (float *)(mem + 3 * tq + 2 * tk);
-        float *m = (float *)(mem + 3 * tq + 2 * tk + ts), *l = m + tv / 4, *alpha = l + tv / 4, *lse = alpha + tv / 4;
+        float *Kp = (float *)(mem + 3 * tq), *Vp = (float *)(mem + 3 * tq + tkv), *ST = (float *)(mem + 3 * tq + 2 * tkv);
+        float *m = (float *)(mem + 3 * tq + 2 * tkv + ts), *l = m + tv / 4, *alpha = l + tv / 4, *lse = alpha + tv / 4;
         fa_io *io = &w.io[t];
         /* last Q blocks first: under a causal mask they are the longest (load balance) */
-        const int64_t b = it / (p->hq * tr), h = (it / tr) % p->hq, i = tr - 1 - it % tr;
+        const int64_t b = it / (p->hq * tg), h = (it / tg) % p->hq, g = tg - 1 - it % tg;
         fa_head hd;
         fa_cpu_head(p, b, h, &hd);
-        const int64_t i0 = i * br;
-        if (i0 >= hd.sq) continue;
-        const int rows = (int)(hd.sq - i0 < br ? hd.sq - i0 : br), rp = fa_pad16(rows);
-
-        fa_tile_load(Qi, d, (const char *)hd.q + i0 * hd.ldq * es, p->dtype, hd.ldq, rows, d, io);
-        memset(Qi + (int64_t)rows * d, 0, (size_t)(rp - rows) * d * 4);
-        kr->pack_t(rp, d, Qi, d, QiT, rp, sgn);                           /* Qiᵀ [d][rp], once per Q block */
-        for (int r = 0; r < rp; r++) { m[r] = -INFINITY; l[r] = 0; }
-        memset(O, 0, (size_t)rows * d * 4);
-        int64_t lo, hi;
-        fa_cpu_block_keys(p, hd.sq, hd.sk, i0, i0 + rows, &lo, &hi);
-        for (int64_t j0 = lo / bc * bc; j0 < hi; j0 += bc) {
-            const int cols = (int)(hd.sk - j0 < bc ? hd.sk - j0 : bc);
-            fa_tile_load(Kj, d, (const char *)hd.k + j0 * hd.ldk * es, p->dtype, hd.ldk, cols, d, io);
-            fa_tile_load(Vj, d, (const char *)hd.v + j0 * hd.ldv * es, p->dtype, hd.ldv, cols, d, io);
-            kr->gemm_nn(cols, rp, d, Kj, d, 1, QiT, rp, ST, rp, 0);       /* Sᵀ = Kj Qiᵀ (keys x queries) */
-            if ((p->softcap > 0 || fa_cpu_tile_needs_mask(p, hd.sq, hd.sk, i0, rows, j0, cols)) &&
-                fa_cpu_scores_t(p, ST, rp, rows, cols, i0, j0, hd.sq, hd.sk) == 0)
-                continue;
-            /* m_new = max(m, colmax Sᵀ); Pᵀ = 2^(c·(Sᵀ − m_new)); ℓ = α·ℓ + colsum Pᵀ, α = 2^(c·(m − m_new)) */
-            kr->softmax_step_t(cols, rp, ST, rp, c, m, l, alpha);
-            kr->scale_rows(rows, d, O, d, alpha);                         /* O = diag(α) O  */
-            kr->gemm_nn(rows, d, cols, ST, 1, rp, Vj, d, O, d, 1);        /* O += P Vj      */
+        const int64_t ib = g * group, ie = (hd.sq + br - 1) / br < ib + group ? (hd.sq + br - 1) / br : ib + group;
+        if (ib >= ie) continue;
+        int64_t klo, khi, lo, hi;
+        fa_cpu_block_keys(p, hd.sq, hd.sk, ib * br, ib * br + 1, &klo, &hi);
+        fa_cpu_block_keys(p, hd.sq, hd.sk, (ie - 1) * br, hd.sq < ie * br ? hd.sq : ie * br, &lo, &khi);
+        klo = klo / bc * bc;
+        khi = klo + (khi - klo + bc - 1) / bc * bc < hd.sk ? klo + (khi - klo + bc - 1) / bc * bc : hd.sk; /* whole tiles */
+        const int packed = group > 1 && khi - klo <= kvrows;                 /* one pack for the whole item */
+        if (packed && khi > klo) pack_kv(p, &hd, klo, khi, Kp, Vp, io);
+        for (int64_t i = ib; i < ie; i++) {
+            const int64_t i0 = i * br;
+            const int rows = (int)(hd.sq - i0 < br ? hd.sq - i0 : br), rp = fa_pad16(rows);
+            fa_tile_load(Qi, d, (const char *)hd.q + i0 * hd.ldq * es, p->dtype, hd.ldq, rows, d, io);
+            memset(Qi + (int64_t)rows * d, 0, (size_t)(rp - rows) * d * 4);
+            kr->pack_t(rp, d, Qi, d, QiT, rp, sgn);                       /* Qiᵀ [d][rp], once per Q block */
+            for (int r = 0; r < rp; r++) { m[r] = -INFINITY; l[r] = 0; }
+            memset(O, 0, (size_t)rows * d * 4);
+            fa_cpu_block_keys(p, hd.sq, hd.sk, i0, i0 + rows, &lo, &hi);
+            for (int64_t j0 = lo / bc * bc; j0 < hi; j0 += bc) {
+                const int cols = (int)(hd.sk - j0 < bc ? hd.sk - j0 : bc);
+                const float *Kj = Kp, *Vj = Vp;
+                if (packed) {
+                    Kj = Kp + (j0 - klo) * d, Vj = Vp + (j0 - klo) * d;
+                    io->read += 2 * (int64_t)cols * d * 4;                /* Kj, Vj from the packed rows */
+                } else {
+                    fa_tile_load(Kp, d, (const char *)hd.k + j0 * hd.ldk * es, p->dtype, hd.ldk, cols, d, io);
+                    fa_tile_load(Vp, d, (const char *)hd.v + j0 * hd.ldv * es, p->dtype, hd.ldv, cols, d, io);
+                }
+                const int plain = p->softcap == 0 && !fa_cpu_tile_needs_mask(p, hd.sq, hd.sk, i0, rows, j0, cols);
+                if (plain && kr->qk_softmax_t) {
+                    /* Sᵀ = Kj Qiᵀ and Pᵀ = 2^(c·(Sᵀ − m)), ℓ += colsum Pᵀ in registers; m rises lazily (kernels.h) */
+                    if (kr->qk_softmax_t(cols, rp, d, Kj, d, QiT, rp, ST, rp, c, m, l, alpha))
+                        kr->scale_rows(rows, d, O, d, alpha);             /* O = diag(α) O, only if m rose */
+                } else {
+                    if (plain) kr->gemm_nn(cols, rp, d, Kj, d, 1, QiT, rp, ST, rp, 0); /* Sᵀ = Kj Qiᵀ */
+                    else masked_qk(p, kr, &hd, i0, rows, rp, j0, cols, Kj, QiT, ST);
+                    if (!plain && fa_cpu_scores_t(p, ST, rp, rows, cols, i0, j0, hd.sq, hd.sk) == 0) continue;
+                    /* m_new = max(m, colmax Sᵀ); Pᵀ = 2^(c·(Sᵀ − m_new)); ℓ = α·ℓ + colsum Pᵀ, α = 2^(c·(m − m_new)) */
+                    kr->softmax_step_t(cols, rp, ST, rp, c, m, l, alpha);
+                    kr->scale_rows(rows, d, O, d, alpha);                 /* O = diag(α) O  */
+                }
+                if (plain) kr->gemm_nn(rows, d, cols, ST, 1, rp, Vj, d, O, d, 1); /* O += P Vj */
+                else masked_pv(p, kr, &hd, i0, rows, rp, j0, cols, ST, Vj, O);
+            }
+            for (int r = 0; r < rows; r++) {                              /* O /= ℓ, once   */
+                alpha[r] = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+                lse[r] = l[r] > 0 ? m[r] * unit + logf(l[r]) : -INFINITY; /* scale·max S + ln ℓ */
+            }
+            kr->scale_rows(rows, d, O, d, alpha);
+            fa_tile_store((char *)hd.o + i0 * hd.ldo * es, p->dtype, hd.ldo, O, d, rows, d, io);
+            if (hd.lse) fa_vec_store(hd.lse + i0, lse, rows, io);
         }
-        for (int r = 0; r < rows; r++) {                                  /* O /= ℓ, once   */
-            alpha[r] = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-            lse[r] = l[r] > 0 ? m[r] * unit + logf(l[r]) : -INFINITY; /* scale·max S + ln ℓ */
-        }
-        kr->scale_rows(rows, d, O, d, alpha);
-        fa_tile_store((char *)hd.o + i0 * hd.ldo * es, p->dtype, hd.ldo, O, d, rows, d, io);
-        if (hd.lse) fa_vec_store(hd.lse + i0, lse, rows, io);
     }
     fa_cpu_ws_finish(&w, st, "cpu.flash2", br, bc, w.per * (size_t)w.threads);
     return FA_OK;

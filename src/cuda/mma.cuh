@@ -1,5 +1,5 @@
-/* The few PTX wrappers the CUDA kernels need (sm_80+ instructions, run on sm_90a): cp.async, ldmatrix,
- * mma.sync m16n8k16 with fp32 accumulators, and packing two floats into one 16-bit pair.
+/* The few PTX wrappers the CUDA kernels need (sm_80+ instructions, and sm_90 stmatrix, run on sm_90a): cp.async,
+ * ldmatrix/stmatrix, mma.sync m16n8k16 with fp32 accumulators, and packing two floats into one 16-bit pair.
  *
  * Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16"); g = lane / 4, t = lane % 4:
  *   A 16x16: a[0] = (g, 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 8+2t..), a[3] = (g+8, 8+2t..)
@@ -49,9 +49,6 @@ FA_DEV void fa_stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0), "r"(r1),
                  "r"(r2), "r"(r3));
 }
-
-/* 32-bit store to a shared-space address (32-bit, unlike a generic pointer's 64). */
-FA_DEV void fa_st_shared32(uint32_t addr, uint32_t v) { asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v)); }
 
 /* Four 8x8 b16 matrices; lane l gives the row address (shared-space byte address) of matrix l / 8. */
 FA_DEV void fa_ldmatrix_x4(uint32_t r[4], uint32_t addr) {

@@ -7,6 +7,7 @@
  *
  * Not a test (timings are not asserted); built by bench/CMakeLists.txt, run by scripts/bench-cpu.sh. */
 #include "cpu/kernels.h"
+#include "cpu/kernels_portable.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -39,17 +40,9 @@ static float *fbuf(size_t n) {
     for (size_t i = 0; i < n; i++) p[i] = frand();
     return p;
 }
-static float bf16r(float x) { /* round to bf16 (nearest even) */
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
 static uint16_t bf16bits(float x) {
     uint32_t u;
-    x = bf16r(x);
+    x = fa_port_bf16(x);
     memcpy(&u, &x, 4);
     return (uint16_t)(u >> 16);
 }
@@ -63,6 +56,19 @@ static void report(const char *isa, const char *what, double err, double tol) {
 
 /* ---- correctness ---- */
 
+/* max |C − (C0 +) A·B| in double, A(i, p) = A[i·ars + p·acs], B(p, j) = B[p·brs + j·bcs]; C0 NULL = no accumulate. */
+static double gemm_err(int m, int n, int k, const float *A, int ars, int acs, const float *B, int brs, int bcs,
+                       const float *C0, const float *C, int ldc) {
+    double e = 0;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double r = C0 ? C0[i * ldc + j] : 0;
+            for (int p = 0; p < k; p++) r += (double)A[i * ars + p * acs] * B[p * brs + j * bcs];
+            e = fmax(e, fabs(r - C[i * ldc + j]));
+        }
+    return e;
+}
+
 static void check_gemms(const fa_cpu_kernels *K) {
     static const int shapes[][3] = {{1, 1, 1}, {7, 13, 5}, {64, 64, 128}, {13, 70, 33}, {6, 64, 64}, {67, 129, 17}, {5, 300, 260}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -72,44 +78,23 @@ static void check_gemms(const fa_cpu_kernels *K) {
         float *At = fbuf((size_t)k * ldat), *C = fbuf((size_t)m * ldc), *C0 = malloc(sizeof(float) * m * ldc);
         memcpy(C0, C, sizeof(float) * m * ldc);
         char name[64];
-        double e1 = 0, e2 = 0, e3 = 0, e4 = 0;
         /* abt */
         K->gemm_abt(m, n, k, A, lda, Bt, ldbt, C, ldc);
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) {
-                double r = 0;
-                for (int p = 0; p < k; p++) r += (double)A[i * lda + p] * Bt[j * ldbt + p];
-                e1 = fmax(e1, fabs(r - C[i * ldc + j]));
-            }
+        const double e1 = gemm_err(m, n, k, A, lda, 1, Bt, 1, ldbt, NULL, C, ldc);
         /* ab_acc */
         memcpy(C, C0, sizeof(float) * m * ldc);
         K->gemm_ab_acc(m, n, k, A, lda, B, ldb, C, ldc);
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) {
-                double r = C0[i * ldc + j];
-                for (int p = 0; p < k; p++) r += (double)A[i * lda + p] * B[p * ldb + j];
-                e2 = fmax(e2, fabs(r - C[i * ldc + j]));
-            }
+        const double e2 = gemm_err(m, n, k, A, lda, 1, B, ldb, 1, C0, C, ldc);
         /* atb_acc */
         memcpy(C, C0, sizeof(float) * m * ldc);
         K->gemm_atb_acc(m, n, k, At, ldat, B, ldb, C, ldc);
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) {
-                double r = C0[i * ldc + j];
-                for (int p = 0; p < k; p++) r += (double)At[p * ldat + i] * B[p * ldb + j];
-                e3 = fmax(e3, fabs(r - C[i * ldc + j]));
-            }
+        const double e3 = gemm_err(m, n, k, At, 1, ldat, B, ldb, 1, C0, C, ldc);
         /* gemm_nn, acc = 0, Aᵀ addressing; the padding column after n must stay untouched */
         memcpy(C, C0, sizeof(float) * m * ldc);
         K->gemm_nn(m, n, k, At, 1, ldat, B, ldb, C, ldc, 0);
-        for (int i = 0; i < m; i++) {
-            for (int j = 0; j < n; j++) {
-                double r = 0;
-                for (int p = 0; p < k; p++) r += (double)At[p * ldat + i] * B[p * ldb + j];
-                e4 = fmax(e4, fabs(r - C[i * ldc + j]));
-            }
+        double e4 = gemm_err(m, n, k, At, 1, ldat, B, ldb, 1, NULL, C, ldc);
+        for (int i = 0; i < m; i++)
             if (ldc > n && C[i * ldc + n] != C0[i * ldc + n]) e4 = INFINITY;
-        }
         double tol = 4e-7 * (k + 1);
         snprintf(name, sizeof name, "gemm_abt %dx%dx%d", m, n, k);
         report(K->isa, name, e1, tol);
@@ -258,11 +243,11 @@ static void check_bf16(const fa_cpu_kernels *K) {
     const int m = 29, n = 67, k = 38, kp = k / 2; /* A[m][k], B[k][n] */
     float *A = fbuf((size_t)m * k), *B = fbuf((size_t)k * n);
     uint16_t *Ab = malloc(2 * (size_t)m * k);
-    for (int i = 0; i < m * k; i++) Ab[i] = bf16bits(A[i]), A[i] = bf16r(A[i]);
+    for (int i = 0; i < m * k; i++) Ab[i] = bf16bits(A[i]), A[i] = fa_port_bf16(A[i]);
     uint32_t *Bp = malloc(4 * (size_t)kp * n), *Bp2 = malloc(4 * (size_t)kp * n);
     K->pairs_f32_bf16(k, n, B, n, Bp, n);
     uint16_t *Bb = malloc(2 * (size_t)k * n);
-    for (int i = 0; i < k * n; i++) Bb[i] = bf16bits(B[i]), B[i] = bf16r(B[i]);
+    for (int i = 0; i < k * n; i++) Bb[i] = bf16bits(B[i]), B[i] = fa_port_bf16(B[i]);
     K->pairs_bf16(k, n, Bb, n, Bp2, n);
     report(K->isa, "pairs_f32_bf16 == pairs_bf16", memcmp(Bp, Bp2, 4 * (size_t)kp * n) ? 1 : 0, 0);
     float *C = malloc(sizeof(float) * m * n);

@@ -100,16 +100,6 @@ fa_context *t_cpu_ctx(void) {
     return ctx;
 }
 
-const char *t_algo_short(fa_algo a) {
-    switch (a) {
-    case FA_ALGO_AUTO: return "auto";
-    case FA_ALGO_STANDARD: return "standard";
-    case FA_ALGO_FLASH1: return "flash1";
-    case FA_ALGO_FLASH2: return "flash2";
-    }
-    return "?";
-}
-
 const char *t_layout_name(t_layout l) {
     switch (l) {
     case T_BSHD: return "bshd";
@@ -282,14 +272,14 @@ int t_check_err(const char *what, fa_algo algo, fa_dtype dt, double err, double 
     int ok = 1;
     t_checks++;
     if (!(err <= rel * refmax + (dt == FA_DTYPE_F32 ? 0 : atol))) {
-        t_fail_at(__FILE__, __LINE__, "%s %s: max abs err %.3e > %.1e x max|ref| %.3e (%s)", t_algo_short(algo), what,
+        t_fail_at(__FILE__, __LINE__, "%s %s: max abs err %.3e > %.1e x max|ref| %.3e (%s)", fa_algo_name(algo), what,
                   err, rel, refmax, dt == FA_DTYPE_F32 ? "f32 relative error" : "sanity ceiling");
         ok = 0;
     }
     if (algo != FA_ALGO_STANDARD) {
         t_checks++;
         if (!(err <= 2 * err_std + atol)) {
-            t_fail_at(__FILE__, __LINE__, "%s %s: max abs err %.3e > 2 x standard's %.3e + atol %.3e", t_algo_short(algo),
+            t_fail_at(__FILE__, __LINE__, "%s %s: max abs err %.3e > 2 x standard's %.3e + atol %.3e", fa_algo_name(algo),
                       what, err, err_std, atol);
             ok = 0;
         }
@@ -360,10 +350,10 @@ static double lse_scale(const double *lse, int64_t n) {
 
 static void check_lse(fa_algo a, double err, double err_std, double scale) {
     /* LSE is fp32 in every dtype: within 2x standard + 4e-6 relative, and within 2e-5 relative absolutely. */
-    CHECK_MSG(err <= 2e-5 * scale, "%s lse: max abs err %.3e > 2e-5 x %.3g", t_algo_short(a), err, scale);
+    CHECK_MSG(err <= 2e-5 * scale, "%s lse: max abs err %.3e > 2e-5 x %.3g", fa_algo_name(a), err, scale);
     if (a != FA_ALGO_STANDARD)
         CHECK_MSG(err <= 2 * err_std + 4e-6 * scale, "%s lse: max abs err %.3e > 2 x standard's %.3e + %.3e",
-                  t_algo_short(a), err, err_std, 4e-6 * scale);
+                  fa_algo_name(a), err, err_std, 4e-6 * scale);
 }
 
 static void snapshot(const t_buf *x, unsigned char **copy) {
@@ -383,7 +373,7 @@ static int poisoned_forward(fa_context *ctx, fa_attn_opts *opts, fa_algo a, t_bu
     opts->algo = a;
     fa_status st = fa_forward(ctx, opts, &q->t, &k->t, &v->t, &o->t, lse);
     CHECK_STATUS(st, FA_OK);
-    if (st != FA_OK) fprintf(stderr, "  %s%s: %s\n", t_algo_short(a), what, fa_context_last_error(ctx));
+    if (st != FA_OK) fprintf(stderr, "  %s%s: %s\n", fa_algo_name(a), what, fa_context_last_error(ctx));
     return st == FA_OK;
 }
 
@@ -421,13 +411,13 @@ int t_run_forward(fa_context *ctx, const t_case *c, unsigned algos) {
         if (!poisoned_forward(ctx, &opts, a, &q, &k, &v, &o, lse, n_lse, "")) continue;
         check_stats_algo(ctx, a, 0);
         int64_t bad = t_buf_check_written(&o);
-        CHECK_MSG(bad == 0, "%s: %lld elements of out not written (NaN) or written outside the view", t_algo_short(a),
+        CHECK_MSG(bad == 0, "%s: %lld elements of out not written (NaN) or written outside the view", fa_algo_name(a),
                   (long long)bad);
         double err = t_max_diff(&o.t, ref), lerr = t_max_diff_f(lse, ref_lse, n_lse);
         if (a == FA_ALGO_STANDARD) err_std = err, lse_std = lerr;
         t_check_err("out", a, c->dt, err, err_std, refmax, 0, c->relax);
         check_lse(a, lerr, lse_std, lscale);
-        printf(" %s %.1e/%.1e", t_algo_short(a), err, lerr);
+        printf(" %s %.1e/%.1e", fa_algo_name(a), err, lerr);
     }
     printf(" (max|o| %.2f)\n", refmax);
     check_unchanged(&q, q0, "q"), check_unchanged(&k, k0, "k"), check_unchanged(&v, v0, "v");
@@ -483,7 +473,7 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
         fa_status st = fa_backward(ctx, &opts, &q.t, &k.t, &v.t, &o.t, lse, &dout.t, &dq.t, &dk.t, &dv.t);
         CHECK_STATUS(st, FA_OK);
         if (st != FA_OK) {
-            fprintf(stderr, "  %s backward: %s\n", t_algo_short(a), fa_context_last_error(ctx));
+            fprintf(stderr, "  %s backward: %s\n", fa_algo_name(a), fa_context_last_error(ctx));
             free(o0), free(lse0);
             continue;
         }
@@ -494,7 +484,7 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
         int64_t bq = t_buf_check_written(&dq), bk = t_buf_check_written(&dk), bv = t_buf_check_written(&dv);
         CHECK_MSG(bq == 0 && bk == 0 && bv == 0,
                   "%s: elements not written (NaN) or written outside the view: dq %lld, dk %lld, dv %lld",
-                  t_algo_short(a), (long long)bq, (long long)bk, (long long)bv);
+                  fa_algo_name(a), (long long)bq, (long long)bk, (long long)bv);
         double eq = t_max_diff(&dq.t, rdq), ek = t_max_diff(&dk.t, rdk), ev = t_max_diff(&dv.t, rdv);
         if (a == FA_ALGO_STANDARD) sq_ = eq, sk_ = ek, sv_ = ev;
         /* One scale for the three gradients: dQ or dK can be ~0 by cancellation in dP - D (one visible key:
@@ -506,13 +496,13 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
             CHECK_MSG(eq <= 2 * sq_ + c->grad_rel * gm && ek <= 2 * sk_ + c->grad_rel * gm &&
                           ev <= 2 * sv_ + c->grad_rel * gm,
                       "%s: gradient errors %.3e %.3e %.3e > 2 x standard's (%.3e %.3e %.3e) + %.2g x max|ref| %.3g",
-                      t_algo_short(a), eq, ek, ev, sq_, sk_, sv_, c->grad_rel, gm);
+                      fa_algo_name(a), eq, ek, ev, sq_, sk_, sv_, c->grad_rel, gm);
         } else {
             t_check_err("dq", a, c->dt, eq, sq_, gm, 1, c->relax);
             t_check_err("dk", a, c->dt, ek, sk_, gm, 1, c->relax);
             t_check_err("dv", a, c->dt, ev, sv_, gm, 1, c->relax);
         }
-        printf(" %s %.1e/%.1e/%.1e", t_algo_short(a), eq, ek, ev);
+        printf(" %s %.1e/%.1e/%.1e", fa_algo_name(a), eq, ek, ev);
     }
     printf(" (max|dq,dk,dv| %.2f %.2f %.2f)\n", mq, mk, mv);
     check_unchanged(&q, q0, "q"), check_unchanged(&k, k0, "k"), check_unchanged(&v, v0, "v");

@@ -18,7 +18,6 @@ double t_randn(void);              /* N(0, 1) */
 int t_randint(int lo, int hi);     /* [lo, hi] */
 /* A CPU context with FA_TEST_THREADS threads (default 2); aborts the test if that fails. */
 fa_context *t_cpu_ctx(void);
-const char *t_algo_short(fa_algo a);
 
 /* ---- tensors ---- */
 typedef enum t_layout {

@@ -61,10 +61,9 @@ int64_t fa_cpu_scores(const fa_problem *p, float *S, int ld, int rows, int cols,
     for (int r = 0; r < rows; r++) {
         float *s = S + (int64_t)r * ld;
         int64_t lo, hi;
+        int c0, c1;
         fa_key_range(p, sq, sk, i0 + r, &lo, &hi);
-        int c0 = lo - j0 < 0 ? 0 : (lo - j0 > cols ? cols : (int)(lo - j0));
-        int c1 = hi - j0 < 0 ? 0 : (hi - j0 > cols ? cols : (int)(hi - j0));
-        if (c1 < c0) c1 = c0;
+        fa_cpu_tile_cols(lo, hi, j0, cols, &c0, &c1);
         for (int c = 0; c < c0; c++) s[c] = -INFINITY;
         if (cap > 0)
             for (int c = c0; c < c1; c++) s[c] = cap * tanhf(s[c] * scale * inv_cap);

@@ -29,6 +29,12 @@ int64_t fa_cpu_scores(const fa_problem *p, float *S, int ld, int rows, int cols,
 /* Keys [*lo, *hi) visible to any of the query rows [i0, i1). */
 void fa_cpu_block_keys(const fa_problem *p, int64_t sq, int64_t sk, int64_t i0, int64_t i1, int64_t *lo, int64_t *hi);
 
+/* Keys [lo, hi) as the columns [*c0, *c1) of the tile of `cols` keys starting at key j0 (clipped; c0 == c1 if none). */
+static inline void fa_cpu_tile_cols(int64_t lo, int64_t hi, int64_t j0, int cols, int *c0, int *c1) {
+    *c0 = lo - j0 < 0 ? 0 : lo - j0 > cols ? cols : (int)(lo - j0);
+    *c1 = hi - j0 < *c0 ? *c0 : hi - j0 > cols ? cols : (int)(hi - j0);
+}
+
 /* dS of the capped scores -> dS of the raw scaled scores: dS ∘ (1 − (S/softcap)²), where S holds capped scores. */
 void fa_cpu_softcap_grad(const fa_problem *p, float *dS, const float *S, int ld, int rows, int cols);
 

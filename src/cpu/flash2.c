@@ -114,8 +114,7 @@ static void tile_keys(const fa_problem *p, const fa_head *hd, int64_t i0, int a,
                       int *k1) {
     int64_t lo, hi;
     fa_cpu_block_keys(p, hd->sq, hd->sk, i0 + a, i0 + b, &lo, &hi);
-    *k0 = lo - j0 < 0 ? 0 : lo - j0 > cols ? cols : (int)(lo - j0);
-    *k1 = hi - j0 < *k0 ? *k0 : hi - j0 > cols ? cols : (int)(hi - j0);
+    fa_cpu_tile_cols(lo, hi, j0, cols, k0, k1);
 }
 
 /* Sᵀ = Kj Qiᵀ on a masked tile, per 64-query panel only over the keys the panel can see (the causal diagonal tile:

@@ -91,10 +91,9 @@ int64_t fa_cpu_scores_t(const fa_problem *p, float *ST, int ld, int rows, int co
     }
     for (int r = 0; r < rows; r++) {
         int64_t lo, hi;
+        int c0, c1;
         fa_key_range(p, sq, sk, i0 + r, &lo, &hi);
-        int c0 = lo - j0 < 0 ? 0 : (lo - j0 > cols ? cols : (int)(lo - j0));
-        int c1 = hi - j0 < 0 ? 0 : (hi - j0 > cols ? cols : (int)(hi - j0));
-        if (c1 < c0) c1 = c0;
+        fa_cpu_tile_cols(lo, hi, j0, cols, &c0, &c1);
         for (int c = 0; c < c0; c++) ST[(int64_t)c * ld + r] = -INFINITY;
         for (int c = c1; c < cols; c++) ST[(int64_t)c * ld + r] = -INFINITY;
         visible += c1 - c0;
@@ -114,10 +113,9 @@ void fa_cpu_bwd_tile_fast(const fa_problem *p, const fa_cpu_kernels *kr, int row
         int64_t vis = 0;
         for (int r = 0; r < rows; r++) {
             int64_t lo, hi;
+            int c0, c1;
             fa_key_range(p, sq, sk, i0 + r, &lo, &hi);
-            int c0 = lo - j0 < 0 ? 0 : (lo - j0 > cols ? cols : (int)(lo - j0));
-            int c1 = hi - j0 < 0 ? 0 : (hi - j0 > cols ? cols : (int)(hi - j0));
-            if (c1 < c0) c1 = c0;
+            fa_cpu_tile_cols(lo, hi, j0, cols, &c0, &c1);
             float *s = S + (int64_t)r * ldt;
             for (int c = 0; c < c0; c++) s[c] = masked;
             for (int c = c1; c < cols; c++) s[c] = masked;

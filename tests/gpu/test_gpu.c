@@ -126,13 +126,13 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
             cuda_ok(cudaMemcpy(dlse, lse, sizeof(float) * (size_t)(nl > 0 ? nl : 1), cudaMemcpyHostToDevice), "lse up");
             fa_status st = fa_forward(ctx, &opts, &Q.t, &K.t, &V.t, &O.t, dlse);
             if (st == FA_ERR_UNSUPPORTED && expect != 1) {
-                CHECK_MSG(strlen(fa_context_last_error(ctx)) > 10, "%s: UNSUPPORTED without a reason", t_algo_short(a));
-                printf(" %s:unsupported", t_algo_short(a));
+                CHECK_MSG(strlen(fa_context_last_error(ctx)) > 10, "%s: UNSUPPORTED without a reason", fa_algo_name(a));
+                printf(" %s:unsupported", fa_algo_name(a));
                 break;
             }
             CHECK_STATUS(st, FA_OK);
             if (st != FA_OK) {
-                fprintf(stderr, "  %s: %s\n", t_algo_short(a), fa_context_last_error(ctx));
+                fprintf(stderr, "  %s: %s\n", fa_algo_name(a), fa_context_last_error(ctx));
                 break;
             }
             cuda_ok(cudaDeviceSynchronize(), "sync after forward");
@@ -142,17 +142,17 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
             CHECK_STATUS(fa_last_stats(ctx, &s), FA_OK);
             CHECK(s.algo == a && s.kernel && strncmp(s.kernel, "cuda.", 5) == 0);
             const int64_t bad = t_buf_check_written(&o);
-            CHECK_MSG(bad == 0, "%s: %lld elements of out not written or written outside the view", t_algo_short(a),
+            CHECK_MSG(bad == 0, "%s: %lld elements of out not written or written outside the view", fa_algo_name(a),
                       (long long)bad);
             if (!backward || det == 0) {
                 const double err = t_max_diff(&o.t, ref), lerr = lse_err(lse, rlse, nl);
                 if (a == FA_ALGO_STANDARD) err_std = err, lse_std = lerr;
                 t_check_err("out", a, c->dt, err, err_std, refmax, 0, c->relax);
-                CHECK_MSG(lerr <= 2e-5 * lscale, "%s lse: max abs err %.3e > 2e-5 x %.3g", t_algo_short(a), lerr, lscale);
+                CHECK_MSG(lerr <= 2e-5 * lscale, "%s lse: max abs err %.3e > 2e-5 x %.3g", fa_algo_name(a), lerr, lscale);
                 if (a != FA_ALGO_STANDARD)
                     CHECK_MSG(lerr <= 2 * lse_std + 4e-6 * lscale, "%s lse: max abs err %.3e > 2 x standard's %.3e + %.3e",
-                              t_algo_short(a), lerr, lse_std, 4e-6 * lscale);
-                if (!backward) printf(" %s %.1e/%.1e", t_algo_short(a), err, lerr);
+                              fa_algo_name(a), lerr, lse_std, 4e-6 * lscale);
+                if (!backward) printf(" %s %.1e/%.1e", fa_algo_name(a), err, lerr);
             }
             if (!backward) break;
 
@@ -165,19 +165,19 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
                 if (expect == 0) { /* a forward-only head dim: the backward must be refused, with a reason */
                     CHECK_STATUS(st, FA_ERR_UNSUPPORTED);
                     CHECK_MSG(strlen(fa_context_last_error(ctx)) > 10, "%s bwd: UNSUPPORTED without a reason",
-                              t_algo_short(a));
-                    printf(" %s:bwd-unsupported", t_algo_short(a));
+                              fa_algo_name(a));
+                    printf(" %s:bwd-unsupported", fa_algo_name(a));
                     break;
                 }
                 CHECK_STATUS(st, FA_OK);
                 if (st != FA_OK) {
-                    fprintf(stderr, "  %s bwd: %s\n", t_algo_short(a), fa_context_last_error(ctx));
+                    fprintf(stderr, "  %s bwd: %s\n", fa_algo_name(a), fa_context_last_error(ctx));
                     break;
                 }
                 cuda_ok(cudaDeviceSynchronize(), "sync after backward");
                 d_down(&DQ), d_down(&DK), d_down(&DV);
                 CHECK_MSG(t_buf_check_written(&dq) == 0 && t_buf_check_written(&dk) == 0 && t_buf_check_written(&dv) == 0,
-                          "%s%s: gradient elements not written (NaN) or written outside the view", t_algo_short(a),
+                          "%s%s: gradient elements not written (NaN) or written outside the view", fa_algo_name(a),
                           det ? " deterministic" : "");
                 if (det && rep == 0) {
                     dq_first = malloc(dq.mem_bytes * 3 + 1);
@@ -195,7 +195,7 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
                 if (a == FA_ALGO_STANDARD) gstd[g] = e[g];
                 t_check_err(nm[g], a, c->dt, e[g], gstd[g], gmax, 1, c->relax);
             }
-            printf(" %s%s %.1e/%.1e/%.1e", t_algo_short(a), det ? "(det)" : "", e[0], e[1], e[2]);
+            printf(" %s%s %.1e/%.1e/%.1e", fa_algo_name(a), det ? "(det)" : "", e[0], e[1], e[2]);
         }
     }
     printf("\n");

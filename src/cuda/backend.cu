@@ -388,7 +388,7 @@ static fa_status fa_cuda_backward_on(fa_context *ctx, const fa_problem *p, fa_st
         if (p->algo == FA_ALGO_FLASH2) {
             bm = p->block_q, bn = p->block_k;
             ce = fa_flash2_bwd_launch(&c, dtype, p->deterministic, s->stream, &bm, &bn);
-            kernel = p->deterministic ? "cuda.flash2.bwd.deterministic" : "cuda.flash2.bwd.atomic_dq";
+            kernel = p->deterministic ? "cuda.flash2.bwd.deterministic" : "cuda.flash2.bwd.bulk_reduce_dq";
         } else {
             ce = fa_flash1_bwd_launch(&c, dtype, s->stream, &bm, &bn);
             kernel = "cuda.flash1.bwd";
@@ -396,7 +396,7 @@ static fa_status fa_cuda_backward_on(fa_context *ctx, const fa_problem *p, fa_st
         if (ce != cudaSuccess) return fa_cuda_err(ctx, "flash backward launch", ce);
         double pairs, qb;
         fa_model_pairs(p, bm, bn, &pairs, &qb);
-        /* D pre-pass: O, dO read. Per visited pair: Qi, dOi (+ LSE, D) read; dQi fp32 read+written (atomics or
+        /* D pre-pass: O, dO read. Per visited pair: Qi, dOi (+ LSE, D) read; dQi fp32 read+written (bulk reduce-adds or
          * RMW). Kj Vj read once per key block; dK dV written once. dQ conversion: fp32 read, dtype written. */
         rd = 2 * qrows * d * e + pairs * bm * (2 * d * e + 8 + 4 * d) + 2 * kvrows * d * e * p->hq / p->hk + qrows * d * 4;
         wr = qrows * 4 + pairs * bm * 4 * d + qrows * d * e + 2 * kvrows * d * e + (double)gq * 4;

@@ -2,8 +2,10 @@
  * and FLASH1 (one CTA per (batch, head) looping over the blocks, as V1 did). FA2p Algorithm 2, per query block Qi:
  *   Sᵀ = Kj Qiᵀ;  dPᵀ = Vj dOiᵀ;  P = exp2(S·scale·log2e − LSE·log2e);  dS = P ∘ (dP − Di)  [∘ (1 − tanh²) softcap]
  *   dVj += Pᵀ dOi;  dKj += dSᵀ Qi        (dKj, dVj stay in registers for the whole loop over Qi)
- *   dQi += dS Kj   fp32 atomics (FLASH2), a plain read-modify-write (FLASH1: this CTA is the only writer of its
- *                  head's dQ), or not at all (FLASH2 deterministic: a second kernel computes dQ by rows).
+ *   dQi += dS Kj   FLASH2: staged in shared memory (fp32) and added into the fp32 dQ accumulator by the TMA engine
+ *                  (cp.reduce.async.bulk .add.f32, one per row, issued after the next step's first barrier);
+ *                  FLASH1: a plain read-modify-write (this CTA is the only writer of its head's dQ);
+ *                  FLASH2 deterministic: not here (a second kernel computes dQ by rows).
  * Qi and dOi are double-buffered with cp.async: block i+1 loads while block i computes.
  *
  * The 8 warps tile each of the three GEMM families in two dimensions (FA2's AtomLayoutMSdP / NdKV / MdQ), so that
@@ -19,11 +21,19 @@
 
 #include "common.cuh"
 
-enum { FA_DQ_ATOMIC = 0, FA_DQ_NONE = 1, FA_DQ_RMW = 2 };
+/* How dQi reaches the fp32 accumulator: bulk reduce-add from a shared staging tile (FLASH2), read-modify-write
+ * (FLASH1), or not at all (FLASH2 deterministic, whose dQ kernel recomputes it).
+ * Why the bulk reduce (H200, bf16, 2026-11-30, scripts/bwd-variants.sh, one build per variant, same command):
+ * per-lane float2 atomics (16 red.global per thread per step) 233.9 / 261.8 TFLOP/s at 4k (d64 / d128), the
+ * staging tile + bulk reduce 263.5 / 281.9 (+13 % / +8 %; 16k: 242 -> 272, 272 -> 292). The atomics shared the
+ * LSU/MIO queue with the ldmatrix traffic of the next GEMMs; red.v4 (half the instructions) was 1-3 % slower than
+ * red.v2, FA2's dV-dQ-dK order 5 % slower, and rotating each CTA's loop start (no two CTAs on one dQ row) ±1 %. */
+enum { FA_DQ_REDUCE = 0, FA_DQ_NONE = 1, FA_DQ_RMW = 2 };
 
-/* Br x Bc = BM x BN, 8 warps, and the warp grid of each GEMM (see above). */
-template <int D_, int BM_, int BN_, int WK_S_, int WK_KV_, int WQ_DQ_> struct fa_bwd_cfg {
+/* Br x Bc = BM x BN, 8 warps, the warp grid of each GEMM (see above), and the order of the first half-step. */
+template <int D_, int BM_, int BN_, int WK_S_, int WK_KV_, int WQ_DQ_, bool P_FIRST_> struct fa_bwd_cfg {
     static constexpr int D = D_, BM = BM_, BN = BN_, NW = 8, WK_S = WK_S_, WK_KV = WK_KV_, WQ_DQ = WQ_DQ_;
+    static constexpr bool P_FIRST = P_FIRST_; /* P (and its store) before the dPᵀ GEMM, FA2's order */
     static constexpr int LD = D + 8, LDP = BM + 8; /* padded rows: conflict-free ldmatrix (common.cuh) */
     static constexpr int SK = BN / WK_S, SQ = BM / (NW / WK_S);     /* a warp's Sᵀ tile: SK keys x SQ queries */
     static constexpr int KK = BN / WK_KV, KD = D / (NW / WK_KV);    /* a warp's dK/dV tile: KK keys x KD cols */
@@ -35,13 +45,16 @@ template <int D_, int BM_, int BN_, int WK_S_, int WK_KV_, int WQ_DQ_> struct fa
 /* The tile table of the backward (FLASH1 and FLASH2 share the body), 1 CTA of 8 warps per SM; every row is
  * reachable through opts.block_q and tested (tests/gpu). Registers from -Xptxas -v; times: H200, bf16, seqlen 4k,
  * the protocol of ../shared/BENCHMARKS.md (see src/cuda/README.md).
- *   d=64 : 128 x 128, Sᵀ 2 x 4, dK/dV 4 x 2, dQ 4 x 2    FA2's sm90 choice (GPU_NOTES §3)     smem 180 KB
- *          64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 2 x 4                                           smem 108 KB
- *   d=128: 64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 2 x 4    FA2's sm90 choice                   smem 177 KB */
+ *   d=64 : 128 x 128, Sᵀ 2 x 4, dK/dV 4 x 2, dQ 4 x 2    FA2's sm90 choice (GPU_NOTES §3)     smem 215 KB
+ *          64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 2 x 4                                           smem 125 KB
+ *   d=128: 64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 2 x 4    FA2's sm90 choice                   smem 211 KB
+ * (smem includes FLASH2's 34 KB fp32 dQ staging tile.) P_FIRST (P computed and stored before the dPᵀ GEMM, FA2's
+ * order) measured with the bulk dQ: d=128 +1.0-1.3 % (4k 285.3 vs 281.9 TFLOP/s), d=64 -2 to -4 % (253.7 vs
+ * 263.5): on for d=128 only. */
 template <int D, int BM> struct fa_bwd_tiles;
-template <> struct fa_bwd_tiles<64, 128> : fa_bwd_cfg<64, 128, 128, 2, 4, 4> {};
-template <> struct fa_bwd_tiles<64, 64> : fa_bwd_cfg<64, 64, 128, 4, 4, 2> {};
-template <> struct fa_bwd_tiles<128, 64> : fa_bwd_cfg<128, 64, 128, 4, 4, 2> {};
+template <> struct fa_bwd_tiles<64, 128> : fa_bwd_cfg<64, 128, 128, 2, 4, 4, false> {};
+template <> struct fa_bwd_tiles<64, 64> : fa_bwd_cfg<64, 64, 128, 4, 4, 2, false> {};
+template <> struct fa_bwd_tiles<128, 64> : fa_bwd_cfg<128, 64, 128, 4, 4, 2, true> {};
 /* The table on the host: *bm, *bn in = requested (0 = the default), out = what runs; 0 if no row matches. */
 static inline int fa_bwd_tile_pick(int d, int *bm, int *bn) {
     const int def = d == 64 ? 128 : 64, q = *bm ? *bm : def;
@@ -63,10 +76,11 @@ struct fa_bwd_addr {
     int rows;      /* valid key rows of the block */
 };
 
-/* K, V; Q, dO double-buffered; Pᵀ, dSᵀ; LSE·log2e and D double-buffered; the epilogue's destinations. */
-template <class C> constexpr size_t fa_bwd_smem_bytes() {
+/* K, V; Q, dO double-buffered; Pᵀ, dSᵀ; LSE·log2e and D double-buffered; the block's addresses; FLASH2's fp32 dQ
+ * staging tile (rows of D + 4 floats: conflict-free float2 stores; 16-byte aligned for the bulk reduce). */
+template <class C, int DQ_MODE> constexpr size_t fa_bwd_smem_bytes() {
     return (size_t)(2 * C::BN * C::LD + 4 * C::BM * C::LD + 2 * C::BN * C::LDP) * 2 + 4 * C::BM * sizeof(float) +
-           sizeof(fa_bwd_addr);
+           sizeof(fa_bwd_addr) + (DQ_MODE == FA_DQ_REDUCE ? 16 + (size_t)C::BM * (C::D + 4) * sizeof(float) : 0);
 }
 
 /* Row statistics of query block m -> shared memory with cp.async (part of the caller's commit group): LSE·log2e
@@ -123,14 +137,124 @@ FA_DEV void fa_bwd_p_ds(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const f
         }
 }
 
+/* The same step in two halves (no softcap): St <- P (needs LSE), then dPt <- dS (needs P and D). */
+template <bool MASK, int MS, int QS>
+FA_DEV void fa_bwd_p(float (&St)[MS][QS][4], const fa_cuda_params &p, const fa_seq &s, int q0, int key0,
+                     const float *sLq, int lane) {
+#pragma unroll
+    for (int nt = 0; nt < QS; ++nt)
+#pragma unroll
+        for (int c1 = 0; c1 < 2; ++c1) {
+            const int qc = nt * 8 + (lane & 3) * 2 + c1;
+            const float2 L2 = *(const float2 *)(sLq + qc - c1);
+            const float Lq = c1 ? L2.y : L2.x;
+#pragma unroll
+            for (int mi = 0; mi < MS; ++mi)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int e = 2 * r + c1;
+                    float pv = fa_exp2(fmaf(St[mi][nt][e], p.scale_log2, -Lq));
+                    if (MASK && !fa_visible(p, q0 + qc, key0 + mi * 16 + (lane >> 2) + r * 8, s.sq, s.sk)) pv = 0.f;
+                    St[mi][nt][e] = pv;
+                }
+        }
+}
+template <int MS, int QS>
+FA_DEV void fa_bwd_ds(const float (&Pt)[MS][QS][4], float (&dPt)[MS][QS][4], const float *sDq, int lane) {
+#pragma unroll
+    for (int nt = 0; nt < QS; ++nt)
+#pragma unroll
+        for (int c1 = 0; c1 < 2; ++c1) {
+            const int qc = nt * 8 + (lane & 3) * 2 + c1;
+            const float2 D2 = *(const float2 *)(sDq + qc - c1);
+            const float Dq = c1 ? D2.y : D2.x;
+#pragma unroll
+            for (int mi = 0; mi < MS; ++mi)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int e = 2 * r + c1;
+                    dPt[mi][nt][e] = Pt[mi][nt][e] * (dPt[mi][nt][e] - Dq);
+                }
+        }
+}
+
+/* A warp's MS x QS C tiles (16-bit) -> shared rows (keys) from the shared-space byte address pa, 16 x 16 per
+ * stmatrix (see the caller). */
+template <typename T, int MS, int QS, int LDP>
+FA_DEV void fa_bwd_st_tiles(uint32_t pa, const float (&X)[MS][QS][4]) {
+#pragma unroll
+    for (int mi = 0; mi < MS; ++mi)
+#pragma unroll
+        for (int np = 0; np < QS / 2; ++np) {
+            const float(&a)[4] = X[mi][2 * np], (&b)[4] = X[mi][2 * np + 1];
+            fa_stmatrix_x4(pa + (mi * 16 * LDP + np * 16) * 2, fa_pack2<T>(a[0], a[1]), fa_pack2<T>(a[2], a[3]),
+                           fa_pack2<T>(b[0], b[1]), fa_pack2<T>(b[2], b[3]));
+        }
+}
+
+/* dQi += dS Kj on this warp's QQ queries x QD columns (dS read as (dSᵀ)ᵀ): FLASH2 -> the staging tile (made
+ * visible to the bulk copy's async proxy), FLASH1 -> added into the fp32 accumulator in place. */
+template <typename T, class C, int DQ_MODE>
+FA_DEV void fa_bwd_dq_step(const fa_bwd_addr *sA, const T *sdS, const T *sK, float *sdQ, int m0, int sq, int q_row,
+                           int q_col, int lane) {
+    constexpr int D = C::D, BN = C::BN, LD = C::LD, LDP = C::LDP, MQ = C::QQ / 16, NQ = C::QD / 8;
+    float dQp[MQ][NQ][4];
+    fa_zero(dQp);
+    fa_warp_gemm_sb<T, true, MQ, NQ, BN, LDP, LD>(dQp, sdS + q_row, sK + q_col, lane);
+    if (DQ_MODE == FA_DQ_REDUCE) {
+        constexpr int LQ = D + 4; /* padded rows: conflict-free float2 stores */
+        const uint32_t st = fa_opaque(fa_smem_addr(sdQ + (q_row + (lane >> 2)) * LQ + q_col + (lane & 3) * 2));
+#pragma unroll
+        for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+#pragma unroll
+                for (int nt = 0; nt < NQ; ++nt)
+                    fa_st_shared_f2(st + ((mi * 16 + r * 8) * LQ + nt * 8) * 4, dQp[mi][nt][2 * r],
+                                    dQp[mi][nt][2 * r + 1]);
+        fa_fence_proxy_async();
+        return;
+    }
+    /* 32-bit and opaque here: nvcc otherwise kept its 64-bit extension across the loop (8 B spill, d=128) */
+    const int qoff = (int)fa_opaque((uint32_t)(q_col + (lane & 3) * 2));
+#pragma unroll
+    for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = m0 + q_row + mi * 16 + (lane >> 2) + r * 8;
+            if (row >= sq) continue;
+            float *dst = sA->dq + (int64_t)row * D + qoff;
+#pragma unroll
+            for (int nt = 0; nt < NQ; ++nt) {
+                float2 *q2 = (float2 *)(dst + nt * 8), o = *q2;
+                *q2 = make_float2(o.x + dQp[mi][nt][2 * r], o.y + dQp[mi][nt][2 * r + 1]);
+            }
+        }
+}
+
+/* The staged dQ of query block m -> dQacc (rows of D floats): one bulk reduce-add per row, issued by thread `row`
+ * (rows < sq). The caller has passed a barrier since the staging stores; the tile is rewritten only after
+ * fa_bulk_wait_read. Measured alternatives (H200, 4k / 16k, d64 and d128, same command): dQacc rows padded to D + 4
+ * floats so that a block is one contiguous range, with one reduce per block, per 32, per 8 or per row: 5-12 %
+ * slower than this (rows that do not start on a 128-byte line); the issue loop nvcc makes of the per-row reduce
+ * (uniform operands: one lane at a time) is ~11 % of the warp-stall samples (ncu, d64 16k) and left as it is. */
+template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const float *sdQ, int m, int sq, int tid) {
+    const int row = m * C::BM + tid;
+    if (tid < C::BM && row < sq) {
+        fa_bulk_reduce_add_f32(sA->dq + (int64_t)row * C::D, fa_smem_addr(sdQ + tid * (C::D + 4)), C::D * 4);
+        fa_bulk_commit();
+    }
+}
+
 template <typename T, class C, int DQ_MODE, bool SOFTCAP>
 FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int h, int n_block, unsigned char *smem) {
     constexpr int D = C::D, BM = C::BM, BN = C::BN, NTHR = C::NW * 32, LD = C::LD, LDP = C::LDP;
-    constexpr int MS = C::SK / 16, QS = C::SQ / 8, MK = C::KK / 16, NK = C::KD / 8, MQ = C::QQ / 16, NQ = C::QD / 8;
+    constexpr int MS = C::SK / 16, QS = C::SQ / 8, MK = C::KK / 16, NK = C::KD / 8;
     T *sK = (T *)smem, *sV = sK + BN * LD, *sQ = sV + BN * LD, *sdO = sQ + 2 * BM * LD, *sP = sdO + 2 * BM * LD;
     T *sdS = sP + BN * LDP;
     float *sL = (float *)(sdS + BN * LDP), *sD = sL + 2 * BM;
     fa_bwd_addr *sA = (fa_bwd_addr *)(sD + 2 * BM); /* 8-byte aligned: every region above is a multiple of 16 B */
+    float *sdQ = (float *)(((uintptr_t)(sA + 1) + 15) & ~(uintptr_t)15); /* FLASH2's dQ staging tile */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int n0 = n_block * BN, kv_rows = min(BN, s.sk - n0), hk = h / p.group;
@@ -180,7 +304,8 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         T *sQb = sQ + buf * BM * LD, *sdOb = sdO + buf * BM * LD;
         const float *sLb = sL + buf * BM, *sDb = sD + buf * BM;
         fa_cp_async_wait<0>();
-        __syncthreads(); /* Qi, dOi, stats landed; every warp is done with block i-1 (its buffers, sP, sdS) */
+        __syncthreads(); /* Qi, dOi, stats landed; every warp is done with block i-1 (its buffers, sP, sdS, sdQ) */
+        if (DQ_MODE == FA_DQ_REDUCE && m > mb_lo) fa_bwd_dq_flush<C>(sA, sdQ, m - 1, s.sq, tid); /* block i-1's dQ */
         if (m + 1 < mb_hi) {
             const int nb = buf ^ 1, m1 = m0 + BM;
             fa_load_tile<T, BM, D, LD, NTHR>(sQ + nb * BM * LD, (const T *)sA->q + (int64_t)m1 * p.q_ss, p.q_ss, s.sq - m1, tid);
@@ -190,82 +315,63 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         }
 
         { /* Sᵀ = Kj Qiᵀ, dPᵀ = Vj dOiᵀ on this warp's SK keys x SQ queries; P and dS -> shared memory */
-            float St[MS][QS][4], dPt[MS][QS][4];
-            fa_zero(St);
-            fa_zero(dPt);
-            fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(St, sK + s_key * LD, sQb + s_qry * LD, lane);
-            if (SOFTCAP) { /* t = tanh(s·scale/c), or −inf where masked, before dPᵀ is live (no spill for tanhf) */
-                const bool full = fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk);
-#pragma unroll
-                for (int mi = 0; mi < MS; ++mi)
-#pragma unroll
-                    for (int nt = 0; nt < QS; ++nt)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            const int q = m0 + s_qry + nt * 8 + (lane & 3) * 2 + (e & 1);
-                            const int j = n0 + s_key + mi * 16 + (lane >> 2) + (e >> 1) * 8;
-                            const float t = tanhf(St[mi][nt][e] * p.softcap_scale);
-                            St[mi][nt][e] = full || fa_visible(p, q, j, s.sq, s.sk) ? t : -INFINITY;
-                        }
-            }
-            fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(dPt, sV + s_key * LD, sdOb + s_qry * LD, lane);
-            /* P = exp2(S·scale·log2e − LSE·log2e), dS = P ∘ (dP − D) [∘ (1 − t²) with softcap], in place */
-            if (SOFTCAP || fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk)) /* hot path: no mask, no branch */
-                fa_bwd_p_ds<SOFTCAP, false, MS, QS>(St, dPt, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, sDb + s_qry, lane);
-            else
-                fa_bwd_p_ds<false, true, MS, QS>(St, dPt, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, sDb + s_qry, lane);
             /* 16 x 16 of P and dS per stmatrix (4 x fewer shared-memory instructions than 32-bit stores: the MIO
              * queue was the d = 64 kernel's second stall reason); shared-space addresses from one opaque base (a
              * generic 64-bit pointer kept across the loop for these stores was the d = 128 kernel's last spill) */
             const uint32_t pa = fa_opaque(fa_smem_addr(sP + (s_key + (lane & 15)) * LDP + s_qry + (lane >> 4) * 8));
+            float St[MS][QS][4], dPt[MS][QS][4];
+            fa_zero(St);
+            fa_zero(dPt);
+            fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(St, sK + s_key * LD, sQb + s_qry * LD, lane);
+            if (C::P_FIRST && !SOFTCAP) { /* FA2's order: P (and its store) before the dPᵀ GEMM */
+                if (fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk))
+                    fa_bwd_p<false, MS, QS>(St, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, lane);
+                else
+                    fa_bwd_p<true, MS, QS>(St, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, lane);
+                fa_bwd_st_tiles<T, MS, QS, LDP>(pa, St);
+                fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(dPt, sV + s_key * LD, sdOb + s_qry * LD, lane);
+                fa_bwd_ds<MS, QS>(St, dPt, sDb + s_qry, lane);
+                fa_bwd_st_tiles<T, MS, QS, LDP>(pa + BN * LDP * 2, dPt);
+            } else {
+                if (SOFTCAP) { /* t = tanh(s·scale/c), or −inf where masked, before dPᵀ is live (no spill for tanhf) */
+                    const bool full = fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk);
 #pragma unroll
-            for (int mi = 0; mi < MS; ++mi)
+                    for (int mi = 0; mi < MS; ++mi)
 #pragma unroll
-                for (int np = 0; np < QS / 2; ++np) {
-                    const uint32_t o = pa + (mi * 16 * LDP + np * 16) * 2;
-                    const float(&a)[4] = St[mi][2 * np], (&b)[4] = St[mi][2 * np + 1];
-                    const float(&c)[4] = dPt[mi][2 * np], (&d)[4] = dPt[mi][2 * np + 1];
-                    fa_stmatrix_x4(o, fa_pack2<T>(a[0], a[1]), fa_pack2<T>(a[2], a[3]), fa_pack2<T>(b[0], b[1]),
-                                   fa_pack2<T>(b[2], b[3]));
-                    fa_stmatrix_x4(o + BN * LDP * 2, fa_pack2<T>(c[0], c[1]), fa_pack2<T>(c[2], c[3]),
-                                   fa_pack2<T>(d[0], d[1]), fa_pack2<T>(d[2], d[3]));
+                        for (int nt = 0; nt < QS; ++nt)
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) {
+                                const int q = m0 + s_qry + nt * 8 + (lane & 3) * 2 + (e & 1);
+                                const int j = n0 + s_key + mi * 16 + (lane >> 2) + (e >> 1) * 8;
+                                const float th = tanhf(St[mi][nt][e] * p.softcap_scale);
+                                St[mi][nt][e] = full || fa_visible(p, q, j, s.sq, s.sk) ? th : -INFINITY;
+                            }
                 }
+                fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(dPt, sV + s_key * LD, sdOb + s_qry * LD, lane);
+                /* P = exp2(S·scale·log2e − LSE·log2e), dS = P ∘ (dP − D) [∘ (1 − t²) with softcap], in place */
+                if (SOFTCAP || fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk)) /* hot path: no mask, no branch */
+                    fa_bwd_p_ds<SOFTCAP, false, MS, QS>(St, dPt, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, sDb + s_qry, lane);
+                else
+                    fa_bwd_p_ds<false, true, MS, QS>(St, dPt, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, sDb + s_qry, lane);
+                fa_bwd_st_tiles<T, MS, QS, LDP>(pa, St);
+                fa_bwd_st_tiles<T, MS, QS, LDP>(pa + BN * LDP * 2, dPt);
+            }
         }
-        __syncthreads(); /* Pᵀ and dSᵀ of the whole block are in shared memory */
+        if (DQ_MODE == FA_DQ_REDUCE) fa_bulk_wait_read(); /* block i-1's dQ has left the staging tile */
+        __syncthreads(); /* Pᵀ and dSᵀ of the whole block are in shared memory; the staging tile is free */
 
-        /* dVj += Pᵀ dOi; dKj += dSᵀ Qi (this warp's KK keys x KD columns) */
+        /* dVj += Pᵀ dOi; dKj += dSᵀ Qi (this warp's KK keys x KD columns); dQi += dS Kj */
         fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dV, sP + kv_key * LDP, sdOb + kv_col, lane);
         fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dK, sdS + kv_key * LDP, sQb + kv_col, lane);
-
-        if (DQ_MODE != FA_DQ_NONE) { /* dQi += dS Kj (this warp's QQ queries x QD columns), dS read as (dSᵀ)ᵀ */
-            float dQp[MQ][NQ][4];
-            fa_zero(dQp);
-            fa_warp_gemm_sb<T, true, MQ, NQ, BN, LDP, LD>(dQp, sdS + q_row, sK + q_col, lane);
-            /* 32-bit and opaque here: nvcc otherwise kept its 64-bit extension across the loop (8 B spill, d=128) */
-            const int qoff = (int)fa_opaque((uint32_t)(q_col + (lane & 3) * 2));
-#pragma unroll
-            for (int mi = 0; mi < MQ; ++mi)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int row = m0 + q_row + mi * 16 + (lane >> 2) + r * 8;
-                    if (row >= s.sq) continue;
-                    float *dst = sA->dq + (int64_t)row * D + qoff;
-#pragma unroll
-                    for (int nt = 0; nt < NQ; ++nt) {
-                        float2 v = make_float2(dQp[mi][nt][2 * r], dQp[mi][nt][2 * r + 1]);
-                        if (DQ_MODE == FA_DQ_ATOMIC) {
-                            atomicAdd((float2 *)(dst + nt * 8), v);
-                        } else {
-                            float2 *q2 = (float2 *)(dst + nt * 8), o = *q2;
-                            *q2 = make_float2(o.x + v.x, o.y + v.y);
-                        }
-                    }
-                }
-        }
+        if (DQ_MODE != FA_DQ_NONE) fa_bwd_dq_step<T, C, DQ_MODE>(sA, sdS, sK, sdQ, m0, s.sq, q_row, q_col, lane);
     }
 
     /* Epilogue: dKj *= scale; write dKj, dVj (16-bit through shared memory, or fp32 per query head for GQA). */
     __syncthreads();
+    if (DQ_MODE == FA_DQ_REDUCE && mb_hi > mb_lo) { /* the last block's dQ, complete before the CTA exits */
+        fa_bwd_dq_flush<C>(sA, sdQ, mb_hi - 1, s.sq, tid);
+        fa_bulk_wait_all();
+    }
     void *const dk_out = sA->dk, *const dv_out = sA->dv;
     const int rows_e = sA->rows;
     if (p.group == 1) {

@@ -228,7 +228,7 @@ template <typename T, int D> static cudaError_t fa1_fwd_run(const fa_cuda_params
 }
 template <typename T, int D, bool SOFTCAP> static cudaError_t fa1_bwd_run_sc(const fa_cuda_params *p, cudaStream_t st) {
     typedef fa1_bwd_tiles<D> Tl;
-    const size_t smem = fa_bwd_smem_bytes<Tl>();
+    const size_t smem = fa_bwd_smem_bytes<Tl, FA_DQ_RMW>();
     cudaError_t e = cudaFuncSetAttribute(fa_flash1_bwd_kernel<T, D, SOFTCAP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
     fa_flash1_bwd_kernel<T, D, SOFTCAP><<<dim3(p->hq, p->batch), Tl::NW * 32, smem, st>>>(*p);

@@ -2,7 +2,7 @@
  *
  *   1. D = rowsum(dO ∘ O)                                 (bwd_util.cu; also clears the fp32 dQ accumulator)
  *   2. grid (Tc = ceil(Sk/Bc), Hq, B): CTA j keeps Kj, Vj, dKj, dVj on chip and loops over the query blocks
- *      (bwd_block.cuh); dQ is accumulated with fp32 atomics (float2 red.global.add on sm_90)
+ *      (bwd_block.cuh); dQ is added into an fp32 accumulator by bulk reduce-adds (TMA engine, one per row)
  *   3. dQ = scale · dQacc -> dtype (bwd_util.cu); GQA: dK, dV summed over the query heads of a K/V head.
  * Deterministic mode (opts.deterministic): step 2 skips dQ and a second kernel computes dQ by query blocks
  * (grid (Tr, Hq, B), warps split Q rows, Qi dOi resident, loop over Kj Vj recomputing S and dP):
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(fa2_dq_tiles<D>::NW * 32) fa_flash2_dq_kernel(
 
 template <typename T, class C, int DQ_MODE, bool SOFTCAP>
 static cudaError_t fa2_bwd_main_sc(const fa_cuda_params *p, cudaStream_t st) {
-    const size_t smem = fa_bwd_smem_bytes<C>();
+    const size_t smem = fa_bwd_smem_bytes<C, DQ_MODE>();
     cudaError_t e = cudaFuncSetAttribute(fa_flash2_bwd_kernel<T, C, DQ_MODE, SOFTCAP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
     dim3 grid((p->sk + C::BN - 1) / C::BN, p->hq, p->batch);
@@ -153,7 +153,7 @@ template <typename T, class C, int DQ_MODE> static cudaError_t fa2_bwd_main(cons
 
 template <typename T, class C> static cudaError_t fa2_bwd_kernels(const fa_cuda_params *p, int det, cudaStream_t st) {
     constexpr int D = C::D;
-    if (!det) return fa2_bwd_main<T, C, FA_DQ_ATOMIC>(p, st);
+    if (!det) return fa2_bwd_main<T, C, FA_DQ_REDUCE>(p, st);
     cudaError_t e = fa2_bwd_main<T, C, FA_DQ_NONE>(p, st);
     if (e != cudaSuccess) return e;
     typedef fa2_dq_tiles<D> Tq;
@@ -176,7 +176,7 @@ template <typename T> static cudaError_t fa2_bwd_pick(const fa_cuda_params *p, i
 /* D pre-pass, the K/V-block kernel (+ dQ kernel when deterministic), dQ conversion, GQA reduction. */
 extern "C" cudaError_t fa_flash2_bwd_launch(const fa_cuda_params *p, int dtype, int deterministic, cudaStream_t st,
                                             int *bm, int *bn) {
-    cudaError_t e = fa_bwd_dsum_launch(p, dtype, !deterministic, st); /* and dQacc = 0 for the atomics */
+    cudaError_t e = fa_bwd_dsum_launch(p, dtype, !deterministic, st); /* and dQacc = 0 for the reduce-adds */
     if (e != cudaSuccess) return e;
     if (!fa_bwd_tile_pick(p->d, bm, bn)) return cudaErrorInvalidValue;
     e = dtype == 1 ? fa2_bwd_pick<__half>(p, deterministic, *bm, st) : fa2_bwd_pick<__nv_bfloat16>(p, deterministic, *bm, st);

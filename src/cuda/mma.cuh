@@ -31,6 +31,22 @@ FA_DEV void fa_cp_async4(void *smem, const void *gmem, int src_bytes) {
 FA_DEV void fa_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> FA_DEV void fa_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+/* Bulk (TMA-engine) reduction, sm_90: global[dst .. dst+bytes) += shared[src ..) as fp32, asynchronously; bytes and
+ * both addresses multiples of 16. The shared data must be visible to the async proxy first (fa_fence_proxy_async
+ * by the threads that wrote it, then a barrier); the source may be overwritten after fa_bulk_wait_read. */
+FA_DEV void fa_bulk_reduce_add_f32(float *gdst, uint32_t ssrc, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gdst), "r"(ssrc),
+                 "r"(bytes)
+                 : "memory");
+}
+FA_DEV void fa_st_shared_f2(uint32_t addr, float a, float b) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+FA_DEV void fa_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+FA_DEV void fa_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+FA_DEV void fa_bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+FA_DEV void fa_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
 /* A value the compiler cannot see through: applied to a tile's base address inside the main loops so that the
  * many (base + constant) ldmatrix addresses are not hoisted out of the loop into registers of their own (that
  * alone cost ~100 registers per thread and spilled the d = 128 kernels); SASS then uses [reg + imm] addressing. */

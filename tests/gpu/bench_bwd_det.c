@@ -1,5 +1,5 @@
 /* The cost of FLASH2's deterministic backward (opts.deterministic: dQ by a second kernel instead of fp32
- * atomics), against the default, at protocol shapes (bf16, model dim 2048, B·S = 16k). Median of 10 after a
+ * bulk reduce-adds), against the default, at protocol shapes (bf16, model dim 2048, B·S = 16k). Median of 10 after a
  * warm-up, CUDA events. Benchmark only; run by scripts/bench-gpu.sh. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -32,6 +32,6 @@ PYTHONUNBUFFERED=1 python3 scripts/bench_gpu_torch.py run --out "$OUT_DIR/torch.
 python3 scripts/bench_gpu_torch.py merge "$ours" "$OUT_DIR/torch.csv" | tee "$OUT_DIR/table.md"
 if [ -x "$BUILD/tests/gpu/bench_bwd_det" ]; then
   echo
-  echo "FLASH2 backward: deterministic (dQ kernel, no atomics) vs default (fp32 atomics), bf16"
+  echo "FLASH2 backward: deterministic (dQ kernel, no cross-CTA reduction) vs default (fp32 bulk reduce-adds of dQ), bf16"
   "$BUILD/tests/gpu/bench_bwd_det" | tee -a "$OUT_DIR/table.md"
 fi

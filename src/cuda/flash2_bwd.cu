@@ -6,7 +6,7 @@
  *   3. dQ = scale · dQacc -> dtype (bwd_util.cu); GQA: dK, dV summed over the query heads of a K/V head.
  * Deterministic mode (opts.deterministic): step 2 skips dQ and a second kernel computes dQ by query blocks
  * (grid (Tr, Hq, B), warps split Q rows, Qi dOi resident, loop over Kj Vj recomputing S and dP):
- *   dQi = scale · Σj dSij Kj — no atomics, the same bits every run, at the price of recomputing S and dP (two of
+ *   dQi = scale · Σj dSij Kj — no reduction across CTAs, the same bits every run, at the price of recomputing S and dP (two of
  *   the five backward GEMMs run twice: ≈ 7/5 of the FLOPs). */
 #include "bwd_block.cuh"
 

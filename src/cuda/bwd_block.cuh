@@ -236,8 +236,10 @@ FA_DEV void fa_bwd_dq_step(const fa_bwd_addr *sA, const T *sdS, const T *sK, flo
  * (rows < sq). The caller has passed a barrier since the staging stores; the tile is rewritten only after
  * fa_bulk_wait_read. Measured alternatives (H200, 4k / 16k, d64 and d128, same command): dQacc rows padded to D + 4
  * floats so that a block is one contiguous range, with one reduce per block, per 32, per 8 or per row: 5-12 %
- * slower than this (rows that do not start on a 128-byte line); the issue loop nvcc makes of the per-row reduce
- * (uniform operands: one lane at a time) is ~11 % of the warp-stall samples (ncu, d64 16k) and left as it is. */
+ * slower than this (rows that do not start on a 128-byte line); dense staging rows (D floats, 8-way bank conflicts
+ * on the float2 stores) with one reduce per 8 rows or per block: 11-16 % slower (d64 4k 233.9 / 225.3 vs 264.5).
+ * The issue loop nvcc makes of the per-row reduce (uniform operands: one lane at a time) is ~11 % of the warp-stall
+ * samples (ncu, d64 16k) and left as it is. */
 template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const float *sdQ, int m, int sq, int tid) {
     const int row = m * C::BM + tid;
     if (tid < C::BM && row < sq) {

@@ -282,6 +282,20 @@ static fa_status fa_std_err(fa_context *ctx, const char *what, fa_std_status r) 
     return FA_OK;
 }
 
+/* fa_last_stats of a CUDA call: what ran, its tiles, the modelled HBM bytes, the workspace it needed. */
+static void fa_cuda_stats(fa_stats *st, const fa_problem *p, int backward, const char *kernel, int bm, int bn,
+                          double rd, double wr, size_t ws) {
+    st->backend = FA_BACKEND_CUDA;
+    st->algo = p->algo;
+    st->is_backward = backward;
+    st->kernel = kernel;
+    st->block_q = bm, st->block_k = bn;
+    st->threads = 0;
+    st->slow_read_bytes = (int64_t)rd;
+    st->slow_write_bytes = (int64_t)wr;
+    st->extra_bytes = (int64_t)ws;
+}
+
 static fa_status fa_cuda_forward_on(fa_context *ctx, const fa_problem *p, fa_stats *st) {
     fa_cuda_state *s = (fa_cuda_state *)ctx->cuda;
     fa_cuda_params c;
@@ -332,15 +346,7 @@ static fa_status fa_cuda_forward_on(fa_context *ctx, const fa_problem *p, fa_sta
         rd = 2 * (double)p->k.seqlen * (p->cu_k ? 1 : p->batch) * p->hq * d * e + pairs * bm * d * e + rmw;
         wr = rmw + qrows * d * e + (p->lse ? qrows * 4 : 0);
     }
-    st->backend = FA_BACKEND_CUDA;
-    st->algo = p->algo;
-    st->is_backward = 0;
-    st->kernel = kernel;
-    st->block_q = bm, st->block_k = bn;
-    st->threads = 0;
-    st->slow_read_bytes = (int64_t)rd;
-    st->slow_write_bytes = (int64_t)wr;
-    st->extra_bytes = (int64_t)ws;
+    fa_cuda_stats(st, p, 0, kernel, bm, bn, rd, wr, ws);
     return FA_OK;
 }
 
@@ -406,15 +412,7 @@ static fa_status fa_cuda_backward_on(fa_context *ctx, const fa_problem *p, fa_st
             rd += pairs * 2.0 * bm * d * e;
         }
     }
-    st->backend = FA_BACKEND_CUDA;
-    st->algo = p->algo;
-    st->is_backward = 1;
-    st->kernel = kernel;
-    st->block_q = bm, st->block_k = bn;
-    st->threads = 0;
-    st->slow_read_bytes = (int64_t)rd;
-    st->slow_write_bytes = (int64_t)wr;
-    st->extra_bytes = (int64_t)ws;
+    fa_cuda_stats(st, p, 1, kernel, bm, bn, rd, wr, ws);
     return FA_OK;
 }
 

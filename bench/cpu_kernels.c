@@ -8,13 +8,13 @@
  * Not a test (timings are not asserted); built by bench/CMakeLists.txt, run by scripts/bench-cpu.sh. */
 #include "cpu/kernels.h"
 #include "cpu/kernels_portable.h"
+#include "cpu/peak.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -22,11 +22,6 @@
 #include <cblas.h>
 #endif
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -285,9 +280,9 @@ static double time_gemm(const fa_cpu_kernels *K, int threads, int m, int n, int 
             long reps = 0;
 #pragma omp barrier
 #pragma omp master
-            t0 = now();
-            double end = now() + seconds;
-            while (now() < end) {
+            t0 = fa_cpu_seconds();
+            double end = fa_cpu_seconds() + seconds;
+            while (fa_cpu_seconds() < end) {
                 for (int r = 0; r < 16; r++) {
                     if (at) K->gemm_nn(m, n, k, A, 1, m, B, n, C, n, 1);
                     else K->gemm_nn(m, n, k, A, k, 1, B, n, C, n, 0);
@@ -296,7 +291,7 @@ static double time_gemm(const fa_cpu_kernels *K, int threads, int m, int n, int 
             }
 #pragma omp barrier
 #pragma omp master
-            t1 = now();
+            t1 = fa_cpu_seconds();
             reps_total += reps;
             free(A); free(B); free(C);
         }
@@ -318,15 +313,15 @@ static double time_bf16(const fa_cpu_kernels *K, int threads, int m, int n, int 
             long reps = 0;
 #pragma omp barrier
 #pragma omp master
-            t0 = now();
-            double end = now() + seconds;
-            while (now() < end) {
+            t0 = fa_cpu_seconds();
+            double end = fa_cpu_seconds() + seconds;
+            while (fa_cpu_seconds() < end) {
                 for (int r = 0; r < 16; r++) K->gemm_bf16(m, n, kp, A, kp, 1, B, n, C, n, 1);
                 reps += 16;
             }
 #pragma omp barrier
 #pragma omp master
-            t1 = now();
+            t1 = fa_cpu_seconds();
             reps_total += reps;
             free(A); free(B); free(C);
         }
@@ -340,15 +335,15 @@ static double time_exp(const fa_cpu_kernels *K, double seconds) {
     const int nk = 64, nq = 64;
     float *S = fbuf(nk * nq), m[64], l[64], al[64];
     long reps = 0;
-    double t0 = now(), end = t0 + seconds;
-    while (now() < end) {
+    double t0 = fa_cpu_seconds(), end = t0 + seconds;
+    while (fa_cpu_seconds() < end) {
         for (int r = 0; r < 64; r++) {
             for (int q = 0; q < nq; q++) m[q] = 4.0f, l[q] = 1.0f;
             K->softmax_step_t(nk, nq, S, nq, 1.0f, m, l, al);
         }
         reps += 64;
     }
-    double t = now() - t0;
+    double t = fa_cpu_seconds() - t0;
     free(S);
     return t / ((double)reps * nk * nq) * 1e9; /* ns per score */
 }
@@ -359,9 +354,9 @@ static double time_sgemm(int n, int reps) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t0 = now();
+        double t0 = fa_cpu_seconds();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
-        double t = now() - t0;
+        double t = fa_cpu_seconds() - t0;
         if (t < best) best = t;
     }
     free(A); free(B); free(C);

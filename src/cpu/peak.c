@@ -16,7 +16,7 @@
 #include <cblas.h>
 #endif
 
-static double now(void) {
+double fa_cpu_seconds(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
@@ -35,11 +35,11 @@ static double gemm_rate(const fa_cpu_kernels *K, int nt, int bf16, double second
         failed = !A || !B || !C;
 #pragma omp barrier
 #pragma omp master
-        t0 = now();
+        t0 = fa_cpu_seconds();
 #pragma omp barrier
         double end = t0 + seconds;
         if (!failed)
-            while (now() < end) {
+            while (fa_cpu_seconds() < end) {
                 for (int r = 0; r < 16; r++) {
                     if (bf16)
                         K->gemm_bf16(m, n, kp, (const uint32_t *)A, kp, 1, (const uint32_t *)B, n, C, n, 1);
@@ -50,7 +50,7 @@ static double gemm_rate(const fa_cpu_kernels *K, int nt, int bf16, double second
             }
 #pragma omp barrier
 #pragma omp master
-        t1 = now();
+        t1 = fa_cpu_seconds();
         total = reps;
         free(A);
         free(B);
@@ -67,9 +67,9 @@ static double blas_rate(void) {
     double best = 0;
     if (A && B && C)
         for (int r = 0; r < 3; r++) { /* the first call warms up */
-            double t0 = now();
+            double t0 = fa_cpu_seconds();
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
-            double g = 2.0 * n * n * (double)n / (now() - t0) * 1e-9;
+            double g = 2.0 * n * n * (double)n / (fa_cpu_seconds() - t0) * 1e-9;
             if (r > 0 && g > best) best = g;
         }
     free(A);

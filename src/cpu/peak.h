@@ -15,4 +15,7 @@ typedef struct fa_cpu_peak {
 /* Runs for about 4 · seconds (plus the BLAS GEMM). threads <= 0: all. */
 void fa_cpu_measure_peak(int threads, double seconds, fa_cpu_peak *out);
 
+/* Seconds on the monotonic clock: the one timer of the peak measurement, the kernel lab and the CLI. */
+double fa_cpu_seconds(void);
+
 #endif

@@ -1,6 +1,7 @@
 /* flashattn CLI: argument parsing, timing, random data. */
 #include "common.h"
 
+#include "cpu/peak.h"
 #include "half.h"
 
 #include <errno.h>
@@ -9,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
 int cli_usage_error(const char *sub, const char *fmt, ...) {
     va_list ap;
@@ -162,11 +162,7 @@ int parse_pass_list(const char *sub, const char *opt, const char *arg, int_list 
     return parse_list(sub, opt, arg, out, name_item, &t);
 }
 
-double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
+double now_ms(void) { return fa_cpu_seconds() * 1e3; }
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

@@ -104,10 +104,32 @@ template <int MT, int NT> FA_DEV void fa_zero(float (&acc)[MT][NT][4]) {
             for (int e = 0; e < 4; ++e) acc[mi][nt][e] = 0.f;
 }
 
+/* Row statistic of query column qc (c1 = qc & 1) of this block, one 8-byte shared load per column pair. */
+FA_DEV float fa_bwd_col_stat(const float *stat, int qc, int c1) {
+    const float2 v = *(const float2 *)(stat + qc - c1);
+    return c1 ? v.y : v.x;
+}
+/* Every element of a warp's MS x QS C tiles of Sᵀ / dPᵀ (rows = keys, cols = queries), column pair by column pair:
+ * col(qc, c1) once per query column (its row statistics), then elem(mi, nt, e, qc, r, that) per element. */
+template <int MS, int QS, class Col, class Elem> FA_DEV void fa_bwd_walk(int lane, Col col, Elem elem) {
+#pragma unroll
+    for (int nt = 0; nt < QS; ++nt)
+#pragma unroll
+        for (int c1 = 0; c1 < 2; ++c1) {
+            const int qc = nt * 8 + (lane & 3) * 2 + c1;
+            const auto cs = col(qc, c1);
+#pragma unroll
+            for (int mi = 0; mi < MS; ++mi)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) elem(mi, nt, 2 * r + c1, qc, r, cs);
+        }
+}
+
 /* The elementwise step on a warp's Sᵀ, dPᵀ tiles (rows = keys from key0, cols = queries from q0), in place:
  * St <- P = exp2(S·scale·log2e − LSE·log2e), dPt <- dS = P ∘ (dP − D); with softcap, St comes in as
  * t = tanh(s·scale/c) (−inf where masked), the score is c·t and dS picks up d(c·t)/ds = scale·(1 − t²) (from t
- * itself, not (c·t)/c: no division in the loop); MASK: masked -> 0 here. */
+ * itself, not (c·t)/c: no division in the loop); MASK: masked -> 0 here. Written out rather than through
+ * fa_bwd_walk: the walker changes nvcc's schedule of this, the measured hot step (same instructions, other order). */
 template <bool SOFTCAP, bool MASK, int MS, int QS>
 FA_DEV void fa_bwd_p_ds(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const fa_cuda_params &p, const fa_seq &s,
                         int q0, int key0, const float *sLq, const float *sDq, int lane) {
@@ -142,41 +164,19 @@ FA_DEV void fa_bwd_p_ds(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const f
 template <bool MASK, int MS, int QS>
 FA_DEV void fa_bwd_p(float (&St)[MS][QS][4], const fa_cuda_params &p, const fa_seq &s, int q0, int key0,
                      const float *sLq, int lane) {
-#pragma unroll
-    for (int nt = 0; nt < QS; ++nt)
-#pragma unroll
-        for (int c1 = 0; c1 < 2; ++c1) {
-            const int qc = nt * 8 + (lane & 3) * 2 + c1;
-            const float2 L2 = *(const float2 *)(sLq + qc - c1);
-            const float Lq = c1 ? L2.y : L2.x;
-#pragma unroll
-            for (int mi = 0; mi < MS; ++mi)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int e = 2 * r + c1;
-                    float pv = fa_exp2(fmaf(St[mi][nt][e], p.scale_log2, -Lq));
-                    if (MASK && !fa_visible(p, q0 + qc, key0 + mi * 16 + (lane >> 2) + r * 8, s.sq, s.sk)) pv = 0.f;
-                    St[mi][nt][e] = pv;
-                }
-        }
+    fa_bwd_walk<MS, QS>(
+        lane, [&](int qc, int c1) { return fa_bwd_col_stat(sLq, qc, c1); },
+        [&](int mi, int nt, int e, int qc, int r, float Lq) {
+            float pv = fa_exp2(fmaf(St[mi][nt][e], p.scale_log2, -Lq));
+            if (MASK && !fa_visible(p, q0 + qc, key0 + mi * 16 + (lane >> 2) + r * 8, s.sq, s.sk)) pv = 0.f;
+            St[mi][nt][e] = pv;
+        });
 }
 template <int MS, int QS>
 FA_DEV void fa_bwd_ds(const float (&Pt)[MS][QS][4], float (&dPt)[MS][QS][4], const float *sDq, int lane) {
-#pragma unroll
-    for (int nt = 0; nt < QS; ++nt)
-#pragma unroll
-        for (int c1 = 0; c1 < 2; ++c1) {
-            const int qc = nt * 8 + (lane & 3) * 2 + c1;
-            const float2 D2 = *(const float2 *)(sDq + qc - c1);
-            const float Dq = c1 ? D2.y : D2.x;
-#pragma unroll
-            for (int mi = 0; mi < MS; ++mi)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int e = 2 * r + c1;
-                    dPt[mi][nt][e] = Pt[mi][nt][e] * (dPt[mi][nt][e] - Dq);
-                }
-        }
+    fa_bwd_walk<MS, QS>(
+        lane, [&](int qc, int c1) { return fa_bwd_col_stat(sDq, qc, c1); },
+        [&](int mi, int nt, int e, int, int, float Dq) { dPt[mi][nt][e] = Pt[mi][nt][e] * (dPt[mi][nt][e] - Dq); });
 }
 
 /* A warp's MS x QS C tiles (16-bit) -> shared rows (keys) from the shared-space byte address pa, 16 x 16 per

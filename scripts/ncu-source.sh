@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Per-instruction (SASS) warp-stall sampling of a FLASH2 kernel and of PyTorch's flash kernel for the same pass at
-# one shape, with Nsight Compute: which instructions the warps wait on. Prints the top instructions and the samples
+# Nsight Compute on a FLASH2 kernel and on PyTorch's flash kernel for the same pass at one shape: speed of light,
+# stall reasons, pipes, shared-memory bank conflicts, ldmatrix count, and per-instruction (SASS) warp-stall sampling
+# (which instructions the warps wait on). Prints the top instructions and the samples
 # per opcode (scripts/ncu-top.py) and writes $OUT/ncu-source.tar.gz (both source pages as CSV + summaries).
-# Env: OUT, BUILD (default build-ncu), PASS (bwd | fwd), D (64), SEQLEN (4096), CAUSAL (0 | 1).
+# Env: OUT, BUILD (default build-ncu), PASS (bwd | fwd), D (64), SEQLEN (4096), CAUSAL (0 | 1), BLOCK_Q (our tile).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-ncu-out}; BUILD=${BUILD:-build-ncu}; D=${D:-64}; S=${SEQLEN:-4096}; PASS=${PASS:-bwd}; CAUSAL=${CAUSAL:-0}
@@ -12,10 +13,11 @@ W=$(mktemp -d); mkdir -p "$OUT"
   cmake --build "$BUILD" -j "$(nproc)" --target flashattn_cli >/dev/null; } || exit 1
 ncu --version | tail -1
 SEC=(--section SourceCounters --section WarpStateStats --section SchedulerStats --section InstructionStats
-  --section SpeedOfLight --import-source no)
+  --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --import-source no
+  --metrics smsp__inst_executed.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,smsp__inst_executed_op_ldsm.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio,smsp__average_warps_issue_stalled_tex_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_branch_resolving_per_issue_active.ratio)
 B=$((16384 / S)); H=$((2048 / D))
 ncu --clock-control none -k regex:"$OURS_K" -c 1 "${SEC[@]}" -f -o "$W/ours" "$BUILD/flashattn" bench --device cuda \
-  --dtype bf16 --algo flash2 --d "$D" --seqlen "$S" --causal "$CAUSAL" --pass "$PASS" --reps 1 --warmup 0 >"$W/ours.log" 2>&1
+  --dtype bf16 --algo flash2 --d "$D" --seqlen "$S" --causal "$CAUSAL" --pass "$PASS" --reps 1 --warmup 0 ${BLOCK_Q:+--block-q $BLOCK_Q} >"$W/ours.log" 2>&1
 cat >"$W/torch_pass.py" <<PY
 import torch, torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel, SDPBackend
@@ -30,7 +32,9 @@ ncu --clock-control none -k regex:"$TORCH_K" -c 1 "${SEC[@]}" -f -o "$W/torch" p
 for r in ours torch; do
   ncu -i "$W/$r.ncu-rep" --page source --print-source sass --csv >"$W/$r-sass.csv" 2>"$W/$r-sass.err"
   ncu -i "$W/$r.ncu-rep" --page details >"$W/$r-details.txt" 2>&1
-  echo "== $r: $(wc -l <"$W/$r-sass.csv") SASS lines"; grep -E "Duration|Warp Cycles Per Issued|Issued Ipc|Executed Ipc A" "$W/$r-details.txt"
+  echo "== $r: $(wc -l <"$W/$r-sass.csv") SASS lines"
+  grep -E "Duration|Warp Cycles Per Issued|Issued Ipc|Executed Ipc A|bank_conflicts|ldsm|hmma|stalled|inst_executed.sum" \
+    "$W/$r-details.txt" | head -40
   python3 scripts/ncu-top.py "$W/$r-sass.csv" 30 2>&1 | tee "$W/$r-top.txt"
 done
 tar -C "$W" -czf "$OUT/ncu-source.tar.gz" ours-top.txt torch-top.txt ours-sass.csv torch-sass.csv ours-details.txt torch-details.txt ours.log torch.log ours-sass.err torch-sass.err

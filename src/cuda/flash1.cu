@@ -269,8 +269,8 @@ extern "C" cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, int dtype, 
 
 extern "C" int fa_flash_tiles(int algo, int d, int backward, int *bm, int *bn) {
     if (algo == 3 && !backward) return fa_flash2_fwd_tiles(d, bm, bn); /* FA_ALGO_FLASH2: a table of choices */
+    if (backward && algo == 3) return fa_bwd_tile_pick(d, bm, bn);       /* FLASH2: every row of the table */
     if (d != 64 && d != 128) return 0;
-    if (backward && algo == 3) return fa_bwd_tile_pick(d, bm, bn); /* FLASH2: every row of the table */
     int tq, tk;
     if (backward) {
         tq = d == 128 ? fa1_bwd_tiles<128>::BM : fa1_bwd_tiles<64>::BM, tk = fa1_bwd_tiles<64>::BN;

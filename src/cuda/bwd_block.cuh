@@ -60,11 +60,12 @@ template <> struct fa_bwd_tiles<128, 64> : fa_bwd_cfg<128, 64, 128, 4, 4, 2, tru
  *   d=32 : 128 x 128, Sᵀ 2 x 4, dK/dV 4 x 2, dQ 4 x 2                                        smem 149 KB
  *   d=96 : 64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 4 x 2                                        smem 170 KB */
 template <> struct fa_bwd_tiles<32, 128> : fa_bwd_cfg<32, 128, 128, 2, 4, 4, false> {};
+template <> struct fa_bwd_tiles<32, 64> : fa_bwd_cfg<32, 64, 128, 4, 4, 4, false> {}; /* FLASH1's d=32 row */
 template <> struct fa_bwd_tiles<96, 64> : fa_bwd_cfg<96, 64, 128, 4, 4, 4, false> {};
 /* The table on the host: *bm, *bn in = requested (0 = the default), out = what runs; 0 if no row matches. */
 static inline int fa_bwd_tile_pick(int d, int *bm, int *bn) {
     const int def = d == 64 || d == 32 ? 128 : 64, q = *bm ? *bm : def;
-    const int ok = (d == 64 && (q == 128 || q == 64)) || ((d == 128 || d == 96) && q == 64) || (d == 32 && q == 128);
+    const int ok = (d == 64 && (q == 128 || q == 64)) || ((d == 128 || d == 96) && q == 64) || (d == 32 && (q == 128 || q == 64));
     if (!ok || (*bn && *bn != 128)) return 0;
     *bm = q, *bn = 128;
     return 1;

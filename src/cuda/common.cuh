@@ -79,14 +79,14 @@ FA_DEV float fa_softcap(float s, float k, float cap) { return cap * tanhf(s * k)
  * When the NTHR threads split a row's CPR = D/8 16-byte chunks evenly (D = 32, 64, 128, 256), thread tid moves the
  * chunk tid % CPR of rows tid / CPR + it·RPI. The global row step goes through fa_opaque64, so each row's address
  * is one 64-bit add where it is used: otherwise nvcc hoisted one offset per row (and per tile) out of the kernels'
- * loops into registers of its own, and the FLASH1 backward spilled them. Otherwise (D = 96: 12 chunks a row) the
- * chunks are dealt out in order, c = it·NTHR + tid -> row c / CPR, chunk c % CPR. */
+ * loops into registers of its own, and the FLASH1 backward spilled them. Otherwise (D = 96: 12 chunks a row; or
+ * fewer rows than one pass covers) the chunks are dealt out in order, c = it·NTHR + tid -> row c / CPR, chunk
+ * c % CPR. */
 template <typename T, int ROWS, int D, int LD, int NTHR>
 FA_DEV void fa_load_tile(T *s, const T *g, int64_t stride, int rows_valid, int tid) {
     constexpr int CPR = D / 8;
-    if constexpr (NTHR % CPR == 0) {
+    if constexpr (NTHR % CPR == 0 && ROWS % (NTHR / CPR) == 0) {
         constexpr int RPI = NTHR / CPR;
-        static_assert(ROWS % RPI == 0, "tile rows must split evenly over the threads");
         const int r0 = (int)((unsigned)tid / CPR), cc = (int)((unsigned)tid % CPR) * 8;
         const int64_t step = fa_opaque64(RPI * stride);
         const T *gr = g + r0 * stride + cc;

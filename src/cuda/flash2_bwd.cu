@@ -171,6 +171,7 @@ template <typename T> static cudaError_t fa2_bwd_pick(const fa_cuda_params *p, i
     if (p->d == 64 && bm == 64) return fa2_bwd_kernels<T, fa_bwd_tiles<64, 64>>(p, det, st);
     if (p->d == 128 && bm == 64) return fa2_bwd_kernels<T, fa_bwd_tiles<128, 64>>(p, det, st);
     if (p->d == 32 && bm == 128) return fa2_bwd_kernels<T, fa_bwd_tiles<32, 128>>(p, det, st);
+    if (p->d == 32 && bm == 64) return fa2_bwd_kernels<T, fa_bwd_tiles<32, 64>>(p, det, st);
     if (p->d == 96 && bm == 64) return fa2_bwd_kernels<T, fa_bwd_tiles<96, 64>>(p, det, st);
     return cudaErrorInvalidValue;
 }

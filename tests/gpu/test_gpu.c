@@ -5,8 +5,8 @@
  * FLASH2 through the public API on a CUDA context, copies the allocations back and checks, against the float64
  * oracle (src/cpu/reference.h):
  *   - status FA_OK, or FA_ERR_UNSUPPORTED exactly when the request is outside what the CUDA kernels are built for
- *     (dtype f32 or head_dim not 64/128 — FLASH2: not 32/64/96/128, its forward also 256 — or rows not 16-byte
- *     aligned or explicit tiles for FLASH1/FLASH2), with a reason;
+ *     (dtype f32 or head_dim not 32/64/96/128 — the FLASH2 forward also 256 — or rows not 16-byte aligned or
+ *     explicit tiles for FLASH1/FLASH2), with a reason;
  *   - every output element written (outputs poisoned with NaN before each call), nothing outside the views written;
  *   - out, lse, dq, dk, dv within DESIGN.md's rule: max|x − ref| ≤ 2·max|standard − ref| + atol (STANDARD = our
  *     cuBLAS path in the same dtype);
@@ -56,10 +56,9 @@ static int aligned16(const dbuf *d) {
 /* Expected: does the CUDA backend run algo a on this case? (nb = 8: the backward's tensors) */
 static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     if (a == FA_ALGO_STANDARD) return 1;
-    /* FLASH1: head_dim 64, 128; FLASH2 also 32 and 96, its forward also 256 */
-    const int f2 = a == FA_ALGO_FLASH2, f2fwd = f2 && nb == 4;
-    if (c->dt == FA_DTYPE_F32 ||
-        !(c->d == 64 || c->d == 128 || (f2 && (c->d == 32 || c->d == 96)) || (f2fwd && c->d == 256)))
+    /* FLASH1 and FLASH2: head_dim 32, 64, 96, 128; the FLASH2 forward also 256 */
+    const int f2fwd = a == FA_ALGO_FLASH2 && nb == 4;
+    if (c->dt == FA_DTYPE_F32 || !(c->d == 32 || c->d == 64 || c->d == 96 || c->d == 128 || (f2fwd && c->d == 256)))
         return 0;
     if (c->opts.block_q || c->opts.block_k) return -1; /* either: depends on the tile table */
     for (int i = 0; i < nb; ++i)
@@ -299,8 +298,8 @@ int main(void) {
     }
     /* every built FLASH2 backward tile (opts.block_q; Bc = 128), odd lengths, sq != sk, causal and not, GQA */
     {
-        static const int tiles[][2] = {{64, 128}, {64, 64}, {128, 64}, {32, 128}, {96, 64}};
-        for (int ti = 0; ti < 5; ++ti)
+        static const int tiles[][2] = {{64, 128}, {64, 64}, {128, 64}, {32, 128}, {32, 64}, {96, 64}};
+        for (int ti = 0; ti < 6; ++ti)
             for (int v = 0; v < (small ? 1 : 3); ++v) {
                 t_case c = t_case_make(2, v == 2 ? 300 : 239, v == 1 ? 77 : 1023, 2, v == 2 ? 1 : 2, tiles[ti][0],
                                        v == 1 ? FA_DTYPE_F16 : FA_DTYPE_BF16);

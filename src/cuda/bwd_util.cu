@@ -120,7 +120,7 @@ static int64_t fa_k_rows(const fa_cuda_params *p) {
 /* The flash kernels' tensors: 16-bit, rows 16-byte aligned (the selector's rule), LSE·log2e wanted. */
 /* (d = 96: 12 threads a row do not make a shuffle tree; it takes the generic kernels.) */
 static int fa_flash_rows(const fa_cuda_params *p, int dtype) {
-    return p->lse2 && dtype != 0 && (p->d == 32 || p->d == 64 || p->d == 128);
+    return p->lse2 && dtype != 0 && (p->d == 32 || p->d == 64 || p->d == 128 || p->d == 256);
 }
 
 extern "C" cudaError_t fa_bwd_dsum_launch(const fa_cuda_params *p, int dtype, int zero_dq, cudaStream_t st) {
@@ -134,9 +134,12 @@ extern "C" cudaError_t fa_bwd_dsum_launch(const fa_cuda_params *p, int dtype, in
         else if (p->d == 64)
             dtype == 1 ? fa_dsum_vec_kernel<__half, 8><<<grid, 256, 0, st>>>(*p, rows, zero_dq)
                        : fa_dsum_vec_kernel<__nv_bfloat16, 8><<<grid, 256, 0, st>>>(*p, rows, zero_dq);
-        else
+        else if (p->d == 128)
             dtype == 1 ? fa_dsum_vec_kernel<__half, 16><<<grid, 256, 0, st>>>(*p, rows, zero_dq)
                        : fa_dsum_vec_kernel<__nv_bfloat16, 16><<<grid, 256, 0, st>>>(*p, rows, zero_dq);
+        else
+            dtype == 1 ? fa_dsum_vec_kernel<__half, 32><<<grid, 256, 0, st>>>(*p, rows, zero_dq)
+                       : fa_dsum_vec_kernel<__nv_bfloat16, 32><<<grid, 256, 0, st>>>(*p, rows, zero_dq);
         return cudaGetLastError();
     }
     if (zero_dq) {
@@ -157,9 +160,12 @@ extern "C" cudaError_t fa_bwd_dq_convert_launch(const fa_cuda_params *p, int dty
         else if (p->d == 64)
             dtype == 1 ? fa_dq_convert_vec_kernel<__half, 8><<<grid, 256, 0, st>>>(*p, n / 8)
                        : fa_dq_convert_vec_kernel<__nv_bfloat16, 8><<<grid, 256, 0, st>>>(*p, n / 8);
-        else
+        else if (p->d == 128)
             dtype == 1 ? fa_dq_convert_vec_kernel<__half, 16><<<grid, 256, 0, st>>>(*p, n / 8)
                        : fa_dq_convert_vec_kernel<__nv_bfloat16, 16><<<grid, 256, 0, st>>>(*p, n / 8);
+        else
+            dtype == 1 ? fa_dq_convert_vec_kernel<__half, 32><<<grid, 256, 0, st>>>(*p, n / 8)
+                       : fa_dq_convert_vec_kernel<__nv_bfloat16, 32><<<grid, 256, 0, st>>>(*p, n / 8);
         return cudaGetLastError();
     }
     FA_DTYPE_SWITCH(dtype, fa_dq_convert_kernel, (unsigned)((n + 255) / 256), 256, st, *p, n);

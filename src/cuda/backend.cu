@@ -149,11 +149,10 @@ extern "C" fa_status fa_cuda_supports(const fa_problem *p, char *why, size_t why
     }
     int bm = 0, bn = 0;
     if (!fa_flash_tiles(p->algo, (int)p->d, p->is_backward, &bm, &bn)) {
-        const int f2fwd = p->algo == FA_ALGO_FLASH2 && !p->is_backward;
         snprintf(why, why_len,
                  "head_dim %lld is not built for the CUDA FA_ALGO_%s %s (built: %s); FA_ALGO_STANDARD runs any head_dim",
                  (long long)p->d, p->algo == FA_ALGO_FLASH1 ? "FLASH1" : "FLASH2", p->is_backward ? "backward" : "forward",
-                 f2fwd ? "32, 64, 128, 256" : p->algo == FA_ALGO_FLASH2 ? "64, 128; the forward also 32, 256" : "64, 128");
+                 p->algo == FA_ALGO_FLASH2 ? "32, 64, 96, 128, 256" : "32, 64, 96, 128");
         return FA_ERR_UNSUPPORTED;
     }
     bm = p->block_q, bn = p->block_k;

@@ -31,9 +31,13 @@
 enum { FA_DQ_REDUCE = 0, FA_DQ_NONE = 1, FA_DQ_RMW = 2 };
 
 /* Br x Bc = BM x BN, 8 warps, the warp grid of each GEMM (see above), and the order of the first half-step. */
-template <int D_, int BM_, int BN_, int WK_S_, int WK_KV_, int WQ_DQ_, bool P_FIRST_> struct fa_bwd_cfg {
+template <int D_, int BM_, int BN_, int WK_S_, int WK_KV_, int WQ_DQ_, bool P_FIRST_, int QSTAGES_ = 2>
+struct fa_bwd_cfg {
     static constexpr int D = D_, BM = BM_, BN = BN_, NW = 8, WK_S = WK_S_, WK_KV = WK_KV_, WQ_DQ = WQ_DQ_;
     static constexpr bool P_FIRST = P_FIRST_; /* P (and its store) before the dPᵀ GEMM, FA2's order */
+    /* Qi, dOi buffers: 2 = block i+1 loads during all of block i; 1 (d = 256, shared memory): block i+1 loads
+     * during block i's dQ GEMM, after a barrier that ends every warp's reads of Qi and dOi */
+    static constexpr int QSTAGES = QSTAGES_;
     static constexpr int LD = D + 8, LDP = BM + 8; /* padded rows: conflict-free ldmatrix (common.cuh) */
     static constexpr int SK = BN / WK_S, SQ = BM / (NW / WK_S);     /* a warp's Sᵀ tile: SK keys x SQ queries */
     static constexpr int KK = BN / WK_KV, KD = D / (NW / WK_KV);    /* a warp's dK/dV tile: KK keys x KD cols */
@@ -55,12 +59,23 @@ template <int D, int BM> struct fa_bwd_tiles;
 template <> struct fa_bwd_tiles<64, 128> : fa_bwd_cfg<64, 128, 128, 2, 4, 4, false> {};
 template <> struct fa_bwd_tiles<64, 64> : fa_bwd_cfg<64, 64, 128, 4, 4, 2, false> {};
 template <> struct fa_bwd_tiles<128, 64> : fa_bwd_cfg<128, 64, 128, 4, 4, 2, true> {};
+/* head dims 32 and 96, FA2's sm90 shapes and layouts (its AtomLayoutMSdP / NdKV / MdQ 4/4/4 and 2/4/4; FA2 keeps V
+ * in registers there, we do not); not tuned on the H200 yet:
+ *   d=32 : 128 x 128, Sᵀ 2 x 4, dK/dV 4 x 2, dQ 4 x 2                                        smem 149 KB
+ *   d=96 : 64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 4 x 2                                        smem 170 KB */
+template <> struct fa_bwd_tiles<32, 128> : fa_bwd_cfg<32, 128, 128, 2, 4, 4, false> {};
+template <> struct fa_bwd_tiles<32, 64> : fa_bwd_cfg<32, 64, 128, 4, 4, 4, false> {}; /* FLASH1's d=32 row */
+/* d=256: 64 x 64, Sᵀ 4 x 2, dK/dV 2 x 4, dQ 2 x 4 (FA2's 4/2/2), one Q/dO buffer (shared memory: K, V 68 KB, Q, dO
+ * 68 KB, P, dS 18 KB, dQ staging 67 KB) */
+template <> struct fa_bwd_tiles<256, 64> : fa_bwd_cfg<256, 64, 64, 4, 2, 2, false, 1> {};
+template <> struct fa_bwd_tiles<96, 64> : fa_bwd_cfg<96, 64, 128, 4, 4, 4, false> {};
 /* The table on the host: *bm, *bn in = requested (0 = the default), out = what runs; 0 if no row matches. */
 static inline int fa_bwd_tile_pick(int d, int *bm, int *bn) {
-    const int def = d == 64 ? 128 : 64, q = *bm ? *bm : def;
-    const int ok = (d == 64 && (q == 128 || q == 64)) || (d == 128 && q == 64);
-    if (!ok || (*bn && *bn != 128)) return 0;
-    *bm = q, *bn = 128;
+    const int def = d == 64 || d == 32 ? 128 : 64, q = *bm ? *bm : def, k = d == 256 ? 64 : 128;
+    const int ok = (d == 64 && (q == 128 || q == 64)) || ((d == 128 || d == 96 || d == 256) && q == 64) ||
+                   (d == 32 && (q == 128 || q == 64));
+    if (!ok || (*bn && *bn != k)) return 0;
+    *bm = q, *bn = k;
     return 1;
 }
 
@@ -80,7 +95,8 @@ struct fa_bwd_addr {
  * staging tile (rows of D + 4 floats, 4 banks apart: far fewer store conflicts than dense rows, which measured
  * 11-16 % slower; 16-byte aligned for the bulk reduce). */
 template <class C, int DQ_MODE> constexpr size_t fa_bwd_smem_bytes() {
-    return (size_t)(2 * C::BN * C::LD + 4 * C::BM * C::LD + 2 * C::BN * C::LDP) * 2 + 4 * C::BM * sizeof(float) +
+    return (size_t)(2 * C::BN * C::LD + 2 * C::QSTAGES * C::BM * C::LD + 2 * C::BN * C::LDP) * 2 +
+           4 * C::BM * sizeof(float) +
            sizeof(fa_bwd_addr) + (DQ_MODE == FA_DQ_REDUCE ? 16 + (size_t)C::BM * (C::D + 4) * sizeof(float) : 0);
 }
 
@@ -253,7 +269,8 @@ template <typename T, class C, int DQ_MODE, bool SOFTCAP>
 FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int h, int n_block, unsigned char *smem) {
     constexpr int D = C::D, BM = C::BM, BN = C::BN, NTHR = C::NW * 32, LD = C::LD, LDP = C::LDP;
     constexpr int MS = C::SK / 16, QS = C::SQ / 8, MK = C::KK / 16, NK = C::KD / 8;
-    T *sK = (T *)smem, *sV = sK + BN * LD, *sQ = sV + BN * LD, *sdO = sQ + 2 * BM * LD, *sP = sdO + 2 * BM * LD;
+    constexpr int QST = C::QSTAGES;
+    T *sK = (T *)smem, *sV = sK + BN * LD, *sQ = sV + BN * LD, *sdO = sQ + QST * BM * LD, *sP = sdO + QST * BM * LD;
     T *sdS = sP + BN * LDP;
     float *sL = (float *)(sdS + BN * LDP), *sD = sL + 2 * BM;
     fa_bwd_addr *sA = (fa_bwd_addr *)(sD + 2 * BM); /* 8-byte aligned: every region above is a multiple of 16 B */
@@ -304,12 +321,12 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
     }
     for (int m = mb_lo; m < mb_hi; ++m) {
         const int buf = (m - mb_lo) & 1, m0 = m * BM;
-        T *sQb = sQ + buf * BM * LD, *sdOb = sdO + buf * BM * LD;
+        T *sQb = sQ + (QST == 2 ? buf : 0) * BM * LD, *sdOb = sdO + (QST == 2 ? buf : 0) * BM * LD;
         const float *sLb = sL + buf * BM, *sDb = sD + buf * BM;
         fa_cp_async_wait<0>();
         __syncthreads(); /* Qi, dOi, stats landed; every warp is done with block i-1 (its buffers, sP, sdS, sdQ) */
         if (DQ_MODE == FA_DQ_REDUCE && m > mb_lo) fa_bwd_dq_flush<C>(sA, sdQ, m - 1, s.sq, tid); /* block i-1's dQ */
-        if (m + 1 < mb_hi) {
+        if (QST == 2 && m + 1 < mb_hi) {
             const int nb = buf ^ 1, m1 = m0 + BM;
             fa_load_tile<T, BM, D, LD, NTHR>(sQ + nb * BM * LD, (const T *)sA->q + (int64_t)m1 * p.q_ss, p.q_ss, s.sq - m1, tid);
             fa_load_tile<T, BM, D, LD, NTHR>(sdO + nb * BM * LD, (const T *)sA->dout + (int64_t)m1 * p.do_ss, p.do_ss, s.sq - m1, tid);
@@ -366,6 +383,16 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         /* dVj += Pᵀ dOi; dKj += dSᵀ Qi (this warp's KK keys x KD columns); dQi += dS Kj */
         fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dV, sP + kv_key * LDP, sdOb + kv_col, lane);
         fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dK, sdS + kv_key * LDP, sQb + kv_col, lane);
+        if (QST == 1) { /* one Q/dO buffer: every warp is done with Qi, dOi; block i+1 loads during the dQ GEMM */
+            __syncthreads();
+            if (m + 1 < mb_hi) {
+                const int nb = buf ^ 1, m1 = m0 + BM;
+                fa_load_tile<T, BM, D, LD, NTHR>(sQ, (const T *)sA->q + (int64_t)m1 * p.q_ss, p.q_ss, s.sq - m1, tid);
+                fa_load_tile<T, BM, D, LD, NTHR>(sdO, (const T *)sA->dout + (int64_t)m1 * p.do_ss, p.do_ss, s.sq - m1, tid);
+                fa_bwd_copy_stats<BM>(sA, s.sq, m + 1, sL + nb * BM, sD + nb * BM, tid);
+                fa_cp_async_commit();
+            }
+        }
         if (DQ_MODE != FA_DQ_NONE) fa_bwd_dq_step<T, C, DQ_MODE>(sA, sdS, sK, sdQ, m0, s.sq, q_row, q_col, lane);
     }
 

@@ -118,19 +118,28 @@ static int64_t fa_k_rows(const fa_cuda_params *p) {
     } while (0)
 
 /* The flash kernels' tensors: 16-bit, rows 16-byte aligned (the selector's rule), LSE·log2e wanted. */
-static int fa_flash_rows(const fa_cuda_params *p, int dtype) { return p->lse2 && dtype != 0 && (p->d == 64 || p->d == 128); }
+/* (d = 96: 12 threads a row do not make a shuffle tree; it takes the generic kernels.) */
+static int fa_flash_rows(const fa_cuda_params *p, int dtype) {
+    return p->lse2 && dtype != 0 && (p->d == 32 || p->d == 64 || p->d == 128 || p->d == 256);
+}
 
 extern "C" cudaError_t fa_bwd_dsum_launch(const fa_cuda_params *p, int dtype, int zero_dq, cudaStream_t st) {
     const int64_t rows = fa_q_rows(p);
     if (rows == 0) return cudaSuccess;
     if (fa_flash_rows(p, dtype)) {
         const unsigned grid = (unsigned)((rows * (p->d / 8) + 255) / 256);
-        if (p->d == 64)
+        if (p->d == 32)
+            dtype == 1 ? fa_dsum_vec_kernel<__half, 4><<<grid, 256, 0, st>>>(*p, rows, zero_dq)
+                       : fa_dsum_vec_kernel<__nv_bfloat16, 4><<<grid, 256, 0, st>>>(*p, rows, zero_dq);
+        else if (p->d == 64)
             dtype == 1 ? fa_dsum_vec_kernel<__half, 8><<<grid, 256, 0, st>>>(*p, rows, zero_dq)
                        : fa_dsum_vec_kernel<__nv_bfloat16, 8><<<grid, 256, 0, st>>>(*p, rows, zero_dq);
-        else
+        else if (p->d == 128)
             dtype == 1 ? fa_dsum_vec_kernel<__half, 16><<<grid, 256, 0, st>>>(*p, rows, zero_dq)
                        : fa_dsum_vec_kernel<__nv_bfloat16, 16><<<grid, 256, 0, st>>>(*p, rows, zero_dq);
+        else
+            dtype == 1 ? fa_dsum_vec_kernel<__half, 32><<<grid, 256, 0, st>>>(*p, rows, zero_dq)
+                       : fa_dsum_vec_kernel<__nv_bfloat16, 32><<<grid, 256, 0, st>>>(*p, rows, zero_dq);
         return cudaGetLastError();
     }
     if (zero_dq) {
@@ -145,12 +154,18 @@ extern "C" cudaError_t fa_bwd_dq_convert_launch(const fa_cuda_params *p, int dty
     if (n == 0) return cudaSuccess;
     if (fa_flash_rows(p, dtype)) {
         const unsigned grid = (unsigned)((n / 8 + 255) / 256);
-        if (p->d == 64)
+        if (p->d == 32)
+            dtype == 1 ? fa_dq_convert_vec_kernel<__half, 4><<<grid, 256, 0, st>>>(*p, n / 8)
+                       : fa_dq_convert_vec_kernel<__nv_bfloat16, 4><<<grid, 256, 0, st>>>(*p, n / 8);
+        else if (p->d == 64)
             dtype == 1 ? fa_dq_convert_vec_kernel<__half, 8><<<grid, 256, 0, st>>>(*p, n / 8)
                        : fa_dq_convert_vec_kernel<__nv_bfloat16, 8><<<grid, 256, 0, st>>>(*p, n / 8);
-        else
+        else if (p->d == 128)
             dtype == 1 ? fa_dq_convert_vec_kernel<__half, 16><<<grid, 256, 0, st>>>(*p, n / 8)
                        : fa_dq_convert_vec_kernel<__nv_bfloat16, 16><<<grid, 256, 0, st>>>(*p, n / 8);
+        else
+            dtype == 1 ? fa_dq_convert_vec_kernel<__half, 32><<<grid, 256, 0, st>>>(*p, n / 8)
+                       : fa_dq_convert_vec_kernel<__nv_bfloat16, 32><<<grid, 256, 0, st>>>(*p, n / 8);
         return cudaGetLastError();
     }
     FA_DTYPE_SWITCH(dtype, fa_dq_convert_kernel, (unsigned)((n + 255) / 256), 256, st, *p, n);

@@ -76,37 +76,63 @@ FA_DEV bool fa_block_full(const fa_cuda_params &p, int r0, int r1, int c0, int c
 FA_DEV float fa_softcap(float s, float k, float cap) { return cap * tanhf(s * k); }
 
 /* ---- tile movement: ROWS x D elements, global rows `stride` apart -> shared rows LD apart ----
- * Thread tid moves the 16-byte chunk tid % CPR of rows tid / CPR + it·RPI. The global row step goes through
- * fa_opaque64, so each row's address is one 64-bit add where it is used: otherwise nvcc hoisted one offset per
- * row (and per tile) out of the kernels' loops into registers of its own, and the FLASH1 backward spilled them. */
+ * When the NTHR threads split a row's CPR = D/8 16-byte chunks evenly (D = 32, 64, 128, 256), thread tid moves the
+ * chunk tid % CPR of rows tid / CPR + it·RPI. The global row step goes through fa_opaque64, so each row's address
+ * is one 64-bit add where it is used: otherwise nvcc hoisted one offset per row (and per tile) out of the kernels'
+ * loops into registers of its own, and the FLASH1 backward spilled them. Otherwise (D = 96: 12 chunks a row; or
+ * fewer rows than one pass covers) the chunks are dealt out in order, c = it·NTHR + tid -> row c / CPR, chunk
+ * c % CPR. */
 template <typename T, int ROWS, int D, int LD, int NTHR>
 FA_DEV void fa_load_tile(T *s, const T *g, int64_t stride, int rows_valid, int tid) {
-    constexpr int CPR = D / 8, RPI = NTHR / CPR;
-    static_assert(NTHR % CPR == 0 && ROWS % RPI == 0, "tile chunks must split evenly over the threads");
-    const int r0 = (int)((unsigned)tid / CPR), cc = (int)((unsigned)tid % CPR) * 8;
-    const int64_t step = fa_opaque64(RPI * stride);
-    const T *gr = g + r0 * stride + cc;
+    constexpr int CPR = D / 8;
+    if constexpr (NTHR % CPR == 0 && ROWS % (NTHR / CPR) == 0) {
+        constexpr int RPI = NTHR / CPR;
+        const int r0 = (int)((unsigned)tid / CPR), cc = (int)((unsigned)tid % CPR) * 8;
+        const int64_t step = fa_opaque64(RPI * stride);
+        const T *gr = g + r0 * stride + cc;
 #pragma unroll
-    for (int it = 0; it < ROWS / RPI; ++it) {
-        const int r = it * RPI + r0;
-        const bool ok = r < rows_valid;
-        fa_cp_async16(s + r * LD + cc, ok ? (const void *)gr : (const void *)g, ok ? 16 : 0);
-        gr += step;
+        for (int it = 0; it < ROWS / RPI; ++it) {
+            const int r = it * RPI + r0;
+            const bool ok = r < rows_valid;
+            fa_cp_async16(s + r * LD + cc, ok ? (const void *)gr : (const void *)g, ok ? 16 : 0);
+            gr += step;
+        }
+    } else {
+        constexpr int TOTAL = ROWS * CPR;
+        const int64_t st = fa_opaque64(stride); /* each row's offset computed where used, not hoisted */
+#pragma unroll
+        for (int it = 0; it < (TOTAL + NTHR - 1) / NTHR; ++it) {
+            const int c = it * NTHR + tid, r = (int)((unsigned)c / CPR), cc = (int)((unsigned)c % CPR) * 8;
+            if (TOTAL % NTHR == 0 || c < TOTAL) {
+                const bool ok = r < rows_valid;
+                fa_cp_async16(s + r * LD + cc, ok ? (const void *)(g + r * st + cc) : (const void *)g, ok ? 16 : 0);
+            }
+        }
     }
 }
-/* shared rows -> global rows (16-byte stores), rows >= rows_valid skipped. */
+/* shared rows -> global rows (16-byte stores), rows >= rows_valid skipped; the same two chunk orders. */
 template <typename T, int ROWS, int D, int LD, int NTHR>
 FA_DEV void fa_store_tile(T *g, int64_t stride, const T *s, int rows_valid, int tid) {
-    constexpr int CPR = D / 8, RPI = NTHR / CPR;
-    static_assert(NTHR % CPR == 0, "a thread keeps one chunk column");
-    const int r0 = (int)((unsigned)tid / CPR), cc = (int)((unsigned)tid % CPR) * 8;
-    const int64_t step = fa_opaque64(RPI * stride);
-    T *gr = g + r0 * stride + cc;
+    constexpr int CPR = D / 8;
+    if constexpr (NTHR % CPR == 0) {
+        constexpr int RPI = NTHR / CPR;
+        const int r0 = (int)((unsigned)tid / CPR), cc = (int)((unsigned)tid % CPR) * 8;
+        const int64_t step = fa_opaque64(RPI * stride);
+        T *gr = g + r0 * stride + cc;
 #pragma unroll
-    for (int it = 0; it < (ROWS + RPI - 1) / RPI; ++it) {
-        const int r = it * RPI + r0;
-        if (r < ROWS && r < rows_valid) *(uint4 *)gr = *(const uint4 *)(s + r * LD + cc);
-        gr += step;
+        for (int it = 0; it < (ROWS + RPI - 1) / RPI; ++it) {
+            const int r = it * RPI + r0;
+            if (r < ROWS && r < rows_valid) *(uint4 *)gr = *(const uint4 *)(s + r * LD + cc);
+            gr += step;
+        }
+    } else {
+        constexpr int TOTAL = ROWS * CPR;
+#pragma unroll
+        for (int it = 0; it < (TOTAL + NTHR - 1) / NTHR; ++it) {
+            const int c = it * NTHR + tid, r = (int)((unsigned)c / CPR), cc = (int)((unsigned)c % CPR) * 8;
+            if ((TOTAL % NTHR == 0 || c < TOTAL) && r < rows_valid)
+                *(uint4 *)(g + r * stride + cc) = *(const uint4 *)(s + r * LD + cc);
+        }
     }
 }
 

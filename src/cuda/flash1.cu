@@ -22,12 +22,19 @@
 /* Tile table (Br x Bc, warps). V1's own shapes (GPU_NOTES §4: STEP = 16 query rows, 128 keys at d=128 and
  * 256 keys at d<=64 for long sequences, 4 warps splitting the keys); the backward uses FLASH2's tiles.
  *   d=64 : fwd 16 x 256, bwd 64 x 128 (a row of bwd_block.cuh's table)
- *   d=128: fwd 16 x 128, bwd 64 x 128 (bwd_block.cuh's default) */
+ *   d=128: fwd 16 x 128, bwd 64 x 128 (bwd_block.cuh's default)
+ *   d=32 : fwd 16 x 256, bwd 64 x 128;  d=96: fwd 16 x 128, bwd 64 x 64 (untuned) */
 template <int D> struct fa1_fwd_tiles;
-template <> struct fa1_fwd_tiles<64> { static constexpr int BM = 16, BN = 256, NW = 4; };
-template <> struct fa1_fwd_tiles<128> { static constexpr int BM = 16, BN = 128, NW = 4; };
+template <> struct fa1_fwd_tiles<64> { static constexpr int BM = 16, BN = 256, NW = 4, MINB = 0; };
+template <> struct fa1_fwd_tiles<128> { static constexpr int BM = 16, BN = 128, NW = 4, MINB = 0; };
+/* head dims 32 and 96 with the shapes of the neighbouring head dim (V1 had no 96). MINB: CTAs per SM for the
+ * launch bounds (0 = none); with none, ptxas held the d=32 kernel at 80 registers and spilled 12 B. */
+template <> struct fa1_fwd_tiles<32> { static constexpr int BM = 16, BN = 256, NW = 4, MINB = 4; };
+template <> struct fa1_fwd_tiles<96> { static constexpr int BM = 16, BN = 128, NW = 4, MINB = 0; };
 /* backward: bwd_block.cuh's 64 x 128 rows (the d=64 default, 128 x 128, spills 28 B in this kernel's outer loop) */
 template <int D> struct fa1_bwd_tiles : fa_bwd_tiles<D, 64> {};
+/* d=96: 64 x 64 (half the dK/dV registers): FLASH2's 64 x 128 row spilled 12 B in this kernel's outer loop */
+template <> struct fa1_bwd_tiles<96> : fa_bwd_cfg<96, 64, 64, 4, 4, 4, false> {};
 
 template <int D> static size_t fa1_fwd_smem() {
     typedef fa1_fwd_tiles<D> Tl;
@@ -36,7 +43,7 @@ template <int D> static size_t fa1_fwd_smem() {
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(fa1_fwd_tiles<D>::NW * 32) fa_flash1_fwd_kernel(const fa_cuda_params p) {
+__global__ void __launch_bounds__(fa1_fwd_tiles<D>::NW * 32, fa1_fwd_tiles<D>::MINB) fa_flash1_fwd_kernel(const fa_cuda_params p) {
     constexpr int BM = fa1_fwd_tiles<D>::BM, BN = fa1_fwd_tiles<D>::BN, NW = fa1_fwd_tiles<D>::NW;
     constexpr int NTHR = NW * 32, KW = BN / NW, LD = D + 8, LDR = D + 4, NT = KW / 8, DT = D / 8;
     static_assert(BM == 16, "one 16-row tile per step");
@@ -238,14 +245,17 @@ template <typename T, int D> static cudaError_t fa1_bwd_run(const fa_cuda_params
     return p->softcap > 0.f ? fa1_bwd_run_sc<T, D, true>(p, st) : fa1_bwd_run_sc<T, D, false>(p, st);
 }
 
+template <int D> static cudaError_t fa1_fwd_pick(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn) {
+    *bm = fa1_fwd_tiles<D>::BM, *bn = fa1_fwd_tiles<D>::BN;
+    return dtype == 1 ? fa1_fwd_run<__half, D>(p, st) : fa1_fwd_run<__nv_bfloat16, D>(p, st);
+}
+
 extern "C" cudaError_t fa_flash1_fwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn) {
     switch (p->d) {
-    case 64:
-        *bm = fa1_fwd_tiles<64>::BM, *bn = fa1_fwd_tiles<64>::BN;
-        return dtype == 1 ? fa1_fwd_run<__half, 64>(p, st) : fa1_fwd_run<__nv_bfloat16, 64>(p, st);
-    case 128:
-        *bm = fa1_fwd_tiles<128>::BM, *bn = fa1_fwd_tiles<128>::BN;
-        return dtype == 1 ? fa1_fwd_run<__half, 128>(p, st) : fa1_fwd_run<__nv_bfloat16, 128>(p, st);
+    case 32: return fa1_fwd_pick<32>(p, dtype, st, bm, bn);
+    case 64: return fa1_fwd_pick<64>(p, dtype, st, bm, bn);
+    case 96: return fa1_fwd_pick<96>(p, dtype, st, bm, bn);
+    case 128: return fa1_fwd_pick<128>(p, dtype, st, bm, bn);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -253,10 +263,11 @@ extern "C" cudaError_t fa_flash1_fwd_launch(const fa_cuda_params *p, int dtype, 
 extern "C" cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn) {
     cudaError_t e = fa_bwd_dsum_launch(p, dtype, 1, st); /* and dQacc = 0: the kernel read-modify-writes it */
     if (e != cudaSuccess) return e;
-    *bm = p->d == 128 ? fa1_bwd_tiles<128>::BM : fa1_bwd_tiles<64>::BM;
-    *bn = fa1_bwd_tiles<64>::BN;
+    *bm = fa1_bwd_tiles<64>::BM, *bn = p->d == 96 ? fa1_bwd_tiles<96>::BN : fa1_bwd_tiles<64>::BN;
     switch (p->d) {
+    case 32: e = dtype == 1 ? fa1_bwd_run<__half, 32>(p, st) : fa1_bwd_run<__nv_bfloat16, 32>(p, st); break;
     case 64: e = dtype == 1 ? fa1_bwd_run<__half, 64>(p, st) : fa1_bwd_run<__nv_bfloat16, 64>(p, st); break;
+    case 96: e = dtype == 1 ? fa1_bwd_run<__half, 96>(p, st) : fa1_bwd_run<__nv_bfloat16, 96>(p, st); break;
     case 128: e = dtype == 1 ? fa1_bwd_run<__half, 128>(p, st) : fa1_bwd_run<__nv_bfloat16, 128>(p, st); break;
     default: return cudaErrorInvalidValue;
     }
@@ -269,13 +280,13 @@ extern "C" cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, int dtype, 
 
 extern "C" int fa_flash_tiles(int algo, int d, int backward, int *bm, int *bn) {
     if (algo == 3 && !backward) return fa_flash2_fwd_tiles(d, bm, bn); /* FA_ALGO_FLASH2: a table of choices */
-    if (d != 64 && d != 128) return 0;
-    if (backward && algo == 3) return fa_bwd_tile_pick(d, bm, bn); /* FLASH2: every row of the table */
+    if (backward && algo == 3) return fa_bwd_tile_pick(d, bm, bn);       /* FLASH2: every row of the table */
+    if (d != 32 && d != 64 && d != 96 && d != 128) return 0;
     int tq, tk;
     if (backward) {
-        tq = d == 128 ? fa1_bwd_tiles<128>::BM : fa1_bwd_tiles<64>::BM, tk = fa1_bwd_tiles<64>::BN;
+        tq = fa1_bwd_tiles<64>::BM, tk = d == 96 ? fa1_bwd_tiles<96>::BN : fa1_bwd_tiles<64>::BN;
     } else {
-        tq = 16, tk = d == 64 ? fa1_fwd_tiles<64>::BN : fa1_fwd_tiles<128>::BN;
+        tq = 16, tk = d <= 64 ? fa1_fwd_tiles<64>::BN : fa1_fwd_tiles<128>::BN;
     }
     if ((*bm && *bm != tq) || (*bn && *bn != tk)) return 0;
     *bm = tq, *bn = tk;

@@ -12,6 +12,8 @@
 
 /* Tiles of the K/V-block kernel: the table in bwd_block.cuh. dQ kernel (deterministic): 64 x 64, 4 warps. */
 template <int D> struct fa2_dq_tiles { static constexpr int BM = 64, BN = 64, NW = 4; };
+/* d=256: 32 keys per step (the 64-key step spilled 8 B: dQ alone is 128 fp32 registers per thread) */
+template <> struct fa2_dq_tiles<256> { static constexpr int BM = 64, BN = 32, NW = 4; };
 
 template <typename T, class C, int DQ_MODE, bool SOFTCAP>
 __global__ void __launch_bounds__(C::NW * 32, 1) fa_flash2_bwd_kernel(const fa_cuda_params p) {
@@ -170,6 +172,10 @@ template <typename T> static cudaError_t fa2_bwd_pick(const fa_cuda_params *p, i
     if (p->d == 64 && bm == 128) return fa2_bwd_kernels<T, fa_bwd_tiles<64, 128>>(p, det, st);
     if (p->d == 64 && bm == 64) return fa2_bwd_kernels<T, fa_bwd_tiles<64, 64>>(p, det, st);
     if (p->d == 128 && bm == 64) return fa2_bwd_kernels<T, fa_bwd_tiles<128, 64>>(p, det, st);
+    if (p->d == 32 && bm == 128) return fa2_bwd_kernels<T, fa_bwd_tiles<32, 128>>(p, det, st);
+    if (p->d == 32 && bm == 64) return fa2_bwd_kernels<T, fa_bwd_tiles<32, 64>>(p, det, st);
+    if (p->d == 96 && bm == 64) return fa2_bwd_kernels<T, fa_bwd_tiles<96, 64>>(p, det, st);
+    if (p->d == 256 && bm == 64) return fa2_bwd_kernels<T, fa_bwd_tiles<256, 64>>(p, det, st);
     return cudaErrorInvalidValue;
 }
 

@@ -332,7 +332,8 @@ static const fa2_fwd_cfg fa2_fwd_table[] = {
     FA2_FWD_ROW(64, 128, 64, 4, 3),  FA2_FWD_ROW(64, 256, 64, 8, 1), FA2_FWD_ROW(64, 128, 128, 8, 1),
     FA2_FWD_ROW(64, 64, 64, 4, 4),   FA2_FWD_ROW(128, 128, 64, 4, 2), FA2_FWD_ROW(128, 128, 64, 8, 1),
     FA2_FWD_ROW(128, 128, 32, 4, 2), FA2_FWD_ROW(128, 64, 64, 4, 2),  FA2_FWD_ROW(32, 128, 64, 4, 2),
-    FA2_FWD_ROW(32, 128, 128, 4, 2), FA2_FWD_ROW(256, 128, 64, 8, 1), FA2_FWD_ROW(256, 64, 64, 4, 1)};
+    FA2_FWD_ROW(32, 128, 128, 4, 2), FA2_FWD_ROW(256, 128, 64, 8, 1), FA2_FWD_ROW(256, 64, 64, 4, 1),
+    FA2_FWD_ROW(96, 128, 64, 4, 2),  FA2_FWD_ROW(128, 256, 64, 8, 1)};
 #undef FA2_FWD_ROW
 
 /* The row for head dim d, tile bm x bn (0 = any) and nw warps (0 = any; ignored when no matching row has nw). */

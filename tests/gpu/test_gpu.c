@@ -5,7 +5,7 @@
  * FLASH2 through the public API on a CUDA context, copies the allocations back and checks, against the float64
  * oracle (src/cpu/reference.h):
  *   - status FA_OK, or FA_ERR_UNSUPPORTED exactly when the request is outside what the CUDA kernels are built for
- *     (dtype f32 or head_dim not 64/128 — FLASH2 forward: not 32/64/128/256 — or rows not 16-byte aligned or
+ *     (dtype f32 or head_dim not 32/64/96/128 — FLASH2 also 256 — or rows not 16-byte aligned or
  *     explicit tiles for FLASH1/FLASH2), with a reason;
  *   - every output element written (outputs poisoned with NaN before each call), nothing outside the views written;
  *   - out, lse, dq, dk, dv within DESIGN.md's rule: max|x − ref| ≤ 2·max|standard − ref| + atol (STANDARD = our
@@ -56,8 +56,11 @@ static int aligned16(const dbuf *d) {
 /* Expected: does the CUDA backend run algo a on this case? (nb = 8: the backward's tensors) */
 static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     if (a == FA_ALGO_STANDARD) return 1;
-    const int f2fwd = a == FA_ALGO_FLASH2 && nb == 4; /* the FLASH2 forward also has head_dim 32 and 256 */
-    if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || (f2fwd && (c->d == 32 || c->d == 256)))) return 0;
+    /* FLASH1 and FLASH2: head_dim 32, 64, 96, 128; FLASH2 also 256 */
+    if (c->dt == FA_DTYPE_F32 || !(c->d == 32 || c->d == 64 || c->d == 96 || c->d == 128 ||
+                                   (a == FA_ALGO_FLASH2 && c->d == 256)))
+        return 0;
+    (void)nb;
     if (c->opts.block_q || c->opts.block_k) return -1; /* either: depends on the tile table */
     for (int i = 0; i < nb; ++i)
         if (!aligned16(bufs[i])) return 0;
@@ -221,13 +224,13 @@ static t_case varlen_case(int n, const int *lq, const int *lk, int hq, int hk, i
 
 static void unsupported_checks(fa_context *ctx) {
     /* reasons come from the selector before any launch: no device memory is touched (NULL-free dummies) */
-    t_case c = t_case_make(1, 8, 8, 1, 1, 96, FA_DTYPE_BF16);
-    t_buf q = t_buf_new(c.dt, 1, 8, 1, 96, T_BSHD), o = t_buf_new(c.dt, 1, 8, 1, 96, T_BSHD);
+    t_case c = t_case_make(1, 8, 8, 1, 1, 80, FA_DTYPE_BF16); /* head_dim 80: aligned rows, no flash kernel */
+    t_buf q = t_buf_new(c.dt, 1, 8, 1, 80, T_BSHD), o = t_buf_new(c.dt, 1, 8, 1, 80, T_BSHD);
     dbuf Q = d_new(&q), O = d_new(&o);
     fa_attn_opts op = fa_attn_opts_default();
     op.algo = FA_ALGO_FLASH2;
     CHECK_STATUS(fa_forward(ctx, &op, &Q.t, &Q.t, &Q.t, &O.t, NULL), FA_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(fa_context_last_error(ctx), "head_dim 96");
+    CHECK_STR_CONTAINS(fa_context_last_error(ctx), "head_dim 80");
     op.algo = FA_ALGO_STANDARD;
     d_up(&Q);
     CHECK_STATUS(fa_forward(ctx, &op, &Q.t, &Q.t, &Q.t, &O.t, NULL), FA_OK);
@@ -264,27 +267,24 @@ int main(void) {
                 run_case(ctx, &c, 0);
                 if (shapes[si][1] <= 1100) run_case(ctx, &c, 1);
             }
-    /* the FLASH2 forward's extra head dims (32, 256; the backward is not built: FA_ERR_UNSUPPORTED expected there),
-     * the fixed shapes' masks and layouts, both dtypes */
-    for (int di = 0; di < 2; ++di)
+    /* the extra head dims (32, 96, 256; forward and backward; FLASH1 at 256: FA_ERR_UNSUPPORTED expected), the
+     * fixed shapes' masks and layouts, both dtypes */
+    for (int di = 0; di < 3; ++di)
         for (int mode = 0; mode < (small ? 2 : 5); ++mode) {
-            const int d = di ? 256 : 32;
+            const int d = di == 2 ? 256 : di ? 96 : 32;
             t_case c = t_case_make(2, small ? 113 : 239, small ? 239 : 1023, 2, mode == 3 ? 1 : 2, d, dts[mode & 1]);
             if (mode == 3) c.hq = 4; /* GQA 4:1 */
             if (mode == 1) c.opts.causal = 1;
             if (mode == 2) c.opts.window_left = 37, c.opts.window_right = 5;
             if (mode == 4) c.opts.softcap = 20.f, c.opts.causal = 1, c.lay_q = T_BHSD, c.lay_kv = T_STRIDED;
             run_case(ctx, &c, 0);
-            if (mode == 0) {
-                t_case cb = t_case_make(1, 65, 130, 2, 2, d, FA_DTYPE_BF16);
-                run_case(ctx, &cb, 1);
-            }
+            run_case(ctx, &c, 1);
         }
     /* every built FLASH2 forward tile configuration (opts.block_q/block_k) */
     {
         static const int tiles[][3] = {{64, 128, 64}, {64, 256, 64},  {64, 128, 128}, {64, 64, 64},   {128, 128, 64},
                                        {128, 64, 64}, {128, 128, 32}, {32, 128, 64},  {32, 128, 128}, {256, 128, 64},
-                                       {256, 64, 64}};
+                                       {256, 64, 64}, {96, 128, 64}, {128, 256, 64}};
         for (int ti = 0; ti < (int)(sizeof tiles / sizeof tiles[0]); ++ti) {
             t_case c = t_case_make(2, 239, 1023, 2, 1, tiles[ti][0], FA_DTYPE_BF16);
             c.opts.causal = ti % 2;
@@ -294,13 +294,13 @@ int main(void) {
     }
     /* every built FLASH2 backward tile (opts.block_q; Bc = 128), odd lengths, sq != sk, causal and not, GQA */
     {
-        static const int tiles[][2] = {{64, 128}, {64, 64}, {128, 64}};
-        for (int ti = 0; ti < 3; ++ti)
+        static const int tiles[][2] = {{64, 128}, {64, 64}, {128, 64}, {32, 128}, {32, 64}, {96, 64}, {256, 64}};
+        for (int ti = 0; ti < 7; ++ti)
             for (int v = 0; v < (small ? 1 : 3); ++v) {
                 t_case c = t_case_make(2, v == 2 ? 300 : 239, v == 1 ? 77 : 1023, 2, v == 2 ? 1 : 2, tiles[ti][0],
                                        v == 1 ? FA_DTYPE_F16 : FA_DTYPE_BF16);
                 c.opts.causal = v != 0;
-                c.opts.block_q = tiles[ti][1], c.opts.block_k = 128;
+                c.opts.block_q = tiles[ti][1], c.opts.block_k = tiles[ti][0] == 256 ? 64 : 128;
                 run_case(ctx, &c, 1);
             }
     }
@@ -337,9 +337,10 @@ int main(void) {
     {
         int32_t cq[5], ck[5];
         const int lq[4] = {17, 0, 130, 64}, lk[4] = {33, 5, 64, 200};
-        for (int di = 0; di < 2; ++di)
+        for (int di = 0; di < 4; ++di)
             for (int causal = 0; causal < 2; ++causal) {
-                t_case c = varlen_case(4, lq, lk, 4, 2, di ? 128 : 64, dts[di], cq, ck);
+                static const int vd[4] = {64, 128, 32, 96};
+                t_case c = varlen_case(4, lq, lk, 4, 2, vd[di], dts[di & 1], cq, ck);
                 c.opts.causal = causal;
                 run_case(ctx, &c, 0);
                 run_case(ctx, &c, 1);
@@ -348,7 +349,10 @@ int main(void) {
     /* random small cases (any dtype, head_dim, layout, mask; explicit tiles dropped half the time) */
     for (int i = 0; i < (small ? 2 : 40); ++i) {
         t_case c = t_case_random(239, 128, 1);
-        if (t_randint(0, 1)) c.d = t_randint(0, 1) ? 64 : 128;
+        if (t_randint(0, 1)) {
+            static const int rd[4] = {64, 128, 32, 96};
+            c.d = rd[t_randint(0, 3)];
+        }
         if (c.dt == FA_DTYPE_F32 && t_randint(0, 1)) c.dt = FA_DTYPE_BF16;
         if (t_randint(0, 1)) c.opts.block_q = c.opts.block_k = 0;
         run_case(ctx, &c, i % 2);

@@ -256,7 +256,12 @@ FA_DEV void fa_bwd_dq_step(const fa_bwd_addr *sA, const T *sdS, const T *sK, flo
  * slower than this (rows that do not start on a 128-byte line); dense staging rows (D floats, 8-way bank conflicts
  * on the float2 stores) with one reduce per 8 rows or per block: 11-16 % slower (d64 4k 233.9 / 225.3 vs 264.5).
  * The issue loop nvcc makes of the per-row reduce (uniform operands: one lane at a time) is ~11 % of the warp-stall
- * samples (ncu, d64 16k) and left as it is. */
+ * samples (ncu, d64 16k), yet every way of shortening it measured slower (2026-11-30, 4th session, one command):
+ * rows spread over all 8 warps (16 lanes each) 232.3 / 269.2 and one lane per warp issuing its rows in a uniform
+ * loop (no R2UR, 4x unrolled) 231.2 / 265.2 against this 262.9 / 290.0 (4k d64 / d128; 16k 240 / 279 vs 274 / 302);
+ * one thread issuing D/32 TMA tensor reduces per block (4-D map over dQacc, 128-byte swizzled staging)
+ * 247.2 / 285.3 vs 265.4 / 290.1. Issuing from four warps while the other four run ahead into the next GEMMs is
+ * what this path has going for it. */
 template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const float *sdQ, int m, int sq, int tid) {
     const int row = m * C::BM + tid;
     if (tid < C::BM && row < sq) {

@@ -2,7 +2,8 @@
 # GPU tests of the CUDA backend (needs an H200 / sm_90 GPU): build with CUDA, run tests/gpu/test_gpu (every
 # algorithm against the float64 oracle, poisoned outputs), `flashattn check --device cuda` (random cases), then
 # compute-sanitizer memcheck and racecheck on small shapes. Exits non-zero on any failure.
-# Env: BUILD (default build-cuda), JOBS (default nproc), LOG_DIR (copies of the logs).
+# Env: BUILD (default build-cuda), JOBS (default nproc), LOG_DIR (copies of the logs), SANITIZERS (default
+# "memcheck racecheck"; empty = none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-cuda}
@@ -30,7 +31,7 @@ else
 fi
 
 if command -v compute-sanitizer >/dev/null; then
-  for tool in memcheck racecheck; do
+  for tool in ${SANITIZERS-memcheck racecheck}; do
     echo "== compute-sanitizer --tool $tool (small shapes)"
     if FA_GPU_TEST_SMALL=1 compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/gpu/test_gpu" \
          >"$LOG_DIR/sanitizer-$tool.log" 2>&1; then

@@ -81,8 +81,8 @@ FA_DEV float fa_softcap(float s, float k, float cap) { return cap * tanhf(s * k)
  * is one 64-bit add where it is used: otherwise nvcc hoisted one offset per row (and per tile) out of the kernels'
  * loops into registers of its own, and the FLASH1 backward spilled them. Otherwise (D = 96: 12 chunks a row; or
  * fewer rows than one pass covers) the chunks are dealt out in order, c = it·NTHR + tid -> row c / CPR, chunk
- * c % CPR. */
-template <typename T, int ROWS, int D, int LD, int NTHR>
+ * c % CPR. FULL: every row is valid (rows_valid unused): no per-row check or zero-fill select. */
+template <typename T, int ROWS, int D, int LD, int NTHR, bool FULL = false>
 FA_DEV void fa_load_tile(T *s, const T *g, int64_t stride, int rows_valid, int tid) {
     constexpr int CPR = D / 8;
     if constexpr (NTHR % CPR == 0 && ROWS % (NTHR / CPR) == 0) {
@@ -93,7 +93,7 @@ FA_DEV void fa_load_tile(T *s, const T *g, int64_t stride, int rows_valid, int t
 #pragma unroll
         for (int it = 0; it < ROWS / RPI; ++it) {
             const int r = it * RPI + r0;
-            const bool ok = r < rows_valid;
+            const bool ok = FULL || r < rows_valid;
             fa_cp_async16(s + r * LD + cc, ok ? (const void *)gr : (const void *)g, ok ? 16 : 0);
             gr += step;
         }
@@ -104,7 +104,7 @@ FA_DEV void fa_load_tile(T *s, const T *g, int64_t stride, int rows_valid, int t
         for (int it = 0; it < (TOTAL + NTHR - 1) / NTHR; ++it) {
             const int c = it * NTHR + tid, r = (int)((unsigned)c / CPR), cc = (int)((unsigned)c % CPR) * 8;
             if (TOTAL % NTHR == 0 || c < TOTAL) {
-                const bool ok = r < rows_valid;
+                const bool ok = FULL || r < rows_valid;
                 fa_cp_async16(s + r * LD + cc, ok ? (const void *)(g + r * st + cc) : (const void *)g, ok ? 16 : 0);
             }
         }

@@ -38,6 +38,28 @@ FA_DEV int fa_tid_here() {
     return t;
 }
 
+#ifndef FA_FWD_PREFETCH_LATE
+#define FA_FWD_PREFETCH_LATE 0 /* 1: issue the prefetch after the QKᵀ GEMM (FA2 issues its next K there) */
+#endif
+#ifndef FA_FWD_PREFETCH_FULL
+#define FA_FWD_PREFETCH_FULL 1 /* 0: the per-row bounds check of main (to measure against) */
+#endif
+/* Kn-1, Vn-1 -> the other stage (cp.async, one commit group), n = sN[tid] > nb_lo. Every block below the loop's
+ * first (the last key block, the only one the seqlen tail can cut) is whole: the loader checks no row. */
+template <typename T, int D, int BN, int NTHR>
+FA_DEV void fa2_fwd_prefetch(const fa_fwd_cta *cta, T *sK, T *sV, const int *sN) {
+    constexpr int LD = D + 8;
+    const int tid = fa_tid_here(), n = sN[tid];
+    if (n > cta->nb_lo) { /* a whole step to land */
+        const int64_t kss = cta->k_ss, vss = cta->v_ss, r0 = (int64_t)(n - 1) * BN;
+        const int left = cta->sk - (n - 1) * BN; /* >= BN: read only when FA_FWD_PREFETCH_FULL is 0 */
+        T *sK1 = sK + ((n - 1) & 1) * BN * LD, *sV1 = sV + ((n - 1) & 1) * BN * LD;
+        fa_load_tile<T, BN, D, LD, NTHR, FA_FWD_PREFETCH_FULL>(sK1, (const T *)cta->K + r0 * kss, kss, left, tid);
+        fa_load_tile<T, BN, D, LD, NTHR, FA_FWD_PREFETCH_FULL>(sV1, (const T *)cta->V + r0 * vss, vss, left, tid);
+        fa_cp_async_commit();
+    }
+}
+
 /* One key block n = sN[tid] of the inner loop, for the MW row tiles of this warp. Kn, Vn are in stage n & 1 of
  * sK, sV; Kn-1, Vn-1 are fetched into the other stage while this block computes.
  * GEN = false: the hot step — every (row, key) of the block visible, scale > 0, no softcap: no mask code at all.
@@ -51,17 +73,7 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
     constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, NT = BN / 8, DT = D / 8;
     fa_cp_async_wait<0>();
     __syncthreads(); /* Kn, Vn (and Qi, *cta) landed; every warp is done with the other stage */
-    {
-        const int tid = fa_tid_here(), n = sN[tid];
-        if (n > cta->nb_lo) { /* prefetch Kn-1, Vn-1: a whole step to land */
-            const int64_t kss = cta->k_ss, vss = cta->v_ss, r0 = (int64_t)(n - 1) * BN;
-            const int left = cta->sk - (n - 1) * BN;
-            T *sK1 = sK + ((n - 1) & 1) * BN * LD, *sV1 = sV + ((n - 1) & 1) * BN * LD;
-            fa_load_tile<T, BN, D, LD, NTHR>(sK1, (const T *)cta->K + r0 * kss, kss, left, tid);
-            fa_load_tile<T, BN, D, LD, NTHR>(sV1, (const T *)cta->V + r0 * vss, vss, left, tid);
-            fa_cp_async_commit();
-        }
-    }
+    if (!FA_FWD_PREFETCH_LATE) fa2_fwd_prefetch<T, D, BN, NTHR>(cta, sK, sV, sN);
 
     /* S = Qi Knᵀ */
 #pragma unroll
@@ -72,6 +84,7 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
         const int tid = fa_tid_here();
         fa_warp_gemm_abt<T, MW, NT, D, LD, LD>(S, sQ + (tid >> 5) * 16 * MW * LD, sK + (sN[tid] & 1) * BN * LD, tid & 31);
     }
+    if (FA_FWD_PREFETCH_LATE) fa2_fwd_prefetch<T, D, BN, NTHR>(cta, sK, sV, sN);
     const int tid = fa_tid_here(), lane = tid & 31, n = sN[tid];
     const int wrow = (tid >> 5) * 16 * MW; /* first row of this warp inside the block */
     const float kl = p.scale_log2 > 0.f && p.softcap == 0.f ? p.scale_log2 : 1.f; /* S·kl is in log2 units */

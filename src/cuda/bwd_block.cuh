@@ -270,6 +270,17 @@ template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const floa
     }
 }
 
+#ifndef FA_BWD_PREFETCH_FULL
+#define FA_BWD_PREFETCH_FULL 1 /* 0: every Qi+1, dOi+1 prefetch checks its rows (main's code, to measure against) */
+#endif
+/* Qi, dOi rows m1 .. m1 + BM - 1 -> shared memory (cp.async; rows past sq zero-filled unless FULL). */
+template <typename T, class C, bool FULL>
+FA_DEV void fa_bwd_load_q_do(const fa_cuda_params &p, const fa_bwd_addr *sA, T *sQb, T *sdOb, int m1, int sq, int tid) {
+    constexpr int BM = C::BM, D = C::D, LD = C::LD, NTHR = C::NW * 32;
+    fa_load_tile<T, BM, D, LD, NTHR, FULL>(sQb, (const T *)sA->q + (int64_t)m1 * p.q_ss, p.q_ss, sq - m1, tid);
+    fa_load_tile<T, BM, D, LD, NTHR, FULL>(sdOb, (const T *)sA->dout + (int64_t)m1 * p.do_ss, p.do_ss, sq - m1, tid);
+}
+
 template <typename T, class C, int DQ_MODE, bool SOFTCAP>
 FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int h, int n_block, unsigned char *smem) {
     constexpr int D = C::D, BM = C::BM, BN = C::BN, NTHR = C::NW * 32, LD = C::LD, LDP = C::LDP;
@@ -333,8 +344,10 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         if (DQ_MODE == FA_DQ_REDUCE && m > mb_lo) fa_bwd_dq_flush<C>(sA, sdQ, m - 1, s.sq, tid); /* block i-1's dQ */
         if (QST == 2 && m + 1 < mb_hi) {
             const int nb = buf ^ 1, m1 = m0 + BM;
-            fa_load_tile<T, BM, D, LD, NTHR>(sQ + nb * BM * LD, (const T *)sA->q + (int64_t)m1 * p.q_ss, p.q_ss, s.sq - m1, tid);
-            fa_load_tile<T, BM, D, LD, NTHR>(sdO + nb * BM * LD, (const T *)sA->dout + (int64_t)m1 * p.do_ss, p.do_ss, s.sq - m1, tid);
+            if (FA_BWD_PREFETCH_FULL && m1 + BM <= s.sq) /* a whole block (all but the last): no per-row checks */
+                fa_bwd_load_q_do<T, C, true>(p, sA, sQ + nb * BM * LD, sdO + nb * BM * LD, m1, s.sq, tid);
+            else
+                fa_bwd_load_q_do<T, C, false>(p, sA, sQ + nb * BM * LD, sdO + nb * BM * LD, m1, s.sq, tid);
             fa_bwd_copy_stats<BM>(sA, s.sq, m + 1, sL + nb * BM, sD + nb * BM, tid);
             fa_cp_async_commit();
         }

@@ -270,6 +270,9 @@ template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const floa
     }
 }
 
+#ifndef FA_BWD_ROTATE
+#define FA_BWD_ROTATE 0 /* 1: each CTA starts its query-block walk at its own block (see fa_bwd_kv_block) */
+#endif
 #ifndef FA_BWD_PREFETCH_FULL
 #define FA_BWD_PREFETCH_FULL 1 /* 0: every Qi+1, dOi+1 prefetch checks its rows (main's code, to measure against) */
 #endif
@@ -326,29 +329,42 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
     fa_zero(dK);
     fa_zero(dV);
 
+    /* FA_BWD_ROTATE: CTA n_block walks its query blocks starting at block mb_lo + (n_block mod count), wrapping
+     * around, so that the CTAs of one head (all K/V blocks of it run at once at long seqlens) add into different dQ
+     * rows at any time instead of all into the same ones. */
+    constexpr bool ROT = FA_BWD_ROTATE && DQ_MODE == FA_DQ_REDUCE;
+    const int m_first = ROT && mb_hi > mb_lo ? mb_lo + n_block % (mb_hi - mb_lo) : mb_lo;
     if (mb_hi > mb_lo) {
         fa_load_tile<T, BN, D, LD, NTHR>(sK, Kj, p.k_ss, kv_rows, tid);
         fa_load_tile<T, BN, D, LD, NTHR>(sV, Vj, p.v_ss, kv_rows, tid);
-        const int r0 = mb_lo * BM;
+        const int r0 = m_first * BM;
         fa_load_tile<T, BM, D, LD, NTHR>(sQ, (const T *)sA->q + (int64_t)r0 * p.q_ss, p.q_ss, s.sq - r0, tid);
         fa_load_tile<T, BM, D, LD, NTHR>(sdO, (const T *)sA->dout + (int64_t)r0 * p.do_ss, p.do_ss, s.sq - r0, tid);
-        fa_bwd_copy_stats<BM>(sA, s.sq, mb_lo, sL, sD, tid);
+        fa_bwd_copy_stats<BM>(sA, s.sq, m_first, sL, sD, tid);
         fa_cp_async_commit();
     }
+#if FA_BWD_ROTATE
+    for (int k = 0, m = m_first; k < mb_hi - mb_lo; ++k, m = ROT && m + 1 == mb_hi ? mb_lo : m + 1) {
+        const int m_prev = ROT && m == mb_lo ? mb_hi - 1 : m - 1, m_next = ROT && m + 1 == mb_hi ? mb_lo : m + 1;
+        const bool first = k == 0, last = k + 1 == mb_hi - mb_lo;
+#else
     for (int m = mb_lo; m < mb_hi; ++m) {
-        const int buf = (m - mb_lo) & 1, m0 = m * BM;
+        const int k = m - mb_lo, m_prev = m - 1, m_next = m + 1;
+        const bool first = !(m > mb_lo), last = !(m + 1 < mb_hi);
+#endif
+        const int buf = k & 1, m0 = m * BM;
         T *sQb = sQ + (QST == 2 ? buf : 0) * BM * LD, *sdOb = sdO + (QST == 2 ? buf : 0) * BM * LD;
         const float *sLb = sL + buf * BM, *sDb = sD + buf * BM;
         fa_cp_async_wait<0>();
         __syncthreads(); /* Qi, dOi, stats landed; every warp is done with block i-1 (its buffers, sP, sdS, sdQ) */
-        if (DQ_MODE == FA_DQ_REDUCE && m > mb_lo) fa_bwd_dq_flush<C>(sA, sdQ, m - 1, s.sq, tid); /* block i-1's dQ */
-        if (QST == 2 && m + 1 < mb_hi) {
-            const int nb = buf ^ 1, m1 = m0 + BM;
+        if (DQ_MODE == FA_DQ_REDUCE && !first) fa_bwd_dq_flush<C>(sA, sdQ, m_prev, s.sq, tid); /* block i-1's dQ */
+        if (QST == 2 && !last) {
+            const int nb = buf ^ 1, m1 = ROT ? m_next * BM : m0 + BM;
             if (FA_BWD_PREFETCH_FULL && m1 + BM <= s.sq) /* a whole block (all but the last): no per-row checks */
                 fa_bwd_load_q_do<T, C, true>(p, sA, sQ + nb * BM * LD, sdO + nb * BM * LD, m1, s.sq, tid);
             else
                 fa_bwd_load_q_do<T, C, false>(p, sA, sQ + nb * BM * LD, sdO + nb * BM * LD, m1, s.sq, tid);
-            fa_bwd_copy_stats<BM>(sA, s.sq, m + 1, sL + nb * BM, sD + nb * BM, tid);
+            fa_bwd_copy_stats<BM>(sA, s.sq, m_next, sL + nb * BM, sD + nb * BM, tid);
             fa_cp_async_commit();
         }
 
@@ -403,11 +419,11 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dK, sdS + kv_key * LDP, sQb + kv_col, lane);
         if (QST == 1) { /* one Q/dO buffer: every warp is done with Qi, dOi; block i+1 loads during the dQ GEMM */
             __syncthreads();
-            if (m + 1 < mb_hi) {
-                const int nb = buf ^ 1, m1 = m0 + BM;
+            if (!last) {
+                const int nb = buf ^ 1, m1 = ROT ? m_next * BM : m0 + BM;
                 fa_load_tile<T, BM, D, LD, NTHR>(sQ, (const T *)sA->q + (int64_t)m1 * p.q_ss, p.q_ss, s.sq - m1, tid);
                 fa_load_tile<T, BM, D, LD, NTHR>(sdO, (const T *)sA->dout + (int64_t)m1 * p.do_ss, p.do_ss, s.sq - m1, tid);
-                fa_bwd_copy_stats<BM>(sA, s.sq, m + 1, sL + nb * BM, sD + nb * BM, tid);
+                fa_bwd_copy_stats<BM>(sA, s.sq, m_next, sL + nb * BM, sD + nb * BM, tid);
                 fa_cp_async_commit();
             }
         }
@@ -417,7 +433,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
     /* Epilogue: dKj *= scale; write dKj, dVj (16-bit through shared memory, or fp32 per query head for GQA). */
     __syncthreads();
     if (DQ_MODE == FA_DQ_REDUCE && mb_hi > mb_lo) { /* the last block's dQ, complete before the CTA exits */
-        fa_bwd_dq_flush<C>(sA, sdQ, mb_hi - 1, s.sq, tid);
+        fa_bwd_dq_flush<C>(sA, sdQ, ROT && m_first > mb_lo ? m_first - 1 : mb_hi - 1, s.sq, tid);
         fa_bulk_wait_all();
     }
     void *const dk_out = sA->dk, *const dv_out = sA->dv;

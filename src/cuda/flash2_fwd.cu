@@ -41,6 +41,9 @@ FA_DEV int fa_tid_here() {
 #ifndef FA_FWD_PREFETCH_LATE
 #define FA_FWD_PREFETCH_LATE 0 /* 1: issue the prefetch after the QKᵀ GEMM (FA2 issues its next K there) */
 #endif
+#ifndef FA_FWD_STATS_LATE
+#define FA_FWD_STATS_LATE 1 /* 1: ℓ stored after the PV GEMM is issued; 0: before it (main's order) */
+#endif
 #ifndef FA_FWD_PREFETCH_FULL
 #define FA_FWD_PREFETCH_FULL 1 /* 0: the per-row bounds check of main (to measure against) */
 #endif
@@ -123,7 +126,13 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
             }
     }
 
-    /* Online softmax: m_new = max(m, rowmax S); rescale ℓ and O by exp2((m − m_new)·kl). */
+    /* Online softmax: m_new = max(m, rowmax S); rescale ℓ and O by exp2((m − m_new)·kl). With FA_FWD_STATS_LATE
+     * the new ℓ stays in registers until the PV GEMM is issued: ptxas does not move an ldmatrix of V above a
+     * shared-memory store it cannot prove disjoint, so an ℓ store here holds every V load (and every PV MMA) behind
+     * the whole softmax; stored after the GEMM, the exp2s and the first PV MMAs interleave (as in FA2's SASS).
+     * (m stays stored here: it is known before the exp2s, and keeping it too spilled the 3-CTA d=64 tile.) */
+    float l_keep[MW][2];
+    (void)l_keep;
 #pragma unroll
     for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
@@ -145,7 +154,9 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
                 S[mi][nt][2 * r + 1] = fa_exp2(fmaf(S[mi][nt][2 * r + 1], kl, -msc));
                 sum += S[mi][nt][2 * r] + S[mi][nt][2 * r + 1];
             }
-            sRowL[si] = sRowL[si] * corr + sum; /* thread-local: the quad sum is deferred to the end */
+            const float l_new = sRowL[si] * corr + sum; /* thread-local: the quad sum is deferred to the end */
+            if (FA_FWD_STATS_LATE) l_keep[mi][r] = l_new;
+            else sRowL[si] = l_new;
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt) {
                 O[mi][dt][2 * r] *= corr;
@@ -156,6 +167,15 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
     uint32_t Pa[MW][NT / 2][4];
     fa_acc_to_a<T, MW, NT / 2>(Pa, S);
     fa_warp_gemm_rb<T, MW, DT, NT / 2, LD>(O, Pa, sV + (n & 1) * BN * LD, lane);
+    if (FA_FWD_STATS_LATE) {
+#pragma unroll
+        for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int si = (2 * mi + r) * NTHR + tid;
+                sRowL[si] = l_keep[mi][r];
+            }
+    }
 }
 
 /* Launch bounds: CTAS CTAs per SM (the table's column; registers per thread <= 65536 / (CTAS · 32·NW)). With the

@@ -9,14 +9,14 @@
 #   5. the extra head dims (HDIMS) forward and backward on the candidate, FLASH2 and FLASH1
 #   6. compute-sanitizer memcheck and racecheck on the small test set (candidate)
 # Everything goes to $OUT/trial.tar.gz (+ summary.txt); each step runs under timeout.
-# Env: OUT (default gpu-trial-out), VARIANTS, SEQLENS (default 2048,4096,16384), HDIMS (default 32,96,256),
+# Env: OUT (default gpu-trial-out), VARIANTS, SEQLENS (default 2048,4096,16384), HDIMS (default 32,96,256; empty skips step 5),
 #      FWD_ARGS (default "--block-q 0,256 --block-k 64"), BUDGET_S (the sanitizers run only within it, default 540).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-gpu-trial-out}
 VARIANTS=${VARIANTS:-"cand="}
 SEQLENS=${SEQLENS:-2048,4096,16384}
-HDIMS=${HDIMS:-32,96,256}
+HDIMS=${HDIMS-32,96,256}  # empty: skip step 5
 FWD_ARGS=${FWD_ARGS:-"--block-q 0,256 --block-k 64"}
 W=trial-work
 mkdir -p "$OUT" "$W"
@@ -28,7 +28,7 @@ CAND=${VS[0]%%=*}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | head -1 | tee -a "$SUM"
 
 t0=$(date +%s)
-( timeout 240 python3 scripts/bench_gpu_torch.py run --out "$W/torch.csv" --d "64,128,$HDIMS" --seqlen "$SEQLENS" \
+( timeout 240 python3 scripts/bench_gpu_torch.py run --out "$W/torch.csv" --d "64,128${HDIMS:+,$HDIMS}" --seqlen "$SEQLENS" \
     --causal 0,1 --pass fwd,bwd --reps 10 >"$W/torch.log" 2>&1 ) &
 TP=$!
 jobs_each=$(( $(nproc) / ${#VS[@]} )); [ "$jobs_each" -ge 1 ] || jobs_each=1
@@ -52,7 +52,7 @@ grep -E "FAIL" "$W/test_gpu.log" | head -20 | tee -a "$SUM"; tail -2 "$W/test_gp
 
 say "== FLASH2 backward per variant (TFLOP/s)"
 mkdir -p "$W/bwd"; cp "$W/torch.csv" "$W/bwd/torch.csv"
-VARIANTS="$VARIANTS" OUT="$W/bwd" TORCH=0 SEQLENS="$SEQLENS" timeout 200 bash scripts/bwd-variants.sh 2>&1 | tee -a "$SUM"
+VARIANTS="$VARIANTS" OUT="$W/bwd" TORCH=0 SEQLENS="$SEQLENS" timeout 320 bash scripts/bwd-variants.sh 2>&1 | tee -a "$SUM"
 
 say "== forward d=128, $FWD_ARGS"
 for nv in "${VS[@]}"; do
@@ -62,12 +62,13 @@ for nv in "${VS[@]}"; do
     --causal 0,1 --pass fwd --reps 10 --warmup 2 $FWD_ARGS 2>&1 | tee -a "$SUM" | tail -n 20
 done
 
-say "== head dims $HDIMS ($CAND): flash2 fwd+bwd, flash1 fwd+bwd at 4096"
-timeout 120 "$B/flashattn" bench --device cuda --dtype bf16 --algo flash2 --d "$HDIMS" --seqlen "$SEQLENS" \
-  --causal 0,1 --pass fwd,bwd --reps 10 --warmup 2 --csv >"$W/hdims.csv" 2>"$W/hdims.err"
-timeout 60 "$B/flashattn" bench --device cuda --dtype bf16 --algo flash1 --d "$HDIMS" --seqlen 4096 \
-  --causal 0,1 --pass fwd,bwd --reps 5 --warmup 1 --csv 2>>"$W/hdims.err" | tail -n +2 >>"$W/hdims.csv"
-python3 - "$W/hdims.csv" "$W/torch.csv" <<'PY' | tee -a "$SUM"
+if [ -n "$HDIMS" ]; then
+  say "== head dims $HDIMS ($CAND): flash2 fwd+bwd, flash1 fwd+bwd at 4096"
+  timeout 120 "$B/flashattn" bench --device cuda --dtype bf16 --algo flash2 --d "$HDIMS" --seqlen "$SEQLENS" \
+    --causal 0,1 --pass fwd,bwd --reps 10 --warmup 2 --csv >"$W/hdims.csv" 2>"$W/hdims.err"
+  timeout 60 "$B/flashattn" bench --device cuda --dtype bf16 --algo flash1 --d "$HDIMS" --seqlen 4096 \
+    --causal 0,1 --pass fwd,bwd --reps 5 --warmup 1 --csv 2>>"$W/hdims.err" | tail -n +2 >>"$W/hdims.csv"
+  python3 - "$W/hdims.csv" "$W/torch.csv" <<'PY' | tee -a "$SUM"
 import csv, sys
 t = {}
 for r in csv.DictReader(open(sys.argv[2])):
@@ -79,6 +80,7 @@ for r in csv.DictReader(open(sys.argv[1])):
     g = float(r["gflops"]) / 1000 if r["gflops"] else 0.0
     print(r["algo"], *k, "%.1f" % g, t.get(k, "-"), "%.2f" % (g / t[k]) if k in t and g else "-")
 PY
+fi
 
 for tool in memcheck racecheck; do
   left=$(( t0 + ${BUDGET_S:-540} - $(date +%s) )); [ "$left" -gt 150 ] && left=150

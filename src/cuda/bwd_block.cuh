@@ -71,9 +71,9 @@ template <> struct fa_bwd_tiles<256, 64> : fa_bwd_cfg<256, 64, 64, 4, 2, 2, fals
 template <> struct fa_bwd_tiles<96, 64> : fa_bwd_cfg<96, 64, 128, 4, 4, 4, false> {};
 /* The table on the host: *bm, *bn in = requested (0 = the default), out = what runs; 0 if no row matches. */
 static inline int fa_bwd_tile_pick(int d, int *bm, int *bn) {
-    const int def = d == 64 || d == 32 ? 128 : 64, q = *bm ? *bm : def, k = d == 256 ? 64 : 128;
-    const int ok = (d == 64 && (q == 128 || q == 64)) || ((d == 128 || d == 96 || d == 256) && q == 64) ||
-                   (d == 32 && (q == 128 || q == 64));
+    const int two = d == 32 || d == 64; /* head dims with a 128-row and a 64-row tile; the others: 64 rows */
+    const int q = *bm ? *bm : two ? 128 : 64, k = d == 256 ? 64 : 128;
+    const int ok = two ? q == 128 || q == 64 : (d == 96 || d == 128 || d == 256) && q == 64;
     if (!ok || (*bn && *bn != k)) return 0;
     *bm = q, *bn = k;
     return 1;
@@ -109,6 +109,19 @@ FA_DEV void fa_bwd_copy_stats(const fa_bwd_addr *a, int sq, int m, float *sL, fl
     const int i = tid % BM, row = m * BM + i;
     const float *src = (tid < BM ? a->lse2 : a->dsum) + (row < sq ? row : 0);
     if (tid < 2 * BM) fa_cp_async4((tid < BM ? sL : sD) + i, src, row < sq ? 4 : 0);
+}
+
+/* Qi, dOi and the row statistics of query block m (first row m1 = m·BM, passed as the caller has it) -> Q/dO
+ * buffer `nb` (always 0 with one buffer) and stats buffer nb, with cp.async in one commit group. */
+template <typename T, class C>
+FA_DEV void fa_bwd_prefetch_q(const fa_cuda_params &p, const fa_bwd_addr *sA, T *sQ, T *sdO, float *sL, float *sD,
+                              int m, int m1, int nb, int sq, int tid) {
+    constexpr int BM = C::BM, D = C::D, LD = C::LD, NTHR = C::NW * 32, qb = C::QSTAGES == 2;
+    fa_load_tile<T, BM, D, LD, NTHR>(sQ + qb * nb * BM * LD, (const T *)sA->q + (int64_t)m1 * p.q_ss, p.q_ss, sq - m1, tid);
+    fa_load_tile<T, BM, D, LD, NTHR>(sdO + qb * nb * BM * LD, (const T *)sA->dout + (int64_t)m1 * p.do_ss, p.do_ss,
+                                     sq - m1, tid);
+    fa_bwd_copy_stats<BM>(sA, sq, m, sL + nb * BM, sD + nb * BM, tid);
+    fa_cp_async_commit();
 }
 
 template <int MT, int NT> FA_DEV void fa_zero(float (&acc)[MT][NT][4]) {
@@ -318,11 +331,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
     if (mb_hi > mb_lo) {
         fa_load_tile<T, BN, D, LD, NTHR>(sK, Kj, p.k_ss, kv_rows, tid);
         fa_load_tile<T, BN, D, LD, NTHR>(sV, Vj, p.v_ss, kv_rows, tid);
-        const int r0 = mb_lo * BM;
-        fa_load_tile<T, BM, D, LD, NTHR>(sQ, (const T *)sA->q + (int64_t)r0 * p.q_ss, p.q_ss, s.sq - r0, tid);
-        fa_load_tile<T, BM, D, LD, NTHR>(sdO, (const T *)sA->dout + (int64_t)r0 * p.do_ss, p.do_ss, s.sq - r0, tid);
-        fa_bwd_copy_stats<BM>(sA, s.sq, mb_lo, sL, sD, tid);
-        fa_cp_async_commit();
+        fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, mb_lo, mb_lo * BM, 0, s.sq, tid); /* same commit group as K, V */
     }
     for (int m = mb_lo; m < mb_hi; ++m) {
         const int buf = (m - mb_lo) & 1, m0 = m * BM;
@@ -331,13 +340,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         fa_cp_async_wait<0>();
         __syncthreads(); /* Qi, dOi, stats landed; every warp is done with block i-1 (its buffers, sP, sdS, sdQ) */
         if (DQ_MODE == FA_DQ_REDUCE && m > mb_lo) fa_bwd_dq_flush<C>(sA, sdQ, m - 1, s.sq, tid); /* block i-1's dQ */
-        if (QST == 2 && m + 1 < mb_hi) {
-            const int nb = buf ^ 1, m1 = m0 + BM;
-            fa_load_tile<T, BM, D, LD, NTHR>(sQ + nb * BM * LD, (const T *)sA->q + (int64_t)m1 * p.q_ss, p.q_ss, s.sq - m1, tid);
-            fa_load_tile<T, BM, D, LD, NTHR>(sdO + nb * BM * LD, (const T *)sA->dout + (int64_t)m1 * p.do_ss, p.do_ss, s.sq - m1, tid);
-            fa_bwd_copy_stats<BM>(sA, s.sq, m + 1, sL + nb * BM, sD + nb * BM, tid);
-            fa_cp_async_commit();
-        }
+        if (QST == 2 && m + 1 < mb_hi) fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, m + 1, m0 + BM, buf ^ 1, s.sq, tid);
 
         { /* Sᵀ = Kj Qiᵀ, dPᵀ = Vj dOiᵀ on this warp's SK keys x SQ queries; P and dS -> shared memory */
             /* 16 x 16 of P and dS per stmatrix (4 x fewer shared-memory instructions than 32-bit stores: the MIO
@@ -390,13 +393,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dK, sdS + kv_key * LDP, sQb + kv_col, lane);
         if (QST == 1) { /* one Q/dO buffer: every warp is done with Qi, dOi; block i+1 loads during the dQ GEMM */
             __syncthreads();
-            if (m + 1 < mb_hi) {
-                const int nb = buf ^ 1, m1 = m0 + BM;
-                fa_load_tile<T, BM, D, LD, NTHR>(sQ, (const T *)sA->q + (int64_t)m1 * p.q_ss, p.q_ss, s.sq - m1, tid);
-                fa_load_tile<T, BM, D, LD, NTHR>(sdO, (const T *)sA->dout + (int64_t)m1 * p.do_ss, p.do_ss, s.sq - m1, tid);
-                fa_bwd_copy_stats<BM>(sA, s.sq, m + 1, sL + nb * BM, sD + nb * BM, tid);
-                fa_cp_async_commit();
-            }
+            if (m + 1 < mb_hi) fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, m + 1, m0 + BM, buf ^ 1, s.sq, tid);
         }
         if (DQ_MODE != FA_DQ_NONE) fa_bwd_dq_step<T, C, DQ_MODE>(sA, sdS, sK, sdQ, m0, s.sq, q_row, q_col, lane);
     }

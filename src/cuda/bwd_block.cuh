@@ -71,9 +71,9 @@ template <> struct fa_bwd_tiles<256, 64> : fa_bwd_cfg<256, 64, 64, 4, 2, 2, fals
 template <> struct fa_bwd_tiles<96, 64> : fa_bwd_cfg<96, 64, 128, 4, 4, 4, false> {};
 /* The table on the host: *bm, *bn in = requested (0 = the default), out = what runs; 0 if no row matches. */
 static inline int fa_bwd_tile_pick(int d, int *bm, int *bn) {
-    const int def = d == 64 || d == 32 ? 128 : 64, q = *bm ? *bm : def, k = d == 256 ? 64 : 128;
-    const int ok = (d == 64 && (q == 128 || q == 64)) || ((d == 128 || d == 96 || d == 256) && q == 64) ||
-                   (d == 32 && (q == 128 || q == 64));
+    const int two = d == 32 || d == 64; /* head dims with a 128-row and a 64-row tile; the others: 64 rows */
+    const int q = *bm ? *bm : two ? 128 : 64, k = d == 256 ? 64 : 128;
+    const int ok = two ? q == 128 || q == 64 : (d == 96 || d == 128 || d == 256) && q == 64;
     if (!ok || (*bn && *bn != k)) return 0;
     *bm = q, *bn = k;
     return 1;
@@ -109,6 +109,21 @@ FA_DEV void fa_bwd_copy_stats(const fa_bwd_addr *a, int sq, int m, float *sL, fl
     const int i = tid % BM, row = m * BM + i;
     const float *src = (tid < BM ? a->lse2 : a->dsum) + (row < sq ? row : 0);
     if (tid < 2 * BM) fa_cp_async4((tid < BM ? sL : sD) + i, src, row < sq ? 4 : 0);
+}
+
+/* Qi, dOi and the row statistics of query block m (first row m1 = m·BM, passed as the caller has it) -> Q/dO
+ * buffer `nb` (always 0 with one buffer) and stats buffer nb, with cp.async in one commit group. FULL: every row
+ * is below sq (no per-row checks). */
+template <typename T, class C, bool FULL = false>
+FA_DEV void fa_bwd_prefetch_q(const fa_cuda_params &p, const fa_bwd_addr *sA, T *sQ, T *sdO, float *sL, float *sD,
+                              int m, int m1, int nb, int sq, int tid) {
+    constexpr int BM = C::BM, D = C::D, LD = C::LD, NTHR = C::NW * 32, qb = C::QSTAGES == 2;
+    fa_load_tile<T, BM, D, LD, NTHR, FULL>(sQ + qb * nb * BM * LD, (const T *)sA->q + (int64_t)m1 * p.q_ss, p.q_ss,
+                                           sq - m1, tid);
+    fa_load_tile<T, BM, D, LD, NTHR, FULL>(sdO + qb * nb * BM * LD, (const T *)sA->dout + (int64_t)m1 * p.do_ss,
+                                           p.do_ss, sq - m1, tid);
+    fa_bwd_copy_stats<BM>(sA, sq, m, sL + nb * BM, sD + nb * BM, tid);
+    fa_cp_async_commit();
 }
 
 template <int MT, int NT> FA_DEV void fa_zero(float (&acc)[MT][NT][4]) {
@@ -276,14 +291,6 @@ template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const floa
 #ifndef FA_BWD_PREFETCH_FULL
 #define FA_BWD_PREFETCH_FULL 1 /* 0: every Qi+1, dOi+1 prefetch checks its rows (main's code, to measure against) */
 #endif
-/* Qi, dOi rows m1 .. m1 + BM - 1 -> shared memory (cp.async; rows past sq zero-filled unless FULL). */
-template <typename T, class C, bool FULL>
-FA_DEV void fa_bwd_load_q_do(const fa_cuda_params &p, const fa_bwd_addr *sA, T *sQb, T *sdOb, int m1, int sq, int tid) {
-    constexpr int BM = C::BM, D = C::D, LD = C::LD, NTHR = C::NW * 32;
-    fa_load_tile<T, BM, D, LD, NTHR, FULL>(sQb, (const T *)sA->q + (int64_t)m1 * p.q_ss, p.q_ss, sq - m1, tid);
-    fa_load_tile<T, BM, D, LD, NTHR, FULL>(sdOb, (const T *)sA->dout + (int64_t)m1 * p.do_ss, p.do_ss, sq - m1, tid);
-}
-
 template <typename T, class C, int DQ_MODE, bool SOFTCAP>
 FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int h, int n_block, unsigned char *smem) {
     constexpr int D = C::D, BM = C::BM, BN = C::BN, NTHR = C::NW * 32, LD = C::LD, LDP = C::LDP;
@@ -337,11 +344,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
     if (mb_hi > mb_lo) {
         fa_load_tile<T, BN, D, LD, NTHR>(sK, Kj, p.k_ss, kv_rows, tid);
         fa_load_tile<T, BN, D, LD, NTHR>(sV, Vj, p.v_ss, kv_rows, tid);
-        const int r0 = m_first * BM;
-        fa_load_tile<T, BM, D, LD, NTHR>(sQ, (const T *)sA->q + (int64_t)r0 * p.q_ss, p.q_ss, s.sq - r0, tid);
-        fa_load_tile<T, BM, D, LD, NTHR>(sdO, (const T *)sA->dout + (int64_t)r0 * p.do_ss, p.do_ss, s.sq - r0, tid);
-        fa_bwd_copy_stats<BM>(sA, s.sq, m_first, sL, sD, tid);
-        fa_cp_async_commit();
+        fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, m_first, m_first * BM, 0, s.sq, tid); /* with K, V */
     }
 #if FA_BWD_ROTATE
     for (int k = 0, m = m_first; k < mb_hi - mb_lo; ++k, m = ROT && m + 1 == mb_hi ? mb_lo : m + 1) {
@@ -359,13 +362,11 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         __syncthreads(); /* Qi, dOi, stats landed; every warp is done with block i-1 (its buffers, sP, sdS, sdQ) */
         if (DQ_MODE == FA_DQ_REDUCE && !first) fa_bwd_dq_flush<C>(sA, sdQ, m_prev, s.sq, tid); /* block i-1's dQ */
         if (QST == 2 && !last) {
-            const int nb = buf ^ 1, m1 = ROT ? m_next * BM : m0 + BM;
+            const int m1 = ROT ? m_next * BM : m0 + BM;
             if (FA_BWD_PREFETCH_FULL && m1 + BM <= s.sq) /* a whole block (all but the last): no per-row checks */
-                fa_bwd_load_q_do<T, C, true>(p, sA, sQ + nb * BM * LD, sdO + nb * BM * LD, m1, s.sq, tid);
+                fa_bwd_prefetch_q<T, C, true>(p, sA, sQ, sdO, sL, sD, m_next, m1, buf ^ 1, s.sq, tid);
             else
-                fa_bwd_load_q_do<T, C, false>(p, sA, sQ + nb * BM * LD, sdO + nb * BM * LD, m1, s.sq, tid);
-            fa_bwd_copy_stats<BM>(sA, s.sq, m_next, sL + nb * BM, sD + nb * BM, tid);
-            fa_cp_async_commit();
+                fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, m_next, m1, buf ^ 1, s.sq, tid);
         }
 
         { /* Sᵀ = Kj Qiᵀ, dPᵀ = Vj dOiᵀ on this warp's SK keys x SQ queries; P and dS -> shared memory */
@@ -419,13 +420,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dK, sdS + kv_key * LDP, sQb + kv_col, lane);
         if (QST == 1) { /* one Q/dO buffer: every warp is done with Qi, dOi; block i+1 loads during the dQ GEMM */
             __syncthreads();
-            if (!last) {
-                const int nb = buf ^ 1, m1 = ROT ? m_next * BM : m0 + BM;
-                fa_load_tile<T, BM, D, LD, NTHR>(sQ, (const T *)sA->q + (int64_t)m1 * p.q_ss, p.q_ss, s.sq - m1, tid);
-                fa_load_tile<T, BM, D, LD, NTHR>(sdO, (const T *)sA->dout + (int64_t)m1 * p.do_ss, p.do_ss, s.sq - m1, tid);
-                fa_bwd_copy_stats<BM>(sA, s.sq, m_next, sL + nb * BM, sD + nb * BM, tid);
-                fa_cp_async_commit();
-            }
+            if (!last) fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, m_next, ROT ? m_next * BM : m0 + BM, buf ^ 1, s.sq, tid);
         }
         if (DQ_MODE != FA_DQ_NONE) fa_bwd_dq_step<T, C, DQ_MODE>(sA, sdS, sK, sdQ, m0, s.sq, q_row, q_col, lane);
     }

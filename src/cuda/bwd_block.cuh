@@ -112,16 +112,14 @@ FA_DEV void fa_bwd_copy_stats(const fa_bwd_addr *a, int sq, int m, float *sL, fl
 }
 
 /* Qi, dOi and the row statistics of query block m (first row m1 = m·BM, passed as the caller has it) -> Q/dO
- * buffer `nb` (always 0 with one buffer) and stats buffer nb, with cp.async in one commit group. FULL: every row
- * is below sq (no per-row checks). */
-template <typename T, class C, bool FULL = false>
+ * buffer `nb` (always 0 with one buffer) and stats buffer nb, with cp.async in one commit group. */
+template <typename T, class C>
 FA_DEV void fa_bwd_prefetch_q(const fa_cuda_params &p, const fa_bwd_addr *sA, T *sQ, T *sdO, float *sL, float *sD,
                               int m, int m1, int nb, int sq, int tid) {
     constexpr int BM = C::BM, D = C::D, LD = C::LD, NTHR = C::NW * 32, qb = C::QSTAGES == 2;
-    fa_load_tile<T, BM, D, LD, NTHR, FULL>(sQ + qb * nb * BM * LD, (const T *)sA->q + (int64_t)m1 * p.q_ss, p.q_ss,
-                                           sq - m1, tid);
-    fa_load_tile<T, BM, D, LD, NTHR, FULL>(sdO + qb * nb * BM * LD, (const T *)sA->dout + (int64_t)m1 * p.do_ss,
-                                           p.do_ss, sq - m1, tid);
+    fa_load_tile<T, BM, D, LD, NTHR>(sQ + qb * nb * BM * LD, (const T *)sA->q + (int64_t)m1 * p.q_ss, p.q_ss, sq - m1, tid);
+    fa_load_tile<T, BM, D, LD, NTHR>(sdO + qb * nb * BM * LD, (const T *)sA->dout + (int64_t)m1 * p.do_ss, p.do_ss,
+                                     sq - m1, tid);
     fa_bwd_copy_stats<BM>(sA, sq, m, sL + nb * BM, sD + nb * BM, tid);
     fa_cp_async_commit();
 }
@@ -285,11 +283,8 @@ template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const floa
     }
 }
 
-#ifndef FA_BWD_ROTATE
-#define FA_BWD_ROTATE 0 /* 1: each CTA starts its query-block walk at its own block (see fa_bwd_kv_block) */
-#endif
-#ifndef FA_BWD_PREFETCH_FULL
-#define FA_BWD_PREFETCH_FULL 1 /* 0: every Qi+1, dOi+1 prefetch checks its rows (main's code, to measure against) */
+#ifndef FA_BWD_PREFETCH_AT
+#define FA_BWD_PREFETCH_AT 0 /* Qi+1, dOi+1 issued: 0 after the first barrier, 1 after the Sᵀ GEMM, 2 after the second */
 #endif
 template <typename T, class C, int DQ_MODE, bool SOFTCAP>
 FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int h, int n_block, unsigned char *smem) {
@@ -336,38 +331,22 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
     fa_zero(dK);
     fa_zero(dV);
 
-    /* FA_BWD_ROTATE: CTA n_block walks its query blocks starting at block mb_lo + (n_block mod count), wrapping
-     * around, so that the CTAs of one head (all K/V blocks of it run at once at long seqlens) add into different dQ
-     * rows at any time instead of all into the same ones. */
-    constexpr bool ROT = FA_BWD_ROTATE && DQ_MODE == FA_DQ_REDUCE;
-    const int m_first = ROT && mb_hi > mb_lo ? mb_lo + n_block % (mb_hi - mb_lo) : mb_lo;
     if (mb_hi > mb_lo) {
         fa_load_tile<T, BN, D, LD, NTHR>(sK, Kj, p.k_ss, kv_rows, tid);
         fa_load_tile<T, BN, D, LD, NTHR>(sV, Vj, p.v_ss, kv_rows, tid);
-        fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, m_first, m_first * BM, 0, s.sq, tid); /* with K, V */
+        fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, mb_lo, mb_lo * BM, 0, s.sq, tid); /* same commit group as K, V */
     }
-#if FA_BWD_ROTATE
-    for (int k = 0, m = m_first; k < mb_hi - mb_lo; ++k, m = ROT && m + 1 == mb_hi ? mb_lo : m + 1) {
-        const int m_prev = ROT && m == mb_lo ? mb_hi - 1 : m - 1, m_next = ROT && m + 1 == mb_hi ? mb_lo : m + 1;
-        const bool first = k == 0, last = k + 1 == mb_hi - mb_lo;
-#else
     for (int m = mb_lo; m < mb_hi; ++m) {
-        const int k = m - mb_lo, m_prev = m - 1, m_next = m + 1;
-        const bool first = !(m > mb_lo), last = !(m + 1 < mb_hi);
-#endif
-        const int buf = k & 1, m0 = m * BM;
+        const int buf = (m - mb_lo) & 1, m0 = m * BM;
         T *sQb = sQ + (QST == 2 ? buf : 0) * BM * LD, *sdOb = sdO + (QST == 2 ? buf : 0) * BM * LD;
         const float *sLb = sL + buf * BM, *sDb = sD + buf * BM;
         fa_cp_async_wait<0>();
         __syncthreads(); /* Qi, dOi, stats landed; every warp is done with block i-1 (its buffers, sP, sdS, sdQ) */
-        if (DQ_MODE == FA_DQ_REDUCE && !first) fa_bwd_dq_flush<C>(sA, sdQ, m_prev, s.sq, tid); /* block i-1's dQ */
-        if (QST == 2 && !last) {
-            const int m1 = ROT ? m_next * BM : m0 + BM;
-            if (FA_BWD_PREFETCH_FULL && m1 + BM <= s.sq) /* a whole block (all but the last): no per-row checks */
-                fa_bwd_prefetch_q<T, C, true>(p, sA, sQ, sdO, sL, sD, m_next, m1, buf ^ 1, s.sq, tid);
-            else
-                fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, m_next, m1, buf ^ 1, s.sq, tid);
-        }
+        if (DQ_MODE == FA_DQ_REDUCE && m > mb_lo) fa_bwd_dq_flush<C>(sA, sdQ, m - 1, s.sq, tid); /* block i-1's dQ */
+        const auto prefetch = [&] { /* Qi+1, dOi+1 -> the other buffer (every warp is past block i-1, its last reader) */
+            if (QST == 2 && m + 1 < mb_hi) fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, m + 1, m0 + BM, buf ^ 1, s.sq, tid);
+        };
+        if (FA_BWD_PREFETCH_AT == 0) prefetch();
 
         { /* Sᵀ = Kj Qiᵀ, dPᵀ = Vj dOiᵀ on this warp's SK keys x SQ queries; P and dS -> shared memory */
             /* 16 x 16 of P and dS per stmatrix (4 x fewer shared-memory instructions than 32-bit stores: the MIO
@@ -378,6 +357,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
             fa_zero(St);
             fa_zero(dPt);
             fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(St, sK + s_key * LD, sQb + s_qry * LD, lane);
+            if (FA_BWD_PREFETCH_AT == 1) prefetch();
             if (C::P_FIRST && !SOFTCAP) { /* FA2's order: P (and its store) before the dPᵀ GEMM */
                 if (fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk))
                     fa_bwd_p<false, MS, QS>(St, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, lane);
@@ -414,13 +394,14 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         }
         if (DQ_MODE == FA_DQ_REDUCE) fa_bulk_wait_read(); /* block i-1's dQ has left the staging tile */
         __syncthreads(); /* Pᵀ and dSᵀ of the whole block are in shared memory; the staging tile is free */
+        if (FA_BWD_PREFETCH_AT == 2) prefetch();
 
         /* dVj += Pᵀ dOi; dKj += dSᵀ Qi (this warp's KK keys x KD columns); dQi += dS Kj */
         fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dV, sP + kv_key * LDP, sdOb + kv_col, lane);
         fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dK, sdS + kv_key * LDP, sQb + kv_col, lane);
         if (QST == 1) { /* one Q/dO buffer: every warp is done with Qi, dOi; block i+1 loads during the dQ GEMM */
             __syncthreads();
-            if (!last) fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, m_next, ROT ? m_next * BM : m0 + BM, buf ^ 1, s.sq, tid);
+            if (m + 1 < mb_hi) fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, m + 1, m0 + BM, buf ^ 1, s.sq, tid);
         }
         if (DQ_MODE != FA_DQ_NONE) fa_bwd_dq_step<T, C, DQ_MODE>(sA, sdS, sK, sdQ, m0, s.sq, q_row, q_col, lane);
     }
@@ -428,7 +409,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
     /* Epilogue: dKj *= scale; write dKj, dVj (16-bit through shared memory, or fp32 per query head for GQA). */
     __syncthreads();
     if (DQ_MODE == FA_DQ_REDUCE && mb_hi > mb_lo) { /* the last block's dQ, complete before the CTA exits */
-        fa_bwd_dq_flush<C>(sA, sdQ, ROT && m_first > mb_lo ? m_first - 1 : mb_hi - 1, s.sq, tid);
+        fa_bwd_dq_flush<C>(sA, sdQ, mb_hi - 1, s.sq, tid);
         fa_bulk_wait_all();
     }
     void *const dk_out = sA->dk, *const dv_out = sA->dv;

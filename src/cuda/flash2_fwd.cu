@@ -38,27 +38,21 @@ FA_DEV int fa_tid_here() {
     return t;
 }
 
-#ifndef FA_FWD_PREFETCH_LATE
-#define FA_FWD_PREFETCH_LATE 0 /* 1: issue the prefetch after the QKᵀ GEMM (FA2 issues its next K there) */
-#endif
-#ifndef FA_FWD_STATS_LATE
-#define FA_FWD_STATS_LATE 1 /* 1: ℓ stored after the PV GEMM is issued; 0: before it (main's order) */
-#endif
-#ifndef FA_FWD_PREFETCH_FULL
-#define FA_FWD_PREFETCH_FULL 1 /* 0: the per-row bounds check of main (to measure against) */
-#endif
 /* Kn-1, Vn-1 -> the other stage (cp.async, one commit group), n = sN[tid] > nb_lo. Every block below the loop's
- * first (the last key block, the only one the seqlen tail can cut) is whole: the loader checks no row. */
+ * first (the last key block, the only one the seqlen tail can cut) is whole: the loader checks no row (d=128: 1010
+ * -> 945 instructions per hot step; measured with the late ℓ store below, H200, bf16, one command, TFLOP/s
+ * without -> with: d64 2k 298.1 -> 303.5, 4k 303.9 -> 310.1; d128 2k 330.6 -> 335.7, 4k 337.8 -> 343.8).
+ * Issued at the top of the step, after the barrier: issued after the QKᵀ GEMM instead (FA2's place for its next K)
+ * it measured 7-9 % slower at d=128 (4k 320.0 vs 352.4), equal at d=64. */
 template <typename T, int D, int BN, int NTHR>
 FA_DEV void fa2_fwd_prefetch(const fa_fwd_cta *cta, T *sK, T *sV, const int *sN) {
     constexpr int LD = D + 8;
     const int tid = fa_tid_here(), n = sN[tid];
     if (n > cta->nb_lo) { /* a whole step to land */
         const int64_t kss = cta->k_ss, vss = cta->v_ss, r0 = (int64_t)(n - 1) * BN;
-        const int left = cta->sk - (n - 1) * BN; /* >= BN: read only when FA_FWD_PREFETCH_FULL is 0 */
         T *sK1 = sK + ((n - 1) & 1) * BN * LD, *sV1 = sV + ((n - 1) & 1) * BN * LD;
-        fa_load_tile<T, BN, D, LD, NTHR, FA_FWD_PREFETCH_FULL>(sK1, (const T *)cta->K + r0 * kss, kss, left, tid);
-        fa_load_tile<T, BN, D, LD, NTHR, FA_FWD_PREFETCH_FULL>(sV1, (const T *)cta->V + r0 * vss, vss, left, tid);
+        fa_load_tile<T, BN, D, LD, NTHR, true>(sK1, (const T *)cta->K + r0 * kss, kss, BN, tid);
+        fa_load_tile<T, BN, D, LD, NTHR, true>(sV1, (const T *)cta->V + r0 * vss, vss, BN, tid);
         fa_cp_async_commit();
     }
 }
@@ -76,7 +70,7 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
     constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, NT = BN / 8, DT = D / 8;
     fa_cp_async_wait<0>();
     __syncthreads(); /* Kn, Vn (and Qi, *cta) landed; every warp is done with the other stage */
-    if (!FA_FWD_PREFETCH_LATE) fa2_fwd_prefetch<T, D, BN, NTHR>(cta, sK, sV, sN);
+    fa2_fwd_prefetch<T, D, BN, NTHR>(cta, sK, sV, sN);
 
     /* S = Qi Knᵀ */
 #pragma unroll
@@ -87,7 +81,6 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
         const int tid = fa_tid_here();
         fa_warp_gemm_abt<T, MW, NT, D, LD, LD>(S, sQ + (tid >> 5) * 16 * MW * LD, sK + (sN[tid] & 1) * BN * LD, tid & 31);
     }
-    if (FA_FWD_PREFETCH_LATE) fa2_fwd_prefetch<T, D, BN, NTHR>(cta, sK, sV, sN);
     const int tid = fa_tid_here(), lane = tid & 31, n = sN[tid];
     const int wrow = (tid >> 5) * 16 * MW; /* first row of this warp inside the block */
     const float kl = p.scale_log2 > 0.f && p.softcap == 0.f ? p.scale_log2 : 1.f; /* S·kl is in log2 units */
@@ -126,13 +119,14 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
             }
     }
 
-    /* Online softmax: m_new = max(m, rowmax S); rescale ℓ and O by exp2((m − m_new)·kl). With FA_FWD_STATS_LATE
-     * the new ℓ stays in registers until the PV GEMM is issued: ptxas does not move an ldmatrix of V above a
-     * shared-memory store it cannot prove disjoint, so an ℓ store here holds every V load (and every PV MMA) behind
-     * the whole softmax; stored after the GEMM, the exp2s and the first PV MMAs interleave (as in FA2's SASS).
-     * (m stays stored here: it is known before the exp2s, and keeping it too spilled the 3-CTA d=64 tile.) */
+    /* Online softmax: m_new = max(m, rowmax S); rescale ℓ and O by exp2((m − m_new)·kl). The new ℓ stays in
+     * registers until the PV GEMM is issued: ptxas does not move an ldmatrix of V above a shared-memory store it
+     * cannot prove disjoint, so an ℓ store here held every V load (and every PV MMA) behind the whole softmax;
+     * stored after the GEMM, the exp2s and the first PV MMAs interleave (as in FA2's SASS). Measured (H200, bf16,
+     * one command, TFLOP/s store here -> after the GEMM): d64 2k 303.5 -> 318.5, 4k 310.1 -> 323.5, 16k 315.3 ->
+     * 325.8; d128 2k 335.7 -> 342.8, 4k 343.8 -> 352.4, 16k 350.0 -> 359.3 (causal alike, +2-4 %). m stays stored
+     * here: it is known before the exp2s, and keeping it too spilled the 3-CTA d=64 tile. */
     float l_keep[MW][2];
-    (void)l_keep;
 #pragma unroll
     for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
@@ -154,9 +148,7 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
                 S[mi][nt][2 * r + 1] = fa_exp2(fmaf(S[mi][nt][2 * r + 1], kl, -msc));
                 sum += S[mi][nt][2 * r] + S[mi][nt][2 * r + 1];
             }
-            const float l_new = sRowL[si] * corr + sum; /* thread-local: the quad sum is deferred to the end */
-            if (FA_FWD_STATS_LATE) l_keep[mi][r] = l_new;
-            else sRowL[si] = l_new;
+            l_keep[mi][r] = sRowL[si] * corr + sum; /* thread-local: the quad sum is deferred to the end */
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt) {
                 O[mi][dt][2 * r] *= corr;
@@ -167,15 +159,10 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
     uint32_t Pa[MW][NT / 2][4];
     fa_acc_to_a<T, MW, NT / 2>(Pa, S);
     fa_warp_gemm_rb<T, MW, DT, NT / 2, LD>(O, Pa, sV + (n & 1) * BN * LD, lane);
-    if (FA_FWD_STATS_LATE) {
 #pragma unroll
-        for (int mi = 0; mi < MW; ++mi)
+    for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int si = (2 * mi + r) * NTHR + tid;
-                sRowL[si] = l_keep[mi][r];
-            }
-    }
+        for (int r = 0; r < 2; ++r) sRowL[(2 * mi + r) * NTHR + tid] = l_keep[mi][r];
 }
 
 /* Launch bounds: CTAS CTAs per SM (the table's column; registers per thread <= 65536 / (CTAS · 32·NW)). With the

@@ -31,10 +31,14 @@
 enum { FA_DQ_REDUCE = 0, FA_DQ_NONE = 1, FA_DQ_RMW = 2 };
 
 /* Br x Bc = BM x BN, 8 warps, the warp grid of each GEMM (see above), and the order of the first half-step. */
-template <int D_, int BM_, int BN_, int WK_S_, int WK_KV_, int WQ_DQ_, bool P_FIRST_, int QSTAGES_ = 2>
+template <int D_, int BM_, int BN_, int WK_S_, int WK_KV_, int WQ_DQ_, bool P_FIRST_, int QSTAGES_ = 2,
+          bool Q_LATE_ = false>
 struct fa_bwd_cfg {
     static constexpr int D = D_, BM = BM_, BN = BN_, NW = 8, WK_S = WK_S_, WK_KV = WK_KV_, WQ_DQ = WQ_DQ_;
     static constexpr bool P_FIRST = P_FIRST_; /* P (and its store) before the dPᵀ GEMM, FA2's order */
+    /* with two buffers, where Qi+1, dOi+1 are issued: after the step's first barrier (false: a whole step to land)
+     * or after its second (true: the dK/dV/dQ GEMMs to land; the cp.async issue is off the Sᵀ GEMM's start) */
+    static constexpr bool Q_LATE = Q_LATE_;
     /* Qi, dOi buffers: 2 = block i+1 loads during all of block i; 1 (d = 256, shared memory): block i+1 loads
      * during block i's dQ GEMM, after a barrier that ends every warp's reads of Qi and dOi */
     static constexpr int QSTAGES = QSTAGES_;
@@ -54,11 +58,14 @@ struct fa_bwd_cfg {
  *   d=128: 64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 2 x 4    FA2's sm90 choice                   smem 211 KB
  * (smem includes FLASH2's 34 KB fp32 dQ staging tile.) P_FIRST (P computed and stored before the dPᵀ GEMM, FA2's
  * order) measured with the bulk dQ: d=128 +1.0-1.3 % (4k 285.3 vs 281.9 TFLOP/s), d=64 -2 to -4 % (253.7 vs
- * 263.5): on for d=128 only. */
+ * 263.5): on for d=128 only. Q_LATE (Qi+1, dOi+1 issued after the second barrier instead of the first), same
+ * command, TFLOP/s first -> second -> (after the Sᵀ GEMM): d=128 2k 278.2 -> 286.0 (277.7), 4k 290.3 -> 298.9
+ * (290.1), 16k 301.9 -> 311.5 (301.0), causal +2-3 %; d=64 2k 251.7 -> 245.0 (249.0), 4k 263.0 -> 255.1 (259.6),
+ * 16k 273.9 -> 265.3 (269.0): on for FLASH2 d=128 only (2026-11-30, 5th session). */
 template <int D, int BM> struct fa_bwd_tiles;
 template <> struct fa_bwd_tiles<64, 128> : fa_bwd_cfg<64, 128, 128, 2, 4, 4, false> {};
 template <> struct fa_bwd_tiles<64, 64> : fa_bwd_cfg<64, 64, 128, 4, 4, 2, false> {};
-template <> struct fa_bwd_tiles<128, 64> : fa_bwd_cfg<128, 64, 128, 4, 4, 2, true> {};
+template <> struct fa_bwd_tiles<128, 64> : fa_bwd_cfg<128, 64, 128, 4, 4, 2, true, 2, true> {};
 /* head dims 32 and 96, FA2's sm90 shapes and layouts (its AtomLayoutMSdP / NdKV / MdQ 4/4/4 and 2/4/4; FA2 keeps V
  * in registers there, we do not); not tuned on the H200 yet:
  *   d=32 : 128 x 128, Sᵀ 2 x 4, dK/dV 4 x 2, dQ 4 x 2                                        smem 149 KB
@@ -283,14 +290,12 @@ template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const floa
     }
 }
 
-#ifndef FA_BWD_PREFETCH_AT
-#define FA_BWD_PREFETCH_AT 0 /* Qi+1, dOi+1 issued: 0 after the first barrier, 1 after the Sᵀ GEMM, 2 after the second */
-#endif
 template <typename T, class C, int DQ_MODE, bool SOFTCAP>
 FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int h, int n_block, unsigned char *smem) {
     constexpr int D = C::D, BM = C::BM, BN = C::BN, NTHR = C::NW * 32, LD = C::LD, LDP = C::LDP;
     constexpr int MS = C::SK / 16, QS = C::SQ / 8, MK = C::KK / 16, NK = C::KD / 8;
     constexpr int QST = C::QSTAGES;
+    constexpr bool Q_LATE = C::Q_LATE && DQ_MODE != FA_DQ_RMW; /* FLASH1's d=128 kernels spilled 12-16 B with it */
     T *sK = (T *)smem, *sV = sK + BN * LD, *sQ = sV + BN * LD, *sdO = sQ + QST * BM * LD, *sP = sdO + QST * BM * LD;
     T *sdS = sP + BN * LDP;
     float *sL = (float *)(sdS + BN * LDP), *sD = sL + 2 * BM;
@@ -346,7 +351,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         const auto prefetch = [&] { /* Qi+1, dOi+1 -> the other buffer (every warp is past block i-1, its last reader) */
             if (QST == 2 && m + 1 < mb_hi) fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, m + 1, m0 + BM, buf ^ 1, s.sq, tid);
         };
-        if (FA_BWD_PREFETCH_AT == 0) prefetch();
+        if (!Q_LATE) prefetch();
 
         { /* Sᵀ = Kj Qiᵀ, dPᵀ = Vj dOiᵀ on this warp's SK keys x SQ queries; P and dS -> shared memory */
             /* 16 x 16 of P and dS per stmatrix (4 x fewer shared-memory instructions than 32-bit stores: the MIO
@@ -357,7 +362,6 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
             fa_zero(St);
             fa_zero(dPt);
             fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(St, sK + s_key * LD, sQb + s_qry * LD, lane);
-            if (FA_BWD_PREFETCH_AT == 1) prefetch();
             if (C::P_FIRST && !SOFTCAP) { /* FA2's order: P (and its store) before the dPᵀ GEMM */
                 if (fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk))
                     fa_bwd_p<false, MS, QS>(St, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, lane);
@@ -394,7 +398,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         }
         if (DQ_MODE == FA_DQ_REDUCE) fa_bulk_wait_read(); /* block i-1's dQ has left the staging tile */
         __syncthreads(); /* Pᵀ and dSᵀ of the whole block are in shared memory; the staging tile is free */
-        if (FA_BWD_PREFETCH_AT == 2) prefetch();
+        if (Q_LATE) prefetch();
 
         /* dVj += Pᵀ dOi; dKj += dSᵀ Qi (this warp's KK keys x KD columns); dQi += dS Kj */
         fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dV, sP + kv_key * LDP, sdOb + kv_col, lane);

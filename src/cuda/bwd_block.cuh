@@ -27,7 +27,9 @@
  * per-lane float2 atomics (16 red.global per thread per step) 233.9 / 261.8 TFLOP/s at 4k (d64 / d128), the
  * staging tile + bulk reduce 263.5 / 281.9 (+13 % / +8 %; 16k: 242 -> 272, 272 -> 292). The atomics shared the
  * LSU/MIO queue with the ldmatrix traffic of the next GEMMs; red.v4 (half the instructions) was 1-3 % slower than
- * red.v2, FA2's dV-dQ-dK order 5 % slower, and rotating each CTA's loop start (no two CTAs on one dQ row) ±1 %. */
+ * red.v2, FA2's dV-dQ-dK order 5 % slower, and rotating each CTA's loop start (no two CTAs on one dQ row) ±1 %
+ * (with the bulk reduce too: d=64 16k non-causal 274.5 vs 274.2, so the d=64 gap to FA2 at 8k-16k is not dQ-row
+ * contention; 5th session). */
 enum { FA_DQ_REDUCE = 0, FA_DQ_NONE = 1, FA_DQ_RMW = 2 };
 
 /* Br x Bc = BM x BN, 8 warps, the warp grid of each GEMM (see above), and the order of the first half-step. */
@@ -281,7 +283,8 @@ FA_DEV void fa_bwd_dq_step(const fa_bwd_addr *sA, const T *sdS, const T *sK, flo
  * loop (no R2UR, 4x unrolled) 231.2 / 265.2 against this 262.9 / 290.0 (4k d64 / d128; 16k 240 / 279 vs 274 / 302);
  * one thread issuing D/32 TMA tensor reduces per block (4-D map over dQacc, 128-byte swizzled staging)
  * 247.2 / 285.3 vs 265.4 / 290.1. Issuing from four warps while the other four run ahead into the next GEMMs is
- * what this path has going for it. */
+ * what this path has going for it. Which four does not matter (warps 4-7: 265.2 / 301.8 vs 265.1 / 301.1 at 4k);
+ * when does: issued after the Sᵀ GEMM instead of at the top of the step, 251.5 / 287.3 (-5 %; 5th session). */
 template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const float *sdQ, int m, int sq, int tid) {
     const int row = m * C::BM + tid;
     if (tid < C::BM && row < sq) {

@@ -198,6 +198,22 @@ FA_DEV void fa_bwd_p_ds(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const f
         }
 }
 
+/* St <- P on the query columns nt in [NT0, NT1) (no mask, no softcap): a slice of fa_bwd_p for FA_BWD_P_SPLIT. */
+template <int MS, int QS, int NT0, int NT1>
+FA_DEV void fa_bwd_p_cols(float (&St)[MS][QS][4], float scale_log2, const float *sLq, int lane) {
+#pragma unroll
+    for (int nt = NT0; nt < NT1; ++nt)
+#pragma unroll
+        for (int c1 = 0; c1 < 2; ++c1) {
+            const int qc = nt * 8 + (lane & 3) * 2 + c1;
+            const float Lq = fa_bwd_col_stat(sLq, qc, c1);
+#pragma unroll
+            for (int mi = 0; mi < MS; ++mi)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) St[mi][nt][2 * r + c1] = fa_exp2(fmaf(St[mi][nt][2 * r + c1], scale_log2, -Lq));
+        }
+}
+
 /* The same step in two halves (no softcap): St <- P (needs LSE), then dPt <- dS (needs P and D). */
 template <bool MASK, int MS, int QS>
 FA_DEV void fa_bwd_p(float (&St)[MS][QS][4], const fa_cuda_params &p, const fa_seq &s, int q0, int key0,
@@ -293,11 +309,19 @@ template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const floa
     }
 }
 
+#ifndef FA_BWD_P_SPLIT
+#define FA_BWD_P_SPLIT 0 /* 1: (non-P_FIRST tiles) P computed in slices between the dPᵀ GEMM's k-steps; 2: all tiles;
+                            3: all tiles, P packed to 16 bits as computed (dS from it) */
+#endif
+#ifndef FA_BWD_P_SPLIT_MAXD
+#define FA_BWD_P_SPLIT_MAXD 256 /* the split only for head dims up to this */
+#endif
 template <typename T, class C, int DQ_MODE, bool SOFTCAP>
 FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int h, int n_block, unsigned char *smem) {
     constexpr int D = C::D, BM = C::BM, BN = C::BN, NTHR = C::NW * 32, LD = C::LD, LDP = C::LDP;
     constexpr int MS = C::SK / 16, QS = C::SQ / 8, MK = C::KK / 16, NK = C::KD / 8;
     constexpr int QST = C::QSTAGES;
+    constexpr bool SPLIT = FA_BWD_P_SPLIT && D <= FA_BWD_P_SPLIT_MAXD;
     constexpr bool Q_LATE = C::Q_LATE && DQ_MODE != FA_DQ_RMW; /* FLASH1's d=128 kernels spilled 12-16 B with it */
     T *sK = (T *)smem, *sV = sK + BN * LD, *sQ = sV + BN * LD, *sdO = sQ + QST * BM * LD, *sP = sdO + QST * BM * LD;
     T *sdS = sP + BN * LDP;
@@ -365,7 +389,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
             fa_zero(St);
             fa_zero(dPt);
             fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(St, sK + s_key * LD, sQb + s_qry * LD, lane);
-            if (C::P_FIRST && !SOFTCAP) { /* FA2's order: P (and its store) before the dPᵀ GEMM */
+            if (C::P_FIRST && !SOFTCAP && !(SPLIT && FA_BWD_P_SPLIT >= 2)) { /* FA2's order: P (and its store) before the dPᵀ GEMM */
                 if (fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk))
                     fa_bwd_p<false, MS, QS>(St, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, lane);
                 else
@@ -389,15 +413,59 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
                                 St[mi][nt][e] = full || fa_visible(p, q, j, s.sq, s.sk) ? th : -INFINITY;
                             }
                 }
+                if (SPLIT && !SOFTCAP && fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk)) {
+                    /* hot block: P of St's query columns computed between the dPᵀ GEMM's k-steps (its MUFU work
+                     * overlaps the MMAs in program order), then dS */
+                    constexpr int KS = D / 16;
+                    const float kl = p.scale_log2;
+                    const float *sLq = sLb + s_qry;
+                    uint32_t Pp[MS][QS][2]; /* FA_BWD_P_SPLIT 3: P packed to 16 bits as soon as it is computed */
+                    fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(dPt, sV + s_key * LD, sdOb + s_qry * LD, lane, [&](int k) {
+                        /* k is a compile-time constant after unrolling: one slice per k-step */
+#define FA_P_SLICE(K_)                                                                                       \
+    if (k == K_) {                                                                                           \
+        constexpr int N0 = (K_) * QS / KS, N1 = ((K_) + 1) * QS / KS;                                        \
+        fa_bwd_p_cols<MS, QS, N0, N1>(St, kl, sLq, lane);                                                    \
+        if (FA_BWD_P_SPLIT == 3)                                                                             \
+            for (int mi = 0; mi < MS; ++mi)                                                                  \
+                for (int nt = N0; nt < N1; ++nt) {                                                           \
+                    Pp[mi][nt][0] = fa_pack2<T>(St[mi][nt][0], St[mi][nt][1]);                               \
+                    Pp[mi][nt][1] = fa_pack2<T>(St[mi][nt][2], St[mi][nt][3]);                               \
+                }                                                                                            \
+    }
+                        FA_P_SLICE(0); FA_P_SLICE(1); FA_P_SLICE(2); FA_P_SLICE(3);
+                        if constexpr (KS > 4) { FA_P_SLICE(4); FA_P_SLICE(5); FA_P_SLICE(6); FA_P_SLICE(7); }
+#undef FA_P_SLICE
+                    });
+                    if (FA_BWD_P_SPLIT == 3) { /* dS from the 16-bit P (the P that dV's GEMM uses) */
+                        fa_bwd_walk<MS, QS>(
+                            lane, [&](int qc, int c1) { return fa_bwd_col_stat(sDb + s_qry, qc, c1); },
+                            [&](int mi, int nt, int e, int, int, float Dq) {
+                                const float2 pv = fa_unpack2<T>(Pp[mi][nt][e >> 1]);
+                                dPt[mi][nt][e] = (e & 1 ? pv.y : pv.x) * (dPt[mi][nt][e] - Dq);
+                            });
+#pragma unroll
+                        for (int mi = 0; mi < MS; ++mi)
+#pragma unroll
+                            for (int np = 0; np < QS / 2; ++np)
+                                fa_stmatrix_x4(pa + (mi * 16 * LDP + np * 16) * 2, Pp[mi][2 * np][0], Pp[mi][2 * np][1],
+                                               Pp[mi][2 * np + 1][0], Pp[mi][2 * np + 1][1]);
+                        fa_bwd_st_tiles<T, MS, QS, LDP>(pa + BN * LDP * 2, dPt);
+                        goto stored; /* (a variant under measurement: written as a jump to keep the diff small) */
+                    }
+                    fa_bwd_ds<MS, QS>(St, dPt, sDb + s_qry, lane);
+                } else {
                 fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(dPt, sV + s_key * LD, sdOb + s_qry * LD, lane);
                 /* P = exp2(S·scale·log2e − LSE·log2e), dS = P ∘ (dP − D) [∘ (1 − t²) with softcap], in place */
                 if (SOFTCAP || fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk)) /* hot path: no mask, no branch */
                     fa_bwd_p_ds<SOFTCAP, false, MS, QS>(St, dPt, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, sDb + s_qry, lane);
                 else
                     fa_bwd_p_ds<false, true, MS, QS>(St, dPt, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, sDb + s_qry, lane);
+                }
                 fa_bwd_st_tiles<T, MS, QS, LDP>(pa, St);
                 fa_bwd_st_tiles<T, MS, QS, LDP>(pa + BN * LDP * 2, dPt);
             }
+        stored:;
         }
         if (DQ_MODE == FA_DQ_REDUCE) fa_bulk_wait_read(); /* block i-1's dQ has left the staging tile */
         __syncthreads(); /* Pᵀ and dSᵀ of the whole block are in shared memory; the staging tile is free */

@@ -139,9 +139,14 @@ FA_DEV void fa_store_tile(T *g, int64_t stride, const T *s, int rows_valid, int 
 /* ---- warp-level GEMMs on shared-memory tiles ----
  * acc[MT][NT] are 16x8 fp32 C tiles. */
 
-/* acc += A · Bᵀ; A: MT·16 rows x K (row-major, lda), B: NT·8 rows x K (row-major, ldb).  (S = Q Kᵀ, dP = dO Vᵀ) */
-template <typename T, int MT, int NT, int K, int LDA, int LDB>
-FA_DEV void fa_warp_gemm_abt(float (&acc)[MT][NT][4], const T *A, const T *B, int lane) {
+struct fa_no_op {
+    FA_DEV void operator()(int) const {}
+};
+/* acc += A · Bᵀ; A: MT·16 rows x K (row-major, lda), B: NT·8 rows x K (row-major, ldb).  (S = Q Kᵀ, dP = dO Vᵀ)
+ * after(k) runs after the MMAs of k-step k are issued: independent work placed there (in program order) overlaps
+ * with them. */
+template <typename T, int MT, int NT, int K, int LDA, int LDB, class After = fa_no_op>
+FA_DEV void fa_warp_gemm_abt(float (&acc)[MT][NT][4], const T *A, const T *B, int lane, After after = {}) {
     static_assert(NT % 2 == 0, "NT must be even");
     const uint32_t a0 = fa_opaque(fa_smem_addr(A + (lane & 15) * LDA + (lane >> 4) * 8));
     const uint32_t b0 = fa_opaque(fa_smem_addr(B + ((lane & 7) + ((lane >> 4) << 3)) * LDB + ((lane >> 3) & 1) * 8));
@@ -160,6 +165,7 @@ FA_DEV void fa_warp_gemm_abt(float (&acc)[MT][NT][4], const T *A, const T *B, in
                 fa_mma<T>(acc[mi][2 * np + 1], a[mi], b[2], b[3]);
             }
         }
+        after(k);
     }
 }
 

@@ -313,6 +313,9 @@ template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const floa
 #define FA_BWD_P_SPLIT 0 /* 1: (non-P_FIRST tiles) P computed in slices between the dPᵀ GEMM's k-steps; 2: all tiles;
                             3: all tiles, P packed to 16 bits as computed (dS from it) */
 #endif
+#ifndef FA_BWD_P_SPLIT_D
+#define FA_BWD_P_SPLIT_D 0 /* the split only for this head dim (0: all) */
+#endif
 #ifndef FA_BWD_P_SPLIT_MAXD
 #define FA_BWD_P_SPLIT_MAXD 256 /* the split only for head dims up to this */
 #endif
@@ -321,7 +324,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
     constexpr int D = C::D, BM = C::BM, BN = C::BN, NTHR = C::NW * 32, LD = C::LD, LDP = C::LDP;
     constexpr int MS = C::SK / 16, QS = C::SQ / 8, MK = C::KK / 16, NK = C::KD / 8;
     constexpr int QST = C::QSTAGES;
-    constexpr bool SPLIT = FA_BWD_P_SPLIT && D <= FA_BWD_P_SPLIT_MAXD;
+    constexpr bool SPLIT = FA_BWD_P_SPLIT && D <= FA_BWD_P_SPLIT_MAXD && (FA_BWD_P_SPLIT_D == 0 || D == FA_BWD_P_SPLIT_D);
     constexpr bool Q_LATE = C::Q_LATE && DQ_MODE != FA_DQ_RMW; /* FLASH1's d=128 kernels spilled 12-16 B with it */
     T *sK = (T *)smem, *sV = sK + BN * LD, *sQ = sV + BN * LD, *sdO = sQ + QST * BM * LD, *sP = sdO + QST * BM * LD;
     T *sdS = sP + BN * LDP;
@@ -435,6 +438,8 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
     }
                         FA_P_SLICE(0); FA_P_SLICE(1); FA_P_SLICE(2); FA_P_SLICE(3);
                         if constexpr (KS > 4) { FA_P_SLICE(4); FA_P_SLICE(5); FA_P_SLICE(6); FA_P_SLICE(7); }
+                        if constexpr (KS > 8) { FA_P_SLICE(8); FA_P_SLICE(9); FA_P_SLICE(10); FA_P_SLICE(11); }
+                        if constexpr (KS > 12) { FA_P_SLICE(12); FA_P_SLICE(13); FA_P_SLICE(14); FA_P_SLICE(15); }
 #undef FA_P_SLICE
                     });
                     if (FA_BWD_P_SPLIT == 3) { /* dS from the 16-bit P (the P that dV's GEMM uses) */

@@ -8,7 +8,8 @@
 #      STANDARD off), then the full tests/gpu/test_gpu on it if it is not the baseline
 # Results under $OUT (pick.txt, the protocol table and logs); each step under timeout.
 # Env: OUT (default gpu-pick-out), VARIANTS, TEST_VARIANTS, PICK (default "64:8192,64:16384"), MARGIN, SEQLENS
-#      (default 2048,8192,16384), DIMS (64,128), ROUNDS (1).
+#      (default 2048,8192,16384), DIMS (64,128; the variants' head dims), PROTO_DIMS (the protocol's, default 64,128),
+#      ROUNDS (1).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-gpu-pick-out}
@@ -46,7 +47,7 @@ PY
 echo "== winner: $WIN" | tee -a "$OUT/pick.txt"
 B=build-v-$WIN
 [ -x "$B/flashattn" ] || { echo "no build for $WIN"; exit 1; }
-timeout 150 env BUILD="$B" OUT_DIR="$OUT/protocol" ALGOS=flash2 STD_MAX_SEQLEN=0 scripts/bench-gpu.sh \
+timeout 150 env BUILD="$B" OUT_DIR="$OUT/protocol" ALGOS=flash2 STD_MAX_SEQLEN=0 DIMS="${PROTO_DIMS:-64,128}" scripts/bench-gpu.sh \
   >"$OUT/protocol.txt" 2>&1
 echo "== protocol rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/pick.txt"
 grep -E "^\| (fwd|bwd) \| (64|128) " "$OUT/protocol.txt" | tee -a "$OUT/pick.txt"

@@ -21,6 +21,8 @@
 
 #include "common.cuh"
 
+#include <type_traits>
+
 /* How dQi reaches the fp32 accumulator: bulk reduce-add from a shared staging tile (FLASH2), read-modify-write
  * (FLASH1), or not at all (FLASH2 deterministic, whose dQ kernel recomputes it).
  * Why the bulk reduce (H200, bf16, 2026-11-30, scripts/bwd-variants.sh, one build per variant, same command):
@@ -33,11 +35,11 @@
 enum { FA_DQ_REDUCE = 0, FA_DQ_NONE = 1, FA_DQ_RMW = 2 };
 
 /* Br x Bc = BM x BN, 8 warps, the warp grid of each GEMM (see above), and the order of the first half-step. */
-template <int D_, int BM_, int BN_, int WK_S_, int WK_KV_, int WQ_DQ_, bool P_FIRST_, int QSTAGES_ = 2,
+template <int D_, int BM_, int BN_, int WK_S_, int WK_KV_, int WQ_DQ_, bool P_SPLIT_, int QSTAGES_ = 2,
           bool Q_LATE_ = false>
 struct fa_bwd_cfg {
     static constexpr int D = D_, BM = BM_, BN = BN_, NW = 8, WK_S = WK_S_, WK_KV = WK_KV_, WQ_DQ = WQ_DQ_;
-    static constexpr bool P_FIRST = P_FIRST_; /* P (and its store) before the dPᵀ GEMM, FA2's order */
+    static constexpr bool P_SPLIT = P_SPLIT_; /* hot blocks: P between the dPᵀ GEMM's k-steps (fa_bwd_split_step) */
     /* with two buffers, where Qi+1, dOi+1 are issued: after the step's first barrier (false: a whole step to land)
      * or after its second (true: the dK/dV/dQ GEMMs to land; the cp.async issue is off the Sᵀ GEMM's start) */
     static constexpr bool Q_LATE = Q_LATE_;
@@ -58,9 +60,13 @@ struct fa_bwd_cfg {
  *   d=64 : 128 x 128, Sᵀ 2 x 4, dK/dV 4 x 2, dQ 4 x 2    FA2's sm90 choice (GPU_NOTES §3)     smem 215 KB
  *          64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 2 x 4                                           smem 125 KB
  *   d=128: 64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 2 x 4    FA2's sm90 choice                   smem 211 KB
- * (smem includes FLASH2's 34 KB fp32 dQ staging tile.) P_FIRST (P computed and stored before the dPᵀ GEMM, FA2's
- * order) measured with the bulk dQ: d=128 +1.0-1.3 % (4k 285.3 vs 281.9 TFLOP/s), d=64 -2 to -4 % (253.7 vs
- * 263.5): on for d=128 only. Q_LATE (Qi+1, dOi+1 issued after the second barrier instead of the first), same
+ * (smem includes FLASH2's 34 KB fp32 dQ staging tile.) P_SPLIT (fa_bwd_split_step: P between the dPᵀ GEMM's
+ * k-steps, packed as computed), scripts/gpu-pick.sh, one command, FLASH2 TFLOP/s, P after the dPᵀ GEMM with FA2's
+ * order (P computed and stored before it) -> P_SPLIT with P packed (-> the same with an fp32 P, equal speed):
+ * d=128 2k 286.0 -> 291.5 (292.0), 8k 305.5 -> 311.6 (312.5), 16k 309.4 -> 317.8 (316.2), causal +1.3-2 %: on
+ * for d=128 (FLASH1 too; 2026-11-30, 5th session). At d=64 (128 x 128) P packed: 2k 251.7 -> 250.3, 8k 269.0 ->
+ * 265.8, 16k 273.9 -> 270.7: off (an fp32 P there spills 72 B). FA2's order itself had measured d=128 +1.0-1.3 %
+ * over P after the GEMM (4k 285.3 vs 281.9), d=64 -2 to -4 %. Q_LATE (Qi+1, dOi+1 issued after the second barrier instead of the first), same
  * command, TFLOP/s first -> second -> (after the Sᵀ GEMM): d=128 2k 278.2 -> 286.0 (277.7), 4k 290.3 -> 298.9
  * (290.1), 16k 301.9 -> 311.5 (301.0), causal +2-3 %; d=64 2k 251.7 -> 245.0 (249.0), 4k 263.0 -> 255.1 (259.6),
  * 16k 273.9 -> 265.3 (269.0): on for FLASH2 d=128 only (2026-11-30, 5th session). */
@@ -198,7 +204,7 @@ FA_DEV void fa_bwd_p_ds(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const f
         }
 }
 
-/* St <- P on the query columns nt in [NT0, NT1) (no mask, no softcap): a slice of fa_bwd_p for FA_BWD_P_SPLIT. */
+/* St <- P on the query columns nt in [NT0, NT1) (no mask, no softcap): one slice of the split step below. */
 template <int MS, int QS, int NT0, int NT1>
 FA_DEV void fa_bwd_p_cols(float (&St)[MS][QS][4], float scale_log2, const float *sLq, int lane) {
 #pragma unroll
@@ -214,25 +220,6 @@ FA_DEV void fa_bwd_p_cols(float (&St)[MS][QS][4], float scale_log2, const float 
         }
 }
 
-/* The same step in two halves (no softcap): St <- P (needs LSE), then dPt <- dS (needs P and D). */
-template <bool MASK, int MS, int QS>
-FA_DEV void fa_bwd_p(float (&St)[MS][QS][4], const fa_cuda_params &p, const fa_seq &s, int q0, int key0,
-                     const float *sLq, int lane) {
-    fa_bwd_walk<MS, QS>(
-        lane, [&](int qc, int c1) { return fa_bwd_col_stat(sLq, qc, c1); },
-        [&](int mi, int nt, int e, int qc, int r, float Lq) {
-            float pv = fa_exp2(fmaf(St[mi][nt][e], p.scale_log2, -Lq));
-            if (MASK && !fa_visible(p, q0 + qc, key0 + mi * 16 + (lane >> 2) + r * 8, s.sq, s.sk)) pv = 0.f;
-            St[mi][nt][e] = pv;
-        });
-}
-template <int MS, int QS>
-FA_DEV void fa_bwd_ds(const float (&Pt)[MS][QS][4], float (&dPt)[MS][QS][4], const float *sDq, int lane) {
-    fa_bwd_walk<MS, QS>(
-        lane, [&](int qc, int c1) { return fa_bwd_col_stat(sDq, qc, c1); },
-        [&](int mi, int nt, int e, int, int, float Dq) { dPt[mi][nt][e] = Pt[mi][nt][e] * (dPt[mi][nt][e] - Dq); });
-}
-
 /* A warp's MS x QS C tiles (16-bit) -> shared rows (keys) from the shared-space byte address pa, 16 x 16 per
  * stmatrix (see the caller). */
 template <typename T, int MS, int QS, int LDP>
@@ -245,6 +232,54 @@ FA_DEV void fa_bwd_st_tiles(uint32_t pa, const float (&X)[MS][QS][4]) {
             fa_stmatrix_x4(pa + (mi * 16 * LDP + np * 16) * 2, fa_pack2<T>(a[0], a[1]), fa_pack2<T>(a[2], a[3]),
                            fa_pack2<T>(b[0], b[1]), fa_pack2<T>(b[2], b[3]));
         }
+}
+
+template <int N, int I = 0, class F> FA_DEV void fa_static_for(F f) {
+    if constexpr (I < N) {
+        f(std::integral_constant<int, I>{});
+        fa_static_for<N, I + 1>(f);
+    }
+}
+
+/* The hot step of tiles with P_SPLIT (no mask, no softcap): dPᵀ = Vj dOiᵀ with P = exp2(S·scale·log2e − LSE·log2e)
+ * computed between the GEMM's k-steps, a slice of St's query columns after each (in program order the MUFU work
+ * sits among the MMAs, and no shared store stands between them: ptxas does not move an ldmatrix above a shared
+ * store it cannot prove disjoint — which is what held FA2's order, P stored before the dPᵀ GEMM, behind the exp2s).
+ * P is packed to 16 bits as it is computed (Pp, 32 registers instead of 64: the fp32 P of the 128 x 128 d=64 tile
+ * spilled), dS = P ∘ (dP − D) takes that P — the one dV's GEMM uses — and both go to shared memory. */
+template <typename T, class C, int MS, int QS>
+FA_DEV void fa_bwd_split_step(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const T *sVk, const T *sdOq, float kl,
+                              const float *sLq, const float *sDq, uint32_t pa, int lane) {
+    constexpr int KS = C::D / 16, LD = C::LD, LDP = C::LDP;
+    uint32_t Pp[MS][QS][2];
+    fa_warp_gemm_abt<T, MS, QS, C::D, LD, LD>(dPt, sVk, sdOq, lane, [&](int k) {
+        fa_static_for<KS>([&](auto K) { /* k is a constant after unrolling: the slice of k-step k */
+            constexpr int N0 = decltype(K)::value * QS / KS, N1 = (decltype(K)::value + 1) * QS / KS;
+            if (k == decltype(K)::value) {
+                fa_bwd_p_cols<MS, QS, N0, N1>(St, kl, sLq, lane);
+#pragma unroll
+                for (int mi = 0; mi < MS; ++mi)
+#pragma unroll
+                    for (int nt = N0; nt < N1; ++nt) {
+                        Pp[mi][nt][0] = fa_pack2<T>(St[mi][nt][0], St[mi][nt][1]);
+                        Pp[mi][nt][1] = fa_pack2<T>(St[mi][nt][2], St[mi][nt][3]);
+                    }
+            }
+        });
+    });
+    fa_bwd_walk<MS, QS>(
+        lane, [&](int qc, int c1) { return fa_bwd_col_stat(sDq, qc, c1); },
+        [&](int mi, int nt, int e, int, int, float Dq) {
+            const float2 pv = fa_unpack2<T>(Pp[mi][nt][e >> 1]);
+            dPt[mi][nt][e] = (e & 1 ? pv.y : pv.x) * (dPt[mi][nt][e] - Dq);
+        });
+#pragma unroll
+    for (int mi = 0; mi < MS; ++mi)
+#pragma unroll
+        for (int np = 0; np < QS / 2; ++np)
+            fa_stmatrix_x4(pa + (mi * 16 * LDP + np * 16) * 2, Pp[mi][2 * np][0], Pp[mi][2 * np][1],
+                           Pp[mi][2 * np + 1][0], Pp[mi][2 * np + 1][1]);
+    fa_bwd_st_tiles<T, MS, QS, LDP>(pa + C::BN * LDP * 2, dPt);
 }
 
 /* dQi += dS Kj on this warp's QQ queries x QD columns (dS read as (dSᵀ)ᵀ): FLASH2 -> the staging tile (made
@@ -309,22 +344,11 @@ template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const floa
     }
 }
 
-#ifndef FA_BWD_P_SPLIT
-#define FA_BWD_P_SPLIT 0 /* 1: (non-P_FIRST tiles) P computed in slices between the dPᵀ GEMM's k-steps; 2: all tiles;
-                            3: all tiles, P packed to 16 bits as computed (dS from it) */
-#endif
-#ifndef FA_BWD_P_SPLIT_D
-#define FA_BWD_P_SPLIT_D 0 /* the split only for this head dim (0: all) */
-#endif
-#ifndef FA_BWD_P_SPLIT_MAXD
-#define FA_BWD_P_SPLIT_MAXD 256 /* the split only for head dims up to this */
-#endif
 template <typename T, class C, int DQ_MODE, bool SOFTCAP>
 FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int h, int n_block, unsigned char *smem) {
     constexpr int D = C::D, BM = C::BM, BN = C::BN, NTHR = C::NW * 32, LD = C::LD, LDP = C::LDP;
     constexpr int MS = C::SK / 16, QS = C::SQ / 8, MK = C::KK / 16, NK = C::KD / 8;
     constexpr int QST = C::QSTAGES;
-    constexpr bool SPLIT = FA_BWD_P_SPLIT && D <= FA_BWD_P_SPLIT_MAXD && (FA_BWD_P_SPLIT_D == 0 || D == FA_BWD_P_SPLIT_D);
     constexpr bool Q_LATE = C::Q_LATE && DQ_MODE != FA_DQ_RMW; /* FLASH1's d=128 kernels spilled 12-16 B with it */
     T *sK = (T *)smem, *sV = sK + BN * LD, *sQ = sV + BN * LD, *sdO = sQ + QST * BM * LD, *sP = sdO + QST * BM * LD;
     T *sdS = sP + BN * LDP;
@@ -392,15 +416,9 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
             fa_zero(St);
             fa_zero(dPt);
             fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(St, sK + s_key * LD, sQb + s_qry * LD, lane);
-            if (C::P_FIRST && !SOFTCAP && !(SPLIT && FA_BWD_P_SPLIT >= 2)) { /* FA2's order: P (and its store) before the dPᵀ GEMM */
-                if (fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk))
-                    fa_bwd_p<false, MS, QS>(St, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, lane);
-                else
-                    fa_bwd_p<true, MS, QS>(St, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, lane);
-                fa_bwd_st_tiles<T, MS, QS, LDP>(pa, St);
-                fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(dPt, sV + s_key * LD, sdOb + s_qry * LD, lane);
-                fa_bwd_ds<MS, QS>(St, dPt, sDb + s_qry, lane);
-                fa_bwd_st_tiles<T, MS, QS, LDP>(pa + BN * LDP * 2, dPt);
+            if (C::P_SPLIT && !SOFTCAP && fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk)) {
+                fa_bwd_split_step<T, C, MS, QS>(St, dPt, sV + s_key * LD, sdOb + s_qry * LD, p.scale_log2, sLb + s_qry,
+                                                sDb + s_qry, pa, lane);
             } else {
                 if (SOFTCAP) { /* t = tanh(s·scale/c), or −inf where masked, before dPᵀ is live (no spill for tanhf) */
                     const bool full = fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk);
@@ -416,61 +434,15 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
                                 St[mi][nt][e] = full || fa_visible(p, q, j, s.sq, s.sk) ? th : -INFINITY;
                             }
                 }
-                if (SPLIT && !SOFTCAP && fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk)) {
-                    /* hot block: P of St's query columns computed between the dPᵀ GEMM's k-steps (its MUFU work
-                     * overlaps the MMAs in program order), then dS */
-                    constexpr int KS = D / 16;
-                    const float kl = p.scale_log2;
-                    const float *sLq = sLb + s_qry;
-                    uint32_t Pp[MS][QS][2]; /* FA_BWD_P_SPLIT 3: P packed to 16 bits as soon as it is computed */
-                    fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(dPt, sV + s_key * LD, sdOb + s_qry * LD, lane, [&](int k) {
-                        /* k is a compile-time constant after unrolling: one slice per k-step */
-#define FA_P_SLICE(K_)                                                                                       \
-    if (k == K_) {                                                                                           \
-        constexpr int N0 = (K_) * QS / KS, N1 = ((K_) + 1) * QS / KS;                                        \
-        fa_bwd_p_cols<MS, QS, N0, N1>(St, kl, sLq, lane);                                                    \
-        if (FA_BWD_P_SPLIT == 3)                                                                             \
-            for (int mi = 0; mi < MS; ++mi)                                                                  \
-                for (int nt = N0; nt < N1; ++nt) {                                                           \
-                    Pp[mi][nt][0] = fa_pack2<T>(St[mi][nt][0], St[mi][nt][1]);                               \
-                    Pp[mi][nt][1] = fa_pack2<T>(St[mi][nt][2], St[mi][nt][3]);                               \
-                }                                                                                            \
-    }
-                        FA_P_SLICE(0); FA_P_SLICE(1); FA_P_SLICE(2); FA_P_SLICE(3);
-                        if constexpr (KS > 4) { FA_P_SLICE(4); FA_P_SLICE(5); FA_P_SLICE(6); FA_P_SLICE(7); }
-                        if constexpr (KS > 8) { FA_P_SLICE(8); FA_P_SLICE(9); FA_P_SLICE(10); FA_P_SLICE(11); }
-                        if constexpr (KS > 12) { FA_P_SLICE(12); FA_P_SLICE(13); FA_P_SLICE(14); FA_P_SLICE(15); }
-#undef FA_P_SLICE
-                    });
-                    if (FA_BWD_P_SPLIT == 3) { /* dS from the 16-bit P (the P that dV's GEMM uses) */
-                        fa_bwd_walk<MS, QS>(
-                            lane, [&](int qc, int c1) { return fa_bwd_col_stat(sDb + s_qry, qc, c1); },
-                            [&](int mi, int nt, int e, int, int, float Dq) {
-                                const float2 pv = fa_unpack2<T>(Pp[mi][nt][e >> 1]);
-                                dPt[mi][nt][e] = (e & 1 ? pv.y : pv.x) * (dPt[mi][nt][e] - Dq);
-                            });
-#pragma unroll
-                        for (int mi = 0; mi < MS; ++mi)
-#pragma unroll
-                            for (int np = 0; np < QS / 2; ++np)
-                                fa_stmatrix_x4(pa + (mi * 16 * LDP + np * 16) * 2, Pp[mi][2 * np][0], Pp[mi][2 * np][1],
-                                               Pp[mi][2 * np + 1][0], Pp[mi][2 * np + 1][1]);
-                        fa_bwd_st_tiles<T, MS, QS, LDP>(pa + BN * LDP * 2, dPt);
-                        goto stored; /* (a variant under measurement: written as a jump to keep the diff small) */
-                    }
-                    fa_bwd_ds<MS, QS>(St, dPt, sDb + s_qry, lane);
-                } else {
                 fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(dPt, sV + s_key * LD, sdOb + s_qry * LD, lane);
                 /* P = exp2(S·scale·log2e − LSE·log2e), dS = P ∘ (dP − D) [∘ (1 − t²) with softcap], in place */
                 if (SOFTCAP || fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk)) /* hot path: no mask, no branch */
                     fa_bwd_p_ds<SOFTCAP, false, MS, QS>(St, dPt, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, sDb + s_qry, lane);
                 else
                     fa_bwd_p_ds<false, true, MS, QS>(St, dPt, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, sDb + s_qry, lane);
-                }
                 fa_bwd_st_tiles<T, MS, QS, LDP>(pa, St);
                 fa_bwd_st_tiles<T, MS, QS, LDP>(pa + BN * LDP * 2, dPt);
             }
-        stored:;
         }
         if (DQ_MODE == FA_DQ_REDUCE) fa_bulk_wait_read(); /* block i-1's dQ has left the staging tile */
         __syncthreads(); /* Pᵀ and dSᵀ of the whole block are in shared memory; the staging tile is free */

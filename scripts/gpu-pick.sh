@@ -47,8 +47,8 @@ PY
 echo "== winner: $WIN" | tee -a "$OUT/pick.txt"
 B=build-v-$WIN
 [ -x "$B/flashattn" ] || { echo "no build for $WIN"; exit 1; }
-timeout 150 env BUILD="$B" OUT_DIR="$OUT/protocol" ALGOS=flash2 STD_MAX_SEQLEN=0 DIMS="${PROTO_DIMS:-64,128}" scripts/bench-gpu.sh \
-  >"$OUT/protocol.txt" 2>&1
+timeout 150 env BUILD="$B" OUT_DIR="$OUT/protocol" ALGOS=flash2 STD_MAX_SEQLEN=0 DIMS="${PROTO_DIMS:-64,128}" \
+  scripts/bench-gpu.sh >"$OUT/protocol.txt" 2>&1
 echo "== protocol rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/pick.txt"
 grep -E "^\| (fwd|bwd) \| (64|128) " "$OUT/protocol.txt" | tee -a "$OUT/pick.txt"
 if [ "$WIN" != "${VARIANTS%%=*}" ]; then

@@ -66,10 +66,11 @@ struct fa_bwd_cfg {
  * d=128 2k 286.0 -> 291.5 (292.0), 8k 305.5 -> 311.6 (312.5), 16k 309.4 -> 317.8 (316.2), causal +1.3-2 %: on
  * for d=128 (FLASH1 too; 2026-11-30, 5th session). At d=64 (128 x 128) P packed: 2k 251.7 -> 250.3, 8k 269.0 ->
  * 265.8, 16k 273.9 -> 270.7: off (an fp32 P there spills 72 B). FA2's order itself had measured d=128 +1.0-1.3 %
- * over P after the GEMM (4k 285.3 vs 281.9), d=64 -2 to -4 %. Q_LATE (Qi+1, dOi+1 issued after the second barrier instead of the first), same
- * command, TFLOP/s first -> second -> (after the Sᵀ GEMM): d=128 2k 278.2 -> 286.0 (277.7), 4k 290.3 -> 298.9
- * (290.1), 16k 301.9 -> 311.5 (301.0), causal +2-3 %; d=64 2k 251.7 -> 245.0 (249.0), 4k 263.0 -> 255.1 (259.6),
- * 16k 273.9 -> 265.3 (269.0): on for FLASH2 d=128 only (2026-11-30, 5th session). */
+ * over P after the GEMM (4k 285.3 vs 281.9), d=64 -2 to -4 %.
+ * Q_LATE (Qi+1, dOi+1 issued after the second barrier instead of the first), same command, TFLOP/s first ->
+ * second -> (after the Sᵀ GEMM): d=128 2k 278.2 -> 286.0 (277.7), 4k 290.3 -> 298.9 (290.1), 16k 301.9 -> 311.5
+ * (301.0), causal +2-3 %; d=64 2k 251.7 -> 245.0 (249.0), 4k 263.0 -> 255.1 (259.6), 16k 273.9 -> 265.3 (269.0):
+ * on for FLASH2 d=128 only (2026-11-30, 5th session). */
 template <int D, int BM> struct fa_bwd_tiles;
 template <> struct fa_bwd_tiles<64, 128> : fa_bwd_cfg<64, 128, 128, 2, 4, 4, false> {};
 template <> struct fa_bwd_tiles<64, 64> : fa_bwd_cfg<64, 64, 128, 4, 4, 2, false> {};
@@ -216,7 +217,10 @@ FA_DEV void fa_bwd_p_cols(float (&St)[MS][QS][4], float scale_log2, const float 
 #pragma unroll
             for (int mi = 0; mi < MS; ++mi)
 #pragma unroll
-                for (int r = 0; r < 2; ++r) St[mi][nt][2 * r + c1] = fa_exp2(fmaf(St[mi][nt][2 * r + c1], scale_log2, -Lq));
+                for (int r = 0; r < 2; ++r) {
+                    float &x = St[mi][nt][2 * r + c1];
+                    x = fa_exp2(fmaf(x, scale_log2, -Lq));
+                }
         }
 }
 
@@ -234,6 +238,7 @@ FA_DEV void fa_bwd_st_tiles(uint32_t pa, const float (&X)[MS][QS][4]) {
         }
 }
 
+/* f(std::integral_constant<int, I>) for I = 0 .. N-1: a loop whose index can be a template argument. */
 template <int N, int I = 0, class F> FA_DEV void fa_static_for(F f) {
     if constexpr (I < N) {
         f(std::integral_constant<int, I>{});
@@ -402,8 +407,9 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         fa_cp_async_wait<0>();
         __syncthreads(); /* Qi, dOi, stats landed; every warp is done with block i-1 (its buffers, sP, sdS, sdQ) */
         if (DQ_MODE == FA_DQ_REDUCE && m > mb_lo) fa_bwd_dq_flush<C>(sA, sdQ, m - 1, s.sq, tid); /* block i-1's dQ */
-        const auto prefetch = [&] { /* Qi+1, dOi+1 -> the other buffer (every warp is past block i-1, its last reader) */
-            if (QST == 2 && m + 1 < mb_hi) fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, m + 1, m0 + BM, buf ^ 1, s.sq, tid);
+        const auto prefetch = [&] { /* Qi+1, dOi+1 -> the other buffer (every warp is past block i-1, its reader) */
+            if (QST == 2 && m + 1 < mb_hi)
+                fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, m + 1, m0 + BM, buf ^ 1, s.sq, tid);
         };
         if (!Q_LATE) prefetch();
 

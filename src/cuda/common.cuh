@@ -139,6 +139,7 @@ FA_DEV void fa_store_tile(T *g, int64_t stride, const T *s, int rows_valid, int 
 /* ---- warp-level GEMMs on shared-memory tiles ----
  * acc[MT][NT] are 16x8 fp32 C tiles. */
 
+/* The default after(k) of fa_warp_gemm_abt: nothing. */
 struct fa_no_op {
     FA_DEV void operator()(int) const {}
 };

@@ -296,16 +296,15 @@ static cudaError_t fa2_fwd_run(const fa_cuda_params *p, cudaStream_t st) {
  * FA_CUDA_FLASH2_FWD_WARPS (read at context creation: among the rows that match the request, the first with that
  * many warps). Registers from -Xptxas -v, nvcc 13.0, bf16 (f16 alike); no row spills.
  *
- * Defaults as built, H200, one run (2026-11-30 17:25 UTC, scripts/fwd-final.sh, bench/results/h200-2026-11-30-fwd.md),
- * TFLOP/s and ratio to PyTorch's flash backend in the same command, seqlen 512 / 1k / 2k / 4k / 8k / 16k:
- *   d=64  non-causal 265.9 / 285.8 / 297.2 / 303.5 / 305.9 / 307.3 = 1.15 / 1.06 / 1.04 / 1.02 / 1.01 / 0.99
- *         causal     178.4 / 222.8 / 253.7 / 273.6 / 284.4 / 291.3 = 1.33 / 1.13 / 1.02 / 1.00 / 0.98 / 1.03
- *   d=128 non-causal 286.5 / 313.9 / 327.7 / 333.2 / 338.2 / 343.3 = 1.02 / 1.03 / 0.98 / 0.96 / 0.97 / 0.98
- *         causal     190.9 / 238.5 / 271.6 / 291.3 / 308.1 / 316.1 = 1.24 / 1.09 / 1.03 / 0.98 / 1.02 / 1.08
- *   d=32 (512 / 4k) 187.4 / 215.1 = 1.12 / 1.00, causal 125.6 / 196.2 = 1.29 / 1.00
- *   d=256 (512 / 4k) 217.2 / 258.8 = 0.88 / 0.84, causal 151.7 / 222.7 = 0.80 / 0.83
- * The previous tree in the same command (same d=128 tile, old loop): d=128 non-causal 4k 341.1 (ours 333.2, 336.9
- * on a second pass), causal 4k 283.1; d=64 4k 283.9, causal 237.2.
+ * Defaults as built, H200, bf16, 2026-11-30 fifth session (scripts/gpu-pick.sh, bench/results/h200-2026-11-30-e.md:
+ * d=64 from the sixth call, d=128 from the seventh; the other head dims at 4k from the first), TFLOP/s and ratio to
+ * PyTorch's flash backend in the same command, seqlen 512 / 1k / 2k / 4k / 8k / 16k:
+ *   d=64  non-causal 279.7 / 303.4 / 315.8 / 322.9 / 326.8 / 328.5 = 1.12 / 1.12 / 1.09 / 1.08 / 1.07 / 1.06
+ *         causal     180.8 / 229.3 / 262.4 / 287.3 / 303.1 / 313.3 = 1.31 / 1.15 / 1.04 / 1.04 / 1.12 / 1.08
+ *   d=128 non-causal 295.7 / 323.5 / 341.9 / 351.3 / 356.7 / 358.7 = 1.04 / 1.02 / 1.05 / 1.01 / 1.00 / 1.02
+ *         causal     194.4 / 245.7 / 282.1 / 303.7 / 318.5 / 329.0 = 1.24 / 1.14 / 1.11 / 1.02 / 1.07 / 1.13
+ *   4k: d=32 233.3 = 1.06, causal 212.2 = 1.05; d=96 280.8 = 0.86, causal 259.6 = 0.86; d=256 279.6 = 0.87,
+ *   causal 241.1 = 0.89. (The sweep below predates the late ℓ store and the row-check-free prefetch, +4-7 %.)
  *
  * The sweep that chose the rows (one device run, 2026-11-30 17:12 UTC, with a sweep build that picked any row
  * through an environment variable, not kept; registers below are the built kernels'), bf16, flashattn bench at the protocol shapes (B·S = 16k, model dim 2048),

@@ -5,7 +5,7 @@
 #   2. the winner: the highest geometric mean of the backward TFLOP/s over the PICK shapes ("d:seqlen" list,
 #      both causal settings) — a variant other than the baseline must beat it by MARGIN (default 1.005)
 #   3. the protocol for FLASH2 and PyTorch SDPA with the winner's build (scripts/bench-gpu.sh, ALGOS=flash2,
-#      STANDARD off), then the full tests/gpu/test_gpu on it if it is not the baseline
+#      STANDARD off), then the full tests/gpu/test_gpu on it if it is not the baseline (or FULL_TEST=always)
 # Results under $OUT (pick.txt, the protocol table and logs); each step under timeout.
 # Env: OUT (default gpu-pick-out), VARIANTS, TEST_VARIANTS, PICK (default "64:8192,64:16384"), MARGIN, SEQLENS
 #      (default 2048,8192,16384), DIMS (64,128; the variants' head dims), PROTO_DIMS (the protocol's, default 64,128),
@@ -51,7 +51,7 @@ timeout 150 env BUILD="$B" OUT_DIR="$OUT/protocol" ALGOS=flash2 STD_MAX_SEQLEN=0
   scripts/bench-gpu.sh >"$OUT/protocol.txt" 2>&1
 echo "== protocol rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/pick.txt"
 grep -E "^\| (fwd|bwd) \| (64|128) " "$OUT/protocol.txt" | tee -a "$OUT/pick.txt"
-if [ "$WIN" != "${VARIANTS%%=*}" ]; then
+if [ "$WIN" != "${VARIANTS%%=*}" ] || [ "${FULL_TEST:-}" = always ]; then
   timeout 150 "$B/tests/gpu/test_gpu" >"$OUT/test_gpu.log" 2>&1
   echo "== test_gpu ($WIN) rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/pick.txt"
   grep FAIL "$OUT/test_gpu.log" | head -10 | tee -a "$OUT/pick.txt"; tail -1 "$OUT/test_gpu.log" | tee -a "$OUT/pick.txt"

@@ -154,11 +154,13 @@ FA_DEV float fa_bwd_col_stat(const float *stat, int qc, int c1) {
     const float2 v = *(const float2 *)(stat + qc - c1);
     return c1 ? v.y : v.x;
 }
-/* Every element of a warp's MS x QS C tiles of Sᵀ / dPᵀ (rows = keys, cols = queries), column pair by column pair:
- * col(qc, c1) once per query column (its row statistics), then elem(mi, nt, e, qc, r, that) per element. */
-template <int MS, int QS, class Col, class Elem> FA_DEV void fa_bwd_walk(int lane, Col col, Elem elem) {
+/* Every element of a warp's MS x QS C tiles of Sᵀ / dPᵀ (rows = keys, cols = queries) in the query-column tiles
+ * [NT0, NT1), column pair by column pair: col(qc, c1) once per query column (its row statistics), then
+ * elem(mi, nt, e, qc, r, that) per element. */
+template <int MS, int QS, class Col, class Elem, int NT0 = 0, int NT1 = QS>
+FA_DEV void fa_bwd_walk(int lane, Col col, Elem elem) {
 #pragma unroll
-    for (int nt = 0; nt < QS; ++nt)
+    for (int nt = NT0; nt < NT1; ++nt)
 #pragma unroll
         for (int c1 = 0; c1 < 2; ++c1) {
             const int qc = nt * 8 + (lane & 3) * 2 + c1;
@@ -208,20 +210,11 @@ FA_DEV void fa_bwd_p_ds(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const f
 /* St <- P on the query columns nt in [NT0, NT1) (no mask, no softcap): one slice of the split step below. */
 template <int MS, int QS, int NT0, int NT1>
 FA_DEV void fa_bwd_p_cols(float (&St)[MS][QS][4], float scale_log2, const float *sLq, int lane) {
-#pragma unroll
-    for (int nt = NT0; nt < NT1; ++nt)
-#pragma unroll
-        for (int c1 = 0; c1 < 2; ++c1) {
-            const int qc = nt * 8 + (lane & 3) * 2 + c1;
-            const float Lq = fa_bwd_col_stat(sLq, qc, c1);
-#pragma unroll
-            for (int mi = 0; mi < MS; ++mi)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    float &x = St[mi][nt][2 * r + c1];
-                    x = fa_exp2(fmaf(x, scale_log2, -Lq));
-                }
-        }
+    const auto col = [&](int qc, int c1) { return fa_bwd_col_stat(sLq, qc, c1); };
+    const auto elem = [&](int mi, int nt, int e, int, int, float Lq) {
+        St[mi][nt][e] = fa_exp2(fmaf(St[mi][nt][e], scale_log2, -Lq));
+    };
+    fa_bwd_walk<MS, QS, decltype(col), decltype(elem), NT0, NT1>(lane, col, elem);
 }
 
 /* A warp's MS x QS C tiles (16-bit) -> shared rows (keys) from the shared-space byte address pa, 16 x 16 per

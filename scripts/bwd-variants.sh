@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compare compile-time variants of the CUDA kernels on the H200 in one command: each variant is a name and extra
-# nvcc flags (e.g. a -D switch a kernel reads), built in parallel (build-v-<name>), then the FLASH2 backward of each
-# is timed, interleaved ROUNDS times, optionally beside PyTorch's flash backward at the same shapes.
+# nvcc flags (e.g. a -D switch a kernel reads), built in parallel (scripts/build-variants.sh: build-v-<name>), then
+# the FLASH2 backward of each is timed, interleaved ROUNDS times, optionally beside PyTorch's flash backward at the
+# same shapes.
 # Prints TFLOP/s per shape x variant. Env: VARIANTS ("base=;x=-DFOO=1", default "base="), SEQLENS, DIMS, PASSES
 # (bwd), ROUNDS (2), OUT (results; build logs go to build-v-<name>/), TORCH (1 = also PyTorch), EXTRA (more bench
 # arguments, e.g. "--block-q 0,64"), TEST_VARIANTS (names: run the small GPU test set on these).
@@ -11,15 +12,7 @@ VARIANTS=${VARIANTS:-base=}; SEQLENS=${SEQLENS:-2048,4096,16384}; DIMS=${DIMS:-6
 ROUNDS=${ROUNDS:-2}; OUT=${OUT:-bwd-variants}; TORCH=${TORCH:-1}
 mkdir -p "$OUT"
 IFS=';' read -ra VS <<<"$VARIANTS"
-jobs_each=$(( $(nproc) / ${#VS[@]} )); [ "$jobs_each" -ge 1 ] || jobs_each=1
-for nv in "${VS[@]}"; do
-  n=${nv%%=*}; fl=${nv#*=}
-  ( mkdir -p "build-v-$n" && cmake -S . -B "build-v-$n" -DFA_CUDA=ON -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_FLAGS=$fl" \
-      >"build-v-$n/cmake.log" 2>&1 &&
-    cmake --build "build-v-$n" -j "$jobs_each" --target flashattn_cli test_gpu >"build-v-$n/build.log" 2>&1 ||
-    echo "build of variant $n failed (see build-v-$n/build.log)" ) &
-done
-wait
+VARIANTS="$VARIANTS" bash scripts/build-variants.sh
 : >"$OUT/variants.csv"
 for r in $(seq 1 "$ROUNDS"); do
   for nv in "${VS[@]}"; do

@@ -31,17 +31,8 @@ t0=$(date +%s)
 ( timeout 240 python3 scripts/bench_gpu_torch.py run --out "$W/torch.csv" --d "64,128${HDIMS:+,$HDIMS}" --seqlen "$SEQLENS" \
     --causal 0,1 --pass fwd,bwd --reps 10 >"$W/torch.log" 2>&1 ) &
 TP=$!
-jobs_each=$(( $(nproc) / ${#VS[@]} )); [ "$jobs_each" -ge 1 ] || jobs_each=1
-BP=()
-for nv in "${VS[@]}"; do
-  n=${nv%%=*}; fl=${nv#*=}
-  ( mkdir -p "build-v-$n" && cmake -S . -B "build-v-$n" -DFA_CUDA=ON -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_FLAGS=$fl" \
-      >"build-v-$n/cmake.log" 2>&1 &&
-    timeout 400 cmake --build "build-v-$n" -j "$jobs_each" --target flashattn_cli test_gpu >"build-v-$n/build.log" 2>&1 ||
-    say "build of variant $n failed"; cp "build-v-$n/build.log" "$W/build-$n.log" ) &
-  BP+=($!)
-done
-wait "${BP[@]}"
+VARIANTS="$VARIANTS" bash scripts/build-variants.sh 2>&1 | tee -a "$SUM"
+for nv in "${VS[@]}"; do cp "build-v-${nv%%=*}/build.log" "$W/build-${nv%%=*}.log" 2>/dev/null; done
 say "== builds done in $(( $(date +%s) - t0 )) s"
 wait $TP; say "== torch done in $(( $(date +%s) - t0 )) s"
 B=build-v-$CAND

@@ -117,6 +117,18 @@ static int64_t fa_k_rows(const fa_cuda_params *p) {
         else KERNEL<__nv_bfloat16><<<grid, block, 0, st>>>(__VA_ARGS__);                    \
     } while (0)
 
+/* The 16-byte-vector kernels: 16-bit dtype (1 = f16, else bf16) x V = d / 8 (d in 32, 64, 128, 256). */
+#define FA_VEC_DTYPE(dtype, KERNEL, V, grid, st, ...)                                                     \
+    ((dtype) == 1 ? KERNEL<__half, V><<<grid, 256, 0, st>>>(__VA_ARGS__)                               \
+                  : KERNEL<__nv_bfloat16, V><<<grid, 256, 0, st>>>(__VA_ARGS__))
+#define FA_VEC_SWITCH(d, dtype, KERNEL, grid, st, ...)                                                    \
+    do {                                                                                                 \
+        if ((d) == 32) FA_VEC_DTYPE(dtype, KERNEL, 4, grid, st, __VA_ARGS__);                            \
+        else if ((d) == 64) FA_VEC_DTYPE(dtype, KERNEL, 8, grid, st, __VA_ARGS__);                       \
+        else if ((d) == 128) FA_VEC_DTYPE(dtype, KERNEL, 16, grid, st, __VA_ARGS__);                     \
+        else FA_VEC_DTYPE(dtype, KERNEL, 32, grid, st, __VA_ARGS__);                                     \
+    } while (0)
+
 /* The flash kernels' tensors: 16-bit, rows 16-byte aligned (the selector's rule), LSE·log2e wanted. */
 /* (d = 96: 12 threads a row do not make a shuffle tree; it takes the generic kernels.) */
 static int fa_flash_rows(const fa_cuda_params *p, int dtype) {
@@ -128,18 +140,7 @@ extern "C" cudaError_t fa_bwd_dsum_launch(const fa_cuda_params *p, int dtype, in
     if (rows == 0) return cudaSuccess;
     if (fa_flash_rows(p, dtype)) {
         const unsigned grid = (unsigned)((rows * (p->d / 8) + 255) / 256);
-        if (p->d == 32)
-            dtype == 1 ? fa_dsum_vec_kernel<__half, 4><<<grid, 256, 0, st>>>(*p, rows, zero_dq)
-                       : fa_dsum_vec_kernel<__nv_bfloat16, 4><<<grid, 256, 0, st>>>(*p, rows, zero_dq);
-        else if (p->d == 64)
-            dtype == 1 ? fa_dsum_vec_kernel<__half, 8><<<grid, 256, 0, st>>>(*p, rows, zero_dq)
-                       : fa_dsum_vec_kernel<__nv_bfloat16, 8><<<grid, 256, 0, st>>>(*p, rows, zero_dq);
-        else if (p->d == 128)
-            dtype == 1 ? fa_dsum_vec_kernel<__half, 16><<<grid, 256, 0, st>>>(*p, rows, zero_dq)
-                       : fa_dsum_vec_kernel<__nv_bfloat16, 16><<<grid, 256, 0, st>>>(*p, rows, zero_dq);
-        else
-            dtype == 1 ? fa_dsum_vec_kernel<__half, 32><<<grid, 256, 0, st>>>(*p, rows, zero_dq)
-                       : fa_dsum_vec_kernel<__nv_bfloat16, 32><<<grid, 256, 0, st>>>(*p, rows, zero_dq);
+        FA_VEC_SWITCH(p->d, dtype, fa_dsum_vec_kernel, grid, st, *p, rows, zero_dq);
         return cudaGetLastError();
     }
     if (zero_dq) {
@@ -154,18 +155,7 @@ extern "C" cudaError_t fa_bwd_dq_convert_launch(const fa_cuda_params *p, int dty
     if (n == 0) return cudaSuccess;
     if (fa_flash_rows(p, dtype)) {
         const unsigned grid = (unsigned)((n / 8 + 255) / 256);
-        if (p->d == 32)
-            dtype == 1 ? fa_dq_convert_vec_kernel<__half, 4><<<grid, 256, 0, st>>>(*p, n / 8)
-                       : fa_dq_convert_vec_kernel<__nv_bfloat16, 4><<<grid, 256, 0, st>>>(*p, n / 8);
-        else if (p->d == 64)
-            dtype == 1 ? fa_dq_convert_vec_kernel<__half, 8><<<grid, 256, 0, st>>>(*p, n / 8)
-                       : fa_dq_convert_vec_kernel<__nv_bfloat16, 8><<<grid, 256, 0, st>>>(*p, n / 8);
-        else if (p->d == 128)
-            dtype == 1 ? fa_dq_convert_vec_kernel<__half, 16><<<grid, 256, 0, st>>>(*p, n / 8)
-                       : fa_dq_convert_vec_kernel<__nv_bfloat16, 16><<<grid, 256, 0, st>>>(*p, n / 8);
-        else
-            dtype == 1 ? fa_dq_convert_vec_kernel<__half, 32><<<grid, 256, 0, st>>>(*p, n / 8)
-                       : fa_dq_convert_vec_kernel<__nv_bfloat16, 32><<<grid, 256, 0, st>>>(*p, n / 8);
+        FA_VEC_SWITCH(p->d, dtype, fa_dq_convert_vec_kernel, grid, st, *p, n / 8);
         return cudaGetLastError();
     }
     FA_DTYPE_SWITCH(dtype, fa_dq_convert_kernel, (unsigned)((n + 255) / 256), 256, st, *p, n);

@@ -60,7 +60,6 @@ static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     if (c->dt == FA_DTYPE_F32 || !(c->d == 32 || c->d == 64 || c->d == 96 || c->d == 128 ||
                                    (a == FA_ALGO_FLASH2 && c->d == 256)))
         return 0;
-    (void)nb;
     if (c->opts.block_q || c->opts.block_k) return -1; /* either: depends on the tile table */
     for (int i = 0; i < nb; ++i)
         if (!aligned16(bufs[i])) return 0;
@@ -165,7 +164,7 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
                 t_buf_poison(&dq), t_buf_poison(&dk), t_buf_poison(&dv);
                 d_up(&DQ), d_up(&DK), d_up(&DV);
                 st = fa_backward(ctx, &opts, &Q.t, &K.t, &V.t, &O.t, dlse, &DO.t, &DQ.t, &DK.t, &DV.t);
-                if (expect == 0) { /* a forward-only head dim: the backward must be refused, with a reason */
+                if (expect == 0) { /* the backward's views rule it out (e.g. dO or a gradient not 16-byte aligned): refused */
                     CHECK_STATUS(st, FA_ERR_UNSUPPORTED);
                     CHECK_MSG(strlen(fa_context_last_error(ctx)) > 10, "%s bwd: UNSUPPORTED without a reason",
                               fa_algo_name(a));

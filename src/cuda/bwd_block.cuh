@@ -245,6 +245,9 @@ template <int N, int I = 0, class F> FA_DEV void fa_static_for(F f) {
  * store it cannot prove disjoint — which is what held FA2's order, P stored before the dPᵀ GEMM, behind the exp2s).
  * P is packed to 16 bits as it is computed (Pp, 32 registers instead of 64: the fp32 P of the 128 x 128 d=64 tile
  * spilled), dS = P ∘ (dP − D) takes that P — the one dV's GEMM uses — and both go to shared memory. */
+#ifndef FA_BWD_SPLIT_FP32P
+#define FA_BWD_SPLIT_FP32P 0 /* 1: dS from the fp32 P (FA2's numerics), P packed only for its store */
+#endif
 template <typename T, class C, int MS, int QS>
 FA_DEV void fa_bwd_split_step(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const T *sVk, const T *sdOq, float kl,
                               const float *sLq, const float *sDq, uint32_t pa, int lane) {
@@ -269,7 +272,8 @@ FA_DEV void fa_bwd_split_step(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], c
         lane, [&](int qc, int c1) { return fa_bwd_col_stat(sDq, qc, c1); },
         [&](int mi, int nt, int e, int, int, float Dq) {
             const float2 pv = fa_unpack2<T>(Pp[mi][nt][e >> 1]);
-            dPt[mi][nt][e] = (e & 1 ? pv.y : pv.x) * (dPt[mi][nt][e] - Dq);
+            const float pe = FA_BWD_SPLIT_FP32P ? St[mi][nt][e] : e & 1 ? pv.y : pv.x;
+            dPt[mi][nt][e] = pe * (dPt[mi][nt][e] - Dq);
         });
 #pragma unroll
     for (int mi = 0; mi < MS; ++mi)

@@ -9,7 +9,9 @@
 # Results under $OUT (pick.txt, the protocol table and logs); each step under timeout.
 # Env: OUT (default gpu-pick-out), VARIANTS, TEST_VARIANTS, PICK (default "64:8192,64:16384"), MARGIN, SEQLENS
 #      (default 2048,8192,16384), DIMS (64,128; the variants' head dims), PROTO_DIMS (the protocol's, default 64,128),
-#      ROUNDS (1).
+#      ROUNDS (1), PASSES (bwd; fwd,bwd times the forward too, the pick stays on the backward), VAR_TIMEOUT (300 s,
+#      builds and timing), PROTO (1; 0 skips step 3's protocol), TORCH (0; 1 times PyTorch's flash beside the
+#      variants).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-gpu-pick-out}
@@ -18,8 +20,9 @@ PICK=${PICK:-64:8192,64:16384}
 MARGIN=${MARGIN:-1.005}
 mkdir -p "$OUT/variants"
 t0=$(date +%s)
-VARIANTS="$VARIANTS" OUT="$OUT/variants" TORCH=0 SEQLENS="${SEQLENS:-2048,8192,16384}" DIMS="${DIMS:-64,128}" \
-  ROUNDS="${ROUNDS:-1}" TEST_VARIANTS="${TEST_VARIANTS:-}" timeout 300 bash scripts/bwd-variants.sh 2>&1 |
+VARIANTS="$VARIANTS" OUT="$OUT/variants" TORCH="${TORCH:-0}" SEQLENS="${SEQLENS:-2048,8192,16384}" DIMS="${DIMS:-64,128}" \
+  ROUNDS="${ROUNDS:-1}" TEST_VARIANTS="${TEST_VARIANTS:-}" PASSES="${PASSES:-bwd}" timeout "${VAR_TIMEOUT:-300}" \
+  bash scripts/bwd-variants.sh 2>&1 |
   tee "$OUT/pick.txt"
 echo "== variants done in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/pick.txt"
 WIN=$(python3 - "$OUT/variants/variants.csv" "$PICK" "$MARGIN" "${VARIANTS%%=*}" <<'PY'
@@ -47,7 +50,7 @@ PY
 echo "== winner: $WIN" | tee -a "$OUT/pick.txt"
 B=build-v-$WIN
 [ -x "$B/flashattn" ] || { echo "no build for $WIN"; exit 1; }
-timeout 150 env BUILD="$B" OUT_DIR="$OUT/protocol" ALGOS=flash2 STD_MAX_SEQLEN=0 DIMS="${PROTO_DIMS:-64,128}" \
+[ "${PROTO:-1}" = 0 ] || timeout 150 env BUILD="$B" OUT_DIR="$OUT/protocol" ALGOS=flash2 STD_MAX_SEQLEN=0 DIMS="${PROTO_DIMS:-64,128}" \
   scripts/bench-gpu.sh >"$OUT/protocol.txt" 2>&1
 echo "== protocol rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/pick.txt"
 grep -E "^\| (fwd|bwd) \| (64|128) " "$OUT/protocol.txt" | tee -a "$OUT/pick.txt"

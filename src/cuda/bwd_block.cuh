@@ -110,10 +110,13 @@ struct fa_bwd_addr {
 /* K, V; Q, dO double-buffered; Pᵀ, dSᵀ; LSE·log2e and D double-buffered; the block's addresses; FLASH2's fp32 dQ
  * staging tile (rows of D + 4 floats, 4 banks apart: far fewer store conflicts than dense rows, which measured
  * 11-16 % slower; 16-byte aligned for the bulk reduce). */
+#ifndef FA_BWD_DQ_PAD
+#define FA_BWD_DQ_PAD 4 /* floats of padding per staging row; 8 makes the float2 stores conflict-free */
+#endif
 template <class C, int DQ_MODE> constexpr size_t fa_bwd_smem_bytes() {
     return (size_t)(2 * C::BN * C::LD + 2 * C::QSTAGES * C::BM * C::LD + 2 * C::BN * C::LDP) * 2 +
            4 * C::BM * sizeof(float) +
-           sizeof(fa_bwd_addr) + (DQ_MODE == FA_DQ_REDUCE ? 16 + (size_t)C::BM * (C::D + 4) * sizeof(float) : 0);
+           sizeof(fa_bwd_addr) + (DQ_MODE == FA_DQ_REDUCE ? 16 + (size_t)C::BM * (C::D + FA_BWD_DQ_PAD) * sizeof(float) : 0);
 }
 
 /* Row statistics of query block m -> shared memory with cp.async (part of the caller's commit group): LSE·log2e
@@ -177,6 +180,12 @@ FA_DEV void fa_bwd_walk(int lane, Col col, Elem elem) {
  * t = tanh(s·scale/c) (−inf where masked), the score is c·t and dS picks up d(c·t)/ds = scale·(1 − t²) (from t
  * itself, not (c·t)/c: no division in the loop); MASK: masked -> 0 here. Written out rather than through
  * fa_bwd_walk: the walker changes nvcc's schedule of this, the measured hot step (same instructions, other order). */
+#ifndef FA_BWD_POLY
+#define FA_BWD_POLY 0 /* hot steps: the last FA_BWD_POLY of a warp's 2·QS query-column pairs take fa_exp2_poly */
+#endif
+#ifndef FA_BWD_POLY_SPLIT
+#define FA_BWD_POLY_SPLIT 0 /* the same in the split step (d=128) */
+#endif
 template <bool SOFTCAP, bool MASK, int MS, int QS>
 FA_DEV void fa_bwd_p_ds(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const fa_cuda_params &p, const fa_seq &s,
                         int q0, int key0, const float *sLq, const float *sDq, int lane) {
@@ -197,7 +206,8 @@ FA_DEV void fa_bwd_p_ds(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const f
                         dcap = fmaxf(1.f - sv * sv, 0.f); /* 0, not −inf, where masked: P = 0 there, dS = 0 */
                         sv *= p.softcap;
                     }
-                    float pv = fa_exp2(fmaf(sv, p.scale_log2, -Lq));
+                    const float x = fmaf(sv, p.scale_log2, -Lq);
+                    float pv = !SOFTCAP && !MASK && 2 * nt + c1 >= 2 * QS - FA_BWD_POLY ? fa_exp2_poly(x) : fa_exp2(x);
                     if (MASK && !fa_visible(p, q0 + qc, key0 + mi * 16 + (lane >> 2) + r * 8, s.sq, s.sk)) pv = 0.f;
                     float ds = pv * (dPt[mi][nt][e] - Dq);
                     if (SOFTCAP) ds *= dcap;
@@ -212,7 +222,8 @@ template <int MS, int QS, int NT0, int NT1>
 FA_DEV void fa_bwd_p_cols(float (&St)[MS][QS][4], float scale_log2, const float *sLq, int lane) {
     const auto col = [&](int qc, int c1) { return fa_bwd_col_stat(sLq, qc, c1); };
     const auto elem = [&](int mi, int nt, int e, int, int, float Lq) {
-        St[mi][nt][e] = fa_exp2(fmaf(St[mi][nt][e], scale_log2, -Lq));
+        const float x = fmaf(St[mi][nt][e], scale_log2, -Lq);
+        St[mi][nt][e] = 2 * nt + (e & 1) >= 2 * QS - FA_BWD_POLY_SPLIT ? fa_exp2_poly(x) : fa_exp2(x);
     };
     fa_bwd_walk<MS, QS, decltype(col), decltype(elem), NT0, NT1>(lane, col, elem);
 }
@@ -294,7 +305,7 @@ FA_DEV void fa_bwd_dq_step(const fa_bwd_addr *sA, const T *sdS, const T *sK, flo
     fa_zero(dQp);
     fa_warp_gemm_sb<T, true, MQ, NQ, BN, LDP, LD>(dQp, sdS + q_row, sK + q_col, lane);
     if (DQ_MODE == FA_DQ_REDUCE) {
-        constexpr int LQ = D + 4; /* padded rows (see fa_bwd_smem_bytes) */
+        constexpr int LQ = D + FA_BWD_DQ_PAD; /* padded rows (see fa_bwd_smem_bytes) */
         const uint32_t st = fa_opaque(fa_smem_addr(sdQ + (q_row + (lane >> 2)) * LQ + q_col + (lane & 3) * 2));
 #pragma unroll
         for (int mi = 0; mi < MQ; ++mi)
@@ -341,7 +352,7 @@ FA_DEV void fa_bwd_dq_step(const fa_bwd_addr *sA, const T *sdS, const T *sK, flo
 template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const float *sdQ, int m, int sq, int tid) {
     const int row = m * C::BM + tid;
     if (tid < C::BM && row < sq) {
-        fa_bulk_reduce_add_f32(sA->dq + (int64_t)row * C::D, fa_smem_addr(sdQ + tid * (C::D + 4)), C::D * 4);
+        fa_bulk_reduce_add_f32(sA->dq + (int64_t)row * C::D, fa_smem_addr(sdQ + tid * (C::D + FA_BWD_DQ_PAD)), C::D * 4);
         fa_bulk_commit();
     }
 }

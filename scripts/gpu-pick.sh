@@ -11,7 +11,7 @@
 #      (default 2048,8192,16384), DIMS (64,128; the variants' head dims), PROTO_DIMS (the protocol's, default 64,128),
 #      ROUNDS (1), PASSES (bwd; fwd,bwd times the forward too, the pick stays on the backward), VAR_TIMEOUT (300 s,
 #      builds and timing), PROTO (1; 0 skips step 3's protocol), TORCH (0; 1 times PyTorch's flash beside the
-#      variants).
+#      variants), TEST_TIMEOUT (240 s, the full test_gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-gpu-pick-out}
@@ -55,7 +55,7 @@ B=build-v-$WIN
 echo "== protocol rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/pick.txt"
 grep -E "^\| (fwd|bwd) \| (64|128) " "$OUT/protocol.txt" | tee -a "$OUT/pick.txt"
 if [ "$WIN" != "${VARIANTS%%=*}" ] || [ "${FULL_TEST:-}" = always ]; then
-  timeout 150 "$B/tests/gpu/test_gpu" >"$OUT/test_gpu.log" 2>&1
+  timeout "${TEST_TIMEOUT:-240}" "$B/tests/gpu/test_gpu" >"$OUT/test_gpu.log" 2>&1
   echo "== test_gpu ($WIN) rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/pick.txt"
   grep FAIL "$OUT/test_gpu.log" | head -10 | tee -a "$OUT/pick.txt"; tail -1 "$OUT/test_gpu.log" | tee -a "$OUT/pick.txt"
 fi

@@ -47,6 +47,7 @@ struct fa_bwd_cfg {
      * during block i's dQ GEMM, after a barrier that ends every warp's reads of Qi and dOi */
     static constexpr int QSTAGES = QSTAGES_;
     static constexpr int LD = D + 8, LDP = BM + 8; /* padded rows: conflict-free ldmatrix (common.cuh) */
+    static constexpr int LQ = D + 8; /* FLASH2's fp32 dQ staging rows: conflict-free float2 stores (see below) */
     static constexpr int SK = BN / WK_S, SQ = BM / (NW / WK_S);     /* a warp's Sᵀ tile: SK keys x SQ queries */
     static constexpr int KK = BN / WK_KV, KD = D / (NW / WK_KV);    /* a warp's dK/dV tile: KK keys x KD cols */
     static constexpr int QQ = BM / WQ_DQ, QD = D / (NW / WQ_DQ);    /* a warp's dQ tile: QQ queries x QD cols */
@@ -57,16 +58,17 @@ struct fa_bwd_cfg {
 /* The tile table of the backward (FLASH1 and FLASH2 share the body), 1 CTA of 8 warps per SM; every row is
  * reachable through opts.block_q and tested (tests/gpu). Registers from -Xptxas -v; times: H200, bf16, seqlen 4k,
  * the protocol of ../shared/BENCHMARKS.md (see src/cuda/README.md).
- *   d=64 : 128 x 128, Sᵀ 2 x 4, dK/dV 4 x 2, dQ 4 x 2    FA2's sm90 choice (GPU_NOTES §3)     smem 215 KB
- *          64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 2 x 4                                           smem 125 KB
- *   d=128: 64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 2 x 4    FA2's sm90 choice                   smem 211 KB
- * (smem includes FLASH2's 34 KB fp32 dQ staging tile.) P_SPLIT (fa_bwd_split_step: P between the dPᵀ GEMM's
+ *   d=64 : 128 x 128, Sᵀ 2 x 4, dK/dV 4 x 2, dQ 4 x 2    FA2's sm90 choice (GPU_NOTES §3)     smem 214 KB
+ *          64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 2 x 4                                           smem 127 KB
+ *   d=128: 64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 2 x 4    FA2's sm90 choice                   smem 207 KB
+ * (KiB; smem includes FLASH2's fp32 dQ staging tile, 36 KiB at d=64.) P_SPLIT (fa_bwd_split_step: P between the dPᵀ GEMM's
  * k-steps, packed as computed), scripts/gpu-pick.sh, one command, FLASH2 TFLOP/s, P after the dPᵀ GEMM with FA2's
  * order (P computed and stored before it) -> P_SPLIT with P packed (-> the same with an fp32 P, equal speed):
  * d=128 2k 286.0 -> 291.5 (292.0), 8k 305.5 -> 311.6 (312.5), 16k 309.4 -> 317.8 (316.2), causal +1.3-2 %: on
  * for d=128 (FLASH1 too; 2026-11-30, 5th session). At d=64 (128 x 128) P packed: 2k 251.7 -> 250.3, 8k 269.0 ->
  * 265.8, 16k 273.9 -> 270.7: off (an fp32 P there spills 72 B). FA2's order itself had measured d=128 +1.0-1.3 %
- * over P after the GEMM (4k 285.3 vs 281.9), d=64 -2 to -4 %.
+ * over P after the GEMM (4k 285.3 vs 281.9), d=64 -2 to -4 %. dS from the fp32 P instead of the packed one (6th
+ * session, same command): 2k 291.7 -> 293.6, 8k 312.5 -> 316.1, 16k 318.3 -> 319.6: the fp32 P ships.
  * Q_LATE (Qi+1, dOi+1 issued after the second barrier instead of the first), same command, TFLOP/s first ->
  * second -> (after the Sᵀ GEMM): d=128 2k 278.2 -> 286.0 (277.7), 4k 290.3 -> 298.9 (290.1), 16k 301.9 -> 311.5
  * (301.0), causal +2-3 %; d=64 2k 251.7 -> 245.0 (249.0), 4k 263.0 -> 255.1 (259.6), 16k 273.9 -> 265.3 (269.0):
@@ -77,12 +79,12 @@ template <> struct fa_bwd_tiles<64, 64> : fa_bwd_cfg<64, 64, 128, 4, 4, 2, false
 template <> struct fa_bwd_tiles<128, 64> : fa_bwd_cfg<128, 64, 128, 4, 4, 2, true, 2, true> {};
 /* head dims 32 and 96, FA2's sm90 shapes and layouts (its AtomLayoutMSdP / NdKV / MdQ 4/4/4 and 2/4/4; FA2 keeps V
  * in registers there, we do not); not tuned on the H200 yet:
- *   d=32 : 128 x 128, Sᵀ 2 x 4, dK/dV 4 x 2, dQ 4 x 2                                        smem 149 KB
- *   d=96 : 64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 4 x 2                                        smem 170 KB */
+ *   d=32 : 128 x 128, Sᵀ 2 x 4, dK/dV 4 x 2, dQ 4 x 2                                        smem 150 KB
+ *   d=96 : 64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 4 x 2                                        smem 167 KB */
 template <> struct fa_bwd_tiles<32, 128> : fa_bwd_cfg<32, 128, 128, 2, 4, 4, false> {};
 template <> struct fa_bwd_tiles<32, 64> : fa_bwd_cfg<32, 64, 128, 4, 4, 4, false> {}; /* FLASH1's d=32 row */
-/* d=256: 64 x 64, Sᵀ 4 x 2, dK/dV 2 x 4, dQ 2 x 4 (FA2's 4/2/2), one Q/dO buffer (shared memory: K, V 68 KB, Q, dO
- * 68 KB, P, dS 18 KB, dQ staging 67 KB) */
+/* d=256: 64 x 64, Sᵀ 4 x 2, dK/dV 2 x 4, dQ 2 x 4 (FA2's 4/2/2), one Q/dO buffer (shared memory, KiB: K, V 66, Q, dO
+ * 66, P, dS 18, dQ staging 66; 217 of the 227 there are) */
 template <> struct fa_bwd_tiles<256, 64> : fa_bwd_cfg<256, 64, 64, 4, 2, 2, false, 1> {};
 template <> struct fa_bwd_tiles<96, 64> : fa_bwd_cfg<96, 64, 128, 4, 4, 4, false> {};
 /* The table on the host: *bm, *bn in = requested (0 = the default), out = what runs; 0 if no row matches. */
@@ -108,15 +110,15 @@ struct fa_bwd_addr {
 };
 
 /* K, V; Q, dO double-buffered; Pᵀ, dSᵀ; LSE·log2e and D double-buffered; the block's addresses; FLASH2's fp32 dQ
- * staging tile (rows of D + 4 floats, 4 banks apart: far fewer store conflicts than dense rows, which measured
- * 11-16 % slower; 16-byte aligned for the bulk reduce). */
-#ifndef FA_BWD_DQ_PAD
-#define FA_BWD_DQ_PAD 4 /* floats of padding per staging row; 8 makes the float2 stores conflict-free */
-#endif
+ * staging tile (rows of LQ = D + 8 floats, 8 banks apart, so that the float2 stores of a half-warp — 4 rows x 8
+ * floats — hit 32 distinct banks; 16-byte aligned for the bulk reduce). Measured (H200, bf16, one command,
+ * scripts/gpu-pick.sh, 2026-11-30 6th session): rows of D + 4 (2-way conflicts) -> D + 8: d=64 8k 269.1 -> 276.8,
+ * 16k 273.8 -> 281.8, d=128 8k 312.5 -> 320.8, 16k 318.3 -> 327.1 TFLOP/s (+2.6-3.5 % at every shape: the stores
+ * sit just before the step's last barrier); dense rows (8-way) had measured 11-16 % below D + 4. */
 template <class C, int DQ_MODE> constexpr size_t fa_bwd_smem_bytes() {
     return (size_t)(2 * C::BN * C::LD + 2 * C::QSTAGES * C::BM * C::LD + 2 * C::BN * C::LDP) * 2 +
            4 * C::BM * sizeof(float) +
-           sizeof(fa_bwd_addr) + (DQ_MODE == FA_DQ_REDUCE ? 16 + (size_t)C::BM * (C::D + FA_BWD_DQ_PAD) * sizeof(float) : 0);
+           sizeof(fa_bwd_addr) + (DQ_MODE == FA_DQ_REDUCE ? 16 + (size_t)C::BM * C::LQ * sizeof(float) : 0);
 }
 
 /* Row statistics of query block m -> shared memory with cp.async (part of the caller's commit group): LSE·log2e
@@ -180,12 +182,6 @@ FA_DEV void fa_bwd_walk(int lane, Col col, Elem elem) {
  * t = tanh(s·scale/c) (−inf where masked), the score is c·t and dS picks up d(c·t)/ds = scale·(1 − t²) (from t
  * itself, not (c·t)/c: no division in the loop); MASK: masked -> 0 here. Written out rather than through
  * fa_bwd_walk: the walker changes nvcc's schedule of this, the measured hot step (same instructions, other order). */
-#ifndef FA_BWD_POLY
-#define FA_BWD_POLY 0 /* hot steps: the last FA_BWD_POLY of a warp's 2·QS query-column pairs take fa_exp2_poly */
-#endif
-#ifndef FA_BWD_POLY_SPLIT
-#define FA_BWD_POLY_SPLIT 0 /* the same in the split step (d=128) */
-#endif
 template <bool SOFTCAP, bool MASK, int MS, int QS>
 FA_DEV void fa_bwd_p_ds(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const fa_cuda_params &p, const fa_seq &s,
                         int q0, int key0, const float *sLq, const float *sDq, int lane) {
@@ -206,8 +202,7 @@ FA_DEV void fa_bwd_p_ds(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const f
                         dcap = fmaxf(1.f - sv * sv, 0.f); /* 0, not −inf, where masked: P = 0 there, dS = 0 */
                         sv *= p.softcap;
                     }
-                    const float x = fmaf(sv, p.scale_log2, -Lq);
-                    float pv = !SOFTCAP && !MASK && 2 * nt + c1 >= 2 * QS - FA_BWD_POLY ? fa_exp2_poly(x) : fa_exp2(x);
+                    float pv = fa_exp2(fmaf(sv, p.scale_log2, -Lq));
                     if (MASK && !fa_visible(p, q0 + qc, key0 + mi * 16 + (lane >> 2) + r * 8, s.sq, s.sk)) pv = 0.f;
                     float ds = pv * (dPt[mi][nt][e] - Dq);
                     if (SOFTCAP) ds *= dcap;
@@ -222,8 +217,7 @@ template <int MS, int QS, int NT0, int NT1>
 FA_DEV void fa_bwd_p_cols(float (&St)[MS][QS][4], float scale_log2, const float *sLq, int lane) {
     const auto col = [&](int qc, int c1) { return fa_bwd_col_stat(sLq, qc, c1); };
     const auto elem = [&](int mi, int nt, int e, int, int, float Lq) {
-        const float x = fmaf(St[mi][nt][e], scale_log2, -Lq);
-        St[mi][nt][e] = 2 * nt + (e & 1) >= 2 * QS - FA_BWD_POLY_SPLIT ? fa_exp2_poly(x) : fa_exp2(x);
+        St[mi][nt][e] = fa_exp2(fmaf(St[mi][nt][e], scale_log2, -Lq));
     };
     fa_bwd_walk<MS, QS, decltype(col), decltype(elem), NT0, NT1>(lane, col, elem);
 }
@@ -254,11 +248,9 @@ template <int N, int I = 0, class F> FA_DEV void fa_static_for(F f) {
  * computed between the GEMM's k-steps, a slice of St's query columns after each (in program order the MUFU work
  * sits among the MMAs, and no shared store stands between them: ptxas does not move an ldmatrix above a shared
  * store it cannot prove disjoint — which is what held FA2's order, P stored before the dPᵀ GEMM, behind the exp2s).
- * P is packed to 16 bits as it is computed (Pp, 32 registers instead of 64: the fp32 P of the 128 x 128 d=64 tile
- * spilled), dS = P ∘ (dP − D) takes that P — the one dV's GEMM uses — and both go to shared memory. */
-#ifndef FA_BWD_SPLIT_FP32P
-#define FA_BWD_SPLIT_FP32P 0 /* 1: dS from the fp32 P (FA2's numerics), P packed only for its store */
-#endif
+ * P is packed to 16 bits as it is computed (Pp, its shared-memory store), dS = P ∘ (dP − D) takes the fp32 P (FA2's
+ * numerics; dS from the packed P measured 0.5 % slower: bench/results/h200-2026-11-30-f.md), and both go to shared
+ * memory. (At d=64, 128 x 128, the fp32 P of this step spills; the split is off there.) */
 template <typename T, class C, int MS, int QS>
 FA_DEV void fa_bwd_split_step(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const T *sVk, const T *sdOq, float kl,
                               const float *sLq, const float *sDq, uint32_t pa, int lane) {
@@ -282,9 +274,7 @@ FA_DEV void fa_bwd_split_step(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], c
     fa_bwd_walk<MS, QS>(
         lane, [&](int qc, int c1) { return fa_bwd_col_stat(sDq, qc, c1); },
         [&](int mi, int nt, int e, int, int, float Dq) {
-            const float2 pv = fa_unpack2<T>(Pp[mi][nt][e >> 1]);
-            const float pe = FA_BWD_SPLIT_FP32P ? St[mi][nt][e] : e & 1 ? pv.y : pv.x;
-            dPt[mi][nt][e] = pe * (dPt[mi][nt][e] - Dq);
+            dPt[mi][nt][e] = St[mi][nt][e] * (dPt[mi][nt][e] - Dq);
         });
 #pragma unroll
     for (int mi = 0; mi < MS; ++mi)
@@ -305,7 +295,7 @@ FA_DEV void fa_bwd_dq_step(const fa_bwd_addr *sA, const T *sdS, const T *sK, flo
     fa_zero(dQp);
     fa_warp_gemm_sb<T, true, MQ, NQ, BN, LDP, LD>(dQp, sdS + q_row, sK + q_col, lane);
     if (DQ_MODE == FA_DQ_REDUCE) {
-        constexpr int LQ = D + FA_BWD_DQ_PAD; /* padded rows (see fa_bwd_smem_bytes) */
+        constexpr int LQ = C::LQ;
         const uint32_t st = fa_opaque(fa_smem_addr(sdQ + (q_row + (lane >> 2)) * LQ + q_col + (lane & 3) * 2));
 #pragma unroll
         for (int mi = 0; mi < MQ; ++mi)
@@ -352,11 +342,14 @@ FA_DEV void fa_bwd_dq_step(const fa_bwd_addr *sA, const T *sdS, const T *sK, flo
 template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const float *sdQ, int m, int sq, int tid) {
     const int row = m * C::BM + tid;
     if (tid < C::BM && row < sq) {
-        fa_bulk_reduce_add_f32(sA->dq + (int64_t)row * C::D, fa_smem_addr(sdQ + tid * (C::D + FA_BWD_DQ_PAD)), C::D * 4);
+        fa_bulk_reduce_add_f32(sA->dq + (int64_t)row * C::D, fa_smem_addr(sdQ + tid * C::LQ), C::D * 4);
         fa_bulk_commit();
     }
 }
 
+#ifndef FA_BWD_DQ_AT
+#define FA_BWD_DQ_AT 0 /* variant: the dQ GEMM last (0), first (1), between dV and dK (2) */
+#endif
 template <typename T, class C, int DQ_MODE, bool SOFTCAP>
 FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int h, int n_block, unsigned char *smem) {
     constexpr int D = C::D, BM = C::BM, BN = C::BN, NTHR = C::NW * 32, LD = C::LD, LDP = C::LDP;
@@ -463,13 +456,15 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         if (Q_LATE) prefetch();
 
         /* dVj += Pᵀ dOi; dKj += dSᵀ Qi (this warp's KK keys x KD columns); dQi += dS Kj */
+        if (FA_BWD_DQ_AT == 1 && DQ_MODE != FA_DQ_NONE) fa_bwd_dq_step<T, C, DQ_MODE>(sA, sdS, sK, sdQ, m0, s.sq, q_row, q_col, lane);
         fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dV, sP + kv_key * LDP, sdOb + kv_col, lane);
+        if (FA_BWD_DQ_AT == 2 && DQ_MODE != FA_DQ_NONE) fa_bwd_dq_step<T, C, DQ_MODE>(sA, sdS, sK, sdQ, m0, s.sq, q_row, q_col, lane);
         fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dK, sdS + kv_key * LDP, sQb + kv_col, lane);
         if (QST == 1) { /* one Q/dO buffer: every warp is done with Qi, dOi; block i+1 loads during the dQ GEMM */
             __syncthreads();
             if (m + 1 < mb_hi) fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, m + 1, m0 + BM, buf ^ 1, s.sq, tid);
         }
-        if (DQ_MODE != FA_DQ_NONE) fa_bwd_dq_step<T, C, DQ_MODE>(sA, sdS, sK, sdQ, m0, s.sq, q_row, q_col, lane);
+        if (FA_BWD_DQ_AT == 0 && DQ_MODE != FA_DQ_NONE) fa_bwd_dq_step<T, C, DQ_MODE>(sA, sdS, sK, sdQ, m0, s.sq, q_row, q_col, lane);
     }
 
     /* Epilogue: dKj *= scale; write dKj, dVj (16-bit through shared memory, or fp32 per query head for GQA). */

@@ -63,9 +63,6 @@ FA_DEV void fa2_fwd_prefetch(const fa_fwd_cta *cta, T *sK, T *sV, const int *sN)
  * GEN = true: softcap / negative scale and the per-element mask (the seqlen tail, the causal diagonal, windows).
  * The thread index, block index and lengths are re-read (special register, shared memory) on each side of the
  * QKᵀ GEMM instead of being held across it: the GEMM (S, O and prefetched fragments live) is the register peak. */
-#ifndef FA_FWD_POLY
-#define FA_FWD_POLY 0 /* hot steps: the last FA_FWD_POLY of the NT key tiles take fa_exp2_poly */
-#endif
 template <typename T, int D, int BM, int BN, int NW, bool GEN>
 FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (16 * NW)][BN / 8][4],
                          const fa_cuda_params &p, const fa_fwd_cta *cta, const T *sQ, T *sK, T *sV, float *sRowM,
@@ -147,10 +144,8 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
             float sum = 0.f;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
-                const float x0 = fmaf(S[mi][nt][2 * r], kl, -msc), x1 = fmaf(S[mi][nt][2 * r + 1], kl, -msc);
-                const bool poly = !GEN && nt >= NT - FA_FWD_POLY; /* hot step: every score finite */
-                S[mi][nt][2 * r] = poly ? fa_exp2_poly(x0) : fa_exp2(x0);
-                S[mi][nt][2 * r + 1] = poly ? fa_exp2_poly(x1) : fa_exp2(x1);
+                S[mi][nt][2 * r] = fa_exp2(fmaf(S[mi][nt][2 * r], kl, -msc));
+                S[mi][nt][2 * r + 1] = fa_exp2(fmaf(S[mi][nt][2 * r + 1], kl, -msc));
                 sum += S[mi][nt][2 * r] + S[mi][nt][2 * r + 1];
             }
             l_keep[mi][r] = sRowL[si] * corr + sum; /* thread-local: the quad sum is deferred to the end */

@@ -125,20 +125,6 @@ FA_DEV float fa_exp2(float x) {
     return y;
 }
 
-/* 2^x on the FMA pipe instead of the SFU, for x <= ~0 (a probability: no masked or infinite input; NaN stays NaN):
- * x = n + f with n = rint(x) (1.5·2^23 added and taken off again: the rounded n also sits in the low mantissa bits
- * of the sum), f in [-1/2, 1/2]; 2^f by a degree-3 polynomial (coefficients fitted for the least maximum relative
- * error over [-1/2, 1/2]: 7.5e-5, against the 2^-8 / 2^-11 rounding of the bf16 / f16 P that uses it); n added to
- * the exponent field. x is clamped at -125 (2^-125: the result is tiny, not exactly 0). 7 FMA-pipe instructions
- * against one MUFU.EX2, whose pipe does 16 per SM per clock against 128 FMAs: FA4's way of sharing the exponentials
- * between the two pipes. */
-FA_DEV float fa_exp2_poly(float x) {
-    asm("max.NaN.f32 %0, %0, 0fC2FA0000;" : "+f"(x)); /* x = max(x, -125), NaN kept */
-    const float t = x + 12582912.f, f = x - (t - 12582912.f);
-    const float q = fmaf(fmaf(fmaf(0.055171434f, f, 0.24261081f), f, 0.69326097f), f, 0.99992812f);
-    return __uint_as_float(__float_as_uint(q) + (__float_as_uint(t) << 23));
-}
-
 /* 1/x for x of normal magnitude (2^-125 < |x| < 2^125): the inline fast path of nvcc's IEEE 1.f / x (MUFU.RCP, one
  * FMA Newton step; the same bits), without the subroutine call for the out-of-range case. A call in the epilogue
  * made ptxas save the registers live across it to the stack (reported as spill). */

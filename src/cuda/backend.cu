@@ -223,6 +223,7 @@ static fa_status fa_cuda_prepare(fa_context *ctx, const fa_problem *p, fa_cuda_p
     c->softcap_scale = p->softcap > 0.f ? p->scale / p->softcap : 0.f; /* IEEE fp32 division, as div.rn on the GPU */
     c->scale_log2 = p->softcap > 0.f ? 1.4426950408889634f : p->scale * 1.4426950408889634f;
     c->wl = p->wl, c->wr = p->wr;
+    c->sm_count = s->sm_count;
     if (p->cu_q) {
         const size_t n = (size_t)p->batch + 1;
         if (s->cu_cap < 2 * n) {
@@ -378,17 +379,24 @@ static fa_status fa_cuda_backward_on(fa_context *ctx, const fa_problem *p, fa_st
         rd = 3 * qrows * d * e + 2 * kvrows * d * e + qrows * 4 + ss * (4 + 4 + 4 + 3 * e);
         wr = ss * (4 + 4 + 2 * e) + qrows * d * e + 2 * kvrows * d * e;
     } else {
-        /* D, LSE·log2(e), dQ accumulator (fp32), GQA per-query-head dK dV (fp32) */
+        /* D, LSE·log2(e), dQ accumulator (fp32), GQA per-query-head dK dV (fp32), FLASH2's split last-wave
+         * blocks' dK dV (fp32) */
         const size_t gq = p->hq / p->hk > 1 ? fa_krows_q_heads(p) * p->d * 2 : 0;
         /* each part 256-byte aligned: the kernels access dQacc, dKacc, dVacc as float2 */
         const size_t a0 = (rows * sizeof(float) + 255) & ~(size_t)255, a1 = (rows * p->d * sizeof(float) + 255) & ~(size_t)255;
-        ws = 2 * a0 + a1 + gq * sizeof(float);
+        const size_t a2 = (gq * sizeof(float) + 255) & ~(size_t)255;
+        int tbm = p->block_q, tbn = p->block_k;
+        const size_t tail = p->algo == FA_ALGO_FLASH2 && fa_flash_tiles(3, (int)p->d, 1, &tbm, &tbn)
+                                ? fa_flash2_bwd_tail_bytes(&c, p->deterministic, tbm, tbn)
+                                : 0;
+        ws = 2 * a0 + a1 + a2 + tail;
         if ((rc = fa_cuda_ws(ctx, s, ws)) != FA_OK) return rc;
         c.dsum = (float *)s->ws;
         c.lse2 = (float *)((char *)s->ws + a0);
         c.dq_acc = (float *)((char *)s->ws + 2 * a0);
         c.dk_acc = (float *)((char *)s->ws + 2 * a0 + a1);
         c.dv_acc = c.dk_acc + gq / 2;
+        c.tail_acc = tail ? (float *)((char *)s->ws + 2 * a0 + a1 + a2) : NULL;
         cudaError_t ce;
         if (p->algo == FA_ALGO_FLASH2) {
             bm = p->block_q, bn = p->block_k;
@@ -405,6 +413,7 @@ static fa_status fa_cuda_backward_on(fa_context *ctx, const fa_problem *p, fa_st
          * RMW). Kj Vj read once per key block; dK dV written once. dQ conversion: fp32 read, dtype written. */
         rd = 2 * qrows * d * e + pairs * bm * (2 * d * e + 8 + 4 * d) + 2 * kvrows * d * e * p->hq / p->hk + qrows * d * 4;
         wr = qrows * 4 + pairs * bm * 4 * d + qrows * d * e + 2 * kvrows * d * e + (double)gq * 4;
+        rd += (double)tail, wr += 2.0 * tail; /* split blocks: cleared, partial sums added, read back once */
         if (p->algo == FA_ALGO_FLASH2 && p->deterministic) { /* no dQ traffic per pair; the dQ kernel reads Kj Vj per pair */
             rd -= pairs * bm * 4 * d + qrows * d * 4;
             wr -= pairs * bm * 4 * d;

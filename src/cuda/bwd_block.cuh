@@ -105,7 +105,8 @@ struct fa_bwd_addr {
     const void *q, *dout;     /* row 0 of (b, h) in Q, dO */
     float *dq;                /* row 0 of (b, h) in the fp32 dQ accumulator */
     const float *lse2, *dsum; /* row 0 of (b, h) in the row statistics */
-    void *dk, *dv; /* row n0 of dK, dV (16-bit, group == 1) or of the fp32 per-query-head dK, dV (GQA) */
+    void *dk, *dv; /* row n0 of dK, dV (16-bit, group == 1), of the fp32 per-query-head dK, dV (GQA), or of a
+                    * split block's fp32 partial sums (FLASH2's last wave) */
     int rows;      /* valid key rows of the block */
 };
 
@@ -350,8 +351,11 @@ template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const floa
 #ifndef FA_BWD_DQ_AT
 #define FA_BWD_DQ_AT 0 /* variant: the dQ GEMM last (0), first (1), between dV and dK (2) */
 #endif
-template <typename T, class C, int DQ_MODE, bool SOFTCAP>
-FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int h, int n_block, unsigned char *smem) {
+/* PART: the query blocks [q_from, q_to) of the block's walk, and the partial dK (rows 0..BN-1) and dV (the next BN
+ * rows) added into part (fp32, atomically): other CTAs walk the rest (flash2_bwd.cu, the split last wave). */
+template <typename T, class C, int DQ_MODE, bool SOFTCAP, bool PART = false>
+FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int h, int n_block, unsigned char *smem,
+                            int q_from = 0, int q_to = INT_MAX, float *part = nullptr) {
     constexpr int D = C::D, BM = C::BM, BN = C::BN, NTHR = C::NW * 32, LD = C::LD, LDP = C::LDP;
     constexpr int MS = C::SK / 16, QS = C::SQ / 8, MK = C::KK / 16, NK = C::KD / 8;
     constexpr int QST = C::QSTAGES;
@@ -369,14 +373,18 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
 
     int qlo, qhi;
     fa_query_span(p, n0, n0 + kv_rows, s.sq, s.sk, &qlo, &qhi);
-    const int mb_lo = qlo / BM, mb_hi = qhi > qlo ? (qhi + BM - 1) / BM : mb_lo;
+    const int mb_lo = PART ? max(qlo / BM, q_from) : qlo / BM;
+    const int mb_hi = PART ? min(qhi > qlo ? (qhi + BM - 1) / BM : mb_lo, q_to) : qhi > qlo ? (qhi + BM - 1) / BM : mb_lo;
     if (tid == 0) {
         sA->q = (const T *)p.q + fa_off(p, p.q_sb, p.q_ss, p.q_sh, b, s.qrow, h);
         sA->dout = (const T *)p.dout + fa_off(p, p.do_sb, p.do_ss, p.do_sh, b, s.qrow, h);
         sA->dq = p.dq_acc + s.stat0 * D;
         sA->lse2 = p.lse2 + s.stat0;
         sA->dsum = p.dsum + s.stat0;
-        if (p.group == 1) {
+        if (PART) {
+            sA->dk = part;
+            sA->dv = part + BN * D;
+        } else if (p.group == 1) {
             sA->dk = (T *)p.dk + fa_off(p, p.dk_sb, p.dk_ss, p.dk_sh, b, s.krow, hk) + (int64_t)n0 * p.dk_ss;
             sA->dv = (T *)p.dv + fa_off(p, p.dv_sb, p.dv_ss, p.dv_sh, b, s.krow, hk) + (int64_t)n0 * p.dv_ss;
         } else {
@@ -475,7 +483,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
     }
     void *const dk_out = sA->dk, *const dv_out = sA->dv;
     const int rows_e = sA->rows;
-    if (p.group == 1) {
+    if (p.group == 1 && !PART) {
 #pragma unroll
         for (int mi = 0; mi < MK; ++mi)
 #pragma unroll
@@ -502,8 +510,15 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
 #pragma unroll
                 for (int nt = 0; nt < NK; ++nt) {
                     const int c = kv_col + nt * 8 + (lane & 3) * 2;
-                    *(float2 *)(dk + c) = make_float2(dK[mi][nt][2 * r] * p.scale, dK[mi][nt][2 * r + 1] * p.scale);
-                    *(float2 *)(dv + c) = make_float2(dV[mi][nt][2 * r], dV[mi][nt][2 * r + 1]);
+                    const float2 k2 = make_float2(dK[mi][nt][2 * r] * p.scale, dK[mi][nt][2 * r + 1] * p.scale);
+                    const float2 v2 = make_float2(dV[mi][nt][2 * r], dV[mi][nt][2 * r + 1]);
+                    if (PART) {
+                        fa_red_add_f2(dk + c, k2);
+                        fa_red_add_f2(dv + c, v2);
+                    } else {
+                        *(float2 *)(dk + c) = k2;
+                        *(float2 *)(dv + c) = v2;
+                    }
                 }
             }
     }

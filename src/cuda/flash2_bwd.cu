@@ -1,8 +1,9 @@
 /* FlashAttention-2 backward (FA2p Algorithm 2, §3.2 "parallel over column blocks").
  *
  *   1. D = rowsum(dO ∘ O)                                 (bwd_util.cu; also clears the fp32 dQ accumulator)
- *   2. grid (Tc = ceil(Sk/Bc), Hq, B): CTA j keeps Kj, Vj, dKj, dVj on chip and loops over the query blocks
- *      (bwd_block.cuh); dQ is added into an fp32 accumulator by bulk reduce-adds (TMA engine, one per row)
+ *   2. one CTA per K/V block (Tc = ceil(Sk/Bc) per head, Hq, B; linear, blocks of one head adjacent): CTA j keeps
+ *      Kj, Vj, dKj, dVj on chip and loops over the query blocks (bwd_block.cuh); dQ is added into an fp32
+ *      accumulator by bulk reduce-adds (TMA engine, one per row). The last wave's blocks are split (below).
  *   3. dQ = scale · dQacc -> dtype (bwd_util.cu); GQA: dK, dV summed over the query heads of a K/V head.
  * Deterministic mode (opts.deterministic): step 2 skips dQ and a second kernel computes dQ by query blocks
  * (grid (Tr, Hq, B), warps split Q rows, Qi dOi resident, loop over Kj Vj recomputing S and dP):
@@ -15,13 +16,83 @@ template <int D> struct fa2_dq_tiles { static constexpr int BM = 64, BN = 64, NW
 /* d=256: 32 keys per step (the 64-key step spilled 8 B: dQ alone is 128 fp32 registers per thread) */
 template <> struct fa2_dq_tiles<256> { static constexpr int BM = 64, BN = 32, NW = 4; };
 
+/* The last wave, split. The kernel runs one CTA per SM (8 warps, 255 registers), so N equal K/V blocks take
+ * ceil(N / #SMs) waves, and the last one holds N mod #SMs blocks: at the protocol's non-causal shapes 4096 blocks
+ * (d=64) on 132 SMs are 31 full waves and 4 blocks alone for a whole walk (2048 at d=128: 15 waves and 68), ~3 %
+ * of the time with most SMs idle. Where every block walks the same query blocks (no causal mask, window or
+ * varlen), dK and dV go straight to their outputs (no GQA, not deterministic) and there is no softcap, the first
+ * launch takes whole = N − (N mod #SMs) blocks, one per CTA as before (full waves), and a second one deals the
+ * walks of the other blocks — units = (N mod #SMs) · Tr query blocks — out evenly to min(#SMs, units) CTAs, which
+ * add their partial dK, dV (fp32) into p.tail_acc atomically; fa_flash2_tail_store_kernel writes them out.
+ * Two launches, not one: the body of the whole-block kernel stays main's (one kernel with both kinds of CTA
+ * spilled at d=64 softcap and d=96). FA_BWD_TAIL=0 turns it off. */
+#ifndef FA_BWD_TAIL
+#define FA_BWD_TAIL 1
+#endif
+struct fa_bwd_tail {
+    int tc, tr, whole, pieces; /* K/V blocks per head, query blocks per walk; blocks done whole; split CTAs */
+    long long units;           /* query blocks of the split blocks' walks */
+};
+static fa_bwd_tail fa2_bwd_tail_plan(const fa_cuda_params *p, int det, int bm, int bn) {
+    fa_bwd_tail t;
+    t.tc = (p->sk + bn - 1) / bn, t.tr = (p->sq + bm - 1) / bm;
+    const long long n = (long long)t.tc * p->hq * p->batch;
+    t.whole = (int)n, t.pieces = 0, t.units = 0;
+    const int g = p->sm_count, r = g > 0 ? (int)(n % g) : 0;
+    if (!FA_BWD_TAIL || det || p->group != 1 || p->cu_q || p->cu_k || p->wl >= 0 || p->wr >= 0 || p->softcap > 0.f ||
+        n < g || !r)
+        return t;
+    t.whole = (int)(n - r), t.units = (long long)r * t.tr, t.pieces = (int)(t.units < g ? t.units : g);
+    return t;
+}
+extern "C" size_t fa_flash2_bwd_tail_bytes(const fa_cuda_params *p, int deterministic, int bm, int bn) {
+    const fa_bwd_tail t = fa2_bwd_tail_plan(p, deterministic, bm, bn);
+    return t.pieces ? (size_t)(t.units / t.tr) * 2 * bn * p->d * sizeof(float) : 0;
+}
+
+/* One K/V block per CTA, grid (Tc, Hq, B); the blocks from linear index t.whole on are the split kernel's. */
 template <typename T, class C, int DQ_MODE, bool SOFTCAP>
-__global__ void __launch_bounds__(C::NW * 32, 1) fa_flash2_bwd_kernel(const fa_cuda_params p) {
+__global__ void __launch_bounds__(C::NW * 32, 1) fa_flash2_bwd_kernel(const fa_cuda_params p, const fa_bwd_tail t) {
     extern __shared__ __align__(16) unsigned char fa_smem[];
     const int n_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    if (((long long)b * gridDim.y + h) * gridDim.x + n_block >= t.whole) return;
     const fa_seq s = fa_get_seq(p, b, h);
     if (n_block * C::BN >= s.sk) return;
     fa_bwd_kv_block<T, C, DQ_MODE, SOFTCAP>(p, s, b, h, n_block, fa_smem);
+}
+
+/* The split blocks: CTA k walks units [u0, u1) (fewer than Tr: one block's query range, or the end of one and the
+ * start of the next); linear block g -> (n_block, h, b) as in the grid above. */
+template <typename T, class C>
+__global__ void __launch_bounds__(C::NW * 32, 1) fa_flash2_bwd_split_kernel(const fa_cuda_params p, const fa_bwd_tail t) {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    const int k = blockIdx.x;
+    for (int it = 0; it < 2; ++it) {
+        const long long u0 = t.units * k / t.pieces, u1 = t.units * (k + 1) / t.pieces;
+        const int j = (int)(u0 / t.tr) + it;
+        const long long j0 = (long long)j * t.tr;
+        if (j0 >= u1) break;
+        const int g = t.whole + j, n_block = g % t.tc, h = (g / t.tc) % p.hq, b = g / t.tc / p.hq;
+        const fa_seq s = fa_get_seq(p, b, h);
+        fa_bwd_kv_block<T, C, FA_DQ_REDUCE, false, true>(p, s, b, h, n_block, fa_smem, (int)(u0 > j0 ? u0 - j0 : 0),
+                                                         (int)(u1 - j0 < t.tr ? u1 - j0 : t.tr),
+                                                         p.tail_acc + (size_t)j * 2 * C::BN * C::D);
+    }
+}
+
+/* The split blocks' dK, dV (fp32 sums in p.tail_acc, dK already scaled) -> the outputs; one CTA per block. */
+template <typename T, int BN, int D>
+__global__ void __launch_bounds__(256) fa_flash2_tail_store_kernel(const fa_cuda_params p, const fa_bwd_tail t) {
+    const int j = blockIdx.x, g = t.whole + j;
+    const int n0 = g % t.tc * BN, h = (g / t.tc) % p.hq, b = g / t.tc / p.hq, rows = min(BN, p.sk - n0);
+    const float *acc = p.tail_acc + (size_t)j * 2 * BN * D;
+    T *dk = (T *)p.dk + (int64_t)b * p.dk_sb + (int64_t)h * p.dk_sh + (int64_t)n0 * p.dk_ss;
+    T *dv = (T *)p.dv + (int64_t)b * p.dv_sb + (int64_t)h * p.dv_sh + (int64_t)n0 * p.dv_ss;
+    for (int i = threadIdx.x; i < 2 * rows * (D / 2); i += blockDim.x) {
+        const int which = i >= rows * (D / 2), k = i - which * rows * (D / 2), row = k / (D / 2), c = k % (D / 2) * 2;
+        const float2 v = *(const float2 *)(acc + (size_t)which * BN * D + row * D + c);
+        *(uint32_t *)((which ? dv + row * p.dv_ss : dk + row * p.dk_ss) + c) = fa_pack2<T>(v.x, v.y);
+    }
 }
 
 /* Deterministic dQ: dQi = scale · Σj (P ∘ (dP − D)) Kj with warps splitting the rows of Qi. */
@@ -144,9 +215,17 @@ static cudaError_t fa2_bwd_main_sc(const fa_cuda_params *p, cudaStream_t st) {
     const size_t smem = fa_bwd_smem_bytes<C, DQ_MODE>();
     cudaError_t e = cudaFuncSetAttribute(fa_flash2_bwd_kernel<T, C, DQ_MODE, SOFTCAP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    dim3 grid((p->sk + C::BN - 1) / C::BN, p->hq, p->batch);
+    const fa_bwd_tail t = fa2_bwd_tail_plan(p, DQ_MODE == FA_DQ_NONE, C::BM, C::BN);
+    dim3 grid(t.tc, p->hq, p->batch);
     if (grid.x == 0) return cudaSuccess;
-    fa_flash2_bwd_kernel<T, C, DQ_MODE, SOFTCAP><<<grid, C::NW * 32, smem, st>>>(*p);
+    fa_flash2_bwd_kernel<T, C, DQ_MODE, SOFTCAP><<<grid, C::NW * 32, smem, st>>>(*p, t);
+    if ((e = cudaGetLastError()) != cudaSuccess || DQ_MODE != FA_DQ_REDUCE || SOFTCAP || !t.pieces) return e;
+    e = cudaFuncSetAttribute(fa_flash2_bwd_split_kernel<T, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    if ((e = cudaMemsetAsync(p->tail_acc, 0, fa_flash2_bwd_tail_bytes(p, 0, C::BM, C::BN), st)) != cudaSuccess) return e;
+    fa_flash2_bwd_split_kernel<T, C><<<t.pieces, C::NW * 32, smem, st>>>(*p, t);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    fa_flash2_tail_store_kernel<T, C::BN, C::D><<<(int)(t.units / t.tr), 256, 0, st>>>(*p, t);
     return cudaGetLastError();
 }
 template <typename T, class C, int DQ_MODE> static cudaError_t fa2_bwd_main(const fa_cuda_params *p, cudaStream_t st) {

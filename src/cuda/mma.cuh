@@ -118,6 +118,9 @@ template <> FA_DEV __nv_bfloat16 fa_from_f32<__nv_bfloat16>(float x) { return __
 template <> FA_DEV __half fa_from_f32<__half>(float x) { return __float2half_rn(x); }
 template <> FA_DEV float fa_from_f32<float>(float x) { return x; }
 
+/* *a += v, atomically (sm_90's vector float atomics: one RED.E.ADD.F32x2 per call). */
+FA_DEV void fa_red_add_f2(float *a, float2 v) { (void)atomicAdd((float2 *)a, v); }
+
 /* 2^x on the SFU (MUFU.EX2), flush-to-zero: exp2(-inf) = 0, exactly what the masked scores need. */
 FA_DEV float fa_exp2(float x) {
     float y;

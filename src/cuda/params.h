@@ -16,6 +16,7 @@ typedef struct fa_cuda_params {
     float *dq_acc;                    /* fp32 [rows like lse][d] dQ accumulator */
     float *dk_acc, *dv_acc;           /* GQA: fp32 per-query-head dK, dV [b, hq, sk, d] (varlen [hq, total_k, d]) */
     float *o_acc, *row_m, *row_l;     /* FLASH1: fp32 O, m, l kept in HBM between outer steps */
+    float *tail_acc;                  /* FLASH2 backward: fp32 dK, dV of the last wave's split K/V blocks, or NULL */
     int64_t q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh;
     int64_t do_sb, do_ss, do_sh, dq_sb, dq_ss, dq_sh, dk_sb, dk_ss, dk_sh, dv_sb, dv_ss, dv_sh;
     int batch, hq, hk, group, d;
@@ -28,6 +29,7 @@ typedef struct fa_cuda_params {
     float softcap_scale;    /* scale / softcap (0 when off), divided once on the host: kept in the kernels, the
                              * quotient was a loop-invariant register that ptxas spilled (FLASH1 d = 128) */
     int wl, wr;             /* window, -1 = unbounded; causal folded in as wr = 0 */
+    int sm_count;           /* the device's SMs (the FLASH2 backward's last-wave split) */
 } fa_cuda_params;
 
 #ifdef __cplusplus
@@ -40,6 +42,8 @@ cudaError_t fa_flash2_fwd_launch(const fa_cuda_params *p, int dtype, int nw, cud
                                  const char **kernel); /* nw: warps (0 = the table's default), *kernel: what ran */
 cudaError_t fa_flash2_bwd_launch(const fa_cuda_params *p, int dtype, int deterministic, cudaStream_t st, int *bm,
                                  int *bn); /* *bm, *bn: in = requested (0 = the default), out = what ran */
+/* Workspace bytes of the FLASH2 backward's last-wave split (p->tail_acc) for the tiles bm x bn; 0 = no split. */
+size_t fa_flash2_bwd_tail_bytes(const fa_cuda_params *p, int deterministic, int bm, int bn);
 cudaError_t fa_flash1_fwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn);
 cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn);
 /* Tile sizes of (algo: 2 = FLASH1, 3 = FLASH2; head_dim; backward) without launching. *bm, *bn: in = requested

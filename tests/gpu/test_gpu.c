@@ -347,6 +347,20 @@ int main(void) {
                 run_case(ctx, &c, 1);
             }
     }
+    /* the FLASH2 backward's split last wave (flash2_bwd.cu): N = Tc K/V blocks, N mod #SMs of them walked in pieces
+     * that add partial dK, dV: N = 2·#SMs − 1 (pieces cross block boundaries) and #SMs + 4 (one piece per unit), the
+     * last block partial, Bc = 128 (64 at d=256) */
+    {
+        int sms = 0;
+        cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SM count");
+        for (int di = 0; di < (small ? 1 : 3); ++di)
+            for (int v = 0; v < (small ? 1 : 2); ++v) {
+                const int d = di == 2 ? 256 : di ? 128 : 64, bn = d == 256 ? 64 : 128, bm = d == 64 ? 128 : 64;
+                const int tc = v ? sms + 4 : 2 * sms - 1;
+                t_case c = t_case_make(1, (small ? 1 : 3) * bm - 17, tc * bn - 37, 1, 1, d, dts[(di + v) & 1]);
+                run_case(ctx, &c, 1);
+            }
+    }
     /* random small cases (any dtype, head_dim, layout, mask; explicit tiles dropped half the time) */
     for (int i = 0; i < (small ? 2 : 40); ++i) {
         t_case c = t_case_random(239, 128, 1);

@@ -348,9 +348,6 @@ template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const floa
     }
 }
 
-#ifndef FA_BWD_DQ_AT
-#define FA_BWD_DQ_AT 0 /* variant: the dQ GEMM last (0), first (1), between dV and dK (2) */
-#endif
 /* PART: the query blocks [q_from, q_to) of the block's walk, and the partial dK (rows 0..BN-1) and dV (the next BN
  * rows) added into part (fp32, atomically): other CTAs walk the rest (flash2_bwd.cu, the split last wave). */
 template <typename T, class C, int DQ_MODE, bool SOFTCAP, bool PART = false>
@@ -464,15 +461,13 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         if (Q_LATE) prefetch();
 
         /* dVj += Pᵀ dOi; dKj += dSᵀ Qi (this warp's KK keys x KD columns); dQi += dS Kj */
-        if (FA_BWD_DQ_AT == 1 && DQ_MODE != FA_DQ_NONE) fa_bwd_dq_step<T, C, DQ_MODE>(sA, sdS, sK, sdQ, m0, s.sq, q_row, q_col, lane);
         fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dV, sP + kv_key * LDP, sdOb + kv_col, lane);
-        if (FA_BWD_DQ_AT == 2 && DQ_MODE != FA_DQ_NONE) fa_bwd_dq_step<T, C, DQ_MODE>(sA, sdS, sK, sdQ, m0, s.sq, q_row, q_col, lane);
         fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dK, sdS + kv_key * LDP, sQb + kv_col, lane);
         if (QST == 1) { /* one Q/dO buffer: every warp is done with Qi, dOi; block i+1 loads during the dQ GEMM */
             __syncthreads();
             if (m + 1 < mb_hi) fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, m + 1, m0 + BM, buf ^ 1, s.sq, tid);
         }
-        if (FA_BWD_DQ_AT == 0 && DQ_MODE != FA_DQ_NONE) fa_bwd_dq_step<T, C, DQ_MODE>(sA, sdS, sK, sdQ, m0, s.sq, q_row, q_col, lane);
+        if (DQ_MODE != FA_DQ_NONE) fa_bwd_dq_step<T, C, DQ_MODE>(sA, sdS, sK, sdQ, m0, s.sq, q_row, q_col, lane);
     }
 
     /* Epilogue: dKj *= scale; write dKj, dVj (16-bit through shared memory, or fp32 per query head for GQA). */

@@ -347,17 +347,17 @@ int main(void) {
                 run_case(ctx, &c, 1);
             }
     }
-    /* the FLASH2 backward's split last wave (flash2_bwd.cu): N = Tc K/V blocks, N mod #SMs of them walked in pieces
-     * that add partial dK, dV: N = 2·#SMs − 1 (pieces cross block boundaries) and #SMs + 4 (one piece per unit), the
-     * last block partial, Bc = 128 (64 at d=256) */
+    /* the FLASH2 backward's split last wave (flash2_bwd.cu: walks of >= 2048 query rows): N = 2·Hq K/V blocks, the
+     * last N mod #SMs of them walked in pieces that add partial dK, dV: N ≈ #SMs + 18 (pieces cross block
+     * boundaries) and #SMs + 4 (one piece per query block), the second block of each head partial */
     {
         int sms = 0;
         cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SM count");
         for (int di = 0; di < (small ? 1 : 3); ++di)
             for (int v = 0; v < (small ? 1 : 2); ++v) {
                 const int d = di == 2 ? 256 : di ? 128 : 64, bn = d == 256 ? 64 : 128, bm = d == 64 ? 128 : 64;
-                const int tc = v ? sms + 4 : 2 * sms - 1;
-                t_case c = t_case_make(1, (small ? 1 : 3) * bm - 17, tc * bn - 37, 1, 1, d, dts[(di + v) & 1]);
+                const int hq = v ? sms / 2 + 2 : (sms + 19) / 2;
+                t_case c = t_case_make(1, 2048 + bm - 17, 2 * bn - 37, hq, hq, d, dts[(di + v) & 1]);
                 run_case(ctx, &c, 1);
             }
     }

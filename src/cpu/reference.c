@@ -2,7 +2,10 @@
  *   s_j = scale · q·k_j, softcap: s_j = cap · tanh(s_j / cap), masked keys dropped,
  *   p_j = exp(s_j − max) / Σ exp(s − max), out = Σ p_j v_j, lse = max + log Σ exp(s − max).
  * Backward: dv_j += p_j dout, dp_j = dout·v_j, ds_j = p_j (dp_j − dout·out), (softcap: ds_j *= 1 − tanh²),
- *   dq += scale Σ ds_j k_j, dk_j += scale ds_j q. */
+ *   dq += scale Σ ds_j k_j, dk_j += scale ds_j q.
+ * OpenMP threads take (sequence, head) pairs in the forward and (sequence, K/V head) pairs in the backward: each
+ * writes only its own rows and takes every sum in the serial order, so the results are the same bits with any
+ * number of threads (the GPU tests' many-head cases spent minutes here). */
 #include "cpu/reference.h"
 
 #include "half.h"
@@ -55,17 +58,31 @@ static double row_scores(const fa_attn_opts *o, const fa_tensor *q, const fa_ten
     return mx;
 }
 
+/* Worth threads: about 10^8 multiply-adds or more (the small cases of the CPU tests stay serial and cheap). */
+static int fa_ref_big(const fa_tensor *q, const fa_tensor *k) {
+    return (double)q->batch * q->seqlen * k->seqlen * q->heads * q->head_dim > 1e8;
+}
+
 fa_status fa_reference_forward(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                                double *out, double *lse) {
     if (!q || !k || !v || !out) return FA_ERR_INVALID_ARGUMENT;
     fa_attn_opts o = opts ? *opts : fa_attn_opts_default();
     const int64_t d = q->head_dim, H = q->heads, group = q->heads / k->heads;
     const double scale = o.scale != 0 ? o.scale : 1.0 / sqrt((double)d);
-    double *s = malloc(sizeof(double) * (size_t)(k->seqlen > 0 ? k->seqlen : 1));
-    if (!s) return FA_ERR_OUT_OF_MEMORY;
-    for (int64_t sn = 0; sn < n_sequences(&o, q); sn++) {
-        ref_seq r = sequence(&o, q, k, sn);
-        for (int64_t h = 0; h < H; h++)
+    const int64_t tasks = n_sequences(&o, q) * H;
+    int oom = 0;
+#pragma omp parallel if (fa_ref_big(q, k))
+    {
+        double *s = malloc(sizeof(double) * (size_t)(k->seqlen > 0 ? k->seqlen : 1));
+#pragma omp for schedule(dynamic)
+        for (int64_t task = 0; task < tasks; task++) {
+            if (!s) {
+#pragma omp atomic write
+                oom = 1;
+                continue;
+            }
+            const int64_t h = task % H;
+            const ref_seq r = sequence(&o, q, k, task / H);
             for (int64_t i = 0; i < r.sq; i++) {
                 double mx = row_scores(&o, q, k, &r, h, h / group, i, scale, s), sum = 0;
                 double *orow = out + ((r.b * q->seqlen + r.q0 + i) * H + h) * d;
@@ -80,9 +97,10 @@ fa_status fa_reference_forward(const fa_attn_opts *opts, const fa_tensor *q, con
                 }
                 if (lse) lse[(r.b * H + h) * q->seqlen + r.q0 + i] = mx > -INFINITY ? mx + log(sum) : -INFINITY;
             }
+        }
+        free(s);
     }
-    free(s);
-    return FA_OK;
+    return oom ? FA_ERR_OUT_OF_MEMORY : FA_OK;
 }
 
 fa_status fa_reference_backward(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
@@ -91,47 +109,58 @@ fa_status fa_reference_backward(const fa_attn_opts *opts, const fa_tensor *q, co
     fa_attn_opts o = opts ? *opts : fa_attn_opts_default();
     const int64_t d = q->head_dim, H = q->heads, Hk = k->heads, group = H / Hk;
     const double scale = o.scale != 0 ? o.scale : 1.0 / sqrt((double)d);
-    size_t nk = (size_t)(k->seqlen > 0 ? k->seqlen : 1);
-    double *s = malloc(sizeof(double) * nk * 2), *orow = malloc(sizeof(double) * (size_t)d);
-    if (!s || !orow) { free(s); free(orow); return FA_ERR_OUT_OF_MEMORY; }
-    double *p = s + nk;
+    const size_t nk = (size_t)(k->seqlen > 0 ? k->seqlen : 1);
     memset(dq, 0, sizeof(double) * (size_t)(q->batch * q->seqlen * H * d));
     memset(dk, 0, sizeof(double) * (size_t)(k->batch * k->seqlen * Hk * d));
     memset(dv, 0, sizeof(double) * (size_t)(k->batch * k->seqlen * Hk * d));
-    for (int64_t sn = 0; sn < n_sequences(&o, q); sn++) {
-        ref_seq r = sequence(&o, q, k, sn);
-        for (int64_t h = 0; h < H; h++) {
-            const int64_t hk = h / group;
-            for (int64_t i = 0; i < r.sq; i++) {
-                double mx = row_scores(&o, q, k, &r, h, hk, i, scale, s), sum = 0;
-                if (mx == -INFINITY) continue; /* a row that sees no key has zero gradients */
-                for (int64_t j = 0; j < r.sk; j++) sum += s[j] > -INFINITY ? exp(s[j] - mx) : 0;
-                memset(orow, 0, sizeof(double) * (size_t)d);
-                for (int64_t j = 0; j < r.sk; j++) {
-                    p[j] = s[j] > -INFINITY ? exp(s[j] - mx) / sum : 0;
-                    for (int64_t x = 0; x < d; x++) orow[x] += p[j] * at(v, r.b, r.k0 + j, hk, x);
-                }
-                double D = 0; /* dout · out */
-                for (int64_t x = 0; x < d; x++) D += at(dout, r.b, r.q0 + i, h, x) * orow[x];
-                double *dqrow = dq + ((r.b * q->seqlen + r.q0 + i) * H + h) * d;
-                for (int64_t j = 0; j < r.sk; j++) {
-                    if (p[j] == 0) continue;
-                    double dp = 0;
-                    for (int64_t x = 0; x < d; x++) dp += at(dout, r.b, r.q0 + i, h, x) * at(v, r.b, r.k0 + j, hk, x);
-                    double ds = p[j] * (dp - D);
-                    if (o.softcap > 0) { double t = s[j] / o.softcap; ds *= 1 - t * t; }
-                    double *dkrow = dk + ((r.b * k->seqlen + r.k0 + j) * Hk + hk) * d;
-                    double *dvrow = dv + ((r.b * k->seqlen + r.k0 + j) * Hk + hk) * d;
-                    for (int64_t x = 0; x < d; x++) {
-                        dvrow[x] += p[j] * at(dout, r.b, r.q0 + i, h, x);
-                        dqrow[x] += scale * ds * at(k, r.b, r.k0 + j, hk, x);
-                        dkrow[x] += scale * ds * at(q, r.b, r.q0 + i, h, x);
+    const int64_t tasks = n_sequences(&o, q) * Hk;
+    int oom = 0;
+#pragma omp parallel if (fa_ref_big(q, k))
+    {
+        double *s = malloc(sizeof(double) * nk * 2), *orow = malloc(sizeof(double) * (size_t)d);
+        double *p = s ? s + nk : NULL;
+#pragma omp for schedule(dynamic)
+        for (int64_t task = 0; task < tasks; task++) {
+            if (!s || !orow) {
+#pragma omp atomic write
+                oom = 1;
+                continue;
+            }
+            const int64_t hk = task % Hk;
+            const ref_seq r = sequence(&o, q, k, task / Hk);
+            for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
+                for (int64_t i = 0; i < r.sq; i++) {
+                    double mx = row_scores(&o, q, k, &r, h, hk, i, scale, s), sum = 0;
+                    if (mx == -INFINITY) continue; /* a row that sees no key has zero gradients */
+                    for (int64_t j = 0; j < r.sk; j++) sum += s[j] > -INFINITY ? exp(s[j] - mx) : 0;
+                    memset(orow, 0, sizeof(double) * (size_t)d);
+                    for (int64_t j = 0; j < r.sk; j++) {
+                        p[j] = s[j] > -INFINITY ? exp(s[j] - mx) / sum : 0;
+                        for (int64_t x = 0; x < d; x++) orow[x] += p[j] * at(v, r.b, r.k0 + j, hk, x);
+                    }
+                    double D = 0; /* dout · out */
+                    for (int64_t x = 0; x < d; x++) D += at(dout, r.b, r.q0 + i, h, x) * orow[x];
+                    double *dqrow = dq + ((r.b * q->seqlen + r.q0 + i) * H + h) * d;
+                    for (int64_t j = 0; j < r.sk; j++) {
+                        if (p[j] == 0) continue;
+                        double dp = 0;
+                        for (int64_t x = 0; x < d; x++)
+                            dp += at(dout, r.b, r.q0 + i, h, x) * at(v, r.b, r.k0 + j, hk, x);
+                        double ds = p[j] * (dp - D);
+                        if (o.softcap > 0) { double t = s[j] / o.softcap; ds *= 1 - t * t; }
+                        double *dkrow = dk + ((r.b * k->seqlen + r.k0 + j) * Hk + hk) * d;
+                        double *dvrow = dv + ((r.b * k->seqlen + r.k0 + j) * Hk + hk) * d;
+                        for (int64_t x = 0; x < d; x++) {
+                            dvrow[x] += p[j] * at(dout, r.b, r.q0 + i, h, x);
+                            dqrow[x] += scale * ds * at(k, r.b, r.k0 + j, hk, x);
+                            dkrow[x] += scale * ds * at(q, r.b, r.q0 + i, h, x);
+                        }
                     }
                 }
             }
         }
+        free(s);
+        free(orow);
     }
-    free(s);
-    free(orow);
-    return FA_OK;
+    return oom ? FA_ERR_OUT_OF_MEMORY : FA_OK;
 }

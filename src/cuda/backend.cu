@@ -16,6 +16,8 @@ extern "C" {
 typedef struct fa_cuda_state {
     int device, sm_count;
     int fwd_warps;     /* FA_CUDA_FLASH2_FWD_WARPS at creation (0 = the tile table's default): benchmarks only */
+    int split_rows;    /* FA_CUDA_BWD_SPLIT_ROWS at creation (default FA_CUDA_BWD_SPLIT_ROWS; < 0 = never): the FLASH2
+                        * backward splits its last wave for walks of at least this many query rows; tests, benchmarks */
     cudaStream_t stream;
     cublasHandle_t blas;
     void *ws;          /* device workspace, grown, never shrunk */
@@ -67,6 +69,8 @@ extern "C" fa_status fa_cuda_create(fa_context *ctx, int device) {
     s->sm_count = prop.multiProcessorCount;
     const char *fw = getenv("FA_CUDA_FLASH2_FWD_WARPS"); /* read once here, never in a call */
     s->fwd_warps = fw ? atoi(fw) : 0;
+    const char *sr = getenv("FA_CUDA_BWD_SPLIT_ROWS");
+    s->split_rows = sr ? atoi(sr) : FA_CUDA_BWD_SPLIT_ROWS;
     cublasStatus_t bs = cublasCreate(&s->blas);
     cudaSetDevice(prev); /* the caller's current device is left as it was */
     if (bs != CUBLAS_STATUS_SUCCESS) {
@@ -223,7 +227,7 @@ static fa_status fa_cuda_prepare(fa_context *ctx, const fa_problem *p, fa_cuda_p
     c->softcap_scale = p->softcap > 0.f ? p->scale / p->softcap : 0.f; /* IEEE fp32 division, as div.rn on the GPU */
     c->scale_log2 = p->softcap > 0.f ? 1.4426950408889634f : p->scale * 1.4426950408889634f;
     c->wl = p->wl, c->wr = p->wr;
-    c->sm_count = s->sm_count;
+    c->sm_count = s->sm_count, c->split_rows = s->split_rows;
     if (p->cu_q) {
         const size_t n = (size_t)p->batch + 1;
         if (s->cu_cap < 2 * n) {

@@ -25,16 +25,14 @@ template <> struct fa2_dq_tiles<256> { static constexpr int BM = 64, BN = 32, NW
  * walks of the other blocks — units = (N mod #SMs) · Tr query blocks — out evenly to min(#SMs, units) CTAs, which
  * add their partial dK, dV (fp32) into p.tail_acc atomically; fa_flash2_tail_store_kernel writes them out.
  * Two launches, not one: the body of the whole-block kernel stays main's (one kernel with both kinds of CTA
- * spilled at d=64 softcap and d=96). Only for walks of at least FA_BWD_TAIL_ROWS query rows: the second launch,
+ * spilled at d=64 softcap and d=96). Only for walks of at least p->split_rows query rows (default
+ * FA_CUDA_BWD_SPLIT_ROWS = 2048; the environment variable of that name overrides it at context creation, for tests
+ * and benchmarks; < 0: never): the second launch,
  * the K/V loads of the pieces (most pieces span two blocks) and the fp32 atomics cost ~a few steps, more than the
  * split saves on short walks. Measured (H200, bf16, scripts/gpu-pick.sh, one command, 2026-11-30 6th session;
  * FLASH2 TFLOP/s, no split -> split): d=64 512 203.0 -> 197.9, 2k 259.6 -> 263.4, 8k 278.0 -> 285.4, 16k 283.0 ->
  * 291.4; d=128 512 234.6 -> 225.4, 2k 300.3 -> 302.4, 8k 322.2 -> 330.0, 16k 328.7 -> 337.7 (causal: not split,
- * unchanged). FA_BWD_TAIL=0 turns it off. */
-#ifndef FA_BWD_TAIL
-#define FA_BWD_TAIL 1
-#endif
-#define FA_BWD_TAIL_ROWS 2048
+ * unchanged; "no split" was a build with the split compiled out, the same as FA_CUDA_BWD_SPLIT_ROWS=-1 now). */
 struct fa_bwd_tail {
     int tc, tr, whole, pieces; /* K/V blocks per head, query blocks per walk; blocks done whole; split CTAs */
     long long units;           /* query blocks of the split blocks' walks */
@@ -45,8 +43,8 @@ static fa_bwd_tail fa2_bwd_tail_plan(const fa_cuda_params *p, int det, int bm, i
     const long long n = (long long)t.tc * p->hq * p->batch;
     t.whole = (int)n, t.pieces = 0, t.units = 0;
     const int g = p->sm_count, r = g > 0 ? (int)(n % g) : 0;
-    if (!FA_BWD_TAIL || det || p->group != 1 || p->cu_q || p->cu_k || p->wl >= 0 || p->wr >= 0 || p->softcap > 0.f ||
-        (long long)t.tr * bm < FA_BWD_TAIL_ROWS || n < g || !r)
+    if (det || p->group != 1 || p->cu_q || p->cu_k || p->wl >= 0 || p->wr >= 0 || p->softcap > 0.f ||
+        p->split_rows < 0 || (long long)t.tr * bm < p->split_rows || n < g || !r)
         return t;
     t.whole = (int)(n - r), t.units = (long long)r * t.tr, t.pieces = (int)(t.units < g ? t.units : g);
     return t;

@@ -30,7 +30,11 @@ typedef struct fa_cuda_params {
                              * quotient was a loop-invariant register that ptxas spilled (FLASH1 d = 128) */
     int wl, wr;             /* window, -1 = unbounded; causal folded in as wr = 0 */
     int sm_count;           /* the device's SMs (the FLASH2 backward's last-wave split) */
+    int split_rows;         /* that split for walks of >= split_rows query rows; < 0: never */
 } fa_cuda_params;
+
+/* The default of split_rows (measured: flash2_bwd.cu); FA_CUDA_BWD_SPLIT_ROWS at context creation overrides it. */
+#define FA_CUDA_BWD_SPLIT_ROWS 2048
 
 #ifdef __cplusplus
 extern "C" {

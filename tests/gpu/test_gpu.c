@@ -347,19 +347,36 @@ int main(void) {
                 run_case(ctx, &c, 1);
             }
     }
-    /* the FLASH2 backward's split last wave (flash2_bwd.cu: walks of >= 2048 query rows): N = 2·Hq K/V blocks, the
-     * last N mod #SMs of them walked in pieces that add partial dK, dV: N ≈ #SMs + 18 (pieces cross block
-     * boundaries) and #SMs + 4 (one piece per query block), the second block of each head partial */
-    {
-        int sms = 0;
-        cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SM count");
-        for (int di = 0; di < (small ? 1 : 3); ++di)
-            for (int v = 0; v < (small ? 1 : 2); ++v) {
+    /* the FLASH2 backward's split last wave (flash2_bwd.cu): N = 2·Hq K/V blocks, the last N mod #SMs of them walked
+     * in pieces that add partial dK, dV, the second block of each head partial. Default threshold (walks of >= 2048
+     * query rows): N ≈ #SMs + 18 (pieces cross block boundaries) and #SMs + 4 (one piece per query block); then
+     * every walk split (FA_CUDA_BWD_SPLIT_ROWS=0, read at context creation) on 2 query blocks: N ≈ #SMs + 68 (pieces
+     * cross), the small set's (sanitizer) case. */
+    int sms = 0;
+    cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SM count");
+    if (!small)
+        for (int di = 0; di < 3; ++di)
+            for (int v = 0; v < 2; ++v) {
                 const int d = di == 2 ? 256 : di ? 128 : 64, bn = d == 256 ? 64 : 128, bm = d == 64 ? 128 : 64;
                 const int hq = v ? sms / 2 + 2 : (sms + 19) / 2;
                 t_case c = t_case_make(1, 2048 + bm - 17, 2 * bn - 37, hq, hq, d, dts[(di + v) & 1]);
                 run_case(ctx, &c, 1);
             }
+    {
+        setenv("FA_CUDA_BWD_SPLIT_ROWS", "0", 1);
+        fa_context *c0 = NULL;
+        const fa_status s0 = fa_context_create(&c0, FA_BACKEND_CUDA, 0);
+        unsetenv("FA_CUDA_BWD_SPLIT_ROWS");
+        CHECK(s0 == FA_OK);
+        if (s0 == FA_OK) {
+            for (int di = 0; di < (small ? 1 : 3); ++di) {
+                const int d = di == 2 ? 256 : di ? 128 : 64, bn = d == 256 ? 64 : 128, bm = d == 64 ? 128 : 64;
+                const int hq = (sms + 69) / 2;
+                t_case c = t_case_make(1, 2 * bm - 17, 2 * bn - 37, hq, hq, d, dts[di & 1]);
+                run_case(c0, &c, 1);
+            }
+            fa_context_destroy(c0);
+        }
     }
     /* random small cases (any dtype, head_dim, layout, mask; explicit tiles dropped half the time) */
     for (int i = 0; i < (small ? 2 : 40); ++i) {

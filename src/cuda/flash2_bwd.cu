@@ -49,9 +49,12 @@ static fa_bwd_tail fa2_bwd_tail_plan(const fa_cuda_params *p, int det, int bm, i
     t.whole = (int)(n - r), t.units = (long long)r * t.tr, t.pieces = (int)(t.units < g ? t.units : g);
     return t;
 }
+/* fp32 dK, dV of the split blocks (units / tr of them) */
+static size_t fa2_bwd_tail_acc_bytes(const fa_bwd_tail &t, int bn, int d) {
+    return t.pieces ? (size_t)(t.units / t.tr) * 2 * bn * d * sizeof(float) : 0;
+}
 extern "C" size_t fa_flash2_bwd_tail_bytes(const fa_cuda_params *p, int deterministic, int bm, int bn) {
-    const fa_bwd_tail t = fa2_bwd_tail_plan(p, deterministic, bm, bn);
-    return t.pieces ? (size_t)(t.units / t.tr) * 2 * bn * p->d * sizeof(float) : 0;
+    return fa2_bwd_tail_acc_bytes(fa2_bwd_tail_plan(p, deterministic, bm, bn), bn, p->d);
 }
 
 /* One K/V block per CTA, grid (Tc, Hq, B); the blocks from linear index t.whole on are the split kernel's. */
@@ -226,7 +229,7 @@ static cudaError_t fa2_bwd_main_sc(const fa_cuda_params *p, cudaStream_t st) {
     if ((e = cudaGetLastError()) != cudaSuccess || DQ_MODE != FA_DQ_REDUCE || SOFTCAP || !t.pieces) return e;
     e = cudaFuncSetAttribute(fa_flash2_bwd_split_kernel<T, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    if ((e = cudaMemsetAsync(p->tail_acc, 0, fa_flash2_bwd_tail_bytes(p, 0, C::BM, C::BN), st)) != cudaSuccess) return e;
+    if ((e = cudaMemsetAsync(p->tail_acc, 0, fa2_bwd_tail_acc_bytes(t, C::BN, C::D), st)) != cudaSuccess) return e;
     fa_flash2_bwd_split_kernel<T, C><<<t.pieces, C::NW * 32, smem, st>>>(*p, t);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     fa_flash2_tail_store_kernel<T, C::BN, C::D><<<(int)(t.units / t.tr), 256, 0, st>>>(*p, t);

@@ -237,6 +237,21 @@ static void unsupported_checks(fa_context *ctx) {
     printf("unsupported: %s\n", t_failures ? "FAILED" : "ok");
 }
 
+/* A CUDA context created with environment variable name=value (read at creation only), or NULL (a failed check). */
+static fa_context *ctx_with_env(const char *name, const char *value) {
+    setenv(name, value, 1);
+    fa_context *c = NULL;
+    const fa_status st = fa_context_create(&c, FA_BACKEND_CUDA, 0);
+    unsetenv(name);
+    CHECK(st == FA_OK);
+    return st == FA_OK ? c : NULL;
+}
+
+/* The split-wave cases' head dim di (64, 128, 256) and its backward tile Br x Bc. */
+static void split_tile(int di, int *d, int *bm, int *bn) {
+    *d = di == 2 ? 256 : di ? 128 : 64, *bn = *d == 256 ? 64 : 128, *bm = *d == 64 ? 128 : 64;
+}
+
 int main(void) {
     t_init("test_gpu");
     fa_context *ctx = NULL;
@@ -308,12 +323,8 @@ int main(void) {
     /* the 8-warp d=128 forward row, reachable only through FA_CUDA_FLASH2_FWD_WARPS (read at context creation):
      * explicit 128 x 64 and the default tile, both dtypes, causal and not, plus an odd-length GQA case */
     {
-        setenv("FA_CUDA_FLASH2_FWD_WARPS", "8", 1);
-        fa_context *c8 = NULL;
-        const fa_status s8 = fa_context_create(&c8, FA_BACKEND_CUDA, 0);
-        unsetenv("FA_CUDA_FLASH2_FWD_WARPS");
-        CHECK(s8 == FA_OK);
-        if (s8 == FA_OK) {
+        fa_context *c8 = ctx_with_env("FA_CUDA_FLASH2_FWD_WARPS", "8");
+        if (c8) {
             for (int ti = 0; ti < (small ? 1 : 4); ++ti) {
                 t_case c = t_case_make(2, 239, tile_sk, 2, ti == 3 ? 1 : 2, 128, dts[ti & 1]);
                 c.opts.causal = ti % 2;
@@ -357,20 +368,18 @@ int main(void) {
     if (!small)
         for (int di = 0; di < 3; ++di)
             for (int v = 0; v < 2; ++v) {
-                const int d = di == 2 ? 256 : di ? 128 : 64, bn = d == 256 ? 64 : 128, bm = d == 64 ? 128 : 64;
+                int d, bm, bn;
+                split_tile(di, &d, &bm, &bn);
                 const int hq = v ? sms / 2 + 2 : (sms + 19) / 2;
                 t_case c = t_case_make(1, 2048 + bm - 17, 2 * bn - 37, hq, hq, d, dts[(di + v) & 1]);
                 run_case(ctx, &c, 1);
             }
     {
-        setenv("FA_CUDA_BWD_SPLIT_ROWS", "0", 1);
-        fa_context *c0 = NULL;
-        const fa_status s0 = fa_context_create(&c0, FA_BACKEND_CUDA, 0);
-        unsetenv("FA_CUDA_BWD_SPLIT_ROWS");
-        CHECK(s0 == FA_OK);
-        if (s0 == FA_OK) {
+        fa_context *c0 = ctx_with_env("FA_CUDA_BWD_SPLIT_ROWS", "0");
+        if (c0) {
             for (int di = 0; di < (small ? 1 : 3); ++di) {
-                const int d = di == 2 ? 256 : di ? 128 : 64, bn = d == 256 ? 64 : 128, bm = d == 64 ? 128 : 64;
+                int d, bm, bn;
+                split_tile(di, &d, &bm, &bn);
                 const int hq = (sms + 69) / 2;
                 t_case c = t_case_make(1, 2 * bm - 17, 2 * bn - 37, hq, hq, d, dts[di & 1]);
                 run_case(c0, &c, 1);

@@ -28,6 +28,7 @@ struct fa_fwd_cta {
     int sq, sk, rows, m0; /* lengths of this sequence, valid rows of Qi, first row of Qi */
     int nb_lo;           /* lowest key block to visit */
     int f_lo, f_hi;      /* key blocks [f_lo, f_hi] take the hot step (no mask, no softcap) */
+    int nb_first;        /* the loop's first block (single-stage tiles only: its V came with the prologue) */
 };
 
 /* threadIdx.x, read where it is used: ptxas does not carry a special-register read across the loop's QKᵀ GEMM,
@@ -57,20 +58,33 @@ FA_DEV void fa2_fwd_prefetch(const fa_fwd_cta *cta, T *sK, T *sV, const int *sN)
     }
 }
 
+/* Single-stage tiles (NST = 1: one K and one V buffer, FA2's own order, so that d = 256's 64 x 64 tile fits two
+ * CTAs per SM): key block r of matrix X (K or V) -> buf, whole rows, one commit group. */
+template <typename T, int D, int BN, int NTHR>
+FA_DEV void fa2_fwd_load1(T *buf, const void *X, int64_t ss, int r, int tid) {
+    fa_load_tile<T, BN, D, D + 8, NTHR, true>(buf, (const T *)X + (int64_t)r * BN * ss, ss, BN, tid);
+    fa_cp_async_commit();
+}
+
 /* One key block n = sN[tid] of the inner loop, for the MW row tiles of this warp. Kn, Vn are in stage n & 1 of
  * sK, sV; Kn-1, Vn-1 are fetched into the other stage while this block computes.
  * GEN = false: the hot step — every (row, key) of the block visible, scale > 0, no softcap: no mask code at all.
  * GEN = true: softcap / negative scale and the per-element mask (the seqlen tail, the causal diagonal, windows).
  * The thread index, block index and lengths are re-read (special register, shared memory) on each side of the
  * QKᵀ GEMM instead of being held across it: the GEMM (S, O and prefetched fragments live) is the register peak. */
-template <typename T, int D, int BM, int BN, int NW, bool GEN>
+template <typename T, int D, int BM, int BN, int NW, int NST, bool GEN>
 FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (16 * NW)][BN / 8][4],
                          const fa_cuda_params &p, const fa_fwd_cta *cta, const T *sQ, T *sK, T *sV, float *sRowM,
                          float *sRowL, const int *sN) {
     constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, NT = BN / 8, DT = D / 8;
     fa_cp_async_wait<0>();
     __syncthreads(); /* Kn, Vn (and Qi, *cta) landed; every warp is done with the other stage */
-    fa2_fwd_prefetch<T, D, BN, NTHR>(cta, sK, sV, sN);
+    if constexpr (NST == 2) {
+        fa2_fwd_prefetch<T, D, BN, NTHR>(cta, sK, sV, sN);
+    } else { /* Kn landed, every warp is done with Vn+1: Vn loads during the QKᵀ GEMM and the softmax */
+        const int t = fa_tid_here(), n = sN[t];
+        if (n != cta->nb_first) fa2_fwd_load1<T, D, BN, NTHR>(sV, cta->V, cta->v_ss, n, t);
+    }
 
     /* S = Qi Knᵀ */
 #pragma unroll
@@ -79,7 +93,8 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
         for (int nt = 0; nt < NT; ++nt) S[mi][nt][0] = S[mi][nt][1] = S[mi][nt][2] = S[mi][nt][3] = 0.f;
     {
         const int tid = fa_tid_here();
-        fa_warp_gemm_abt<T, MW, NT, D, LD, LD>(S, sQ + (tid >> 5) * 16 * MW * LD, sK + (sN[tid] & 1) * BN * LD, tid & 31);
+        fa_warp_gemm_abt<T, MW, NT, D, LD, LD>(S, sQ + (tid >> 5) * 16 * MW * LD, sK + (sN[tid] & (NST - 1)) * BN * LD,
+                                               tid & 31);
     }
     const int tid = fa_tid_here(), lane = tid & 31, n = sN[tid];
     const int wrow = (tid >> 5) * 16 * MW; /* first row of this warp inside the block */
@@ -158,7 +173,13 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
     /* O += P Vn, P straight from the S registers. */
     uint32_t Pa[MW][NT / 2][4];
     fa_acc_to_a<T, MW, NT / 2>(Pa, S);
-    fa_warp_gemm_rb<T, MW, DT, NT / 2, LD>(O, Pa, sV + (n & 1) * BN * LD, lane);
+    if constexpr (NST == 1) {
+        fa_cp_async_wait<0>();
+        __syncthreads(); /* Vn landed; every warp is done with Kn: Kn-1 loads during the PV GEMM */
+        const int t = fa_tid_here(), nn = sN[t];
+        if (nn > cta->nb_lo) fa2_fwd_load1<T, D, BN, NTHR>(sK, cta->K, cta->k_ss, nn - 1, t);
+    }
+    fa_warp_gemm_rb<T, MW, DT, NT / 2, LD>(O, Pa, sV + (n & (NST - 1)) * BN * LD, lane);
 #pragma unroll
     for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
@@ -167,13 +188,13 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
 
 /* Launch bounds: CTAS CTAs per SM (the table's column; registers per thread <= 65536 / (CTAS · 32·NW)). With the
  * thread count alone, ptxas capped the 64 x 64 tile at 128 registers and spilled 20 B. */
-template <typename T, int D, int BM, int BN, int NW, int CTAS>
+template <typename T, int D, int BM, int BN, int NW, int CTAS, int NST>
 __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_cuda_params p) {
     constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, NT = BN / 8, DT = D / 8;
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    T *sQ = (T *)fa_smem, *sK = sQ + BM * LD, *sV = sK + 2 * BN * LD; /* K and V: two stages each */
+    T *sQ = (T *)fa_smem, *sK = sQ + BM * LD, *sV = sK + NST * BN * LD; /* K and V: NST stages each */
     /* ℓ and m of the rows this thread holds, [MW·2][NTHR] each: private to the thread, no barrier needed */
-    float *sRowL = (float *)(sV + 2 * BN * LD), *sRowM = sRowL + 2 * MW * NTHR;
+    float *sRowL = (float *)(sV + NST * BN * LD), *sRowM = sRowL + 2 * MW * NTHR;
     int *sN = (int *)(sRowM + 2 * MW * NTHR); /* [NTHR]: each thread's copy of the loop's block index */
     fa_fwd_cta *cta = (fa_fwd_cta *)(sN + NTHR);
 
@@ -200,6 +221,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_c
         cta->lse0 = s.stat0 + m0;
         cta->k_ss = p.k_ss, cta->v_ss = p.v_ss;
         cta->sq = s.sq, cta->sk = s.sk, cta->rows = rows, cta->m0 = m0, cta->nb_lo = nb_lo;
+        if (NST == 1) cta->nb_first = nb_hi - 1;
         /* Blocks [f_lo, f_hi] need no per-element mask (fa_block_full as a range: the seqlen tail and the causal /
          * right window cap f_hi, the left window raises f_lo); with a positive scale and no softcap they take the
          * hot step. */
@@ -229,7 +251,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_c
 
     if (nb_hi > nb_lo) {
         const int64_t r0 = (int64_t)(nb_hi - 1) * BN;
-        const int st = (nb_hi - 1) & 1;
+        const int st = (nb_hi - 1) & (NST - 1);
         fa_load_tile<T, BM, D, LD, NTHR>(sQ, Q, p.q_ss, rows, tid);
         fa_load_tile<T, BN, D, LD, NTHR>(sK + st * BN * LD, K + r0 * p.k_ss, p.k_ss, s.sk - (int)r0, tid);
         fa_load_tile<T, BN, D, LD, NTHR>(sV + st * BN * LD, V + r0 * p.v_ss, p.v_ss, s.sk - (int)r0, tid);
@@ -244,9 +266,9 @@ __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_c
         if (n < cta->nb_lo) break;
         float S[MW][NT][4];
         if (n <= cta->f_hi && n >= cta->f_lo)
-            fa2_fwd_step<T, D, BM, BN, NW, false>(O_acc, S, p, cta, sQ, sK, sV, sRowM, sRowL, sN);
+            fa2_fwd_step<T, D, BM, BN, NW, NST, false>(O_acc, S, p, cta, sQ, sK, sV, sRowM, sRowL, sN);
         else
-            fa2_fwd_step<T, D, BM, BN, NW, true>(O_acc, S, p, cta, sQ, sK, sV, sRowM, sRowL, sN);
+            fa2_fwd_step<T, D, BM, BN, NW, NST, true>(O_acc, S, p, cta, sQ, sK, sV, sRowM, sRowL, sN);
         const int t = fa_tid_here();
         sN[t] = sN[t] - 1;
     }
@@ -273,21 +295,22 @@ __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_c
     fa_store_tile<T, BM, D, LD, NTHR>((T *)cta->O, p.o_ss, sQ, rows_e, tid);
 }
 
-/* Qi, two stages of Kj and Vj, ℓ and m (8 floats per row of Qi: each lane of the row's quad keeps its own ℓ, m),
+/* Qi, NST stages of Kj and Vj, ℓ and m (8 floats per row of Qi: each lane of the row's quad keeps its own ℓ, m),
  * the per-CTA values. */
-template <int D, int BM, int BN, int NW> static size_t fa2_fwd_smem_bytes() {
-    return (size_t)(BM + 4 * BN) * (D + 8) * 2 + (size_t)8 * BM * sizeof(float) + NW * 32 * sizeof(int) + sizeof(fa_fwd_cta);
+template <int D, int BM, int BN, int NW, int NST> static size_t fa2_fwd_smem_bytes() {
+    return (size_t)(BM + 2 * NST * BN) * (D + 8) * 2 + (size_t)8 * BM * sizeof(float) + NW * 32 * sizeof(int) +
+           sizeof(fa_fwd_cta);
 }
 
-template <typename T, int D, int BM, int BN, int NW, int CTAS>
+template <typename T, int D, int BM, int BN, int NW, int CTAS, int NST>
 static cudaError_t fa2_fwd_run(const fa_cuda_params *p, cudaStream_t st) {
-    const size_t smem = fa2_fwd_smem_bytes<D, BM, BN, NW>();
-    cudaError_t e = cudaFuncSetAttribute(fa_flash2_fwd_kernel<T, D, BM, BN, NW, CTAS>,
+    const size_t smem = fa2_fwd_smem_bytes<D, BM, BN, NW, NST>();
+    cudaError_t e = cudaFuncSetAttribute(fa_flash2_fwd_kernel<T, D, BM, BN, NW, CTAS, NST>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
     dim3 grid((p->sq + BM - 1) / BM, p->hq, p->batch);
     if (grid.x == 0) return cudaSuccess;
-    fa_flash2_fwd_kernel<T, D, BM, BN, NW, CTAS><<<grid, NW * 32, smem, st>>>(*p);
+    fa_flash2_fwd_kernel<T, D, BM, BN, NW, CTAS, NST><<<grid, NW * 32, smem, st>>>(*p);
     return cudaGetLastError();
 }
 
@@ -348,16 +371,19 @@ typedef struct fa2_fwd_cfg {
     const char *kernel; /* the name fa_stats reports */
     fa2_fwd_fn run_f16, run_bf16;
 } fa2_fwd_cfg;
-#define FA2_FWD_ROW(D, BM, BN, NW, CTAS)                                                                               \
-    {D, BM, BN, NW, CTAS, "cuda.flash2.fwd.mma_sync.d" #D "." #BM "x" #BN "w" #NW,                                     \
-     fa2_fwd_run<__half, D, BM, BN, NW, CTAS>, fa2_fwd_run<__nv_bfloat16, D, BM, BN, NW, CTAS>}
+#define FA2_FWD_ROW_S(D, BM, BN, NW, CTAS, NST, SUFFIX)                                                                \
+    {D, BM, BN, NW, CTAS, "cuda.flash2.fwd.mma_sync.d" #D "." #BM "x" #BN "w" #NW SUFFIX,                              \
+     fa2_fwd_run<__half, D, BM, BN, NW, CTAS, NST>, fa2_fwd_run<__nv_bfloat16, D, BM, BN, NW, CTAS, NST>}
+#define FA2_FWD_ROW(D, BM, BN, NW, CTAS) FA2_FWD_ROW_S(D, BM, BN, NW, CTAS, 2, "")
 static const fa2_fwd_cfg fa2_fwd_table[] = {
     FA2_FWD_ROW(64, 128, 64, 4, 3),  FA2_FWD_ROW(64, 256, 64, 8, 1), FA2_FWD_ROW(64, 128, 128, 8, 1),
     FA2_FWD_ROW(64, 64, 64, 4, 4),   FA2_FWD_ROW(128, 128, 64, 4, 2), FA2_FWD_ROW(128, 128, 64, 8, 1),
     FA2_FWD_ROW(128, 128, 32, 4, 2), FA2_FWD_ROW(128, 64, 64, 4, 2),  FA2_FWD_ROW(32, 128, 64, 4, 2),
-    FA2_FWD_ROW(32, 128, 128, 4, 2), FA2_FWD_ROW(256, 128, 64, 8, 1), FA2_FWD_ROW(256, 64, 64, 4, 1),
-    FA2_FWD_ROW(96, 128, 64, 4, 2),  FA2_FWD_ROW(128, 256, 64, 8, 1)};
+    FA2_FWD_ROW(32, 128, 128, 4, 2), FA2_FWD_ROW(256, 128, 64, 8, 1), FA2_FWD_ROW_S(256, 64, 64, 4, 2, 1, ".1stage"),
+    FA2_FWD_ROW(96, 128, 64, 4, 2),  FA2_FWD_ROW(128, 256, 64, 8, 1), FA2_FWD_ROW(256, 64, 32, 4, 2),
+    FA2_FWD_ROW(96, 64, 64, 4, 3),   FA2_FWD_ROW(96, 128, 32, 4, 2)};
 #undef FA2_FWD_ROW
+#undef FA2_FWD_ROW_S
 
 /* The row for head dim d, tile bm x bn (0 = any) and nw warps (0 = any; ignored when no matching row has nw). */
 static const fa2_fwd_cfg *fa2_fwd_find(int d, int bm, int bn, int nw) {

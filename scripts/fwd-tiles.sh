@@ -9,7 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build-cuda}
 OUT_DIR=${OUT_DIR:-$BUILD/fwd-tiles}
-TILES=${TILES:-"96:0:0;96:64:64;96:128:32;256:0:0;256:64:64;256:64:32"}
+TILES=${TILES:-"96:0:0;256:0:0;256:128:64"}
 SEQLENS=${SEQLENS:-1024,4096,16384}
 ROUNDS=${ROUNDS:-2}
 REPS=${REPS:-10}

@@ -66,8 +66,9 @@ FA_DEV void fa2_fwd_load1(T *buf, const void *X, int64_t ss, int r, int tid) {
     fa_cp_async_commit();
 }
 
-/* One key block n = sN[tid] of the inner loop, for the MW row tiles of this warp. Kn, Vn are in stage n & 1 of
- * sK, sV; Kn-1, Vn-1 are fetched into the other stage while this block computes.
+/* One key block n = sN[tid] of the inner loop, for the MW row tiles of this warp. NST = 2: Kn, Vn are in stage
+ * n & 1 of sK, sV; Kn-1, Vn-1 are fetched into the other stage while this block computes. NST = 1 (FA2's order,
+ * two barriers per block): Vn is fetched during the QKᵀ GEMM and the softmax, Kn-1 during the PV GEMM.
  * GEN = false: the hot step — every (row, key) of the block visible, scale > 0, no softcap: no mask code at all.
  * GEN = true: softcap / negative scale and the per-element mask (the seqlen tail, the causal diagonal, windows).
  * The thread index, block index and lengths are re-read (special register, shared memory) on each side of the
@@ -357,9 +358,18 @@ static cudaError_t fa2_fwd_run(const fa_cuda_params *p, cudaStream_t st) {
  *   d=32 : 128 x 64,  4 warps: 194.9 / 225.2 |  93.7 / 193.9 = 1.11 / 1.03 | 0.92 / 0.97  <- default (144 regs:
  *             3 CTAs/SM by registers)
  *          128 x 128, 4 warps (FA2's tile): 174.8 / 214.4 | 72.5 / 180.2 = 1.00 / 0.98 | 0.71 / 0.90 (254 regs)
- *   d=256: 128 x 64,  8 warps, 1 CTA/SM:  217.4 / 256.0 | 140.2 / 216.5 = 0.91 / 0.83 | 0.83 / 0.84  <- default
- *             (227 regs, 203 KB shared memory: Q + two K/V stages)
- *          64 x 64,   4 warps, 1 CTA/SM:  172.6 / 202.6 | 126.4 / 188.1 = 0.72 / 0.66 | 0.74 / 0.73 (227 regs, 4 warps/SM)
+ *   d=256: 64 x 64,   4 warps, single-stage K/V, 2 CTAs/SM  <- default since the seventh session (FA2's H100 tile
+ *             and load order; 230 regs, 102 KB shared memory per CTA). scripts/fwd-tiles.sh, best of 2 interleaved
+ *             rounds, seqlen 1k / 4k / 16k, non-causal | causal, TFLOP/s and ratio to torch-flash, against the
+ *             previous default (next row) in the same command: 265.1 / 287.3 / 290.7 | 212.8 / 253.5 / 297.5 =
+ *             0.92 / 0.90 / 0.89 | 0.91 / 0.91 / 1.10, vs 254.3 / 277.6 / 282.8 | 194.8 / 238.4 / 286.0 = 0.88 /
+ *             0.87 / 0.87 | 0.83 / 0.86 / 1.06 (+3-9 %); 64 x 32 with two stages (2 CTAs/SM, 208 regs): 0.76-0.92,
+ *             not built. Same run, d=96: 64 x 64 4 warps 3 CTAs/SM (152 regs) 0.74-0.82 and 128 x 32 0.78-0.86
+ *             against the default's 0.84-0.93: not built.
+ *          128 x 64,  8 warps, 1 CTA/SM:  217.4 / 256.0 | 140.2 / 216.5 = 0.91 / 0.83 | 0.83 / 0.84  (the default
+ *             until the seventh session; 235 regs, 203 KB shared memory: Q + two K/V stages)
+ *          64 x 64,   4 warps with two K/V stages, 1 CTA/SM (169 KB): 172.6 / 202.6 | 126.4 / 188.1 = 0.72 / 0.66 |
+ *             0.74 / 0.73 (227 regs, 4 warps/SM; replaced by the single-stage row)
  * Tried and dropped in the same run (not built): computing the next block's S during this block's softmax in one
  * warp ("pipe", a second S in registers, so the MMAs and the exp2/max/sum interleave): d=64 128 x 64 2 CTAs
  * 237.9 / 289.0 | 101.7 / 245.8 (+1-4 % over the same tile without it, slower causal at 512, 255 regs + spill,
@@ -379,9 +389,8 @@ static const fa2_fwd_cfg fa2_fwd_table[] = {
     FA2_FWD_ROW(64, 128, 64, 4, 3),  FA2_FWD_ROW(64, 256, 64, 8, 1), FA2_FWD_ROW(64, 128, 128, 8, 1),
     FA2_FWD_ROW(64, 64, 64, 4, 4),   FA2_FWD_ROW(128, 128, 64, 4, 2), FA2_FWD_ROW(128, 128, 64, 8, 1),
     FA2_FWD_ROW(128, 128, 32, 4, 2), FA2_FWD_ROW(128, 64, 64, 4, 2),  FA2_FWD_ROW(32, 128, 64, 4, 2),
-    FA2_FWD_ROW(32, 128, 128, 4, 2), FA2_FWD_ROW(256, 128, 64, 8, 1), FA2_FWD_ROW_S(256, 64, 64, 4, 2, 1, ".1stage"),
-    FA2_FWD_ROW(96, 128, 64, 4, 2),  FA2_FWD_ROW(128, 256, 64, 8, 1), FA2_FWD_ROW(256, 64, 32, 4, 2),
-    FA2_FWD_ROW(96, 64, 64, 4, 3),   FA2_FWD_ROW(96, 128, 32, 4, 2)};
+    FA2_FWD_ROW(32, 128, 128, 4, 2), FA2_FWD_ROW_S(256, 64, 64, 4, 2, 1, ".1stage"), FA2_FWD_ROW(256, 128, 64, 8, 1),
+    FA2_FWD_ROW(96, 128, 64, 4, 2),  FA2_FWD_ROW(128, 256, 64, 8, 1)};
 #undef FA2_FWD_ROW
 #undef FA2_FWD_ROW_S
 

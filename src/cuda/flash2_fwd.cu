@@ -354,7 +354,11 @@ static cudaError_t fa2_fwd_run(const fa_cuda_params *p, cudaStream_t st) {
  *          256 x 64,  8 warps (fourth session, 4k / 16k non-causal, causal; same command as the default's 336.0 /
  *             340.9, 288.7 / 317.4): 319.2 / 326.4, 260.2 / 293.7; the same tile in FA3's ping-pong schedule
  *             (two 4-warp groups alternating GEMM and softmax phases, not kept) 317.2 / 327.6, 260.7 / 295.2
- *   d=96 : 128 x 64,  4 warps, 2 CTAs/SM (FA2's d=96 tile, not swept): 287.0 / 257.3 at 4k = 0.91 / 0.94 <- default
+ *   d=96 : 128 x 64,  4 warps, 2 CTAs/SM (FA2's d=96 tile): 287.0 / 257.3 at 4k = 0.91 / 0.94 <- default
+ *             (seventh session, scripts/fwd-tiles.sh, 1k / 4k / 16k non-causal | causal: 261.5 / 280.6 / 287.4 |
+ *             213.6 / 261.3 / 280.7 = 0.86 / 0.85 / 0.84 | 0.91 / 0.87 / 0.93; after fa_load_tile moved whole
+ *             rows per pass at d = 96 (common.cuh), in the next call: 274.2 / 294.6 / 303.4 | 223.9 / 275.6 /
+ *             298.1 = 0.90 / 0.87 / 0.88 | 0.95 / 0.91 / 0.98, +5-6 %)
  *   d=32 : 128 x 64,  4 warps: 194.9 / 225.2 |  93.7 / 193.9 = 1.11 / 1.03 | 0.92 / 0.97  <- default (144 regs:
  *             3 CTAs/SM by registers)
  *          128 x 128, 4 warps (FA2's tile): 174.8 / 214.4 | 72.5 / 180.2 = 1.00 / 0.98 | 0.71 / 0.90 (254 regs)

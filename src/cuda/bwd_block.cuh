@@ -370,8 +370,8 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
 
     int qlo, qhi;
     fa_query_span(p, n0, n0 + kv_rows, s.sq, s.sk, &qlo, &qhi);
-    const int mb_lo = PART ? max(qlo / BM, q_from) : qlo / BM;
-    const int mb_hi = PART ? min(qhi > qlo ? (qhi + BM - 1) / BM : mb_lo, q_to) : qhi > qlo ? (qhi + BM - 1) / BM : mb_lo;
+    const int walk_lo = qlo / BM, walk_hi = qhi > qlo ? (qhi + BM - 1) / BM : walk_lo; /* the block's whole walk */
+    const int mb_lo = PART ? max(walk_lo, q_from) : walk_lo, mb_hi = PART ? min(walk_hi, q_to) : walk_hi;
     if (tid == 0) {
         sA->q = (const T *)p.q + fa_off(p, p.q_sb, p.q_ss, p.q_sh, b, s.qrow, h);
         sA->dout = (const T *)p.dout + fa_off(p, p.do_sb, p.do_ss, p.do_sh, b, s.qrow, h);

@@ -76,34 +76,22 @@ FA_DEV bool fa_block_full(const fa_cuda_params &p, int r0, int r1, int c0, int c
 FA_DEV float fa_softcap(float s, float k, float cap) { return cap * tanhf(s * k); }
 
 /* ---- tile movement: ROWS x D elements, global rows `stride` apart -> shared rows LD apart ----
- * When the NTHR threads split a row's CPR = D/8 16-byte chunks evenly (D = 32, 64, 128, 256), thread tid moves the
- * chunk tid % CPR of rows tid / CPR + it·RPI. The global row step goes through fa_opaque64, so each row's address
- * is one 64-bit add where it is used: otherwise nvcc hoisted one offset per row (and per tile) out of the kernels'
- * loops into registers of its own, and the FLASH1 backward spilled them. D = 96 (12 chunks a row) does the same
- * with the threads that cover whole rows. Otherwise (fewer rows than one pass covers) the chunks are dealt out in
- * order, c = it·NTHR + tid -> row c / CPR, chunk c % CPR. FULL: every row is valid (rows_valid unused): no per-row
- * check or zero-fill select. */
+ * RPI = NTHR / CPR whole rows per pass (CPR = D/8 16-byte chunks a row): thread tid < RPI·CPR moves the chunk
+ * tid % CPR of rows tid / CPR + it·RPI (every thread for D = 32, 64, 128, 256; 120 of 128 or 252 of 256 for D = 96,
+ * whose 12 chunks do not divide the thread counts). The global row step goes through fa_opaque64, so each row's
+ * address is one 64-bit add where it is used: otherwise nvcc hoisted one offset per row (and per tile) out of the
+ * kernels' loops into registers of its own, and the FLASH1 backward spilled them. (D = 96 dealt its chunks out in
+ * order until the seventh session: a division and a 64-bit multiply per chunk, 5-6 % of the d=96 forward.)
+ * Otherwise (fewer rows than one pass covers, D a power of two) the chunks are dealt out in order, c = it·NTHR + tid
+ * -> row c / CPR, chunk c % CPR. FULL: every row is valid (rows_valid unused): no per-row check or zero-fill
+ * select. */
 template <typename T, int ROWS, int D, int LD, int NTHR, bool FULL = false>
 FA_DEV void fa_load_tile(T *s, const T *g, int64_t stride, int rows_valid, int tid) {
-    constexpr int CPR = D / 8;
-    if constexpr (NTHR % CPR == 0 && ROWS % (NTHR / CPR) == 0) {
-        constexpr int RPI = NTHR / CPR;
-        const int r0 = (int)((unsigned)tid / CPR), cc = (int)((unsigned)tid % CPR) * 8;
-        const int64_t step = fa_opaque64(RPI * stride);
-        const T *gr = g + r0 * stride + cc;
-#pragma unroll
-        for (int it = 0; it < ROWS / RPI; ++it) {
-            const int r = it * RPI + r0;
-            const bool ok = FULL || r < rows_valid;
-            fa_cp_async16(s + r * LD + cc, ok ? (const void *)gr : (const void *)g, ok ? 16 : 0);
-            gr += step;
-        }
-    } else if constexpr (NTHR % CPR != 0) {
-        /* D = 96: RPI = NTHR / CPR whole rows per pass, RPI·CPR threads active (120 of 128, 252 of 256), each with
-         * one chunk column and a uniform row step, as above (dealing the chunks out in order cost a division and a
-         * 64-bit multiply per chunk) */
-        constexpr int RPI = NTHR / CPR, PASSES = (ROWS + RPI - 1) / RPI;
-        if (tid < RPI * CPR) {
+    constexpr int CPR = D / 8, RPI = NTHR / CPR;
+    static_assert(RPI > 0, "a pass must cover a row");
+    if constexpr (NTHR % CPR != 0 || ROWS % RPI == 0) {
+        constexpr int PASSES = (ROWS + RPI - 1) / RPI;
+        if (RPI * CPR == NTHR || tid < RPI * CPR) {
             const int r0 = (int)((unsigned)tid / CPR), cc = (int)((unsigned)tid % CPR) * 8;
             const int64_t step = fa_opaque64(RPI * stride);
             const T *gr = g + r0 * stride + cc;

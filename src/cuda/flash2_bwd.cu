@@ -57,6 +57,12 @@ extern "C" size_t fa_flash2_bwd_tail_bytes(const fa_cuda_params *p, int determin
     return fa2_bwd_tail_acc_bytes(fa2_bwd_tail_plan(p, deterministic, bm, bn), bn, p->d);
 }
 
+/* Linear K/V block g (blocks of one head adjacent, as the whole-block grid (Tc, Hq, B) numbers them) -> its key
+ * block, head and batch. */
+FA_DEV void fa2_bwd_block_of(const fa_cuda_params &p, const fa_bwd_tail &t, int g, int *n_block, int *h, int *b) {
+    *n_block = g % t.tc, *h = (g / t.tc) % p.hq, *b = g / t.tc / p.hq;
+}
+
 /* One K/V block per CTA, grid (Tc, Hq, B); the blocks from linear index t.whole on are the split kernel's. */
 template <typename T, class C, int DQ_MODE, bool SOFTCAP>
 __global__ void __launch_bounds__(C::NW * 32, 1) fa_flash2_bwd_kernel(const fa_cuda_params p, const fa_bwd_tail t) {
@@ -79,7 +85,8 @@ __global__ void __launch_bounds__(C::NW * 32, 1) fa_flash2_bwd_split_kernel(cons
         const int j = (int)(u0 / t.tr) + it;
         const long long j0 = (long long)j * t.tr;
         if (j0 >= u1) break;
-        const int g = t.whole + j, n_block = g % t.tc, h = (g / t.tc) % p.hq, b = g / t.tc / p.hq;
+        int n_block, h, b;
+        fa2_bwd_block_of(p, t, t.whole + j, &n_block, &h, &b);
         const fa_seq s = fa_get_seq(p, b, h);
         fa_bwd_kv_block<T, C, FA_DQ_REDUCE, false, true>(p, s, b, h, n_block, fa_smem, (int)(u0 > j0 ? u0 - j0 : 0),
                                                          (int)(u1 - j0 < t.tr ? u1 - j0 : t.tr),
@@ -90,11 +97,14 @@ __global__ void __launch_bounds__(C::NW * 32, 1) fa_flash2_bwd_split_kernel(cons
 /* The split blocks' dK, dV (fp32 sums in p.tail_acc, dK already scaled) -> the outputs; one CTA per block. */
 template <typename T, int BN, int D>
 __global__ void __launch_bounds__(256) fa_flash2_tail_store_kernel(const fa_cuda_params p, const fa_bwd_tail t) {
-    const int j = blockIdx.x, g = t.whole + j;
-    const int n0 = g % t.tc * BN, h = (g / t.tc) % p.hq, b = g / t.tc / p.hq, rows = min(BN, p.sk - n0);
+    const int j = blockIdx.x;
+    int n_block, h, b;
+    fa2_bwd_block_of(p, t, t.whole + j, &n_block, &h, &b);
+    const int n0 = n_block * BN, rows = min(BN, p.sk - n0);
     const float *acc = p.tail_acc + (size_t)j * 2 * BN * D;
-    T *dk = (T *)p.dk + (int64_t)b * p.dk_sb + (int64_t)h * p.dk_sh + (int64_t)n0 * p.dk_ss;
-    T *dv = (T *)p.dv + (int64_t)b * p.dv_sb + (int64_t)h * p.dv_sh + (int64_t)n0 * p.dv_ss;
+    /* no varlen or GQA here (the plan's conditions): K/V head h, rows of batch b */
+    T *dk = (T *)p.dk + fa_off(p, p.dk_sb, p.dk_ss, p.dk_sh, b, 0, h) + (int64_t)n0 * p.dk_ss;
+    T *dv = (T *)p.dv + fa_off(p, p.dv_sb, p.dv_ss, p.dv_sh, b, 0, h) + (int64_t)n0 * p.dv_ss;
     for (int i = threadIdx.x; i < 2 * rows * (D / 2); i += blockDim.x) {
         const int which = i >= rows * (D / 2), k = i - which * rows * (D / 2), row = k / (D / 2), c = k % (D / 2) * 2;
         const float2 v = *(const float2 *)(acc + (size_t)which * BN * D + row * D + c);

@@ -104,11 +104,6 @@ template <> FA_DEV uint32_t fa_pack2<__half>(float lo, float hi) {
     return *(uint32_t *)&v;
 }
 
-/* One 32-bit register of two 16-bit values -> (lo, hi) as floats (exact). */
-template <typename T> FA_DEV float2 fa_unpack2(uint32_t v);
-template <> FA_DEV float2 fa_unpack2<__nv_bfloat16>(uint32_t v) { return __bfloat1622float2(*(__nv_bfloat162 *)&v); }
-template <> FA_DEV float2 fa_unpack2<__half>(uint32_t v) { return __half22float2(*(__half2 *)&v); }
-
 template <typename T> FA_DEV float fa_to_f32(T x);
 template <> FA_DEV float fa_to_f32<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
 template <> FA_DEV float fa_to_f32<__half>(__half x) { return __half2float(x); }

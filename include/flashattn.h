@@ -124,7 +124,10 @@ typedef struct fa_context fa_context;
  *                     CUDA: device ordinal (>= 0).
  * Returns FA_OK, FA_ERR_INVALID_ARGUMENT, FA_ERR_BACKEND_UNAVAILABLE (CUDA not built / no device),
  * FA_ERR_OUT_OF_MEMORY, FA_ERR_DEVICE. On failure with ctx != NULL the reason is not kept anywhere (there is no
- * context): use fa_create_error() for the message. */
+ * context): use fa_create_error() for the message.
+ * Environment, read here only (tests and benchmarks): FA_CPU_ISA=scalar|avx2 caps the CPU tile kernels;
+ * FA_CUDA_FLASH2_FWD_WARPS=4|8 picks FLASH2 forward tiles with that many warps; FA_CUDA_BWD_SPLIT_ROWS=N splits the
+ * FLASH2 backward's last wave of K/V blocks for walks of >= N query rows (default 2048, -1 = never). */
 FA_API fa_status fa_context_create(fa_context **ctx, fa_backend backend, int device_or_threads);
 /* Message of the last failed fa_context_create in this thread ("" if none). Thread-local static storage. */
 FA_API const char *fa_create_error(void);

@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------------------------------------
- * Version
+ * Version (the one place it is written: CMake and the Python package read these lines)
  * ------------------------------------------------------------------------------------------------------- */
 #define FA_VERSION_MAJOR 0
 #define FA_VERSION_MINOR 1
@@ -147,6 +147,11 @@ FA_API int fa_context_threads(const fa_context *ctx);
  * Options
  * ------------------------------------------------------------------------------------------------------- */
 typedef struct fa_attn_opts {
+    size_t struct_size;   /* sizeof(fa_attn_opts) in the header the caller was compiled with, set by
+                           * fa_attn_opts_default() / fa_attn_opts_init(). The library reads that many bytes and takes
+                           * the defaults for fields added after them, so a caller built against an older header keeps
+                           * working; a larger size whose extra bytes are not all zero is FA_ERR_UNSUPPORTED (fields
+                           * this library does not know), 0 is FA_ERR_INVALID_ARGUMENT. Fields are only ever appended. */
     float scale;          /* softmax scale; 0 means 1/sqrt(head_dim). Must be finite. */
     int causal;           /* 1: query i sees key j iff j <= i + seqlen_k - seqlen_q (bottom-right aligned) */
     int window_left;      /* sliding window: key j visible iff j >= i + seqlen_k - seqlen_q - window_left; -1 = unbounded */
@@ -164,8 +169,18 @@ typedef struct fa_attn_opts {
     int64_t n_seqs;
 } fa_attn_opts;
 
-/* scale 0, no mask, no softcap, FA_ALGO_AUTO, default tiles, not deterministic, not varlen. */
-FA_API fa_attn_opts fa_attn_opts_default(void);
+/* Fill the first struct_size bytes of *opts with the defaults (scale 0, no mask, no softcap, FA_ALGO_AUTO, default
+ * tiles, not deterministic, not varlen) and set opts->struct_size = struct_size. For bindings that build the struct
+ * themselves; C and C++ callers use fa_attn_opts_default(). FA_ERR_INVALID_ARGUMENT for a NULL opts or a size
+ * smaller than the struct_size field. */
+FA_API fa_status fa_attn_opts_init(fa_attn_opts *opts, size_t struct_size);
+
+/* The defaults, sized for the header this caller is compiled with. */
+static inline fa_attn_opts fa_attn_opts_default(void) {
+    fa_attn_opts o;
+    fa_attn_opts_init(&o, sizeof o);
+    return o;
+}
 
 /* ---------------------------------------------------------------------------------------------------------
  * Attention

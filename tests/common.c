@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "cpu/reference.h"
-#include "half.h"
+#include "core/half.h"
 
 int t_failures = 0;
 int t_checks = 0;

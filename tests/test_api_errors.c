@@ -4,6 +4,7 @@
 #include "common.h"
 
 #include <ctype.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -490,6 +491,42 @@ static void test_accepted(fa_context *ctx) {
     t_case_label[0] = 0;
 }
 
+/* fa_attn_opts grows by appending: a caller built against the first header (a struct that ends at n_seqs) gets
+ * the defaults for later fields; size 0 is rejected; a larger struct is accepted while its unknown bytes are 0. */
+static void test_opts_abi(fa_context *ctx) {
+    snprintf(t_case_label, sizeof t_case_label, "fa_attn_opts struct_size");
+    args a;
+    base_args(&a, ctx);
+    fill_arena();
+    const size_t v1 = offsetof(fa_attn_opts, n_seqs) + sizeof(int64_t);
+    CHECK_STATUS(fa_attn_opts_init(NULL, sizeof(fa_attn_opts)), FA_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fa_attn_opts_init(&a.opts, 1), FA_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(fa_attn_opts_init(&a.opts, sizeof a.opts), FA_OK);
+    CHECK_EQ_INT(a.opts.struct_size, sizeof a.opts);
+    CHECK_EQ_INT(a.opts.window_left, -1);
+    CHECK_EQ_INT(a.opts.algo, FA_ALGO_AUTO);
+    a.opts.algo = FA_ALGO_FLASH1;
+    a.opts.struct_size = v1; /* an old caller: only the bytes it knows are read */
+    CHECK_STATUS(fa_forward(ctx, &a.opts, &a.q, &a.k, &a.v, &a.o, a.lse), FA_OK);
+    fa_stats s;
+    CHECK_STATUS(fa_last_stats(ctx, &s), FA_OK);
+    CHECK_EQ_INT(s.algo, FA_ALGO_FLASH1);
+    a.opts.struct_size = 0; /* not initialised through fa_attn_opts_default */
+    memcpy(arena_copy, arena, sizeof arena);
+    CHECK_STATUS(fa_forward(ctx, &a.opts, &a.q, &a.k, &a.v, &a.o, a.lse), FA_ERR_INVALID_ARGUMENT);
+    CHECK_MSG(has_words(fa_context_last_error(ctx), "opts.struct_size"), "\"%s\"", fa_context_last_error(ctx));
+    CHECK_MSG(memcmp(arena_copy, arena, sizeof arena) == 0, "a rejected opts wrote to a buffer");
+    struct { fa_attn_opts o; unsigned char newer[16]; } big;
+    memset(&big, 0, sizeof big);
+    big.o = fa_attn_opts_default();
+    big.o.struct_size = sizeof big; /* a caller built against a newer header that leaves the new fields alone */
+    CHECK_STATUS(fa_forward(ctx, &big.o, &a.q, &a.k, &a.v, &a.o, a.lse), FA_OK);
+    big.newer[3] = 1; /* ... and one that sets a field this library does not know */
+    CHECK_STATUS(fa_forward(ctx, &big.o, &a.q, &a.k, &a.v, &a.o, a.lse), FA_ERR_UNSUPPORTED);
+    CHECK_MSG(has_words(fa_context_last_error(ctx), "opts"), "\"%s\"", fa_context_last_error(ctx));
+    t_case_label[0] = 0;
+}
+
 /* Contexts are independent: an error on one leaves the other's message and stats alone, and interleaved calls on
  * two contexts give the same results as calls on one. */
 static void test_two_contexts(void) {
@@ -533,6 +570,7 @@ int main(void) {
     test_contexts();
     fa_context *ctx = t_cpu_ctx();
     test_accepted(ctx);
+    test_opts_abi(ctx);
     run_rows(ctx);
     printf("%zu rows in the bad-input table\n", sizeof rows / sizeof rows[0]);
     fa_context_destroy(ctx);

@@ -1,5 +1,5 @@
 /* CPU backend: kernel table selection, per-head views, score post-processing, dispatch to one algorithm. */
-#include "cpu/cpu.h"
+#include "cpu/fast.h"
 
 #include <string.h>
 
@@ -85,7 +85,14 @@ void fa_cpu_softcap_grad(const fa_problem *p, float *dS, const float *S, int ld,
         }
 }
 
-fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
+fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
+    (void)why, (void)why_len; /* every validated problem runs on the CPU (f32/f16/bf16, head_dim 1..256) */
+    plan->threads = ctx->threads;
+    fa_cpu_tiles(p, &plan->block_q, &plan->block_k);
+    return FA_OK;
+}
+
+static fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
     switch (p->algo) {
     case FA_ALGO_STANDARD: return fa_cpu_standard_forward(ctx, p, st);
     case FA_ALGO_FLASH1: return fa_cpu_flash1_forward(ctx, p, st);
@@ -93,12 +100,17 @@ fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
     }
 }
 
-fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
+static fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
     switch (p->algo) {
     case FA_ALGO_STANDARD: return fa_cpu_standard_backward(ctx, p, st);
     case FA_ALGO_FLASH1: return fa_cpu_flash1_backward(ctx, p, st);
     default: return fa_cpu_flash2_backward(ctx, p, st);
     }
+}
+
+fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st) {
+    (void)plan;
+    return p->is_backward ? fa_cpu_backward(ctx, p, st) : fa_cpu_forward(ctx, p, st);
 }
 
 fa_status fa_cpu_ws_get(fa_context *ctx, size_t per, size_t shared, fa_cpu_ws *w) {

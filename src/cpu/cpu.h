@@ -3,7 +3,7 @@
 #ifndef FA_CPU_H
 #define FA_CPU_H
 
-#include "internal.h"
+#include "core/internal.h"
 #include "cpu/kernels.h"
 #include "cpu/tile_io.h"
 

@@ -8,7 +8,7 @@
  * number of threads (the GPU tests' many-head cases spent minutes here). */
 #include "cpu/reference.h"
 
-#include "half.h"
+#include "core/half.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 #include "cpu/tile_io.h"
 
-#include "half.h"
+#include "core/half.h"
 
 #include <string.h>
 

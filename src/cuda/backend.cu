@@ -2,7 +2,7 @@
  * of the one selector (fa_cuda_supports), dispatch to the three algorithms, and the modelled HBM traffic that
  * goes into fa_stats. Host code only; never prints. */
 extern "C" {
-#include "internal.h"
+#include "core/internal.h"
 }
 #include "params.h"
 #include "standard.h"
@@ -116,7 +116,7 @@ static int fa_tensor_blas_ok(const fa_tensor *t) {
     return (t->seqlen <= 1 || t->stride_seq >= t->head_dim) && t->stride_seq < INT32_MAX && t->stride_head < INT32_MAX;
 }
 
-extern "C" fa_status fa_cuda_supports(const fa_problem *p, char *why, size_t why_len) {
+static fa_status fa_cuda_supports(const fa_problem *p, char *why, size_t why_len) {
     const fa_tensor *ts[8] = {&p->q, &p->k, &p->v, &p->o, &p->dout, &p->dq, &p->dk, &p->dv};
     const char *names[8] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
     const int nt = p->is_backward ? 8 : 4;
@@ -429,7 +429,7 @@ static fa_status fa_cuda_backward_on(fa_context *ctx, const fa_problem *p, fa_st
 }
 
 /* Work is queued on the context's device; the caller's current device is restored afterwards. */
-static fa_status fa_cuda_run(fa_context *ctx, const fa_problem *p, fa_stats *st, int backward) {
+static fa_status fa_cuda_exec(fa_context *ctx, const fa_problem *p, fa_stats *st, int backward) {
     const fa_cuda_state *s = (const fa_cuda_state *)ctx->cuda;
     int prev = 0;
     FA_CUDA_TRY(ctx, cudaGetDevice(&prev));
@@ -438,5 +438,11 @@ static fa_status fa_cuda_run(fa_context *ctx, const fa_problem *p, fa_stats *st,
     if (prev != s->device) cudaSetDevice(prev);
     return rc;
 }
-extern "C" fa_status fa_cuda_forward(fa_context *ctx, const fa_problem *p, fa_stats *st) { return fa_cuda_run(ctx, p, st, 0); }
-extern "C" fa_status fa_cuda_backward(fa_context *ctx, const fa_problem *p, fa_stats *st) { return fa_cuda_run(ctx, p, st, 1); }
+extern "C" fa_status fa_cuda_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
+    (void)ctx, (void)plan;
+    return fa_cuda_supports(p, why, why_len);
+}
+extern "C" fa_status fa_cuda_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st) {
+    (void)plan;
+    return fa_cuda_exec(ctx, p, st, p->is_backward);
+}

@@ -8,7 +8,7 @@
 #include "common.h"
 
 #include "cpu/reference.h"
-#include "half.h"
+#include "core/half.h"
 
 #include <math.h>
 #include <stdlib.h>

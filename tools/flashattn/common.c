@@ -2,7 +2,7 @@
 #include "common.h"
 
 #include "cpu/peak.h"
-#include "half.h"
+#include "core/half.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,9 +1,11 @@
-/* Internal interface between src/api.c (validation, the one selector, stats) and the backends.
- * Not installed. Backends receive a fully validated fa_problem and never print. */
+/* Internal interface between src/core/api.c (validation, stats) and the backends (src/cpu, src/cuda).
+ * Not installed. Backends receive a fully validated fa_problem, make its one plan, run it, and never print.
+ * docs/architecture.md draws the layers. */
 #ifndef FA_INTERNAL_H
 #define FA_INTERNAL_H
 
 #include "flashattn.h"
+#include "core/visible.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -48,16 +50,26 @@ static inline int64_t fa_row0(const fa_problem *p, const fa_tensor *t, int is_k,
 static inline int64_t fa_lse0(const fa_problem *p, int64_t b, int64_t h) {
     return p->cu_q ? h * p->q.seqlen + p->cu_q[b] : (b * p->hq + h) * p->q.seqlen;
 }
-/* Keys visible to query row i of a (sq, sk) sequence: [*lo, *hi) (empty when *hi <= *lo). */
+/* Keys visible to query row i of a (sq, sk) sequence: [*lo, *hi) (empty when *hi <= *lo). core/visible.h. */
 static inline void fa_key_range(const fa_problem *p, int64_t sq, int64_t sk, int64_t i, int64_t *lo, int64_t *hi) {
-    int64_t diag = i + sk - sq;
-    int64_t l = 0, h = sk;
-    if (p->wl >= 0 && diag - p->wl > l) l = diag - p->wl;
-    if (p->wr >= 0 && diag + p->wr + 1 < h) h = diag + p->wr + 1;
-    *lo = l;
-    *hi = h > l ? h : l;
+    fa_visible_keys(i, sq, sk, p->wl, p->wr, lo, hi);
 }
 
+/* The plan of one call: what a backend will run for a validated problem. The backend's plan function is the one
+ * place that decides it (support, kernel, tiles, launch shape, workspace, modelled traffic); api.c, the backend's
+ * run, fa_last_stats and the CLI (through fa_stats) read it, and nothing else decides. */
+typedef struct fa_plan {
+    const char *kernel;       /* static name of what runs, e.g. "cuda.flash2.fwd.mma_sync.d128" */
+    int block_q, block_k;     /* Br, Bc */
+    int threads;              /* CPU: threads of the team; CUDA: threads per CTA of the main kernel */
+    int grid[3];              /* CUDA: the main kernel's grid (x, y, z); CPU: 0 */
+    size_t smem_bytes;        /* CUDA: dynamic shared memory per CTA of the main kernel; CPU: 0 */
+    size_t workspace_bytes;   /* backend workspace the call takes (from its layout's dry run) */
+    double read_bytes;        /* modelled slow-memory traffic; the CPU replaces it with the counted bytes */
+    double write_bytes;
+    int entry;                /* backend-private: the row of the backend's kernel table that runs */
+    int aux[4];               /* backend-private: further choices of that row (e.g. a split count) */
+} fa_plan;
 /* The context. State lives here, never in globals. */
 #define FA_ERR_LEN 512
 struct fa_context {
@@ -81,10 +93,16 @@ FA_HIDDEN void *fa_workspace(fa_context *ctx, size_t bytes);
 /* Matmul FLOPs of the problem (4·D per visible (query, key) pair per head; x2.5 for backward). */
 FA_HIDDEN double fa_problem_flops(const fa_problem *p);
 
-/* ---- CPU backend (src/cpu/) ---- */
+/* ---- Backends ----
+ * Each backend provides plan and run. plan: FA_OK with *plan filled, or FA_ERR_UNSUPPORTED (or another status)
+ * with the reason in why — decided before any work starts, nothing falls back silently. run: executes exactly the
+ * plan; st arrives filled from the plan (kernel, tiles, threads, workspace, modelled bytes) and run may refine the
+ * traffic (the CPU counts it). */
+
+/* CPU backend (src/cpu/) */
 FA_HIDDEN fa_status fa_cpu_init(fa_context *ctx);
-FA_HIDDEN fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p, fa_stats *st);
-FA_HIDDEN fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p, fa_stats *st);
+FA_HIDDEN fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan, char *why, size_t why_len);
+FA_HIDDEN fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st);
 
 /* ---- CUDA backend (src/cuda/, built when FA_HAVE_CUDA; stubs in src/cuda_stub.c otherwise) ---- */
 FA_HIDDEN int fa_cuda_built(void);
@@ -92,10 +110,7 @@ FA_HIDDEN int fa_cuda_device_count(void);
 FA_HIDDEN fa_status fa_cuda_create(fa_context *ctx, int device);
 FA_HIDDEN void fa_cuda_destroy(fa_context *ctx);
 FA_HIDDEN fa_status fa_cuda_set_stream(fa_context *ctx, void *stream);
-/* Part of the one selector: FA_OK if the CUDA backend runs p (p->algo resolved), else FA_ERR_UNSUPPORTED with
- * the reason written to why. Called before any launch. */
-FA_HIDDEN fa_status fa_cuda_supports(const fa_problem *p, char *why, size_t why_len);
-FA_HIDDEN fa_status fa_cuda_forward(fa_context *ctx, const fa_problem *p, fa_stats *st);
-FA_HIDDEN fa_status fa_cuda_backward(fa_context *ctx, const fa_problem *p, fa_stats *st);
+FA_HIDDEN fa_status fa_cuda_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan, char *why, size_t why_len);
+FA_HIDDEN fa_status fa_cuda_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st);
 
 #endif

@@ -1,5 +1,5 @@
 /* The CUDA backend entry points when flashattn is built without CUDA: every one says so. */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <stdio.h>
 
@@ -15,16 +15,12 @@ fa_status fa_cuda_set_stream(fa_context *ctx, void *stream) {
     (void)stream;
     return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
 }
-fa_status fa_cuda_supports(const fa_problem *p, char *why, size_t why_len) {
-    (void)p;
+fa_status fa_cuda_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
+    (void)ctx, (void)p, (void)plan;
     snprintf(why, why_len, "CUDA is not built into this library");
     return FA_ERR_BACKEND_UNAVAILABLE;
 }
-fa_status fa_cuda_forward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
-    (void)p; (void)st;
-    return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
-}
-fa_status fa_cuda_backward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
-    (void)p; (void)st;
+fa_status fa_cuda_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st) {
+    (void)p, (void)plan, (void)st;
     return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
 }

@@ -1,8 +1,9 @@
 #define _POSIX_C_SOURCE 200809L /* posix_memalign, sysconf */
-/* The public API: argument validation, the one selector, stats. Every entry point checks everything it is given
+/* The public API: argument validation, then the backend's plan and run, stats. Every entry point checks everything it is given
  * before touching any output; backends receive a validated fa_problem and never print. */
-#include "internal.h"
+#include "core/internal.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,11 +16,15 @@
 /* ---------------------------------------------------------------------------------------------------------
  * Names and small helpers
  * ------------------------------------------------------------------------------------------------------- */
+#define FA_STR_(x) #x
+#define FA_STR(x) FA_STR_(x)
+#define FA_VERSION_TEXT FA_STR(FA_VERSION_MAJOR) "." FA_STR(FA_VERSION_MINOR) "." FA_STR(FA_VERSION_PATCH)
+
 const char *fa_version_string(void) {
 #ifdef FA_HAVE_CUDA
-    return "0.1.0 (cpu, cuda sm_90a)";
+    return FA_VERSION_TEXT " (cpu, cuda sm_90a)";
 #else
-    return "0.1.0 (cpu)";
+    return FA_VERSION_TEXT " (cpu)";
 #endif
 }
 
@@ -88,13 +93,39 @@ fa_tensor fa_tensor_bhsd(void *data, fa_dtype dtype, int64_t batch, int64_t head
     return t;
 }
 
-fa_attn_opts fa_attn_opts_default(void) {
+fa_status fa_attn_opts_init(fa_attn_opts *opts, size_t struct_size) {
+    if (!opts || struct_size < sizeof opts->struct_size) return FA_ERR_INVALID_ARGUMENT;
     fa_attn_opts o;
     memset(&o, 0, sizeof o);
     o.window_left = -1;
     o.window_right = -1;
     o.algo = FA_ALGO_AUTO;
-    return o;
+    memcpy(opts, &o, struct_size < sizeof o ? struct_size : sizeof o);
+    opts->struct_size = struct_size;
+    return FA_OK;
+}
+
+/* The first released fa_attn_opts ends at n_seqs; later fields are appended after it. */
+#define FA_OPTS_SIZE_V1 (offsetof(fa_attn_opts, n_seqs) + sizeof(int64_t))
+
+/* The caller's options as this library's struct: the bytes the caller's header knows, defaults for the rest. */
+static fa_status read_opts(fa_context *ctx, const fa_attn_opts *in, fa_attn_opts *o) {
+    fa_attn_opts_init(o, sizeof *o);
+    if (!in) return FA_OK;
+    const size_t n = in->struct_size;
+    if (n < FA_OPTS_SIZE_V1)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.struct_size: %zu is below the smallest fa_attn_opts (%zu): "
+                       "initialise opts with fa_attn_opts_default()", n, (size_t)FA_OPTS_SIZE_V1);
+    if (n > sizeof *o) {
+        const unsigned char *extra = (const unsigned char *)in + sizeof *o;
+        for (size_t i = 0; i < n - sizeof *o; i++)
+            if (extra[i])
+                return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts: fields beyond this library's fa_attn_opts (%zu of %zu "
+                               "bytes) are set; this is flashattn %s", sizeof *o, n, FA_VERSION_TEXT);
+    }
+    memcpy(o, in, n < sizeof *o ? n : sizeof *o);
+    o->struct_size = sizeof *o;
+    return FA_OK;
 }
 
 fa_status fa_fail(fa_context *ctx, fa_status status, const char *fmt, ...) {
@@ -295,8 +326,9 @@ static fa_status check_varlen(fa_context *ctx, const char *name, const int32_t *
 /* Validate the arguments shared by forward and backward and fill p. Outputs are checked by the caller. */
 static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, const fa_tensor *q, const fa_tensor *k,
                                const fa_tensor *v, const fa_tensor *out, fa_problem *p, span sp[4]) {
-    fa_attn_opts opts = opts_in ? *opts_in : fa_attn_opts_default();
-    fa_status st;
+    fa_attn_opts opts;
+    fa_status st = read_opts(ctx, opts_in, &opts);
+    if (st != FA_OK) return st;
     if ((st = check_tensor(ctx, "q", q, 0, &sp[0])) || (st = check_tensor(ctx, "k", k, 0, &sp[1])) ||
         (st = check_tensor(ctx, "v", v, 0, &sp[2])) || (st = check_tensor(ctx, "out", out, 0, &sp[3])))
         return st;
@@ -392,16 +424,6 @@ static fa_status check_disjoint(fa_context *ctx, const char *oname, span o, cons
     return FA_OK;
 }
 
-/* The one selector: which backend function runs p, or why nothing can. */
-static fa_status select_kernel(fa_context *ctx, const fa_problem *p) {
-    if (ctx->backend == FA_BACKEND_CUDA) {
-        char why[256] = "";
-        fa_status st = fa_cuda_supports(p, why, sizeof why);
-        if (st != FA_OK) return fa_fail(ctx, st, "%s", why);
-    }
-    return FA_OK; /* the CPU backend runs every validated problem (dtypes f32/f16/bf16, head_dim 1..256) */
-}
-
 double fa_problem_flops(const fa_problem *p) {
     double pairs = 0;
     for (int64_t b = 0; b < p->batch; b++) {
@@ -416,18 +438,28 @@ double fa_problem_flops(const fa_problem *p) {
     return p->is_backward ? 2.5 * f : f;
 }
 
+/* Plan, then run exactly the plan. The backend's plan is the one decision (support, kernel, tiles, workspace,
+ * traffic model); the stats start from it. */
 static fa_status run(fa_context *ctx, fa_problem *p) {
-    fa_status st = select_kernel(ctx, p);
-    if (st != FA_OK) return st;
+    const int cuda = ctx->backend == FA_BACKEND_CUDA;
+    fa_plan plan;
+    memset(&plan, 0, sizeof plan);
+    char why[256] = "";
+    fa_status st = cuda ? fa_cuda_plan(ctx, p, &plan, why, sizeof why) : fa_cpu_plan(ctx, p, &plan, why, sizeof why);
+    if (st != FA_OK) return fa_fail(ctx, st, "%s", why[0] ? why : "the backend has no plan for this call");
     fa_stats s;
     memset(&s, 0, sizeof s);
     s.backend = ctx->backend;
     s.algo = p->algo;
     s.is_backward = p->is_backward;
-    if (ctx->backend == FA_BACKEND_CPU)
-        st = p->is_backward ? fa_cpu_backward(ctx, p, &s) : fa_cpu_forward(ctx, p, &s);
-    else
-        st = p->is_backward ? fa_cuda_backward(ctx, p, &s) : fa_cuda_forward(ctx, p, &s);
+    s.kernel = plan.kernel;
+    s.block_q = plan.block_q;
+    s.block_k = plan.block_k;
+    s.threads = cuda ? 0 : plan.threads;
+    s.slow_read_bytes = (int64_t)plan.read_bytes;
+    s.slow_write_bytes = (int64_t)plan.write_bytes;
+    s.extra_bytes = (int64_t)plan.workspace_bytes;
+    st = cuda ? fa_cuda_run(ctx, p, &plan, &s) : fa_cpu_run(ctx, p, &plan, &s);
     if (st != FA_OK) return st;
     s.flops = fa_problem_flops(p);
     ctx->stats = s;

@@ -19,8 +19,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "common.h"
-#include "cpu/reference.h"
+#include "testlib.h"
 
 static void cuda_ok(cudaError_t e, const char *what) {
     if (e != cudaSuccess) {
@@ -99,7 +98,7 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
     double *ref = malloc(sizeof(double) * (size_t)(nq > 0 ? nq : 1)), *rlse = malloc(sizeof(double) * (size_t)(nl > 0 ? nl : 1));
     double *rdq = NULL, *rdk = NULL, *rdv = NULL;
     fa_attn_opts opts = c->opts;
-    CHECK_STATUS(fa_reference_forward(&opts, &q.t, &k.t, &v.t, ref, rlse), FA_OK);
+    CHECK_STATUS(t_oracle_forward(&opts, &q.t, &k.t, &v.t, ref, rlse), FA_OK);
     const double refmax = t_max_abs(ref, nq);
     double lscale = t_max_abs(rlse, nl);
     if (!(lscale > 1)) lscale = 1;
@@ -108,7 +107,7 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
         rdq = malloc(sizeof(double) * (size_t)(nq > 0 ? nq : 1));
         rdk = malloc(sizeof(double) * (size_t)(nk > 0 ? nk : 1));
         rdv = malloc(sizeof(double) * (size_t)(nk > 0 ? nk : 1));
-        CHECK_STATUS(fa_reference_backward(&opts, &q.t, &k.t, &v.t, &dout.t, rdq, rdk, rdv), FA_OK);
+        CHECK_STATUS(t_oracle_backward(&opts, &q.t, &k.t, &v.t, &dout.t, rdq, rdk, rdv), FA_OK);
         mq = t_max_abs(rdq, nq), mk = t_max_abs(rdk, nk), mv = t_max_abs(rdv, nk);
         gmax = fmax(mq, fmax(mk, mv));
     }

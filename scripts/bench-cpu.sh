@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# CPU benchmark (issue 3): the targets of the "CPU backend at full speed" issue in one run, on this machine.
-# Protocol of ../shared/BENCHMARKS.md: model dim 2048 (heads = 2048/d), batch·seqlen = 16k tokens, fp32 unless
+# CPU benchmark (`make bench`): the CPU backend against its targets and anchors in one run, on this machine.
+# Protocol of docs/benchmarks.md: model dim 2048 (heads = 2048/d), batch·seqlen = 16k tokens, fp32 unless
 # stated, warm-up, median of REPS; the algorithms of one configuration run interleaved (flashattn bench).
 #
 # OpenBLAS "at its best" for the STANDARD baseline, in this script only (never in tests or CI):

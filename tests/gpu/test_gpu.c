@@ -8,7 +8,7 @@
  *     (dtype f32 or head_dim not 32/64/96/128 — FLASH2 also 256 — or rows not 16-byte aligned or
  *     explicit tiles for FLASH1/FLASH2), with a reason;
  *   - every output element written (outputs poisoned with NaN before each call), nothing outside the views written;
- *   - out, lse, dq, dk, dv within DESIGN.md's rule: max|x − ref| ≤ 2·max|standard − ref| + atol (STANDARD = our
+ *   - out, lse, dq, dk, dv within the rule of tests/lib/tolerance.h: max|x − ref| ≤ 2·max|standard − ref| + atol (STANDARD = our
  *     cuBLAS path in the same dtype);
  *   - FLASH2 deterministic backward: bitwise identical over two runs.
  * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer). */

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# CPU benchmark (issue 3): the targets of the "CPU backend at full speed" issue in one run, on this machine.
-# Protocol of ../shared/BENCHMARKS.md: model dim 2048 (heads = 2048/d), batch·seqlen = 16k tokens, fp32 unless
+# CPU benchmark (`make bench`): the CPU backend against its targets and anchors in one run, on this machine.
+# Protocol of docs/benchmarks.md: model dim 2048 (heads = 2048/d), batch·seqlen = 16k tokens, fp32 unless
 # stated, warm-up, median of REPS; the algorithms of one configuration run interleaved (flashattn bench).
 #
 # OpenBLAS "at its best" for the STANDARD baseline, in this script only (never in tests or CI):
@@ -30,8 +30,8 @@ echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), 
 echo "== load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (other jobs on these cores inflate the spread)"
 echo "== OpenBLAS: $(readlink -f /usr/lib/x86_64-linux-gnu/libopenblas.so.0 2>/dev/null || echo '?'), OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE"
 
-echo; echo "== peak: our micro-kernels and OpenBLAS sgemm (bench/cpu_kernels --peak)"
-"$BUILD/bench/cpu_kernels" --peak | tee "$OUT/peak.txt"
+echo; echo "== peak: our micro-kernels and OpenBLAS sgemm (bench/lab/cpu_kernels --peak)"
+"$BUILD/bench/lab/cpu_kernels" --peak | tee "$OUT/peak.txt"
 
 bench() { # one flashattn bench command, ROUNDS times; the tables to the terminal and $OUT/$tag.r<k>.md
   local tag=$1; shift
@@ -56,7 +56,7 @@ if [ -n "${GGML_DIR:-}" ]; then # ggml's CPU flash attention on the same shapes 
     cmake -S "$GGML_DIR" -B "$BUILD/ggml" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_BUILD_TESTS=OFF \
       -DGGML_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF -DGGML_OPENMP=ON >/dev/null
     cmake --build "$BUILD/ggml" -j "$(nproc)" >"$OUT/ggml-build.log" 2>&1
-    cc -O2 -std=c11 -I"$GGML_DIR/include" bench/ggml_fa.c -o "$BUILD/ggml/ggml_fa" "$BUILD/ggml/src/libggml.a" \
+    cc -O2 -std=c11 -I"$GGML_DIR/include" bench/lab/ggml_fa.c -o "$BUILD/ggml/ggml_fa" "$BUILD/ggml/src/libggml.a" \
       "$BUILD/ggml/src/libggml-cpu.a" "$BUILD/ggml/src/libggml-base.a" -lstdc++ -lgomp -lm -lpthread
   fi
   for r in $(seq 1 "$ROUNDS"); do

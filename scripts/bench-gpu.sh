@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU benchmark (H200): the protocol of ../shared/BENCHMARKS.md for STANDARD, FLASH1 and FLASH2 (our CLI) and
+# GPU benchmark (H200): the protocol of docs/benchmarks.md for STANDARD, FLASH1 and FLASH2 (our CLI) and
 # PyTorch's SDPA flash and cuDNN backends, in one command, printed as one table with TFLOP/s and ratios.
 # Env: BUILD (default build-cuda), OUT_DIR (CSV + logs, default $BUILD/bench-gpu), SEQLENS, DIMS, PASSES, REPS,
 #      STD_MAX_SEQLEN (STANDARD materialises Hq·S² fp32 per sequence: skipped above this, default 8192; 0 = skip

@@ -4,7 +4,7 @@
   bench_gpu_torch.py run  --out torch.csv [--d 64,128] [--seqlen 512,...] [--causal 0,1] [--pass fwd,bwd]
   bench_gpu_torch.py merge ours.csv torch.csv     -> one table: TFLOP/s of every algorithm and the ratios
 
-Protocol of ../shared/BENCHMARKS.md: model dim 2048 (heads = 2048/d), batch*seqlen = 16384, bf16, layout
+Protocol of docs/benchmarks.md: model dim 2048 (heads = 2048/d), batch*seqlen = 16384, bf16, layout
 [B, H, S, D]; warm-up, then the median of --reps runs timed with CUDA events. FLOPs 4*B*H*S*S*D (halved when
 causal), backward = 2.5 x forward; the backward is timed alone (out.backward on a retained graph)."""
 import csv

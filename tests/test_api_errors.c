@@ -1,7 +1,7 @@
 /* The bad-input table: every invalid argument of every entry point returns the right status, a message naming
  * the argument, and leaves every output (indeed every byte of every buffer) untouched. Plus the small API
  * surface: names, versions, tensor helpers, contexts, streams, stats before any call. */
-#include "common.h"
+#include "testlib.h"
 
 #include <ctype.h>
 #include <stddef.h>

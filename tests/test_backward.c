@@ -1,7 +1,7 @@
 /* Gradients of STANDARD, FLASH1 and FLASH2 (each backward fed by its own forward's out and LSE) against the
  * float64 reference gradient: shapes, GQA (dK/dV summed over the query heads of a group), layouts, masks,
  * softcap, forced tiles, deterministic mode, f32/f16/bf16; then a random sweep of small cases. */
-#include "common.h"
+#include "testlib.h"
 
 #include <stdlib.h>
 

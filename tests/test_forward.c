@@ -1,8 +1,8 @@
-/* Forward of STANDARD, FLASH1, FLASH2 (and AUTO) against the float64 oracle over the shape sweep of the issue:
+/* Forward of STANDARD, FLASH1, FLASH2 (and AUTO) against the float64 oracle over the awkward-shape sweep:
  * seqlen 1, 3, 113, 239, 1023 and seqlen_q != seqlen_k both ways; head_dim 1 ... 256; GQA 1, 4, 8; BSHD, BHSD,
  * strided and broadcast views; causal, window, softcap, explicit scale; forced small tiles; f32, f16, bf16.
  * Then a random sweep of small cases (different every run; replay with FA_TEST_SEED). */
-#include "common.h"
+#include "testlib.h"
 
 #include <stdlib.h>
 

@@ -2,13 +2,12 @@
  * logits of magnitude 1e4 without overflow; the three algorithms agreeing with each other; AUTO = FLASH2;
  * lse = NULL changing nothing; run-to-run reproducibility (deterministic backward); and small cases whose answer
  * is known in closed form, checked against the library and the float64 oracle alike. */
-#include "common.h"
+#include "testlib.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/reference.h"
 
 static fa_context *ctx;
 static const fa_algo algos[] = {FA_ALGO_STANDARD, FA_ALGO_FLASH1, FA_ALGO_FLASH2};
@@ -114,7 +113,7 @@ static void agree(fa_dtype dt, int split) {
     const int64_t nq = B * 150 * 4 * 48, nk = B * 130 * HK * 48;
     double *out[3], *grads[3];
     double *ref = malloc(sizeof(double) * (size_t)nq);
-    CHECK_STATUS(fa_reference_forward(&o, &p.q.t, &p.k.t, &p.v.t, ref, NULL), FA_OK);
+    CHECK_STATUS(t_oracle_forward(&o, &p.q.t, &p.k.t, &p.v.t, ref, NULL), FA_OK);
     double omax = t_max_abs(ref, nq);
     for (int i = 0; i < 3; i++) {
         o.algo = algos[i];
@@ -201,7 +200,7 @@ static void closed_forms(fa_dtype dt) {
     fa_attn_opts o = fa_attn_opts_default();
     o.scale = 1;
     double r_out, r_lse;
-    CHECK_STATUS(fa_reference_forward(&o, &p.q.t, &p.k.t, &p.v.t, &r_out, &r_lse), FA_OK);
+    CHECK_STATUS(t_oracle_forward(&o, &p.q.t, &p.k.t, &p.v.t, &r_out, &r_lse), FA_OK);
     CHECK_MSG(fabs(r_out - want) < 1e-12 && fabs(r_lse - want_lse) < 1e-12, "oracle: out %.17g lse %.17g, want %.17g %.17g",
               r_out, r_lse, want, want_lse);
     for (int i = 0; i < 3; i++) {

@@ -6,7 +6,7 @@
  * Notation per (sequence, query head): N = Sq = Sk, d = head_dim, e = bytes per element, Tr = ⌈N/Br⌉, Tc = ⌈N/Bc⌉,
  * g = Hq/Hk (query heads per K/V head). Slow-memory fp32 state (S, P, O/ℓ/m of FLASH1, dQ accumulators, D, LSE)
  * is 4 bytes per element. */
-#include "common.h"
+#include "testlib.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,13 +2,12 @@
  * empty query sequences, empty key sequences (every row of that sequence masked: O = 0, LSE = -inf, zero
  * gradients), causal/window masks aligned per sequence, GQA, strided layouts, all dtypes. The oracle's own varlen
  * indexing is checked against per-sequence calls on slices of the packed tensors. */
-#include "common.h"
+#include "testlib.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/reference.h"
 
 /* A packed case from per-sequence lengths. cu arrays must outlive the case. */
 static t_case packed(int n, const int *lq, const int *lk, int32_t *cuq, int32_t *cuk, int64_t hq, int64_t hk, int64_t d,
@@ -29,7 +28,7 @@ static void oracle_slices(const t_case *c) {
     t_buf_randn(&q, 1), t_buf_randn(&k, 1), t_buf_randn(&v, 1);
     const int64_t H = c->hq, D = c->d, T = c->sq;
     double *out = malloc(sizeof(double) * (size_t)(T * H * D)), *lse = malloc(sizeof(double) * (size_t)(H * T));
-    CHECK_STATUS(fa_reference_forward(&c->opts, &q.t, &k.t, &v.t, out, lse), FA_OK);
+    CHECK_STATUS(t_oracle_forward(&c->opts, &q.t, &k.t, &v.t, out, lse), FA_OK);
     fa_attn_opts plain = c->opts;
     plain.cu_seqlens_q = plain.cu_seqlens_k = NULL, plain.n_seqs = 0;
     double err = 0;
@@ -52,7 +51,7 @@ static void oracle_slices(const t_case *c) {
         ks.data = (char *)k.t.data + k0 * k.t.stride_seq * (int64_t)es, ks.seqlen = sk;
         vs.data = (char *)v.t.data + k0 * v.t.stride_seq * (int64_t)es, vs.seqlen = sk;
         double *o1 = malloc(sizeof(double) * (size_t)(sq * H * D)), *l1 = malloc(sizeof(double) * (size_t)(H * sq));
-        CHECK_STATUS(fa_reference_forward(&plain, &qs, &ks, &vs, o1, l1), FA_OK);
+        CHECK_STATUS(t_oracle_forward(&plain, &qs, &ks, &vs, o1, l1), FA_OK);
         for (int64_t i = 0; i < sq; i++)
             for (int64_t h = 0; h < H; h++) {
                 double a = l1[h * sq + i], b = lse[h * T + q0 + i];

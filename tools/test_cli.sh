@@ -50,7 +50,9 @@ echo "$out" | grep -q ',oom,' || fail "no oom row: $out"
 out=$("$BIN" bench --seqlen 64 --tokens 64 --heads 3 --gqa 2 --d 16 --reps 2 --csv 2>/dev/null)
 echo "$out" | grep -q ',skip,' || fail "no skip row for --gqa 2 with 3 heads: $out"
 out=$("$BIN" bench --peak --algo flash2 --seqlen 32 --tokens 64 --heads 2 --d 16 --reps 2) || fail "bench --peak exited $?"
-echo "$out" | grep -Eq 'peak \(cpu.*fp32 micro-kernel [1-9][0-9.]* GFLOP/s' || fail "bench --peak: no positive fp32 peak: $out"
+# positive, not >= 1: a Debug sanitizer build on loaded cores measures well under 1 GFLOP/s
+echo "$out" | grep -Eq 'peak \(cpu.*fp32 micro-kernel ([1-9][0-9.]*|0\.[0-9]*[1-9][0-9]*) GFLOP/s' ||
+    fail "bench --peak: no positive fp32 peak: $out"
 echo "$out" | grep -q '% peak' || fail "bench --peak: no % peak column: $out"
 
 "$BIN" io --seqlen 64 --d 16 --sram 8K >/dev/null || fail "io --sram 8K exited $?"

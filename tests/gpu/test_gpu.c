@@ -1,15 +1,15 @@
 /* GPU tests of the CUDA backend (run on a machine with an H200: `make test-gpu`).
  *
- * Every case builds its tensors on the host with the CPU tests' helpers (tests/common.h: layouts with padding and
+ * Every case builds its tensors on the host with the testing library (tests/lib: layouts with padding and
  * offsets, NaN-poisoned allocations), mirrors each whole allocation to the device, runs STANDARD, FLASH1 and
  * FLASH2 through the public API on a CUDA context, copies the allocations back and checks, against the float64
- * oracle (src/cpu/reference.h):
+ * oracle (tests/lib/oracle.h):
  *   - status FA_OK, or FA_ERR_UNSUPPORTED exactly when the request is outside what the CUDA kernels are built for
  *     (dtype f32 or head_dim not 32/64/96/128 — FLASH2 also 256 — or rows not 16-byte aligned or
  *     explicit tiles for FLASH1/FLASH2), with a reason;
  *   - every output element written (outputs poisoned with NaN before each call), nothing outside the views written;
- *   - out, lse, dq, dk, dv within DESIGN.md's rule: max|x − ref| ≤ 2·max|standard − ref| + atol (STANDARD = our
- *     cuBLAS path in the same dtype);
+ *   - out, lse, dq, dk, dv within the rule of tests/lib/tolerance.h: max|x − ref| ≤ 2·max|standard − ref| + atol
+ *     (STANDARD = our cuBLAS path in the same dtype);
  *   - FLASH2 deterministic backward: bitwise identical over two runs.
  * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer). */
 #include <math.h>
@@ -19,8 +19,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "common.h"
-#include "cpu/reference.h"
+#include "testlib.h"
 
 static void cuda_ok(cudaError_t e, const char *what) {
     if (e != cudaSuccess) {
@@ -99,7 +98,7 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
     double *ref = malloc(sizeof(double) * (size_t)(nq > 0 ? nq : 1)), *rlse = malloc(sizeof(double) * (size_t)(nl > 0 ? nl : 1));
     double *rdq = NULL, *rdk = NULL, *rdv = NULL;
     fa_attn_opts opts = c->opts;
-    CHECK_STATUS(fa_reference_forward(&opts, &q.t, &k.t, &v.t, ref, rlse), FA_OK);
+    CHECK_STATUS(t_oracle_forward(&opts, &q.t, &k.t, &v.t, ref, rlse), FA_OK);
     const double refmax = t_max_abs(ref, nq);
     double lscale = t_max_abs(rlse, nl);
     if (!(lscale > 1)) lscale = 1;
@@ -108,7 +107,7 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
         rdq = malloc(sizeof(double) * (size_t)(nq > 0 ? nq : 1));
         rdk = malloc(sizeof(double) * (size_t)(nk > 0 ? nk : 1));
         rdv = malloc(sizeof(double) * (size_t)(nk > 0 ? nk : 1));
-        CHECK_STATUS(fa_reference_backward(&opts, &q.t, &k.t, &v.t, &dout.t, rdq, rdk, rdv), FA_OK);
+        CHECK_STATUS(t_oracle_backward(&opts, &q.t, &k.t, &v.t, &dout.t, rdq, rdk, rdv), FA_OK);
         mq = t_max_abs(rdq, nq), mk = t_max_abs(rdk, nk), mv = t_max_abs(rdv, nk);
         gmax = fmax(mq, fmax(mk, mv));
     }

@@ -1,4 +1,4 @@
-/* flashattn bench: the protocol of shared/BENCHMARKS.md (llama-bench style).
+/* flashattn bench: the protocol of docs/benchmarks.md (llama-bench style).
  * Comma lists expand to a Cartesian product; within one configuration the algorithms share their inputs and are
  * interleaved rep by rep (the VM drifts 10–20 % over minutes, interleaving keeps the comparison fair). */
 #include "common.h"
@@ -305,7 +305,7 @@ static void bench_help(void) {
     printf(
         "usage: flashattn bench [options]    (lists are comma-separated; lists expand to their Cartesian product)\n"
         "\n"
-        "Times attention with the protocol of BENCHMARKS.md: model dim 2048 (heads = 2048/d), batch*seqlen = --tokens,\n"
+        "Times attention with the protocol of docs/benchmarks.md: model dim 2048 (heads = 2048/d), batch*seqlen = --tokens,\n"
         "warm-up, then the median of --reps runs; the algorithms of one configuration run interleaved.\n"
         "\n"
         "  --device LIST     cpu, cuda                                   (default cpu)\n"

@@ -107,7 +107,7 @@ typedef struct bench_row {
  * it are skipped with status "oom". */
 void bench_run_group(fa_context *ctx, const bench_config *cfg, const fa_algo *algos, int n_algo, int64_t mem_limit,
                      bench_row *rows);
-/* CSV: the exact columns of issue 2 (with_extra adds block_q,block_k,threads,kernel,status). */
+/* CSV: the fixed columns of docs/benchmarks.md (with_extra adds block_q,block_k,threads,kernel,status). */
 void bench_csv_header(FILE *f, int with_extra);
 void bench_csv_row(FILE *f, const bench_row *r, int with_extra);
 int cmd_bench(int argc, char **argv);

@@ -9,7 +9,7 @@ static void main_help(void) {
            "Exact attention (standard, FlashAttention-1, FlashAttention-2) on the CPU and CUDA.\n"
            "\n"
            "commands:\n"
-           "  bench    time the algorithms (BENCHMARKS.md protocol; comma lists expand to a product)\n"
+           "  bench    time the algorithms (docs/benchmarks.md protocol; comma lists expand to a product)\n"
            "  check    every algorithm, forward and backward, against the float64 oracle on random shapes\n"
            "  io       counted slow-memory bytes per algorithm next to the paper's formulas\n"
            "  report   measure the FlashAttention claims on this machine; writes report/index.md with plots\n"

@@ -409,7 +409,7 @@ static void report_help(void) {
            "are computed from the measurements. A progress bar goes to stderr; a summary to stdout.\n"
            "\n"
            "  --quick      small problems (model dim 256, 2048 tokens): under 3 minutes on a 2-core CPU (default)\n"
-           "  --full       the BENCHMARKS.md protocol sizes (model dim 2048, 16384 tokens): an hour or more on a\n"
+           "  --full       the docs/benchmarks.md protocol sizes (model dim 2048, 16384 tokens): an hour or more on a\n"
            "               2-core CPU\n"
            "  --smoke      tiny problems, seconds (for tests)\n"
            "  --out DIR    output directory (created)\n"

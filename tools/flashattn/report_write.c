@@ -407,7 +407,7 @@ int report_write(report *R) {
     fprintf(f, "- preset `%s`: %s; every timing is the median of %d runs after a warm-up, the algorithms interleaved; "
                "MB = 10^6 bytes\n",
             R->p.name,
-            strcmp(R->p.name, "full") == 0 ? "the BENCHMARKS.md protocol sizes (model dim 2048, 16384 tokens)"
+            strcmp(R->p.name, "full") == 0 ? "the docs/benchmarks.md protocol sizes (model dim 2048, 16384 tokens)"
                                             : "reduced sizes so the run stays short (use --full for the protocol sizes)",
             R->p.reps);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);

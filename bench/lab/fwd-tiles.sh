@@ -6,7 +6,7 @@
 #      table, 0:0 = the default; default: the d=96 and d=256 rows), SEQLENS (default 1024,4096,16384), ROUNDS (2),
 #      REPS (10).
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build-cuda}
 OUT_DIR=${OUT_DIR:-$BUILD/fwd-tiles}
 TILES=${TILES:-"96:0:0;256:0:0;256:128:64"}

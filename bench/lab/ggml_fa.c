@@ -1,4 +1,4 @@
-/* The ggml comparison of the CPU issue: times ggml's CPU ggml_flash_attn_ext (f32 Q/K/V, the tiled path) on the
+/* The ggml anchor of the CPU benchmark: times ggml's CPU ggml_flash_attn_ext (f32 Q/K/V, the tiled path) on the
  * FA protocol shapes, prints GFLOP/s with the same FLOP formula as flashattn bench (4·B·H·S²·d, halved causal).
  * Not built by default: it needs a ggml build (scripts/bench-cpu.sh builds it when GGML_DIR points at a ggml source
  * tree, e.g. the one vendored by the ggml-python sdist).

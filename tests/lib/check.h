@@ -1,9 +1,10 @@
 /* A tiny test harness: no framework. Checks are non-fatal (a test keeps going and reports every failure);
- * each prints the file:line, both sides, and the case being run (t_case_label). main() ends with
- * `return t_finish();`, which prints a summary and returns 1 if anything failed. */
-#ifndef FA_TEST_CHECK_H
-#define FA_TEST_CHECK_H
+ * each prints the file:line, both sides, and the case being run (t_case_label). main() starts with
+ * `t_init("name")` and ends with `return t_finish();`, which prints a summary and returns 1 if anything failed. */
+#ifndef FA_TESTLIB_CHECK_H
+#define FA_TESTLIB_CHECK_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +16,11 @@ extern char t_case_label[512];
 
 void t_fail_at(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int t_finish(void);
+/* Seeds the default random stream from FA_TEST_SEED or the clock, and prints "name: seed S (replay:
+ * FA_TEST_SEED=S)". */
+uint64_t t_init(const char *name);
+/* A CPU context with FA_TEST_THREADS threads (default 2); exits the test if that fails. */
+fa_context *t_cpu_ctx(void);
 
 #define CHECK(cond)                                                                                            \
     do {                                                                                                       \

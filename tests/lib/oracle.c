@@ -6,9 +6,9 @@
  * OpenMP threads take (sequence, head) pairs in the forward and (sequence, K/V head) pairs in the backward: each
  * writes only its own rows and takes every sum in the serial order, so the results are the same bits with any
  * number of threads (the GPU tests' many-head cases spent minutes here). */
-#include "cpu/reference.h"
+#include "oracle.h"
 
-#include "core/half.h"
+#include "dtype.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -17,7 +17,7 @@
 typedef struct ref_seq { int64_t q0, k0, sq, sk, b; } ref_seq; /* rows of one sequence */
 
 static double at(const fa_tensor *t, int64_t b, int64_t s, int64_t h, int64_t i) {
-    return fa_load_elem(t->data, t->dtype, b * t->stride_batch + s * t->stride_seq + h * t->stride_head + i);
+    return t_load(t->data, t->dtype, b * t->stride_batch + s * t->stride_seq + h * t->stride_head + i);
 }
 
 static int64_t n_sequences(const fa_attn_opts *o, const fa_tensor *q) { return o->cu_seqlens_q ? o->n_seqs : q->batch; }
@@ -59,19 +59,19 @@ static double row_scores(const fa_attn_opts *o, const fa_tensor *q, const fa_ten
 }
 
 /* Worth threads: about 10^8 multiply-adds or more (the small cases of the CPU tests stay serial and cheap). */
-static int fa_ref_big(const fa_tensor *q, const fa_tensor *k) {
+static int oracle_big(const fa_tensor *q, const fa_tensor *k) {
     return (double)q->batch * q->seqlen * k->seqlen * q->heads * q->head_dim > 1e8;
 }
 
-fa_status fa_reference_forward(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
-                               double *out, double *lse) {
+fa_status t_oracle_forward(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
+                           double *out, double *lse) {
     if (!q || !k || !v || !out) return FA_ERR_INVALID_ARGUMENT;
     fa_attn_opts o = opts ? *opts : fa_attn_opts_default();
     const int64_t d = q->head_dim, H = q->heads, group = q->heads / k->heads;
     const double scale = o.scale != 0 ? o.scale : 1.0 / sqrt((double)d);
     const int64_t tasks = n_sequences(&o, q) * H;
     int oom = 0;
-#pragma omp parallel if (fa_ref_big(q, k))
+#pragma omp parallel if (oracle_big(q, k))
     {
         double *s = malloc(sizeof(double) * (size_t)(k->seqlen > 0 ? k->seqlen : 1));
 #pragma omp for schedule(dynamic)
@@ -103,8 +103,8 @@ fa_status fa_reference_forward(const fa_attn_opts *opts, const fa_tensor *q, con
     return oom ? FA_ERR_OUT_OF_MEMORY : FA_OK;
 }
 
-fa_status fa_reference_backward(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
-                                const fa_tensor *dout, double *dq, double *dk, double *dv) {
+fa_status t_oracle_backward(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
+                            const fa_tensor *dout, double *dq, double *dk, double *dv) {
     if (!q || !k || !v || !dout || !dq || !dk || !dv) return FA_ERR_INVALID_ARGUMENT;
     fa_attn_opts o = opts ? *opts : fa_attn_opts_default();
     const int64_t d = q->head_dim, H = q->heads, Hk = k->heads, group = H / Hk;
@@ -115,7 +115,7 @@ fa_status fa_reference_backward(const fa_attn_opts *opts, const fa_tensor *q, co
     memset(dv, 0, sizeof(double) * (size_t)(k->batch * k->seqlen * Hk * d));
     const int64_t tasks = n_sequences(&o, q) * Hk;
     int oom = 0;
-#pragma omp parallel if (fa_ref_big(q, k))
+#pragma omp parallel if (oracle_big(q, k))
     {
         double *s = malloc(sizeof(double) * nk * 2), *orow = malloc(sizeof(double) * (size_t)d);
         double *p = s ? s + nk : NULL;

@@ -1,11 +1,11 @@
-/* CPU tile-kernel lab (issue 3): checks every entry of every kernel table this CPU runs against a float64 loop,
+/* CPU tile-kernel lab: checks every entry of every kernel table this CPU runs against a float64 loop,
  * then times the attention-shaped products, exp2 and the bf16 dot-product kernel, on 1 thread and on all threads.
  *
  *   cpu_kernels            check + timings
  *   cpu_kernels --peak     machine ceilings: our fp32 / bf16 micro-kernel GFLOP/s (and OpenBLAS sgemm when linked)
  *   cpu_kernels --check    correctness only (exit status 1 on a mismatch)
  *
- * Not a test (timings are not asserted); built by bench/CMakeLists.txt, run by scripts/bench-cpu.sh. */
+ * Not a test (timings are not asserted); built by bench/lab/CMakeLists.txt, run by scripts/bench-cpu.sh. */
 #include "cpu/kernels.h"
 #include "cpu/kernels_portable.h"
 #include "cpu/peak.h"

@@ -2,10 +2,10 @@
 # Nsight Compute on a FLASH2 kernel and on PyTorch's flash kernel for the same pass at one shape: speed of light,
 # stall reasons, pipes, shared-memory bank conflicts, ldmatrix count, and per-instruction (SASS) warp-stall sampling
 # (which instructions the warps wait on). Prints the top instructions and the samples
-# per opcode (scripts/ncu-top.py) and writes $OUT/ncu-source.tar.gz (both source pages as CSV + summaries).
+# per opcode (bench/lab/ncu-top.py) and writes $OUT/ncu-source.tar.gz (both source pages as CSV + summaries).
 # Env: OUT, BUILD (default build-ncu), PASS (bwd | fwd), D (64), SEQLEN (4096), CAUSAL (0 | 1), BLOCK_Q (our tile).
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-ncu-out}; BUILD=${BUILD:-build-ncu}; D=${D:-64}; S=${SEQLEN:-4096}; PASS=${PASS:-bwd}; CAUSAL=${CAUSAL:-0}
 if [ "$PASS" = fwd ]; then OURS_K=flash2_fwd_kernel; TORCH_K=flash_fwd; else OURS_K=flash2_bwd_kernel; TORCH_K=dq_dk_dv; fi
 W=$(mktemp -d); mkdir -p "$OUT"
@@ -35,6 +35,6 @@ for r in ours torch; do
   echo "== $r: $(wc -l <"$W/$r-sass.csv") SASS lines"
   grep -E "Duration|Warp Cycles Per Issued|Issued Ipc|Executed Ipc A|bank_conflicts|ldsm|hmma|stalled|inst_executed.sum" \
     "$W/$r-details.txt" | head -40
-  python3 scripts/ncu-top.py "$W/$r-sass.csv" 30 2>&1 | tee "$W/$r-top.txt"
+  python3 bench/lab/ncu-top.py "$W/$r-sass.csv" 30 2>&1 | tee "$W/$r-top.txt"
 done
 tar -C "$W" -czf "$OUT/ncu-source.tar.gz" ours-top.txt torch-top.txt ours-sass.csv torch-sass.csv ours-details.txt torch-details.txt ours.log torch.log ours-sass.err torch-sass.err

@@ -1,0 +1,49 @@
+/* Test cases: shapes, dtype, layouts and options of one attention call, made by hand or drawn at random. */
+#ifndef FA_TESTLIB_CASES_H
+#define FA_TESTLIB_CASES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flashattn.h"
+#include "rng.h"
+#include "tensor.h"
+
+#define T_MAX_SEQS 8
+
+typedef struct t_case {
+    int64_t b, sq, sk, hq, hk, d; /* varlen: b = 1, sq/sk = totals, opts.cu_seqlens_* set */
+    fa_dtype dt;
+    t_layout lay_q, lay_kv, lay_o; /* lay_o is used for out, dout and the gradients */
+    fa_attn_opts opts;             /* opts.algo is set per run */
+    double sigma;                  /* q and k are sigma · N(0,1); v and dout are N(0,1). 0 = 1. */
+    double relax;                  /* multiplies the ceiling's relative part (f32: the 1e-5 bound); 0 = 1 */
+    double grad_rel;               /* > 0: gradients are held to err <= 2·err_std + grad_rel·max|ref| only, for
+                                    * ill-conditioned cases (logits of 1e4) where rounding S alone moves P by ~1% */
+    int32_t cu_q[T_MAX_SEQS + 1], cu_k[T_MAX_SEQS + 1]; /* a drawn varlen case's offsets (see t_case_bind) */
+} t_case;
+
+t_case t_case_make(int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hk, int64_t d, fa_dtype dt);
+/* The same with the layouts of q (and dq), k/v (and dk/dv) and out (and dout) given. */
+t_case t_case_laid(int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hk, int64_t d, fa_dtype dt, t_layout lq,
+                   t_layout lkv, t_layout lo);
+void t_case_describe(const t_case *c, char *buf, size_t n);
+
+/* What t_case_draw may produce. */
+typedef struct t_space {
+    int max_seqlen, max_d; /* seqlens and head dims come from awkward lists (1, 3, 113, 239...; 1, 31, 80, 256...) */
+    int bcast;             /* K/V may be T_BCAST */
+    int tiles;             /* block_q/block_k may be set (1..70) */
+    unsigned dtypes;       /* bit (1u << dtype) per allowed dtype; 0 = f32, f16 and bf16 */
+    int varlen_pct;        /* percent of cases that are packed varlen batches, empty sequences included */
+    double max_work;       /* > 0: fewer heads, then batches, until b·hq·sq·sk·d ≤ max_work (the oracle's cost) */
+} t_space;
+
+/* A random case: seqlen_q ≠ seqlen_k, GQA/MQA, every layout, causal/window/softcap/scale/sigma drawn at random. A
+ * varlen case keeps its offsets in c.cu_q/cu_k: call t_case_bind once the case is where it will be used. */
+t_case t_case_draw(t_rng *r, const t_space *sp);
+void t_case_bind(t_case *c);
+/* t_case_draw from the default stream with tiles, all dtypes, no varlen. */
+t_case t_case_random(int max_seqlen, int max_d, int allow_bcast);
+
+#endif

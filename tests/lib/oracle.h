@@ -1,0 +1,19 @@
+/* The float64 oracle: straight loops over the definition, used by the tests and `flashattn check`.
+ * Part of the testing library (tests/lib), never of libflashattn. Inputs must be valid (the same arguments
+ * fa_forward accepted); they are read in their dtype and widened to double exactly. */
+#ifndef FA_TESTLIB_ORACLE_H
+#define FA_TESTLIB_ORACLE_H
+
+#include "flashattn.h"
+
+/* out: contiguous [q.batch, q.seqlen, q.heads, d] doubles; lse (may be NULL): [q.batch, q.heads, q.seqlen]
+ * doubles, -INFINITY for a row that sees no key (its out row is 0). Returns FA_OK or FA_ERR_INVALID_ARGUMENT. */
+fa_status t_oracle_forward(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
+                           double *out, double *lse);
+
+/* Gradients of sum(out ∘ dout): dq contiguous like out; dk, dv contiguous [k.batch, k.seqlen, k.heads, d]
+ * (GQA: summed over the query heads sharing a K/V head). */
+fa_status t_oracle_backward(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
+                            const fa_tensor *dout, double *dq, double *dk, double *dv);
+
+#endif

@@ -256,7 +256,8 @@ static fa_status fa_flash_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa
                               "block_q %d / block_k %d: no CUDA FA_ALGO_%s %s kernel is built with these tiles for "
                               "head_dim %lld (0 = the tuned default; see the tile table in src/cuda)",
                               bq, bk, an, dir, (long long)p->d);
-    fa_cuda_instance k;
+    fa_cuda_instance k = {NULL, NULL, 0};
+    int built = 0;
     plan->entry = row;
     plan->grid[0] = (int)p->hq, plan->grid[1] = (int)p->batch, plan->grid[2] = 1; /* FLASH1: one CTA per (b, h) */
     if (!p->is_backward && flash2) {
@@ -264,12 +265,12 @@ static fa_status fa_flash_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa
         plan->kernel = r->kernel;
         plan->block_q = r->bm, plan->block_k = r->bn, plan->threads = r->nw * 32;
         plan->grid[0] = (int)((p->sq_max + r->bm - 1) / r->bm), plan->grid[1] = (int)p->hq, plan->grid[2] = (int)p->batch;
-        fa_flash2_fwd_instance(row, &k);
+        built = fa_flash2_fwd_instance(row, &k);
     } else if (!p->is_backward) {
         const fa_f1_fwd_row *r = &fa_f1_fwd_rows[row];
         plan->kernel = r->kernel;
         plan->block_q = r->bm, plan->block_k = r->bn, plan->threads = r->nw * 32;
-        fa_flash1_fwd_instance(row, &k);
+        built = fa_flash1_fwd_instance(row, &k);
     } else {
         const fa_bwd_row *r = &fa_bwd_rows[row];
         plan->block_q = r->bm, plan->block_k = r->bn, plan->threads = 8 * 32;
@@ -278,12 +279,15 @@ static fa_status fa_flash_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa
             plan->aux[FA_CUDA_AUX_DET] = p->deterministic ? 1 : 0;
             plan->grid[0] = (int)((p->sk_max + r->bn - 1) / r->bn), plan->grid[1] = (int)p->hq, plan->grid[2] = (int)p->batch;
             fa_bwd_split(tu, p, plan);
-            fa_flash2_bwd_instance(row, p->deterministic, &k);
+            built = fa_flash2_bwd_instance(row, p->deterministic, &k);
         } else {
             plan->kernel = "cuda.flash1.bwd";
-            fa_flash1_bwd_instance(row, &k);
+            built = fa_flash1_bwd_instance(row, &k);
         }
     }
+    if (!built) /* a table row without its case in the family's switch */
+        return fa_unsupported(why, why_len, "head_dim %lld: CUDA FA_ALGO_%s %s row %d has no kernel instance",
+                              (long long)p->d, an, dir, row);
     plan->smem_bytes = k.smem;
     return FA_OK;
 }

@@ -14,8 +14,8 @@
  *   dKj, dVj (Bc x d):    WK_KV warps along the keys x 8/WK_KV along d;
  *   dQi (Br x d):         WQ_DQ warps along queries  x 8/WQ_DQ along d.
  * P and dS (16-bit, rows = keys) go through shared memory between the first GEMMs and the others: one more
- * __syncthreads per step, in exchange for halving the B-operand reads of the old one-dimensional split (every warp
- * read all of Qi and dOi twice per step: ≈ 2000 shared-memory cycles for ≈ 2500 cycles of MMAs at d = 64). */
+ * __syncthreads per step, for half the B-operand reads of a one-dimensional split. Tiles: tiles.h; measurements:
+ * docs/cuda-kernels.md. */
 #ifndef FA_CUDA_BWD_BLOCK_CUH
 #define FA_CUDA_BWD_BLOCK_CUH
 
@@ -223,8 +223,8 @@ template <int N, int I = 0, class F> FA_DEV void fa_static_for(F f) {
  * sits among the MMAs, and no shared store stands between them: ptxas does not move an ldmatrix above a shared
  * store it cannot prove disjoint — which is what held FA2's order, P stored before the dPᵀ GEMM, behind the exp2s).
  * P is packed to 16 bits as it is computed (Pp, its shared-memory store), dS = P ∘ (dP − D) takes the fp32 P (FA2's
- * numerics; dS from the packed P measured 0.5 % slower: bench/results/h200-2026-11-30-f.md), and both go to shared
- * memory. (At d=64, 128 x 128, the fp32 P of this step spills; the split is off there.) */
+ * numerics, and 0.5 % faster than the packed P), and both go to shared memory. (At d=64, 128 x 128, the fp32 P of
+ * this step spills; the split is off there.) */
 template <typename T, class C, int MS, int QS>
 FA_DEV void fa_bwd_split_step(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const T *sVk, const T *sdOq, float kl,
                               const float *sLq, const float *sDq, uint32_t pa, int lane) {
@@ -301,18 +301,8 @@ FA_DEV void fa_bwd_dq_step(const fa_bwd_addr *sA, const T *sdS, const T *sK, flo
 
 /* The staged dQ of query block m -> dQacc (rows of D floats): one bulk reduce-add per row, issued by thread `row`
  * (rows < sq). The caller has passed a barrier since the staging stores; the tile is rewritten only after
- * fa_bulk_wait_read. Measured alternatives (H200, 4k / 16k, d64 and d128, same command): dQacc rows padded to D + 4
- * floats so that a block is one contiguous range, with one reduce per block, per 32, per 8 or per row: 5-12 %
- * slower than this (rows that do not start on a 128-byte line); dense staging rows (D floats, 8-way bank conflicts
- * on the float2 stores) with one reduce per 8 rows or per block: 11-16 % slower (d64 4k 233.9 / 225.3 vs 264.5).
- * The issue loop nvcc makes of the per-row reduce (uniform operands: one lane at a time) is ~11 % of the warp-stall
- * samples (ncu, d64 16k), yet every way of shortening it measured slower (2026-11-30, 4th session, one command):
- * rows spread over all 8 warps (16 lanes each) 232.3 / 269.2 and one lane per warp issuing its rows in a uniform
- * loop (no R2UR, 4x unrolled) 231.2 / 265.2 against this 262.9 / 290.0 (4k d64 / d128; 16k 240 / 279 vs 274 / 302);
- * one thread issuing D/32 TMA tensor reduces per block (4-D map over dQacc, 128-byte swizzled staging)
- * 247.2 / 285.3 vs 265.4 / 290.1. Issuing from four warps while the other four run ahead into the next GEMMs is
- * what this path has going for it. Which four does not matter (warps 4-7: 265.2 / 301.8 vs 265.1 / 301.1 at 4k);
- * when does: issued after the Sᵀ GEMM instead of at the top of the step, 251.5 / 287.3 (-5 %; 5th session). */
+ * fa_bulk_wait_read. Issued from four warps while the other four run ahead into the next GEMMs, at the top of the
+ * step; every other grouping, timing and granularity measured slower (docs/cuda-kernels.md). */
 template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const float *sdQ, int m, int sq, int tid) {
     const int row = m * C::BM + tid;
     if (tid < C::BM && row < sq) {

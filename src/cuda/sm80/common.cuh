@@ -69,11 +69,6 @@ FA_DEV void fa_key_span(const fa_cuda_params &p, int r0, int r1, int sq, int sk,
     *lo = l;
     *hi = h;
 }
-/* Keys visible to every query row of [r0, r0 + rows): [*lo, *hi) (*lo may be negative: the keys from 0). */
-FA_DEV void fa_common_keys(const fa_cuda_params &p, int r0, int rows, int sq, int sk, int *lo, int *hi) {
-    *hi = p.wr >= 0 ? min(sk, r0 + sk - sq + p.wr + 1) : sk;
-    *lo = p.wl >= 0 ? r0 + rows - 1 + sk - sq - p.wl : 0;
-}
 /* Query rows that see any key of [c0, c1): [*lo, *hi) (the transpose: the rows whose window meets the keys). */
 FA_DEV void fa_query_span(const fa_cuda_params &p, int c0, int c1, int sq, int sk, int *lo, int *hi) {
     int l = 0, h = sq;

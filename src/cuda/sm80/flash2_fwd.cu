@@ -234,9 +234,9 @@ __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_c
          * hot step. */
         int f_lo = 0, f_hi = -1;
         if (p.scale_log2 > 0.f && p.softcap == 0.f) {
-            int left, lim; /* every row sees the keys [left, lim) */
-            fa_common_keys(p, m0, rows, s.sq, s.sk, &left, &lim);
+            const int lim = p.wr >= 0 ? min(s.sk, m0 + s.sk - s.sq + p.wr + 1) : s.sk; /* keys < lim: every row sees */
             f_hi = lim >= BN ? lim / BN - 1 : -1;
+            const int left = p.wl >= 0 ? m0 + rows - 1 + s.sk - s.sq - p.wl : 0; /* keys >= left: every row sees */
             f_lo = left > 0 ? (left + BN - 1) / BN : 0;
         }
         cta->f_lo = f_lo, cta->f_hi = f_hi;

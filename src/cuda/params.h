@@ -1,8 +1,12 @@
 /* The one parameter block every CUDA kernel of flashattn takes (by value), and the launchers' declarations.
- * Filled by backend.cu from a validated fa_problem. Strides are in elements; head_dim is contiguous. */
+ * Filled by backend.cu from a validated fa_problem and the plan's workspace. Strides are in elements; head_dim is
+ * contiguous. */
 #ifndef FA_CUDA_PARAMS_H
 #define FA_CUDA_PARAMS_H
 
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <cuda_runtime.h>
@@ -29,33 +33,31 @@ typedef struct fa_cuda_params {
     float softcap_scale;    /* scale / softcap (0 when off), divided once on the host: kept in the kernels, the
                              * quotient was a loop-invariant register that ptxas spilled (FLASH1 d = 128) */
     int wl, wr;             /* window, -1 = unbounded; causal folded in as wr = 0 */
-    int sm_count;           /* the device's SMs (the FLASH2 backward's last-wave split) */
-    int split_rows;         /* that split for walks of >= split_rows query rows; < 0: never */
 } fa_cuda_params;
-
-/* The default of split_rows (measured: flash2_bwd.cu); FA_CUDA_BWD_SPLIT_ROWS at context creation overrides it. */
-#define FA_CUDA_BWD_SPLIT_ROWS 2048
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+#include "core/internal.h"
 
-/* Launchers (each returns the launch's cudaError_t; dtype: 1 = f16, 2 = bf16; block sizes from the tables;
- * fa_flash2_fwd_launch takes the requested *bm, *bn, 0 = default). */
-cudaError_t fa_flash2_fwd_launch(const fa_cuda_params *p, int dtype, int nw, cudaStream_t st, int *bm, int *bn,
-                                 const char **kernel); /* nw: warps (0 = the table's default), *kernel: what ran */
-cudaError_t fa_flash2_bwd_launch(const fa_cuda_params *p, int dtype, int deterministic, cudaStream_t st, int *bm,
-                                 int *bn); /* *bm, *bn: in = requested (0 = the default), out = what ran */
-/* Workspace bytes of the FLASH2 backward's last-wave split (p->tail_acc) for the tiles bm x bn; 0 = no split. */
-size_t fa_flash2_bwd_tail_bytes(const fa_cuda_params *p, int deterministic, int bm, int bn);
-cudaError_t fa_flash1_fwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn);
-cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn);
-/* Tile sizes of (algo: 2 = FLASH1, 3 = FLASH2; head_dim; backward) without launching. *bm, *bn: in = requested
- * (0 = the default), out = what runs. Returns 0 when no built kernel matches. */
-int fa_flash_tiles(int algo, int d, int backward, int *bm, int *bn);
-int fa_flash2_fwd_tiles(int d, int *bm, int *bn);
+/* One launcher per kernel family: runs exactly the plan (plan.cu) — its table row (plan->entry), grid, threads,
+ * shared memory and split (plan->aux); dtype 1 = f16, 2 = bf16. Each family's fa_*_instance maps a row to its
+ * template instance (a plain switch) and gives that instance's shared memory, which the plan records. */
+typedef cudaError_t (*fa_cuda_launch_fn)(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st);
+typedef struct fa_cuda_instance {
+    fa_cuda_launch_fn f16, bf16;
+    size_t smem; /* dynamic shared memory per CTA of the main kernel: sizeof its shared-storage struct */
+} fa_cuda_instance;
+int fa_flash1_fwd_instance(int row, fa_cuda_instance *k);
+int fa_flash2_fwd_instance(int row, fa_cuda_instance *k);
+int fa_flash1_bwd_instance(int row, fa_cuda_instance *k);
+int fa_flash2_bwd_instance(int row, int deterministic, fa_cuda_instance *k);
+cudaError_t fa_flash1_fwd_launch(const fa_cuda_params *p, const fa_plan *plan, int dtype, cudaStream_t st);
+cudaError_t fa_flash2_fwd_launch(const fa_cuda_params *p, const fa_plan *plan, int dtype, cudaStream_t st);
+cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, const fa_plan *plan, int dtype, cudaStream_t st);
+cudaError_t fa_flash2_bwd_launch(const fa_cuda_params *p, const fa_plan *plan, int dtype, cudaStream_t st);
 
-/* Backward helpers (bwd_util.cu). */
+/* Backward helpers (sm80/bwd_util.cu). */
 /* D = rowsum(dO∘O), and for the flash kernels (p->lse2 set) LSE·log2e; zero_dq: also clear p->dq_acc */
 cudaError_t fa_bwd_dsum_launch(const fa_cuda_params *p, int dtype, int zero_dq, cudaStream_t st);
 cudaError_t fa_bwd_dq_convert_launch(const fa_cuda_params *p, int dtype, cudaStream_t st); /* dq = dq_acc·scale */

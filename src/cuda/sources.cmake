@@ -1,18 +1,21 @@
 # CUDA backend sources (included by the root CMakeLists.txt when a CUDA compiler is found).
-# Built for sm_90a only (H100/H200): the flash kernels use mma.sync/ldmatrix/cp.async, the build stays fast.
+# Built for sm_90a only (H100/H200): the sm80/ kernels' mma.sync/ldmatrix/cp.async run there; the build stays fast.
 find_package(CUDAToolkit REQUIRED)
 # Always sm_90a (the backend refuses other devices at context creation): shadows the toolkit default that
 # enable_language(CUDA) puts in the cache.
 set(CMAKE_CUDA_ARCHITECTURES 90a)
 set(CMAKE_CUDA_STANDARD 17)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+# backend.cu: context and run; plan.cu: the one decision; standard.cu: cuBLAS; sm80/: the mma.sync / ldmatrix /
+# cp.async kernels (docs/cuda-kernels.md). The flash kernel files first: they take the longest to compile.
 set(FA_CUDA_SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/sm80/flash2_bwd.cu
+    ${CMAKE_CURRENT_LIST_DIR}/sm80/flash2_fwd.cu
+    ${CMAKE_CURRENT_LIST_DIR}/sm80/flash1.cu
+    ${CMAKE_CURRENT_LIST_DIR}/sm80/bwd_util.cu
     ${CMAKE_CURRENT_LIST_DIR}/backend.cu
-    ${CMAKE_CURRENT_LIST_DIR}/standard.cu
-    ${CMAKE_CURRENT_LIST_DIR}/bwd_util.cu
-    ${CMAKE_CURRENT_LIST_DIR}/flash1.cu
-    ${CMAKE_CURRENT_LIST_DIR}/flash2_fwd.cu
-    ${CMAKE_CURRENT_LIST_DIR}/flash2_bwd.cu)
+    ${CMAKE_CURRENT_LIST_DIR}/plan.cu
+    ${CMAKE_CURRENT_LIST_DIR}/standard.cu)
 # Host code warnings-clean; device code: report spills (-Xptxas -warn-spills) so a shipped tile that spills shows.
 set_source_files_properties(${FA_CUDA_SOURCES} PROPERTIES COMPILE_OPTIONS
     "-Xcompiler=-Wall,-Wextra;-Xptxas=-warn-spills;--expt-relaxed-constexpr")

@@ -7,7 +7,7 @@
  * Extra memory: Θ(Hq·Sq·Sk) per sequence (S fp32 + P; backward + dP fp32), reused across the sequences of a batch.
  * GQA: the query heads of one K/V head are one strided batch with a K/V stride of 0; dK, dV per query head in
  * fp32 are then summed (bwd_util.cu). */
-#include "common.cuh"
+#include "sm80/common.cuh"
 #include "standard.h"
 
 static cudaDataType fa_cu_type(int dtype) { return dtype == 0 ? CUDA_R_32F : dtype == 1 ? CUDA_R_16F : CUDA_R_16BF; }
@@ -45,9 +45,10 @@ struct fa_std_row {
     int sq, sk, wl, wr;
     float cap;
 };
-FA_DEV float fa_std_val(const fa_std_row &r, int i, int j, float s, bool *vis) {
-    const int diag = i + r.sk - r.sq;
-    *vis = (r.wl < 0 || j >= diag - r.wl) && (r.wr < 0 || j <= diag + r.wr);
+/* Keys [*lo, *hi) visible to row i (core/visible.h). */
+FA_DEV void fa_std_keys(const fa_std_row &r, int i, int *lo, int *hi) { fa_visible_keys32(i, r.sq, r.sk, r.wl, r.wr, lo, hi); }
+FA_DEV float fa_std_val(const fa_std_row &r, int lo, int hi, int j, float s, bool *vis) {
+    *vis = j >= lo && j < hi;
     return r.cap > 0.f ? r.cap * tanhf(s / r.cap) : s;
 }
 
@@ -74,10 +75,12 @@ __global__ void fa_std_softmax_kernel(const float *S, void *Pv, fa_std_row r, fl
     const int h = (int)(row / r.sq), i = (int)(row % r.sq);
     const float *s = S + row * r.sk;
     T *pr = (T *)Pv + row * r.sk;
+    int lo, hi;
+    fa_std_keys(r, i, &lo, &hi);
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < r.sk; j += blockDim.x) {
         bool vis;
-        float x = fa_std_val(r, i, j, s[j], &vis);
+        float x = fa_std_val(r, lo, hi, j, s[j], &vis);
         if (vis) mx = fmaxf(mx, x);
     }
     mx = fa_block_reduce(mx, true, red);
@@ -85,14 +88,14 @@ __global__ void fa_std_softmax_kernel(const float *S, void *Pv, fa_std_row r, fl
     float sum = 0.f;
     for (int j = threadIdx.x; j < r.sk; j += blockDim.x) {
         bool vis;
-        float x = fa_std_val(r, i, j, s[j], &vis);
+        float x = fa_std_val(r, lo, hi, j, s[j], &vis);
         if (vis) sum += expf(x - mu);
     }
     sum = fa_block_reduce(sum, false, red);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
     for (int j = threadIdx.x; j < r.sk; j += blockDim.x) {
         bool vis;
-        float x = fa_std_val(r, i, j, s[j], &vis);
+        float x = fa_std_val(r, lo, hi, j, s[j], &vis);
         pr[j] = fa_from_f32<T>(vis ? expf(x - mu) * inv : 0.f);
     }
     if (lse && threadIdx.x == 0) lse[(int64_t)h * lse_hs + i] = sum > 0.f ? mu + logf(sum) : -INFINITY;
@@ -107,9 +110,11 @@ __global__ void fa_std_bwd_kernel(const float *S, const float *dP, void *outv, f
     float L = lse[(int64_t)h * lse_hs + i];
     if (L == -INFINITY) L = INFINITY;
     const float Dv = mode ? dsum[(int64_t)h * lse_hs + i] : 0.f;
+    int lo, hi;
+    fa_std_keys(r, i, &lo, &hi);
     for (int j = threadIdx.x; j < r.sk; j += blockDim.x) {
         bool vis;
-        const float x = fa_std_val(r, i, j, S[row * r.sk + j], &vis);
+        const float x = fa_std_val(r, lo, hi, j, S[row * r.sk + j], &vis);
         float v = vis ? expf(x - L) : 0.f;
         if (mode) {
             v *= dP[row * r.sk + j] - Dv;
@@ -129,14 +134,23 @@ __global__ void fa_std_bwd_kernel(const float *S, const float *dP, void *outv, f
         else KERNEL<__nv_bfloat16><<<grid, block, 0, st>>>(__VA_ARGS__);            \
     } while (0)
 
-size_t fa_standard_ws_bytes(const fa_cuda_params *p, int dtype, int backward) {
-    const size_t hss = (size_t)p->hq * p->sq * p->sk;
-    size_t b = hss * (4 + fa_esize(dtype)) + 1024; /* + 256-byte alignment of the parts */
-    if (backward) {
-        b += hss * 4;                                                            /* dP */
-        if (p->group > 1) b += 2 * (size_t)p->hq * p->sk * p->d * 4;             /* dK, dV per query head */
-    }
-    return b;
+/* The scratch of one sequence (sq x sk per query head), described once for its size and its pointers: S (fp32),
+ * P (dtype); backward also dP (fp32) and, for GQA, dK, dV per query head (fp32). */
+static void fa_std_layout(fa_arena *a, int hq, int d, int group, int64_t sq, int64_t sk, size_t es, int backward,
+                          fa_std_parts *w) {
+    const size_t hss = (size_t)hq * sq * sk, kv = (size_t)hq * sk * d * 4;
+    w->S = (float *)fa_arena_take(a, hss * 4, 256);
+    w->dP = backward ? (float *)fa_arena_take(a, hss * 4, 256) : NULL;
+    w->P = fa_arena_take(a, hss * es, 256);
+    w->dkw = backward && group > 1 ? (float *)fa_arena_take(a, kv, 256) : NULL;
+    w->dvw = backward && group > 1 ? (float *)fa_arena_take(a, kv, 16) : NULL;
+}
+
+size_t fa_standard_ws_bytes(int hq, int d, int group, int64_t sq, int64_t sk, int dtype, int backward) {
+    fa_arena a = fa_arena_dry();
+    fa_std_parts w;
+    fa_std_layout(&a, hq, d, group, sq, sk, fa_esize(dtype), backward, &w);
+    return a.size;
 }
 
 /* Sequence b's offsets. */
@@ -154,7 +168,7 @@ static void fa_std_seq(const fa_cuda_params *p, const int *cu_q, const int *cu_k
 #define FA_OFF(P, X, b, row) ((cu_q ? (row) * (P)->X##_ss : (int64_t)(b) * (P)->X##_sb))
 
 fa_std_status fa_standard_forward(const fa_cuda_params *p, int dtype, const int *cu_q, const int *cu_k,
-                                  cublasHandle_t hd, cudaStream_t st, void *ws) {
+                                  cublasHandle_t hd, cudaStream_t st, void *ws, size_t ws_bytes) {
     const cudaDataType t = fa_cu_type(dtype);
     const size_t es = fa_esize(dtype);
     fa_std_status r = {cudaSuccess, CUBLAS_STATUS_SUCCESS};
@@ -167,8 +181,11 @@ fa_std_status fa_standard_forward(const fa_cuda_params *p, int dtype, const int 
         const char *k = (const char *)p->k + FA_OFF(p, k, b, kr) * es;
         const char *v = (const char *)p->v + FA_OFF(p, v, b, kr) * es;
         char *o = (char *)p->out + FA_OFF(p, o, b, qr) * es;
-        float *S = (float *)ws;
-        void *P = (char *)ws + (((size_t)p->hq * sq * sk * 4 + 255) & ~(size_t)255);
+        fa_arena a = fa_arena_over(ws, ws_bytes);
+        fa_std_parts w;
+        fa_std_layout(&a, p->hq, p->d, p->group, sq, sk, es, 0, &w);
+        float *S = w.S;
+        void *P = w.P;
         const fa_std_row rw = {sq, sk, p->wl, p->wr, p->softcap};
         if (sk == 0) { /* no keys: O = 0, LSE = -inf */
             for (int h = 0; h < p->hq; ++h) {
@@ -199,7 +216,7 @@ fa_std_status fa_standard_forward(const fa_cuda_params *p, int dtype, const int 
 }
 
 fa_std_status fa_standard_backward(const fa_cuda_params *p, int dtype, const int *cu_q, const int *cu_k,
-                                   cublasHandle_t hd, cudaStream_t st, void *ws) {
+                                   cublasHandle_t hd, cudaStream_t st, void *ws, size_t ws_bytes) {
     const cudaDataType t = fa_cu_type(dtype);
     const size_t es = fa_esize(dtype);
     fa_std_status r = {cudaSuccess, CUBLAS_STATUS_SUCCESS};
@@ -216,10 +233,11 @@ fa_std_status fa_standard_backward(const fa_cuda_params *p, int dtype, const int
         char *dq = (char *)p->dq + FA_OFF(p, dq, b, qr) * es;
         char *dk = (char *)p->dk + FA_OFF(p, dk, b, kr) * es;
         char *dv = (char *)p->dv + FA_OFF(p, dv, b, kr) * es;
-        const size_t hss = (size_t)p->hq * sq * sk;
-        float *S = (float *)ws, *dP = (float *)((char *)ws + ((hss * 4 + 255) & ~(size_t)255));
-        void *P = (char *)dP + ((hss * 4 + 255) & ~(size_t)255);
-        float *dkw = (float *)((char *)P + ((hss * es + 255) & ~(size_t)255)), *dvw = dkw + (size_t)p->hq * sk * p->d;
+        fa_arena a = fa_arena_over(ws, ws_bytes);
+        fa_std_parts w;
+        fa_std_layout(&a, p->hq, p->d, p->group, sq, sk, es, 1, &w);
+        float *S = w.S, *dP = w.dP, *dkw = w.dkw, *dvw = w.dvw;
+        void *P = w.P;
         const int gqa = p->group > 1;
         const fa_std_row rw = {sq, sk, p->wl, p->wr, p->softcap};
         if (sq == 0 || sk == 0) {

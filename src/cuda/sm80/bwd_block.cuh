@@ -14,24 +14,19 @@
  *   dKj, dVj (Bc x d):    WK_KV warps along the keys x 8/WK_KV along d;
  *   dQi (Br x d):         WQ_DQ warps along queries  x 8/WQ_DQ along d.
  * P and dS (16-bit, rows = keys) go through shared memory between the first GEMMs and the others: one more
- * __syncthreads per step, in exchange for halving the B-operand reads of the old one-dimensional split (every warp
- * read all of Qi and dOi twice per step: ≈ 2000 shared-memory cycles for ≈ 2500 cycles of MMAs at d = 64). */
+ * __syncthreads per step, for half the B-operand reads of a one-dimensional split. Tiles: tiles.h; measurements:
+ * docs/cuda-kernels.md. */
 #ifndef FA_CUDA_BWD_BLOCK_CUH
 #define FA_CUDA_BWD_BLOCK_CUH
 
 #include "common.cuh"
+#include "tiles.h"
 
 #include <type_traits>
 
-/* How dQi reaches the fp32 accumulator: bulk reduce-add from a shared staging tile (FLASH2), read-modify-write
- * (FLASH1), or not at all (FLASH2 deterministic, whose dQ kernel recomputes it).
- * Why the bulk reduce (H200, bf16, 2026-11-30, scripts/bwd-variants.sh, one build per variant, same command):
- * per-lane float2 atomics (16 red.global per thread per step) 233.9 / 261.8 TFLOP/s at 4k (d64 / d128), the
- * staging tile + bulk reduce 263.5 / 281.9 (+13 % / +8 %; 16k: 242 -> 272, 272 -> 292). The atomics shared the
- * LSU/MIO queue with the ldmatrix traffic of the next GEMMs; red.v4 (half the instructions) was 1-3 % slower than
- * red.v2, FA2's dV-dQ-dK order 5 % slower, and rotating each CTA's loop start (no two CTAs on one dQ row) ±1 %
- * (with the bulk reduce too: d=64 16k non-causal 274.5 vs 274.2, so the d=64 gap to FA2 at 8k-16k is not dQ-row
- * contention; 5th session). */
+/* How dQi reaches the fp32 accumulator: bulk reduce-add from a shared staging tile (FLASH2: +8-13 % over per-lane
+ * float2 atomics, which shared the LSU/MIO queue with the next GEMMs' ldmatrix traffic), read-modify-write
+ * (FLASH1), or not at all (FLASH2 deterministic, whose dQ kernel recomputes it). */
 enum { FA_DQ_REDUCE = 0, FA_DQ_NONE = 1, FA_DQ_RMW = 2 };
 
 /* Br x Bc = BM x BN, 8 warps, the warp grid of each GEMM (see above), and the order of the first half-step. */
@@ -55,47 +50,11 @@ struct fa_bwd_cfg {
                   "every warp tile must be whole 16 x 16 MMA tiles");
 };
 
-/* The tile table of the backward (FLASH1 and FLASH2 share the body), 1 CTA of 8 warps per SM; every row is
- * reachable through opts.block_q and tested (tests/gpu). Registers from -Xptxas -v; times: H200, bf16, seqlen 4k,
- * the protocol of ../shared/BENCHMARKS.md (see src/cuda/README.md).
- *   d=64 : 128 x 128, Sᵀ 2 x 4, dK/dV 4 x 2, dQ 4 x 2    FA2's sm90 choice (GPU_NOTES §3)     smem 214 KB
- *          64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 2 x 4                                           smem 127 KB
- *   d=128: 64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 2 x 4    FA2's sm90 choice                   smem 207 KB
- * (KiB; smem includes FLASH2's fp32 dQ staging tile, 36 KiB at d=64.) P_SPLIT (fa_bwd_split_step: P between the dPᵀ GEMM's
- * k-steps, packed as computed), scripts/gpu-pick.sh, one command, FLASH2 TFLOP/s, P after the dPᵀ GEMM with FA2's
- * order (P computed and stored before it) -> P_SPLIT with P packed (-> the same with an fp32 P, equal speed):
- * d=128 2k 286.0 -> 291.5 (292.0), 8k 305.5 -> 311.6 (312.5), 16k 309.4 -> 317.8 (316.2), causal +1.3-2 %: on
- * for d=128 (FLASH1 too; 2026-11-30, 5th session). At d=64 (128 x 128) P packed: 2k 251.7 -> 250.3, 8k 269.0 ->
- * 265.8, 16k 273.9 -> 270.7: off (an fp32 P there spills 72 B). FA2's order itself had measured d=128 +1.0-1.3 %
- * over P after the GEMM (4k 285.3 vs 281.9), d=64 -2 to -4 %. dS from the fp32 P instead of the packed one (6th
- * session, same command): 2k 291.7 -> 293.6, 8k 312.5 -> 316.1, 16k 318.3 -> 319.6: the fp32 P ships.
- * Q_LATE (Qi+1, dOi+1 issued after the second barrier instead of the first), same command, TFLOP/s first ->
- * second -> (after the Sᵀ GEMM): d=128 2k 278.2 -> 286.0 (277.7), 4k 290.3 -> 298.9 (290.1), 16k 301.9 -> 311.5
- * (301.0), causal +2-3 %; d=64 2k 251.7 -> 245.0 (249.0), 4k 263.0 -> 255.1 (259.6), 16k 273.9 -> 265.3 (269.0):
- * on for FLASH2 d=128 only (2026-11-30, 5th session). */
-template <int D, int BM> struct fa_bwd_tiles;
-template <> struct fa_bwd_tiles<64, 128> : fa_bwd_cfg<64, 128, 128, 2, 4, 4, false> {};
-template <> struct fa_bwd_tiles<64, 64> : fa_bwd_cfg<64, 64, 128, 4, 4, 2, false> {};
-template <> struct fa_bwd_tiles<128, 64> : fa_bwd_cfg<128, 64, 128, 4, 4, 2, true, 2, true> {};
-/* head dims 32 and 96, FA2's sm90 shapes and layouts (its AtomLayoutMSdP / NdKV / MdQ 4/4/4 and 2/4/4; FA2 keeps V
- * in registers there, we do not); not tuned on the H200 yet:
- *   d=32 : 128 x 128, Sᵀ 2 x 4, dK/dV 4 x 2, dQ 4 x 2                                        smem 150 KB
- *   d=96 : 64 x 128,  Sᵀ 4 x 2, dK/dV 4 x 2, dQ 4 x 2                                        smem 167 KB */
-template <> struct fa_bwd_tiles<32, 128> : fa_bwd_cfg<32, 128, 128, 2, 4, 4, false> {};
-template <> struct fa_bwd_tiles<32, 64> : fa_bwd_cfg<32, 64, 128, 4, 4, 4, false> {}; /* FLASH1's d=32 row */
-/* d=256: 64 x 64, Sᵀ 4 x 2, dK/dV 2 x 4, dQ 2 x 4 (FA2's 4/2/2), one Q/dO buffer (shared memory, KiB: K, V 66, Q, dO
- * 66, P, dS 18, dQ staging 66; 217 of the 227 there are) */
-template <> struct fa_bwd_tiles<256, 64> : fa_bwd_cfg<256, 64, 64, 4, 2, 2, false, 1> {};
-template <> struct fa_bwd_tiles<96, 64> : fa_bwd_cfg<96, 64, 128, 4, 4, 4, false> {};
-/* The table on the host: *bm, *bn in = requested (0 = the default), out = what runs; 0 if no row matches. */
-static inline int fa_bwd_tile_pick(int d, int *bm, int *bn) {
-    const int two = d == 32 || d == 64; /* head dims with a 128-row and a 64-row tile; the others: 64 rows */
-    const int q = *bm ? *bm : two ? 128 : 64, k = d == 256 ? 64 : 128;
-    const int ok = two ? q == 128 || q == 64 : (d == 96 || d == 128 || d == 256) && q == 64;
-    if (!ok || (*bn && *bn != k)) return 0;
-    *bm = q, *bn = k;
-    return 1;
-}
+/* The configuration of row R of fa_bwd_rows (tiles.h). */
+template <int R>
+struct fa_bwd_row_cfg
+    : fa_bwd_cfg<fa_bwd_rows[R].d, fa_bwd_rows[R].bm, fa_bwd_rows[R].bn, fa_bwd_rows[R].wk_s, fa_bwd_rows[R].wk_kv,
+                 fa_bwd_rows[R].wq_dq, fa_bwd_rows[R].p_split != 0, fa_bwd_rows[R].qstages, fa_bwd_rows[R].q_late != 0> {};
 
 /* The block's addresses, computed before the loop over Qi by thread 0 and parked in shared memory: read where
  * they are used, so that no register carries them (or what they are derived from) across the loop. Kept in
@@ -110,16 +69,30 @@ struct fa_bwd_addr {
     int rows;      /* valid key rows of the block */
 };
 
-/* K, V; Q, dO double-buffered; Pᵀ, dSᵀ; LSE·log2e and D double-buffered; the block's addresses; FLASH2's fp32 dQ
- * staging tile (rows of LQ = D + 8 floats, 8 banks apart, so that the float2 stores of a half-warp — 4 rows x 8
- * floats — hit 32 distinct banks; 16-byte aligned for the bulk reduce). Measured (H200, bf16, one command,
- * scripts/gpu-pick.sh, 2026-11-30 6th session): rows of D + 4 (2-way conflicts) -> D + 8: d=64 8k 269.1 -> 276.8,
- * 16k 273.8 -> 281.8, d=128 8k 312.5 -> 320.8, 16k 318.3 -> 327.1 TFLOP/s (+2.6-3.5 % at every shape: the stores
- * sit just before the step's last barrier); dense rows (8-way) had measured 11-16 % below D + 4. */
-template <class C, int DQ_MODE> constexpr size_t fa_bwd_smem_bytes() {
-    return (size_t)(2 * C::BN * C::LD + 2 * C::QSTAGES * C::BM * C::LD + 2 * C::BN * C::LDP) * 2 +
-           4 * C::BM * sizeof(float) +
-           sizeof(fa_bwd_addr) + (DQ_MODE == FA_DQ_REDUCE ? 16 + (size_t)C::BM * C::LQ * sizeof(float) : 0);
+/* The CTA's shared memory: K, V; Q, dO (QSTAGES buffers); Pᵀ, dSᵀ; LSE·log2e and D double-buffered; the block's
+ * addresses; for FLASH2, the fp32 dQ staging tile (rows of LQ = D + 8 floats, 8 banks apart, so that the float2
+ * stores of a half-warp — 4 rows x 8 floats — hit 32 distinct banks: +2.6-3.5 % over D + 4; 16-byte aligned for
+ * the bulk reduce). The launch's dynamic shared memory is its sizeof. */
+template <class C> struct fa_bwd_smem_base {
+    uint16_t K[C::BN * C::LD], V[C::BN * C::LD]; /* 16-bit elements (T) */
+    uint16_t Q[C::QSTAGES * C::BM * C::LD], dO[C::QSTAGES * C::BM * C::LD];
+    uint16_t P[C::BN * C::LDP], dS[C::BN * C::LDP];
+    float L[2 * C::BM], D[2 * C::BM];
+    fa_bwd_addr addr;
+};
+template <class C, int DQ_MODE> struct fa_bwd_smem : fa_bwd_smem_base<C> {};
+template <class C> struct fa_bwd_smem<C, FA_DQ_REDUCE> : fa_bwd_smem_base<C> {
+    alignas(16) float dQ[C::BM * C::LQ];
+};
+static_assert(sizeof(fa_bwd_addr) % 16 == 0, "the staging tile follows addr, 16-byte aligned");
+/* &dQ of fa_bwd_smem<C, FA_DQ_REDUCE>, derived at run time from the end of addr (the same address: every part of
+ * the base is a multiple of 16 bytes): from the struct's constant offset, ptxas allocated the 255-register
+ * kernels' loop differently (other SASS). */
+template <class C, int DQ_MODE> FA_DEV float *fa_bwd_staging(fa_bwd_smem_base<C> &sm) {
+    static_assert(DQ_MODE != FA_DQ_REDUCE ||
+                      sizeof(fa_bwd_smem<C, FA_DQ_REDUCE>) == sizeof(sm) + C::BM * C::LQ * sizeof(float),
+                  "dQ right after the base");
+    return DQ_MODE == FA_DQ_REDUCE ? (float *)(((uintptr_t)(&sm.addr + 1) + 15) & ~(uintptr_t)15) : nullptr;
 }
 
 /* Row statistics of query block m -> shared memory with cp.async (part of the caller's commit group): LSE·log2e
@@ -250,8 +223,8 @@ template <int N, int I = 0, class F> FA_DEV void fa_static_for(F f) {
  * sits among the MMAs, and no shared store stands between them: ptxas does not move an ldmatrix above a shared
  * store it cannot prove disjoint — which is what held FA2's order, P stored before the dPᵀ GEMM, behind the exp2s).
  * P is packed to 16 bits as it is computed (Pp, its shared-memory store), dS = P ∘ (dP − D) takes the fp32 P (FA2's
- * numerics; dS from the packed P measured 0.5 % slower: bench/results/h200-2026-11-30-f.md), and both go to shared
- * memory. (At d=64, 128 x 128, the fp32 P of this step spills; the split is off there.) */
+ * numerics, and 0.5 % faster than the packed P), and both go to shared memory. (At d=64, 128 x 128, the fp32 P of
+ * this step spills; the split is off there.) */
 template <typename T, class C, int MS, int QS>
 FA_DEV void fa_bwd_split_step(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const T *sVk, const T *sdOq, float kl,
                               const float *sLq, const float *sDq, uint32_t pa, int lane) {
@@ -328,18 +301,8 @@ FA_DEV void fa_bwd_dq_step(const fa_bwd_addr *sA, const T *sdS, const T *sK, flo
 
 /* The staged dQ of query block m -> dQacc (rows of D floats): one bulk reduce-add per row, issued by thread `row`
  * (rows < sq). The caller has passed a barrier since the staging stores; the tile is rewritten only after
- * fa_bulk_wait_read. Measured alternatives (H200, 4k / 16k, d64 and d128, same command): dQacc rows padded to D + 4
- * floats so that a block is one contiguous range, with one reduce per block, per 32, per 8 or per row: 5-12 %
- * slower than this (rows that do not start on a 128-byte line); dense staging rows (D floats, 8-way bank conflicts
- * on the float2 stores) with one reduce per 8 rows or per block: 11-16 % slower (d64 4k 233.9 / 225.3 vs 264.5).
- * The issue loop nvcc makes of the per-row reduce (uniform operands: one lane at a time) is ~11 % of the warp-stall
- * samples (ncu, d64 16k), yet every way of shortening it measured slower (2026-11-30, 4th session, one command):
- * rows spread over all 8 warps (16 lanes each) 232.3 / 269.2 and one lane per warp issuing its rows in a uniform
- * loop (no R2UR, 4x unrolled) 231.2 / 265.2 against this 262.9 / 290.0 (4k d64 / d128; 16k 240 / 279 vs 274 / 302);
- * one thread issuing D/32 TMA tensor reduces per block (4-D map over dQacc, 128-byte swizzled staging)
- * 247.2 / 285.3 vs 265.4 / 290.1. Issuing from four warps while the other four run ahead into the next GEMMs is
- * what this path has going for it. Which four does not matter (warps 4-7: 265.2 / 301.8 vs 265.1 / 301.1 at 4k);
- * when does: issued after the Sᵀ GEMM instead of at the top of the step, 251.5 / 287.3 (-5 %; 5th session). */
+ * fa_bulk_wait_read. Issued from four warps while the other four run ahead into the next GEMMs, at the top of the
+ * step; every other grouping, timing and granularity measured slower (docs/cuda-kernels.md). */
 template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const float *sdQ, int m, int sq, int tid) {
     const int row = m * C::BM + tid;
     if (tid < C::BM && row < sq) {
@@ -357,11 +320,11 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
     constexpr int MS = C::SK / 16, QS = C::SQ / 8, MK = C::KK / 16, NK = C::KD / 8;
     constexpr int QST = C::QSTAGES;
     constexpr bool Q_LATE = C::Q_LATE && DQ_MODE != FA_DQ_RMW; /* FLASH1's d=128 kernels spilled 12-16 B with it */
-    T *sK = (T *)smem, *sV = sK + BN * LD, *sQ = sV + BN * LD, *sdO = sQ + QST * BM * LD, *sP = sdO + QST * BM * LD;
-    T *sdS = sP + BN * LDP;
-    float *sL = (float *)(sdS + BN * LDP), *sD = sL + 2 * BM;
-    fa_bwd_addr *sA = (fa_bwd_addr *)(sD + 2 * BM); /* 8-byte aligned: every region above is a multiple of 16 B */
-    float *sdQ = (float *)(((uintptr_t)(sA + 1) + 15) & ~(uintptr_t)15); /* FLASH2's dQ staging tile */
+    fa_bwd_smem_base<C> &sm = *(fa_bwd_smem_base<C> *)smem;
+    T *sK = (T *)sm.K, *sV = (T *)sm.V, *sQ = (T *)sm.Q, *sdO = (T *)sm.dO, *sP = (T *)sm.P, *sdS = (T *)sm.dS;
+    float *sL = sm.L, *sD = sm.D;
+    fa_bwd_addr *sA = &sm.addr;
+    float *sdQ = fa_bwd_staging<C, DQ_MODE>(sm); /* FLASH2's dQ staging tile */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int n0 = n_block * BN, kv_rows = min(BN, s.sk - n0), hk = h / p.group;

@@ -11,10 +11,11 @@
  *   O = 2^((m−m_new)c)·O + P Vj
  * with P fed from the S registers as the A operand (no shared memory). 1/ℓ is applied once at the end and only
  * LSE = m·scale + ln ℓ is written (FA2p §3.1.1). Kj, Vj are double-buffered with cp.async: block j-1 is fetched
- * while block j computes, one __syncthreads per block. (FA2's single-buffered K/V ordering, GPU_NOTES §2.5, was
- * measured first: 168 TFLOP/s at d=64, 4k — the load latency was not hidden with 2 CTAs per SM.)
- * Query blocks run last to first, so under a causal mask the longest CTAs of each head start first. */
+ * while block j computes, one __syncthreads per block (the single-buffered order hid the load latency worse at
+ * 2 CTAs per SM; d=256 keeps it to fit 2 CTAs). Query blocks run last to first, so under a causal mask the
+ * longest CTAs of each head start first. Tiles: tiles.h; measurements: docs/cuda-kernels.md. */
 #include "common.cuh"
+#include "tiles.h"
 
 /* Per-CTA values that the loop and the epilogue read back from shared memory: thread 0 writes them before the
  * loop and a __syncthreads publishes them. Carried in registers across the loop, they (with ℓ, m) were what ptxas
@@ -40,11 +41,8 @@ FA_DEV int fa_tid_here() {
 }
 
 /* Kn-1, Vn-1 -> the other stage (cp.async, one commit group), n = sN[tid] > nb_lo. Every block below the loop's
- * first (the last key block, the only one the seqlen tail can cut) is whole: the loader checks no row (d=128: 1010
- * -> 945 instructions per hot step; measured with the late ℓ store below, H200, bf16, one command, TFLOP/s
- * without -> with: d64 2k 298.1 -> 303.5, 4k 303.9 -> 310.1; d128 2k 330.6 -> 335.7, 4k 337.8 -> 343.8).
- * Issued at the top of the step, after the barrier: issued after the QKᵀ GEMM instead (FA2's place for its next K)
- * it measured 7-9 % slower at d=128 (4k 320.0 vs 352.4), equal at d=64. */
+ * first (the last key block, the only one the seqlen tail can cut) is whole: the loader checks no row (+2 %).
+ * Issued at the top of the step, after the barrier: after the QKᵀ GEMM (FA2's place) it was 7-9 % slower. */
 template <typename T, int D, int BN, int NTHR>
 FA_DEV void fa2_fwd_prefetch(const fa_fwd_cta *cta, T *sK, T *sV, const int *sN) {
     constexpr int LD = D + 8;
@@ -116,14 +114,14 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
                         S[mi][nt][e] = x * p.scale_log2;
                     }
         }
-        /* fa_visible per row: query i sees keys [jlo, jhi] (bottom-right aligned window; causal is wr = 0) */
+        /* query i sees keys [jlo, jhi] (fa_row_keys): two compares per score */
         const int sq = cta->sq, sk = cta->sk;
 #pragma unroll
         for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const int diag = cta->m0 + wrow + mi * 16 + (lane >> 2) + r * 8 + sk - sq;
-                const int jlo = p.wl >= 0 ? diag - p.wl : 0, jhi = p.wr >= 0 ? min(sk - 1, diag + p.wr) : sk - 1;
+                int jlo, jhi;
+                fa_row_keys(p, cta->m0 + wrow + mi * 16 + (lane >> 2) + r * 8, sq, sk, &jlo, &jhi);
                 const int j0 = n * BN + (lane & 3) * 2;
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt)
@@ -136,12 +134,9 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
     }
 
     /* Online softmax: m_new = max(m, rowmax S); rescale ℓ and O by exp2((m − m_new)·kl). The new ℓ stays in
-     * registers until the PV GEMM is issued: ptxas does not move an ldmatrix of V above a shared-memory store it
-     * cannot prove disjoint, so an ℓ store here held every V load (and every PV MMA) behind the whole softmax;
-     * stored after the GEMM, the exp2s and the first PV MMAs interleave (as in FA2's SASS). Measured (H200, bf16,
-     * one command, TFLOP/s store here -> after the GEMM): d64 2k 303.5 -> 318.5, 4k 310.1 -> 323.5, 16k 315.3 ->
-     * 325.8; d128 2k 335.7 -> 342.8, 4k 343.8 -> 352.4, 16k 350.0 -> 359.3 (causal alike, +2-4 %). m stays stored
-     * here: it is known before the exp2s, and keeping it too spilled the 3-CTA d=64 tile. */
+     * registers until the PV GEMM is issued: ptxas does not move an ldmatrix of V above a shared store it cannot
+     * prove disjoint, so an ℓ store here held the PV GEMM behind the whole softmax (+2-5 % stored after it). m is
+     * stored here: keeping it too spilled the 3-CTA d=64 tile. */
     float l_keep[MW][2];
 #pragma unroll
     for (int mi = 0; mi < MW; ++mi)
@@ -187,17 +182,28 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
         for (int r = 0; r < 2; ++r) sRowL[(2 * mi + r) * NTHR + tid] = l_keep[mi][r];
 }
 
+/* The CTA's shared memory: Qi, NST stages of Kj and Vj (rows padded to D + 8), ℓ and m of the rows each thread
+ * holds ([MW·2][NTHR] each: private to the thread, no barrier needed), each thread's copy of the loop's block
+ * index, the per-CTA values. The launch's dynamic shared memory is its sizeof. */
+template <int D, int BM, int BN, int NW, int NST> struct fa2_fwd_smem {
+    static constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8;
+    uint16_t Q[BM * LD], K[NST * BN * LD], V[NST * BN * LD]; /* 16-bit elements (T) */
+    float row_l[2 * MW * NTHR], row_m[2 * MW * NTHR];
+    int n[NTHR];
+    fa_fwd_cta cta;
+};
+
 /* Launch bounds: CTAS CTAs per SM (the table's column; registers per thread <= 65536 / (CTAS · 32·NW)). With the
  * thread count alone, ptxas capped the 64 x 64 tile at 128 registers and spilled 20 B. */
 template <typename T, int D, int BM, int BN, int NW, int CTAS, int NST>
 __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_cuda_params p) {
     constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, NT = BN / 8, DT = D / 8;
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    T *sQ = (T *)fa_smem, *sK = sQ + BM * LD, *sV = sK + NST * BN * LD; /* K and V: NST stages each */
-    /* ℓ and m of the rows this thread holds, [MW·2][NTHR] each: private to the thread, no barrier needed */
-    float *sRowL = (float *)(sV + NST * BN * LD), *sRowM = sRowL + 2 * MW * NTHR;
-    int *sN = (int *)(sRowM + 2 * MW * NTHR); /* [NTHR]: each thread's copy of the loop's block index */
-    fa_fwd_cta *cta = (fa_fwd_cta *)(sN + NTHR);
+    fa2_fwd_smem<D, BM, BN, NW, NST> &sm = *(fa2_fwd_smem<D, BM, BN, NW, NST> *)fa_smem;
+    T *sQ = (T *)sm.Q, *sK = (T *)sm.K, *sV = (T *)sm.V;
+    float *sRowL = sm.row_l, *sRowM = sm.row_m;
+    int *sN = sm.n;
+    fa_fwd_cta *cta = &sm.cta;
 
     /* Query blocks last to first: under a causal mask the last blocks see the most keys, so the heaviest CTAs of
      * each (batch, head) start first and the short ones fill the tail of the grid. */
@@ -296,133 +302,44 @@ __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_c
     fa_store_tile<T, BM, D, LD, NTHR>((T *)cta->O, p.o_ss, sQ, rows_e, tid);
 }
 
-/* Qi, NST stages of Kj and Vj, ℓ and m (8 floats per row of Qi: each lane of the row's quad keeps its own ℓ, m),
- * the per-CTA values. */
-template <int D, int BM, int BN, int NW, int NST> static size_t fa2_fwd_smem_bytes() {
-    return (size_t)(BM + 2 * NST * BN) * (D + 8) * 2 + (size_t)8 * BM * sizeof(float) + NW * 32 * sizeof(int) +
-           sizeof(fa_fwd_cta);
-}
-
-template <typename T, int D, int BM, int BN, int NW, int CTAS, int NST>
-static cudaError_t fa2_fwd_run(const fa_cuda_params *p, cudaStream_t st) {
-    const size_t smem = fa2_fwd_smem_bytes<D, BM, BN, NW, NST>();
-    cudaError_t e = cudaFuncSetAttribute(fa_flash2_fwd_kernel<T, D, BM, BN, NW, CTAS, NST>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+template <typename T, int R> static cudaError_t fa2_fwd_run(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
+    constexpr fa_f2_fwd_row r = fa_f2_fwd_rows[R];
+    const auto kernel = fa_flash2_fwd_kernel<T, r.d, r.bm, r.bn, r.nw, r.ctas, r.nst>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan->smem_bytes);
     if (e != cudaSuccess) return e;
-    dim3 grid((p->sq + BM - 1) / BM, p->hq, p->batch);
-    if (grid.x == 0) return cudaSuccess;
-    fa_flash2_fwd_kernel<T, D, BM, BN, NW, CTAS, NST><<<grid, NW * 32, smem, st>>>(*p);
+    if (plan->grid[0] == 0) return cudaSuccess;
+    kernel<<<dim3(plan->grid[0], plan->grid[1], plan->grid[2]), plan->threads, plan->smem_bytes, st>>>(*p);
     return cudaGetLastError();
 }
-
-/* Tile table (Br x Bc, warps, CTAs per SM for the launch bounds); the first row of each head dim is the default,
- * the others are reachable through opts.block_q/block_k for sweeps, and rows that differ only in warps through
- * FA_CUDA_FLASH2_FWD_WARPS (read at context creation: among the rows that match the request, the first with that
- * many warps). Registers from -Xptxas -v, nvcc 13.0, bf16 (f16 alike); no row spills.
- *
- * Defaults as built, H200, bf16, 2026-11-30 fifth session (scripts/gpu-pick.sh, bench/results/h200-2026-11-30-e.md:
- * d=64 from the sixth call, d=128 from the seventh; the other head dims at 4k from the first), TFLOP/s and ratio to
- * PyTorch's flash backend in the same command, seqlen 512 / 1k / 2k / 4k / 8k / 16k:
- *   d=64  non-causal 279.7 / 303.4 / 315.8 / 322.9 / 326.8 / 328.5 = 1.12 / 1.12 / 1.09 / 1.08 / 1.07 / 1.06
- *         causal     180.8 / 229.3 / 262.4 / 287.3 / 303.1 / 313.3 = 1.31 / 1.15 / 1.04 / 1.04 / 1.12 / 1.08
- *   d=128 non-causal 295.7 / 323.5 / 341.9 / 351.3 / 356.7 / 358.7 = 1.04 / 1.02 / 1.05 / 1.01 / 1.00 / 1.02
- *         causal     194.4 / 245.7 / 282.1 / 303.7 / 318.5 / 329.0 = 1.24 / 1.14 / 1.11 / 1.02 / 1.07 / 1.13
- *   4k: d=32 233.3 = 1.06, causal 212.2 = 1.05; d=96 280.8 = 0.86, causal 259.6 = 0.86; d=256 279.6 = 0.87,
- *   causal 241.1 = 0.89. (The sweep below predates the late ℓ store and the row-check-free prefetch, +4-7 %.)
- *
- * The sweep that chose the rows (one device run, 2026-11-30 17:12 UTC, with a sweep build that picked any row
- * through an environment variable, not kept; registers below are the built kernels'), bf16, flashattn bench at the protocol shapes (B·S = 16k, model dim 2048),
- * median of 10, TFLOP/s at seqlen 512 / 4k, non-causal | causal, and the ratio to PyTorch's flash backend (FA2)
- * from the same command:
- *   d=64 : 128 x 64,  4 warps, 3 CTAs/SM: 267.7 / 305.3 | 143.2 / 265.7 = 1.07 / 1.05 | 1.00 / 0.96  <- default
- *             (168 regs: 12 warps/SM instead of 8; it spilled 12 B until the loop's block index, the thread
- *             index and the K/V strides were re-read from shared memory / %tid instead of held in registers —
- *             measured with the spill)
- *          128 x 64,  4 warps, 2 CTAs/SM: 233.9 / 279.2 | 119.3 / 239.1 = 0.94 / 0.96 | 0.84 / 0.87 (not built
- *             now: same tile; 206-210 regs; the default until this round: 1.88 ms at 4k in the first round vs 1.98
- *             for 256 x 64 8w, 2.43 for 128 x 128 8w)
- *          128 x 128, 4 warps (FA2's tile): 252.2 / 291.0 | 115.1 / 250.7 = 1.01 / 1.00 | 0.81 / 0.91 (spills
- *             4-8 B now: not built)
- *          64 x 64,   4 warps, 4 CTAs/SM: 227.9 / 256.2 | 158.5 / 234.9 = 0.91 / 0.88 | 1.11 / 0.85 (119 regs)
- *          256 x 64,  8 warps (210 regs); 128 x 128, 8 warps (186 regs): slower in the first round (above)
- *   d=128: 128 x 64,  4 warps, 2 CTAs/SM: 282.6 / 331.5 | 158.9 / 277.9 = 1.10 / 0.95 | 0.94 / 0.96  <- default
- *             (FA2's H100 tile; 253 regs; 2 row tiles per warp: half the K/V shared-memory reads per MMA of
- *             the 8-warp tile; 2.315 -> 1.611 ms at 4k against 128 x 64 8w when it became the default)
- *          128 x 32,  4 warps: 256.4 / 294.1 | 149.0 / 250.0 = 1.00 / 0.84 | 0.88 / 0.86 (234 regs)
- *          64 x 64,   4 warps: 0.633 / 2.372 / 9.325 ms at 1k / 4k / 16k in the first round (153 regs)
- *          128 x 64,  8 warps: 0.609 / 2.245 / 8.803 ms in the first round (153 regs, FA_CUDA_FLASH2_FWD_WARPS=8)
- *          256 x 64,  8 warps (fourth session, 4k / 16k non-causal, causal; same command as the default's 336.0 /
- *             340.9, 288.7 / 317.4): 319.2 / 326.4, 260.2 / 293.7; the same tile in FA3's ping-pong schedule
- *             (two 4-warp groups alternating GEMM and softmax phases, not kept) 317.2 / 327.6, 260.7 / 295.2
- *   d=96 : 128 x 64,  4 warps, 2 CTAs/SM (FA2's d=96 tile): 287.0 / 257.3 at 4k = 0.91 / 0.94 <- default
- *             (seventh session, scripts/fwd-tiles.sh, 1k / 4k / 16k non-causal | causal: 261.5 / 280.6 / 287.4 |
- *             213.6 / 261.3 / 280.7 = 0.86 / 0.85 / 0.84 | 0.91 / 0.87 / 0.93; after fa_load_tile moved whole
- *             rows per pass at d = 96 (common.cuh), in the next call: 274.2 / 294.6 / 303.4 | 223.9 / 275.6 /
- *             298.1 = 0.90 / 0.87 / 0.88 | 0.95 / 0.91 / 0.98, +5-6 %)
- *   d=32 : 128 x 64,  4 warps: 194.9 / 225.2 |  93.7 / 193.9 = 1.11 / 1.03 | 0.92 / 0.97  <- default (144 regs:
- *             3 CTAs/SM by registers)
- *          128 x 128, 4 warps (FA2's tile): 174.8 / 214.4 | 72.5 / 180.2 = 1.00 / 0.98 | 0.71 / 0.90 (254 regs)
- *   d=256: 64 x 64,   4 warps, single-stage K/V, 2 CTAs/SM  <- default since the seventh session (FA2's H100 tile
- *             and load order; 230 regs, 102 KB shared memory per CTA). scripts/fwd-tiles.sh, best of 2 interleaved
- *             rounds, seqlen 1k / 4k / 16k, non-causal | causal, TFLOP/s and ratio to torch-flash, against the
- *             previous default (next row) in the same command: 265.1 / 287.3 / 290.7 | 212.8 / 253.5 / 297.5 =
- *             0.92 / 0.90 / 0.89 | 0.91 / 0.91 / 1.10, vs 254.3 / 277.6 / 282.8 | 194.8 / 238.4 / 286.0 = 0.88 /
- *             0.87 / 0.87 | 0.83 / 0.86 / 1.06 (+3-9 %); 64 x 32 with two stages (2 CTAs/SM, 208 regs): 0.76-0.92,
- *             not built. Same run, d=96: 64 x 64 4 warps 3 CTAs/SM (152 regs) 0.74-0.82 and 128 x 32 0.78-0.86
- *             against the default's 0.84-0.93: not built.
- *          128 x 64,  8 warps, 1 CTA/SM:  217.4 / 256.0 | 140.2 / 216.5 = 0.91 / 0.83 | 0.83 / 0.84  (the default
- *             until the seventh session; 235 regs, 203 KB shared memory: Q + two K/V stages)
- *          64 x 64,   4 warps with two K/V stages, 1 CTA/SM (169 KB): 172.6 / 202.6 | 126.4 / 188.1 = 0.72 / 0.66 |
- *             0.74 / 0.73 (227 regs, 4 warps/SM; replaced by the single-stage row)
- * Tried and dropped in the same run (not built): computing the next block's S during this block's softmax in one
- * warp ("pipe", a second S in registers, so the MMAs and the exp2/max/sum interleave): d=64 128 x 64 2 CTAs
- * 237.9 / 289.0 | 101.7 / 245.8 (+1-4 % over the same tile without it, slower causal at 512, 255 regs + spill,
- * and no room for 3 CTAs/SM); d=128 128 x 32 256.6 / 326.4 | 134.1 / 271.4 and 64 x 64 224.3 / 280.8 | 153.5 /
- * 258.5 — below the default. */
-typedef cudaError_t (*fa2_fwd_fn)(const fa_cuda_params *, cudaStream_t);
-typedef struct fa2_fwd_cfg {
-    int d, bm, bn, nw, ctas;
-    const char *kernel; /* the name fa_stats reports */
-    fa2_fwd_fn run_f16, run_bf16;
-} fa2_fwd_cfg;
-#define FA2_FWD_ROW_S(D, BM, BN, NW, CTAS, NST, SUFFIX)                                                                \
-    {D, BM, BN, NW, CTAS, "cuda.flash2.fwd.mma_sync.d" #D "." #BM "x" #BN "w" #NW SUFFIX,                              \
-     fa2_fwd_run<__half, D, BM, BN, NW, CTAS, NST>, fa2_fwd_run<__nv_bfloat16, D, BM, BN, NW, CTAS, NST>}
-#define FA2_FWD_ROW(D, BM, BN, NW, CTAS) FA2_FWD_ROW_S(D, BM, BN, NW, CTAS, 2, "")
-static const fa2_fwd_cfg fa2_fwd_table[] = {
-    FA2_FWD_ROW(64, 128, 64, 4, 3),  FA2_FWD_ROW(64, 256, 64, 8, 1), FA2_FWD_ROW(64, 128, 128, 8, 1),
-    FA2_FWD_ROW(64, 64, 64, 4, 4),   FA2_FWD_ROW(128, 128, 64, 4, 2), FA2_FWD_ROW(128, 128, 64, 8, 1),
-    FA2_FWD_ROW(128, 128, 32, 4, 2), FA2_FWD_ROW(128, 64, 64, 4, 2),  FA2_FWD_ROW(32, 128, 64, 4, 2),
-    FA2_FWD_ROW(32, 128, 128, 4, 2), FA2_FWD_ROW_S(256, 64, 64, 4, 2, 1, ".1stage"), FA2_FWD_ROW(256, 128, 64, 8, 1),
-    FA2_FWD_ROW(96, 128, 64, 4, 2),  FA2_FWD_ROW(128, 256, 64, 8, 1)};
-#undef FA2_FWD_ROW
-#undef FA2_FWD_ROW_S
-
-/* The row for head dim d, tile bm x bn (0 = any) and nw warps (0 = any; ignored when no matching row has nw). */
-static const fa2_fwd_cfg *fa2_fwd_find(int d, int bm, int bn, int nw) {
-    for (int pass = 0; pass < 2; ++pass)
-        for (size_t i = 0; i < sizeof fa2_fwd_table / sizeof fa2_fwd_table[0]; ++i) {
-            const fa2_fwd_cfg *c = &fa2_fwd_table[i];
-            if (c->d == d && (bm == 0 || bm == c->bm) && (bn == 0 || bn == c->bn) &&
-                (pass || !nw || nw == c->nw))
-                return c;
-        }
-    return NULL;
-}
-
-extern "C" int fa_flash2_fwd_tiles(int d, int *bm, int *bn) {
-    const fa2_fwd_cfg *c = fa2_fwd_find(d, *bm, *bn, 0);
-    if (!c) return 0;
-    *bm = c->bm, *bn = c->bn;
+template <int R> static int fa2_fwd_inst(fa_cuda_instance *k) {
+    constexpr fa_f2_fwd_row r = fa_f2_fwd_rows[R];
+    k->f16 = fa2_fwd_run<__half, R>, k->bf16 = fa2_fwd_run<__nv_bfloat16, R>;
+    k->smem = sizeof(fa2_fwd_smem<r.d, r.bm, r.bn, r.nw, r.nst>);
     return 1;
 }
+static_assert(sizeof fa_f2_fwd_rows / sizeof fa_f2_fwd_rows[0] == 14, "one case per row of fa_f2_fwd_rows");
+extern "C" int fa_flash2_fwd_instance(int row, fa_cuda_instance *k) {
+    switch (row) {
+    case 0: return fa2_fwd_inst<0>(k);
+    case 1: return fa2_fwd_inst<1>(k);
+    case 2: return fa2_fwd_inst<2>(k);
+    case 3: return fa2_fwd_inst<3>(k);
+    case 4: return fa2_fwd_inst<4>(k);
+    case 5: return fa2_fwd_inst<5>(k);
+    case 6: return fa2_fwd_inst<6>(k);
+    case 7: return fa2_fwd_inst<7>(k);
+    case 8: return fa2_fwd_inst<8>(k);
+    case 9: return fa2_fwd_inst<9>(k);
+    case 10: return fa2_fwd_inst<10>(k);
+    case 11: return fa2_fwd_inst<11>(k);
+    case 12: return fa2_fwd_inst<12>(k);
+    case 13: return fa2_fwd_inst<13>(k);
+    default: return 0;
+    }
+}
 
-/* *bm, *bn: in = requested (0 = default), out = used; nw: requested warps (0 = the table's order); *kernel: the
- * name of the row that ran. */
-extern "C" cudaError_t fa_flash2_fwd_launch(const fa_cuda_params *p, int dtype, int nw, cudaStream_t st, int *bm, int *bn,
-                                            const char **kernel) {
-    const fa2_fwd_cfg *c = fa2_fwd_find(p->d, *bm, *bn, nw);
-    if (!c) return cudaErrorInvalidValue;
-    *bm = c->bm, *bn = c->bn, *kernel = c->kernel;
-    return dtype == 1 ? c->run_f16(p, st) : c->run_bf16(p, st);
+extern "C" cudaError_t fa_flash2_fwd_launch(const fa_cuda_params *p, const fa_plan *plan, int dtype, cudaStream_t st) {
+    fa_cuda_instance k;
+    if (!fa_flash2_fwd_instance(plan->entry, &k)) return cudaErrorInvalidValue;
+    return (dtype == 1 ? k.f16 : k.bf16)(p, plan, st);
 }

@@ -117,22 +117,24 @@ static int64_t fa_k_rows(const fa_cuda_params *p) {
         else KERNEL<__nv_bfloat16><<<grid, block, 0, st>>>(__VA_ARGS__);                    \
     } while (0)
 
-/* The 16-byte-vector kernels: 16-bit dtype (1 = f16, else bf16) x V = d / 8 (d in 32, 64, 128, 256). */
+/* The 16-byte-vector kernels: 16-bit dtype (1 = f16, else bf16) x V = d / 8 threads per row, a power of two from
+ * 4 to 32 (a shuffle tree; d = 96's 12 threads take the generic kernels). */
 #define FA_VEC_DTYPE(dtype, KERNEL, V, grid, st, ...)                                                     \
     ((dtype) == 1 ? KERNEL<__half, V><<<grid, 256, 0, st>>>(__VA_ARGS__)                               \
                   : KERNEL<__nv_bfloat16, V><<<grid, 256, 0, st>>>(__VA_ARGS__))
 #define FA_VEC_SWITCH(d, dtype, KERNEL, grid, st, ...)                                                    \
     do {                                                                                                 \
-        if ((d) == 32) FA_VEC_DTYPE(dtype, KERNEL, 4, grid, st, __VA_ARGS__);                            \
-        else if ((d) == 64) FA_VEC_DTYPE(dtype, KERNEL, 8, grid, st, __VA_ARGS__);                       \
-        else if ((d) == 128) FA_VEC_DTYPE(dtype, KERNEL, 16, grid, st, __VA_ARGS__);                     \
+        if ((d) == 4 * 8) FA_VEC_DTYPE(dtype, KERNEL, 4, grid, st, __VA_ARGS__);                         \
+        else if ((d) == 8 * 8) FA_VEC_DTYPE(dtype, KERNEL, 8, grid, st, __VA_ARGS__);                    \
+        else if ((d) == 16 * 8) FA_VEC_DTYPE(dtype, KERNEL, 16, grid, st, __VA_ARGS__);                  \
         else FA_VEC_DTYPE(dtype, KERNEL, 32, grid, st, __VA_ARGS__);                                     \
     } while (0)
 
-/* The flash kernels' tensors: 16-bit, rows 16-byte aligned (the selector's rule), LSE·log2e wanted. */
-/* (d = 96: 12 threads a row do not make a shuffle tree; it takes the generic kernels.) */
+/* The flash kernels' tensors: 16-bit, rows 16-byte aligned (the plan's rule), LSE·log2e wanted, and d / 8 a power
+ * of two from 4 to 32. */
 static int fa_flash_rows(const fa_cuda_params *p, int dtype) {
-    return p->lse2 && dtype != 0 && (p->d == 32 || p->d == 64 || p->d == 128 || p->d == 256);
+    const int v = p->d / 8;
+    return p->lse2 && dtype != 0 && p->d % 8 == 0 && v >= 4 && v <= 32 && (v & (v - 1)) == 0;
 }
 
 extern "C" cudaError_t fa_bwd_dsum_launch(const fa_cuda_params *p, int dtype, int zero_dq, cudaStream_t st) {

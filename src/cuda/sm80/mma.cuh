@@ -6,7 +6,7 @@
  *   B 16x8 (k x n): b[0] = (k 2t..2t+1, n g), b[1] = (k 8+2t.., n g)
  *   C 16x8 fp32: c[0], c[1] = (g, 2t, 2t+1); c[2], c[3] = (g+8, 2t, 2t+1)
  * Two adjacent C tiles (n 0-7, 8-15) are exactly one A fragment (k 0-15) once packed to 16 bits: that is how
- * P = exp(S) is fed to P·V straight from registers (GPU_NOTES §2.6). */
+ * P = exp(S) is fed to P·V straight from registers. */
 #ifndef FA_CUDA_MMA_CUH
 #define FA_CUDA_MMA_CUH
 

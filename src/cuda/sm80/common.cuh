@@ -6,7 +6,8 @@
 #define FA_CUDA_COMMON_CUH
 
 #include "mma.cuh"
-#include "params.h"
+#include "core/visible.h"
+#include "cuda/params.h"
 
 #include <math.h>
 
@@ -42,12 +43,25 @@ FA_DEV int64_t fa_off(const fa_cuda_params &p, int64_t sb, int64_t ss, int64_t s
     return (p.cu_q ? row0 * ss : (int64_t)b * sb) + (int64_t)h * sh;
 }
 
-/* Key j is visible to query i (bottom-right aligned window; causal is wr = 0). */
+/* ---- the mask in the kernels ----
+ * The rule is core/visible.h's (key j visible to query i iff diag − wl <= j <= diag + wr, diag = i + sk − sq, a
+ * bound dropped when its window is −1; causal is wr = 0). These are its forms in the kernels: each gives the same
+ * keys as fa_visible_keys32 / fa_visible_block32 for every valid window, but without their clamps (lo >= 0,
+ * hi >= lo) where the caller does not need them — written through visible.h, the clamps changed the SASS of
+ * every flash kernel (register allocation across the whole loop; docs/cuda-kernels.md). */
+
+/* Key j is visible to query i. */
 FA_DEV bool fa_visible(const fa_cuda_params &p, int i, int j, int sq, int sk) {
     int diag = i + sk - sq;
     return j < sk && (p.wl < 0 || j >= diag - p.wl) && (p.wr < 0 || j <= diag + p.wr);
 }
-/* Keys visible to any query row of [r0, r1) (r1 > r0): [*lo, *hi). */
+/* Keys visible to query row i: [*lo, *hi] (closed; *lo may be negative, empty when *hi < *lo). */
+FA_DEV void fa_row_keys(const fa_cuda_params &p, int i, int sq, int sk, int *lo, int *hi) {
+    const int diag = i + sk - sq;
+    *lo = p.wl >= 0 ? diag - p.wl : 0;
+    *hi = p.wr >= 0 ? min(sk - 1, diag + p.wr) : sk - 1;
+}
+/* Keys visible to any query row of [r0, r1) (r1 > r0): [*lo, *hi), empty when *hi <= *lo (fa_visible_block32). */
 FA_DEV void fa_key_span(const fa_cuda_params &p, int r0, int r1, int sq, int sk, int *lo, int *hi) {
     int l = 0, h = sk;
     if (p.wl >= 0) l = max(0, r0 + sk - sq - p.wl);
@@ -55,7 +69,7 @@ FA_DEV void fa_key_span(const fa_cuda_params &p, int r0, int r1, int sq, int sk,
     *lo = l;
     *hi = h;
 }
-/* Query rows that see any key of [c0, c1): [*lo, *hi). */
+/* Query rows that see any key of [c0, c1): [*lo, *hi) (the transpose: the rows whose window meets the keys). */
 FA_DEV void fa_query_span(const fa_cuda_params &p, int c0, int c1, int sq, int sk, int *lo, int *hi) {
     int l = 0, h = sq;
     if (p.wr >= 0) l = max(0, c0 - sk + sq - p.wr);
@@ -80,8 +94,8 @@ FA_DEV float fa_softcap(float s, float k, float cap) { return cap * tanhf(s * k)
  * tid % CPR of rows tid / CPR + it·RPI (every thread for D = 32, 64, 128, 256; 120 of 128 or 252 of 256 for D = 96,
  * whose 12 chunks do not divide the thread counts). The global row step goes through fa_opaque64, so each row's
  * address is one 64-bit add where it is used: otherwise nvcc hoisted one offset per row (and per tile) out of the
- * kernels' loops into registers of its own, and the FLASH1 backward spilled them. (D = 96 dealt its chunks out in
- * order until the seventh session: a division and a 64-bit multiply per chunk, 5-6 % of the d=96 forward.)
+ * kernels' loops into registers of its own, and the FLASH1 backward spilled them. (D = 96 dealing its chunks out in
+ * order cost a division and a 64-bit multiply per chunk, 5-6 % of the d=96 forward.)
  * Otherwise (fewer rows than one pass covers, D a power of two) the chunks are dealt out in order, c = it·NTHR + tid
  * -> row c / CPR, chunk c % CPR. FULL: every row is valid (rows_valid unused): no per-row check or zero-fill
  * select. */

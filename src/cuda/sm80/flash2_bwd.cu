@@ -10,51 +10,25 @@
  *   dQi = scale · Σj dSij Kj — no reduction across CTAs, the same bits every run, at the price of recomputing S and dP (two of
  *   the five backward GEMMs run twice: ≈ 7/5 of the FLOPs). */
 #include "bwd_block.cuh"
+#include "cuda/plan.h"
 
-/* Tiles of the K/V-block kernel: the table in bwd_block.cuh. dQ kernel (deterministic): 64 x 64, 4 warps. */
-template <int D> struct fa2_dq_tiles { static constexpr int BM = 64, BN = 64, NW = 4; };
-/* d=256: 32 keys per step (the 64-key step spilled 8 B: dQ alone is 128 fp32 registers per thread) */
-template <> struct fa2_dq_tiles<256> { static constexpr int BM = 64, BN = 32, NW = 4; };
-
-/* The last wave, split. The kernel runs one CTA per SM (8 warps, 255 registers), so N equal K/V blocks take
- * ceil(N / #SMs) waves, and the last one holds N mod #SMs blocks: at the protocol's non-causal shapes 4096 blocks
- * (d=64) on 132 SMs are 31 full waves and 4 blocks alone for a whole walk (2048 at d=128: 15 waves and 68), ~3 %
- * of the time with most SMs idle. Where every block walks the same query blocks (no causal mask, window or
- * varlen), dK and dV go straight to their outputs (no GQA, not deterministic) and there is no softcap, the first
- * launch takes whole = N − (N mod #SMs) blocks, one per CTA as before (full waves), and a second one deals the
- * walks of the other blocks — units = (N mod #SMs) · Tr query blocks — out evenly to min(#SMs, units) CTAs, which
- * add their partial dK, dV (fp32) into p.tail_acc atomically; fa_flash2_tail_store_kernel writes them out.
- * Two launches, not one: the body of the whole-block kernel stays main's (one kernel with both kinds of CTA
- * spilled at d=64 softcap and d=96). Only for walks of at least p->split_rows query rows (default
- * FA_CUDA_BWD_SPLIT_ROWS = 2048; the environment variable of that name overrides it at context creation, for tests
- * and benchmarks; < 0: never): the second launch,
- * the K/V loads of the pieces (most pieces span two blocks) and the fp32 atomics cost ~a few steps, more than the
- * split saves on short walks. Measured (H200, bf16, scripts/gpu-pick.sh, one command, 2026-11-30 6th session;
- * FLASH2 TFLOP/s, no split -> split): d=64 512 203.0 -> 197.9, 2k 259.6 -> 263.4, 8k 278.0 -> 285.4, 16k 283.0 ->
- * 291.4; d=128 512 234.6 -> 225.4, 2k 300.3 -> 302.4, 8k 322.2 -> 330.0, 16k 328.7 -> 337.7 (causal: not split,
- * unchanged; "no split" was a build with the split compiled out, the same as FA_CUDA_BWD_SPLIT_ROWS=-1 now). */
+/* The last wave, split (the plan decides: plan->aux). The kernel runs one CTA per SM, so N equal K/V blocks leave
+ * N mod #SMs of them alone in the last wave. The first launch takes whole = N − split blocks, one per CTA; a second
+ * deals the walks of the other blocks — units = split · Tr query blocks — out evenly to `pieces` CTAs, which add
+ * their partial dK, dV (fp32) into p.tail_acc atomically; fa_flash2_tail_store_kernel writes them out. Two
+ * launches, not one: one kernel with both kinds of CTA spilled at d=64 softcap and d=96. */
 struct fa_bwd_tail {
     int tc, tr, whole, pieces; /* K/V blocks per head, query blocks per walk; blocks done whole; split CTAs */
     long long units;           /* query blocks of the split blocks' walks */
 };
-static fa_bwd_tail fa2_bwd_tail_plan(const fa_cuda_params *p, int det, int bm, int bn) {
+static fa_bwd_tail fa2_bwd_tail_of(const fa_cuda_params *p, const fa_plan *plan) {
     fa_bwd_tail t;
-    t.tc = (p->sk + bn - 1) / bn, t.tr = (p->sq + bm - 1) / bm;
-    const long long n = (long long)t.tc * p->hq * p->batch;
-    t.whole = (int)n, t.pieces = 0, t.units = 0;
-    const int g = p->sm_count, r = g > 0 ? (int)(n % g) : 0;
-    if (det || p->group != 1 || p->cu_q || p->cu_k || p->wl >= 0 || p->wr >= 0 || p->softcap > 0.f ||
-        p->split_rows < 0 || (long long)t.tr * bm < p->split_rows || n < g || !r)
-        return t;
-    t.whole = (int)(n - r), t.units = (long long)r * t.tr, t.pieces = (int)(t.units < g ? t.units : g);
+    const int split = plan->aux[FA_CUDA_AUX_SPLIT];
+    t.tc = plan->grid[0], t.tr = (p->sq + plan->block_q - 1) / plan->block_q;
+    t.whole = (int)((long long)t.tc * p->hq * p->batch - split);
+    t.pieces = plan->aux[FA_CUDA_AUX_PIECES];
+    t.units = (long long)split * t.tr;
     return t;
-}
-/* fp32 dK, dV of the split blocks (units / tr of them) */
-static size_t fa2_bwd_tail_acc_bytes(const fa_bwd_tail &t, int bn, int d) {
-    return t.pieces ? (size_t)(t.units / t.tr) * 2 * bn * d * sizeof(float) : 0;
-}
-extern "C" size_t fa_flash2_bwd_tail_bytes(const fa_cuda_params *p, int deterministic, int bm, int bn) {
-    return fa2_bwd_tail_acc_bytes(fa2_bwd_tail_plan(p, deterministic, bm, bn), bn, p->d);
 }
 
 /* Linear K/V block g (blocks of one head adjacent, as the whole-block grid (Tc, Hq, B) numbers them) -> its key
@@ -112,13 +86,20 @@ __global__ void __launch_bounds__(256) fa_flash2_tail_store_kernel(const fa_cuda
     }
 }
 
-/* Deterministic dQ: dQi = scale · Σj (P ∘ (dP − D)) Kj with warps splitting the rows of Qi. */
-template <typename T, int D>
-__global__ void __launch_bounds__(fa2_dq_tiles<D>::NW * 32) fa_flash2_dq_kernel(const fa_cuda_params p) {
-    constexpr int BM = fa2_dq_tiles<D>::BM, BN = fa2_dq_tiles<D>::BN, NW = fa2_dq_tiles<D>::NW;
+/* Deterministic dQ: dQi = scale · Σj (P ∘ (dP − D)) Kj with warps splitting the rows of Qi; Br = 64, 4 warps,
+ * Bc from the backward row (dq_bn). */
+enum { FA2_DQ_BM = 64, FA2_DQ_NW = 4 };
+/* Its shared memory: Qi, dOi; Kj, Vj double-buffered (rows padded to D + 8). */
+template <int D, int BM, int BN> struct fa2_dq_smem {
+    uint16_t Q[BM * (D + 8)], dO[BM * (D + 8)], K[2 * BN * (D + 8)], V[2 * BN * (D + 8)]; /* 16-bit elements (T) */
+};
+template <typename T, int D, int BN>
+__global__ void __launch_bounds__(FA2_DQ_NW * 32) fa_flash2_dq_kernel(const fa_cuda_params p) {
+    constexpr int BM = FA2_DQ_BM, NW = FA2_DQ_NW;
     constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, NT = BN / 8, DT = D / 8;
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    T *sQ = (T *)fa_smem, *sdO = sQ + BM * LD, *sK = sdO + BM * LD, *sV = sK + 2 * BN * LD;
+    fa2_dq_smem<D, BM, BN> &sm = *(fa2_dq_smem<D, BM, BN> *)fa_smem;
+    T *sQ = (T *)sm.Q, *sdO = (T *)sm.dO, *sK = (T *)sm.K, *sV = (T *)sm.V;
 
     const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -228,65 +209,77 @@ __global__ void __launch_bounds__(fa2_dq_tiles<D>::NW * 32) fa_flash2_dq_kernel(
 }
 
 template <typename T, class C, int DQ_MODE, bool SOFTCAP>
-static cudaError_t fa2_bwd_main_sc(const fa_cuda_params *p, cudaStream_t st) {
-    const size_t smem = fa_bwd_smem_bytes<C, DQ_MODE>();
-    cudaError_t e = cudaFuncSetAttribute(fa_flash2_bwd_kernel<T, C, DQ_MODE, SOFTCAP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+static cudaError_t fa2_bwd_main_sc(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
+    const auto kernel = fa_flash2_bwd_kernel<T, C, DQ_MODE, SOFTCAP>;
+    const int smem = (int)plan->smem_bytes;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    const fa_bwd_tail t = fa2_bwd_tail_plan(p, DQ_MODE == FA_DQ_NONE, C::BM, C::BN);
-    dim3 grid(t.tc, p->hq, p->batch);
-    if (grid.x == 0) return cudaSuccess;
-    fa_flash2_bwd_kernel<T, C, DQ_MODE, SOFTCAP><<<grid, C::NW * 32, smem, st>>>(*p, t);
+    const fa_bwd_tail t = fa2_bwd_tail_of(p, plan);
+    if (plan->grid[0] == 0) return cudaSuccess;
+    kernel<<<dim3(plan->grid[0], plan->grid[1], plan->grid[2]), plan->threads, smem, st>>>(*p, t);
     if ((e = cudaGetLastError()) != cudaSuccess || DQ_MODE != FA_DQ_REDUCE || SOFTCAP || !t.pieces) return e;
-    e = cudaFuncSetAttribute(fa_flash2_bwd_split_kernel<T, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    e = cudaFuncSetAttribute(fa_flash2_bwd_split_kernel<T, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    if ((e = cudaMemsetAsync(p->tail_acc, 0, fa2_bwd_tail_acc_bytes(t, C::BN, C::D), st)) != cudaSuccess) return e;
-    fa_flash2_bwd_split_kernel<T, C><<<t.pieces, C::NW * 32, smem, st>>>(*p, t);
+    const int split = plan->aux[FA_CUDA_AUX_SPLIT];
+    if ((e = cudaMemsetAsync(p->tail_acc, 0, (size_t)split * 2 * C::BN * C::D * sizeof(float), st)) != cudaSuccess)
+        return e;
+    fa_flash2_bwd_split_kernel<T, C><<<t.pieces, plan->threads, smem, st>>>(*p, t);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    fa_flash2_tail_store_kernel<T, C::BN, C::D><<<(int)(t.units / t.tr), 256, 0, st>>>(*p, t);
+    fa_flash2_tail_store_kernel<T, C::BN, C::D><<<split, 256, 0, st>>>(*p, t);
     return cudaGetLastError();
 }
-template <typename T, class C, int DQ_MODE> static cudaError_t fa2_bwd_main(const fa_cuda_params *p, cudaStream_t st) {
-    return p->softcap > 0.f ? fa2_bwd_main_sc<T, C, DQ_MODE, true>(p, st) : fa2_bwd_main_sc<T, C, DQ_MODE, false>(p, st);
+template <typename T, class C, int DQ_MODE>
+static cudaError_t fa2_bwd_main(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
+    return p->softcap > 0.f ? fa2_bwd_main_sc<T, C, DQ_MODE, true>(p, plan, st)
+                            : fa2_bwd_main_sc<T, C, DQ_MODE, false>(p, plan, st);
 }
 
-template <typename T, class C> static cudaError_t fa2_bwd_kernels(const fa_cuda_params *p, int det, cudaStream_t st) {
-    constexpr int D = C::D;
-    if (!det) return fa2_bwd_main<T, C, FA_DQ_REDUCE>(p, st);
-    cudaError_t e = fa2_bwd_main<T, C, FA_DQ_NONE>(p, st);
+/* The K/V-block kernel, and for the deterministic path the dQ kernel after it. */
+template <typename T, int R, int DET> static cudaError_t fa2_bwd_run(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
+    static_assert(fa_bwd_rows[R].algos & FA_BWD_F2, "a row FLASH2 builds");
+    typedef fa_bwd_row_cfg<R> C;
+    constexpr int D = C::D, BN = fa_bwd_rows[R].dq_bn;
+    if (!DET) return fa2_bwd_main<T, C, FA_DQ_REDUCE>(p, plan, st);
+    cudaError_t e = fa2_bwd_main<T, C, FA_DQ_NONE>(p, plan, st);
     if (e != cudaSuccess) return e;
-    typedef fa2_dq_tiles<D> Tq;
-    const size_t smem = (size_t)(2 * Tq::BM + 4 * Tq::BN) * (D + 8) * 2;
-    e = cudaFuncSetAttribute(fa_flash2_dq_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    const int smem = (int)sizeof(fa2_dq_smem<D, FA2_DQ_BM, BN>);
+    e = cudaFuncSetAttribute(fa_flash2_dq_kernel<T, D, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    dim3 grid((p->sq + Tq::BM - 1) / Tq::BM, p->hq, p->batch);
+    dim3 grid((p->sq + FA2_DQ_BM - 1) / FA2_DQ_BM, p->hq, p->batch);
     if (grid.x == 0) return cudaSuccess;
-    fa_flash2_dq_kernel<T, D><<<grid, Tq::NW * 32, smem, st>>>(*p);
+    fa_flash2_dq_kernel<T, D, BN><<<grid, FA2_DQ_NW * 32, smem, st>>>(*p);
     return cudaGetLastError();
 }
-
-template <typename T> static cudaError_t fa2_bwd_pick(const fa_cuda_params *p, int det, int bm, cudaStream_t st) {
-    if (p->d == 64 && bm == 128) return fa2_bwd_kernels<T, fa_bwd_tiles<64, 128>>(p, det, st);
-    if (p->d == 64 && bm == 64) return fa2_bwd_kernels<T, fa_bwd_tiles<64, 64>>(p, det, st);
-    if (p->d == 128 && bm == 64) return fa2_bwd_kernels<T, fa_bwd_tiles<128, 64>>(p, det, st);
-    if (p->d == 32 && bm == 128) return fa2_bwd_kernels<T, fa_bwd_tiles<32, 128>>(p, det, st);
-    if (p->d == 32 && bm == 64) return fa2_bwd_kernels<T, fa_bwd_tiles<32, 64>>(p, det, st);
-    if (p->d == 96 && bm == 64) return fa2_bwd_kernels<T, fa_bwd_tiles<96, 64>>(p, det, st);
-    if (p->d == 256 && bm == 64) return fa2_bwd_kernels<T, fa_bwd_tiles<256, 64>>(p, det, st);
-    return cudaErrorInvalidValue;
+template <int R> static int fa2_bwd_inst(int det, fa_cuda_instance *k) {
+    typedef fa_bwd_row_cfg<R> C;
+    k->f16 = det ? fa2_bwd_run<__half, R, 1> : fa2_bwd_run<__half, R, 0>;
+    k->bf16 = det ? fa2_bwd_run<__nv_bfloat16, R, 1> : fa2_bwd_run<__nv_bfloat16, R, 0>;
+    k->smem = det ? sizeof(fa_bwd_smem<C, FA_DQ_NONE>) : sizeof(fa_bwd_smem<C, FA_DQ_REDUCE>);
+    return 1;
+}
+/* the rows of fa_bwd_rows with FA_BWD_F2 */
+extern "C" int fa_flash2_bwd_instance(int row, int deterministic, fa_cuda_instance *k) {
+    switch (row) {
+    case 0: return fa2_bwd_inst<0>(deterministic, k);
+    case 1: return fa2_bwd_inst<1>(deterministic, k);
+    case 2: return fa2_bwd_inst<2>(deterministic, k);
+    case 3: return fa2_bwd_inst<3>(deterministic, k);
+    case 4: return fa2_bwd_inst<4>(deterministic, k);
+    case 5: return fa2_bwd_inst<5>(deterministic, k);
+    case 7: return fa2_bwd_inst<7>(deterministic, k);
+    default: return 0;
+    }
 }
 
-/* D pre-pass, the K/V-block kernel (+ dQ kernel when deterministic), dQ conversion, GQA reduction. */
-extern "C" cudaError_t fa_flash2_bwd_launch(const fa_cuda_params *p, int dtype, int deterministic, cudaStream_t st,
-                                            int *bm, int *bn) {
-    cudaError_t e = fa_bwd_dsum_launch(p, dtype, !deterministic, st); /* and dQacc = 0 for the reduce-adds */
+/* D pre-pass (and dQacc = 0 for the reduce-adds), the kernels, dQ conversion, GQA reduction. */
+extern "C" cudaError_t fa_flash2_bwd_launch(const fa_cuda_params *p, const fa_plan *plan, int dtype, cudaStream_t st) {
+    const int det = plan->aux[FA_CUDA_AUX_DET];
+    fa_cuda_instance k;
+    if (!fa_flash2_bwd_instance(plan->entry, det, &k)) return cudaErrorInvalidValue;
+    cudaError_t e = fa_bwd_dsum_launch(p, dtype, !det, st);
     if (e != cudaSuccess) return e;
-    if (!fa_bwd_tile_pick(p->d, bm, bn)) return cudaErrorInvalidValue;
-    e = dtype == 1 ? fa2_bwd_pick<__half>(p, deterministic, *bm, st) : fa2_bwd_pick<__nv_bfloat16>(p, deterministic, *bm, st);
-    if (e != cudaSuccess) return e;
-    if (!deterministic) {
-        e = fa_bwd_dq_convert_launch(p, dtype, st);
-        if (e != cudaSuccess) return e;
-    }
+    if ((e = (dtype == 1 ? k.f16 : k.bf16)(p, plan, st)) != cudaSuccess) return e;
+    if (!det && (e = fa_bwd_dq_convert_launch(p, dtype, st)) != cudaSuccess) return e;
     if (p->group > 1) e = fa_bwd_dkv_reduce_launch(p, dtype, st);
     return e;
 }

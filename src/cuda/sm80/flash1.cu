@@ -19,42 +19,27 @@
  * pre-pass (V1 computed it in the first outer step and stored it to HBM: the same traffic). */
 #include "bwd_block.cuh"
 
-/* Tile table (Br x Bc, warps). V1's own shapes (GPU_NOTES §4: STEP = 16 query rows, 128 keys at d=128 and
- * 256 keys at d<=64 for long sequences, 4 warps splitting the keys); the backward uses FLASH2's tiles.
- *   d=64 : fwd 16 x 256, bwd 64 x 128 (a row of bwd_block.cuh's table)
- *   d=128: fwd 16 x 128, bwd 64 x 128 (bwd_block.cuh's default)
- *   d=32 : fwd 16 x 256, bwd 64 x 128;  d=96: fwd 16 x 128, bwd 64 x 64 (untuned) */
-template <int D> struct fa1_fwd_tiles;
-template <> struct fa1_fwd_tiles<64> { static constexpr int BM = 16, BN = 256, NW = 4, MINB = 0; };
-template <> struct fa1_fwd_tiles<128> { static constexpr int BM = 16, BN = 128, NW = 4, MINB = 0; };
-/* head dims 32 and 96 with the shapes of the neighbouring head dim (V1 had no 96). MINB: CTAs per SM for the
- * launch bounds (0 = none); with none, ptxas held the d=32 kernel at 80 registers and spilled 12 B. */
-template <> struct fa1_fwd_tiles<32> { static constexpr int BM = 16, BN = 256, NW = 4, MINB = 4; };
-template <> struct fa1_fwd_tiles<96> { static constexpr int BM = 16, BN = 128, NW = 4, MINB = 0; };
-/* backward: bwd_block.cuh's 64 x 128 rows (the d=64 default, 128 x 128, spills 28 B in this kernel's outer loop) */
-template <int D> struct fa1_bwd_tiles : fa_bwd_tiles<D, 64> {};
-/* d=96: 64 x 64 (half the dK/dV registers): FLASH2's 64 x 128 row spilled 12 B in this kernel's outer loop */
-template <> struct fa1_bwd_tiles<96> : fa_bwd_cfg<96, 64, 64, 4, 4, 4, false> {};
+#include "tiles.h"
 
-template <int D> static size_t fa1_fwd_smem() {
-    typedef fa1_fwd_tiles<D> Tl;
-    return (size_t)(2 * Tl::BN + 2 * Tl::BM) * (D + 8) * 2 + (size_t)Tl::NW * Tl::BM * (D + 4) * 4 +
-           (size_t)(2 * Tl::NW + 4) * Tl::BM * 4;
-}
+/* The CTA's shared memory: Kj, Vj, Qi double-buffered (rows padded to D + 8); the per-warp partial P~w Vw
+ * [NW][BM][D + 4]; the per-warp row max and sum [NW][BM]; per row: the coefficients of Oi and of P~Vj, m~, LSE.
+ * The launch's dynamic shared memory is its sizeof. */
+template <int D, int BM, int BN, int NW> struct fa1_fwd_smem {
+    uint16_t K[BN * (D + 8)], V[BN * (D + 8)], Q[2 * BM * (D + 8)]; /* 16-bit elements (T) */
+    float red[NW * BM * (D + 4)], max[NW * BM], sum[NW * BM];
+    float a[BM], c[BM], mt[BM], lse[BM];
+};
 
-template <typename T, int D>
-__global__ void __launch_bounds__(fa1_fwd_tiles<D>::NW * 32, fa1_fwd_tiles<D>::MINB) fa_flash1_fwd_kernel(const fa_cuda_params p) {
-    constexpr int BM = fa1_fwd_tiles<D>::BM, BN = fa1_fwd_tiles<D>::BN, NW = fa1_fwd_tiles<D>::NW;
+/* FLASH1 forward; tiles: tiles.h (MINB: CTAs per SM for the launch bounds, 0 = none). */
+template <typename T, int D, int BM, int BN, int NW, int MINB>
+__global__ void __launch_bounds__(NW * 32, MINB) fa_flash1_fwd_kernel(const fa_cuda_params p) {
     constexpr int NTHR = NW * 32, KW = BN / NW, LD = D + 8, LDR = D + 4, NT = KW / 8, DT = D / 8;
     static_assert(BM == 16, "one 16-row tile per step");
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    T *sK = (T *)fa_smem, *sV = sK + BN * LD, *sQ = sV + BN * LD;
-    float *sRed = (float *)(sQ + 2 * BM * LD);  /* [NW][BM][LDR]: per-warp partial P~w Vw */
-    float *sMax = sRed + NW * BM * LDR;          /* [NW][BM] */
-    float *sSum = sMax + NW * BM;                /* [NW][BM] */
-    float *sA = sSum + NW * BM, *sC = sA + BM;   /* per-row coefficients of Oi and of P~Vj */
-    float *sMt = sC + BM;                        /* m~ per row */
-    float *sLse = sMt + BM;                      /* LSE per row (last visit) */
+    fa1_fwd_smem<D, BM, BN, NW> &sm = *(fa1_fwd_smem<D, BM, BN, NW> *)fa_smem;
+    T *sK = (T *)sm.K, *sV = (T *)sm.V, *sQ = (T *)sm.Q;
+    float *sRed = sm.red, *sMax = sm.max, *sSum = sm.sum;
+    float *sA = sm.a, *sC = sm.c, *sMt = sm.mt, *sLse = sm.lse;
 
     const int h = blockIdx.x, b = blockIdx.y;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -211,9 +196,8 @@ __global__ void __launch_bounds__(fa1_fwd_tiles<D>::NW * 32, fa1_fwd_tiles<D>::M
     }
 }
 
-template <typename T, int D, bool SOFTCAP>
-__global__ void __launch_bounds__(fa1_bwd_tiles<D>::NW * 32, 1) fa_flash1_bwd_kernel(const fa_cuda_params p) {
-    typedef fa1_bwd_tiles<D> Tl;
+template <typename T, class C, bool SOFTCAP>
+__global__ void __launch_bounds__(C::NW * 32, 1) fa_flash1_bwd_kernel(const fa_cuda_params p) {
     extern __shared__ __align__(16) unsigned char fa_smem[];
 #pragma unroll 1
     for (int j = 0;; ++j) { /* outer loop over Kj, Vj */
@@ -221,74 +205,79 @@ __global__ void __launch_bounds__(fa1_bwd_tiles<D>::NW * 32, 1) fa_flash1_bwd_ke
          * with the step's registers: kept live across the loop, it spilled 28 B at d = 128 */
         const int h = (int)fa_opaque(blockIdx.x), b = (int)fa_opaque(blockIdx.y);
         const fa_seq s = fa_get_seq(p, b, h);
-        if (j * Tl::BN >= s.sk) break;
-        fa_bwd_kv_block<T, Tl, FA_DQ_RMW, SOFTCAP>(p, s, b, h, j, fa_smem);
+        if (j * C::BN >= s.sk) break;
+        fa_bwd_kv_block<T, C, FA_DQ_RMW, SOFTCAP>(p, s, b, h, j, fa_smem);
     }
 }
 
-template <typename T, int D> static cudaError_t fa1_fwd_run(const fa_cuda_params *p, cudaStream_t st) {
-    const size_t smem = fa1_fwd_smem<D>();
-    cudaError_t e = cudaFuncSetAttribute(fa_flash1_fwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+template <typename T, int R> static cudaError_t fa1_fwd_run(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
+    constexpr fa_f1_fwd_row r = fa_f1_fwd_rows[R];
+    const auto kernel = fa_flash1_fwd_kernel<T, r.d, r.bm, r.bn, r.nw, r.minb>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan->smem_bytes);
     if (e != cudaSuccess) return e;
-    fa_flash1_fwd_kernel<T, D><<<dim3(p->hq, p->batch), fa1_fwd_tiles<D>::NW * 32, smem, st>>>(*p);
+    kernel<<<dim3(plan->grid[0], plan->grid[1], plan->grid[2]), plan->threads, plan->smem_bytes, st>>>(*p);
     return cudaGetLastError();
 }
-template <typename T, int D, bool SOFTCAP> static cudaError_t fa1_bwd_run_sc(const fa_cuda_params *p, cudaStream_t st) {
-    typedef fa1_bwd_tiles<D> Tl;
-    const size_t smem = fa_bwd_smem_bytes<Tl, FA_DQ_RMW>();
-    cudaError_t e = cudaFuncSetAttribute(fa_flash1_bwd_kernel<T, D, SOFTCAP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+template <int R> static int fa1_fwd_inst(fa_cuda_instance *k) {
+    constexpr fa_f1_fwd_row r = fa_f1_fwd_rows[R];
+    k->f16 = fa1_fwd_run<__half, R>, k->bf16 = fa1_fwd_run<__nv_bfloat16, R>;
+    k->smem = sizeof(fa1_fwd_smem<r.d, r.bm, r.bn, r.nw>);
+    return 1;
+}
+static_assert(sizeof fa_f1_fwd_rows / sizeof fa_f1_fwd_rows[0] == 4, "one case per row of fa_f1_fwd_rows");
+extern "C" int fa_flash1_fwd_instance(int row, fa_cuda_instance *k) {
+    switch (row) {
+    case 0: return fa1_fwd_inst<0>(k);
+    case 1: return fa1_fwd_inst<1>(k);
+    case 2: return fa1_fwd_inst<2>(k);
+    case 3: return fa1_fwd_inst<3>(k);
+    default: return 0;
+    }
+}
+
+template <typename T, class C, bool SOFTCAP>
+static cudaError_t fa1_bwd_run_sc(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
+    const auto kernel = fa_flash1_bwd_kernel<T, C, SOFTCAP>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan->smem_bytes);
     if (e != cudaSuccess) return e;
-    fa_flash1_bwd_kernel<T, D, SOFTCAP><<<dim3(p->hq, p->batch), Tl::NW * 32, smem, st>>>(*p);
+    kernel<<<dim3(plan->grid[0], plan->grid[1], plan->grid[2]), plan->threads, plan->smem_bytes, st>>>(*p);
     return cudaGetLastError();
 }
-template <typename T, int D> static cudaError_t fa1_bwd_run(const fa_cuda_params *p, cudaStream_t st) {
-    return p->softcap > 0.f ? fa1_bwd_run_sc<T, D, true>(p, st) : fa1_bwd_run_sc<T, D, false>(p, st);
+template <typename T, int R> static cudaError_t fa1_bwd_run(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
+    static_assert(fa_bwd_rows[R].algos & FA_BWD_F1, "a row FLASH1 builds");
+    typedef fa_bwd_row_cfg<R> C;
+    return p->softcap > 0.f ? fa1_bwd_run_sc<T, C, true>(p, plan, st) : fa1_bwd_run_sc<T, C, false>(p, plan, st);
 }
-
-template <int D> static cudaError_t fa1_fwd_pick(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn) {
-    *bm = fa1_fwd_tiles<D>::BM, *bn = fa1_fwd_tiles<D>::BN;
-    return dtype == 1 ? fa1_fwd_run<__half, D>(p, st) : fa1_fwd_run<__nv_bfloat16, D>(p, st);
+template <int R> static int fa1_bwd_inst(fa_cuda_instance *k) {
+    k->f16 = fa1_bwd_run<__half, R>, k->bf16 = fa1_bwd_run<__nv_bfloat16, R>;
+    k->smem = sizeof(fa_bwd_smem<fa_bwd_row_cfg<R>, FA_DQ_RMW>);
+    return 1;
 }
-
-extern "C" cudaError_t fa_flash1_fwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn) {
-    switch (p->d) {
-    case 32: return fa1_fwd_pick<32>(p, dtype, st, bm, bn);
-    case 64: return fa1_fwd_pick<64>(p, dtype, st, bm, bn);
-    case 96: return fa1_fwd_pick<96>(p, dtype, st, bm, bn);
-    case 128: return fa1_fwd_pick<128>(p, dtype, st, bm, bn);
-    default: return cudaErrorInvalidValue;
+/* the rows of fa_bwd_rows with FA_BWD_F1 */
+extern "C" int fa_flash1_bwd_instance(int row, fa_cuda_instance *k) {
+    switch (row) {
+    case 1: return fa1_bwd_inst<1>(k);
+    case 2: return fa1_bwd_inst<2>(k);
+    case 4: return fa1_bwd_inst<4>(k);
+    case 6: return fa1_bwd_inst<6>(k);
+    default: return 0;
     }
 }
 
-extern "C" cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, int dtype, cudaStream_t st, int *bm, int *bn) {
-    cudaError_t e = fa_bwd_dsum_launch(p, dtype, 1, st); /* and dQacc = 0: the kernel read-modify-writes it */
+extern "C" cudaError_t fa_flash1_fwd_launch(const fa_cuda_params *p, const fa_plan *plan, int dtype, cudaStream_t st) {
+    fa_cuda_instance k;
+    if (!fa_flash1_fwd_instance(plan->entry, &k)) return cudaErrorInvalidValue;
+    return (dtype == 1 ? k.f16 : k.bf16)(p, plan, st);
+}
+
+/* D pre-pass (and dQacc = 0: the kernel read-modify-writes it), the kernel, dQ conversion, GQA reduction. */
+extern "C" cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, const fa_plan *plan, int dtype, cudaStream_t st) {
+    fa_cuda_instance k;
+    if (!fa_flash1_bwd_instance(plan->entry, &k)) return cudaErrorInvalidValue;
+    cudaError_t e = fa_bwd_dsum_launch(p, dtype, 1, st);
     if (e != cudaSuccess) return e;
-    *bm = fa1_bwd_tiles<64>::BM, *bn = p->d == 96 ? fa1_bwd_tiles<96>::BN : fa1_bwd_tiles<64>::BN;
-    switch (p->d) {
-    case 32: e = dtype == 1 ? fa1_bwd_run<__half, 32>(p, st) : fa1_bwd_run<__nv_bfloat16, 32>(p, st); break;
-    case 64: e = dtype == 1 ? fa1_bwd_run<__half, 64>(p, st) : fa1_bwd_run<__nv_bfloat16, 64>(p, st); break;
-    case 96: e = dtype == 1 ? fa1_bwd_run<__half, 96>(p, st) : fa1_bwd_run<__nv_bfloat16, 96>(p, st); break;
-    case 128: e = dtype == 1 ? fa1_bwd_run<__half, 128>(p, st) : fa1_bwd_run<__nv_bfloat16, 128>(p, st); break;
-    default: return cudaErrorInvalidValue;
-    }
-    if (e != cudaSuccess) return e;
-    e = fa_bwd_dq_convert_launch(p, dtype, st);
-    if (e != cudaSuccess) return e;
+    if ((e = (dtype == 1 ? k.f16 : k.bf16)(p, plan, st)) != cudaSuccess) return e;
+    if ((e = fa_bwd_dq_convert_launch(p, dtype, st)) != cudaSuccess) return e;
     if (p->group > 1) e = fa_bwd_dkv_reduce_launch(p, dtype, st);
     return e;
-}
-
-extern "C" int fa_flash_tiles(int algo, int d, int backward, int *bm, int *bn) {
-    if (algo == 3 && !backward) return fa_flash2_fwd_tiles(d, bm, bn); /* FA_ALGO_FLASH2: a table of choices */
-    if (backward && algo == 3) return fa_bwd_tile_pick(d, bm, bn);       /* FLASH2: every row of the table */
-    if (d != 32 && d != 64 && d != 96 && d != 128) return 0;
-    int tq, tk;
-    if (backward) {
-        tq = fa1_bwd_tiles<64>::BM, tk = d == 96 ? fa1_bwd_tiles<96>::BN : fa1_bwd_tiles<64>::BN;
-    } else {
-        tq = 16, tk = d <= 64 ? fa1_fwd_tiles<64>::BN : fa1_fwd_tiles<128>::BN;
-    }
-    if ((*bm && *bm != tq) || (*bn && *bn != tk)) return 0;
-    *bm = tq, *bn = tk;
-    return 1;
 }

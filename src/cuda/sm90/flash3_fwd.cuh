@@ -1,0 +1,248 @@
+/* FLASH3 forward kernel body (sm_90a). One CTA = Br = 128 query rows of one (batch, head):
+ *   warpgroup 0, the producer: gives its registers away (setmaxnreg 24); one thread issues the TMA loads of Qi and,
+ *     block after block (last to first), of Kj and Vj into ST shared-memory stages, each stage guarded by a
+ *     full barrier (TMA bytes landed) and an empty barrier (every consumer warp finished reading it);
+ *   warpgroups 1 and 2, the consumers (setmaxnreg 240): 64 rows each; S = Qi Kjᵀ by wgmma with both operands in
+ *     shared memory, online softmax in fp32 (exp2, the scale folded in with log2 e), O += P Vj by wgmma with P
+ *     straight from the S registers (the accumulator layout is the A-operand layout for 16-bit types).
+ * Shared tiles are 64-column panels of rows x 128 B in the 128-byte swizzle TMA writes; docs/flash3.md has the
+ * layouts and the pipeline. */
+#ifndef FA_SM90_FLASH3_FWD_CUH
+#define FA_SM90_FLASH3_FWD_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "../../core/visible.h"
+#include "ptx.cuh"
+#include "wgmma.cuh"
+
+template <int D> struct fa3_tile {
+    static constexpr int Br = 128;                 /* 2 consumer warpgroups x 64 rows (wgmma M = 64) */
+    static constexpr int Bc = D == 256 ? 64 : 128; /* S (Bc/2) + O (D/2) + P (Bc/4) registers stay under 240 */
+    static constexpr int ST = 2;                   /* K/V stages */
+    static constexpr int THREADS = 384;
+};
+
+template <int D> struct alignas(1024) fa3_shared {
+    uint16_t q[fa3_tile<D>::Br * D];
+    uint16_t k[fa3_tile<D>::ST][fa3_tile<D>::Bc * D];
+    uint16_t v[fa3_tile<D>::ST][fa3_tile<D>::Bc * D];
+    uint64_t bar_q;
+    uint64_t full_k[fa3_tile<D>::ST], full_v[fa3_tile<D>::ST];
+    uint64_t empty_k[fa3_tile<D>::ST], empty_v[fa3_tile<D>::ST];
+};
+
+struct fa3_kparams {
+    uint16_t *o;
+    float *lse;
+    int64_t o_batch_stride, o_row_stride, o_head_stride;
+    int sq, sk, hq, group, wl, wr;
+    float scale, scale_log2;
+};
+
+template <bool F16> FA_DEV uint32_t fa3_pack(float a, float b) {
+    uint32_t r;
+    if constexpr (F16) {
+        __half2 h = __floats2half2_rn(a, b);
+        r = *reinterpret_cast<uint32_t *>(&h);
+    } else {
+        __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        r = *reinterpret_cast<uint32_t *>(&h);
+    }
+    return r;
+}
+
+template <int D, bool F16>
+__global__ void __launch_bounds__(384, 1)
+    fa3_fwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                   const __grid_constant__ CUtensorMap tv, const fa3_kparams p) {
+    using T = fa3_tile<D>;
+    constexpr int Br = T::Br, Bc = T::Bc, ST = T::ST;
+    extern __shared__ uint8_t fa3_smem_raw[];
+    fa3_shared<D> &sm = *reinterpret_cast<fa3_shared<D> *>(((uintptr_t)fa3_smem_raw + 1023) & ~(uintptr_t)1023);
+
+    const int m0 = blockIdx.x * Br, h = blockIdx.y, b = blockIdx.z;
+    const int m1 = m0 + Br < p.sq ? m0 + Br : p.sq;
+    int lo, hi;
+    fa_visible_block32(m0, m1, p.sq, p.sk, p.wl, p.wr, &lo, &hi);
+    const int n_lo = lo / Bc, n_hi = (hi + Bc - 1) / Bc;
+    const int nblk = hi > lo ? n_hi - n_lo : 0;
+
+    if (threadIdx.x == 0) {
+        fa3_bar_init(fa3_smem(&sm.bar_q), 1);
+        for (int s = 0; s < ST; s++) {
+            fa3_bar_init(fa3_smem(&sm.full_k[s]), 1);
+            fa3_bar_init(fa3_smem(&sm.full_v[s]), 1);
+            fa3_bar_init(fa3_smem(&sm.empty_k[s]), 8); /* one arrival per consumer warp */
+            fa3_bar_init(fa3_smem(&sm.empty_v[s]), 8);
+        }
+        fa3_bar_init_fence();
+    }
+    __syncthreads();
+
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        fa3_regs_dec<24>();
+        if (threadIdx.x == 0 && nblk > 0) {
+            const int hk = h / p.group;
+            fa3_prefetch_map(&tk);
+            fa3_prefetch_map(&tv);
+            const uint32_t bq = fa3_smem(&sm.bar_q);
+            fa3_bar_expect_tx(bq, Br * D * 2);
+#pragma unroll
+            for (int c = 0; c < D / 64; c++) fa3_tma_load4(fa3_smem(sm.q) + c * Br * 128, &tq, bq, 64 * c, m0, h, b);
+            for (int it = 0; it < nblk; it++) {
+                const int s = it % ST, n = n_hi - 1 - it;
+                const uint32_t ph = (it / ST) & 1;
+                const uint32_t fk = fa3_smem(&sm.full_k[s]), fv = fa3_smem(&sm.full_v[s]);
+                fa3_bar_wait(fa3_smem(&sm.empty_k[s]), ph ^ 1);
+                fa3_bar_expect_tx(fk, Bc * D * 2);
+#pragma unroll
+                for (int c = 0; c < D / 64; c++)
+                    fa3_tma_load4(fa3_smem(sm.k[s]) + c * Bc * 128, &tk, fk, 64 * c, n * Bc, hk, b);
+                fa3_bar_wait(fa3_smem(&sm.empty_v[s]), ph ^ 1);
+                fa3_bar_expect_tx(fv, Bc * D * 2);
+#pragma unroll
+                for (int c = 0; c < D / 64; c++)
+                    fa3_tma_load4(fa3_smem(sm.v[s]) + c * Bc * 128, &tv, fv, 64 * c, n * Bc, hk, b);
+            }
+        }
+        return;
+    }
+
+    fa3_regs_inc<240>();
+    const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int r0 = m0 + 64 * cw + 16 * warp + g, r1 = r0 + 8;
+    int lo0, hi0, lo1, hi1;
+    fa_visible_keys32(r0, p.sq, p.sk, p.wl, p.wr, &lo0, &hi0);
+    fa_visible_keys32(r1, p.sq, p.sk, p.wl, p.wr, &lo1, &hi1);
+    const float sl2 = p.scale_log2;
+
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+    float mr0 = -INFINITY, mr1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    const uint32_t q_base = fa3_smem(sm.q) + cw * 64 * 128;
+    if (nblk > 0) fa3_bar_wait(fa3_smem(&sm.bar_q), 0);
+
+    for (int it = 0; it < nblk; it++) {
+        const int s = it % ST, kbase = (n_hi - 1 - it) * Bc;
+        const uint32_t ph = (it / ST) & 1;
+        const uint32_t k_base = fa3_smem(sm.k[s]), v_base = fa3_smem(sm.v[s]);
+
+        /* S = Qi Kjᵀ: D/16 k-slices; inside a 64-column panel a slice is 32 B further along the swizzled row */
+        float sacc[Bc / 2];
+        fa3_bar_wait(fa3_smem(&sm.full_k[s]), ph);
+        fa3_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            const uint64_t da = fa3_desc(q_base + (kk / 4) * Br * 128 + (kk % 4) * 32, 16, 1024);
+            const uint64_t db = fa3_desc(k_base + (kk / 4) * Bc * 128 + (kk % 4) * 32, 16, 1024);
+            fa_wgmma_ss<Bc, F16>(sacc, da, db, kk > 0);
+        }
+        fa3_wgmma_commit();
+        fa3_wgmma_wait<0>();
+        fa3_fence_regs(sacc);
+        __syncwarp();
+        if (lane == 0) fa3_bar_arrive(fa3_smem(&sm.empty_k[s]));
+
+        /* mask: only blocks that cross a row's visible range [lo, hi) */
+        if (kbase < lo1 || kbase + Bc > hi0) {
+#pragma unroll
+            for (int j = 0; j < Bc / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int col = kbase + 8 * j + 2 * t + e;
+                    if (col < lo0 || col >= hi0) sacc[4 * j + e] = -INFINITY;
+                    if (col < lo1 || col >= hi1) sacc[4 * j + 2 + e] = -INFINITY;
+                }
+        }
+
+        /* online softmax: m_new = max(m, rowmax S); P = exp2(S·scale·log2e − m_new·scale·log2e); l = l·corr + rowsum P */
+        float mx0 = mr0, mx1 = mr1;
+#pragma unroll
+        for (int j = 0; j < Bc / 8; j++) {
+            mx0 = fmaxf(mx0, fmaxf(sacc[4 * j], sacc[4 * j + 1]));
+            mx1 = fmaxf(mx1, fmaxf(sacc[4 * j + 2], sacc[4 * j + 3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        /* a row that has seen no key yet keeps max −inf: subtract 0 instead, so that exp2 gives 0, never NaN */
+        const float mu0 = mx0 == -INFINITY ? 0.f : mx0, mu1 = mx1 == -INFINITY ? 0.f : mx1;
+        const float c0 = fa3_ex2((mr0 - mu0) * sl2), c1 = fa3_ex2((mr1 - mu1) * sl2);
+        mr0 = mx0;
+        mr1 = mx1;
+        const float ms0 = mu0 * sl2, ms1 = mu1 * sl2;
+        float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+        for (int j = 0; j < Bc / 8; j++) {
+            sacc[4 * j] = fa3_ex2(fmaf(sacc[4 * j], sl2, -ms0));
+            sacc[4 * j + 1] = fa3_ex2(fmaf(sacc[4 * j + 1], sl2, -ms0));
+            sacc[4 * j + 2] = fa3_ex2(fmaf(sacc[4 * j + 2], sl2, -ms1));
+            sacc[4 * j + 3] = fa3_ex2(fmaf(sacc[4 * j + 3], sl2, -ms1));
+            ps0 += sacc[4 * j] + sacc[4 * j + 1];
+            ps1 += sacc[4 * j + 2] + sacc[4 * j + 3];
+        }
+        l0 = l0 * c0 + ps0;
+        l1 = l1 * c1 + ps1;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            o[4 * j] *= c0;
+            o[4 * j + 1] *= c0;
+            o[4 * j + 2] *= c1;
+            o[4 * j + 3] *= c1;
+        }
+        /* two adjacent n8 accumulator blocks = one k16 A fragment (rows g, g+8; keys 2t.., 8+2t..) */
+        uint32_t pa[Bc / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; kk++) {
+            pa[kk][0] = fa3_pack<F16>(sacc[8 * kk], sacc[8 * kk + 1]);
+            pa[kk][1] = fa3_pack<F16>(sacc[8 * kk + 2], sacc[8 * kk + 3]);
+            pa[kk][2] = fa3_pack<F16>(sacc[8 * kk + 4], sacc[8 * kk + 5]);
+            pa[kk][3] = fa3_pack<F16>(sacc[8 * kk + 6], sacc[8 * kk + 7]);
+        }
+
+        /* O += P Vj: V is [key][d], i.e. MN-major for this GEMM; a k16 slice is 16 key rows = 2048 B further */
+        fa3_bar_wait(fa3_smem(&sm.full_v[s]), ph);
+        fa3_fence_regs(o);
+        fa3_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; kk++)
+            fa_wgmma_rs<D, F16>(o, pa[kk], fa3_desc(v_base + kk * 2048, Bc * 128, 1024), 1);
+        fa3_wgmma_commit();
+        fa3_wgmma_wait<0>();
+        fa3_fence_regs(o);
+        __syncwarp();
+        if (lane == 0) fa3_bar_arrive(fa3_smem(&sm.empty_v[s]));
+    }
+
+    /* O = O / l; LSE = m·scale + ln l; a row with l = 0 saw no key: O = 0, LSE = −inf */
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    uint16_t *ob = p.o + (int64_t)b * p.o_batch_stride + (int64_t)h * p.o_head_stride + 2 * t;
+    if (r0 < p.sq) {
+        uint16_t *orow = ob + (int64_t)r0 * p.o_row_stride;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+            *reinterpret_cast<uint32_t *>(orow + 8 * j) = fa3_pack<F16>(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+    }
+    if (r1 < p.sq) {
+        uint16_t *orow = ob + (int64_t)r1 * p.o_row_stride;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+            *reinterpret_cast<uint32_t *>(orow + 8 * j) = fa3_pack<F16>(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+    }
+    if (p.lse && t == 0) {
+        float *lrow = p.lse + ((int64_t)b * p.hq + h) * p.sq;
+        if (r0 < p.sq) lrow[r0] = l0 > 0.f ? mr0 * p.scale + logf(l0) : -INFINITY;
+        if (r1 < p.sq) lrow[r1] = l1 > 0.f ? mr1 * p.scale + logf(l1) : -INFINITY;
+    }
+}
+
+#endif

@@ -208,6 +208,7 @@ __global__ void __launch_bounds__(384, 1)
         /* O += P Vj: V is [key][d], i.e. MN-major for this GEMM; a k16 slice is 16 key rows = 2048 B further */
         fa3_bar_wait(fa3_smem(&sm.full_v[s]), ph);
         fa3_fence_regs(o);
+        fa3_fence_regs(pa);
         fa3_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Bc / 16; kk++)

@@ -58,6 +58,11 @@ template <int N> FA_DEV void fa3_fence_regs(float (&r)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
 }
+template <int N> FA_DEV void fa3_fence_regs(uint32_t (&r)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1]), "+r"(r[i][2]), "+r"(r[i][3])::"memory");
+}
 
 /* Shared-memory matrix descriptor with 128-byte swizzle (the layout TMA SWIZZLE_128B writes: 8 rows x 128 B atoms,
  * 1024-B aligned). lbo/sbo in bytes: K-major tiles use sbo = 1024 (next 8 rows) and ignore lbo; MN-major tiles

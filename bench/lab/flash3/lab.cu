@@ -1,8 +1,8 @@
-/* FLASH3 lab: checks fa3_fwd against a naive fp32 GPU attention and times it on the protocol shapes.
- *   lab test        the correctness matrix (odd seqlens, seqlen_q != seqlen_k, GQA, masks, strided views)
- *   lab small       a few small cases (for compute-sanitizer)
- *   lab bench FILE  protocol shapes (bf16, 16k tokens, heads = 2048/d), CSV to FILE
- * Build: see run.sh. */
+/* FLASH3 lab: checks fa3_fwd against a naive fp32 GPU attention and times it on
+ * the protocol shapes. lab test        the correctness matrix (odd seqlens,
+ * seqlen_q != seqlen_k, GQA, masks, strided views) lab small       a few small
+ * cases (for compute-sanitizer) lab bench FILE  protocol shapes (bf16, 16k
+ * tokens, heads = 2048/d), CSV to FILE Build: see run.sh. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -17,13 +17,13 @@
 #include "core/visible.h"
 #include "cuda/sm90/flash3.h"
 
-#define CK(x)                                                                                                    \
-    do {                                                                                                         \
-        cudaError_t e_ = (x);                                                                                    \
-        if (e_ != cudaSuccess) {                                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                   \
-            exit(2);                                                                                             \
-        }                                                                                                        \
+#define CK(x)                                                                                                          \
+    do {                                                                                                               \
+        cudaError_t e_ = (x);                                                                                          \
+        if (e_ != cudaSuccess) {                                                                                       \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                        \
+            exit(2);                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 static float h2f(uint16_t x, int dtype) {
@@ -51,12 +51,14 @@ __device__ float dev_h2f(uint16_t x, int dtype) {
     return __uint_as_float((uint32_t)x << 16);
 }
 
-/* One CTA per (query row, head, batch): S row in shared memory, softmax, then O. fp32 throughout. */
+/* One CTA per (query row, head, batch): S row in shared memory, softmax, then
+ * O. fp32 throughout. */
 __global__ void ref_attn(fa3_params p, float *o, float *lse) {
     extern __shared__ float sh[];
     const int D = p.head_dim, i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hk = h / (p.heads_q / p.heads_k);
     float *qs = sh, *srow = sh + D, *red = srow + p.seqlen_k;
-    const uint16_t *q = (const uint16_t *)p.q + b * p.q_batch_stride + (int64_t)i * p.q_row_stride + h * p.q_head_stride;
+    const uint16_t *q =
+        (const uint16_t *)p.q + b * p.q_batch_stride + (int64_t)i * p.q_row_stride + h * p.q_head_stride;
     const uint16_t *k = (const uint16_t *)p.k + b * p.k_batch_stride + hk * p.k_head_stride;
     const uint16_t *v = (const uint16_t *)p.v + b * p.v_batch_stride + hk * p.v_head_stride;
     for (int d = threadIdx.x; d < D; d += blockDim.x) qs[d] = dev_h2f(q[d], p.dtype);
@@ -111,7 +113,8 @@ struct Case {
     const char *name;
     int dtype, D, b, hq, hk, sq, sk, causal, wl, wr;
     float qmul; /* scales Q: large logits */
-    int packed; /* Q, K, V views into one [b, s, 3, h, d] tensor; O with padded rows */
+    int packed; /* Q, K, V views into one [b, s, 3, h, d] tensor; O with padded
+                   rows */
 };
 
 static int run_case(const Case &c, uint64_t seed) {
@@ -192,8 +195,6 @@ static int run_case(const Case &c, uint64_t seed) {
         printf("FAIL %-28s unsupported: %s\n", c.name, why);
         return 1;
     }
-    CK(fa3_fwd(&p, 0));
-    CK(cudaDeviceSynchronize());
     const size_t rsm = (D + c.sk + 128) * 4;
     CK(cudaFuncSetAttribute(ref_attn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)rsm));
     ref_attn<<<dim3(c.sq, c.hq, c.b), 128, rsm>>>(p, rout, rlse);
@@ -201,53 +202,63 @@ static int run_case(const Case &c, uint64_t seed) {
     CK(cudaDeviceSynchronize());
     std::vector<uint16_t> ho(no);
     std::vector<float> hr((size_t)c.b * c.sq * c.hq * D), hl((size_t)c.b * c.hq * c.sq), hrl(hl.size());
-    CK(cudaMemcpy(ho.data(), dout, no * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(hr.data(), rout, hr.size() * 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(hl.data(), dlse, hl.size() * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(hrl.data(), rlse, hrl.size() * 4, cudaMemcpyDeviceToHost));
-    double num = 0, den = 0, maxabs = 0, lse_err = 0;
-    long nan = 0, bad_empty = 0, bad_lse = 0, pad_touched = 0;
-    for (int bi = 0; bi < c.b; bi++)
-        for (int s = 0; s < c.sq; s++)
-            for (int h = 0; h < c.hq; h++) {
-                const float rl = hrl[((size_t)bi * c.hq + h) * c.sq + s], ol = hl[((size_t)bi * c.hq + h) * c.sq + s];
-                const bool empty = isinf(rl) && rl < 0;
-                if (empty) {
-                    if (!(isinf(ol) && ol < 0)) bad_lse++;
-                } else if (!(fabs(ol - rl) <= 1e-3 * fmax(1.0, fabs(rl)))) {
-                    bad_lse++;
-                    lse_err = fmax(lse_err, isnan(ol) ? INFINITY : fabs(ol - rl));
-                } else
-                    lse_err = fmax(lse_err, fabs(ol - rl));
-                for (int d = 0; d < D; d++) {
-                    const float ov = h2f(ho[(size_t)bi * c.sq * orow + (size_t)s * orow + h * D + d], c.dtype);
-                    const float rv = hr[(((size_t)bi * c.sq + s) * c.hq + h) * D + d];
-                    if (isnan(ov)) {
-                        nan++;
-                        continue;
+    int fails = 0;
+    for (int sched = 0; sched < 3; sched++) {
+        CK(cudaMemset(dout, 0xFF, no * 2));
+        CK(cudaMemset(dlse, 0xFF, (size_t)c.b * c.hq * c.sq * 4));
+        CK(fa3_fwd_schedule(&p, sched, 0));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(ho.data(), dout, no * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hl.data(), dlse, hl.size() * 4, cudaMemcpyDeviceToHost));
+        double num = 0, den = 0, maxabs = 0, lse_err = 0;
+        long nan = 0, bad_empty = 0, bad_lse = 0, pad_touched = 0;
+        for (int bi = 0; bi < c.b; bi++)
+            for (int s = 0; s < c.sq; s++)
+                for (int h = 0; h < c.hq; h++) {
+                    const float rl = hrl[((size_t)bi * c.hq + h) * c.sq + s],
+                                ol = hl[((size_t)bi * c.hq + h) * c.sq + s];
+                    const bool empty = isinf(rl) && rl < 0;
+                    if (empty) {
+                        if (!(isinf(ol) && ol < 0)) bad_lse++;
+                    } else if (!(fabs(ol - rl) <= 1e-3 * fmax(1.0, fabs(rl)))) {
+                        bad_lse++;
+                        lse_err = fmax(lse_err, isnan(ol) ? INFINITY : fabs(ol - rl));
+                    } else
+                        lse_err = fmax(lse_err, fabs(ol - rl));
+                    for (int d = 0; d < D; d++) {
+                        const float ov = h2f(ho[(size_t)bi * c.sq * orow + (size_t)s * orow + h * D + d], c.dtype);
+                        const float rv = hr[(((size_t)bi * c.sq + s) * c.hq + h) * D + d];
+                        if (isnan(ov)) {
+                            nan++;
+                            continue;
+                        }
+                        if (empty && ov != 0.f) bad_empty++;
+                        num += (double)(ov - rv) * (ov - rv);
+                        den += (double)rv * rv;
+                        maxabs = fmax(maxabs, fabs(ov - rv));
                     }
-                    if (empty && ov != 0.f) bad_empty++;
-                    num += (double)(ov - rv) * (ov - rv);
-                    den += (double)rv * rv;
-                    maxabs = fmax(maxabs, fabs(ov - rv));
+                    if (c.packed && h == c.hq - 1)
+                        for (int d = 0; d < 64; d++)
+                            if (ho[(size_t)bi * c.sq * orow + (size_t)s * orow + c.hq * D + d] != 0xFFFF) pad_touched++;
                 }
-                if (c.packed && h == c.hq - 1)
-                    for (int d = 0; d < 64; d++)
-                        if (ho[(size_t)bi * c.sq * orow + (size_t)s * orow + c.hq * D + d] != 0xFFFF) pad_touched++;
-            }
-    const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-    const double tol = c.dtype == FA3_FP16 ? 3e-3 : 1.2e-2;
-    const bool ok = nan == 0 && bad_empty == 0 && bad_lse == 0 && pad_touched == 0 && rel < tol;
-    printf("%s %-30s %s d=%3d b=%d h=%d/%d sq=%5d sk=%5d causal=%d win=%d,%d  rel=%.2e max=%.2e lse=%.1e "
-           "nan=%ld empty=%ld badlse=%ld pad=%ld\n",
-           ok ? "ok  " : "FAIL", c.name, c.dtype == FA3_FP16 ? "fp16" : "bf16", D, c.b, c.hq, c.hk, c.sq, c.sk,
-           c.causal, c.wl, c.wr, rel, maxabs, lse_err, nan, bad_empty, bad_lse, pad_touched);
+        const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+        const double tol = c.dtype == FA3_FP16 ? 3e-3 : 1.2e-2;
+        const bool ok = nan == 0 && bad_empty == 0 && bad_lse == 0 && pad_touched == 0 && rel < tol;
+        printf("%s s%d %-24s %s d=%3d b=%d h=%d/%d sq=%5d sk=%5d causal=%d "
+               "win=%d,%d  rel=%.2e max=%.2e lse=%.1e "
+               "nan=%ld empty=%ld badlse=%ld pad=%ld\n",
+               ok ? "ok  " : "FAIL", sched, c.name, c.dtype == FA3_FP16 ? "fp16" : "bf16", D, c.b, c.hq, c.hk, c.sq,
+               c.sk, c.causal, c.wl, c.wr, rel, maxabs, lse_err, nan, bad_empty, bad_lse, pad_touched);
+        fails += !ok;
+    }
     cudaFree(dbuf);
     cudaFree(dout);
     cudaFree(dlse);
     cudaFree(rout);
     cudaFree(rlse);
-    return ok ? 0 : 1;
+    return fails;
 }
 
 static int run_tests(bool small) {
@@ -264,7 +275,8 @@ static int run_tests(bool small) {
                 for (int causal = 0; causal < 2; causal++) {
                     const int D = Ds[di], dt = dts[ti];
                     const int sl[4] = {1, 17, 113, 1023};
-                    for (int i = 0; i < 4; i++) cs.push_back({"square", dt, D, 2, 4, 4, sl[i], sl[i], causal, -1, -1, 1.f, 0});
+                    for (int i = 0; i < 4; i++)
+                        cs.push_back({"square", dt, D, 2, 4, 4, sl[i], sl[i], causal, -1, -1, 1.f, 0});
                     cs.push_back({"sq<sk", dt, D, 2, 4, 4, 113, 1023, causal, -1, -1, 1.f, 0});
                     cs.push_back({"sq>sk", dt, D, 2, 4, 4, 1023, 113, causal, -1, -1, 1.f, 0});
                     cs.push_back({"gqa4", dt, D, 1, 8, 2, 300, 300, causal, -1, -1, 1.f, 0});
@@ -282,7 +294,7 @@ static int run_tests(bool small) {
     }
     int fails = 0;
     for (size_t i = 0; i < cs.size(); i++) fails += run_case(cs[i], 1234567ull + 7919ull * i);
-    printf("%d of %zu cases failed\n", fails, cs.size());
+    printf("%d of %zu runs (cases x 3 schedules) failed\n", fails, 3 * cs.size());
     return fails ? 1 : 0;
 }
 
@@ -337,29 +349,32 @@ static int run_bench(const char *csv) {
                 p.causal = causal;
                 p.window_left = p.window_right = -1;
                 p.dtype = FA3_BF16;
-                for (int w = 0; w < 3; w++) CK(fa3_fwd(&p, 0));
-                CK(cudaDeviceSynchronize());
-                const int R = 20;
-                std::vector<float> ts(R);
-                cudaEvent_t e0, e1;
-                CK(cudaEventCreate(&e0));
-                CK(cudaEventCreate(&e1));
-                /* 10 launches per sample, so the host's per-call work (tensor maps) hides behind the kernels */
-                for (int r = 0; r < R; r++) {
-                    CK(cudaEventRecord(e0));
-                    for (int l = 0; l < 10; l++) CK(fa3_fwd(&p, 0));
-                    CK(cudaEventRecord(e1));
-                    CK(cudaEventSynchronize(e1));
-                    CK(cudaEventElapsedTime(&ts[r], e0, e1));
-                    ts[r] /= 10.f;
+                for (int sched = 0; sched < 3; sched++) {
+                    for (int w = 0; w < 3; w++) CK(fa3_fwd_schedule(&p, sched, 0));
+                    CK(cudaDeviceSynchronize());
+                    const int R = 20;
+                    std::vector<float> ts(R);
+                    cudaEvent_t e0, e1;
+                    CK(cudaEventCreate(&e0));
+                    CK(cudaEventCreate(&e1));
+                    /* 10 launches per sample, so the host's per-call work (tensor maps)
+                     * hides behind the kernels */
+                    for (int r = 0; r < R; r++) {
+                        CK(cudaEventRecord(e0));
+                        for (int l = 0; l < 10; l++) CK(fa3_fwd_schedule(&p, sched, 0));
+                        CK(cudaEventRecord(e1));
+                        CK(cudaEventSynchronize(e1));
+                        CK(cudaEventElapsedTime(&ts[r], e0, e1));
+                        ts[r] /= 10.f;
+                    }
+                    std::sort(ts.begin(), ts.end());
+                    const double ms = ts[R / 2];
+                    const double tf = 4.0 * B * H * (double)S * S * D / (causal ? 2.0 : 1.0) / (ms * 1e-3) / 1e12;
+                    printf("s%d %-6d %-6d %-6d %-6d %-6d %-9.4f %-8.1f\n", sched, D, causal, S, B, H, ms, tf);
+                    fprintf(f, "s%d,%d,%d,%d,%d,%d,%.5f,%.2f\n", sched, D, causal, S, B, H, ms, tf);
+                    cudaEventDestroy(e0);
+                    cudaEventDestroy(e1);
                 }
-                std::sort(ts.begin(), ts.end());
-                const double ms = ts[R / 2];
-                const double tf = 4.0 * B * H * (double)S * S * D / (causal ? 2.0 : 1.0) / (ms * 1e-3) / 1e12;
-                printf("%-6d %-6d %-6d %-6d %-6d %-9.4f %-8.1f\n", D, causal, S, B, H, ms, tf);
-                fprintf(f, "flash3,%d,%d,%d,%d,%d,%.5f,%.2f\n", D, causal, S, B, H, ms, tf);
-                cudaEventDestroy(e0);
-                cudaEventDestroy(e1);
                 cudaFree(q);
                 cudaFree(k);
                 cudaFree(v);

@@ -1,12 +1,15 @@
-/* FLASH3 forward kernel body (sm_90a). One CTA = Br = 128 query rows of one (batch, head):
- *   warpgroup 0, the producer: gives its registers away (setmaxnreg 24); one thread issues the TMA loads of Qi and,
- *     block after block (last to first), of Kj and Vj into ST shared-memory stages, each stage guarded by a
- *     full barrier (TMA bytes landed) and an empty barrier (every consumer warp finished reading it);
- *   warpgroups 1 and 2, the consumers (setmaxnreg 240): 64 rows each; S = Qi Kjᵀ by wgmma with both operands in
- *     shared memory, online softmax in fp32 (exp2, the scale folded in with log2 e), O += P Vj by wgmma with P
- *     straight from the S registers (the accumulator layout is the A-operand layout for 16-bit types).
- * Shared tiles are 64-column panels of rows x 128 B in the 128-byte swizzle TMA writes; docs/flash3.md has the
- * layouts and the pipeline. */
+/* FLASH3 forward kernel body (sm_90a). One CTA = Br = 128 query rows of one
+ * (batch, head): warpgroup 0, the producer: gives its registers away
+ * (setmaxnreg 24); one thread issues the TMA loads of Qi and, block after block
+ * (last to first), of Kj and Vj into ST shared-memory stages, each stage
+ * guarded by a full barrier (TMA bytes landed) and an empty barrier (every
+ * consumer warp finished reading it); warpgroups 1 and 2, the consumers
+ * (setmaxnreg 240): 64 rows each; S = Qi Kjᵀ by wgmma with both operands in
+ *     shared memory, online softmax in fp32 (exp2, the scale folded in with
+ * log2 e), O += P Vj by wgmma with P straight from the S registers (the
+ * accumulator layout is the A-operand layout for 16-bit types). Shared tiles
+ * are 64-column panels of rows x 128 B in the 128-byte swizzle TMA writes;
+ * docs/flash3.md has the layouts and the pipeline. */
 #ifndef FA_SM90_FLASH3_FWD_CUH
 #define FA_SM90_FLASH3_FWD_CUH
 
@@ -53,7 +56,117 @@ template <bool F16> FA_DEV uint32_t fa3_pack(float a, float b) {
     return r;
 }
 
-template <int D, bool F16>
+/* Per-thread softmax state of the two rows a consumer thread owns (g and g + 8
+ * of its warp's 16 rows). */
+struct fa3_rows {
+    int lo0, hi0, lo1, hi1, t;
+    float sl2, m0, m1, l0, l1;
+};
+
+/* Issues S = Qi Kjᵀ (no wait): D/16 k-slices; inside a 64-column panel a slice
+ * is 32 B further along the row. */
+template <int D, int Bc, bool F16> FA_DEV void fa3_qk(float (&sacc)[Bc / 2], uint32_t q_base, uint32_t k_base) {
+    constexpr int Br = fa3_tile<D>::Br;
+    fa3_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint64_t da = fa3_desc(q_base + (kk / 4) * Br * 128 + (kk % 4) * 32, 16, 1024);
+        const uint64_t db = fa3_desc(k_base + (kk / 4) * Bc * 128 + (kk % 4) * 32, 16, 1024);
+        fa_wgmma_ss<Bc, F16>(sacc, da, db, kk > 0);
+    }
+    fa3_wgmma_commit();
+}
+
+/* Issues O += P Vj (no wait): V is [key][d], MN-major here; a k16 slice is 16
+ * key rows = 2048 B further. */
+template <int D, int Bc, bool F16>
+FA_DEV void fa3_pv(float (&o)[D / 2], const uint32_t (&pa)[Bc / 16][4], uint32_t v_base) {
+    fa3_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; kk++)
+        fa_wgmma_rs<D, F16>(o, pa[kk], fa3_desc(v_base + kk * 2048, Bc * 128, 1024), 1);
+    fa3_wgmma_commit();
+}
+
+/* One arrival per consumer warp on a stage's empty barrier, once the warp's
+ * wgmma reading it has completed. */
+FA_DEV void fa3_release(uint32_t bar, int lane) {
+    __syncwarp();
+    if (lane == 0) fa3_bar_arrive(bar);
+}
+
+/* Mask, then the online-softmax step on S (in place to P, fp32):
+ * m_new = max(m, rowmax S); P = exp2(S·scale·log2e − m_new·scale·log2e); l =
+ * l·corr + rowsum P (thread-local); corr = exp2((m − m_new)·scale·log2e) is
+ * returned for O. */
+template <int Bc> FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_rows &R, float &c0, float &c1) {
+    if (kbase < R.lo1 || kbase + Bc > R.hi0) { /* only blocks that cross a row's visible range [lo, hi) */
+#pragma unroll
+        for (int j = 0; j < Bc / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int col = kbase + 8 * j + 2 * R.t + e;
+                if (col < R.lo0 || col >= R.hi0) sacc[4 * j + e] = -INFINITY;
+                if (col < R.lo1 || col >= R.hi1) sacc[4 * j + 2 + e] = -INFINITY;
+            }
+    }
+    float mx0 = R.m0, mx1 = R.m1;
+#pragma unroll
+    for (int j = 0; j < Bc / 8; j++) {
+        mx0 = fmaxf(mx0, fmaxf(sacc[4 * j], sacc[4 * j + 1]));
+        mx1 = fmaxf(mx1, fmaxf(sacc[4 * j + 2], sacc[4 * j + 3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    /* a row that has seen no key yet keeps max −inf: subtract 0 instead, so that
+     * exp2 gives 0, never NaN */
+    const float mu0 = mx0 == -INFINITY ? 0.f : mx0, mu1 = mx1 == -INFINITY ? 0.f : mx1;
+    c0 = fa3_ex2((R.m0 - mu0) * R.sl2);
+    c1 = fa3_ex2((R.m1 - mu1) * R.sl2);
+    R.m0 = mx0;
+    R.m1 = mx1;
+    const float ms0 = mu0 * R.sl2, ms1 = mu1 * R.sl2;
+    float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < Bc / 8; j++) {
+        sacc[4 * j] = fa3_ex2(fmaf(sacc[4 * j], R.sl2, -ms0));
+        sacc[4 * j + 1] = fa3_ex2(fmaf(sacc[4 * j + 1], R.sl2, -ms0));
+        sacc[4 * j + 2] = fa3_ex2(fmaf(sacc[4 * j + 2], R.sl2, -ms1));
+        sacc[4 * j + 3] = fa3_ex2(fmaf(sacc[4 * j + 3], R.sl2, -ms1));
+        ps0 += sacc[4 * j] + sacc[4 * j + 1];
+        ps1 += sacc[4 * j + 2] + sacc[4 * j + 3];
+    }
+    R.l0 = R.l0 * c0 + ps0;
+    R.l1 = R.l1 * c1 + ps1;
+}
+
+template <int D> FA_DEV void fa3_rescale(float (&o)[D / 2], float c0, float c1) {
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) {
+        o[4 * j] *= c0;
+        o[4 * j + 1] *= c0;
+        o[4 * j + 2] *= c1;
+        o[4 * j + 3] *= c1;
+    }
+}
+
+/* Two adjacent n8 accumulator blocks = one k16 A fragment (rows g, g+8; keys
+ * 2t.., 8+2t..). */
+template <int Bc, bool F16> FA_DEV void fa3_pack_p(uint32_t (&pa)[Bc / 16][4], const float (&sacc)[Bc / 2]) {
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; kk++) {
+        pa[kk][0] = fa3_pack<F16>(sacc[8 * kk], sacc[8 * kk + 1]);
+        pa[kk][1] = fa3_pack<F16>(sacc[8 * kk + 2], sacc[8 * kk + 3]);
+        pa[kk][2] = fa3_pack<F16>(sacc[8 * kk + 4], sacc[8 * kk + 5]);
+        pa[kk][3] = fa3_pack<F16>(sacc[8 * kk + 6], sacc[8 * kk + 7]);
+    }
+}
+
+/* MODE 0: serial S, softmax, P V; 1: intra-warpgroup overlap; 2: overlap +
+ * ping-pong between the warpgroups. */
+template <int D, bool F16, int MODE>
 __global__ void __launch_bounds__(384, 1)
     fa3_fwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                    const __grid_constant__ CUtensorMap tv, const fa3_kparams p) {
@@ -112,115 +225,104 @@ __global__ void __launch_bounds__(384, 1)
     }
 
     fa3_regs_inc<240>();
-    const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int r0 = m0 + 64 * cw + 16 * warp + g, r1 = r0 + 8;
-    int lo0, hi0, lo1, hi1;
-    fa_visible_keys32(r0, p.sq, p.sk, p.wl, p.wr, &lo0, &hi0);
-    fa_visible_keys32(r1, p.sq, p.sk, p.wl, p.wr, &lo1, &hi1);
-    const float sl2 = p.scale_log2;
+    const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, t = lane % 4;
+    const int r0 = m0 + 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
+    fa3_rows R;
+    fa_visible_keys32(r0, p.sq, p.sk, p.wl, p.wr, &R.lo0, &R.hi0);
+    fa_visible_keys32(r1, p.sq, p.sk, p.wl, p.wr, &R.lo1, &R.hi1);
+    R.t = t;
+    R.sl2 = p.scale_log2;
+    R.m0 = R.m1 = -INFINITY;
+    R.l0 = R.l1 = 0.f;
 
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; i++) o[i] = 0.f;
-    float mr0 = -INFINITY, mr1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     const uint32_t q_base = fa3_smem(sm.q) + cw * 64 * 128;
+    const uint32_t k0 = fa3_smem(sm.k[0]), v0 = fa3_smem(sm.v[0]);
+    constexpr uint32_t KV_STAGE = Bc * D * 2;
     if (nblk > 0) fa3_bar_wait(fa3_smem(&sm.bar_q), 0);
+    float sacc[Bc / 2];
+    uint32_t pa[Bc / 16][4];
+    float c0, c1;
 
-    for (int it = 0; it < nblk; it++) {
-        const int s = it % ST, kbase = (n_hi - 1 - it) * Bc;
-        const uint32_t ph = (it / ST) & 1;
-        const uint32_t k_base = fa3_smem(sm.k[s]), v_base = fa3_smem(sm.v[s]);
-
-        /* S = Qi Kjᵀ: D/16 k-slices; inside a 64-column panel a slice is 32 B further along the swizzled row */
-        float sacc[Bc / 2];
-        fa3_bar_wait(fa3_smem(&sm.full_k[s]), ph);
-        fa3_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            const uint64_t da = fa3_desc(q_base + (kk / 4) * Br * 128 + (kk % 4) * 32, 16, 1024);
-            const uint64_t db = fa3_desc(k_base + (kk / 4) * Bc * 128 + (kk % 4) * 32, 16, 1024);
-            fa_wgmma_ss<Bc, F16>(sacc, da, db, kk > 0);
+    if constexpr (MODE == 0) {
+        /* serial: S, softmax, P V, one block after the other */
+        for (int it = 0; it < nblk; it++) {
+            const int s = it % ST;
+            const uint32_t ph = (it / ST) & 1;
+            fa3_bar_wait(fa3_smem(&sm.full_k[s]), ph);
+            fa3_qk<D, Bc, F16>(sacc, q_base, k0 + s * KV_STAGE);
+            fa3_wgmma_wait<0>();
+            fa3_fence_regs(sacc);
+            fa3_release(fa3_smem(&sm.empty_k[s]), lane);
+            fa3_softmax<Bc>(sacc, (n_hi - 1 - it) * Bc, R, c0, c1);
+            fa3_rescale<D>(o, c0, c1);
+            fa3_pack_p<Bc, F16>(pa, sacc);
+            fa3_bar_wait(fa3_smem(&sm.full_v[s]), ph);
+            fa3_pv<D, Bc, F16>(o, pa, v0 + s * KV_STAGE);
+            fa3_wgmma_wait<0>();
+            fa3_fence_regs(o);
+            fa3_release(fa3_smem(&sm.empty_v[s]), lane);
         }
-        fa3_wgmma_commit();
+    } else if (nblk > 0) {
+        /* overlapped: S_{j+1} = Qi K_{j+1}ᵀ and O += P_j V_j are issued together
+         * and the softmax of block j+1 runs while P_j V_j is still in the tensor
+         * cores. MODE 2 adds ping-pong: the two warpgroups take turns to issue
+         * their GEMMs (named barriers 1 and 2), so that one's softmax runs under
+         * the other's GEMMs. */
+        const bool pp = MODE == 2;
+        const int my_turn = 1 + cw, other_turn = 2 - cw;
+        if (pp && cw == 1) fa3_named_arrive(1, 256);
+        if (pp) fa3_named_sync(my_turn, 256);
+        fa3_bar_wait(fa3_smem(&sm.full_k[0]), 0);
+        fa3_qk<D, Bc, F16>(sacc, q_base, k0);
+        if (pp) fa3_named_arrive(other_turn, 256);
         fa3_wgmma_wait<0>();
         fa3_fence_regs(sacc);
-        __syncwarp();
-        if (lane == 0) fa3_bar_arrive(fa3_smem(&sm.empty_k[s]));
-
-        /* mask: only blocks that cross a row's visible range [lo, hi) */
-        if (kbase < lo1 || kbase + Bc > hi0) {
-#pragma unroll
-            for (int j = 0; j < Bc / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int col = kbase + 8 * j + 2 * t + e;
-                    if (col < lo0 || col >= hi0) sacc[4 * j + e] = -INFINITY;
-                    if (col < lo1 || col >= hi1) sacc[4 * j + 2 + e] = -INFINITY;
-                }
+        fa3_release(fa3_smem(&sm.empty_k[0]), lane);
+        fa3_softmax<Bc>(sacc, (n_hi - 1) * Bc, R, c0, c1);
+        fa3_pack_p<Bc, F16>(pa, sacc);
+        for (int it = 1; it < nblk; it++) {
+            const int s = it % ST, sp = (it - 1) % ST;
+            const uint32_t ph = (it / ST) & 1, php = ((it - 1) / ST) & 1;
+            if (pp) fa3_named_sync(my_turn, 256);
+            fa3_bar_wait(fa3_smem(&sm.full_k[s]), ph);
+            fa3_qk<D, Bc, F16>(sacc, q_base, k0 + s * KV_STAGE);
+            fa3_bar_wait(fa3_smem(&sm.full_v[sp]), php);
+            fa3_fence_regs(o);
+            fa3_fence_regs(pa);
+            fa3_pv<D, Bc, F16>(o, pa, v0 + sp * KV_STAGE);
+            if (pp) fa3_named_arrive(other_turn, 256);
+            fa3_wgmma_wait<1>();
+            fa3_fence_regs(sacc);
+            fa3_release(fa3_smem(&sm.empty_k[s]), lane);
+            fa3_softmax<Bc>(sacc, (n_hi - 1 - it) * Bc, R, c0, c1);
+            fa3_wgmma_wait<0>();
+            fa3_fence_regs(o);
+            fa3_fence_regs(pa);
+            fa3_release(fa3_smem(&sm.empty_v[sp]), lane);
+            fa3_rescale<D>(o, c0, c1);
+            fa3_pack_p<Bc, F16>(pa, sacc);
         }
-
-        /* online softmax: m_new = max(m, rowmax S); P = exp2(S·scale·log2e − m_new·scale·log2e); l = l·corr + rowsum P */
-        float mx0 = mr0, mx1 = mr1;
-#pragma unroll
-        for (int j = 0; j < Bc / 8; j++) {
-            mx0 = fmaxf(mx0, fmaxf(sacc[4 * j], sacc[4 * j + 1]));
-            mx1 = fmaxf(mx1, fmaxf(sacc[4 * j + 2], sacc[4 * j + 3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        /* a row that has seen no key yet keeps max −inf: subtract 0 instead, so that exp2 gives 0, never NaN */
-        const float mu0 = mx0 == -INFINITY ? 0.f : mx0, mu1 = mx1 == -INFINITY ? 0.f : mx1;
-        const float c0 = fa3_ex2((mr0 - mu0) * sl2), c1 = fa3_ex2((mr1 - mu1) * sl2);
-        mr0 = mx0;
-        mr1 = mx1;
-        const float ms0 = mu0 * sl2, ms1 = mu1 * sl2;
-        float ps0 = 0.f, ps1 = 0.f;
-#pragma unroll
-        for (int j = 0; j < Bc / 8; j++) {
-            sacc[4 * j] = fa3_ex2(fmaf(sacc[4 * j], sl2, -ms0));
-            sacc[4 * j + 1] = fa3_ex2(fmaf(sacc[4 * j + 1], sl2, -ms0));
-            sacc[4 * j + 2] = fa3_ex2(fmaf(sacc[4 * j + 2], sl2, -ms1));
-            sacc[4 * j + 3] = fa3_ex2(fmaf(sacc[4 * j + 3], sl2, -ms1));
-            ps0 += sacc[4 * j] + sacc[4 * j + 1];
-            ps1 += sacc[4 * j + 2] + sacc[4 * j + 3];
-        }
-        l0 = l0 * c0 + ps0;
-        l1 = l1 * c1 + ps1;
-#pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            o[4 * j] *= c0;
-            o[4 * j + 1] *= c0;
-            o[4 * j + 2] *= c1;
-            o[4 * j + 3] *= c1;
-        }
-        /* two adjacent n8 accumulator blocks = one k16 A fragment (rows g, g+8; keys 2t.., 8+2t..) */
-        uint32_t pa[Bc / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < Bc / 16; kk++) {
-            pa[kk][0] = fa3_pack<F16>(sacc[8 * kk], sacc[8 * kk + 1]);
-            pa[kk][1] = fa3_pack<F16>(sacc[8 * kk + 2], sacc[8 * kk + 3]);
-            pa[kk][2] = fa3_pack<F16>(sacc[8 * kk + 4], sacc[8 * kk + 5]);
-            pa[kk][3] = fa3_pack<F16>(sacc[8 * kk + 6], sacc[8 * kk + 7]);
-        }
-
-        /* O += P Vj: V is [key][d], i.e. MN-major for this GEMM; a k16 slice is 16 key rows = 2048 B further */
-        fa3_bar_wait(fa3_smem(&sm.full_v[s]), ph);
+        const int s = (nblk - 1) % ST;
+        if (pp) fa3_named_sync(my_turn, 256);
+        fa3_bar_wait(fa3_smem(&sm.full_v[s]), ((nblk - 1) / ST) & 1);
         fa3_fence_regs(o);
         fa3_fence_regs(pa);
-        fa3_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < Bc / 16; kk++)
-            fa_wgmma_rs<D, F16>(o, pa[kk], fa3_desc(v_base + kk * 2048, Bc * 128, 1024), 1);
-        fa3_wgmma_commit();
+        fa3_pv<D, Bc, F16>(o, pa, v0 + s * KV_STAGE);
+        /* the second warpgroup's last turn is not passed on: every sync above then
+         * has exactly one arrive */
+        if (pp && cw == 0) fa3_named_arrive(other_turn, 256);
         fa3_wgmma_wait<0>();
         fa3_fence_regs(o);
-        __syncwarp();
-        if (lane == 0) fa3_bar_arrive(fa3_smem(&sm.empty_v[s]));
+        fa3_release(fa3_smem(&sm.empty_v[s]), lane);
     }
+    const float mr0 = R.m0, mr1 = R.m1;
+    float l0 = R.l0, l1 = R.l1;
 
-    /* O = O / l; LSE = m·scale + ln l; a row with l = 0 saw no key: O = 0, LSE = −inf */
+    /* O = O / l; LSE = m·scale + ln l; a row with l = 0 saw no key: O = 0, LSE =
+     * −inf */
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);

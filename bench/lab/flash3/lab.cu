@@ -17,6 +17,8 @@
 #include "core/visible.h"
 #include "cuda/sm90/flash3.h"
 
+#define NSCHED 4 /* fa3_fwd_schedule 0..3 */
+
 #define CK(x)                                                                                                          \
     do {                                                                                                               \
         cudaError_t e_ = (x);                                                                                          \
@@ -205,7 +207,7 @@ static int run_case(const Case &c, uint64_t seed) {
     CK(cudaMemcpy(hr.data(), rout, hr.size() * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(hrl.data(), rlse, hrl.size() * 4, cudaMemcpyDeviceToHost));
     int fails = 0;
-    for (int sched = 0; sched < 3; sched++) {
+    for (int sched = 0; sched < NSCHED; sched++) {
         CK(cudaMemset(dout, 0xFF, no * 2));
         CK(cudaMemset(dlse, 0xFF, (size_t)c.b * c.hq * c.sq * 4));
         CK(fa3_fwd_schedule(&p, sched, 0));
@@ -288,13 +290,17 @@ static int run_tests(bool small) {
             cs.push_back({"long", FA3_BF16, 128, 1, 2, 2, 4097, 4097, causal, -1, -1, 1.f, 0});
             cs.push_back({"long-d64", FA3_BF16, 64, 1, 2, 2, 4097, 4097, causal, -1, -1, 1.f, 0});
         }
+        for (int di = 0; di < 3; di++) { /* more tiles than SMs: each CTA of the persistent grid walks several */
+            cs.push_back({"tiles-causal", FA3_BF16, Ds[di], 4, 8, 2, 1000, 700, 1, -1, -1, 1.f, 0});
+            cs.push_back({"tiles", FA3_FP16, Ds[di], 3, 16, 16, 777, 1500, 0, -1, -1, 1.f, 0});
+        }
         cs.push_back({"window", FA3_BF16, 128, 1, 2, 2, 1023, 1023, 0, 100, 50, 1.f, 0});
         cs.push_back({"window-causal", FA3_FP16, 64, 1, 2, 2, 700, 1000, 1, 200, -1, 1.f, 0});
         cs.push_back({"sk=0", FA3_BF16, 128, 1, 2, 2, 64, 0, 0, -1, -1, 1.f, 0});
     }
     int fails = 0;
     for (size_t i = 0; i < cs.size(); i++) fails += run_case(cs[i], 1234567ull + 7919ull * i);
-    printf("%d of %zu runs (cases x 3 schedules) failed\n", fails, 3 * cs.size());
+    printf("%d of %zu runs (cases x schedules) failed\n", fails, NSCHED * cs.size());
     return fails ? 1 : 0;
 }
 
@@ -349,7 +355,7 @@ static int run_bench(const char *csv) {
                 p.causal = causal;
                 p.window_left = p.window_right = -1;
                 p.dtype = FA3_BF16;
-                for (int sched = 0; sched < 3; sched++) {
+                for (int sched = 0; sched < NSCHED; sched++) {
                     for (int w = 0; w < 3; w++) CK(fa3_fwd_schedule(&p, sched, 0));
                     CK(cudaDeviceSynchronize());
                     const int R = 20;

@@ -21,7 +21,11 @@ if [ "$what" = all ] || [ "$what" = test ]; then
     timeout 120 ./lab test 2>&1 | tee "$OUT/test.log" | grep -E "FAIL|failed|device" ; rc=${PIPESTATUS[0]}
     if command -v compute-sanitizer > /dev/null; then
         timeout 90 compute-sanitizer --tool memcheck ./lab small > "$OUT/memcheck.log" 2>&1
-        tail -3 "$OUT/memcheck.log"
+        tail -1 "$OUT/memcheck.log"
+        for tool in racecheck synccheck; do
+            timeout 60 compute-sanitizer --tool $tool ./lab small > "$OUT/$tool.log" 2>&1
+            echo "$tool: $(tail -1 "$OUT/$tool.log")"
+        done
     fi
 fi
 if [ "$what" = all ] || [ "$what" = bench ]; then

@@ -43,9 +43,9 @@ int fa3_supported(const fa3_params *p, int cc_major, int cc_minor, char *why, si
  * Returns the launch error. */
 cudaError_t fa3_fwd(const fa3_params *p, cudaStream_t stream);
 
-/* The same with a chosen consumer schedule, for the lab: 0 serial (S, softmax,
- * P V in turn), 1 the softmax of block j+1 overlapped with P_j V_j inside each
- * warpgroup, 2 that plus ping-pong between the two warpgroups. */
+/* The same with a chosen schedule, for the lab: 0 serial (S, softmax, P V in turn), 1 the softmax of block j+1
+ * overlapped with P_j V_j inside each warpgroup, 2 that plus ping-pong between the two warpgroups (the default),
+ * 3 schedule 2 with the wide key block (Bc 192 / 176 / 80 at d = 64 / 128 / 256 instead of 128 / 128 / 64). */
 cudaError_t fa3_fwd_schedule(const fa3_params *p, int schedule, cudaStream_t stream);
 
 /* Name of the kernel fa3_fwd runs for p (tile and head dim), for stats and

@@ -8,8 +8,6 @@
 #include "flash3.h"
 #include "flash3_fwd.cuh"
 
-/* the consumer schedule fa3_fwd runs (see fa3_fwd_schedule) */
-#define FA3_DEFAULT_SCHEDULE 2
 
 static PFN_cuTensorMapEncodeTiled_v12000 fa3_encode_fn(void) {
     /* the driver's function pointer: the same for the whole process, so looked up
@@ -48,8 +46,8 @@ static int fa3_map(CUtensorMap *m, const void *base, int dtype, int D, int rows,
     return r == CUDA_SUCCESS ? 0 : -1;
 }
 
-template <int D, bool F16, int MODE> static cudaError_t fa3_launch(const fa3_params *p, cudaStream_t stream) {
-    using T = fa3_tile<D>;
+template <int D, bool WIDE, bool F16, int MODE> static cudaError_t fa3_launch(const fa3_params *p, cudaStream_t stream) {
+    using T = fa3_tile<D, WIDE>;
     CUtensorMap tq, tk, tv;
     if (fa3_map(&tq, p->q, p->dtype, D, p->seqlen_q, p->heads_q, p->batch, p->q_row_stride, p->q_head_stride,
                 p->q_batch_stride, T::Br) ||
@@ -72,12 +70,19 @@ template <int D, bool F16, int MODE> static cudaError_t fa3_launch(const fa3_par
     kp.wr = p->causal ? 0 : p->window_right;
     kp.scale = p->scale;
     kp.scale_log2 = p->scale * 1.44269504088896340736f;
-    const size_t smem = sizeof(fa3_shared<D>) + 1024;
+    const size_t smem = sizeof(fa3_shared<D, WIDE>) + 1024;
     cudaError_t e =
-        cudaFuncSetAttribute(fa3_fwd_kernel<D, F16, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(fa3_fwd_kernel<D, WIDE, F16, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    const dim3 grid((p->seqlen_q + T::Br - 1) / T::Br, p->heads_q, p->batch);
-    fa3_fwd_kernel<D, F16, MODE><<<grid, T::THREADS, smem, stream>>>(tq, tk, tv, kp);
+    kp.nmb = (p->seqlen_q + T::Br - 1) / T::Br;
+    kp.ntiles = kp.nmb * p->heads_q * p->batch;
+    /* persistent: one CTA per SM (the register budget allows no second), tiles handed out round-robin */
+    int dev = 0, sms = 0;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
+        (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+        return e;
+    const int grid = kp.ntiles < sms ? kp.ntiles : sms;
+    fa3_fwd_kernel<D, WIDE, F16, MODE><<<grid, T::THREADS, smem, stream>>>(tq, tk, tv, kp);
     return cudaGetLastError();
 }
 
@@ -111,39 +116,39 @@ extern "C" int fa3_supported(const fa3_params *p, int cc_major, int cc_minor, ch
         r = "FLASH3 needs heads_q to be a multiple of heads_k";
     else if (p->seqlen_q < 0 || p->seqlen_k < 0 || p->seqlen_q >= (1 << 30) || p->seqlen_k >= (1 << 30))
         r = "FLASH3 needs sequence lengths below 2^30";
+    else if ((int64_t)((p->seqlen_q + 127) / 128) * p->heads_q * p->batch >= ((int64_t)1 << 31))
+        r = "FLASH3 needs fewer than 2^31 tiles of 128 query rows";
     else if (p->window_left < -1 || p->window_right < -1)
         r = "FLASH3 windows are -1 (unbounded) or >= 0";
     if (r && why && why_len) snprintf(why, why_len, "%s", r);
     return r == NULL;
 }
 
-template <int MODE> static cudaError_t fa3_dispatch(const fa3_params *p, cudaStream_t stream) {
+template <int MODE, bool WIDE> static cudaError_t fa3_dispatch(const fa3_params *p, cudaStream_t stream) {
     if (p->batch == 0 || p->seqlen_q == 0) return cudaSuccess;
     const bool f16 = p->dtype == FA3_FP16;
     switch (p->head_dim) {
     case 64:
-        return f16 ? fa3_launch<64, true, MODE>(p, stream) : fa3_launch<64, false, MODE>(p, stream);
+        return f16 ? fa3_launch<64, WIDE, true, MODE>(p, stream) : fa3_launch<64, WIDE, false, MODE>(p, stream);
     case 128:
-        return f16 ? fa3_launch<128, true, MODE>(p, stream) : fa3_launch<128, false, MODE>(p, stream);
+        return f16 ? fa3_launch<128, WIDE, true, MODE>(p, stream) : fa3_launch<128, WIDE, false, MODE>(p, stream);
     case 256:
-        return f16 ? fa3_launch<256, true, MODE>(p, stream) : fa3_launch<256, false, MODE>(p, stream);
+        return f16 ? fa3_launch<256, WIDE, true, MODE>(p, stream) : fa3_launch<256, WIDE, false, MODE>(p, stream);
     default:
         return cudaErrorInvalidValue;
     }
 }
 
 extern "C" cudaError_t fa3_fwd(const fa3_params *p, cudaStream_t stream) {
-    return fa3_dispatch<FA3_DEFAULT_SCHEDULE>(p, stream);
+    return fa3_dispatch<2, false>(p, stream);
 }
 
 extern "C" cudaError_t fa3_fwd_schedule(const fa3_params *p, int schedule, cudaStream_t stream) {
     switch (schedule) {
-    case 0:
-        return fa3_dispatch<0>(p, stream);
-    case 1:
-        return fa3_dispatch<1>(p, stream);
-    case 2:
-        return fa3_dispatch<2>(p, stream);
+    case 0: return fa3_dispatch<0, false>(p, stream);
+    case 1: return fa3_dispatch<1, false>(p, stream);
+    case 2: return fa3_dispatch<2, false>(p, stream);
+    case 3: return fa3_dispatch<2, true>(p, stream);
     default:
         return cudaErrorInvalidValue;
     }

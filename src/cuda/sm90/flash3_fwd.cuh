@@ -20,20 +20,24 @@
 #include "ptx.cuh"
 #include "wgmma.cuh"
 
-template <int D> struct fa3_tile {
-    static constexpr int Br = 128;                 /* 2 consumer warpgroups x 64 rows (wgmma M = 64) */
-    static constexpr int Bc = D == 256 ? 64 : 128; /* S (Bc/2) + O (D/2) + P (Bc/4) registers stay under 240 */
-    static constexpr int ST = 2;                   /* K/V stages */
+/* Tiles: Br = 128 query rows (2 consumer warpgroups x 64, wgmma M = 64), Bc keys per block, ST K/V stages.
+ * Bc keeps S (Bc/2) + O (D/2) + P (Bc/4) registers per thread under the consumers' 240 and the stages in 227 KB;
+ * WIDE is the larger block (FA3's: 176 at d = 128, 80 at d = 256; 192 at d = 64). */
+template <int D, bool WIDE> struct fa3_tile {
+    static constexpr int Br = 128;
+    static constexpr int Bc = WIDE ? (D == 64 ? 192 : D == 128 ? 176 : 80) : (D == 256 ? 64 : 128);
+    static constexpr int ST = 2;
     static constexpr int THREADS = 384;
 };
 
-template <int D> struct alignas(1024) fa3_shared {
-    uint16_t q[fa3_tile<D>::Br * D];
-    uint16_t k[fa3_tile<D>::ST][fa3_tile<D>::Bc * D];
-    uint16_t v[fa3_tile<D>::ST][fa3_tile<D>::Bc * D];
-    uint64_t bar_q;
-    uint64_t full_k[fa3_tile<D>::ST], full_v[fa3_tile<D>::ST];
-    uint64_t empty_k[fa3_tile<D>::ST], empty_v[fa3_tile<D>::ST];
+template <int D, bool WIDE> struct alignas(1024) fa3_shared {
+    using T = fa3_tile<D, WIDE>;
+    uint16_t q[T::Br * D];
+    uint16_t k[T::ST][T::Bc * D];
+    uint16_t v[T::ST][T::Bc * D];
+    uint64_t full_q, empty_q;
+    uint64_t full_k[T::ST], full_v[T::ST];
+    uint64_t empty_k[T::ST], empty_v[T::ST];
 };
 
 struct fa3_kparams {
@@ -41,6 +45,7 @@ struct fa3_kparams {
     float *lse;
     int64_t o_batch_stride, o_row_stride, o_head_stride;
     int sq, sk, hq, group, wl, wr;
+    int nmb, ntiles; /* query blocks per head; tiles = nmb * heads_q * batch */
     float scale, scale_log2;
 };
 
@@ -66,7 +71,7 @@ struct fa3_rows {
 /* Issues S = Qi Kjᵀ (no wait): D/16 k-slices; inside a 64-column panel a slice
  * is 32 B further along the row. */
 template <int D, int Bc, bool F16> FA_DEV void fa3_qk(float (&sacc)[Bc / 2], uint32_t q_base, uint32_t k_base) {
-    constexpr int Br = fa3_tile<D>::Br;
+    constexpr int Br = 128;
     fa3_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
@@ -164,61 +169,86 @@ template <int Bc, bool F16> FA_DEV void fa3_pack_p(uint32_t (&pa)[Bc / 16][4], c
     }
 }
 
-/* MODE 0: serial S, softmax, P V; 1: intra-warpgroup overlap; 2: overlap +
- * ping-pong between the warpgroups. */
-template <int D, bool F16, int MODE>
+/* The work of one tile: query rows [m0, m0 + Br) of head h of batch b, key blocks n_hi - nblk .. n_hi - 1.
+ * Tiles are numbered with the query block fastest and, inside one head, the last (for causal the longest) block
+ * first; CTAs of the persistent grid take tiles blockIdx.x, blockIdx.x + gridDim.x, ... */
+struct fa3_work {
+    int m0, h, b, n_hi, nblk;
+};
+template <int Br, int Bc> FA_DEV fa3_work fa3_work_at(int tile, const fa3_kparams &p) {
+    fa3_work w;
+    const int mb = p.nmb - 1 - tile % p.nmb, bh = tile / p.nmb;
+    w.m0 = mb * Br;
+    w.h = bh % p.hq;
+    w.b = bh / p.hq;
+    const int m1 = w.m0 + Br < p.sq ? w.m0 + Br : p.sq;
+    int lo, hi;
+    fa_visible_block32(w.m0, m1, p.sq, p.sk, p.wl, p.wr, &lo, &hi);
+    w.n_hi = (hi + Bc - 1) / Bc;
+    w.nblk = hi > lo ? w.n_hi - lo / Bc : 0;
+    return w;
+}
+
+/* MODE 0: serial S, softmax, P V; 1: intra-warpgroup overlap; 2: overlap + ping-pong between the warpgroups. */
+template <int D, bool WIDE, bool F16, int MODE>
 __global__ void __launch_bounds__(384, 1)
     fa3_fwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                    const __grid_constant__ CUtensorMap tv, const fa3_kparams p) {
-    using T = fa3_tile<D>;
+    using T = fa3_tile<D, WIDE>;
     constexpr int Br = T::Br, Bc = T::Bc, ST = T::ST;
+    constexpr uint32_t KV_STAGE = Bc * D * 2;
     extern __shared__ uint8_t fa3_smem_raw[];
-    fa3_shared<D> &sm = *reinterpret_cast<fa3_shared<D> *>(((uintptr_t)fa3_smem_raw + 1023) & ~(uintptr_t)1023);
-
-    const int m0 = blockIdx.x * Br, h = blockIdx.y, b = blockIdx.z;
-    const int m1 = m0 + Br < p.sq ? m0 + Br : p.sq;
-    int lo, hi;
-    fa_visible_block32(m0, m1, p.sq, p.sk, p.wl, p.wr, &lo, &hi);
-    const int n_lo = lo / Bc, n_hi = (hi + Bc - 1) / Bc;
-    const int nblk = hi > lo ? n_hi - n_lo : 0;
+    fa3_shared<D, WIDE> &sm = *reinterpret_cast<fa3_shared<D, WIDE> *>(((uintptr_t)fa3_smem_raw + 1023) & ~(uintptr_t)1023);
 
     if (threadIdx.x == 0) {
-        fa3_bar_init(fa3_smem(&sm.bar_q), 1);
+        fa3_bar_init(fa3_smem(&sm.full_q), 1);
+        fa3_bar_init(fa3_smem(&sm.empty_q), 8); /* one arrival per consumer warp */
         for (int s = 0; s < ST; s++) {
             fa3_bar_init(fa3_smem(&sm.full_k[s]), 1);
             fa3_bar_init(fa3_smem(&sm.full_v[s]), 1);
-            fa3_bar_init(fa3_smem(&sm.empty_k[s]), 8); /* one arrival per consumer warp */
+            fa3_bar_init(fa3_smem(&sm.empty_k[s]), 8);
             fa3_bar_init(fa3_smem(&sm.empty_v[s]), 8);
         }
         fa3_bar_init_fence();
     }
     __syncthreads();
 
+    /* Both roles walk the same tiles; qi counts the tiles with keys (Q loads), kv the K/V blocks, so that the
+     * stage of K/V block kv is kv % ST and its phase parity (kv / ST) & 1 on both sides. */
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         fa3_regs_dec<24>();
-        if (threadIdx.x == 0 && nblk > 0) {
-            const int hk = h / p.group;
+        if (threadIdx.x == 0) {
+            fa3_prefetch_map(&tq);
             fa3_prefetch_map(&tk);
             fa3_prefetch_map(&tv);
-            const uint32_t bq = fa3_smem(&sm.bar_q);
-            fa3_bar_expect_tx(bq, Br * D * 2);
-#pragma unroll
-            for (int c = 0; c < D / 64; c++) fa3_tma_load4(fa3_smem(sm.q) + c * Br * 128, &tq, bq, 64 * c, m0, h, b);
-            for (int it = 0; it < nblk; it++) {
-                const int s = it % ST, n = n_hi - 1 - it;
-                const uint32_t ph = (it / ST) & 1;
-                const uint32_t fk = fa3_smem(&sm.full_k[s]), fv = fa3_smem(&sm.full_v[s]);
-                fa3_bar_wait(fa3_smem(&sm.empty_k[s]), ph ^ 1);
-                fa3_bar_expect_tx(fk, Bc * D * 2);
+            int qi = 0, kv = 0;
+            for (int tile = blockIdx.x; tile < p.ntiles; tile += gridDim.x) {
+                const fa3_work w = fa3_work_at<Br, Bc>(tile, p);
+                if (w.nblk == 0) continue;
+                const int hk = w.h / p.group;
+                const uint32_t fq = fa3_smem(&sm.full_q);
+                fa3_bar_wait(fa3_smem(&sm.empty_q), (qi & 1) ^ 1);
+                fa3_bar_expect_tx(fq, Br * D * 2);
 #pragma unroll
                 for (int c = 0; c < D / 64; c++)
-                    fa3_tma_load4(fa3_smem(sm.k[s]) + c * Bc * 128, &tk, fk, 64 * c, n * Bc, hk, b);
-                fa3_bar_wait(fa3_smem(&sm.empty_v[s]), ph ^ 1);
-                fa3_bar_expect_tx(fv, Bc * D * 2);
+                    fa3_tma_load4(fa3_smem(sm.q) + c * Br * 128, &tq, fq, 64 * c, w.m0, w.h, w.b);
+                qi++;
+                for (int it = 0; it < w.nblk; it++, kv++) {
+                    const int s = kv % ST, n = w.n_hi - 1 - it;
+                    const uint32_t ph = (kv / ST) & 1;
+                    const uint32_t fk = fa3_smem(&sm.full_k[s]), fv = fa3_smem(&sm.full_v[s]);
+                    fa3_bar_wait(fa3_smem(&sm.empty_k[s]), ph ^ 1);
+                    fa3_bar_expect_tx(fk, Bc * D * 2);
 #pragma unroll
-                for (int c = 0; c < D / 64; c++)
-                    fa3_tma_load4(fa3_smem(sm.v[s]) + c * Bc * 128, &tv, fv, 64 * c, n * Bc, hk, b);
+                    for (int c = 0; c < D / 64; c++)
+                        fa3_tma_load4(fa3_smem(sm.k[s]) + c * Bc * 128, &tk, fk, 64 * c, n * Bc, hk, w.b);
+                    fa3_bar_wait(fa3_smem(&sm.empty_v[s]), ph ^ 1);
+                    fa3_bar_expect_tx(fv, Bc * D * 2);
+#pragma unroll
+                    for (int c = 0; c < D / 64; c++)
+                        fa3_tma_load4(fa3_smem(sm.v[s]) + c * Bc * 128, &tv, fv, 64 * c, n * Bc, hk, w.b);
+                }
             }
         }
         return;
@@ -226,125 +256,132 @@ __global__ void __launch_bounds__(384, 1)
 
     fa3_regs_inc<240>();
     const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, t = lane % 4;
-    const int r0 = m0 + 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
-    fa3_rows R;
-    fa_visible_keys32(r0, p.sq, p.sk, p.wl, p.wr, &R.lo0, &R.hi0);
-    fa_visible_keys32(r1, p.sq, p.sk, p.wl, p.wr, &R.lo1, &R.hi1);
-    R.t = t;
-    R.sl2 = p.scale_log2;
-    R.m0 = R.m1 = -INFINITY;
-    R.l0 = R.l1 = 0.f;
-
-    float o[D / 2];
-#pragma unroll
-    for (int i = 0; i < D / 2; i++) o[i] = 0.f;
     const uint32_t q_base = fa3_smem(sm.q) + cw * 64 * 128;
     const uint32_t k0 = fa3_smem(sm.k[0]), v0 = fa3_smem(sm.v[0]);
-    constexpr uint32_t KV_STAGE = Bc * D * 2;
-    if (nblk > 0) fa3_bar_wait(fa3_smem(&sm.bar_q), 0);
-    float sacc[Bc / 2];
-    uint32_t pa[Bc / 16][4];
-    float c0, c1;
-
-    if constexpr (MODE == 0) {
-        /* serial: S, softmax, P V, one block after the other */
-        for (int it = 0; it < nblk; it++) {
-            const int s = it % ST;
-            const uint32_t ph = (it / ST) & 1;
-            fa3_bar_wait(fa3_smem(&sm.full_k[s]), ph);
-            fa3_qk<D, Bc, F16>(sacc, q_base, k0 + s * KV_STAGE);
-            fa3_wgmma_wait<0>();
-            fa3_fence_regs(sacc);
-            fa3_release(fa3_smem(&sm.empty_k[s]), lane);
-            fa3_softmax<Bc>(sacc, (n_hi - 1 - it) * Bc, R, c0, c1);
-            fa3_rescale<D>(o, c0, c1);
-            fa3_pack_p<Bc, F16>(pa, sacc);
-            fa3_bar_wait(fa3_smem(&sm.full_v[s]), ph);
-            fa3_pv<D, Bc, F16>(o, pa, v0 + s * KV_STAGE);
-            fa3_wgmma_wait<0>();
-            fa3_fence_regs(o);
-            fa3_release(fa3_smem(&sm.empty_v[s]), lane);
-        }
-    } else if (nblk > 0) {
-        /* overlapped: S_{j+1} = Qi K_{j+1}ᵀ and O += P_j V_j are issued together
-         * and the softmax of block j+1 runs while P_j V_j is still in the tensor
-         * cores. MODE 2 adds ping-pong: the two warpgroups take turns to issue
-         * their GEMMs (named barriers 1 and 2), so that one's softmax runs under
-         * the other's GEMMs. */
-        const bool pp = MODE == 2;
-        const int my_turn = 1 + cw, other_turn = 2 - cw;
-        if (pp && cw == 1) fa3_named_arrive(1, 256);
-        if (pp) fa3_named_sync(my_turn, 256);
-        fa3_bar_wait(fa3_smem(&sm.full_k[0]), 0);
-        fa3_qk<D, Bc, F16>(sacc, q_base, k0);
-        if (pp) fa3_named_arrive(other_turn, 256);
-        fa3_wgmma_wait<0>();
-        fa3_fence_regs(sacc);
-        fa3_release(fa3_smem(&sm.empty_k[0]), lane);
-        fa3_softmax<Bc>(sacc, (n_hi - 1) * Bc, R, c0, c1);
-        fa3_pack_p<Bc, F16>(pa, sacc);
-        for (int it = 1; it < nblk; it++) {
-            const int s = it % ST, sp = (it - 1) % ST;
-            const uint32_t ph = (it / ST) & 1, php = ((it - 1) / ST) & 1;
-            if (pp) fa3_named_sync(my_turn, 256);
-            fa3_bar_wait(fa3_smem(&sm.full_k[s]), ph);
-            fa3_qk<D, Bc, F16>(sacc, q_base, k0 + s * KV_STAGE);
-            fa3_bar_wait(fa3_smem(&sm.full_v[sp]), php);
-            fa3_fence_regs(o);
-            fa3_fence_regs(pa);
-            fa3_pv<D, Bc, F16>(o, pa, v0 + sp * KV_STAGE);
-            if (pp) fa3_named_arrive(other_turn, 256);
-            fa3_wgmma_wait<1>();
-            fa3_fence_regs(sacc);
-            fa3_release(fa3_smem(&sm.empty_k[s]), lane);
-            fa3_softmax<Bc>(sacc, (n_hi - 1 - it) * Bc, R, c0, c1);
-            fa3_wgmma_wait<0>();
-            fa3_fence_regs(o);
-            fa3_fence_regs(pa);
-            fa3_release(fa3_smem(&sm.empty_v[sp]), lane);
-            fa3_rescale<D>(o, c0, c1);
-            fa3_pack_p<Bc, F16>(pa, sacc);
-        }
-        const int s = (nblk - 1) % ST;
-        if (pp) fa3_named_sync(my_turn, 256);
-        fa3_bar_wait(fa3_smem(&sm.full_v[s]), ((nblk - 1) / ST) & 1);
-        fa3_fence_regs(o);
-        fa3_fence_regs(pa);
-        fa3_pv<D, Bc, F16>(o, pa, v0 + s * KV_STAGE);
-        /* the second warpgroup's last turn is not passed on: every sync above then
-         * has exactly one arrive */
-        if (pp && cw == 0) fa3_named_arrive(other_turn, 256);
-        fa3_wgmma_wait<0>();
-        fa3_fence_regs(o);
-        fa3_release(fa3_smem(&sm.empty_v[s]), lane);
-    }
-    const float mr0 = R.m0, mr1 = R.m1;
-    float l0 = R.l0, l1 = R.l1;
-
-    /* O = O / l; LSE = m·scale + ln l; a row with l = 0 saw no key: O = 0, LSE =
-     * −inf */
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
-    uint16_t *ob = p.o + (int64_t)b * p.o_batch_stride + (int64_t)h * p.o_head_stride + 2 * t;
-    if (r0 < p.sq) {
-        uint16_t *orow = ob + (int64_t)r0 * p.o_row_stride;
+    int qi = 0, kv = 0;
+    for (int tile = blockIdx.x; tile < p.ntiles; tile += gridDim.x) {
+        const fa3_work w = fa3_work_at<Br, Bc>(tile, p);
+        const int nblk = w.nblk, n_hi = w.n_hi;
+        const int r0 = w.m0 + 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
+        fa3_rows R;
+        fa_visible_keys32(r0, p.sq, p.sk, p.wl, p.wr, &R.lo0, &R.hi0);
+        fa_visible_keys32(r1, p.sq, p.sk, p.wl, p.wr, &R.lo1, &R.hi1);
+        R.t = t;
+        R.sl2 = p.scale_log2;
+        R.m0 = R.m1 = -INFINITY;
+        R.l0 = R.l1 = 0.f;
+        float o[D / 2];
 #pragma unroll
-        for (int j = 0; j < D / 8; j++)
-            *reinterpret_cast<uint32_t *>(orow + 8 * j) = fa3_pack<F16>(o[4 * j] * inv0, o[4 * j + 1] * inv0);
-    }
-    if (r1 < p.sq) {
-        uint16_t *orow = ob + (int64_t)r1 * p.o_row_stride;
+        for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+        float sacc[Bc / 2];
+        uint32_t pa[Bc / 16][4];
+        float c0, c1;
+
+        if (nblk > 0) {
+            fa3_bar_wait(fa3_smem(&sm.full_q), qi & 1);
+            if constexpr (MODE == 0) {
+                /* serial: S, softmax, P V, one block after the other */
+                for (int it = 0; it < nblk; it++) {
+                    const int s = (kv + it) % ST;
+                    const uint32_t ph = ((kv + it) / ST) & 1;
+                    fa3_bar_wait(fa3_smem(&sm.full_k[s]), ph);
+                    fa3_qk<D, Bc, F16>(sacc, q_base, k0 + s * KV_STAGE);
+                    fa3_wgmma_wait<0>();
+                    fa3_fence_regs(sacc);
+                    fa3_release(fa3_smem(&sm.empty_k[s]), lane);
+                    if (it == nblk - 1) fa3_release(fa3_smem(&sm.empty_q), lane);
+                    fa3_softmax<Bc>(sacc, (n_hi - 1 - it) * Bc, R, c0, c1);
+                    fa3_rescale<D>(o, c0, c1);
+                    fa3_pack_p<Bc, F16>(pa, sacc);
+                    fa3_bar_wait(fa3_smem(&sm.full_v[s]), ph);
+                    fa3_pv<D, Bc, F16>(o, pa, v0 + s * KV_STAGE);
+                    fa3_wgmma_wait<0>();
+                    fa3_fence_regs(o);
+                    fa3_release(fa3_smem(&sm.empty_v[s]), lane);
+                }
+            } else {
+                /* overlapped: S_{j+1} = Qi K_{j+1}ᵀ and O += P_j V_j are issued together and the softmax of
+                 * block j+1 runs while P_j V_j is still in the tensor cores. MODE 2 adds ping-pong: the two
+                 * warpgroups take turns to issue their GEMMs (named barriers 1 and 2), so that one's softmax
+                 * runs under the other's GEMMs. */
+                const bool pp = MODE == 2;
+                const int my_turn = 1 + cw, other_turn = 2 - cw;
+                if (pp && cw == 1) fa3_named_arrive(1, 256);
+                if (pp) fa3_named_sync(my_turn, 256);
+                fa3_bar_wait(fa3_smem(&sm.full_k[kv % ST]), (kv / ST) & 1);
+                fa3_qk<D, Bc, F16>(sacc, q_base, k0 + (kv % ST) * KV_STAGE);
+                if (pp) fa3_named_arrive(other_turn, 256);
+                fa3_wgmma_wait<0>();
+                fa3_fence_regs(sacc);
+                fa3_release(fa3_smem(&sm.empty_k[kv % ST]), lane);
+                fa3_softmax<Bc>(sacc, (n_hi - 1) * Bc, R, c0, c1);
+                fa3_pack_p<Bc, F16>(pa, sacc);
+                for (int it = 1; it < nblk; it++) {
+                    const int g = kv + it, s = g % ST, sp = (g - 1) % ST;
+                    const uint32_t ph = (g / ST) & 1, php = ((g - 1) / ST) & 1;
+                    if (pp) fa3_named_sync(my_turn, 256);
+                    fa3_bar_wait(fa3_smem(&sm.full_k[s]), ph);
+                    fa3_qk<D, Bc, F16>(sacc, q_base, k0 + s * KV_STAGE);
+                    fa3_bar_wait(fa3_smem(&sm.full_v[sp]), php);
+                    fa3_fence_regs(o);
+                    fa3_fence_regs(pa);
+                    fa3_pv<D, Bc, F16>(o, pa, v0 + sp * KV_STAGE);
+                    if (pp) fa3_named_arrive(other_turn, 256);
+                    fa3_wgmma_wait<1>();
+                    fa3_fence_regs(sacc);
+                    fa3_release(fa3_smem(&sm.empty_k[s]), lane);
+                    fa3_softmax<Bc>(sacc, (n_hi - 1 - it) * Bc, R, c0, c1);
+                    fa3_wgmma_wait<0>();
+                    fa3_fence_regs(o);
+                    fa3_fence_regs(pa);
+                    fa3_release(fa3_smem(&sm.empty_v[sp]), lane);
+                    fa3_rescale<D>(o, c0, c1);
+                    fa3_pack_p<Bc, F16>(pa, sacc);
+                }
+                /* every S GEMM of the tile has completed: the producer may load the next Qi */
+                fa3_release(fa3_smem(&sm.empty_q), lane);
+                const int g = kv + nblk - 1, s = g % ST;
+                if (pp) fa3_named_sync(my_turn, 256);
+                fa3_bar_wait(fa3_smem(&sm.full_v[s]), (g / ST) & 1);
+                fa3_fence_regs(o);
+                fa3_fence_regs(pa);
+                fa3_pv<D, Bc, F16>(o, pa, v0 + s * KV_STAGE);
+                /* the second warpgroup's last turn of the tile is not passed on: each sync has one arrive */
+                if (pp && cw == 0) fa3_named_arrive(other_turn, 256);
+                fa3_wgmma_wait<0>();
+                fa3_fence_regs(o);
+                fa3_release(fa3_smem(&sm.empty_v[s]), lane);
+            }
+            qi++;
+            kv += nblk;
+        }
+
+        /* O = O / l; LSE = m·scale + ln l; a row with l = 0 saw no key: O = 0, LSE = −inf */
+        float l0 = R.l0, l1 = R.l1;
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+        const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+        uint16_t *ob = p.o + (int64_t)w.b * p.o_batch_stride + (int64_t)w.h * p.o_head_stride + 2 * t;
+        if (r0 < p.sq) {
+            uint16_t *orow = ob + (int64_t)r0 * p.o_row_stride;
 #pragma unroll
-        for (int j = 0; j < D / 8; j++)
-            *reinterpret_cast<uint32_t *>(orow + 8 * j) = fa3_pack<F16>(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
-    }
-    if (p.lse && t == 0) {
-        float *lrow = p.lse + ((int64_t)b * p.hq + h) * p.sq;
-        if (r0 < p.sq) lrow[r0] = l0 > 0.f ? mr0 * p.scale + logf(l0) : -INFINITY;
-        if (r1 < p.sq) lrow[r1] = l1 > 0.f ? mr1 * p.scale + logf(l1) : -INFINITY;
+            for (int j = 0; j < D / 8; j++)
+                *reinterpret_cast<uint32_t *>(orow + 8 * j) = fa3_pack<F16>(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+        }
+        if (r1 < p.sq) {
+            uint16_t *orow = ob + (int64_t)r1 * p.o_row_stride;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+                *reinterpret_cast<uint32_t *>(orow + 8 * j) =
+                    fa3_pack<F16>(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+        }
+        if (p.lse && t == 0) {
+            float *lrow = p.lse + ((int64_t)w.b * p.hq + w.h) * p.sq;
+            if (r0 < p.sq) lrow[r0] = l0 > 0.f ? R.m0 * p.scale + logf(l0) : -INFINITY;
+            if (r1 < p.sq) lrow[r1] = l1 > 0.f ? R.m1 * p.scale + logf(l1) : -INFINITY;
+        }
     }
 }
 

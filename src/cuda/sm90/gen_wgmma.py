@@ -3,7 +3,7 @@
 with fp32 accumulators. The accumulator lists are long (N/2 registers), so they are generated, not typed.
 Run: python3 src/cuda/sm90/gen_wgmma.py > src/cuda/sm90/wgmma.cuh"""
 
-NS = (64, 128, 176, 192, 256)
+NS = (64, 80, 128, 176, 192, 256)
 TYPES = (("bf16", "bf16"), ("f16", "f16"))
 
 

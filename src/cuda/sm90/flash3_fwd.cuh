@@ -171,7 +171,13 @@ template <int Bc, bool F16> FA_DEV void fa3_pack_p(uint32_t (&pa)[Bc / 16][4], c
 
 /* The work of one tile: query rows [m0, m0 + Br) of head h of batch b, key blocks n_hi - nblk .. n_hi - 1.
  * Tiles are numbered with the query block fastest and, inside one head, the last (for causal the longest) block
- * first; CTAs of the persistent grid take tiles blockIdx.x, blockIdx.x + gridDim.x, ... */
+ * first. The persistent grid takes them in waves of gridDim.x, CTA c taking slot c of even waves and slot
+ * gridDim.x - 1 - c of odd ones: with plain round-robin the causal work a CTA gets depends on c (its blocks all
+ * come from the same end of the heads whenever gridDim.x is near a multiple of the blocks per head); the snake
+ * order pairs a heavy tile with a light one. Heads stay in order, so the K/V a wave reads are few heads (L2). */
+FA_DEV int fa3_tile_of(int wave) {
+    return wave * (int)gridDim.x + ((wave & 1) ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x);
+}
 struct fa3_work {
     int m0, h, b, n_hi, nblk;
 };
@@ -198,7 +204,8 @@ __global__ void __launch_bounds__(384, 1)
     constexpr int Br = T::Br, Bc = T::Bc, ST = T::ST;
     constexpr uint32_t KV_STAGE = Bc * D * 2;
     extern __shared__ uint8_t fa3_smem_raw[];
-    fa3_shared<D, WIDE> &sm = *reinterpret_cast<fa3_shared<D, WIDE> *>(((uintptr_t)fa3_smem_raw + 1023) & ~(uintptr_t)1023);
+    fa3_shared<D, WIDE> &sm =
+        *reinterpret_cast<fa3_shared<D, WIDE> *>(((uintptr_t)fa3_smem_raw + 1023) & ~(uintptr_t)1023);
 
     if (threadIdx.x == 0) {
         fa3_bar_init(fa3_smem(&sm.full_q), 1);
@@ -223,7 +230,9 @@ __global__ void __launch_bounds__(384, 1)
             fa3_prefetch_map(&tk);
             fa3_prefetch_map(&tv);
             int qi = 0, kv = 0;
-            for (int tile = blockIdx.x; tile < p.ntiles; tile += gridDim.x) {
+            for (int wave = 0; wave * (int)gridDim.x < p.ntiles; wave++) {
+                const int tile = fa3_tile_of(wave);
+                if (tile >= p.ntiles) continue;
                 const fa3_work w = fa3_work_at<Br, Bc>(tile, p);
                 if (w.nblk == 0) continue;
                 const int hk = w.h / p.group;
@@ -259,7 +268,9 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t q_base = fa3_smem(sm.q) + cw * 64 * 128;
     const uint32_t k0 = fa3_smem(sm.k[0]), v0 = fa3_smem(sm.v[0]);
     int qi = 0, kv = 0;
-    for (int tile = blockIdx.x; tile < p.ntiles; tile += gridDim.x) {
+    for (int wave = 0; wave * (int)gridDim.x < p.ntiles; wave++) {
+        const int tile = fa3_tile_of(wave);
+        if (tile >= p.ntiles) continue;
         const fa3_work w = fa3_work_at<Br, Bc>(tile, p);
         const int nblk = w.nblk, n_hi = w.n_hi;
         const int r0 = w.m0 + 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
@@ -374,8 +385,7 @@ __global__ void __launch_bounds__(384, 1)
             uint16_t *orow = ob + (int64_t)r1 * p.o_row_stride;
 #pragma unroll
             for (int j = 0; j < D / 8; j++)
-                *reinterpret_cast<uint32_t *>(orow + 8 * j) =
-                    fa3_pack<F16>(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+                *reinterpret_cast<uint32_t *>(orow + 8 * j) = fa3_pack<F16>(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
         }
         if (p.lse && t == 0) {
             float *lrow = p.lse + ((int64_t)w.b * p.hq + w.h) * p.sq;

@@ -1,8 +1,7 @@
-/* FLASH3 lab: checks fa3_fwd against a naive fp32 GPU attention and times it on
- * the protocol shapes. lab test        the correctness matrix (odd seqlens,
- * seqlen_q != seqlen_k, GQA, masks, strided views) lab small       a few small
- * cases (for compute-sanitizer) lab bench FILE  protocol shapes (bf16, 16k
- * tokens, heads = 2048/d), CSV to FILE Build: see run.sh. */
+/* FLASH3 lab: checks fa3_fwd against a naive fp32 GPU attention and times it on the protocol shapes. lab test the
+ * correctness matrix (odd seqlens, seqlen_q != seqlen_k, GQA, masks, strided views) lab small a few small cases (for
+ * compute-sanitizer) lab bench FILE protocol shapes (bf16, 16k tokens, heads = 2048/d), CSV to FILE Build: see
+ * run.sh. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -57,8 +56,7 @@ __device__ float dev_h2f(uint16_t x, int dtype) {
     return __uint_as_float((uint32_t)x << 16);
 }
 
-/* One CTA per (query row, head, batch): S row in shared memory, softmax, then
- * O. fp32 throughout. */
+/* One CTA per (query row, head, batch): S row in shared memory, softmax, then O. fp32 throughout. */
 __global__ void ref_attn(fa3_params p, float *o, float *lse) {
     extern __shared__ float sh[];
     const int D = p.head_dim, i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, hk = h / (p.heads_q / p.heads_k);
@@ -119,8 +117,7 @@ struct Case {
     const char *name;
     int dtype, D, b, hq, hk, sq, sk, causal, wl, wr;
     float qmul; /* scales Q: large logits */
-    int packed; /* Q, K, V views into one [b, s, 3, h, d] tensor; O with padded
-                   rows */
+    int packed; /* Q, K, V views into one [b, s, 3, h, d] tensor; O with padded rows */
 };
 
 static int run_case(const Case &c, uint64_t seed) {

@@ -1,6 +1,5 @@
-/* FLASH3 forward: the host side. Tensor maps are encoded per call through the
- * driver entry point (nothing links libcuda), one kernel instance per (head
- * dim, dtype); masks and sequence lengths are run-time values. */
+/* FLASH3 forward: the host side. Tensor maps are encoded per call through the driver entry point (nothing links
+ * libcuda); kernel instances per (head dim, key block, dtype, schedule); masks and lengths are run-time values. */
 #include <cudaTypedefs.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,8 +8,7 @@
 #include "flash3_fwd.cuh"
 
 static PFN_cuTensorMapEncodeTiled_v12000 fa3_encode_fn(void) {
-    /* the driver's function pointer: the same for the whole process, so looked up
-     * once */
+    /* the driver's function pointer: the same for the whole process, so looked up once */
     static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
     if (!fn) {
         void *f = NULL;
@@ -23,16 +21,14 @@ static PFN_cuTensorMapEncodeTiled_v12000 fa3_encode_fn(void) {
     return fn;
 }
 
-/* [batch, rows, heads, D] as a 4-D map {D, rows, heads, batch}; a box is 64
- * columns (128 B, the swizzle span) of box_rows rows of one head; rows past the
- * end read as zeros. */
+/* [batch, rows, heads, D] as a 4-D map {D, rows, heads, batch}; a box is 64 columns (128 B, the swizzle span) of
+ * box_rows rows of one head; rows past the end read as zeros. */
 static int fa3_map(CUtensorMap *m, const void *base, int dtype, int D, int rows, int heads, int batch,
                    int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_rows) {
     PFN_cuTensorMapEncodeTiled_v12000 enc = fa3_encode_fn();
     if (!enc) return -1;
     const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)(rows > 0 ? rows : 1), (cuuint64_t)heads, (cuuint64_t)batch};
-    /* a zero stride only comes with an extent of 1 (fa3_supported); TMA wants
-     * non-zero multiples of 16 B */
+    /* a zero stride only comes with an extent of 1 (fa3_supported); TMA wants non-zero multiples of 16 B */
     const cuuint64_t strides[3] = {(cuuint64_t)(row_stride ? row_stride : 8) * 2,
                                    (cuuint64_t)(head_stride ? head_stride : 8) * 2,
                                    (cuuint64_t)(batch_stride ? batch_stride : 8) * 2};

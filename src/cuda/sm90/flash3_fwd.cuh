@@ -1,15 +1,13 @@
-/* FLASH3 forward kernel body (sm_90a). One CTA = Br = 128 query rows of one
- * (batch, head): warpgroup 0, the producer: gives its registers away
- * (setmaxnreg 24); one thread issues the TMA loads of Qi and, block after block
- * (last to first), of Kj and Vj into ST shared-memory stages, each stage
- * guarded by a full barrier (TMA bytes landed) and an empty barrier (every
- * consumer warp finished reading it); warpgroups 1 and 2, the consumers
- * (setmaxnreg 240): 64 rows each; S = Qi Kjᵀ by wgmma with both operands in
- *     shared memory, online softmax in fp32 (exp2, the scale folded in with
- * log2 e), O += P Vj by wgmma with P straight from the S registers (the
- * accumulator layout is the A-operand layout for 16-bit types). Shared tiles
- * are 64-column panels of rows x 128 B in the 128-byte swizzle TMA writes;
- * docs/flash3.md has the layouts and the pipeline. */
+/* FLASH3 forward kernel (sm_90a). A persistent grid, one CTA per SM; a tile = Br = 128 query rows of one
+ * (batch, head):
+ *   warpgroup 0, the producer, gives its registers away (setmaxnreg 24); one thread issues the TMA loads of Qi and,
+ *     key block after key block (last to first), of Kj and Vj into ST shared-memory stages, each guarded by a full
+ *     barrier (TMA bytes landed) and an empty barrier (every consumer warp has finished reading it);
+ *   warpgroups 1 and 2, the consumers (setmaxnreg 240), own 64 rows each: S = Qi Kjᵀ by wgmma with both operands
+ *     in shared memory, online softmax in fp32 (exp2, the scale folded in with log2 e), O += P Vj by wgmma with P
+ *     straight from the S registers (the accumulator layout is the A-operand layout for 16-bit types).
+ * Shared tiles are 64-column panels of rows x 128 B in the 128-byte swizzle TMA writes; README.md beside this file
+ * has the layouts, the pipeline and the schedules. */
 #ifndef FA_SM90_FLASH3_FWD_CUH
 #define FA_SM90_FLASH3_FWD_CUH
 
@@ -61,15 +59,13 @@ template <bool F16> FA_DEV uint32_t fa3_pack(float a, float b) {
     return r;
 }
 
-/* Per-thread softmax state of the two rows a consumer thread owns (g and g + 8
- * of its warp's 16 rows). */
+/* Per-thread softmax state of the two rows a consumer thread owns (g and g + 8 of its warp's 16 rows). */
 struct fa3_rows {
     int lo0, hi0, lo1, hi1, t;
     float sl2, m0, m1, l0, l1;
 };
 
-/* Issues S = Qi Kjᵀ (no wait): D/16 k-slices; inside a 64-column panel a slice
- * is 32 B further along the row. */
+/* Issues S = Qi Kjᵀ (no wait): D/16 k-slices; inside a 64-column panel a slice is 32 B further along the row. */
 template <int D, int Bc, bool F16> FA_DEV void fa3_qk(float (&sacc)[Bc / 2], uint32_t q_base, uint32_t k_base) {
     constexpr int Br = 128;
     fa3_wgmma_fence();
@@ -82,8 +78,7 @@ template <int D, int Bc, bool F16> FA_DEV void fa3_qk(float (&sacc)[Bc / 2], uin
     fa3_wgmma_commit();
 }
 
-/* Issues O += P Vj (no wait): V is [key][d], MN-major here; a k16 slice is 16
- * key rows = 2048 B further. */
+/* Issues O += P Vj (no wait): V is [key][d], MN-major here; a k16 slice is 16 key rows = 2048 B further. */
 template <int D, int Bc, bool F16>
 FA_DEV void fa3_pv(float (&o)[D / 2], const uint32_t (&pa)[Bc / 16][4], uint32_t v_base) {
     fa3_wgmma_fence();
@@ -93,17 +88,14 @@ FA_DEV void fa3_pv(float (&o)[D / 2], const uint32_t (&pa)[Bc / 16][4], uint32_t
     fa3_wgmma_commit();
 }
 
-/* One arrival per consumer warp on a stage's empty barrier, once the warp's
- * wgmma reading it has completed. */
+/* One arrival per consumer warp on a stage's empty barrier, once the warp's wgmma reading it has completed. */
 FA_DEV void fa3_release(uint32_t bar, int lane) {
     __syncwarp();
     if (lane == 0) fa3_bar_arrive(bar);
 }
 
-/* Mask, then the online-softmax step on S (in place to P, fp32):
- * m_new = max(m, rowmax S); P = exp2(S·scale·log2e − m_new·scale·log2e); l =
- * l·corr + rowsum P (thread-local); corr = exp2((m − m_new)·scale·log2e) is
- * returned for O. */
+/* Mask, then the online-softmax step on S (in place to P, fp32): m_new = max(m, rowmax S); P = exp2(S·scale·log2e −
+ * m_new·scale·log2e); l = l·corr + rowsum P (thread-local); corr = exp2((m − m_new)·scale·log2e) is returned for O. */
 template <int Bc> FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_rows &R, float &c0, float &c1) {
     if (kbase < R.lo1 || kbase + Bc > R.hi0) { /* only blocks that cross a row's visible range [lo, hi) */
 #pragma unroll
@@ -125,8 +117,7 @@ template <int Bc> FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    /* a row that has seen no key yet keeps max −inf: subtract 0 instead, so that
-     * exp2 gives 0, never NaN */
+    /* a row that has seen no key yet keeps max −inf: subtract 0 instead, so that exp2 gives 0, never NaN */
     const float mu0 = mx0 == -INFINITY ? 0.f : mx0, mu1 = mx1 == -INFINITY ? 0.f : mx1;
     c0 = fa3_ex2((R.m0 - mu0) * R.sl2);
     c1 = fa3_ex2((R.m1 - mu1) * R.sl2);
@@ -157,8 +148,7 @@ template <int D> FA_DEV void fa3_rescale(float (&o)[D / 2], float c0, float c1) 
     }
 }
 
-/* Two adjacent n8 accumulator blocks = one k16 A fragment (rows g, g+8; keys
- * 2t.., 8+2t..). */
+/* Two adjacent n8 accumulator blocks = one k16 A fragment (rows g, g+8; keys 2t.., 8+2t..). */
 template <int Bc, bool F16> FA_DEV void fa3_pack_p(uint32_t (&pa)[Bc / 16][4], const float (&sacc)[Bc / 2]) {
 #pragma unroll
     for (int kk = 0; kk < Bc / 16; kk++) {

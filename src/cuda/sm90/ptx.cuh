@@ -1,6 +1,5 @@
-/* The Hopper (sm_90a) PTX the FLASH3 kernels use, as small inline-asm wrappers:
- * mbarriers, TMA tensor loads, wgmma fences and shared-memory descriptors,
- * setmaxnreg, named barriers, ex2. The wgmma instructions themselves are in
+/* The Hopper (sm_90a) PTX the FLASH3 kernels use, as small inline-asm wrappers: mbarriers, TMA tensor loads, wgmma
+ * fences and shared-memory descriptors, setmaxnreg, named barriers, ex2. The wgmma instructions themselves are in
  * wgmma.cuh (generated). */
 #ifndef FA_SM90_PTX_CUH
 #define FA_SM90_PTX_CUH
@@ -14,16 +13,13 @@
 
 FA_DEV uint32_t fa3_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
-/* ---- mbarrier: a 64-bit shared-memory barrier with an arrival count and a
- * transaction-byte count ---- */
+/* ---- mbarrier: a 64-bit shared-memory barrier with an arrival count and a transaction-byte count ---- */
 FA_DEV void fa3_bar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
-/* Makes the initialised barriers visible to the async proxy (TMA) before anyone
- * uses them. */
+/* Makes the initialised barriers visible to the async proxy (TMA) before anyone uses them. */
 FA_DEV void fa3_bar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-/* One arrival that also announces `bytes` of TMA transactions the phase must
- * see before it completes. */
+/* One arrival that also announces `bytes` of TMA transactions the phase must see before it completes. */
 FA_DEV void fa3_bar_expect_tx(uint32_t bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
@@ -42,8 +38,7 @@ FA_DEV void fa3_bar_wait(uint32_t bar, uint32_t parity) {
     } while (!done);
 }
 
-/* ---- TMA: a 4-D tile of the tensor map lands in shared memory and completes
- * bytes on the mbarrier ---- */
+/* ---- TMA: a 4-D tile of the tensor map lands in shared memory and completes bytes on the mbarrier ---- */
 FA_DEV void fa3_tma_load4(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1, int c2, int c3) {
     asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::"
                  "complete_tx::bytes"
@@ -61,9 +56,8 @@ FA_DEV void fa3_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\
 template <int N> FA_DEV void fa3_wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-/* Pins an accumulator array in place between asm statements, so that nvcc
- * neither reads it before the wgmma that writes it has been waited for nor
- * moves writes to it into an async region. */
+/* Pins an accumulator array in place between asm statements, so that nvcc neither reads it before the wgmma that
+ * writes it has been waited for nor moves writes to it into an async region. */
 template <int N> FA_DEV void fa3_fence_regs(float (&r)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
@@ -73,11 +67,9 @@ template <int N> FA_DEV void fa3_fence_regs(uint32_t (&r)[N][4]) {
     for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1]), "+r"(r[i][2]), "+r"(r[i][3])::"memory");
 }
 
-/* Shared-memory matrix descriptor with 128-byte swizzle (the layout TMA
- * SWIZZLE_128B writes: 8 rows x 128 B atoms, 1024-B aligned). lbo/sbo in bytes:
- * K-major tiles use sbo = 1024 (next 8 rows) and ignore lbo; MN-major tiles use
- * sbo = 1024 (next 8 rows along K) and lbo = distance between 64-element panels
- * along MN. */
+/* Shared-memory matrix descriptor with 128-byte swizzle (the layout TMA SWIZZLE_128B writes: 8 rows x 128 B atoms,
+ * 1024-B aligned). lbo/sbo in bytes: K-major tiles use sbo = 1024 (next 8 rows) and ignore lbo; MN-major tiles use
+ * sbo = 1024 (next 8 rows along K) and lbo = distance between 64-element panels along MN. */
 FA_DEV uint64_t fa3_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) |
            (1ull << 62);

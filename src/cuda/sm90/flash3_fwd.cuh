@@ -1,0 +1,388 @@
+/* FLASH3 forward kernel (sm_90a). A persistent grid, one CTA per SM; a tile = Br = 128 query rows of one
+ * (batch, head):
+ *   warpgroup 0, the producer, gives its registers away (setmaxnreg 24); one thread issues the TMA loads of Qi and,
+ *     key block after key block (last to first), of Kj and Vj into ST shared-memory stages, each guarded by a full
+ *     barrier (TMA bytes landed) and an empty barrier (every consumer warp has finished reading it);
+ *   warpgroups 1 and 2, the consumers (setmaxnreg 240), own 64 rows each: S = Qi Kjᵀ by wgmma with both operands
+ *     in shared memory, online softmax in fp32 (exp2, the scale folded in with log2 e), O += P Vj by wgmma with P
+ *     straight from the S registers (the accumulator layout is the A-operand layout for 16-bit types).
+ * Shared tiles are 64-column panels of rows x 128 B in the 128-byte swizzle TMA writes; README.md beside this file
+ * has the layouts, the pipeline and the schedules. */
+#ifndef FA_SM90_FLASH3_FWD_CUH
+#define FA_SM90_FLASH3_FWD_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "../../core/visible.h"
+#include "ptx.cuh"
+#include "wgmma.cuh"
+
+/* Tiles: Br = 128 query rows (2 consumer warpgroups x 64, wgmma M = 64), Bc keys per block, ST K/V stages.
+ * Bc keeps S (Bc/2) + O (D/2) + P (Bc/4) registers per thread under the consumers' 240 and the stages in 227 KB;
+ * WIDE is the larger block (FA3's: 176 at d = 128, 80 at d = 256; 192 at d = 64). */
+template <int D, bool WIDE> struct fa3_tile {
+    static constexpr int Br = 128;
+    static constexpr int Bc = WIDE ? (D == 64 ? 192 : D == 128 ? 176 : 80) : (D == 256 ? 64 : 128);
+    static constexpr int ST = 2;
+    static constexpr int THREADS = 384;
+};
+
+template <int D, bool WIDE> struct alignas(1024) fa3_shared {
+    using T = fa3_tile<D, WIDE>;
+    uint16_t q[T::Br * D];
+    uint16_t k[T::ST][T::Bc * D];
+    uint16_t v[T::ST][T::Bc * D];
+    uint64_t full_q, empty_q;
+    uint64_t full_k[T::ST], full_v[T::ST];
+    uint64_t empty_k[T::ST], empty_v[T::ST];
+};
+
+struct fa3_kparams {
+    uint16_t *o;
+    float *lse;
+    int64_t o_batch_stride, o_row_stride, o_head_stride;
+    int sq, sk, hq, group, wl, wr;
+    int nmb, ntiles; /* query blocks per head; tiles = nmb * heads_q * batch */
+    float scale, scale_log2;
+};
+
+template <bool F16> FA_DEV uint32_t fa3_pack(float a, float b) {
+    uint32_t r;
+    if constexpr (F16) {
+        __half2 h = __floats2half2_rn(a, b);
+        r = *reinterpret_cast<uint32_t *>(&h);
+    } else {
+        __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        r = *reinterpret_cast<uint32_t *>(&h);
+    }
+    return r;
+}
+
+/* Per-thread softmax state of the two rows a consumer thread owns (g and g + 8 of its warp's 16 rows). */
+struct fa3_rows {
+    int lo0, hi0, lo1, hi1, t;
+    float sl2, m0, m1, l0, l1;
+};
+
+/* Issues S = Qi Kjᵀ (no wait): D/16 k-slices; inside a 64-column panel a slice is 32 B further along the row. */
+template <int D, int Bc, bool F16> FA_DEV void fa3_qk(float (&sacc)[Bc / 2], uint32_t q_base, uint32_t k_base) {
+    constexpr int Br = 128;
+    fa3_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint64_t da = fa3_desc(q_base + (kk / 4) * Br * 128 + (kk % 4) * 32, 16, 1024);
+        const uint64_t db = fa3_desc(k_base + (kk / 4) * Bc * 128 + (kk % 4) * 32, 16, 1024);
+        fa_wgmma_ss<Bc, F16>(sacc, da, db, kk > 0);
+    }
+    fa3_wgmma_commit();
+}
+
+/* Issues O += P Vj (no wait): V is [key][d], MN-major here; a k16 slice is 16 key rows = 2048 B further. */
+template <int D, int Bc, bool F16>
+FA_DEV void fa3_pv(float (&o)[D / 2], const uint32_t (&pa)[Bc / 16][4], uint32_t v_base) {
+    fa3_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; kk++)
+        fa_wgmma_rs<D, F16>(o, pa[kk], fa3_desc(v_base + kk * 2048, Bc * 128, 1024), 1);
+    fa3_wgmma_commit();
+}
+
+/* One arrival per consumer warp on a stage's empty barrier, once the warp's wgmma reading it has completed. */
+FA_DEV void fa3_release(uint32_t bar, int lane) {
+    __syncwarp();
+    if (lane == 0) fa3_bar_arrive(bar);
+}
+
+/* Mask, then the online-softmax step on S (in place to P, fp32): m_new = max(m, rowmax S); P = exp2(S·scale·log2e −
+ * m_new·scale·log2e); l = l·corr + rowsum P (thread-local); corr = exp2((m − m_new)·scale·log2e) is returned for O. */
+template <int Bc> FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_rows &R, float &c0, float &c1) {
+    if (kbase < R.lo1 || kbase + Bc > R.hi0) { /* only blocks that cross a row's visible range [lo, hi) */
+#pragma unroll
+        for (int j = 0; j < Bc / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int col = kbase + 8 * j + 2 * R.t + e;
+                if (col < R.lo0 || col >= R.hi0) sacc[4 * j + e] = -INFINITY;
+                if (col < R.lo1 || col >= R.hi1) sacc[4 * j + 2 + e] = -INFINITY;
+            }
+    }
+    float mx0 = R.m0, mx1 = R.m1;
+#pragma unroll
+    for (int j = 0; j < Bc / 8; j++) {
+        mx0 = fmaxf(mx0, fmaxf(sacc[4 * j], sacc[4 * j + 1]));
+        mx1 = fmaxf(mx1, fmaxf(sacc[4 * j + 2], sacc[4 * j + 3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    /* a row that has seen no key yet keeps max −inf: subtract 0 instead, so that exp2 gives 0, never NaN */
+    const float mu0 = mx0 == -INFINITY ? 0.f : mx0, mu1 = mx1 == -INFINITY ? 0.f : mx1;
+    c0 = fa3_ex2((R.m0 - mu0) * R.sl2);
+    c1 = fa3_ex2((R.m1 - mu1) * R.sl2);
+    R.m0 = mx0;
+    R.m1 = mx1;
+    const float ms0 = mu0 * R.sl2, ms1 = mu1 * R.sl2;
+    float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < Bc / 8; j++) {
+        sacc[4 * j] = fa3_ex2(fmaf(sacc[4 * j], R.sl2, -ms0));
+        sacc[4 * j + 1] = fa3_ex2(fmaf(sacc[4 * j + 1], R.sl2, -ms0));
+        sacc[4 * j + 2] = fa3_ex2(fmaf(sacc[4 * j + 2], R.sl2, -ms1));
+        sacc[4 * j + 3] = fa3_ex2(fmaf(sacc[4 * j + 3], R.sl2, -ms1));
+        ps0 += sacc[4 * j] + sacc[4 * j + 1];
+        ps1 += sacc[4 * j + 2] + sacc[4 * j + 3];
+    }
+    R.l0 = R.l0 * c0 + ps0;
+    R.l1 = R.l1 * c1 + ps1;
+}
+
+template <int D> FA_DEV void fa3_rescale(float (&o)[D / 2], float c0, float c1) {
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) {
+        o[4 * j] *= c0;
+        o[4 * j + 1] *= c0;
+        o[4 * j + 2] *= c1;
+        o[4 * j + 3] *= c1;
+    }
+}
+
+/* Two adjacent n8 accumulator blocks = one k16 A fragment (rows g, g+8; keys 2t.., 8+2t..). */
+template <int Bc, bool F16> FA_DEV void fa3_pack_p(uint32_t (&pa)[Bc / 16][4], const float (&sacc)[Bc / 2]) {
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; kk++) {
+        pa[kk][0] = fa3_pack<F16>(sacc[8 * kk], sacc[8 * kk + 1]);
+        pa[kk][1] = fa3_pack<F16>(sacc[8 * kk + 2], sacc[8 * kk + 3]);
+        pa[kk][2] = fa3_pack<F16>(sacc[8 * kk + 4], sacc[8 * kk + 5]);
+        pa[kk][3] = fa3_pack<F16>(sacc[8 * kk + 6], sacc[8 * kk + 7]);
+    }
+}
+
+/* The work of one tile: query rows [m0, m0 + Br) of head h of batch b, key blocks n_hi - nblk .. n_hi - 1.
+ * Tiles are numbered with the query block fastest and, inside one head, the last (for causal the longest) block
+ * first. The persistent grid takes them in waves of gridDim.x, CTA c taking slot c of even waves and slot
+ * gridDim.x - 1 - c of odd ones: with plain round-robin the causal work a CTA gets depends on c (its blocks all
+ * come from the same end of the heads whenever gridDim.x is near a multiple of the blocks per head); the snake
+ * order pairs a heavy tile with a light one. Heads stay in order, so the K/V a wave reads are few heads (L2). */
+FA_DEV int fa3_tile_of(int wave) {
+    return wave * (int)gridDim.x + ((wave & 1) ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x);
+}
+struct fa3_work {
+    int m0, h, b, n_hi, nblk;
+};
+template <int Br, int Bc> FA_DEV fa3_work fa3_work_at(int tile, const fa3_kparams &p) {
+    fa3_work w;
+    const int mb = p.nmb - 1 - tile % p.nmb, bh = tile / p.nmb;
+    w.m0 = mb * Br;
+    w.h = bh % p.hq;
+    w.b = bh / p.hq;
+    const int m1 = w.m0 + Br < p.sq ? w.m0 + Br : p.sq;
+    int lo, hi;
+    fa_visible_block32(w.m0, m1, p.sq, p.sk, p.wl, p.wr, &lo, &hi);
+    w.n_hi = (hi + Bc - 1) / Bc;
+    w.nblk = hi > lo ? w.n_hi - lo / Bc : 0;
+    return w;
+}
+
+/* MODE 0: serial S, softmax, P V; 1: intra-warpgroup overlap; 2: overlap + ping-pong between the warpgroups. */
+template <int D, bool WIDE, bool F16, int MODE>
+__global__ void __launch_bounds__(384, 1)
+    fa3_fwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                   const __grid_constant__ CUtensorMap tv, const fa3_kparams p) {
+    using T = fa3_tile<D, WIDE>;
+    constexpr int Br = T::Br, Bc = T::Bc, ST = T::ST;
+    constexpr uint32_t KV_STAGE = Bc * D * 2;
+    extern __shared__ uint8_t fa3_smem_raw[];
+    fa3_shared<D, WIDE> &sm =
+        *reinterpret_cast<fa3_shared<D, WIDE> *>(((uintptr_t)fa3_smem_raw + 1023) & ~(uintptr_t)1023);
+
+    if (threadIdx.x == 0) {
+        fa3_bar_init(fa3_smem(&sm.full_q), 1);
+        fa3_bar_init(fa3_smem(&sm.empty_q), 8); /* one arrival per consumer warp */
+        for (int s = 0; s < ST; s++) {
+            fa3_bar_init(fa3_smem(&sm.full_k[s]), 1);
+            fa3_bar_init(fa3_smem(&sm.full_v[s]), 1);
+            fa3_bar_init(fa3_smem(&sm.empty_k[s]), 8);
+            fa3_bar_init(fa3_smem(&sm.empty_v[s]), 8);
+        }
+        fa3_bar_init_fence();
+    }
+    __syncthreads();
+
+    /* Both roles walk the same tiles; qi counts the tiles with keys (Q loads), kv the K/V blocks, so that the
+     * stage of K/V block kv is kv % ST and its phase parity (kv / ST) & 1 on both sides. */
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        fa3_regs_dec<24>();
+        if (threadIdx.x == 0) {
+            fa3_prefetch_map(&tq);
+            fa3_prefetch_map(&tk);
+            fa3_prefetch_map(&tv);
+            int qi = 0, kv = 0;
+            for (int wave = 0; wave * (int)gridDim.x < p.ntiles; wave++) {
+                const int tile = fa3_tile_of(wave);
+                if (tile >= p.ntiles) continue;
+                const fa3_work w = fa3_work_at<Br, Bc>(tile, p);
+                if (w.nblk == 0) continue;
+                const int hk = w.h / p.group;
+                const uint32_t fq = fa3_smem(&sm.full_q);
+                fa3_bar_wait(fa3_smem(&sm.empty_q), (qi & 1) ^ 1);
+                fa3_bar_expect_tx(fq, Br * D * 2);
+#pragma unroll
+                for (int c = 0; c < D / 64; c++)
+                    fa3_tma_load4(fa3_smem(sm.q) + c * Br * 128, &tq, fq, 64 * c, w.m0, w.h, w.b);
+                qi++;
+                for (int it = 0; it < w.nblk; it++, kv++) {
+                    const int s = kv % ST, n = w.n_hi - 1 - it;
+                    const uint32_t ph = (kv / ST) & 1;
+                    const uint32_t fk = fa3_smem(&sm.full_k[s]), fv = fa3_smem(&sm.full_v[s]);
+                    fa3_bar_wait(fa3_smem(&sm.empty_k[s]), ph ^ 1);
+                    fa3_bar_expect_tx(fk, Bc * D * 2);
+#pragma unroll
+                    for (int c = 0; c < D / 64; c++)
+                        fa3_tma_load4(fa3_smem(sm.k[s]) + c * Bc * 128, &tk, fk, 64 * c, n * Bc, hk, w.b);
+                    fa3_bar_wait(fa3_smem(&sm.empty_v[s]), ph ^ 1);
+                    fa3_bar_expect_tx(fv, Bc * D * 2);
+#pragma unroll
+                    for (int c = 0; c < D / 64; c++)
+                        fa3_tma_load4(fa3_smem(sm.v[s]) + c * Bc * 128, &tv, fv, 64 * c, n * Bc, hk, w.b);
+                }
+            }
+        }
+        return;
+    }
+
+    fa3_regs_inc<240>();
+    const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, t = lane % 4;
+    const uint32_t q_base = fa3_smem(sm.q) + cw * 64 * 128;
+    const uint32_t k0 = fa3_smem(sm.k[0]), v0 = fa3_smem(sm.v[0]);
+    int qi = 0, kv = 0;
+    for (int wave = 0; wave * (int)gridDim.x < p.ntiles; wave++) {
+        const int tile = fa3_tile_of(wave);
+        if (tile >= p.ntiles) continue;
+        const fa3_work w = fa3_work_at<Br, Bc>(tile, p);
+        const int nblk = w.nblk, n_hi = w.n_hi;
+        const int r0 = w.m0 + 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
+        fa3_rows R;
+        fa_visible_keys32(r0, p.sq, p.sk, p.wl, p.wr, &R.lo0, &R.hi0);
+        fa_visible_keys32(r1, p.sq, p.sk, p.wl, p.wr, &R.lo1, &R.hi1);
+        R.t = t;
+        R.sl2 = p.scale_log2;
+        R.m0 = R.m1 = -INFINITY;
+        R.l0 = R.l1 = 0.f;
+        float o[D / 2];
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+        float sacc[Bc / 2];
+        uint32_t pa[Bc / 16][4];
+        float c0, c1;
+
+        if (nblk > 0) {
+            fa3_bar_wait(fa3_smem(&sm.full_q), qi & 1);
+            if constexpr (MODE == 0) {
+                /* serial: S, softmax, P V, one block after the other */
+                for (int it = 0; it < nblk; it++) {
+                    const int s = (kv + it) % ST;
+                    const uint32_t ph = ((kv + it) / ST) & 1;
+                    fa3_bar_wait(fa3_smem(&sm.full_k[s]), ph);
+                    fa3_qk<D, Bc, F16>(sacc, q_base, k0 + s * KV_STAGE);
+                    fa3_wgmma_wait<0>();
+                    fa3_fence_regs(sacc);
+                    fa3_release(fa3_smem(&sm.empty_k[s]), lane);
+                    if (it == nblk - 1) fa3_release(fa3_smem(&sm.empty_q), lane);
+                    fa3_softmax<Bc>(sacc, (n_hi - 1 - it) * Bc, R, c0, c1);
+                    fa3_rescale<D>(o, c0, c1);
+                    fa3_pack_p<Bc, F16>(pa, sacc);
+                    fa3_bar_wait(fa3_smem(&sm.full_v[s]), ph);
+                    fa3_pv<D, Bc, F16>(o, pa, v0 + s * KV_STAGE);
+                    fa3_wgmma_wait<0>();
+                    fa3_fence_regs(o);
+                    fa3_release(fa3_smem(&sm.empty_v[s]), lane);
+                }
+            } else {
+                /* overlapped: S_{j+1} = Qi K_{j+1}ᵀ and O += P_j V_j are issued together and the softmax of
+                 * block j+1 runs while P_j V_j is still in the tensor cores. MODE 2 adds ping-pong: the two
+                 * warpgroups take turns to issue their GEMMs (named barriers 1 and 2), so that one's softmax
+                 * runs under the other's GEMMs. */
+                const bool pp = MODE == 2;
+                const int my_turn = 1 + cw, other_turn = 2 - cw;
+                if (pp && cw == 1) fa3_named_arrive(1, 256);
+                if (pp) fa3_named_sync(my_turn, 256);
+                fa3_bar_wait(fa3_smem(&sm.full_k[kv % ST]), (kv / ST) & 1);
+                fa3_qk<D, Bc, F16>(sacc, q_base, k0 + (kv % ST) * KV_STAGE);
+                if (pp) fa3_named_arrive(other_turn, 256);
+                fa3_wgmma_wait<0>();
+                fa3_fence_regs(sacc);
+                fa3_release(fa3_smem(&sm.empty_k[kv % ST]), lane);
+                fa3_softmax<Bc>(sacc, (n_hi - 1) * Bc, R, c0, c1);
+                fa3_pack_p<Bc, F16>(pa, sacc);
+                for (int it = 1; it < nblk; it++) {
+                    const int g = kv + it, s = g % ST, sp = (g - 1) % ST;
+                    const uint32_t ph = (g / ST) & 1, php = ((g - 1) / ST) & 1;
+                    if (pp) fa3_named_sync(my_turn, 256);
+                    fa3_bar_wait(fa3_smem(&sm.full_k[s]), ph);
+                    fa3_qk<D, Bc, F16>(sacc, q_base, k0 + s * KV_STAGE);
+                    fa3_bar_wait(fa3_smem(&sm.full_v[sp]), php);
+                    fa3_fence_regs(o);
+                    fa3_fence_regs(pa);
+                    fa3_pv<D, Bc, F16>(o, pa, v0 + sp * KV_STAGE);
+                    if (pp) fa3_named_arrive(other_turn, 256);
+                    fa3_wgmma_wait<1>();
+                    fa3_fence_regs(sacc);
+                    fa3_release(fa3_smem(&sm.empty_k[s]), lane);
+                    fa3_softmax<Bc>(sacc, (n_hi - 1 - it) * Bc, R, c0, c1);
+                    fa3_wgmma_wait<0>();
+                    fa3_fence_regs(o);
+                    fa3_fence_regs(pa);
+                    fa3_release(fa3_smem(&sm.empty_v[sp]), lane);
+                    fa3_rescale<D>(o, c0, c1);
+                    fa3_pack_p<Bc, F16>(pa, sacc);
+                }
+                /* every S GEMM of the tile has completed: the producer may load the next Qi */
+                fa3_release(fa3_smem(&sm.empty_q), lane);
+                const int g = kv + nblk - 1, s = g % ST;
+                if (pp) fa3_named_sync(my_turn, 256);
+                fa3_bar_wait(fa3_smem(&sm.full_v[s]), (g / ST) & 1);
+                fa3_fence_regs(o);
+                fa3_fence_regs(pa);
+                fa3_pv<D, Bc, F16>(o, pa, v0 + s * KV_STAGE);
+                /* the second warpgroup's last turn of the tile is not passed on: each sync has one arrive */
+                if (pp && cw == 0) fa3_named_arrive(other_turn, 256);
+                fa3_wgmma_wait<0>();
+                fa3_fence_regs(o);
+                fa3_release(fa3_smem(&sm.empty_v[s]), lane);
+            }
+            qi++;
+            kv += nblk;
+        }
+
+        /* O = O / l; LSE = m·scale + ln l; a row with l = 0 saw no key: O = 0, LSE = −inf */
+        float l0 = R.l0, l1 = R.l1;
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+        const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+        uint16_t *ob = p.o + (int64_t)w.b * p.o_batch_stride + (int64_t)w.h * p.o_head_stride + 2 * t;
+        if (r0 < p.sq) {
+            uint16_t *orow = ob + (int64_t)r0 * p.o_row_stride;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+                *reinterpret_cast<uint32_t *>(orow + 8 * j) = fa3_pack<F16>(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+        }
+        if (r1 < p.sq) {
+            uint16_t *orow = ob + (int64_t)r1 * p.o_row_stride;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+                *reinterpret_cast<uint32_t *>(orow + 8 * j) = fa3_pack<F16>(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+        }
+        if (p.lse && t == 0) {
+            float *lrow = p.lse + ((int64_t)w.b * p.hq + w.h) * p.sq;
+            if (r0 < p.sq) lrow[r0] = l0 > 0.f ? R.m0 * p.scale + logf(l0) : -INFINITY;
+            if (r1 < p.sq) lrow[r1] = l1 > 0.f ? R.m1 * p.scale + logf(l1) : -INFINITY;
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,93 @@
+/* The Hopper (sm_90a) PTX the FLASH3 kernels use, as small inline-asm wrappers: mbarriers, TMA tensor loads, wgmma
+ * fences and shared-memory descriptors, setmaxnreg, named barriers, ex2. The wgmma instructions themselves are in
+ * wgmma.cuh (generated). */
+#ifndef FA_SM90_PTX_CUH
+#define FA_SM90_PTX_CUH
+
+#include <cuda.h>
+#include <stdint.h>
+
+#ifndef FA_DEV
+#define FA_DEV __device__ __forceinline__
+#endif
+
+FA_DEV uint32_t fa3_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* ---- mbarrier: a 64-bit shared-memory barrier with an arrival count and a transaction-byte count ---- */
+FA_DEV void fa3_bar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/* Makes the initialised barriers visible to the async proxy (TMA) before anyone uses them. */
+FA_DEV void fa3_bar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+/* One arrival that also announces `bytes` of TMA transactions the phase must see before it completes. */
+FA_DEV void fa3_bar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+FA_DEV void fa3_bar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* Blocks until the phase with the given parity has completed. */
+FA_DEV void fa3_bar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 "
+                     "p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* ---- TMA: a 4-D tile of the tensor map lands in shared memory and completes bytes on the mbarrier ---- */
+FA_DEV void fa3_tma_load4(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::"
+                 "complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+FA_DEV void fa3_prefetch_map(const CUtensorMap *map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
+}
+
+/* ---- wgmma ordering ---- */
+FA_DEV void fa3_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+FA_DEV void fa3_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> FA_DEV void fa3_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Pins an accumulator array in place between asm statements, so that nvcc neither reads it before the wgmma that
+ * writes it has been waited for nor moves writes to it into an async region. */
+template <int N> FA_DEV void fa3_fence_regs(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N> FA_DEV void fa3_fence_regs(uint32_t (&r)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1]), "+r"(r[i][2]), "+r"(r[i][3])::"memory");
+}
+
+/* Shared-memory matrix descriptor with 128-byte swizzle (the layout TMA SWIZZLE_128B writes: 8 rows x 128 B atoms,
+ * 1024-B aligned). lbo/sbo in bytes: K-major tiles use sbo = 1024 (next 8 rows) and ignore lbo; MN-major tiles use
+ * sbo = 1024 (next 8 rows along K) and lbo = distance between 64-element panels along MN. */
+FA_DEV uint64_t fa3_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) |
+           (1ull << 62);
+}
+
+/* ---- registers, barriers, math ---- */
+template <int R> FA_DEV void fa3_regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R)); }
+template <int R> FA_DEV void fa3_regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R)); }
+FA_DEV void fa3_named_sync(int id, int nthreads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+FA_DEV void fa3_named_arrive(int id, int nthreads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+FA_DEV float fa3_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+#endif

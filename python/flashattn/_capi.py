@@ -1,11 +1,10 @@
-"""The C library through ctypes: struct layouts, prototypes, statuses as exceptions, one context per thread and device.
-
-Tensors reach this layer as plain views, (data pointer, dtype code, shape, strides in elements), so numpy and torch
-share every line below; docs/python.md says why ctypes and what a call costs.
-"""
+"""The C library through ctypes (contexts, errors, stats) and _ext (the forward and backward calls): statuses as
+exceptions, one context per thread and device. docs/python.md says why this split and what a call costs."""
 import ctypes
 import os
 import threading
+
+from . import _ext
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _LIB_PATH = os.environ.get("FLASHATTN_LIBRARY", os.path.join(_HERE, "libflashattn.so"))
@@ -16,20 +15,6 @@ OK, ERR_INVALID_ARGUMENT, ERR_UNSUPPORTED, ERR_OUT_OF_MEMORY, ERR_BACKEND_UNAVAI
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
 BACKEND_CPU, BACKEND_CUDA = 0, 1
 ALGOS = {"auto": 0, "standard": 1, "flash1": 2, "flash2": 3}
-
-
-class FaTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("batch", ctypes.c_int64),
-                ("seqlen", ctypes.c_int64), ("heads", ctypes.c_int64), ("head_dim", ctypes.c_int64),
-                ("stride_batch", ctypes.c_int64), ("stride_seq", ctypes.c_int64), ("stride_head", ctypes.c_int64)]
-
-
-class FaAttnOpts(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_size_t), ("scale", ctypes.c_float), ("causal", ctypes.c_int),
-                ("window_left", ctypes.c_int), ("window_right", ctypes.c_int), ("softcap", ctypes.c_float),
-                ("algo", ctypes.c_int), ("block_q", ctypes.c_int), ("block_k", ctypes.c_int),
-                ("deterministic", ctypes.c_int), ("cu_seqlens_q", ctypes.c_void_p),
-                ("cu_seqlens_k", ctypes.c_void_p), ("n_seqs", ctypes.c_int64)]
 
 
 class FaStats(ctypes.Structure):
@@ -49,7 +34,7 @@ _proto = {
     "fa_context_destroy": (None, [_P]),
     "fa_context_last_error": (ctypes.c_char_p, [_P]),
     "fa_context_set_stream": (ctypes.c_int, [_P, _P]),
-    "fa_attn_opts_init": (ctypes.c_int, [ctypes.POINTER(FaAttnOpts), ctypes.c_size_t]),
+    "fa_attn_opts_init": (ctypes.c_int, [_P, ctypes.c_size_t]),
     "fa_forward": (ctypes.c_int, [_P] * 7),
     "fa_backward": (ctypes.c_int, [_P] * 11),
     "fa_last_stats": (ctypes.c_int, [_P, ctypes.POINTER(FaStats)]),
@@ -91,6 +76,9 @@ class InternalError(FlashAttnError, RuntimeError):
     pass
 
 
+_ext.init(*(ctypes.cast(f, _P).value for f in (lib.fa_attn_opts_init, lib.fa_forward, lib.fa_backward)),
+          InvalidArgumentError, UnsupportedError)
+
 _ERRORS = {ERR_INVALID_ARGUMENT: InvalidArgumentError, ERR_UNSUPPORTED: UnsupportedError,
            ERR_OUT_OF_MEMORY: OutOfMemoryError, ERR_BACKEND_UNAVAILABLE: BackendUnavailableError,
            ERR_DEVICE: DeviceError, ERR_INTERNAL: InternalError}
@@ -111,8 +99,8 @@ def backend_available(backend):
 
 
 class Context:
-    """One fa_context with the argument structs of its calls, reused call after call (a context serves one
-    thread at a time, so they are never shared)."""
+    """One fa_context. Its calls go through _ext (tensors as numpy arrays or (data, dtype, shape, strides) tuples);
+    a context serves one thread at a time."""
 
     def __init__(self, backend, device):
         handle = _P()
@@ -121,11 +109,6 @@ class Context:
             raise error(st, lib.fa_create_error().decode())
         self.handle = handle.value
         self.stream = None
-        self.opts = FaAttnOpts()
-        lib.fa_attn_opts_init(ctypes.byref(self.opts), ctypes.sizeof(FaAttnOpts))
-        self.tensors = [FaTensor() for _ in range(8)]
-        self.ptrs = [ctypes.addressof(t) for t in self.tensors]
-        self.opts_ptr = ctypes.addressof(self.opts)
         self._destroy = lib.fa_context_destroy
 
     def __del__(self):
@@ -143,35 +126,15 @@ class Context:
                 self.fail(st)
             self.stream = stream
 
-    def set_opts(self, o, cu_q=None, cu_k=None, n_seqs=0):
-        """o: an Options tuple; cu_q/cu_k: host int32 pointers for varlen."""
-        p = self.opts
-        p.scale, p.causal, p.window_left, p.window_right, p.softcap, p.algo, p.deterministic = o
-        p.cu_seqlens_q, p.cu_seqlens_k, p.n_seqs = cu_q, cu_k, n_seqs
-
-    def set_tensor(self, i, view):
-        """view: (data, dtype, (b, s, h, d), (stride_b, stride_s, stride_h, stride_d)); returns the struct's address."""
-        data, dtype, shape, strides = view
-        if strides[3] != 1 and shape[3] > 1:
-            raise InvalidArgumentError(ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: head_dim must be contiguous "
-                                       f"(stride 1), got stride {strides[3]}; flashattn does not copy its inputs")
-        t = self.tensors[i]
-        t.data, t.dtype = data, dtype
-        t.batch, t.seqlen, t.heads, t.head_dim = shape
-        t.stride_batch, t.stride_seq, t.stride_head = strides[0], strides[1], strides[2]
-        return self.ptrs[i]
-
-    def forward(self, q, k, v, out, lse_ptr):
-        st = lib.fa_forward(self.handle, self.opts_ptr, self.set_tensor(0, q), self.set_tensor(1, k),
-                            self.set_tensor(2, v), self.set_tensor(3, out), lse_ptr)
-        if st != OK:
+    def forward(self, opts, q, k, v, out, lse):
+        """opts: options() + (cu_seqlens_q, cu_seqlens_k addresses or 0, n_seqs); lse: an address or an array."""
+        st = _ext.forward(self.handle, opts, q, k, v, out, lse)
+        if st:
             self.fail(st)
 
-    def backward(self, q, k, v, out, lse_ptr, dout, dq, dk, dv):
-        st = lib.fa_backward(self.handle, self.opts_ptr, self.set_tensor(0, q), self.set_tensor(1, k),
-                             self.set_tensor(2, v), self.set_tensor(3, out), lse_ptr, self.set_tensor(4, dout),
-                             self.set_tensor(5, dq), self.set_tensor(6, dk), self.set_tensor(7, dv))
-        if st != OK:
+    def backward(self, opts, q, k, v, out, lse, dout, dq, dk, dv):
+        st = _ext.backward(self.handle, opts, q, k, v, out, lse, dout, dq, dk, dv)
+        if st:
             self.fail(st)
 
     def stats(self):
@@ -201,7 +164,7 @@ def context(backend=BACKEND_CPU, device=0):
 
 
 def options(softmax_scale, causal, window_size, softcap, algo, deterministic, dropout_p=0.0, alibi_slopes=None):
-    """The Python-level options as the tuple Context.set_opts takes; flash-attn arguments flashattn lacks are
+    """The Python-level options as a tuple (cu_seqlens and n_seqs are appended per call); flash-attn arguments flashattn lacks are
     accepted only at their no-op values."""
     if dropout_p:
         raise UnsupportedError(ERR_UNSUPPORTED, f"FA_ERR_UNSUPPORTED: dropout_p={dropout_p}: flashattn has no dropout")

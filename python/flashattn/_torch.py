@@ -17,7 +17,7 @@ def _view(t, name):
         raise _capi.UnsupportedError(_capi.ERR_UNSUPPORTED, f"FA_ERR_UNSUPPORTED: {name}: dtype {t.dtype} is not "
                                      f"supported (float32, float16, bfloat16); flashattn does not cast")
     if t.dim() == 4:
-        return t.data_ptr(), code, tuple(t.shape), t.stride()
+        return t.data_ptr(), code, t.shape, t.stride()
     if t.dim() == 3:  # varlen: [total, heads, head_dim] as one batch of `total` rows
         s = t.stride()
         return t.data_ptr(), code, (1,) + tuple(t.shape), (0,) + s
@@ -53,45 +53,50 @@ def _seqlens(cu, name):
     return cu.contiguous()
 
 
-def _set_opts(ctx, cu_q, cu_k, opts):
+def _opts(cu_q, cu_k, opts):
+    """opts with the cu_seqlens addresses and n_seqs appended, and the host tensors to keep alive for the call."""
     if (cu_q is None) != (cu_k is None):
         raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: cu_seqlens_q and "
                                          "cu_seqlens_k are given together or not at all")
     if cu_q is None:
-        ctx.set_opts(opts)
-        return ()
+        return opts + (0, 0, 0), ()
     cu_q, cu_k = _seqlens(cu_q, "cu_seqlens_q"), _seqlens(cu_k, "cu_seqlens_k")
     if cu_q.numel() != cu_k.numel() or cu_q.numel() < 1:
         raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: cu_seqlens_q has "
                                          f"{cu_q.numel()} entries, cu_seqlens_k {cu_k.numel()}: expected n_seqs + 1 "
                                          f"each")
-    ctx.set_opts(opts, cu_q.data_ptr(), cu_k.data_ptr(), cu_q.numel() - 1)
-    return cu_q, cu_k  # kept alive until the call returns
+    return opts + (cu_q.data_ptr(), cu_k.data_ptr(), cu_q.numel() - 1), (cu_q, cu_k)
 
 
 def _lse_shape(q):
     return (q.shape[0], q.shape[2], q.shape[1]) if q.dim() == 4 else (q.shape[1], q.shape[0])
 
 
+def _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap, algo,
+             deterministic):
+    ctx = _context(q, (("k", k), ("v", v)))
+    opts, keep = _opts(cu_seqlens_q, cu_seqlens_k, (softmax_scale, causal, window_left, window_right, softcap, algo,
+                                                    deterministic))
+    views = _view(q, "q"), _view(k, "k"), _view(v, "v")
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = q.new_empty(_lse_shape(q), dtype=torch.float32)
+    ctx.forward(opts, *views, _view(out, "out"), lse.data_ptr())
+    del keep
+    return out, lse
+
+
 @torch.library.custom_op("flashattn::fwd", mutates_args=())
 def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
         softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, algo: int,
         deterministic: bool) -> Tuple[Tensor, Tensor]:
-    ctx = _context(q, (("k", k), ("v", v)))
-    opts = (softmax_scale, causal, window_left, window_right, softcap, algo, deterministic)
-    views = _view(q, "q"), _view(k, "k"), _view(v, "v")
-    keep = _set_opts(ctx, cu_seqlens_q, cu_seqlens_k, opts)
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
-    ctx.forward(*views, _view(out, "out"), lse.data_ptr())
-    del keep
-    return out, lse
+    return _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap,
+                    algo, deterministic)
 
 
 @fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap, algo,
       deterministic):
-    return q.new_empty(q.shape), q.new_empty(_lse_shape(q), dtype=torch.float32)
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty(_lse_shape(q), dtype=torch.float32)
 
 
 @torch.library.custom_op("flashattn::bwd", mutates_args=())
@@ -103,13 +108,13 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
         raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: lse: expected the "
                                          f"forward's contiguous float32 {_lse_shape(q)}, got {lse.dtype} "
                                          f"{tuple(lse.shape)} strides {lse.stride()}")
-    opts = (softmax_scale, causal, window_left, window_right, softcap, algo, deterministic)
+    opts, keep = _opts(cu_seqlens_q, cu_seqlens_k, (softmax_scale, causal, window_left, window_right, softcap, algo,
+                                                    deterministic))
     views = [_view(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (dout, "dout"))]
-    keep = _set_opts(ctx, cu_seqlens_q, cu_seqlens_k, opts)
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-    ctx.backward(*views[:4], lse.data_ptr(), views[4], _view(dq, "dq"), _view(dk, "dk"), _view(dv, "dv"))
+    ctx.backward(opts, *views[:4], lse.data_ptr(), views[4], _view(dq, "dq"), _view(dk, "dk"), _view(dv, "dv"))
     del keep
     return dq, dk, dv
 
@@ -140,6 +145,17 @@ def _backward(ctx, dout, dlse):
 fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
+def _plain_eager(q, k, v):
+    """True when the op would only run its CPU/CUDA kernel: no compile or trace, no autograd, no tensor subclass,
+    mode or functorch transform. The dispatcher then adds ~12 us a call for nothing (docs/python.md)."""
+    return (not torch.compiler.is_compiling() and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
+            and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+            and not torch._C._is_torch_function_mode_enabled() and torch._C._len_torch_dispatch_stack() == 0
+            and torch._C._functorch.peek_interpreter_stack() is None)
+
+
 def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, opts):
     """(out, lse) for torch tensors; opts as _capi.options returns."""
+    if _plain_eager(q, k, v):
+        return _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, *opts)
     return fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, *opts)

@@ -3,7 +3,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import flashattn  # noqa: E402
-from flashattn import _capi  # noqa: E402
+from flashattn import _capi, _torch  # noqa: E402, F401  (_torch registers torch.ops.flashattn)
 
 HAVE_CUDA = torch.cuda.is_available() and _capi.backend_available(_capi.BACKEND_CUDA)
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device or build"))]

@@ -69,17 +69,21 @@ def _opts(cu_q, cu_k, opts):
 
 
 def _lse_shape(q):
-    return (q.shape[0], q.shape[2], q.shape[1]) if q.dim() == 4 else (q.shape[1], q.shape[0])
+    s = q.shape
+    return (s[0], s[2], s[1]) if len(s) == 4 else (s[1], s[0])
 
 
 def _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap, algo,
              deterministic):
-    ctx = _context(q, (("k", k), ("v", v)))
+    if q.is_cpu and k.is_cpu and v.is_cpu:
+        ctx = _capi.context(_capi.BACKEND_CPU, 0)
+    else:
+        ctx = _context(q, (("k", k), ("v", v)))
     opts, keep = _opts(cu_seqlens_q, cu_seqlens_k, (softmax_scale, causal, window_left, window_right, softcap, algo,
                                                     deterministic))
     views = _view(q, "q"), _view(k, "k"), _view(v, "v")
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = q.new_empty(_lse_shape(q), dtype=torch.float32)
+    lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
     ctx.forward(opts, *views, _view(out, "out"), lse.data_ptr())
     del keep
     return out, lse

@@ -11,7 +11,8 @@ _LIB_PATH = os.environ.get("FLASHATTN_LIBRARY", os.path.join(_HERE, "libflashatt
 lib = ctypes.CDLL(_LIB_PATH)
 
 # fa_status values are pinned by the header.
-OK, ERR_INVALID_ARGUMENT, ERR_UNSUPPORTED, ERR_OUT_OF_MEMORY, ERR_BACKEND_UNAVAILABLE, ERR_DEVICE, ERR_INTERNAL = range(7)
+(OK, ERR_INVALID_ARGUMENT, ERR_UNSUPPORTED, ERR_OUT_OF_MEMORY, ERR_BACKEND_UNAVAILABLE, ERR_DEVICE,
+ ERR_INTERNAL) = range(7)
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
 BACKEND_CPU, BACKEND_CUDA = 0, 1
 ALGOS = {"auto": 0, "standard": 1, "flash1": 2, "flash2": 3}
@@ -164,8 +165,8 @@ def context(backend=BACKEND_CPU, device=0):
 
 
 def options(softmax_scale, causal, window_size, softcap, algo, deterministic, dropout_p=0.0, alibi_slopes=None):
-    """The Python-level options as a tuple (cu_seqlens and n_seqs are appended per call); flash-attn arguments flashattn lacks are
-    accepted only at their no-op values."""
+    """The Python-level options as a tuple (cu_seqlens and n_seqs are appended per call); flash-attn arguments
+    flashattn lacks are accepted only at their no-op values."""
     if dropout_p:
         raise UnsupportedError(ERR_UNSUPPORTED, f"FA_ERR_UNSUPPORTED: dropout_p={dropout_p}: flashattn has no dropout")
     if alibi_slopes is not None:

@@ -108,8 +108,8 @@ static PyObject *run(PyObject *args, int backward) {
     int got = 0, rc = -1;
     fa_status st = FA_OK;
     if (backward) {
-        if (!PyArg_ParseTuple(args, "KOOOOOOOOOO", &ctx, &opts_obj, &obj[0], &obj[1], &obj[2], &obj[3], &lse_obj, &obj[4],
-                              &obj[5], &obj[6], &obj[7]))
+        if (!PyArg_ParseTuple(args, "KOOOOOOOOOO", &ctx, &opts_obj, &obj[0], &obj[1], &obj[2], &obj[3], &lse_obj,
+                              &obj[4], &obj[5], &obj[6], &obj[7]))
             return NULL;
     } else if (!PyArg_ParseTuple(args, "KOOOOOO", &ctx, &opts_obj, &obj[0], &obj[1], &obj[2], &obj[3], &lse_obj)) {
         return NULL;
@@ -119,7 +119,8 @@ static PyObject *run(PyObject *args, int backward) {
         lse = PyLong_AsVoidPtr(lse_obj);
         if (PyErr_Occurred()) return NULL;
     } else {
-        if (PyObject_GetBuffer(lse_obj, &lse_buf, PyBUF_C_CONTIGUOUS | (backward ? 0 : PyBUF_WRITABLE)) < 0) return NULL;
+        if (PyObject_GetBuffer(lse_obj, &lse_buf, PyBUF_C_CONTIGUOUS | (backward ? 0 : PyBUF_WRITABLE)) < 0)
+            return NULL;
         lse = lse_buf.buf;
     }
     for (; got < n; got++)
@@ -166,7 +167,8 @@ static PyObject *py_init(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"init", py_init, METH_VARARGS, "init(addresses of fa_attn_opts_init, fa_forward, fa_backward; InvalidArgumentError, UnsupportedError)"},
+    {"init", py_init, METH_VARARGS,
+     "init(addresses of fa_attn_opts_init, fa_forward, fa_backward; InvalidArgumentError, UnsupportedError)"},
     {"forward", py_forward, METH_VARARGS, "forward(ctx, opts, q, k, v, out, lse address or array) -> fa_status"},
     {"backward", py_backward, METH_VARARGS,
      "backward(ctx, opts, q, k, v, out, lse address or array, dout, dq, dk, dv) -> fa_status"},

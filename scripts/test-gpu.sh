@@ -44,5 +44,17 @@ if command -v compute-sanitizer >/dev/null; then
 else
   echo "compute-sanitizer not found: memcheck/racecheck skipped"
 fi
+# ---- Python binding (python/) on CUDA: the package's CUDA tests, when it is installed with the CUDA backend in
+# ${PYTHON:-python3} (pip install ./python on this machine builds it so) ----
+PY=${PYTHON:-python3}
+if "$PY" -c "import torch, flashattn._torch as t; assert t.torch.cuda.is_available() and \
+    t._capi.backend_available(t._capi.BACKEND_CUDA)" >/dev/null 2>&1; then
+  echo "== pytest python/tests -k cuda"
+  "$PY" -m pytest -q -p no:cacheprovider python/tests -k cuda 2>&1 | tee "$LOG_DIR/pytest-cuda.log" | tail -5
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+else
+  echo "python package with CUDA not installed in $PY: its CUDA tests skipped (pip install ./python)"
+fi
+
 echo "test-gpu: $([ $status -eq 0 ] && echo PASSED || echo FAILED)"
 exit $status

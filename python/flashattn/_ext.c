@@ -1,0 +1,179 @@
+/* The hot call from Python: tensors to fa_tensor views and one fa_forward/fa_backward, in C (ctypes spent ~15 µs
+ * per call here; docs/python.md has the measurement). The module links nothing: _capi.py loads libflashattn with
+ * ctypes and hands over the two entry points, so the C library exists once in the process. No torch headers:
+ * torch tensors arrive as (data_ptr, dtype, shape, strides) tuples, numpy arrays through the buffer protocol. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <string.h>
+
+#include "flashattn.h"
+
+typedef fa_status (*fwd_fn)(fa_context *, const fa_attn_opts *, const fa_tensor *, const fa_tensor *,
+                            const fa_tensor *, const fa_tensor *, float *);
+typedef fa_status (*bwd_fn)(fa_context *, const fa_attn_opts *, const fa_tensor *, const fa_tensor *,
+                            const fa_tensor *, const fa_tensor *, const float *, const fa_tensor *, const fa_tensor *,
+                            const fa_tensor *, const fa_tensor *);
+
+typedef fa_status (*opts_init_fn)(fa_attn_opts *, size_t);
+
+static opts_init_fn g_opts_init;
+static fwd_fn g_forward;
+static bwd_fn g_backward;
+static PyObject *g_invalid, *g_unsupported; /* flashattn.InvalidArgumentError, flashattn.UnsupportedError */
+
+static int fail(fa_status status, const char *fmt, const char *name, long long value) {
+    char msg[256];
+    PyObject *cls = status == FA_ERR_UNSUPPORTED ? g_unsupported : g_invalid;
+    PyOS_snprintf(msg, sizeof msg, fmt, name, value);
+    PyObject *err = PyObject_CallFunction(cls, "is", (int)status, msg);
+    if (err) {
+        PyErr_SetObject(cls, err);
+        Py_DECREF(err);
+    }
+    return -1;
+}
+
+/* One tensor: a (data, dtype, (b, s, h, d), (sb, ss, sh, sd)) tuple, or an array with the buffer protocol (4-d
+ * [b, s, h, d], or 3-d [total, h, d] for varlen). buf is released by the caller when buf->obj is set. */
+static int get_view(PyObject *o, const char *name, int writable, fa_tensor *t, Py_buffer *buf) {
+    long long st[4], sh[4];
+    buf->obj = NULL;
+    if (PyTuple_Check(o)) {
+        PyObject *shape, *strides;
+        unsigned long long data;
+        int dtype;
+        if (!PyArg_ParseTuple(o, "KiOO", &data, &dtype, &shape, &strides)) return -1;
+        if (!PyArg_ParseTuple(shape, "LLLL", &sh[0], &sh[1], &sh[2], &sh[3])) return -1;
+        if (!PyArg_ParseTuple(strides, "LLLL", &st[0], &st[1], &st[2], &st[3])) return -1;
+        t->data = (void *)(uintptr_t)data;
+        t->dtype = (fa_dtype)dtype;
+    } else {
+        if (PyObject_GetBuffer(o, buf, PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
+        const char *f = buf->format;
+        if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+        if (f[0] == 'f' && !f[1]) t->dtype = FA_DTYPE_F32;
+        else if (f[0] == 'e' && !f[1]) t->dtype = FA_DTYPE_F16;
+        else return fail(FA_ERR_UNSUPPORTED, "FA_ERR_UNSUPPORTED: %s: dtype is not float32, float16 or bfloat16; "
+                         "flashattn does not cast", name, 0);
+        if (buf->ndim != 4 && buf->ndim != 3)
+            return fail(FA_ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: %s: expected 4 dimensions (3 for varlen), "
+                        "got %lld", name, buf->ndim);
+        int off = 4 - buf->ndim;
+        sh[0] = 1;
+        st[0] = 0;
+        for (int i = 0; i < buf->ndim; i++) {
+            if (buf->strides[i] % buf->itemsize)
+                return fail(FA_ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: %s: a stride of %lld bytes is not "
+                            "whole elements", name, (long long)buf->strides[i]);
+            sh[off + i] = buf->shape[i];
+            st[off + i] = buf->strides[i] / buf->itemsize;
+        }
+        t->data = buf->buf;
+    }
+    if (st[3] != 1 && sh[3] > 1)
+        return fail(FA_ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: %s: head_dim must be contiguous (stride 1), "
+                    "got stride %lld; flashattn does not copy its inputs", name, st[3]);
+    t->batch = sh[0], t->seqlen = sh[1], t->heads = sh[2], t->head_dim = sh[3];
+    t->stride_batch = st[0], t->stride_seq = st[1], t->stride_head = st[2];
+    return 0;
+}
+
+/* opts: (scale, causal, window_left, window_right, softcap, algo, deterministic, cu_q, cu_k, n_seqs) */
+static int get_opts(PyObject *o, fa_attn_opts *opts) {
+    unsigned long long cu_q, cu_k;
+    int algo;
+    g_opts_init(opts, sizeof *opts);
+    if (!PyArg_ParseTuple(o, "fpiifipKKL", &opts->scale, &opts->causal, &opts->window_left, &opts->window_right,
+                          &opts->softcap, &algo, &opts->deterministic, &cu_q, &cu_k, &opts->n_seqs))
+        return -1;
+    opts->algo = (fa_algo)algo;
+    opts->cu_seqlens_q = (const int32_t *)(uintptr_t)cu_q;
+    opts->cu_seqlens_k = (const int32_t *)(uintptr_t)cu_k;
+    return 0;
+}
+
+static PyObject *run(PyObject *args, int backward) {
+    enum { MAXT = 8 };
+    static const char *names[MAXT] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
+    const int n = backward ? 8 : 4;
+    PyObject *obj[MAXT], *opts_obj;
+    unsigned long long ctx;
+    PyObject *lse_obj;
+    Py_buffer lse_buf = {0};
+    void *lse = NULL;
+    fa_attn_opts opts;
+    fa_tensor t[MAXT];
+    Py_buffer buf[MAXT];
+    int got = 0, rc = -1;
+    fa_status st = FA_OK;
+    if (backward) {
+        if (!PyArg_ParseTuple(args, "KOOOOOOOOOO", &ctx, &opts_obj, &obj[0], &obj[1], &obj[2], &obj[3], &lse_obj,
+                              &obj[4], &obj[5], &obj[6], &obj[7]))
+            return NULL;
+    } else if (!PyArg_ParseTuple(args, "KOOOOOO", &ctx, &opts_obj, &obj[0], &obj[1], &obj[2], &obj[3], &lse_obj)) {
+        return NULL;
+    }
+    if (get_opts(opts_obj, &opts) < 0) return NULL;
+    if (PyLong_Check(lse_obj)) {
+        lse = PyLong_AsVoidPtr(lse_obj);
+        if (PyErr_Occurred()) return NULL;
+    } else {
+        if (PyObject_GetBuffer(lse_obj, &lse_buf, PyBUF_C_CONTIGUOUS | (backward ? 0 : PyBUF_WRITABLE)) < 0)
+            return NULL;
+        lse = lse_buf.buf;
+    }
+    for (; got < n; got++)
+        if (get_view(obj[got], names[got], backward ? got >= 5 : got == 3, &t[got], &buf[got]) < 0) {
+            if (buf[got].obj) PyBuffer_Release(&buf[got]);
+            goto done;
+        }
+    Py_BEGIN_ALLOW_THREADS
+    if (backward)
+        st = g_backward((fa_context *)(uintptr_t)ctx, &opts, &t[0], &t[1], &t[2], &t[3], (const float *)lse,
+                        &t[4], &t[5], &t[6], &t[7]);
+    else
+        st = g_forward((fa_context *)(uintptr_t)ctx, &opts, &t[0], &t[1], &t[2], &t[3], (float *)lse);
+    Py_END_ALLOW_THREADS
+    rc = 0;
+done:
+    for (int i = 0; i < got; i++)
+        if (buf[i].obj) PyBuffer_Release(&buf[i]);
+    if (lse_buf.obj) PyBuffer_Release(&lse_buf);
+    return rc < 0 ? NULL : PyLong_FromLong((long)st);
+}
+
+static PyObject *py_forward(PyObject *self, PyObject *args) {
+    (void)self;
+    return run(args, 0);
+}
+
+static PyObject *py_backward(PyObject *self, PyObject *args) {
+    (void)self;
+    return run(args, 1);
+}
+
+static PyObject *py_init(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long i, f, b;
+    PyObject *invalid, *unsupported;
+    if (!PyArg_ParseTuple(args, "KKKOO", &i, &f, &b, &invalid, &unsupported)) return NULL;
+    g_opts_init = (opts_init_fn)(uintptr_t)i;
+    g_forward = (fwd_fn)(uintptr_t)f;
+    g_backward = (bwd_fn)(uintptr_t)b;
+    Py_XSETREF(g_invalid, Py_NewRef(invalid));
+    Py_XSETREF(g_unsupported, Py_NewRef(unsupported));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"init", py_init, METH_VARARGS,
+     "init(addresses of fa_attn_opts_init, fa_forward, fa_backward; InvalidArgumentError, UnsupportedError)"},
+    {"forward", py_forward, METH_VARARGS, "forward(ctx, opts, q, k, v, out, lse address or array) -> fa_status"},
+    {"backward", py_backward, METH_VARARGS,
+     "backward(ctx, opts, q, k, v, out, lse address or array, dout, dq, dk, dv) -> fa_status"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ext", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__ext(void) { return PyModule_Create(&module); }

@@ -1,0 +1,71 @@
+"""numpy arrays on the CPU, without torch: forward and backward. Arrays reach _ext through the buffer protocol
+(float32, float16); ml_dtypes.bfloat16 arrays, which have no buffer format, as (data, dtype, shape, strides)."""
+import numpy as np
+
+from . import _capi
+
+_F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)
+
+
+def _arg(a, name):
+    if not isinstance(a, np.ndarray):
+        raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: {name}: expected a "
+                                         f"numpy array or a torch tensor, got {type(a).__name__}")
+    dt = a.dtype
+    if dt is _F32 or dt is _F16 or dt == _F32 or dt == _F16:  # identity first: dtype.name costs ~2 us
+        return a
+    if dt.name != "bfloat16":
+        raise _capi.UnsupportedError(_capi.ERR_UNSUPPORTED, f"FA_ERR_UNSUPPORTED: {name}: dtype {a.dtype} is not "
+                                     f"supported (float32, float16, bfloat16); flashattn does not cast")
+    if a.ndim not in (3, 4) or any(s % 2 for s in a.strides):
+        raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: {name}: expected a "
+                                         f"3-d or 4-d array of whole-element strides, got shape {a.shape} strides "
+                                         f"{a.strides}")
+    shape, strides = a.shape, tuple(s // 2 for s in a.strides)
+    if a.ndim == 3:
+        shape, strides = (1,) + shape, (0,) + strides
+    return a.ctypes.data, _capi.DTYPE_BF16, shape, strides
+
+
+def _lse_shape(q):
+    return (q.shape[0], q.shape[2], q.shape[1]) if q.ndim == 4 else (q.shape[1], q.shape[0])
+
+
+def _opts(cu_q, cu_k, opts):
+    if (cu_q is None) != (cu_k is None):
+        raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: cu_seqlens_q and "
+                                         "cu_seqlens_k are given together or not at all")
+    if cu_q is None:
+        return opts + (0, 0, 0)
+    for a, name in ((cu_q, "cu_seqlens_q"), (cu_k, "cu_seqlens_k")):
+        if not isinstance(a, np.ndarray) or a.dtype != np.int32 or a.ndim != 1 or not a.flags.c_contiguous:
+            raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: {name}: expected "
+                                             f"a contiguous 1-d int32 array")
+    if cu_q.size != cu_k.size or cu_q.size < 1:
+        raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: cu_seqlens_q has "
+                                         f"{cu_q.size} entries, cu_seqlens_k {cu_k.size}: expected n_seqs + 1 each")
+    return opts + (cu_q.ctypes.data, cu_k.ctypes.data, cu_q.size - 1)
+
+
+def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, opts):
+    """(out, lse): out shaped and typed as q (C order), lse float32 [B, H, Sq] ([H, total_q] for varlen)."""
+    ctx = _capi.context(_capi.BACKEND_CPU, 0)
+    args = _arg(q, "q"), _arg(k, "k"), _arg(v, "v")
+    out = np.empty(q.shape, dtype=q.dtype)
+    lse = np.empty(_lse_shape(q), dtype=np.float32)
+    ctx.forward(_opts(cu_seqlens_q, cu_seqlens_k, opts), *args, _arg(out, "out"), lse)
+    return out, lse
+
+
+def backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, opts):
+    """(dq, dk, dv), shaped and typed as q, k, v."""
+    ctx = _capi.context(_capi.BACKEND_CPU, 0)
+    if (not isinstance(lse, np.ndarray) or lse.dtype != np.float32 or lse.shape != _lse_shape(q)
+            or not lse.flags.c_contiguous):
+        raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: lse: expected the "
+                                         f"forward's contiguous float32 array of shape {_lse_shape(q)}")
+    args = [_arg(a, n) for a, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (dout, "dout"))]
+    dq, dk, dv = np.empty(q.shape, q.dtype), np.empty(k.shape, k.dtype), np.empty(v.shape, v.dtype)
+    ctx.backward(_opts(cu_seqlens_q, cu_seqlens_k, opts), *args[:4], lse, args[4], _arg(dq, "dq"), _arg(dk, "dk"),
+                 _arg(dv, "dv"))
+    return dq, dk, dv

@@ -1,0 +1,165 @@
+"""PyTorch: two custom ops (flashattn::fwd, flashattn::bwd) with fake kernels and autograd, so the calls work under
+autograd, torch.compile(fullgraph=True) and torch.library.opcheck; torch tensors reach the C library as views
+(data_ptr and strides), never copied."""
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _capi
+
+_DTYPES = {torch.float32: _capi.DTYPE_F32, torch.float16: _capi.DTYPE_F16, torch.bfloat16: _capi.DTYPE_BF16}
+
+
+def _view(t, name):
+    code = _DTYPES.get(t.dtype)
+    if code is None:
+        raise _capi.UnsupportedError(_capi.ERR_UNSUPPORTED, f"FA_ERR_UNSUPPORTED: {name}: dtype {t.dtype} is not "
+                                     f"supported (float32, float16, bfloat16); flashattn does not cast")
+    if t.dim() == 4:
+        return t.data_ptr(), code, t.shape, t.stride()
+    if t.dim() == 3:  # varlen: [total, heads, head_dim] as one batch of `total` rows
+        s = t.stride()
+        return t.data_ptr(), code, (1,) + tuple(t.shape), (0,) + s
+    raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: {name}: expected a 4-d "
+                                     f"[batch, seqlen, heads, head_dim] tensor (3-d [total, heads, head_dim] for "
+                                     f"varlen), got shape {tuple(t.shape)}")
+
+
+def _context(q, tensors):
+    dev = q.device
+    for name, t in tensors:
+        if t.device != dev:
+            raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: {name} is on "
+                                             f"{t.device}, q on {dev}: all tensors must be on one device")
+    if dev.type == "cpu":
+        return _capi.context(_capi.BACKEND_CPU, 0)
+    if dev.type != "cuda":
+        raise _capi.UnsupportedError(_capi.ERR_UNSUPPORTED, f"FA_ERR_UNSUPPORTED: device {dev}: flashattn runs on "
+                                     f"the CPU and on CUDA")
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    ctx = _capi.context(_capi.BACKEND_CUDA, index)
+    ctx.set_stream(torch.cuda.current_stream(index).cuda_stream)
+    return ctx
+
+
+def _seqlens(cu, name):
+    """cu_seqlens as host int32 (the C API reads them on the host; a CUDA tensor is copied, which synchronises)."""
+    if cu.dtype != torch.int32 or cu.dim() != 1:
+        raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: {name}: expected a "
+                                         f"1-d int32 tensor, got {cu.dtype} of shape {tuple(cu.shape)}")
+    if cu.device.type != "cpu":
+        cu = cu.cpu()
+    return cu.contiguous()
+
+
+def _opts(cu_q, cu_k, opts):
+    """opts with the cu_seqlens addresses and n_seqs appended, and the host tensors to keep alive for the call."""
+    if (cu_q is None) != (cu_k is None):
+        raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: cu_seqlens_q and "
+                                         "cu_seqlens_k are given together or not at all")
+    if cu_q is None:
+        return opts + (0, 0, 0), ()
+    cu_q, cu_k = _seqlens(cu_q, "cu_seqlens_q"), _seqlens(cu_k, "cu_seqlens_k")
+    if cu_q.numel() != cu_k.numel() or cu_q.numel() < 1:
+        raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: cu_seqlens_q has "
+                                         f"{cu_q.numel()} entries, cu_seqlens_k {cu_k.numel()}: expected n_seqs + 1 "
+                                         f"each")
+    return opts + (cu_q.data_ptr(), cu_k.data_ptr(), cu_q.numel() - 1), (cu_q, cu_k)
+
+
+def _lse_shape(q):
+    s = q.shape
+    return (s[0], s[2], s[1]) if len(s) == 4 else (s[1], s[0])
+
+
+def _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap, algo,
+             deterministic):
+    if q.is_cpu and k.is_cpu and v.is_cpu:
+        ctx = _capi.context(_capi.BACKEND_CPU, 0)
+    else:
+        ctx = _context(q, (("k", k), ("v", v)))
+    opts, keep = _opts(cu_seqlens_q, cu_seqlens_k, (softmax_scale, causal, window_left, window_right, softcap, algo,
+                                                    deterministic))
+    views = _view(q, "q"), _view(k, "k"), _view(v, "v")
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
+    ctx.forward(opts, *views, _view(out, "out"), lse.data_ptr())
+    del keep
+    return out, lse
+
+
+@torch.library.custom_op("flashattn::fwd", mutates_args=())
+def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+        softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, algo: int,
+        deterministic: bool) -> Tuple[Tensor, Tensor]:
+    return _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap,
+                    algo, deterministic)
+
+
+@fwd.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap, algo,
+      deterministic):
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty(_lse_shape(q), dtype=torch.float32)
+
+
+@torch.library.custom_op("flashattn::bwd", mutates_args=())
+def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, cu_seqlens_q: Optional[Tensor],
+        cu_seqlens_k: Optional[Tensor], softmax_scale: float, causal: bool, window_left: int, window_right: int,
+        softcap: float, algo: int, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    ctx = _context(q, (("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout)))
+    if lse.dtype != torch.float32 or not lse.is_contiguous() or tuple(lse.shape) != _lse_shape(q):
+        raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: lse: expected the "
+                                         f"forward's contiguous float32 {_lse_shape(q)}, got {lse.dtype} "
+                                         f"{tuple(lse.shape)} strides {lse.stride()}")
+    opts, keep = _opts(cu_seqlens_q, cu_seqlens_k, (softmax_scale, causal, window_left, window_right, softcap, algo,
+                                                    deterministic))
+    views = [_view(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (dout, "dout"))]
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    ctx.backward(opts, *views[:4], lse.data_ptr(), views[4], _view(dq, "dq"), _view(dk, "dk"), _view(dv, "dv"))
+    del keep
+    return dq, dk, dv
+
+
+@bwd.register_fake
+def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right,
+      softcap, algo, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, cu_q, cu_k = inputs[:5]
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+    ctx.opts = inputs[5:]
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, dout, dlse):
+    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    # The incoming gradient is autograd's tensor, not the caller's: an expanded one (out.sum()) has head_dim stride 0.
+    if dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    dq, dk, dv = bwd(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.opts)
+    return (dq, dk, dv) + (None,) * (2 + len(ctx.opts))
+
+
+fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _plain_eager(q, k, v):
+    """True when the op would only run its CPU/CUDA kernel: no compile or trace, no autograd, no tensor subclass,
+    mode or functorch transform. The dispatcher then adds ~12 us a call for nothing (docs/python.md)."""
+    return (not torch.compiler.is_compiling() and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
+            and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+            and not torch._C._is_torch_function_mode_enabled() and torch._C._len_torch_dispatch_stack() == 0
+            and torch._C._functorch.peek_interpreter_stack() is None)
+
+
+def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, opts):
+    """(out, lse) for torch tensors; opts as _capi.options returns."""
+    if _plain_eager(q, k, v):
+        return _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, *opts)
+    return fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, *opts)

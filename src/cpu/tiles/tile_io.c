@@ -1,4 +1,4 @@
-#include "cpu/tile_io.h"
+#include "cpu/tiles/tile_io.h"
 
 #include "core/half.h"
 

@@ -1,5 +1,6 @@
 /* CPU backend: the kernel table picked at context creation, the one plan of a call (algorithm, kernel name,
- * tiles, threads, K/V packing, workspace from the layout's dry run), and the run that executes exactly that plan. */
+ * tiles, threads, K/V packing, workspace from the layout's dry run, modelled traffic), and the run that executes
+ * exactly that plan. docs/cpu-kernels.md describes the layout of src/cpu. */
 #include "cpu/cpu.h"
 
 #include <string.h>
@@ -84,6 +85,7 @@ fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan,
     if (e == FA_CPU_FLASH2 && !p->is_backward) plan_kv_pack(p, plan);
     if (e == FA_CPU_FLASH2 && p->is_backward) plan->aux[FA_CPU_AUX_SPLIT] = plan_bwd_split(p, plan);
     plan->workspace_bytes = algos[e][p->is_backward]->workspace(p, plan);
+    fa_cpu_plan_traffic(p, plan);
     return FA_OK;
 }
 

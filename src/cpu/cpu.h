@@ -54,6 +54,9 @@ void fa_cpu_tiles(const fa_problem *p, int *br, int *bc);
  * packed copy of the K/V rows they visit), *seg = most keys packed at once (a multiple of bc; 0 with group = 1). */
 void fa_cpu_kv_pack(const fa_problem *p, int64_t tr, int bc, int *group, int *seg);
 
+/* The modelled slow-memory traffic of the plan (traffic.c); the run reports the counted bytes instead. */
+void fa_cpu_plan_traffic(const fa_problem *p, fa_plan *pl);
+
 /* The frame of every CPU workspace: `threads` slices of one per-thread layout, then the algorithm's shared parts,
  * then one io counter pair per thread (zeroed by fa_cpu_ws_counters in the real run). */
 typedef struct fa_cpu_ws {

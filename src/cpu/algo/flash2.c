@@ -159,7 +159,7 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
                 }
                 const int plain = p->softcap == 0 && !fa_cpu_tile_needs_mask(p, hd.sq, hd.sk, i0, rows, j0, cols);
                 if (plain && kr->qk_softmax_t) {
-                    /* Sᵀ = Kj Qiᵀ and Pᵀ = 2^(c·(Sᵀ − m)), ℓ += colsum Pᵀ in registers; m rises lazily (kernels.h) */
+                    /* Sᵀ = Kj Qiᵀ and Pᵀ = 2^(c·(Sᵀ − m)), ℓ += colsum Pᵀ in registers; m rises lazily (simd/kernels.h) */
                     if (kr->qk_softmax_t(cols, rp, d, Kj, d, QiT, rp, ST, rp, c, m, l, alpha))
                         kr->scale_rows(rows, d, O, d, alpha);             /* O = diag(α) O, only if m rose */
                 } else {

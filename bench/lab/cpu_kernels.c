@@ -6,9 +6,9 @@
  *   cpu_kernels --check    correctness only (exit status 1 on a mismatch)
  *
  * Not a test (timings are not asserted); built by bench/lab/CMakeLists.txt, run by scripts/bench-cpu.sh. */
-#include "cpu/kernels.h"
-#include "cpu/kernels_portable.h"
-#include "cpu/peak.h"
+#include "cpu/simd/kernels.h"
+#include "cpu/simd/portable.h"
+#include "peak.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -76,13 +76,13 @@ static void check_gemms(const fa_cpu_kernels *K) {
         /* abt */
         K->gemm_abt(m, n, k, A, lda, Bt, ldbt, C, ldc);
         const double e1 = gemm_err(m, n, k, A, lda, 1, Bt, 1, ldbt, NULL, C, ldc);
-        /* ab_acc */
+        /* A·B, acc = 1 */
         memcpy(C, C0, sizeof(float) * m * ldc);
-        K->gemm_ab_acc(m, n, k, A, lda, B, ldb, C, ldc);
+        K->gemm_nn(m, n, k, A, lda, 1, B, ldb, C, ldc, 1);
         const double e2 = gemm_err(m, n, k, A, lda, 1, B, ldb, 1, C0, C, ldc);
-        /* atb_acc */
+        /* Aᵀ·B, acc = 1 */
         memcpy(C, C0, sizeof(float) * m * ldc);
-        K->gemm_atb_acc(m, n, k, At, ldat, B, ldb, C, ldc);
+        K->gemm_nn(m, n, k, At, 1, ldat, B, ldb, C, ldc, 1);
         const double e3 = gemm_err(m, n, k, At, 1, ldat, B, ldb, 1, C0, C, ldc);
         /* gemm_nn, acc = 0, Aᵀ addressing; the padding column after n must stay untouched */
         memcpy(C, C0, sizeof(float) * m * ldc);
@@ -93,9 +93,9 @@ static void check_gemms(const fa_cpu_kernels *K) {
         double tol = 4e-7 * (k + 1);
         snprintf(name, sizeof name, "gemm_abt %dx%dx%d", m, n, k);
         report(K->isa, name, e1, tol);
-        snprintf(name, sizeof name, "gemm_ab_acc %dx%dx%d", m, n, k);
+        snprintf(name, sizeof name, "gemm_nn(A, acc=1) %dx%dx%d", m, n, k);
         report(K->isa, name, e2, tol);
-        snprintf(name, sizeof name, "gemm_atb_acc %dx%dx%d", m, n, k);
+        snprintf(name, sizeof name, "gemm_nn(At, acc=1) %dx%dx%d", m, n, k);
         report(K->isa, name, e3, tol);
         snprintf(name, sizeof name, "gemm_nn(At, acc=0) %dx%dx%d", m, n, k);
         report(K->isa, name, e4, tol);

@@ -1,5 +1,7 @@
-/* CPU backend: kernel table selection, per-head views, score post-processing, dispatch to one algorithm. */
-#include "cpu/fast.h"
+/* CPU backend: the kernel table picked at context creation, the one plan of a call (algorithm, kernel name,
+ * tiles, threads, K/V packing, workspace from the layout's dry run, modelled traffic), and the run that executes
+ * exactly that plan. docs/cpu-kernels.md describes the layout of src/cpu. */
+#include "cpu/cpu.h"
 
 #include <string.h>
 
@@ -8,157 +10,104 @@ fa_status fa_cpu_init(fa_context *ctx) {
     return FA_OK;
 }
 
-void fa_cpu_head(const fa_problem *p, int64_t b, int64_t h, fa_head *hd) {
-    size_t es = fa_dtype_size(p->dtype);
-    int64_t hk = h / (p->hq / p->hk);
-    memset(hd, 0, sizeof *hd);
-    hd->sq = fa_seqlen_q(p, b);
-    hd->sk = fa_seqlen_k(p, b);
-    hd->q = (const char *)p->q.data + fa_row0(p, &p->q, 0, b, h) * es;
-    hd->k = (const char *)p->k.data + fa_row0(p, &p->k, 1, b, hk) * es;
-    hd->v = (const char *)p->v.data + fa_row0(p, &p->v, 1, b, hk) * es;
-    hd->o = (char *)p->o.data + fa_row0(p, &p->o, 0, b, h) * es;
-    hd->ldq = p->q.stride_seq;
-    hd->ldk = p->k.stride_seq;
-    hd->ldv = p->v.stride_seq;
-    hd->ldo = p->o.stride_seq;
-    hd->lse = p->lse ? p->lse + fa_lse0(p, b, h) : NULL;
-    if (p->is_backward) {
-        hd->dout = (const char *)p->dout.data + fa_row0(p, &p->dout, 0, b, h) * es;
-        hd->dq = (char *)p->dq.data + fa_row0(p, &p->dq, 0, b, h) * es;
-        hd->dk = (char *)p->dk.data + fa_row0(p, &p->dk, 1, b, hk) * es;
-        hd->dv = (char *)p->dv.data + fa_row0(p, &p->dv, 1, b, hk) * es;
-        hd->lddo = p->dout.stride_seq;
-        hd->lddq = p->dq.stride_seq;
-        hd->lddk = p->dk.stride_seq;
-        hd->lddv = p->dv.stride_seq;
+/* The implementation of each entry, forward and backward (NULL: that pass has none). */
+static const fa_cpu_algo *const algos[FA_CPU_ENTRIES][2] = {
+    [FA_CPU_STANDARD] = {&fa_cpu_standard_fwd, &fa_cpu_standard_bwd},
+#ifdef FA_HAVE_CBLAS
+    [FA_CPU_STANDARD_BLAS] = {&fa_cpu_standard_blas_fwd, &fa_cpu_standard_blas_bwd},
+#endif
+    [FA_CPU_FLASH1] = {&fa_cpu_flash1_fwd, &fa_cpu_flash1_bwd},
+    [FA_CPU_FLASH2] = {&fa_cpu_flash2_fwd, &fa_cpu_flash2_bwd},
+    [FA_CPU_FLASH2_BF16] = {&fa_cpu_flash2_bf16_fwd, NULL},
+};
+
+/* The kernel name fa_stats reports: the entry and the ISA of the table that runs (static strings). */
+#define ISA_NAMES(stem) {stem ".scalar", stem ".avx2", stem ".avx512"}
+static const char *const kernel_names[FA_CPU_ENTRIES][FA_CPU_ISA_COUNT] = {
+    [FA_CPU_STANDARD] = ISA_NAMES("cpu.standard"),
+    [FA_CPU_STANDARD_BLAS] = ISA_NAMES("cpu.standard.blas"),
+    [FA_CPU_FLASH1] = ISA_NAMES("cpu.flash1"),
+    [FA_CPU_FLASH2] = ISA_NAMES("cpu.flash2"),
+    [FA_CPU_FLASH2_BF16] = ISA_NAMES("cpu.flash2.bf16dot"),
+};
+
+/* BLAS chooses its own blocking: explicit tile sizes (--block-q/--block-k, the stats tests) and varlen batches run
+ * the tiled STANDARD instead, whose counted traffic follows the per-tile model exactly. */
+static fa_cpu_entry pick_entry(const fa_problem *p, const fa_cpu_kernels *kr) {
+    switch (p->algo) {
+    case FA_ALGO_STANDARD:
+#ifdef FA_HAVE_CBLAS
+        if (!p->cu_q && !p->cu_k && !p->block_q && !p->block_k) return FA_CPU_STANDARD_BLAS;
+#endif
+        return FA_CPU_STANDARD;
+    case FA_ALGO_FLASH1: return FA_CPU_FLASH1;
+    default:
+        if (!p->is_backward && p->dtype == FA_DTYPE_BF16 && kr->bf16_dot && p->d % 2 == 0) return FA_CPU_FLASH2_BF16;
+        return FA_CPU_FLASH2;
     }
 }
 
-void fa_cpu_blocks(const fa_problem *p, int *br, int *bc) {
-    /* Default 64 x 64: Qi, Kj, Vj, Oi fp32 tiles of d = 128 are 32 KiB each and S/P is 16 KiB: the working set
-     * sits in the 1 MiB L2 with S in the 48 KiB L1 (CPU_NOTES §2). */
-    int q = p->block_q ? p->block_q : 64, k = p->block_k ? p->block_k : 64;
-    if (q > p->sq_max && p->sq_max > 0) q = (int)p->sq_max;
-    if (k > p->sk_max && p->sk_max > 0) k = (int)p->sk_max;
-    *br = q < 1 ? 1 : q;
-    *bc = k < 1 ? 1 : k;
+/* FLASH2 forward: the K/V pack of a work item (aux). The pack buffer holds no more than one K/V tile when no
+ * item's keys can fit in it, as without a mask beyond seg keys. */
+static void plan_kv_pack(const fa_problem *p, fa_plan *pl) {
+    const int bc = pl->block_k;
+    int group, seg;
+    fa_cpu_kv_pack(p, (p->sq_max + pl->block_q - 1) / pl->block_q, bc, &group, &seg);
+    const int64_t sk_tiles = (p->sk_max + bc - 1) / bc * bc;
+    const int64_t kvrows =
+        seg <= bc || (p->wl < 0 && p->wr < 0 && sk_tiles > seg) ? bc : seg < sk_tiles ? seg : sk_tiles;
+    pl->aux[FA_CPU_AUX_GROUP] = group;
+    pl->aux[FA_CPU_AUX_KVROWS] = (int)kvrows;
 }
 
-void fa_cpu_block_keys(const fa_problem *p, int64_t sq, int64_t sk, int64_t i0, int64_t i1, int64_t *lo, int64_t *hi) {
-    /* both ends of a row's key range are non-decreasing in the row index */
-    int64_t l0, h0, l1, h1;
-    fa_key_range(p, sq, sk, i0, &l0, &h0);
-    fa_key_range(p, sq, sk, i1 - 1, &l1, &h1);
-    *lo = l0;
-    *hi = h1 > l0 ? h1 : l0;
-}
-
-int64_t fa_cpu_scores(const fa_problem *p, float *S, int ld, int rows, int cols, int64_t i0, int64_t j0, int64_t sq,
-                      int64_t sk) {
-    const float scale = p->scale, cap = p->softcap, inv_cap = cap > 0 ? 1.0f / cap : 0;
-    int64_t visible = 0;
-    for (int r = 0; r < rows; r++) {
-        float *s = S + (int64_t)r * ld;
-        int64_t lo, hi;
-        int c0, c1;
-        fa_key_range(p, sq, sk, i0 + r, &lo, &hi);
-        fa_cpu_tile_cols(lo, hi, j0, cols, &c0, &c1);
-        for (int c = 0; c < c0; c++) s[c] = -INFINITY;
-        if (cap > 0)
-            for (int c = c0; c < c1; c++) s[c] = cap * tanhf(s[c] * scale * inv_cap);
-        else
-            for (int c = c0; c < c1; c++) s[c] *= scale;
-        for (int c = c1; c < cols; c++) s[c] = -INFINITY;
-        visible += c1 - c0;
-    }
-    return visible;
-}
-
-void fa_cpu_softcap_grad(const fa_problem *p, float *dS, const float *S, int ld, int rows, int cols) {
-    if (!(p->softcap > 0)) return;
-    const float inv = 1.0f / p->softcap;
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) {
-            float t = S[(int64_t)r * ld + c] * inv;
-            if (isfinite(t)) dS[(int64_t)r * ld + c] *= 1.0f - t * t;
-        }
+/* FLASH2 backward: with fewer (sequence, K/V head) items than threads and >= 16 K/V blocks, a head's K/V blocks
+ * are dealt round-robin to parts, each adding into its own fp32 dQ partial, summed in a fixed order afterwards
+ * (deterministic; balanced under a causal mask). */
+static int plan_bwd_split(const fa_problem *p, const fa_plan *pl) {
+    const int64_t heads = p->batch * p->hk;
+    if (heads < pl->threads && p->sk_max >= 16 * (int64_t)pl->block_k) return (int)((pl->threads + heads - 1) / heads);
+    return 1;
 }
 
 fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
     (void)why, (void)why_len; /* every validated problem runs on the CPU (f32/f16/bf16, head_dim 1..256) */
+    const fa_cpu_kernels *kr = ctx->kernels;
+    const fa_cpu_entry e = pick_entry(p, kr);
+    plan->entry = e;
+    plan->kernel = kernel_names[e][kr->id];
     plan->threads = ctx->threads;
-    fa_cpu_tiles(p, &plan->block_q, &plan->block_k);
+    if (e == FA_CPU_STANDARD_BLAS) { /* BLAS blocks itself; the stats report its row panels */
+        plan->block_q = (int)(p->q.seqlen < FA_CPU_BLAS_PANEL ? p->q.seqlen : FA_CPU_BLAS_PANEL);
+        plan->block_k = (int)p->k.seqlen;
+    } else {
+        fa_cpu_tiles(p, &plan->block_q, &plan->block_k);
+    }
+    if (e == FA_CPU_FLASH2 && !p->is_backward) plan_kv_pack(p, plan);
+    if (e == FA_CPU_FLASH2 && p->is_backward) plan->aux[FA_CPU_AUX_SPLIT] = plan_bwd_split(p, plan);
+    plan->workspace_bytes = algos[e][p->is_backward]->workspace(p, plan);
+    fa_cpu_plan_traffic(p, plan);
     return FA_OK;
-}
-
-static fa_status fa_cpu_forward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
-    switch (p->algo) {
-    case FA_ALGO_STANDARD: return fa_cpu_standard_forward(ctx, p, st);
-    case FA_ALGO_FLASH1: return fa_cpu_flash1_forward(ctx, p, st);
-    default: return fa_cpu_flash2_forward(ctx, p, st);
-    }
-}
-
-static fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
-    switch (p->algo) {
-    case FA_ALGO_STANDARD: return fa_cpu_standard_backward(ctx, p, st);
-    case FA_ALGO_FLASH1: return fa_cpu_flash1_backward(ctx, p, st);
-    default: return fa_cpu_flash2_backward(ctx, p, st);
-    }
 }
 
 fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st) {
-    (void)plan;
-    return p->is_backward ? fa_cpu_backward(ctx, p, st) : fa_cpu_forward(ctx, p, st);
-}
-
-fa_status fa_cpu_ws_get(fa_context *ctx, size_t per, size_t shared, fa_cpu_ws *w) {
-    w->threads = ctx->threads;
-    w->per = fa_align64(per);
-    size_t io_off = w->per * (size_t)w->threads + fa_align64(shared);
-    char *base = fa_workspace(ctx, io_off + sizeof(fa_io) * (size_t)w->threads);
-    if (!base) return FA_ERR_OUT_OF_MEMORY;
-    w->base = base;
-    w->io = (fa_io *)(base + io_off);
-    memset(w->io, 0, sizeof(fa_io) * (size_t)w->threads);
+    void *ws = fa_workspace(ctx, plan->workspace_bytes);
+    if (!ws) return FA_ERR_OUT_OF_MEMORY;
+    fa_io io;
+    memset(&io, 0, sizeof io);
+    algos[plan->entry][p->is_backward]->run(ctx->kernels, p, plan, ws, &io);
+    st->slow_read_bytes = io.read;
+    st->slow_write_bytes = io.written;
     return FA_OK;
 }
 
-char *fa_cpu_ws_shared(const fa_cpu_ws *w) { return w->base + w->per * (size_t)w->threads; }
-
-void fa_cpu_ws_finish(const fa_cpu_ws *w, fa_stats *st, const char *kernel, int br, int bc, size_t extra) {
-    for (int t = 0; t < w->threads; t++) {
-        st->slow_read_bytes += w->io[t].read;
-        st->slow_write_bytes += w->io[t].written;
-    }
-    st->kernel = kernel;
-    st->block_q = br;
-    st->block_k = bc;
-    st->threads = w->threads;
-    st->extra_bytes = (int64_t)extra;
+void fa_cpu_ws_counters(fa_arena *a, fa_cpu_ws *w) {
+    w->io = fa_arena_take(a, sizeof(fa_io) * (size_t)w->threads, 64);
+    if (w->io) memset(w->io, 0, sizeof(fa_io) * (size_t)w->threads);
 }
 
-void fa_cpu_bwd_tile(const fa_problem *p, const fa_cpu_kernels *kr, int rows, int cols, int64_t i0, int64_t j0,
-                     int64_t sq, int64_t sk, const float *Qi, const float *dOi, const float *lse_i, const float *D_i,
-                     const float *Kj, const float *Vj, float *S, float *dP, float *dQacc, int ld_dq, float *dKj,
-                     float *dVj) {
-    const int d = (int)p->d;
-    kr->gemm_abt(rows, cols, d, Qi, d, Kj, d, S, cols);                 /* S = Qi Kjᵀ */
-    if (fa_cpu_scores(p, S, cols, rows, cols, i0, j0, sq, sk) == 0) return;
-    kr->gemm_abt(rows, cols, d, dOi, d, Vj, d, dP, cols);               /* dP = dOi Vjᵀ */
-    for (int r = 0; r < rows; r++) {
-        float *s = S + (int64_t)r * cols, *dp = dP + (int64_t)r * cols;
-        const float L = lse_i[r];
-        for (int c = 0; c < cols; c++) {
-            float pv = (L == -INFINITY || s[c] == -INFINITY) ? 0.0f : expf(s[c] - L); /* P = exp(S − LSE) */
-            float ds = pv * (dp[c] - D_i[r]);                                         /* dS = P ∘ (dP − D) */
-            if (p->softcap > 0 && pv != 0) { float t = s[c] / p->softcap; ds *= 1.0f - t * t; }
-            dp[c] = ds * p->scale;
-            s[c] = pv;
-        }
+void fa_cpu_ws_total(const fa_cpu_ws *w, fa_io *io) {
+    for (int t = 0; t < w->threads; t++) {
+        io->read += w->io[t].read;
+        io->written += w->io[t].written;
     }
-    kr->gemm_atb_acc(cols, d, rows, S, cols, dOi, d, dVj, d);            /* dVj += Pᵀ dOi */
-    kr->gemm_ab_acc(rows, d, cols, dP, cols, Kj, d, dQacc, ld_dq);       /* dQi += scale·dS Kj */
-    kr->gemm_atb_acc(cols, d, rows, dP, cols, Qi, d, dKj, d);            /* dKj += scale·dSᵀ Qi */
 }

@@ -1,54 +1,14 @@
-/* Shared pieces of the three CPU algorithms: per-head views, score post-processing (scale, softcap, mask),
- * block sizes, the per-call workspace split. One algorithm per file: standard.c, flash1.c, flash2.c. */
+/* The CPU backend's internal interface: what the plan decides (fa_plan fields as the CPU uses them), the
+ * algorithm table the plan picks from, and the frame every algorithm's workspace layout shares.
+ * A new algorithm is one file in algo/ providing an fa_cpu_algo per pass and one row in backend.c. */
 #ifndef FA_CPU_H
 #define FA_CPU_H
 
+#include "core/arena.h"
 #include "core/internal.h"
-#include "cpu/kernels.h"
-#include "cpu/tile_io.h"
-
-/* One (sequence b, query head h): row-0 pointers and row strides (elements) of every tensor it touches. */
-typedef struct fa_head {
-    int64_t sq, sk;
-    const void *q, *k, *v, *dout;
-    void *o, *dq, *dk, *dv;          /* dk, dv: the K/V head h / (hq / hk) */
-    int64_t ldq, ldk, ldv, ldo, lddo, lddq, lddk, lddv;
-    float *lse;                      /* LSE[b, h, 0], or NULL */
-} fa_head;
-
-void fa_cpu_head(const fa_problem *p, int64_t b, int64_t h, fa_head *hd);
-
-/* Tile sizes Br x Bc: opts override, else the tuned default for this head_dim, clipped to the sequence. */
-void fa_cpu_blocks(const fa_problem *p, int *br, int *bc);
-
-/* S[r][c] (raw Qi Kjᵀ, rows i0.., keys j0..) <- scale·S, softcap, then -inf where key j0+c is masked for query
- * i0+r. Returns the number of visible entries (0: the tile can be skipped). */
-int64_t fa_cpu_scores(const fa_problem *p, float *S, int ld, int rows, int cols, int64_t i0, int64_t j0, int64_t sq,
-                      int64_t sk);
-
-/* Keys [*lo, *hi) visible to any of the query rows [i0, i1). */
-void fa_cpu_block_keys(const fa_problem *p, int64_t sq, int64_t sk, int64_t i0, int64_t i1, int64_t *lo, int64_t *hi);
-
-/* Keys [lo, hi) as the columns [*c0, *c1) of the tile of `cols` keys starting at key j0 (clipped; c0 == c1 if none). */
-static inline void fa_cpu_tile_cols(int64_t lo, int64_t hi, int64_t j0, int cols, int *c0, int *c1) {
-    *c0 = lo - j0 < 0 ? 0 : lo - j0 > cols ? cols : (int)(lo - j0);
-    *c1 = hi - j0 < *c0 ? *c0 : hi - j0 > cols ? cols : (int)(hi - j0);
-}
-
-/* dS of the capped scores -> dS of the raw scaled scores: dS ∘ (1 − (S/softcap)²), where S holds capped scores. */
-void fa_cpu_softcap_grad(const fa_problem *p, float *dS, const float *S, int ld, int rows, int cols);
-
-/* Round up to 64 bytes (workspace slices). */
-static inline size_t fa_align64(size_t n) { return (n + 63) & ~(size_t)63; }
-
-fa_status fa_cpu_standard_forward(fa_context *ctx, const fa_problem *p, fa_stats *st);
-fa_status fa_cpu_standard_backward(fa_context *ctx, const fa_problem *p, fa_stats *st);
-fa_status fa_cpu_flash1_forward(fa_context *ctx, const fa_problem *p, fa_stats *st);
-fa_status fa_cpu_flash1_backward(fa_context *ctx, const fa_problem *p, fa_stats *st);
-fa_status fa_cpu_flash2_forward(fa_context *ctx, const fa_problem *p, fa_stats *st);
-fa_status fa_cpu_flash2_backward(fa_context *ctx, const fa_problem *p, fa_stats *st);
-
-#endif
+#include "cpu/simd/kernels.h"
+#include "cpu/tiles/tile_io.h"
+#include "cpu/tiles/tiles.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -57,24 +17,67 @@ static inline int fa_thread_id(void) { return omp_get_thread_num(); }
 static inline int fa_thread_id(void) { return 0; }
 #endif
 
-/* Per-thread workspace slices: thread t owns [base + t·per, base + (t+1)·per); the io counters follow them. */
-typedef struct fa_cpu_ws {
-    char *base;
-    size_t per;
-    fa_io *io;
-    int threads;
-} fa_cpu_ws;
-/* Allocate nt slices of per bytes (+ shared bytes at fa_cpu_ws_shared) in the context workspace. */
-fa_status fa_cpu_ws_get(fa_context *ctx, size_t per, size_t shared, fa_cpu_ws *w);
-static inline char *fa_cpu_ws_thread(const fa_cpu_ws *w, int t) { return w->base + (size_t)t * w->per; }
-char *fa_cpu_ws_shared(const fa_cpu_ws *w);
-/* Sum the counters into st and fill the common stats fields. */
-void fa_cpu_ws_finish(const fa_cpu_ws *w, fa_stats *st, const char *kernel, int br, int bc, size_t extra);
+/* fa_plan.entry: the implementation that runs. */
+typedef enum fa_cpu_entry {
+    FA_CPU_STANDARD,      /* tiled, through the micro-kernels */
+    FA_CPU_STANDARD_BLAS, /* whole heads through the system CBLAS (built with FA_HAVE_CBLAS) */
+    FA_CPU_FLASH1,
+    FA_CPU_FLASH2,
+    FA_CPU_FLASH2_BF16,   /* forward on bf16 storage with the bf16 dot-product kernel */
+    FA_CPU_ENTRIES
+} fa_cpu_entry;
 
-/* One backward tile step shared by FLASH1 and FLASH2 (they differ in where D comes from and the loop around it):
- *   S = scale·Qi Kjᵀ (+softcap, mask), P = exp(S − LSEi), dVj += Pᵀ dOi, dP = dOi Vjᵀ, dS = P ∘ (dP − Di),
- *   dQacc += scale·dS Kj, dKj += scale·dSᵀ Qi. S and dP are br x bc scratch tiles. */
-void fa_cpu_bwd_tile(const fa_problem *p, const fa_cpu_kernels *kr, int rows, int cols, int64_t i0, int64_t j0,
-                     int64_t sq, int64_t sk, const float *Qi, const float *dOi, const float *lse_i, const float *D_i,
-                     const float *Kj, const float *Vj, float *S, float *dP, float *dQacc, int ld_dq, float *dKj,
-                     float *dVj);
+/* fa_plan.aux: FLASH2 forward: Q blocks per work item sharing one K/V pack (1 = no pack), rows of the pack buffer.
+ * FLASH2 backward: the parts a head's K/V blocks are dealt to (1 = none). */
+enum { FA_CPU_AUX_GROUP = 0, FA_CPU_AUX_KVROWS = 1, FA_CPU_AUX_SPLIT = 0 };
+
+/* Query rows per sgemm panel of STANDARD through BLAS (lets a causal mask skip the masked key range). */
+#define FA_CPU_BLAS_PANEL 256
+
+/* One implementation for one pass. workspace: the dry run of its layout. run: lays the workspace out over ws
+ * (workspace bytes), executes the plan and adds its counted slow-memory traffic into *io. */
+typedef struct fa_cpu_algo {
+    size_t (*workspace)(const fa_problem *p, const fa_plan *pl);
+    void (*run)(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, void *ws, fa_io *io);
+} fa_cpu_algo;
+
+extern const fa_cpu_algo fa_cpu_standard_fwd, fa_cpu_standard_bwd;
+extern const fa_cpu_algo fa_cpu_standard_blas_fwd, fa_cpu_standard_blas_bwd;
+extern const fa_cpu_algo fa_cpu_flash1_fwd, fa_cpu_flash1_bwd;
+extern const fa_cpu_algo fa_cpu_flash2_fwd, fa_cpu_flash2_bwd;
+extern const fa_cpu_algo fa_cpu_flash2_bf16_fwd;
+
+/* The tile table (tiles/tile_table.c), read by the plan only: Br x Bc for the call, opts overriding, clipped to
+ * the sequences. */
+void fa_cpu_tiles(const fa_problem *p, int *br, int *bc);
+/* FLASH2 forward K/V packing for tr Q blocks of Bc-key tiles: *group = Q blocks per work item (they share one
+ * packed copy of the K/V rows they visit), *seg = most keys packed at once (a multiple of bc; 0 with group = 1). */
+void fa_cpu_kv_pack(const fa_problem *p, int64_t tr, int bc, int *group, int *seg);
+
+/* The modelled slow-memory traffic of the plan (traffic.c); the run reports the counted bytes instead. */
+void fa_cpu_plan_traffic(const fa_problem *p, fa_plan *pl);
+
+/* The frame of every CPU workspace: `threads` slices of one per-thread layout, then the algorithm's shared parts,
+ * then one io counter pair per thread (zeroed by fa_cpu_ws_counters in the real run). */
+typedef struct fa_cpu_ws {
+    char *slices;
+    size_t per;
+    int threads;
+    fa_io *io;
+} fa_cpu_ws;
+
+/* Take the slices: per is the size of the thread layout's dry run. */
+static inline void fa_cpu_ws_slices(fa_arena *a, fa_cpu_ws *w, size_t per, int threads) {
+    w->per = (per + 63) & ~(size_t)63;
+    w->threads = threads;
+    w->slices = fa_arena_take(a, w->per * (size_t)threads, 64);
+}
+void fa_cpu_ws_counters(fa_arena *a, fa_cpu_ws *w);
+/* Thread t's slice, to run the thread layout over. */
+static inline fa_arena fa_cpu_ws_thread(const fa_cpu_ws *w, int t) {
+    return fa_arena_over(w->slices + (size_t)t * w->per, w->per);
+}
+/* Add the threads' counters into *io. */
+void fa_cpu_ws_total(const fa_cpu_ws *w, fa_io *io);
+
+#endif

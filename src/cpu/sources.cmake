@@ -1,16 +1,26 @@
-# CPU tile micro-kernels (issue 3). Included by the root CMakeLists.txt; sets FA_CPU_KERNEL_SOURCES.
-# Each ISA file gets its own flags; the dispatcher (kernels_dispatch.c) and everything that runs before the CPUID
-# check stay at the baseline ISA, so one binary runs on any x86-64 (CPU_NOTES §8).
-set(FA_CPU_KERNEL_SOURCES src/cpu/kernels_dispatch.c src/cpu/tiles.c)   # kernels_scalar.c is in the root list
+# The CPU backend's sources. Included by the root CMakeLists.txt; sets FA_CPU_SOURCES, FA_CPU_BLAS_LIBS and
+# FA_CPU_BLAS_INCLUDE. Layout: backend.c (init, plan, run), algo/ (one file per algorithm), tiles/ (the tile steps
+# the algorithms share, the tile table, counted tile transfers), simd/ (micro-kernel tables per ISA and their
+# runtime dispatch). A new ISA is one file in simd/ with its flags below and a case in simd/dispatch.c.
+set(FA_CPU_SOURCES
+    src/cpu/backend.c src/cpu/traffic.c
+    src/cpu/algo/standard.c src/cpu/algo/flash1.c src/cpu/algo/flash2.c
+    src/cpu/algo/flash2_bf16.c
+    src/cpu/tiles/head.c src/cpu/tiles/scores.c src/cpu/tiles/bwd_tile.c src/cpu/tiles/tile_io.c
+    src/cpu/tiles/tile_table.c
+    src/cpu/simd/dispatch.c src/cpu/simd/scalar.c)
 
+# Each ISA file gets its own flags; the dispatcher and everything that runs before the CPUID check stay at the
+# baseline ISA, so one binary runs on any x86-64.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i.86)$" AND CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
-  list(APPEND FA_CPU_KERNEL_SOURCES src/cpu/kernels_avx2.c src/cpu/kernels_avx512.c)
-  set_source_files_properties(src/cpu/kernels_avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
-  set_source_files_properties(src/cpu/kernels_avx512.c PROPERTIES
+  list(APPEND FA_CPU_SOURCES src/cpu/simd/avx2.c src/cpu/simd/avx512.c)
+  set_source_files_properties(src/cpu/simd/avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
+  set_source_files_properties(src/cpu/simd/avx512.c PROPERTIES
     COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma")
 endif()
 
-# STANDARD uses a system CBLAS when one is found (OpenBLAS preferred), else our micro-kernels.
+# STANDARD uses a system CBLAS when one is found (OpenBLAS preferred), else our micro-kernels: standard_blas.c is
+# built, and offered by the plan (backend.c, FA_HAVE_CBLAS), only then.
 set(FA_CPU_BLAS_LIBS "")
 set(FA_CPU_BLAS_INCLUDE "")
 option(FA_USE_BLAS "Use a system CBLAS for FA_ALGO_STANDARD on the CPU when found" ON)
@@ -20,8 +30,9 @@ if(FA_USE_BLAS)
   if(FA_CBLAS_INCLUDE_DIR AND FA_OPENBLAS_LIBRARY)
     set(FA_CPU_BLAS_LIBS ${FA_OPENBLAS_LIBRARY})
     set(FA_CPU_BLAS_INCLUDE ${FA_CBLAS_INCLUDE_DIR})
-    set_source_files_properties(src/cpu/standard.c src/cpu/peak.c PROPERTIES COMPILE_DEFINITIONS "FA_HAVE_CBLAS=1"
-                                INCLUDE_DIRECTORIES "${FA_CBLAS_INCLUDE_DIR}")
+    list(APPEND FA_CPU_SOURCES src/cpu/algo/standard_blas.c)
+    set_source_files_properties(src/cpu/algo/standard_blas.c src/cpu/backend.c PROPERTIES
+                                COMPILE_DEFINITIONS "FA_HAVE_CBLAS=1" INCLUDE_DIRECTORIES "${FA_CBLAS_INCLUDE_DIR}")
     message(STATUS "flashattn: STANDARD uses CBLAS from ${FA_OPENBLAS_LIBRARY}")
   else()
     message(STATUS "flashattn: no OpenBLAS found; STANDARD uses the built-in micro-kernels")

@@ -2,7 +2,7 @@
  * Comma lists expand to a Cartesian product; within one configuration the algorithms share their inputs and are
  * interleaved rep by rep (the VM drifts 10–20 % over minutes, interleaving keeps the comparison fair). */
 #include "common.h"
-#include "cpu/peak.h"
+#include "peak.h"
 
 #include <math.h>
 #include <stdlib.h>

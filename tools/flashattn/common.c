@@ -1,7 +1,7 @@
 /* flashattn CLI: argument parsing, timing, random data. */
 #include "common.h"
 
-#include "cpu/peak.h"
+#include "peak.h"
 #include "core/half.h"
 
 #include <errno.h>

@@ -1,8 +1,8 @@
 /* Counted tile transfers between slow memory (the caller's tensors, the context workspace standing in for HBM)
  * and fast memory (fp32 tiles small enough for L1/L2). Every algorithm moves data through these, so
  * fa_last_stats reports exactly the bytes each algorithm moved. A transfer counts rows · cols · element size. */
-#ifndef FA_CPU_TILE_IO_H
-#define FA_CPU_TILE_IO_H
+#ifndef FA_CPU_TILES_TILE_IO_H
+#define FA_CPU_TILES_TILE_IO_H
 
 #include "flashattn.h"
 

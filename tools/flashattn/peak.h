@@ -1,7 +1,7 @@
 /* The machine's matmul ceilings, measured with our own micro-kernel (and the system BLAS when linked), so that a
- * benchmark table can show "% of peak". Internal; used by `flashattn bench --peak` and the kernel lab. */
-#ifndef FA_CPU_PEAK_H
-#define FA_CPU_PEAK_H
+ * benchmark table can show "% of peak". Used by `flashattn bench --peak` and the kernel lab (bench/cpu_kernels.c). */
+#ifndef FA_TOOLS_PEAK_H
+#define FA_TOOLS_PEAK_H
 
 typedef struct fa_cpu_peak {
     const char *isa;   /* the kernel table that ran */

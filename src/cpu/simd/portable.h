@@ -1,10 +1,10 @@
-/* Portable C versions of the extended tile-kernel entries (kernels.h), written so that gcc -O3 vectorises the
- * inner loops for whatever ISA flags the including file is built with: the scalar table (baseline x86-64 / any
+/* Portable C versions of the tile-kernel entries (simd/kernels.h), written so that gcc -O3 vectorises the inner
+ * loops for whatever ISA flags the including file is built with: the scalar table (baseline x86-64 / any
  * CPU) and the AVX2 table include this header. Same sums, same exp2 polynomial as the AVX-512 table. */
-#ifndef FA_CPU_KERNELS_PORTABLE_H
-#define FA_CPU_KERNELS_PORTABLE_H
+#ifndef FA_CPU_SIMD_PORTABLE_H
+#define FA_CPU_SIMD_PORTABLE_H
 
-#include "cpu/kernels.h"
+#include "cpu/simd/kernels.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -160,8 +160,8 @@ static inline void port_pairs_bf16(int nk, int n, const uint16_t *src, int lds, 
         }
 }
 
-/* Initialiser lines for the extended entries of a table built from this header. */
-#define FA_PORTABLE_EXT_ENTRIES                                                                               \
+/* Initialiser lines for the entries a table takes from this header. */
+#define FA_PORTABLE_ENTRIES                                                                                   \
     .pack_t = port_pack_t, .softmax_step_t = port_softmax_step_t, .exp_rows = port_exp_rows,               \
     .ds_rows = port_ds_rows, .scale_rows = port_scale_rows, .gemm_bf16 = port_gemm_bf16,                     \
     .pack_t32 = port_pack_t32, .pairs_f32_bf16 = port_pairs_f32_bf16, .pairs_bf16 = port_pairs_bf16

@@ -1,9 +1,9 @@
 /* AVX2 + FMA tile kernels (x86-64 CPUs without AVX-512). Built with -mavx2 -mfma (src/cpu/sources.cmake); only
  * reached through fa_cpu_kernels_select() after a CPUID check. 16 ymm registers: C blocks of 6 rows × 2 ymm
- * (16 columns) = 12 accumulators + 2 B vectors + 1 broadcast (the BLIS Haswell shape). The elementwise entries come
- * from kernels_portable.h, vectorised by the compiler for this file's flags. */
-#include "cpu/kernels.h"
-#include "cpu/kernels_portable.h"
+ * (16 columns) = 12 accumulators + 2 B vectors + 1 broadcast. The elementwise entries come from simd/portable.h,
+ * vectorised by the compiler for this file's flags. docs/cpu-kernels.md has the register blocking. */
+#include "cpu/simd/kernels.h"
+#include "cpu/simd/portable.h"
 
 #include <immintrin.h>
 
@@ -67,12 +67,6 @@ static void gemm_nn(int m, int n, int k, const float *A, ptrdiff_t rsa, ptrdiff_
     }
 }
 
-static void gemm_ab_acc(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
-    gemm_nn(m, n, k, A, lda, 1, B, ldb, C, ldc, 1);
-}
-static void gemm_atb_acc(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
-    gemm_nn(m, n, k, A, 1, lda, B, ldb, C, ldc, 1);
-}
 #define ABT_KC 256
 static void gemm_abt(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
     float panel[ABT_KC * 64] __attribute__((aligned(64)));
@@ -93,10 +87,9 @@ static void gemm_abt(int m, int n, int k, const float *A, int lda, const float *
 
 const fa_cpu_kernels fa_cpu_kernels_avx2 = {
     .isa = "avx2",
-    .gemm_abt = gemm_abt,
-    .gemm_ab_acc = gemm_ab_acc,
-    .gemm_atb_acc = gemm_atb_acc,
+    .id = FA_CPU_ISA_AVX2,
     .gemm_nn = gemm_nn,
+    .gemm_abt = gemm_abt,
     .bf16_dot = 0,
-    FA_PORTABLE_EXT_ENTRIES,
+    FA_PORTABLE_ENTRIES,
 };

@@ -1,12 +1,12 @@
-#include "cpu/tile_io.h"
+/* Counted tile transfers (tile_io.h): converting copies between the tensors and fp32 tiles, with row prefetch. */
+#include "cpu/tiles/tile_io.h"
 
 #include "core/half.h"
 
 #include <string.h>
 
 /* Rows of a strided tensor are often a page apart (BSHD: heads·d elements), each a TLB miss and a DRAM access
- * that the hardware prefetchers do not follow: touch the rows PF_ROWS ahead (FLASH2 fwd, d = 64: the Q loads and
- * K/V packs took ~240 cycles per row without it). */
+ * the hardware prefetchers do not follow: touch the rows PF_ROWS ahead (docs/cpu-kernels.md). */
 #define PF_ROWS 8
 static void prefetch_rows(const char *p, int64_t ld_bytes, int from, int to, size_t bytes, int rw) {
     for (int r = from; r < to; r++)

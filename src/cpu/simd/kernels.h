@@ -1,4 +1,4 @@
-/* CPU tile micro-kernels: the three small matrix products every algorithm is built from, on fp32 tiles in fast
+/* CPU tile micro-kernels: the small matrix products and softmax passes every algorithm is built from, on fp32 tiles in fast
  * memory (row-major, leading dimensions in floats). One table per ISA, picked once at context creation by
  * fa_cpu_kernels_select() (runtime CPUID dispatch: one binary runs on any x86-64). Results never depend on the
  * ISA beyond fp32 rounding order. */
@@ -11,20 +11,19 @@
 /* Most a lazily maximised softmax exponent may exceed 0 (log2 units): P ≤ 2^8, ℓ stays far from overflow. */
 #define FA_SOFTMAX_SLACK 8.0f
 
+/* The runtime-dispatched ISAs, narrowest first (FA_CPU_ISA caps the choice at one of them). */
+typedef enum fa_cpu_isa { FA_CPU_ISA_SCALAR, FA_CPU_ISA_AVX2, FA_CPU_ISA_AVX512, FA_CPU_ISA_COUNT } fa_cpu_isa;
+
 typedef struct fa_cpu_kernels {
     const char *isa; /* "scalar", "avx2", "avx512" */
-    /* C[m][n] = A[m][k] · B[n][k]ᵀ          (S = Qi Kjᵀ, dP = dOi Vjᵀ) */
-    void (*gemm_abt)(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
-    /* C[m][n] += A[m][k] · B[k][n]          (O += P Vj, dQ += dS Kj) */
-    void (*gemm_ab_acc)(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
-    /* C[m][n] += A[k][m]ᵀ · B[k][n]         (dV += Pᵀ dO, dK += dSᵀ Q) */
-    void (*gemm_atb_acc)(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
-
-    /* ---- extended entries (issue 3); every table implements all of them (portable C in kernels_portable.h) ---- */
+    fa_cpu_isa id;
     /* C[m][n] (acc ? += : =) Σ_p A[i·rsa + p·csa] · B[p·ldb + j]: A·B with (rsa, csa) = (lda, 1), Aᵀ·B with
      * (1, lda). The register-blocked workhorse; B rows are vectors, A elements are broadcast. */
     void (*gemm_nn)(int m, int n, int k, const float *A, ptrdiff_t rsa, ptrdiff_t csa, const float *B, int ldb,
                     float *C, int ldc, int acc);
+    /* C[m][n] = A[m][k] · B[n][k]ᵀ on row-major operands (STANDARD's S = Qi Kjᵀ, dP = dOi Vjᵀ; the softcap
+     * backward tile): Bᵀ is packed inside, so the caller keeps no transposed copy. */
+    void (*gemm_abt)(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C, int ldc);
     /* dst[c·ldd + r] = mul · src[r·lds + c] for r < rows, c < cols (transpose-pack a tile). */
     void (*pack_t)(int rows, int cols, const float *src, int lds, float *dst, int ldd, float mul);
     /* One online-softmax step on a transposed score tile Sᵀ[nk keys][nq queries] (raw scores, not scaled);
@@ -65,8 +64,8 @@ typedef struct fa_cpu_kernels {
 const fa_cpu_kernels *fa_cpu_kernels_select(void);
 extern const fa_cpu_kernels fa_cpu_kernels_scalar;
 #if defined(__x86_64__) || defined(__i386__)
-extern const fa_cpu_kernels fa_cpu_kernels_avx2;   /* kernels_avx2.c, -mavx2 -mfma */
-extern const fa_cpu_kernels fa_cpu_kernels_avx512; /* kernels_avx512.c, AVX-512 F/BW/VL/DQ/BF16 */
+extern const fa_cpu_kernels fa_cpu_kernels_avx2;   /* simd/avx2.c, -mavx2 -mfma */
+extern const fa_cpu_kernels fa_cpu_kernels_avx512; /* simd/avx512.c, AVX-512 F/BW/VL/DQ/BF16 */
 #endif
 
 #endif

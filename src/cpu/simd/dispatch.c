@@ -1,6 +1,6 @@
 /* Runtime choice of the CPU tile-kernel table. Built with the baseline flags (no -mavx*): it runs before we know
- * what the CPU supports (CPU_NOTES §8). Called once per context from fa_cpu_init; no state is kept here. */
-#include "cpu/kernels.h"
+ * what the CPU supports. Called once per context from fa_cpu_init; no state is kept here. */
+#include "cpu/simd/kernels.h"
 
 #include <stdlib.h>
 #include <string.h>

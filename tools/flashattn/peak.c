@@ -1,9 +1,9 @@
 /* Matmul ceilings of this machine (see peak.h): the micro-kernel repeated on a tile that stays in cache, one copy per
- * thread, timed between two barriers. */
+ * thread, timed between two barriers. Test and benchmark code: it reads the library's internal kernel table. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
-#include "cpu/peak.h"
+#include "peak.h"
 
-#include "cpu/kernels.h"
+#include "cpu/simd/kernels.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,12 +1,13 @@
 /* AVX-512 tile kernels (fp32 FMA, bf16 vdpbf16ps). Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq
  * -mavx512bf16 -mfma (src/cpu/sources.cmake); only reached through fa_cpu_kernels_select() after a CPUID check.
+ * docs/cpu-kernels.md explains the blocking and the exp2.
  *
- * Register blocking (CPU_NOTES §2): C tiles of MR = 6 rows × NV = 4 zmm (64 columns) = 24 accumulators; per k step
+ * Register blocking: C tiles of MR = 6 rows × NV = 4 zmm (64 columns) = 24 accumulators; per k step
  * NV vector loads of a B row, MR broadcasts of A, MR·NV FMAs. A is addressed as A[i·rsa + p·csa], so the same
  * kernel serves A·B (rsa = lda, csa = 1: broadcast along a row of A) and Aᵀ·B (rsa = 1, csa = lda). A·Bᵀ packs Bᵀ
  * into a k × 64 panel with a 16 × 16 in-register transpose and reuses it. The last zmm of a row is masked, so any
  * n works without padding. */
-#include "cpu/kernels.h"
+#include "cpu/simd/kernels.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -92,7 +93,7 @@ static void gemm_nn(int m, int n, int k, const float *A, ptrdiff_t rsa, ptrdiff_
     }
 }
 
-/* ---- 16 × 16 transpose (CPU_NOTES §5: 4 stages of 16 shuffles) ---- */
+/* ---- 16 × 16 transpose (4 stages of 16 shuffles) ---- */
 
 AI void transpose16(__m512 r[16]) {
     __m512 a[16], b[16];
@@ -137,14 +138,6 @@ static void pack_t(int rows, int cols, const float *src, int lds, float *dst, in
     }
 }
 
-/* ---- the three products of the contract ---- */
-
-static void gemm_ab_acc(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
-    gemm_nn(m, n, k, A, lda, 1, B, ldb, C, ldc, 1);
-}
-static void gemm_atb_acc(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
-    gemm_nn(m, n, k, A, 1, lda, B, ldb, C, ldc, 1);
-}
 /* C = A·Bᵀ: Bᵀ is packed 64 columns × 256 k at a time (64 KiB on the stack, L1/L2 resident). */
 #define ABT_KC 256
 static void gemm_abt(int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *C, int ldc) {
@@ -164,7 +157,7 @@ static void gemm_abt(int m, int n, int k, const float *A, int lda, const float *
     }
 }
 
-/* ---- exp2 (CPU_NOTES §4): n = round(x), f = x − n ∈ [−½, ½], 2^f by a degree-5 fit at Chebyshev nodes
+/* ---- exp2: n = round(x), f = x − n ∈ [−½, ½], 2^f by a degree-5 fit at Chebyshev nodes
  * (max rel. error 2.5e-7; the constant term is exactly 1, so 2^0 = 1 exactly), result = p · 2ⁿ by vscalefps. x is clamped at −160 so −∞ gives exactly 0. ---- */
 
 /* 2^x for finite x (no clamp: vscalefps takes exponents far below −126 to 0). */
@@ -202,7 +195,7 @@ static void softmax_step_t(int nk, int nq, float *S, int lds, float c, float *m,
         /* a column that has seen only −∞ subtracts 0 (−∞ − −∞ would be NaN) */
         __mmask16 fin = _mm512_cmp_ps_mask(mnew, ninf, _CMP_NEQ_OQ);
         __m512 ms = _mm512_maskz_mov_ps(fin, mnew);
-        /* 2^(c·(s − m)): s − m is exact near the maximum, where P matters (CPU_NOTES §4) */
+        /* 2^(c·(s − m)): s − m is exact near the maximum, where P matters */
         __m512 al = exp2_ps(_mm512_mul_ps(_mm512_sub_ps(mold, ms), vc));
         __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
         r = 0;
@@ -232,7 +225,7 @@ static void softmax_step_t(int nk, int nq, float *S, int lds, float c, float *m,
 /* ---- S = Kj Qiᵀ fused with the online softmax (FLASH2 forward, unmasked blocks; see kernels.h) ----
  * Each MR-key × 16·NV-query accumulator block is turned into P = 2^(c·S − c·m) while it is in registers: no
  * max pass and no exp pass over the score tile in memory. m is the running reference maximum and is raised
- * only when a score exceeds it by more than FA_SOFTMAX_SLACK/c (P ≤ 2^SLACK meanwhile; FA4-style lazy rescale),
+ * only when a score exceeds it by more than FA_SOFTMAX_SLACK/c (P ≤ 2^SLACK meanwhile: a lazy rescale),
  * so the caller rescales O only when that happened. */
 
 /* Lanes `up` of queries q0..q0+15 saw a score mx above m + SLACK/c: m = mx there; ℓ, alpha and the r0 rows of P
@@ -375,7 +368,7 @@ static void scale_rows(int rows, int cols, float *O, int ldo, const float *alpha
     }
 }
 
-/* ---- bf16 (AVX512_BF16, CPU_NOTES §5): operands are dwords holding a pair of bf16 along the reduction dim;
+/* ---- bf16 (AVX512_BF16): operands are dwords holding a pair of bf16 along the reduction dim;
  * vdpbf16ps adds both products of a pair into an fp32 lane. Same MR × NV blocking as the fp32 kernel. ---- */
 
 AI void ukr_bf16(const int MR, const int NV, int kp, const uint32_t *restrict A, ptrdiff_t rsa, ptrdiff_t csa,
@@ -487,10 +480,9 @@ static void pairs_bf16(int nk, int n, const uint16_t *src, int lds, uint32_t *ds
 
 const fa_cpu_kernels fa_cpu_kernels_avx512 = {
     .isa = "avx512",
-    .gemm_abt = gemm_abt,
-    .gemm_ab_acc = gemm_ab_acc,
-    .gemm_atb_acc = gemm_atb_acc,
+    .id = FA_CPU_ISA_AVX512,
     .gemm_nn = gemm_nn,
+    .gemm_abt = gemm_abt,
     .pack_t = pack_t,
     .softmax_step_t = softmax_step_t,
     .qk_softmax_t = qk_softmax_t,

@@ -1,0 +1,73 @@
+/* The CPU tile table (Br x Bc per algorithm and pass) and the FLASH2 forward K/V packing. Read by the plan only;
+ * changes speed, never results. docs/cpu-kernels.md has the measurements behind the rows. */
+#include "cpu/cpu.h"
+
+#include <unistd.h>
+
+enum { ANY_PASS = -1, FWD = 0, BWD = 1 };
+#define ALGO(a) (1u << (a))
+#define FLASH (ALGO(FA_ALGO_FLASH1) | ALGO(FA_ALGO_FLASH2))
+
+/* The first row that matches the call gives (Br, Bc). fit_l2: only if the forward working set
+ * Qiᵀ, Oi (2·Br·d·4) + Kj, Vj (2·Bc·d·4) + Sᵀ (Br·Bc·4) fits in half the L2; unmasked: only without a causal or
+ * window mask. */
+static const struct tile_row {
+    unsigned algos;
+    int pass;
+    int fit_l2, unmasked;
+    int br, bc;
+    const char *why;
+} tile_table[] = {
+    {FLASH, FWD, 1, 1, 256, 128, "a large Br divides FLASH2's K/V re-reads; the 6x64 kernels keep full speed with "
+                                 "their B panel in L2, so S need not fit in L1. FLASH1 takes the same tiles, so "
+                                 "the two compare loop orders, not tile sizes"},
+    {FLASH, FWD, 1, 0, 128, 128, "masked: the diagonal Q block wastes ~Br/N of the work on masked scores; Br = 128 "
+                                 "halves that"},
+    {FLASH, FWD, 1, 0, 128, 64, "d = 256 on a 1 MiB L2"},
+    {FLASH, FWD, 0, 0, 64, 64, "the floor, whatever the L2"},
+    {FLASH, BWD, 0, 0, 64, 64, "Kj, Vj, their transposes, dKj, dVj and Qi, dOi, dQi, P, dS stay in L2"},
+    {ALGO(FA_ALGO_STANDARD), ANY_PASS, 0, 0, 64, 64, "S/P tiles of 16 KiB in L1; the N x N matrices are in slow "
+                                                     "memory whatever the tile"},
+};
+
+/* L2 size of this CPU (bytes), read at run time; a conservative default where the OS does not say. */
+static long l2_bytes(void) {
+    long b = -1;
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+    b = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    return b > 0 ? b : 512 * 1024;
+}
+
+static int fits_l2(long br, long bc, long d, long l2) { return 2 * br * d * 4 + 2 * bc * d * 4 + br * bc * 4 <= l2 / 2; }
+
+void fa_cpu_tiles(const fa_problem *p, int *br, int *bc) {
+    const long l2 = l2_bytes();
+    const int masked = p->wl >= 0 || p->wr >= 0;
+    int q = 64, k = 64;
+    for (size_t i = 0; i < sizeof tile_table / sizeof tile_table[0]; i++) {
+        const struct tile_row *t = &tile_table[i];
+        if (!(t->algos & ALGO(p->algo)) || (t->pass != ANY_PASS && t->pass != p->is_backward)) continue;
+        if ((t->unmasked && masked) || (t->fit_l2 && !fits_l2(t->br, t->bc, (long)p->d, l2))) continue;
+        q = t->br;
+        k = t->bc;
+        break;
+    }
+    if (p->block_q) q = p->block_q;
+    if (p->block_k) k = p->block_k;
+    if (q > p->sq_max && p->sq_max > 0) q = (int)p->sq_max;
+    if (k > p->sk_max && p->sk_max > 0) k = (int)p->sk_max;
+    *br = q < 1 ? 1 : q;
+    *bc = k < 1 ? 1 : k;
+}
+
+/* A work item is `group` Q blocks of one head sharing one packed fp32 copy of their K/V rows: strided BSHD rows
+ * cost a TLB miss each when copied per block. group <= 16 keeps >= 16 items to balance; K + V packed take at most
+ * 2 MiB per thread, so the workspace stays flat in N (the report's memory claim). */
+void fa_cpu_kv_pack(const fa_problem *p, int64_t tr, int bc, int *group, int *seg) {
+    const int64_t blocks = p->batch * p->hq * tr;
+    int64_t g = blocks / 16;
+    *group = (int)(g < 1 ? 1 : g > 16 ? 16 : g);
+    const int64_t keys = ((int64_t)2 << 20) / (2 * p->d * 4) / bc * bc;
+    *seg = *group > 1 ? (int)(keys < bc ? bc : keys) : 0;
+}

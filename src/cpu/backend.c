@@ -110,7 +110,8 @@ static fa_status fa_cpu_backward(fa_context *ctx, const fa_problem *p, fa_stats 
 
 fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st) {
     (void)plan;
-    return p->is_backward ? fa_cpu_backward(ctx, p, st) : fa_cpu_forward(ctx, p, st);
+    const fa_status s = p->is_backward ? fa_cpu_backward(ctx, p, st) : fa_cpu_forward(ctx, p, st);
+    return s == FA_OK ? fa_cpu_contract(ctx, p) : s;
 }
 
 fa_status fa_cpu_ws_get(fa_context *ctx, size_t per, size_t shared, fa_cpu_ws *w) {

@@ -206,6 +206,7 @@ static fa_status standard_backward_tiled(fa_context *ctx, const fa_problem *p, f
 
 #ifdef FA_HAVE_CBLAS
 #include <cblas.h>
+#include <limits.h>
 
 /* Rows of one head as a dense fp32 matrix: the tensor itself (f32) or a converted copy in buf (f16/bf16).
  * Not counted here: the callers count each operand where a product reads it. */
@@ -267,7 +268,18 @@ static void fa_cpu_blas_threads(int n) {
 
 /* BLAS chooses its own blocking: explicit tile sizes (--block-q/--block-k, the stats tests) and varlen batches run
  * the tiled loop instead, whose counted traffic follows the per-tile model exactly. */
-static int use_blas(const fa_problem *p) { return !p->cu_q && !p->cu_k && !p->block_q && !p->block_k; }
+/* sgemm takes a leading dimension in [d, INT_MAX] only (else it prints and does nothing): f32 views outside that
+ * range (stride_seq 0 broadcasts, overlapping rows, huge strides) run the tiled loop too; f16/bf16 are converted
+ * into dense buffers first. With these checks every sgemm argument below is valid: BLAS's error handler is
+ * unreachable. */
+static int blas_ld(const fa_problem *p, const fa_tensor *t) {
+    return p->dtype != FA_DTYPE_F32 || (t->stride_seq >= p->d && t->stride_seq <= INT_MAX);
+}
+static int use_blas(const fa_problem *p) {
+    return !p->cu_q && !p->cu_k && !p->block_q && !p->block_k && p->k.seqlen <= INT_MAX && blas_ld(p, &p->q) &&
+           blas_ld(p, &p->k) && blas_ld(p, &p->v) && blas_ld(p, &p->o) &&
+           (!p->is_backward || (blas_ld(p, &p->dout) && blas_ld(p, &p->dq)));
+}
 
 fa_status fa_cpu_standard_forward(fa_context *ctx, const fa_problem *p, fa_stats *st) {
     if (!use_blas(p)) return standard_forward_tiled(ctx, p, st);

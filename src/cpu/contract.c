@@ -2,8 +2,8 @@
  * algorithm ran, one scan per (sequence, head) — forward — or (sequence, K/V head) — backward — reads its inputs
  * once and bounds what the fp32 tile loops computed. Where the bound certifies them (finite inputs, |logits| within
  * 2^24 so that exp(S − LSE) cannot overflow on rounding, sums far from the fp32 range) their result stands. Otherwise
- * (NaN/±inf in q or k, a huge scale, a denormal softcap, values near FLT_MAX) the head is recomputed here in float64
- * from the definition with the contract's rules: logits saturate at ±FA_LOGIT_SAT, rows whose q or any visible key
+ * (a NaN/±inf input, a huge scale, a denormal softcap, values near FLT_MAX) the head is recomputed here in float64
+ * from the definition, over the visible keys only, with the contract's rules: logits saturate at ±FA_LOGIT_SAT, rows whose q or any visible key
  * is not finite are NaN, fully masked rows are O = 0 / LSE = −∞. The scan is not counted in fa_stats' traffic. */
 #include "cpu/cpu.h"
 
@@ -40,9 +40,9 @@ static int row_bad(const fa_problem *p, rows_view r, int64_t i) {
 }
 
 /* Is the fp32 result of the tile loops certified for this head? (maxima over the finite elements) */
-static int certified(const fa_problem *p, int bad_qk, double mq, double mk, double mv, int64_t sk) {
+static int certified(const fa_problem *p, int bad, double mq, double mk, double mv, int64_t sk) {
     const double d = (double)p->d, dot = d * mq * mk, scale = fabs((double)p->scale);
-    if (bad_qk || dot > FAST_SUM_MAX || (double)sk * mv > FAST_SUM_MAX) return 0;
+    if (bad || dot > FAST_SUM_MAX || (double)sk * mv > FAST_SUM_MAX) return 0;
     if (p->softcap > 0) return p->softcap >= 0x1p-60 && p->softcap <= FAST_LOGIT_MAX;
     return scale * dot <= FAST_LOGIT_MAX;
 }
@@ -65,7 +65,7 @@ static void forward_head(const fa_problem *p, const fa_head *hd, rows_view q, ro
         fa_key_range(p, hd->sq, hd->sk, i, &lo, &hi);
         double lse = -INFINITY;
         memset(o, 0, sizeof(double) * (size_t)d);
-        int nan_row = row_bad(p, q, i);
+        int nan_row = hi > lo && row_bad(p, q, i); /* a fully masked row stays O = 0, LSE = −∞ */
         for (int64_t j = lo; j < hi && !nan_row; j++) nan_row = kbad[j];
         if (nan_row) {
             lse = NAN;
@@ -145,16 +145,17 @@ static int item_certified(const fa_problem *p, int64_t it) {
     const int64_t heads = p->is_backward ? p->hk : p->hq, b = it / heads, h = it % heads, group = p->hq / p->hk;
     fa_head hd;
     fa_cpu_head(p, b, p->is_backward ? h * group : h, &hd);
-    int bad = 0, ignored = 0;
-    const double mk = scan(p, (rows_view){hd.k, hd.ldk, hd.sk}, &bad), mv = scan(p, (rows_view){hd.v, hd.ldv, hd.sk}, &ignored);
+    /* any non-finite input: the tile loops would spread it through 0·inf to rows that do not see it */
+    int bad = 0;
+    const double mk = scan(p, (rows_view){hd.k, hd.ldk, hd.sk}, &bad), mv = scan(p, (rows_view){hd.v, hd.ldv, hd.sk}, &bad);
     if (!p->is_backward) return certified(p, bad, scan(p, (rows_view){hd.q, hd.ldq, hd.sq}, &bad), mk, mv, hd.sk);
     double mq = 0, mo = 0, mdo = 0;
     for (int64_t g = 0; g < group; g++) {
         fa_head hq;
         fa_cpu_head(p, b, h * group + g, &hq);
         const double a = scan(p, (rows_view){hq.q, hq.ldq, hq.sq}, &bad);
-        const double c = scan(p, (rows_view){hq.o, hq.ldo, hq.sq}, &ignored);
-        const double e = scan(p, (rows_view){hq.dout, hq.lddo, hq.sq}, &ignored);
+        const double c = scan(p, (rows_view){hq.o, hq.ldo, hq.sq}, &bad);
+        const double e = scan(p, (rows_view){hq.dout, hq.lddo, hq.sq}, &bad);
         mq = a > mq ? a : mq, mo = c > mo ? c : mo, mdo = e > mdo ? e : mdo;
     }
     /* |dS| <= 2·d·max|dO|·(max|V| + max|O|); dQ, dK sum at most n terms of |scale·dS|·max|q, k|, dV n of 2·|dO| */

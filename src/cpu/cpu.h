@@ -48,7 +48,7 @@ fa_status fa_cpu_flash1_backward(fa_context *ctx, const fa_problem *p, fa_stats 
 fa_status fa_cpu_flash2_forward(fa_context *ctx, const fa_problem *p, fa_stats *st);
 fa_status fa_cpu_flash2_backward(fa_context *ctx, const fa_problem *p, fa_stats *st);
 /* The numerics contract after any algorithm: recompute in float64 the heads whose fp32 result the input scan does
- * not certify (NaN/inf in q or k, huge scale or values; docs/numerics.md). src/cpu/contract.c. */
+ * not certify (a NaN/inf input, huge scale or values; docs/numerics.md). src/cpu/contract.c. */
 fa_status fa_cpu_contract(fa_context *ctx, const fa_problem *p);
 
 #endif

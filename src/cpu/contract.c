@@ -148,7 +148,10 @@ static int item_certified(const fa_problem *p, int64_t it) {
     /* any non-finite input: the tile loops would spread it through 0·inf to rows that do not see it */
     int bad = 0;
     const double mk = scan(p, (rows_view){hd.k, hd.ldk, hd.sk}, &bad), mv = scan(p, (rows_view){hd.v, hd.ldv, hd.sk}, &bad);
-    if (!p->is_backward) return certified(p, bad, scan(p, (rows_view){hd.q, hd.ldq, hd.sq}, &bad), mk, mv, hd.sk);
+    if (!p->is_backward) {
+        const double mq = scan(p, (rows_view){hd.q, hd.ldq, hd.sq}, &bad);
+        return certified(p, bad, mq, mk, mv, hd.sk);
+    }
     double mq = 0, mo = 0, mdo = 0;
     for (int64_t g = 0; g < group; g++) {
         fa_head hq;

@@ -17,16 +17,36 @@
 
 typedef struct rows_view { const void *base; int64_t ld, rows; } rows_view;
 
-/* max |x| over the finite elements of rows; *bad |= 1 if any element is NaN or ±inf. */
+/* max |x| over rows (meaningful only where all are finite); *bad |= 1 if any element is NaN or ±inf. On the bit
+ * patterns: |x| orders as its bits with the sign cleared, and NaN/inf sit above every finite value; integer max
+ * loops the compiler vectorises (the scan runs on every call). */
 static double scan(const fa_problem *p, rows_view r, int *bad) {
-    double mx = 0;
-    for (int64_t i = 0; i < r.rows; i++)
-        for (int64_t x = 0; x < p->d; x++) {
-            const double v = fa_load_elem(r.base, p->dtype, i * r.ld + x);
-            if (!isfinite(v)) *bad = 1;
-            else if (fabs(v) > mx) mx = fabs(v);
+    const int64_t d = p->d;
+    if (p->dtype == FA_DTYPE_F32) {
+        uint32_t mx = 0;
+        for (int64_t i = 0; i < r.rows; i++) {
+            const uint32_t *row = (const uint32_t *)r.base + i * r.ld;
+            for (int64_t x = 0; x < d; x++) {
+                const uint32_t a = row[x] & 0x7fffffffu;
+                mx = a > mx ? a : mx;
+            }
         }
-    return mx;
+        if (mx >= 0x7f800000u) *bad = 1;
+        float f;
+        memcpy(&f, &mx, 4);
+        return f;
+    }
+    uint16_t mx = 0;
+    for (int64_t i = 0; i < r.rows; i++) {
+        const uint16_t *row = (const uint16_t *)r.base + i * r.ld;
+        for (int64_t x = 0; x < d; x++) {
+            const uint16_t a = row[x] & 0x7fffu;
+            mx = a > mx ? a : mx;
+        }
+    }
+    const int f16 = p->dtype == FA_DTYPE_F16;
+    if (mx >= (f16 ? 0x7c00u : 0x7f80u)) *bad = 1;
+    return f16 ? fa_f16_to_f32(mx) : fa_bf16_to_f32(mx);
 }
 
 static double at(const fa_problem *p, rows_view r, int64_t i, int64_t x) {

@@ -185,7 +185,14 @@ static inline fa_attn_opts fa_attn_opts_default(void) {
 /* ---------------------------------------------------------------------------------------------------------
  * Attention
  * ------------------------------------------------------------------------------------------------------- */
-/* Forward: out = softmax(scale · q kᵀ + mask) v.
+/* Non-finite numbers, the same for every algorithm, dtype and backend (docs/numerics.md):
+ *   - finite q, k, v (and dout) with a finite scale and softcap never give NaN: a logit scale·q·kᵀ (after softcap)
+ *     beyond the fp32 range saturates at ±2^126, so every row's softmax is defined, out stays inside the convex hull
+ *     of the V rows the row sees and LSE is finite; a gradient whose value exceeds the fp32 range rounds to ±inf;
+ *   - NaN or ±inf in q row i, or in a key row that row i sees, makes exactly row i NaN: out and LSE (and its
+ *     gradients), never silently 0; a fully masked row stays out = 0, LSE = -INFINITY;
+ *   - NaN or ±inf in v row j reaches, column by column, exactly the output rows that see key j.
+ * Forward: out = softmax(scale · q kᵀ + mask) v.
  *   ctx   a context (not NULL).
  *   opts  options (NULL = fa_attn_opts_default()).
  *   q     [B, Sq, Hq, D];  k, v  [B, Sk, Hk, D] with Hq % Hk == 0 (GQA/MQA: query head h reads K/V head

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU tests of the CUDA backend (needs an H200 / sm_90 GPU): build with CUDA, run tests/gpu/test_gpu (every
 # algorithm against the float64 oracle, poisoned outputs), `flashattn check --device cuda` (random cases), then
-# compute-sanitizer memcheck and racecheck on small shapes. Exits non-zero on any failure.
+# compute-sanitizer memcheck and racecheck on small shapes, tests/gpu/test_gpu_nonfinite (the numerics contract), and
+# memcheck over `flashattn check --device cuda` on MEMCHECK_COUNT (default 200) random cases. Exits non-zero on any failure.
 # Env: BUILD (default build-cuda), JOBS (default nproc), LOG_DIR (copies of the logs), SANITIZERS (default
 # "memcheck racecheck"; empty = none).
 set -euo pipefail
@@ -13,6 +14,7 @@ mkdir -p "$LOG_DIR"
 cmake -S . -B "$BUILD" -DFA_CUDA=ON -DCMAKE_BUILD_TYPE=Release >"$LOG_DIR/cmake.log"
 cmake --build "$BUILD" -j "$JOBS" 2>&1 | tee "$LOG_DIR/build.log" | grep -E "error|warning|spill" || true
 test -x "$BUILD/tests/gpu/test_gpu"
+test -x "$BUILD/tests/gpu/test_gpu_nonfinite"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
 
 status=0
@@ -20,6 +22,10 @@ echo "== test_gpu"
 "$BUILD/tests/gpu/test_gpu" 2>&1 | tee "$LOG_DIR/test_gpu.log" | grep -E "FAIL|fail|error|summary|passed|seed" | head -60 || true
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 tail -3 "$LOG_DIR/test_gpu.log"
+
+echo "== test_gpu_nonfinite (the numerics contract, docs/numerics.md)"
+"$BUILD/tests/gpu/test_gpu_nonfinite" 2>&1 | tee "$LOG_DIR/test_gpu_nonfinite.log" | grep -E "FAIL|checks" | head -60 || true
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 echo "== flashattn check --device cuda"
 if "$BUILD/flashattn" check --device cuda --count "${CHECK_COUNT:-300}" >"$LOG_DIR/check.log" 2>&1; then
@@ -41,6 +47,15 @@ if command -v compute-sanitizer >/dev/null; then
       grep -E "=========|FAIL" "$LOG_DIR/sanitizer-$tool.log" | head -30
     fi
   done
+  echo "== compute-sanitizer --tool memcheck: flashattn check --device cuda (${MEMCHECK_COUNT:-200} random cases)"
+  if compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/flashattn" check --device cuda \
+       --count "${MEMCHECK_COUNT:-200}" >"$LOG_DIR/sanitizer-memcheck-check.log" 2>&1; then
+    grep -E "ERROR SUMMARY" "$LOG_DIR/sanitizer-memcheck-check.log" | tail -1
+    tail -1 "$LOG_DIR/sanitizer-memcheck-check.log"
+  else
+    status=1
+    grep -E "=========|FAIL|fail" "$LOG_DIR/sanitizer-memcheck-check.log" | head -30
+  fi
 else
   echo "compute-sanitizer not found: memcheck/racecheck skipped"
 fi

@@ -33,6 +33,11 @@ expect_usage "--count" check --count -1
 expect_usage "--device" check --device tpu
 expect_usage "--out" report --out ""
 expect_usage "--bogus" report --bogus
+# --opt=value is --opt value; a directory that cannot be created is an argument error like the others
+expect_usage "--d" bench --d=0
+expect_usage "--seqlen" bench --seqlen=abc
+expect_usage "--out" report --out "$TMP/missing/dir" --quick
+"$BIN" bench --d=16 --seqlen=16 --tokens=32 --heads=1 --reps=1 --csv >/dev/null 2>&1 || fail "bench --d=16 (--opt=value) exited $?"
 "$BIN" >/dev/null 2>&1; [ $? -eq 2 ] || fail "no command should exit 2"
 for c in "" bench check io report; do
     # shellcheck disable=SC2086

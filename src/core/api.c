@@ -83,13 +83,21 @@ int fa_backend_available(fa_backend b) {
     return 0;
 }
 
+/* a·b saturated at INT64_MAX (dims are validated later; a stride that overflowed makes the extent check fail) */
+static int64_t sat_mul(int64_t a, int64_t b) {
+    int64_t r;
+    return __builtin_mul_overflow(a, b, &r) || r < 0 ? INT64_MAX : r;
+}
+
 fa_tensor fa_tensor_bshd(void *data, fa_dtype dtype, int64_t batch, int64_t seqlen, int64_t heads, int64_t head_dim) {
-    fa_tensor t = {data, dtype, batch, seqlen, heads, head_dim, seqlen * heads * head_dim, heads * head_dim, head_dim};
+    fa_tensor t = {data, dtype, batch, seqlen, heads, head_dim, sat_mul(seqlen, sat_mul(heads, head_dim)),
+                   sat_mul(heads, head_dim), head_dim};
     return t;
 }
 
 fa_tensor fa_tensor_bhsd(void *data, fa_dtype dtype, int64_t batch, int64_t heads, int64_t seqlen, int64_t head_dim) {
-    fa_tensor t = {data, dtype, batch, seqlen, heads, head_dim, heads * seqlen * head_dim, head_dim, seqlen * head_dim};
+    fa_tensor t = {data, dtype, batch, seqlen, heads, head_dim, sat_mul(heads, sat_mul(seqlen, head_dim)), head_dim,
+                   sat_mul(seqlen, head_dim)};
     return t;
 }
 
@@ -275,7 +283,7 @@ static fa_status check_tensor(fa_context *ctx, const char *name, const fa_tensor
     }
     int64_t bytes;
     uintptr_t hi;
-    if (__builtin_mul_overflow(last + 1, (int64_t)es, &bytes) ||
+    if (__builtin_add_overflow(last, 1, &last) || __builtin_mul_overflow(last, (int64_t)es, &bytes) ||
         __builtin_add_overflow((uintptr_t)t->data, (uintptr_t)bytes, &hi))
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: byte extent overflows the address space", name);
     sp->lo = (uintptr_t)t->data;

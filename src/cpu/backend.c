@@ -3,6 +3,7 @@
  * exactly that plan. docs/cpu-kernels.md describes the layout of src/cpu. */
 #include "cpu/cpu.h"
 
+#include <limits.h>
 #include <string.h>
 
 fa_status fa_cpu_init(fa_context *ctx) {
@@ -31,13 +32,26 @@ static const char *const kernel_names[FA_CPU_ENTRIES][FA_CPU_ISA_COUNT] = {
     [FA_CPU_FLASH2_BF16] = ISA_NAMES("cpu.flash2.bf16dot"),
 };
 
+#ifdef FA_HAVE_CBLAS
+/* sgemm takes a leading dimension in [d, INT_MAX] only (else it prints and does nothing): f32 views outside that
+ * range (stride_seq 0 broadcasts, overlapping rows, huge strides) run the tiled STANDARD; f16/bf16 are converted
+ * into dense buffers first. So every sgemm argument is valid and BLAS's error handler is unreachable. */
+static int blas_ld(const fa_problem *p, const fa_tensor *t) {
+    return p->dtype != FA_DTYPE_F32 || (t->stride_seq >= p->d && t->stride_seq <= INT_MAX);
+}
+static int blas_takes(const fa_problem *p) {
+    return p->k.seqlen <= INT_MAX && blas_ld(p, &p->q) && blas_ld(p, &p->k) && blas_ld(p, &p->v) &&
+           blas_ld(p, &p->o) && (!p->is_backward || (blas_ld(p, &p->dout) && blas_ld(p, &p->dq)));
+}
+#endif
+
 /* BLAS chooses its own blocking: explicit tile sizes (--block-q/--block-k, the stats tests) and varlen batches run
  * the tiled STANDARD instead, whose counted traffic follows the per-tile model exactly. */
 static fa_cpu_entry pick_entry(const fa_problem *p, const fa_cpu_kernels *kr) {
     switch (p->algo) {
     case FA_ALGO_STANDARD:
 #ifdef FA_HAVE_CBLAS
-        if (!p->cu_q && !p->cu_k && !p->block_q && !p->block_k) return FA_CPU_STANDARD_BLAS;
+        if (!p->cu_q && !p->cu_k && !p->block_q && !p->block_k && blas_takes(p)) return FA_CPU_STANDARD_BLAS;
 #endif
         return FA_CPU_STANDARD;
     case FA_ALGO_FLASH1: return FA_CPU_FLASH1;
@@ -97,6 +111,8 @@ fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, 
     algos[plan->entry][p->is_backward]->run(ctx->kernels, p, plan, ws, &io);
     st->slow_read_bytes = io.read;
     st->slow_write_bytes = io.written;
+    fa_status cs = fa_cpu_contract(ctx, p);
+    if (cs != FA_OK) return cs;
     return FA_OK;
 }
 

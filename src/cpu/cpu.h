@@ -80,4 +80,8 @@ static inline fa_arena fa_cpu_ws_thread(const fa_cpu_ws *w, int t) {
 /* Add the threads' counters into *io. */
 void fa_cpu_ws_total(const fa_cpu_ws *w, fa_io *io);
 
+/* The numerics contract after any algorithm: recompute in float64 the heads whose fp32 result the input scan does
+ * not certify (a NaN/inf input, huge scale or values; docs/numerics.md). src/cpu/contract.c. */
+fa_status fa_cpu_contract(fa_context *ctx, const fa_problem *p);
+
 #endif

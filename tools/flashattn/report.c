@@ -448,10 +448,8 @@ int cmd_report(int argc, char **argv) {
         } else
             return cli_usage_error(S, "unknown argument '%s'", x);
     }
-    if (mkdir(R.out, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "flashattn report: cannot create %s: %s\n", R.out, strerror(errno));
-        return 1;
-    }
+    if (mkdir(R.out, 0777) != 0 && errno != EEXIST)
+        return cli_usage_error(S, "--out: cannot create '%s': %s", R.out, strerror(errno));
     preset_init(&R.p, mode);
     R.threads = (int)threads;
     R.tty = isatty(2);

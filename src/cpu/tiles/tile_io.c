@@ -18,10 +18,12 @@ static void prefetch_rows(const char *p, int64_t ld_bytes, int from, int to, siz
 
 void fa_tile_load(float *dst, int ld_dst, const void *src, fa_dtype dt, int64_t ld_src, int rows, int cols, fa_io *io) {
     const size_t es = fa_dtype_size(dt);
-    prefetch_rows(src, ld_src * (int64_t)es, 0, rows < PF_ROWS ? rows : PF_ROWS, (size_t)cols * es, 0);
+    /* in unsigned arithmetic: a one-row view may have any stride (2^62 included); rows > 1 fit by validation */
+    const int64_t ld_bytes = (int64_t)((uint64_t)ld_src * es);
+    prefetch_rows(src, ld_bytes, 0, rows < PF_ROWS ? rows : PF_ROWS, (size_t)cols * es, 0);
     for (int r = 0; r < rows; r++) {
         float *d = dst + (int64_t)r * ld_dst;
-        if (r + PF_ROWS < rows) prefetch_rows(src, ld_src * (int64_t)es, r + PF_ROWS, r + PF_ROWS + 1, (size_t)cols * es, 0);
+        if (r + PF_ROWS < rows) prefetch_rows(src, ld_bytes, r + PF_ROWS, r + PF_ROWS + 1, (size_t)cols * es, 0);
         if (dt == FA_DTYPE_F32) {
             memcpy(d, (const float *)src + r * ld_src, (size_t)cols * sizeof(float));
         } else if (dt == FA_DTYPE_BF16) {
@@ -37,10 +39,12 @@ void fa_tile_load(float *dst, int ld_dst, const void *src, fa_dtype dt, int64_t 
 
 void fa_tile_store(void *dst, fa_dtype dt, int64_t ld_dst, const float *src, int ld_src, int rows, int cols, fa_io *io) {
     const size_t es = fa_dtype_size(dt);
-    prefetch_rows(dst, ld_dst * (int64_t)es, 0, rows < PF_ROWS ? rows : PF_ROWS, (size_t)cols * es, 1);
+    /* in unsigned arithmetic: a one-row view may have any stride (2^62 included); rows > 1 fit by validation */
+    const int64_t ld_bytes = (int64_t)((uint64_t)ld_dst * es);
+    prefetch_rows(dst, ld_bytes, 0, rows < PF_ROWS ? rows : PF_ROWS, (size_t)cols * es, 1);
     for (int r = 0; r < rows; r++) {
         const float *s = src + (int64_t)r * ld_src;
-        if (r + PF_ROWS < rows) prefetch_rows(dst, ld_dst * (int64_t)es, r + PF_ROWS, r + PF_ROWS + 1, (size_t)cols * es, 1);
+        if (r + PF_ROWS < rows) prefetch_rows(dst, ld_bytes, r + PF_ROWS, r + PF_ROWS + 1, (size_t)cols * es, 1);
         if (dt == FA_DTYPE_F32) {
             memcpy((float *)dst + r * ld_dst, s, (size_t)cols * sizeof(float));
         } else if (dt == FA_DTYPE_BF16) {

@@ -1,0 +1,220 @@
+/* The numerics contract on the CPU (docs/numerics.md), the same for STANDARD, FLASH1 and FLASH2: after the
+ * algorithm ran, one scan per (sequence, head) — forward — or (sequence, K/V head) — backward — reads its inputs
+ * once and bounds what the fp32 tile loops computed. Where the bound certifies them (finite inputs, |logits| within
+ * 2^24 so that exp(S − LSE) cannot overflow on rounding, sums far from the fp32 range) their result stands. Otherwise
+ * (a NaN/±inf input, a huge scale, a denormal softcap, values near FLT_MAX) the head is recomputed here in float64
+ * from the definition, over the visible keys only, with the contract's rules: logits saturate at ±FA_LOGIT_SAT, rows whose q or any visible key
+ * is not finite are NaN, fully masked rows are O = 0 / LSE = −∞. The scan is not counted in fa_stats' traffic. */
+#include "cpu/cpu.h"
+
+#include "core/half.h"
+
+#include <string.h>
+
+#define FA_LOGIT_SAT 0x1p126  /* |logit| saturates here: LSE = max + log ℓ stays finite in fp32 */
+#define FAST_LOGIT_MAX 0x1p24 /* the fp32 loops' exp(S − LSE) keeps an exponent error below 2 up to here */
+#define FAST_SUM_MAX 0x1p100  /* fp32 sums of fewer than 2^28 terms bounded by this cannot overflow */
+
+typedef struct rows_view { const void *base; int64_t ld, rows; } rows_view;
+
+/* max |x| over rows (meaningful only where all are finite); *bad |= 1 if any element is NaN or ±inf. On the bit
+ * patterns: |x| orders as its bits with the sign cleared, and NaN/inf sit above every finite value; integer max
+ * loops the compiler vectorises (the scan runs on every call). */
+static double scan(const fa_problem *p, rows_view r, int *bad) {
+    const int64_t d = p->d;
+    if (p->dtype == FA_DTYPE_F32) {
+        uint32_t mx = 0;
+        for (int64_t i = 0; i < r.rows; i++) {
+            const uint32_t *row = (const uint32_t *)r.base + i * r.ld;
+            for (int64_t x = 0; x < d; x++) {
+                const uint32_t a = row[x] & 0x7fffffffu;
+                mx = a > mx ? a : mx;
+            }
+        }
+        if (mx >= 0x7f800000u) *bad = 1;
+        float f;
+        memcpy(&f, &mx, 4);
+        return f;
+    }
+    uint16_t mx = 0;
+    for (int64_t i = 0; i < r.rows; i++) {
+        const uint16_t *row = (const uint16_t *)r.base + i * r.ld;
+        for (int64_t x = 0; x < d; x++) {
+            const uint16_t a = row[x] & 0x7fffu;
+            mx = a > mx ? a : mx;
+        }
+    }
+    const int f16 = p->dtype == FA_DTYPE_F16;
+    if (mx >= (f16 ? 0x7c00u : 0x7f80u)) *bad = 1;
+    return f16 ? fa_f16_to_f32(mx) : fa_bf16_to_f32(mx);
+}
+
+static double at(const fa_problem *p, rows_view r, int64_t i, int64_t x) {
+    return fa_load_elem(r.base, p->dtype, i * r.ld + x);
+}
+
+static int row_bad(const fa_problem *p, rows_view r, int64_t i) {
+    for (int64_t x = 0; x < p->d; x++)
+        if (!isfinite(at(p, r, i, x))) return 1;
+    return 0;
+}
+
+/* Is the fp32 result of the tile loops certified for this head? (maxima over the finite elements) */
+static int certified(const fa_problem *p, int bad, double mq, double mk, double mv, int64_t sk) {
+    const double d = (double)p->d, dot = d * mq * mk, scale = fabs((double)p->scale);
+    if (bad || dot > FAST_SUM_MAX || (double)sk * mv > FAST_SUM_MAX) return 0;
+    if (p->softcap > 0) return p->softcap >= 0x1p-60 && p->softcap <= FAST_LOGIT_MAX;
+    return scale * dot <= FAST_LOGIT_MAX;
+}
+
+/* s = scale·q_i·k_j (softcap), saturated: the contract's logit, in float64. */
+static double logit(const fa_problem *p, rows_view q, int64_t i, rows_view k, int64_t j) {
+    double s = 0;
+    for (int64_t x = 0; x < p->d; x++) s += at(p, q, i, x) * at(p, k, j, x);
+    s *= (double)p->scale;
+    if (p->softcap > 0) s = (double)p->softcap * tanh(s / (double)p->softcap);
+    return s > FA_LOGIT_SAT ? FA_LOGIT_SAT : s < -FA_LOGIT_SAT ? -FA_LOGIT_SAT : s;
+}
+
+/* One (sequence b, query head h) forward from the definition. kbad: sk flags; s: sk doubles; o: d doubles. */
+static void forward_head(const fa_problem *p, const fa_head *hd, rows_view q, rows_view k, rows_view v,
+                         const char *kbad, double *s, double *o) {
+    const int64_t d = p->d;
+    for (int64_t i = 0; i < hd->sq; i++) {
+        int64_t lo, hi;
+        fa_key_range(p, hd->sq, hd->sk, i, &lo, &hi);
+        double lse = -INFINITY;
+        memset(o, 0, sizeof(double) * (size_t)d);
+        int nan_row = hi > lo && row_bad(p, q, i); /* a fully masked row stays O = 0, LSE = −∞ */
+        for (int64_t j = lo; j < hi && !nan_row; j++) nan_row = kbad[j];
+        if (nan_row) {
+            lse = NAN;
+            for (int64_t x = 0; x < d; x++) o[x] = NAN;
+        } else if (hi > lo) {
+            double m = -INFINITY, l = 0;
+            for (int64_t j = lo; j < hi; j++) s[j] = logit(p, q, i, k, j), m = s[j] > m ? s[j] : m;
+            for (int64_t j = lo; j < hi; j++) {
+                const double pj = exp(s[j] - m);
+                l += pj;
+                for (int64_t x = 0; x < d; x++) o[x] += pj * at(p, v, j, x);
+            }
+            for (int64_t x = 0; x < d; x++) o[x] /= l;
+            lse = m + log(l);
+        }
+        for (int64_t x = 0; x < d; x++) fa_store_elem(hd->o, p->dtype, i * hd->ldo + x, (float)o[x]);
+        if (hd->lse) hd->lse[i] = (float)lse;
+    }
+}
+
+/* One (sequence b, K/V head) backward from the definition, D = rowsum(dO ∘ O). P = exp(S − LSE) with the row's
+ * LSE recomputed in float64 (at |logits| > 2^24 the fp32 LSE's rounding alone moves P by more than its size); a
+ * NaN or −∞ LSE from the forward stands (an affected or a fully masked row). s: sk doubles; dq: d doubles; dk, dv:
+ * sk·d doubles. */
+static void backward_group(const fa_problem *p, int64_t b, int64_t hk, double *s, double *dq, double *dk, double *dv) {
+    const int64_t d = p->d, group = p->hq / p->hk;
+    fa_head hd;
+    fa_cpu_head(p, b, hk * group, &hd);
+    const rows_view k = {hd.k, hd.ldk, hd.sk}, v = {hd.v, hd.ldv, hd.sk};
+    memset(dk, 0, sizeof(double) * (size_t)(hd.sk * d));
+    memset(dv, 0, sizeof(double) * (size_t)(hd.sk * d));
+    for (int64_t g = 0; g < group; g++) {
+        fa_head h;
+        fa_cpu_head(p, b, hk * group + g, &h);
+        const rows_view q = {h.q, h.ldq, h.sq}, o = {h.o, h.ldo, h.sq}, dout = {h.dout, h.lddo, h.sq};
+        for (int64_t i = 0; i < h.sq; i++) {
+            int64_t lo, hi;
+            fa_key_range(p, h.sq, h.sk, i, &lo, &hi);
+            memset(dq, 0, sizeof(double) * (size_t)d);
+            double L = h.lse[i], D = 0;
+            if (!isnan(L) && L != -INFINITY && hi > lo) {
+                double m = -INFINITY, l = 0;
+                for (int64_t j = lo; j < hi; j++) s[j] = logit(p, q, i, k, j), m = s[j] > m ? s[j] : m;
+                for (int64_t j = lo; j < hi; j++) l += exp(s[j] - m);
+                L = m + log(l);
+            }
+            for (int64_t x = 0; x < d; x++) D += at(p, dout, i, x) * at(p, o, i, x);
+            for (int64_t j = lo; j < hi; j++) {
+                const double sj = logit(p, q, i, k, j), pj = L == -INFINITY ? 0.0 : exp(sj - L);
+                double dp = 0;
+                for (int64_t x = 0; x < d; x++) dp += at(p, dout, i, x) * at(p, v, j, x);
+                double ds = pj * (dp - D);
+                if (p->softcap > 0) {
+                    const double th = sj / (double)p->softcap;
+                    ds *= 1.0 - th * th;
+                }
+                ds *= (double)p->scale;
+                for (int64_t x = 0; x < d; x++) {
+                    dq[x] += ds * at(p, k, j, x);
+                    dk[j * d + x] += ds * at(p, q, i, x);
+                    dv[j * d + x] += pj * at(p, dout, i, x);
+                }
+            }
+            for (int64_t x = 0; x < d; x++) fa_store_elem(h.dq, p->dtype, i * h.lddq + x, (float)dq[x]);
+        }
+    }
+    for (int64_t j = 0; j < hd.sk; j++)
+        for (int64_t x = 0; x < d; x++) {
+            fa_store_elem(hd.dk, p->dtype, j * hd.lddk + x, (float)dk[j * d + x]);
+            fa_store_elem(hd.dv, p->dtype, j * hd.lddv + x, (float)dv[j * d + x]);
+        }
+}
+
+/* Scan the inputs of item it (forward: (sequence, query head); backward: (sequence, K/V head)): 1 if the fp32
+ * result of the tile loops is certified for it. */
+static int item_certified(const fa_problem *p, int64_t it) {
+    const int64_t heads = p->is_backward ? p->hk : p->hq, b = it / heads, h = it % heads, group = p->hq / p->hk;
+    fa_head hd;
+    fa_cpu_head(p, b, p->is_backward ? h * group : h, &hd);
+    /* any non-finite input: the tile loops would spread it through 0·inf to rows that do not see it */
+    int bad = 0;
+    const double mk = scan(p, (rows_view){hd.k, hd.ldk, hd.sk}, &bad), mv = scan(p, (rows_view){hd.v, hd.ldv, hd.sk}, &bad);
+    if (!p->is_backward) {
+        const double mq = scan(p, (rows_view){hd.q, hd.ldq, hd.sq}, &bad);
+        return certified(p, bad, mq, mk, mv, hd.sk);
+    }
+    double mq = 0, mo = 0, mdo = 0;
+    for (int64_t g = 0; g < group; g++) {
+        fa_head hq;
+        fa_cpu_head(p, b, h * group + g, &hq);
+        const double a = scan(p, (rows_view){hq.q, hq.ldq, hq.sq}, &bad);
+        const double c = scan(p, (rows_view){hq.o, hq.ldo, hq.sq}, &bad);
+        const double e = scan(p, (rows_view){hq.dout, hq.lddo, hq.sq}, &bad);
+        mq = a > mq ? a : mq, mo = c > mo ? c : mo, mdo = e > mdo ? e : mdo;
+    }
+    /* |dS| <= 2·d·max|dO|·(max|V| + max|O|); dQ, dK sum at most n terms of |scale·dS|·max|q, k|, dV n of 2·|dO| */
+    const double n = (double)(hd.sq > hd.sk ? hd.sq : hd.sk) * (double)group, mqk = mq > mk ? mq : mk;
+    const double grad = fabs((double)p->scale) * 2.0 * (double)p->d * mdo * (mv + mo) * n * (mqk > 1 ? mqk : 1);
+    return certified(p, bad, mq, mk, mv, hd.sk) && grad <= FAST_SUM_MAX && 2 * n * mdo <= FAST_SUM_MAX;
+}
+
+fa_status fa_cpu_contract(fa_context *ctx, const fa_problem *p) {
+    const int64_t d = p->d, sk = p->sk_max, heads = p->is_backward ? p->hk : p->hq, items = p->batch * heads;
+    const int threads = ctx->threads;
+    int any = 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) reduction(| : any)
+    for (int64_t it = 0; it < items; it++) any |= !item_certified(p, it);
+    if (!any) return FA_OK;
+    /* per thread: s (sk doubles), o or dq (d), and sk flags (forward) or dK, dV (sk·d doubles each, backward) */
+    const size_t bytes = p->is_backward ? sizeof(double) * (size_t)(sk + d + 2 * sk * d)
+                                        : sizeof(double) * (size_t)(sk + d) + (size_t)sk;
+    const size_t per = (bytes + 63) & ~(size_t)63; /* 64-byte aligned slices: no false sharing */
+    char *ws = fa_workspace(ctx, per * (size_t)threads);
+    if (!ws) return FA_ERR_OUT_OF_MEMORY;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t it = 0; it < items; it++) {
+        if (item_certified(p, it)) continue;
+        double *s = (double *)(ws + per * (size_t)fa_thread_id()), *o = s + sk;
+        const int64_t b = it / heads, h = it % heads;
+        if (p->is_backward) {
+            backward_group(p, b, h, s, o, o + d, o + d + sk * d);
+            continue;
+        }
+        fa_head hd;
+        fa_cpu_head(p, b, h, &hd);
+        const rows_view q = {hd.q, hd.ldq, hd.sq}, k = {hd.k, hd.ldk, hd.sk}, v = {hd.v, hd.ldv, hd.sk};
+        char *kbad = (char *)(o + d);
+        for (int64_t j = 0; j < hd.sk; j++) kbad[j] = (char)row_bad(p, k, j);
+        forward_head(p, &hd, q, k, v, kbad, s, o);
+    }
+    return FA_OK;
+}

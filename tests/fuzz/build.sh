@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Build the libFuzzer harness (tests/fuzz/fuzz_attn.c) with clang, ASan + UBSan, over the CPU backend:
+# the library in $BUILD (default build-fuzz) with coverage instrumentation, the harness linked against it.
+# Extra arguments go to CMake (e.g. -DFA_USE_BLAS=OFF, or the OpenBLAS paths). Prints the harness's path.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build-fuzz}
+CC=${CC:-clang}
+mkdir -p "$BUILD"
+SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g"
+CC="$CC" cmake -S . -B "$BUILD" -DFA_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_FLAGS="-O1 $SAN -fsanitize=fuzzer-no-link" "$@" >"$BUILD/fuzz-cmake.log" 2>&1 ||
+    { cat "$BUILD/fuzz-cmake.log"; exit 1; }
+cmake --build "$BUILD" -j "${JOBS:-2}" --target flashattn_static >"$BUILD/fuzz-build.log" 2>&1 || { tail -30 "$BUILD/fuzz-build.log"; exit 1; }
+BLAS=$({ grep -E '^FA_OPENBLAS_LIBRARY:' "$BUILD/CMakeCache.txt" || true; } | sed 's/.*=//;/NOTFOUND/d')
+"$CC" -O1 $SAN -fsanitize=fuzzer -fopenmp -Iinclude -Isrc tests/fuzz/fuzz_attn.c "$BUILD/libflashattn.a" \
+    ${BLAS:+"$BLAS"} -lm -o "$BUILD/fuzz_attn"
+echo "$BUILD/fuzz_attn"

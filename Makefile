@@ -18,12 +18,12 @@ demo: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# CPU: the figures of the CPU issue in one run (scripts/bench-cpu.sh sets OPENBLAS_CORETYPE for itself only).
+# CPU: the CPU benchmark figures in one run (scripts/bench-cpu.sh sets OPENBLAS_CORETYPE for itself only).
 bench:
 	scripts/bench-cpu.sh
 
 # GPU (H200): the CUDA backend's tests against the float64 oracle + compute-sanitizer, and the benchmark
-# protocol against PyTorch SDPA (scripts owned by src/cuda; they build into build-cuda unless BUILD_GPU is set).
+# protocol against PyTorch SDPA (they build into build-cuda unless BUILD_GPU is set).
 BUILD_GPU ?= build-cuda
 test-gpu:
 	BUILD=$(BUILD_GPU) scripts/test-gpu.sh

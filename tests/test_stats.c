@@ -1,5 +1,5 @@
 /* fa_last_stats: the slow-memory bytes each CPU algorithm reports against the formulas of its loop structure
- * (src/cpu/standard.c, flash1.c, flash2.c document them), the FLOP count against 4·D·Hq·(visible pairs)
+ * (src/cpu/algo/standard.c, flash1.c, flash2.c document them), the FLOP count against 4·D·Hq·(visible pairs)
  * (x2.5 backward), the block sizes, threads and kernel name; and the ordering the FlashAttention paper is about:
  * STANDARD moves the most bytes, FLASH1 more than FLASH2.
  *

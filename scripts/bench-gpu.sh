@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# GPU benchmark (H200): the protocol of docs/benchmarks.md for STANDARD, FLASH1 and FLASH2 (our CLI) and
+# GPU benchmark (H200): the protocol of docs/benchmarks.md for STANDARD, FLASH1, FLASH2, FLASH3 (our CLI) and
 # PyTorch's SDPA flash and cuDNN backends, in one command, printed as one table with TFLOP/s and ratios.
 # Env: BUILD (default build-cuda), OUT_DIR (CSV + logs, default $BUILD/bench-gpu), SEQLENS, DIMS, PASSES, REPS,
 #      STD_MAX_SEQLEN (STANDARD materialises Hq·S² fp32 per sequence: skipped above this, default 8192; 0 = skip
-#      STANDARD), ALGOS (our flash algorithms, default flash2,flash1).
+#      STANDARD), ALGOS (our flash algorithms, default flash3,flash2,flash1; FLASH3 has no backward: skipped there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-cuda}
@@ -13,7 +13,7 @@ DIMS=${DIMS:-64,128}
 PASSES=${PASSES:-fwd,bwd}
 REPS=${REPS:-10}
 STD_MAX=${STD_MAX_SEQLEN:-8192}
-ALGOS=${ALGOS:-flash2,flash1}
+ALGOS=${ALGOS:-flash3,flash2,flash1}
 mkdir -p "$OUT_DIR"
 if [ ! -x "$BUILD/flashattn" ]; then
   cmake -S . -B "$BUILD" -DFA_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null

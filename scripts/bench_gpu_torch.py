@@ -98,7 +98,7 @@ def merge(ours_csv, torch_csv):
                 tf = None
             val[(r["algo"], int(r["d"]), int(r["seqlen"]), int(r["causal"]), r["pass"])] = tf
     keys = sorted({k[1:] for k in val}, key=lambda k: (k[3], k[0], k[2], k[1]))
-    cols = ["standard", "flash1", "flash2", "torch-flash", "torch-cudnn"]
+    cols = ["standard", "flash1", "flash2", "flash3", "torch-flash", "torch-cudnn"]
 
     def fmt(x):
         return "-" if x is None else "%.1f" % x
@@ -106,21 +106,23 @@ def merge(ours_csv, torch_csv):
     def ratio(a, b):
         return "-" if a is None or b is None or b == 0 else "%.2f" % (a / b)
 
-    print("TFLOP/s, bf16, H200 (one run; ratios from the same run)")
-    print("| pass | d | causal | seqlen | standard | flash1 | flash2 | torch-flash | torch-cudnn "
-          "| F2/torch-flash | F2/cuDNN | F2/F1 | F1/std |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    worst = None
+    print("TFLOP/s, bf16, H200 (one run; ratios from the same run; best = the faster of FLASH3 and FLASH2)")
+    print("| pass | d | causal | seqlen | standard | flash1 | flash2 | flash3 | torch-flash | torch-cudnn "
+          "| best/torch-flash | best/cuDNN | F3/F2 | F2/F1 | F1/std |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    worst = {}
     for (d, s, c, p) in keys:
         v = [val.get((a, d, s, c, p)) for a in cols]
-        print("| %s | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            p, d, c, s, *map(fmt, v), ratio(v[2], v[3]), ratio(v[2], v[4]), ratio(v[2], v[1]), ratio(v[1], v[0])))
-        if v[2] is not None and v[3]:
-            r = v[2] / v[3]
-            worst = r if worst is None else min(worst, r)
-    if worst is not None:
-        print("\nworst FLASH2 / torch-flash over the table: %.2f" % worst)
-
+        best = max([x for x in v[2:4] if x is not None], default=None)
+        print("| %s | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            p, d, c, s, *map(fmt, v), ratio(best, v[4]), ratio(best, v[5]), ratio(v[3], v[2]), ratio(v[2], v[1]),
+            ratio(v[1], v[0])))
+        for name, ref in (("torch-flash", v[4]), ("cuDNN", v[5])):
+            if best is not None and ref:
+                key = (p, name)
+                worst[key] = min(worst.get(key, best / ref), best / ref)
+    for (p, name), r in sorted(worst.items()):
+        print("worst best/%s over the %s rows: %.2f" % (name, p, r))
 
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "run":

@@ -18,7 +18,7 @@ expect_usage() { # expect_usage WORD-IN-MESSAGE ARGS...
 expect_usage "command" bogus
 expect_usage "--d" bench --d 0
 expect_usage "--d" bench --d 64,,128
-expect_usage "--algo" bench --algo flash3
+expect_usage "--algo" bench --algo flash9
 expect_usage "--seqlen" bench --seqlen
 expect_usage "--seqlen" bench --seqlen abc
 expect_usage "--dtype" bench --dtype f64

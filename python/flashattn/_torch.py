@@ -142,7 +142,9 @@ def _backward(ctx, dout, dlse):
     # The incoming gradient is autograd's tensor, not the caller's: an expanded one (out.sum()) has head_dim stride 0.
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
-    dq, dk, dv = bwd(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.opts)
+    opts = list(ctx.opts)
+    opts[5] = _capi.BACKWARD_ALGO.get(opts[5], opts[5])  # (scale, causal, wl, wr, softcap, algo, deterministic)
+    dq, dk, dv = bwd(dout, q, k, v, out, lse, cu_q, cu_k, *opts)
     return (dq, dk, dv) + (None,) * (2 + len(ctx.opts))
 
 

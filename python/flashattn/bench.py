@@ -93,7 +93,7 @@ def main(argv=None):
     p.add_argument("--seqlen", default=None, help="comma list (default: CPU 256,1024; CUDA 1024,4096)")
     p.add_argument("--batch-heads", default="2x8", help="BxH, e.g. 2x8")
     p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--algo", default="auto", help="flashattn algorithm: auto, standard, flash1, flash2")
+    p.add_argument("--algo", default="auto", help="flashattn algorithm: auto, standard, flash1, flash2, flash3")
     p.add_argument("--reps", type=int, default=0, help="timed repetitions (default: CPU 5, CUDA 30)")
     p.add_argument("--no-overhead", action="store_true", help="skip the per-call cost table")
     a = p.parse_args(argv)

@@ -73,6 +73,7 @@ const char *fa_algo_name(fa_algo a) {
     case FA_ALGO_STANDARD: return "standard";
     case FA_ALGO_FLASH1: return "flash1";
     case FA_ALGO_FLASH2: return "flash2";
+    case FA_ALGO_FLASH3: return "flash3";
     }
     return "?";
 }
@@ -362,7 +363,7 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
                        opts.window_left, opts.window_right);
     if (opts.causal != 0 && opts.causal != 1)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.causal: %d must be 0 or 1", opts.causal);
-    if ((int)opts.algo < FA_ALGO_AUTO || opts.algo > FA_ALGO_FLASH2)
+    if ((int)opts.algo < FA_ALGO_AUTO || opts.algo > FA_ALGO_FLASH3)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.algo: %d is not a fa_algo", (int)opts.algo);
     if (opts.block_q < 0 || opts.block_q > 4096 || opts.block_k < 0 || opts.block_k > 4096)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.block_q/block_k: (%d, %d), each must be in 0..4096",
@@ -395,6 +396,7 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
         p->sk_max = k->seqlen;
     }
     p->algo = opts.algo == FA_ALGO_AUTO ? FA_ALGO_FLASH2 : opts.algo;
+    p->algo_auto = opts.algo == FA_ALGO_AUTO; /* the plan may pick a faster algorithm for the call */
     p->dtype = q->dtype;
     p->hq = q->heads;
     p->hk = k->heads;
@@ -452,13 +454,14 @@ static fa_status run(fa_context *ctx, fa_problem *p) {
     const int cuda = ctx->backend == FA_BACKEND_CUDA;
     fa_plan plan;
     memset(&plan, 0, sizeof plan);
+    plan.algo = p->algo;
     char why[256] = "";
     fa_status st = cuda ? fa_cuda_plan(ctx, p, &plan, why, sizeof why) : fa_cpu_plan(ctx, p, &plan, why, sizeof why);
     if (st != FA_OK) return fa_fail(ctx, st, "%s", why[0] ? why : "the backend has no plan for this call");
     fa_stats s;
     memset(&s, 0, sizeof s);
     s.backend = ctx->backend;
-    s.algo = p->algo;
+    s.algo = plan.algo;
     s.is_backward = p->is_backward;
     s.kernel = plan.kernel;
     s.block_q = plan.block_q;

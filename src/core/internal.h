@@ -17,7 +17,8 @@
 /* A validated attention call. api.c fills it; backends only read it. */
 typedef struct fa_problem {
     int is_backward;
-    fa_algo algo;          /* resolved: never FA_ALGO_AUTO */
+    fa_algo algo;          /* resolved: never FA_ALGO_AUTO (AUTO gives FLASH2; the plan may upgrade it) */
+    int algo_auto;         /* 1: the caller asked for FA_ALGO_AUTO */
     fa_dtype dtype;        /* of every tensor */
     int64_t batch;         /* number of sequences: q.batch, or n_seqs for varlen */
     int64_t hq, hk, d;     /* query heads, K/V heads, head_dim */
@@ -59,6 +60,7 @@ static inline void fa_key_range(const fa_problem *p, int64_t sq, int64_t sk, int
  * place that decides it (support, kernel, tiles, launch shape, workspace, modelled traffic); api.c, the backend's
  * run, fa_last_stats and the CLI (through fa_stats) read it, and nothing else decides. */
 typedef struct fa_plan {
+    fa_algo algo;             /* what runs: p->algo, or where p->algo_auto a faster algorithm the plan chose */
     const char *kernel;       /* static name of what runs, e.g. "cuda.flash2.fwd.mma_sync.d128" */
     int block_q, block_k;     /* Br, Bc */
     int threads;              /* CPU: threads of the team; CUDA: threads per CTA of the main kernel */

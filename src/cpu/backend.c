@@ -4,6 +4,7 @@
 #include "cpu/cpu.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 fa_status fa_cpu_init(fa_context *ctx) {
@@ -84,7 +85,12 @@ static int plan_bwd_split(const fa_problem *p, const fa_plan *pl) {
 }
 
 fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
-    (void)why, (void)why_len; /* every validated problem runs on the CPU (f32/f16/bf16, head_dim 1..256) */
+    /* every validated problem runs on the CPU (f32/f16/bf16, head_dim 1..256), except the Hopper algorithm */
+    if (p->algo == FA_ALGO_FLASH3) {
+        snprintf(why, why_len, "opts.algo: FA_ALGO_FLASH3 runs on CUDA (Hopper) only; the CPU runs FA_ALGO_FLASH2 "
+                               "(or FA_ALGO_AUTO)");
+        return FA_ERR_UNSUPPORTED;
+    }
     const fa_cpu_kernels *kr = ctx->kernels;
     const fa_cpu_entry e = pick_entry(p, kr);
     plan->entry = e;

@@ -190,6 +190,12 @@ static fa_status fa_std_err(fa_context *ctx, const char *what, fa_std_status r) 
 /* Executes the plan on the context's device; the caller's current device is restored afterwards. */
 static fa_status fa_cuda_run_on(fa_context *ctx, const fa_problem *p, const fa_plan *plan) {
     fa_cuda_state *s = (fa_cuda_state *)ctx->cuda;
+    if (plan->algo == FA_ALGO_FLASH3) { /* no workspace; its own parameter block (sm90/flash3.h) */
+        fa3_params f;
+        fa_flash3_params(p, plan->grid[0], &f);
+        const cudaError_t e = fa3_fwd(&f, s->stream);
+        return e == cudaSuccess ? FA_OK : fa_cuda_err(ctx, "flash3 forward launch", e);
+    }
     fa_status rc = fa_cuda_ws_grow(ctx, s, plan->workspace_bytes);
     if (rc != FA_OK) return rc;
     fa_arena a = fa_arena_over(s->ws, s->ws_size);

@@ -6,6 +6,7 @@
 #include "plan.h"
 #include "standard.h"
 #include "sm80/tiles.h"
+#include "sm90/flash3.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -292,11 +293,66 @@ static fa_status fa_flash_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa
     return FA_OK;
 }
 
+/* FLASH3's parameter block for p (fa3_supported and fa3_fwd take it; the run fills in nothing else). */
+void fa_flash3_params(const fa_problem *p, int ctas, fa3_params *f) {
+    memset(f, 0, sizeof *f);
+    f->q = p->q.data, f->k = p->k.data, f->v = p->v.data, f->o = p->o.data, f->lse = p->lse;
+    f->q_batch_stride = p->q.stride_batch, f->q_row_stride = p->q.stride_seq, f->q_head_stride = p->q.stride_head;
+    f->k_batch_stride = p->k.stride_batch, f->k_row_stride = p->k.stride_seq, f->k_head_stride = p->k.stride_head;
+    f->v_batch_stride = p->v.stride_batch, f->v_row_stride = p->v.stride_seq, f->v_head_stride = p->v.stride_head;
+    f->o_batch_stride = p->o.stride_batch, f->o_row_stride = p->o.stride_seq, f->o_head_stride = p->o.stride_head;
+    f->batch = (int)p->batch, f->seqlen_q = (int)p->q.seqlen, f->seqlen_k = (int)p->k.seqlen;
+    f->heads_q = (int)p->hq, f->heads_k = (int)p->hk, f->head_dim = (int)p->d;
+    f->scale = p->scale;
+    f->causal = 0; /* causal is folded into the right window (wr = 0), which the kernel takes as is */
+    f->window_left = p->wl, f->window_right = p->wr;
+    f->dtype = p->dtype == FA_DTYPE_F16 ? FA3_FP16 : FA3_BF16;
+    f->ctas = ctas;
+}
+
+/* FLASH3 (sm90/): forward only, no softcap, no varlen, its own tiles. With AUTO a call FLASH3 cannot run stays on
+ * FLASH2 (the caller did not ask for FLASH3); asked for explicitly, the reason is returned. */
+static fa_status fa_flash3_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
+    const char *r = NULL;
+    char buf[200];
+    if (p->is_backward)
+        r = "FA_ALGO_FLASH3 has no backward yet: run the backward with FA_ALGO_FLASH2 or FA_ALGO_AUTO (FLASH3's LSE "
+            "is FLASH2's)";
+    else if (p->dtype == FA_DTYPE_F32)
+        r = "dtype f32: FA_ALGO_FLASH3 runs on 16-bit tensor cores (f16, bf16)";
+    else if (p->softcap > 0.f)
+        r = "opts.softcap: FA_ALGO_FLASH3 has no softcap yet (FA_ALGO_FLASH2 has)";
+    else if (p->cu_q)
+        r = "opts.cu_seqlens_q: FA_ALGO_FLASH3 has no varlen yet (FA_ALGO_FLASH2 has)";
+    fa3_params f;
+    fa3_shape sh;
+    fa_flash3_params(p, tu->sm_count, &f);
+    fa3_shape_of(&f, &sh);
+    if (!r && ((p->block_q && p->block_q != sh.br) || (p->block_k && p->block_k != sh.bc))) {
+        snprintf(buf, sizeof buf, "block_q %d / block_k %d: FA_ALGO_FLASH3 at head_dim %lld runs %d x %d tiles only "
+                 "(0 = its default)", p->block_q, p->block_k, (long long)p->d, sh.br, sh.bc);
+        r = buf;
+    }
+    if (!r && !fa3_supported(&f, 9, 0, buf, sizeof buf)) r = buf;
+    if (r) {
+        if (p->algo_auto) return FA_OK; /* plan->algo stays FLASH2 */
+        return fa_unsupported(why, why_len, "%s", r);
+    }
+    plan->algo = FA_ALGO_FLASH3;
+    plan->kernel = sh.kernel;
+    plan->block_q = sh.br, plan->block_k = sh.bc, plan->threads = sh.threads;
+    plan->grid[0] = (int)(sh.tiles < tu->sm_count ? sh.tiles : tu->sm_count), plan->grid[1] = plan->grid[2] = 1;
+    plan->smem_bytes = sh.smem;
+    fa_traffic_flash2(p, plan); /* the same loops: Qi once, Kj Vj once per visited pair, O and LSE once */
+    return FA_OK;
+}
+
 extern "C" fa_status fa_cuda_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
     const fa_tensor *ts[8] = {&p->q, &p->k, &p->v, &p->o, &p->dout, &p->dq, &p->dk, &p->dv};
     const char *names[8] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
     const int nt = p->is_backward ? 8 : 4;
     memset(plan, 0, sizeof *plan);
+    plan->algo = p->algo;
     if (p->sq_max > INT32_MAX / 2 || p->sk_max > INT32_MAX / 2 || p->q.seqlen > INT32_MAX / 2 ||
         p->k.seqlen > INT32_MAX / 2)
         return fa_unsupported(why, why_len, "seqlen: CUDA kernels index rows with int32 (seqlen must be < 2^30)");
@@ -313,15 +369,19 @@ extern "C" fa_status fa_cuda_plan(const fa_context *ctx, const fa_problem *p, fa
         plan->kernel = "cuda.standard.cublas"; /* block_q/block_k: cuBLAS picks its own tiles; ignored as on the CPU */
         fa_traffic_standard(p, plan);
     } else {
+        const fa_cuda_tuning *tu = fa_cuda_tuning_of(ctx);
+        if (p->algo == FA_ALGO_FLASH3 || (p->algo_auto && !p->is_backward)) {
+            fa_status rc = fa_flash3_pick(tu, p, plan, why, why_len);
+            if (rc != FA_OK || plan->algo == FA_ALGO_FLASH3) return rc; /* no workspace */
+        }
         if (p->algo != FA_ALGO_FLASH1 && p->algo != FA_ALGO_FLASH2)
-            return fa_unsupported(why, why_len, "algo %s is not implemented on CUDA (standard, flash1, flash2 are)",
-                                  fa_algo_name(p->algo));
+            return fa_unsupported(why, why_len, "algo %s is not implemented on CUDA", fa_algo_name(p->algo));
         if (p->dtype == FA_DTYPE_F32)
             return fa_unsupported(why, why_len,
                                   "dtype f32: CUDA FA_ALGO_%s runs on 16-bit tensor cores (f16, bf16); FA_ALGO_STANDARD "
                                   "accepts f32",
                                   p->algo == FA_ALGO_FLASH1 ? "FLASH1" : "FLASH2");
-        fa_status rc = fa_flash_pick(fa_cuda_tuning_of(ctx), p, plan, why, why_len);
+        fa_status rc = fa_flash_pick(tu, p, plan, why, why_len);
         if (rc != FA_OK) return rc;
         for (int i = 0; i < nt; ++i)
             if (!fa_tensor_aligned16(ts[i]))

@@ -5,6 +5,7 @@
 #define FA_CUDA_PLAN_H
 
 #include "params.h"
+#include "sm90/flash3.h"
 
 extern "C" {
 #include "core/arena.h"
@@ -36,6 +37,8 @@ typedef struct fa_cuda_ws {
     void *standard;                                           /* STANDARD's per-sequence scratch */
     size_t standard_bytes;
 } fa_cuda_ws;
+/* FLASH3's parameter block for a problem, with the plan's persistent CTAs. */
+void fa_flash3_params(const fa_problem *p, int ctas, fa3_params *f);
 void fa_cuda_ws_layout(fa_arena *a, const fa_problem *p, const fa_plan *plan, fa_cuda_ws *w);
 
 #endif

@@ -1,21 +1,24 @@
 /* GPU tests of the CUDA backend (run on a machine with an H200: `make test-gpu`).
  *
  * Every case builds its tensors on the host with the testing library (tests/lib: layouts with padding and
- * offsets, NaN-poisoned allocations), mirrors each whole allocation to the device, runs STANDARD, FLASH1 and
- * FLASH2 through the public API on a CUDA context, copies the allocations back and checks, against the float64
+ * offsets, NaN-poisoned allocations), mirrors each whole allocation to the device, runs STANDARD, FLASH1, FLASH2
+ * and FLASH3 through the public API on a CUDA context, copies the allocations back and checks, against the float64
  * oracle (tests/lib/oracle.h):
  *   - status FA_OK, or FA_ERR_UNSUPPORTED exactly when the request is outside what the CUDA kernels are built for
- *     (dtype f32 or head_dim not 32/64/96/128 — FLASH2 also 256 — or rows not 16-byte aligned or
- *     explicit tiles for FLASH1/FLASH2), with a reason;
+ *     (dtype f32 or head_dim not 32/64/96/128 — FLASH2 also 256; FLASH3 64/128/256 without softcap or varlen —
+ *     or rows not 16-byte aligned or explicit tiles for the flash kernels), with a reason;
+ *   - FLASH3's backward is FLASH2's, run from FLASH3's out and lse; FA_ALGO_AUTO runs FLASH3 exactly where it can;
  *   - every output element written (outputs poisoned with NaN before each call), nothing outside the views written;
  *   - out, lse, dq, dk, dv within the rule of tests/lib/tolerance.h: max|x − ref| ≤ 2·max|standard − ref| + atol
  *     (STANDARD = our cuBLAS path in the same dtype);
  *   - FLASH2 deterministic backward: bitwise identical over two runs.
- * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer). */
+ * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer).
+ * Each case's line ends with the seconds its oracle and its device calls took. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 
@@ -52,9 +55,24 @@ static int aligned16(const dbuf *d) {
            d->t.stride_head % 8 == 0;
 }
 
-/* Expected: does the CUDA backend run algo a on this case? (nb = 8: the backward's tensors) */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Expected: does the CUDA backend run algo a on this case? (nb = 8: the backward's tensors; FLASH3 runs the forward
+ * only, so its row is asked with the forward's 4) */
 static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     if (a == FA_ALGO_STANDARD) return 1;
+    if (a == FA_ALGO_FLASH3) {
+        if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.softcap > 0 ||
+            c->opts.cu_seqlens_q || c->opts.block_q || c->opts.block_k)
+            return 0;
+        for (int i = 0; i < 4; ++i)
+            if (!aligned16(bufs[i])) return 0;
+        return 1;
+    }
     /* FLASH1 and FLASH2: head_dim 32, 64, 96, 128; FLASH2 also 256 */
     if (c->dt == FA_DTYPE_F32 || !(c->d == 32 || c->d == 64 || c->d == 96 || c->d == 128 ||
                                    (a == FA_ALGO_FLASH2 && c->d == 256)))
@@ -65,7 +83,8 @@ static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     return 1;
 }
 
-static const fa_algo algos[3] = {FA_ALGO_STANDARD, FA_ALGO_FLASH1, FA_ALGO_FLASH2};
+#define N_ALGOS 4
+static const fa_algo algos[N_ALGOS] = {FA_ALGO_STANDARD, FA_ALGO_FLASH1, FA_ALGO_FLASH2, FA_ALGO_FLASH3};
 
 static double lse_err(const float *lse, const double *ref, int64_t n) { return t_max_diff_f(lse, ref, n); }
 
@@ -98,6 +117,7 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
     double *ref = malloc(sizeof(double) * (size_t)(nq > 0 ? nq : 1)), *rlse = malloc(sizeof(double) * (size_t)(nl > 0 ? nl : 1));
     double *rdq = NULL, *rdk = NULL, *rdv = NULL;
     fa_attn_opts opts = c->opts;
+    const double t0 = now_s();
     CHECK_STATUS(t_oracle_forward(&opts, &q.t, &k.t, &v.t, ref, rlse), FA_OK);
     const double refmax = t_max_abs(ref, nq);
     double lscale = t_max_abs(rlse, nl);
@@ -111,13 +131,17 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
         mq = t_max_abs(rdq, nq), mk = t_max_abs(rdk, nk), mv = t_max_abs(rdv, nk);
         gmax = fmax(mq, fmax(mk, mv));
     }
+    const double t1 = now_s();
     float *lse = malloc(sizeof(float) * (size_t)(nl > 0 ? nl : 1)), *dlse = NULL;
     cuda_ok(cudaMalloc((void **)&dlse, sizeof(float) * (size_t)(nl > 0 ? nl : 1)), "cudaMalloc lse");
 
     double err_std = 0, lse_std = 0, gstd[3] = {0, 0, 0};
-    for (int ai = 0; ai < 3; ++ai) {
+    for (int ai = 0; ai < N_ALGOS; ++ai) {
         const fa_algo a = algos[ai];
         const int expect = cuda_runs(a, c, backward ? all_bufs : fwd_bufs, backward ? 8 : 4);
+        /* FLASH3's backward: FLASH2's, from FLASH3's out and lse, and only where FLASH2 runs the backward */
+        const fa_algo ab = a == FA_ALGO_FLASH3 ? FA_ALGO_FLASH2 : a;
+        const int expect_b = a == FA_ALGO_FLASH3 ? cuda_runs(ab, c, all_bufs, 8) : expect;
         for (int det = 0; det <= (backward && a == FA_ALGO_FLASH2 ? 1 : 0); ++det) {
             opts.algo = a;
             opts.deterministic = det;
@@ -162,8 +186,10 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
             for (int rep = 0; rep < (det ? 2 : 1); ++rep) {
                 t_buf_poison(&dq), t_buf_poison(&dk), t_buf_poison(&dv);
                 d_up(&DQ), d_up(&DK), d_up(&DV);
-                st = fa_backward(ctx, &opts, &Q.t, &K.t, &V.t, &O.t, dlse, &DO.t, &DQ.t, &DK.t, &DV.t);
-                if (expect == 0) { /* the backward's views rule it out (e.g. dO or a gradient not 16-byte aligned): refused */
+                fa_attn_opts bopts = opts;
+                bopts.algo = ab;
+                st = fa_backward(ctx, &bopts, &Q.t, &K.t, &V.t, &O.t, dlse, &DO.t, &DQ.t, &DK.t, &DV.t);
+                if (expect_b == 0) { /* the backward's views rule it out (e.g. dO or a gradient not 16-byte aligned): refused */
                     CHECK_STATUS(st, FA_ERR_UNSUPPORTED);
                     CHECK_MSG(strlen(fa_context_last_error(ctx)) > 10, "%s bwd: UNSUPPORTED without a reason",
                               fa_algo_name(a));
@@ -199,7 +225,29 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
             printf(" %s%s %.1e/%.1e/%.1e", fa_algo_name(a), det ? "(det)" : "", e[0], e[1], e[2]);
         }
     }
-    printf("\n");
+    /* AUTO: FLASH3 exactly where it runs the call, else FLASH2 (the forward; the backward always FLASH2) */
+    if (!backward) {
+        opts.algo = FA_ALGO_AUTO;
+        t_buf_poison(&o);
+        d_up(&O);
+        fa_status st = fa_forward(ctx, &opts, &Q.t, &K.t, &V.t, &O.t, dlse);
+        CHECK_STATUS(st, FA_OK);
+        if (st == FA_OK) {
+            const int f3 = cuda_runs(FA_ALGO_FLASH3, c, fwd_bufs, 4) == 1, f2 = cuda_runs(FA_ALGO_FLASH2, c, fwd_bufs, 4);
+            fa_stats s;
+            CHECK_STATUS(fa_last_stats(ctx, &s), FA_OK);
+            if (f3 || f2 == 1)
+                CHECK_MSG(s.algo == (f3 ? FA_ALGO_FLASH3 : FA_ALGO_FLASH2), "auto ran %s, expected %s",
+                          fa_algo_name(s.algo), f3 ? "flash3" : "flash2");
+            cuda_ok(cudaDeviceSynchronize(), "sync after auto");
+            d_down(&O);
+            CHECK_MSG(t_buf_check_written(&o) == 0, "auto: out not written in full");
+            printf(" auto=%s", fa_algo_name(s.algo));
+        } else {
+            fprintf(stderr, "  auto: %s\n", fa_context_last_error(ctx));
+        }
+    }
+    printf(" [oracle %.2fs, device %.2fs]\n", t1 - t0, now_s() - t1);
     free(ref), free(rlse), free(rdq), free(rdk), free(rdv), free(lse);
     cudaFree(dlse);
     for (int i = 0; i < 8; ++i) d_free(all_bufs[i]);
@@ -395,6 +443,37 @@ int main(void) {
             }
             fa_context_destroy(c0);
         }
+    }
+    /* FLASH3: odd lengths, sq != sk both ways, every mask mode, GQA 1/4/8, both dtypes, layouts, head dims 64, 128,
+     * 256, logits of magnitude 1e4 (sigma 100 at d = 128), fully masked rows (causal with sq > sk, a window
+     * beyond the keys); softcap and varlen: FA_ERR_UNSUPPORTED with a reason (AUTO runs FLASH2) */
+    {
+        static const int lens[][2] = {{1, 1}, {17, 113}, {113, 17}, {1023, 1023}, {300, 4097}, {4097, 4097}};
+        const int nl = small ? 3 : (int)(sizeof lens / sizeof lens[0]);
+        for (int li = 0; li < nl; ++li)
+            for (int di = 0; di < 3; ++di)
+                for (int mode = 0; mode < (small ? 2 : 6); ++mode) {
+                    const int d = di == 0 ? 64 : di == 1 ? 128 : 256, sq = lens[li][0], sk = lens[li][1];
+                    if (sq * (int64_t)sk > 1 << 22 && (d != 128 || mode > 1)) continue; /* the oracle's time */
+                    static const int groups[3] = {1, 4, 8};
+                    const int g = groups[(li + mode) % 3];
+                    t_case c = t_case_make(li % 2 ? 2 : 1, sq, sk, 8, 8 / g, d, dts[(li + di + mode) & 1]);
+                    if (mode == 1) c.opts.causal = 1;
+                    if (mode == 2) c.opts.window_left = 37, c.opts.window_right = 5;
+                    if (mode == 3) c.opts.window_left = 100, c.lay_q = T_BHSD, c.lay_kv = T_STRIDED;
+                    if (mode == 4) c.opts.window_left = 0, c.opts.window_right = 0, c.lay_o = T_STRIDED;
+                    if (mode == 5) c.opts.causal = 1, c.sigma = 100;
+                    run_case(ctx, &c, 0);
+                    if (sq * (int64_t)sk <= 1 << 20 && mode < 2) run_case(ctx, &c, 1);
+                }
+        t_case c = t_case_make(1, 130, 257, 4, 2, 128, FA_DTYPE_BF16);
+        c.opts.softcap = 30.f;
+        run_case(ctx, &c, 0);
+        int32_t cq[4], ck[4];
+        const int lq[3] = {100, 0, 130}, lk[3] = {64, 7, 300};
+        t_case cv = varlen_case(3, lq, lk, 4, 4, 128, FA_DTYPE_F16, cq, ck);
+        cv.opts.causal = 1;
+        run_case(ctx, &cv, 0);
     }
     /* random small cases (any dtype, head_dim, layout, mask; explicit tiles dropped half the time) */
     for (int i = 0; i < (small ? 2 : 40); ++i) {

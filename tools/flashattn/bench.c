@@ -309,7 +309,7 @@ static void bench_help(void) {
         "warm-up, then the median of --reps runs; the algorithms of one configuration run interleaved.\n"
         "\n"
         "  --device LIST     cpu, cuda                                   (default cpu)\n"
-        "  --algo LIST       standard, flash1, flash2, auto              (default standard,flash1,flash2)\n"
+        "  --algo LIST       standard, flash1, flash2, flash3, auto      (default standard,flash1,flash2; CUDA +flash3)\n"
         "  --d LIST          head_dim, 1..256                            (default 64)\n"
         "  --seqlen LIST     query length                                (default 1024)\n"
         "  --seqlen-k LIST   key length                                  (default = seqlen)\n"
@@ -343,7 +343,7 @@ static void bench_help(void) {
 
 typedef struct bench_args {
     int_list dev, algo, d, seqlen, seqlen_k, causal, window, gqa, dtype, pass, batch, heads, threads, bq, bk;
-    int have_seqlen_k, have_batch, have_heads, have_dtype;
+    int have_seqlen_k, have_batch, have_heads, have_dtype, have_algo;
     int64_t tokens, reps, warmup;
     double mem_limit_mb;
     int csv, json;
@@ -386,6 +386,7 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         if (strcmp(x, "--peak") == 0) { a->peak = 1; continue; }
         if (strcmp(x, "--json") == 0) { a->json = 1; continue; }
         LISTOPT("--device", parse_device_list, &a->dev)
+        if (opt_is(x, "--algo")) a->have_algo = 1;
         LISTOPT("--algo", parse_algo_list, &a->algo)
         LISTOPT("--d", parse_int_list, 1, 256, &a->d)
         LISTOPT("--head-dim", parse_int_list, 1, 256, &a->d)
@@ -466,6 +467,9 @@ static int bench_run_parsed(const bench_args *A, const bench_sink *sink) {
 
     for (int di = 0; di < A->dev.n; di++) {
         fa_backend dev = (fa_backend)A->dev.v[di];
+        /* the default list: STANDARD, FLASH1, FLASH2, and FLASH3 where it exists (CUDA) */
+        n_algo = A->algo.n > 8 ? 8 : A->algo.n;
+        if (!A->have_algo && dev == FA_BACKEND_CUDA) algos[n_algo++] = FA_ALGO_FLASH3;
         int_list dtypes = A->dtype;
         if (!A->have_dtype) {
             dtypes.n = 1;

@@ -15,8 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define N_ALGOS 3
-static const fa_algo ALGOS[N_ALGOS] = {FA_ALGO_STANDARD, FA_ALGO_FLASH1, FA_ALGO_FLASH2};
+/* FLASH3 (Hopper) on CUDA only; its backward is FLASH2's, run from FLASH3's out and lse */
+#define N_ALGOS 4
+static const fa_algo ALGOS[N_ALGOS] = {FA_ALGO_STANDARD, FA_ALGO_FLASH1, FA_ALGO_FLASH2, FA_ALGO_FLASH3};
+static int n_algos(fa_backend dev) { return dev == FA_BACKEND_CUDA ? 4 : 3; }
 
 enum { OUT_O, OUT_LSE, OUT_DQ, OUT_DK, OUT_DV, N_OUT };
 static const char *OUT_NAME[N_OUT] = {"out", "lse", "dq", "dk", "dv"};
@@ -104,6 +106,7 @@ static void run_algo(fa_context *ctx, fa_backend dev, fa_algo algo, case_data *c
     fa_tensor t[N_BUF];
     for (int i = 0; i < N_BUF; i++) t[i] = on_device(&cd->buf[i], &d[i]);
     fa_status st = fa_forward(ctx, &o, &t[B_Q], &t[B_K], &t[B_V], &t[B_O], (float *)lse.ptr);
+    if (o.algo == FA_ALGO_FLASH3) o.algo = FA_ALGO_FLASH2;
     if (st == FA_OK)
         st = fa_backward(ctx, &o, &t[B_Q], &t[B_K], &t[B_V], &t[B_O], (const float *)lse.ptr, &t[B_DOUT], &t[B_DQ],
                          &t[B_DK], &t[B_DV]);
@@ -202,9 +205,10 @@ static int judge_algo(int a, int64_t ci, const case_data *cd, const run_out *res
 static void check_help(void) {
     printf("usage: flashattn check [--seed S] [--count N] [--first I] [--device cpu|cuda] [--dtype LIST] [--verbose]\n"
            "\n"
-           "Runs STANDARD, FLASH1 and FLASH2, forward and backward, on --count random cases (batch, seqlen_q ≠ seqlen_k,\n"
-           "GQA/MQA heads, head_dim 1..256, causal, sliding window, softcap, scale, varlen with empty sequences,\n"
-           "BSHD/BHSD/strided/broadcast layouts, f32/f16/bf16) and compares out, lse, dq, dk, dv with the float64 oracle.\n"
+           "Runs STANDARD, FLASH1 and FLASH2 (on CUDA also FLASH3, whose backward is FLASH2's), forward and backward, on\n"
+           "--count random cases (batch, seqlen_q ≠ seqlen_k, GQA/MQA heads, head_dim 1..256, causal, sliding window,\n"
+           "softcap, scale, varlen with empty sequences, BSHD/BHSD/strided/broadcast layouts, f32/f16/bf16) and compares\n"
+           "out, lse, dq, dk, dv with the float64 oracle.\n"
            "Pass: max|x-ref| <= 2*max|standard-ref| + ulp(dtype)*max|ref|, under a ceiling (f32: max|x-ref|/max|ref| <=\n"
            "1e-5; f16/bf16: a few ulps). Outputs are poisoned with NaN before every call; an element left unwritten or\n"
            "written outside its view fails. The rule and the cases are the tests' own (docs/testing.md).\n"
@@ -297,7 +301,7 @@ int cmd_check(int argc, char **argv) {
             n_fail_cases++;
         } else {
             run_out res[N_ALGOS];
-            for (int a = 0; a < N_ALGOS; a++) run_algo(ctx, dev, ALGOS[a], &cd, &res[a]);
+            for (int a = 0; a < n_algos(dev); a++) run_algo(ctx, dev, ALGOS[a], &cd, &res[a]);
             /* STANDARD's errors are the yardstick; on a device where it did not run, the CPU's STANDARD. */
             run_out stdr = res[0];
             if (stdr.ok != 1 && dev != FA_BACKEND_CPU) {
@@ -308,7 +312,7 @@ int cmd_check(int argc, char **argv) {
                 }
             }
             int dti = cd.c.dt == FA_DTYPE_F32 ? 0 : cd.c.dt == FA_DTYPE_F16 ? 1 : 2, case_failed = 0;
-            for (int a = 0; a < N_ALGOS; a++) {
+            for (int a = 0; a < n_algos(dev); a++) {
                 agg per_pass[2] = {ag[a][0][dti], ag[a][1][dti]};
                 case_failed |= judge_algo(a, ci, &cd, &res[a], &stdr, per_pass, desc);
                 ag[a][0][dti] = per_pass[0], ag[a][1][dti] = per_pass[1];
@@ -325,7 +329,7 @@ int cmd_check(int argc, char **argv) {
            "worst rel", "worst err/ok", "where");
     printf("|----------|------|-------|------:|-------:|------------:|--------------:|---------------------|\n");
     static const fa_dtype DT[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
-    for (int a = 0; a < N_ALGOS; a++)
+    for (int a = 0; a < n_algos(dev); a++)
         for (int pass = 0; pass < 2; pass++)
             for (int t = 0; t < 3; t++) {
                 agg *g = &ag[a][pass][t];

@@ -136,9 +136,10 @@ static int name_item(const char *sub, const char *opt, const char *item, int64_t
 
 int parse_algo_list(const char *sub, const char *opt, const char *arg, int_list *out) {
     static const name_value tab[] = {{"standard", FA_ALGO_STANDARD}, {"flash1", FA_ALGO_FLASH1},
-                                     {"flash2", FA_ALGO_FLASH2},     {"auto", FA_ALGO_AUTO},
+                                     {"flash2", FA_ALGO_FLASH2},     {"flash3", FA_ALGO_FLASH3},
+                                     {"auto", FA_ALGO_AUTO},
                                      {"std", FA_ALGO_STANDARD},      {NULL, 0}};
-    name_table t = {tab, "algorithm", "standard, flash1, flash2 or auto"};
+    name_table t = {tab, "algorithm", "standard, flash1, flash2, flash3 or auto"};
     return parse_list(sub, opt, arg, out, name_item, &t);
 }
 

@@ -9,7 +9,7 @@ what=${1:-all}
 SRC=src; [ -d src ] || SRC=../../../src
 if ! ./lab 2>&1 | grep -q usage; then
     echo "building lab"
-    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xptxas -warn-spills -I"$SRC" \
+    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xptxas -warn-spills -DFA3_LAB_SCHEDULES -I"$SRC" \
         -o lab lab.cu "$SRC"/cuda/sm90/flash3_fwd.cu 2>&1 | tee "$OUT/build.log" || exit 1
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv | tee "$OUT/gpu.txt"

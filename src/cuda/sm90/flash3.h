@@ -29,7 +29,18 @@ typedef struct fa3_params {
     int window_left; /* -1: unbounded; with causal = 0, window_right -1 too for plain attention */
     int window_right;
     int dtype; /* FA3_BF16 or FA3_FP16 */
+    int ctas;  /* CTAs of the persistent grid; 0 = one per SM of the current device (queried) */
 } fa3_params;
+
+/* What fa3_fwd runs for p: its kernel name (static), tiles Br x Bc, threads and dynamic shared memory per CTA, and
+ * the tiles of Br query rows the persistent CTAs share. */
+typedef struct fa3_shape {
+    const char *kernel;
+    int br, bc, threads;
+    size_t smem;
+    long long tiles;
+} fa3_shape;
+void fa3_shape_of(const fa3_params *p, fa3_shape *s);
 
 /* 1 if fa3_fwd can run p on a device of compute capability cc_major.cc_minor, else 0 with the reason in why. */
 int fa3_supported(const fa3_params *p, int cc_major, int cc_minor, char *why, size_t why_len);
@@ -39,11 +50,10 @@ cudaError_t fa3_fwd(const fa3_params *p, cudaStream_t stream);
 
 /* The same with a chosen schedule, for the lab: 0 serial (S, softmax, P V in turn), 1 the softmax of block j+1
  * overlapped with P_j V_j inside each warpgroup, 2 that plus ping-pong between the two warpgroups (the default),
- * 3 schedule 2 with the wide key block (Bc 192 / 176 / 80 at d = 64 / 128 / 256 instead of 128 / 128 / 64). */
+ * 3 schedule 2 with the wide key block (Bc 192 / 176 / 80 at d = 64 / 128 / 256 instead of 128 / 128 / 64).
+ * Built with FA3_LAB_SCHEDULES only (the lab, bench/lab/flash3). */
 cudaError_t fa3_fwd_schedule(const fa3_params *p, int schedule, cudaStream_t stream);
 
-/* Name of the kernel fa3_fwd runs for p (tile and head dim), for stats and logs. */
-const char *fa3_kernel_name(const fa3_params *p);
 
 #ifdef __cplusplus
 }

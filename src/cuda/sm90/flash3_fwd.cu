@@ -3,6 +3,7 @@
 #include <cudaTypedefs.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "flash3.h"
 #include "flash3_fwd.cuh"
@@ -73,9 +74,9 @@ static cudaError_t fa3_launch(const fa3_params *p, cudaStream_t stream) {
     kp.nmb = (p->seqlen_q + T::Br - 1) / T::Br;
     kp.ntiles = kp.nmb * p->heads_q * p->batch;
     /* persistent: one CTA per SM (the register budget allows no second), tiles handed out round-robin */
-    int dev = 0, sms = 0;
-    if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
-        (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+    int dev = 0, sms = p->ctas;
+    if (sms <= 0 && ((e = cudaGetDevice(&dev)) != cudaSuccess ||
+                     (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess))
         return e;
     const int grid = kp.ntiles < sms ? kp.ntiles : sms;
     fa3_fwd_kernel<D, WIDE, F16, MODE><<<grid, T::THREADS, smem, stream>>>(tq, tk, tv, kp);
@@ -136,14 +137,15 @@ template <int MODE, bool WIDE> static cudaError_t fa3_dispatch(const fa3_params 
 }
 
 static bool fa3_masked(const fa3_params *p) { return p->causal || p->window_left >= 0 || p->window_right >= 0; }
+/* the wide key block where the lab measured it ahead (bench/lab/flash3/results): d = 256 always, d = 128 without a
+ * mask; d = 64 stays at 128 keys (192 was slower at every seqlen) */
+static bool fa3_wide(const fa3_params *p) { return p->head_dim == 256 || (p->head_dim == 128 && !fa3_masked(p)); }
 
 extern "C" cudaError_t fa3_fwd(const fa3_params *p, cudaStream_t stream) {
-    /* the wide key block where the lab measured it ahead (bench/lab/flash3/results): d = 256 always, d = 128
-     * without a mask; d = 64 stays at 128 keys (192 was slower at every seqlen) */
-    const bool wide = p->head_dim == 256 || (p->head_dim == 128 && !fa3_masked(p));
-    return wide ? fa3_dispatch<2, true>(p, stream) : fa3_dispatch<2, false>(p, stream);
+    return fa3_wide(p) ? fa3_dispatch<2, true>(p, stream) : fa3_dispatch<2, false>(p, stream);
 }
 
+#ifdef FA3_LAB_SCHEDULES /* the lab's schedules 0 and 1 (bench/lab/flash3): not built into the library */
 extern "C" cudaError_t fa3_fwd_schedule(const fa3_params *p, int schedule, cudaStream_t stream) {
     switch (schedule) {
     case 0:
@@ -158,18 +160,24 @@ extern "C" cudaError_t fa3_fwd_schedule(const fa3_params *p, int schedule, cudaS
         return cudaErrorInvalidValue;
     }
 }
+#endif
 
-extern "C" const char *fa3_kernel_name(const fa3_params *p) {
-    const bool f16 = p->dtype == FA3_FP16;
+template <int D, bool WIDE> static void fa3_shape_at(const fa3_params *p, const char *kernel, fa3_shape *s) {
+    using T = fa3_tile<D, WIDE>;
+    s->kernel = kernel;
+    s->br = T::Br, s->bc = T::Bc, s->threads = T::THREADS;
+    s->smem = sizeof(fa3_shared<D, WIDE>) + 1024; /* + the 1024-byte alignment of the swizzled tiles */
+    s->tiles = (long long)((p->seqlen_q + T::Br - 1) / T::Br) * p->heads_q * p->batch;
+}
+
+extern "C" void fa3_shape_of(const fa3_params *p, fa3_shape *s) {
+    memset(s, 0, sizeof *s);
     switch (p->head_dim) {
-    case 64:
-        return f16 ? "flash3_fwd_d64_128x128_f16" : "flash3_fwd_d64_128x128_bf16";
+    case 64: return fa3_shape_at<64, false>(p, "cuda.flash3.fwd.wgmma.d64.128x128", s);
     case 128:
-        if (fa3_masked(p)) return f16 ? "flash3_fwd_d128_128x128_f16" : "flash3_fwd_d128_128x128_bf16";
-        return f16 ? "flash3_fwd_d128_128x176_f16" : "flash3_fwd_d128_128x176_bf16";
-    case 256:
-        return f16 ? "flash3_fwd_d256_128x80_f16" : "flash3_fwd_d256_128x80_bf16";
-    default:
-        return "flash3_fwd_unsupported";
+        if (fa3_wide(p)) return fa3_shape_at<128, true>(p, "cuda.flash3.fwd.wgmma.d128.128x176", s);
+        return fa3_shape_at<128, false>(p, "cuda.flash3.fwd.wgmma.d128.128x128", s);
+    case 256: return fa3_shape_at<256, true>(p, "cuda.flash3.fwd.wgmma.d256.128x80", s);
+    default: s->kernel = "cuda.flash3.fwd.unsupported";
     }
 }

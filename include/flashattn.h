@@ -85,7 +85,7 @@ FA_API const char *fa_backend_name(fa_backend backend);
 FA_API int fa_backend_available(fa_backend backend);
 
 typedef enum fa_algo {
-    FA_ALGO_AUTO = 0,      /* the fastest available for the call: FLASH3 on a Hopper GPU where it runs the call, else FLASH2 */
+    FA_ALGO_AUTO = 0,      /* the fastest that runs the call: CPU FLASH2; CUDA FLASH3 (forward), else FLASH2, else STANDARD */
     FA_ALGO_STANDARD = 1,  /* materialise S = scale·QKᵀ and P = softmax(S) per (batch, head): Θ(N²) memory */
     FA_ALGO_FLASH1 = 2,    /* FlashAttention-1 (Algorithm 1): outer loop K/V blocks, inner loop Q blocks */
     FA_ALGO_FLASH2 = 3,    /* FlashAttention-2: outer loop Q blocks, inner loop K/V blocks, LSE only */

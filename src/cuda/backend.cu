@@ -190,21 +190,23 @@ static fa_status fa_std_err(fa_context *ctx, const char *what, fa_std_status r) 
 /* Executes the plan on the context's device; the caller's current device is restored afterwards. */
 static fa_status fa_cuda_run_on(fa_context *ctx, const fa_problem *p, const fa_plan *plan) {
     fa_cuda_state *s = (fa_cuda_state *)ctx->cuda;
-    if (plan->algo == FA_ALGO_FLASH3) { /* no workspace; its own parameter block (sm90/flash3.h) */
-        fa3_params f;
-        fa_flash3_params(p, plan->grid[0], &f);
-        const cudaError_t e = fa3_fwd(&f, s->stream);
-        return e == cudaSuccess ? FA_OK : fa_cuda_err(ctx, "flash3 forward launch", e);
-    }
     fa_status rc = fa_cuda_ws_grow(ctx, s, plan->workspace_bytes);
     if (rc != FA_OK) return rc;
     fa_arena a = fa_arena_over(s->ws, s->ws_size);
     fa_cuda_ws w;
     fa_cuda_ws_layout(&a, p, plan, &w);
+    if (plan->algo == FA_ALGO_FLASH3) { /* its own parameter block (sm90/flash3.h) */
+        fa3_params f;
+        fa_flash3_params(p, plan->grid[0], &f);
+        f.tile_counter = w.tile_counter;
+        if (w.tile_counter) FA_CUDA_TRY(ctx, cudaMemsetAsync(w.tile_counter, 0, sizeof(int), s->stream));
+        const cudaError_t e = fa3_fwd(&f, s->stream);
+        return e == cudaSuccess ? FA_OK : fa_cuda_err(ctx, "flash3 forward launch", e);
+    }
     fa_cuda_params c;
     if ((rc = fa_cuda_prepare(ctx, p, &w, &c)) != FA_OK) return rc;
     const int dtype = (int)p->dtype;
-    if (p->algo == FA_ALGO_STANDARD) {
+    if (plan->algo == FA_ALGO_STANDARD) {
         const fa_std_status r =
             p->is_backward
                 ? fa_standard_backward(&c, dtype, p->cu_q, p->cu_k, s->blas, s->stream, w.standard, w.standard_bytes)
@@ -212,12 +214,12 @@ static fa_status fa_cuda_run_on(fa_context *ctx, const fa_problem *p, const fa_p
         return fa_std_err(ctx, p->is_backward ? "standard backward" : "standard forward", r);
     }
     cudaError_t e;
-    if (p->algo == FA_ALGO_FLASH2)
+    if (plan->algo == FA_ALGO_FLASH2)
         e = p->is_backward ? fa_flash2_bwd_launch(&c, plan, dtype, s->stream) : fa_flash2_fwd_launch(&c, plan, dtype, s->stream);
     else
         e = p->is_backward ? fa_flash1_bwd_launch(&c, plan, dtype, s->stream) : fa_flash1_fwd_launch(&c, plan, dtype, s->stream);
     if (e != cudaSuccess)
-        return fa_cuda_err(ctx, !p->is_backward ? (p->algo == FA_ALGO_FLASH2 ? "flash2 forward launch" : "flash1 forward launch")
+        return fa_cuda_err(ctx, !p->is_backward ? (plan->algo == FA_ALGO_FLASH2 ? "flash2 forward launch" : "flash1 forward launch")
                                                 : "flash backward launch",
                            e);
     return FA_OK;

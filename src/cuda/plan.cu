@@ -104,13 +104,15 @@ static size_t fa_tail_bytes(const fa_problem *p, const fa_plan *plan) {
 void fa_cuda_ws_layout(fa_arena *a, const fa_problem *p, const fa_plan *plan, fa_cuda_ws *w) {
     const size_t rows = fa_stat_rows(p);
     memset(w, 0, sizeof *w);
-    if (p->algo == FA_ALGO_STANDARD) {
+    if (plan->algo == FA_ALGO_FLASH3) { /* the dynamic scheduler's tile counter (masked calls) */
+        if (p->wl >= 0 || p->wr >= 0) w->tile_counter = (int *)fa_arena_take(a, sizeof(int), 256);
+    } else if (plan->algo == FA_ALGO_STANDARD) {
         if (p->is_backward) w->dsum = (float *)fa_arena_take(a, rows * sizeof(float), 256);
         w->standard_bytes = fa_standard_ws_bytes((int)p->hq, (int)p->d, (int)(p->hq / p->hk), p->sq_max, p->sk_max,
                                                  (int)p->dtype, p->is_backward);
         w->standard = fa_arena_take(a, w->standard_bytes, 256);
     } else if (!p->is_backward) {
-        if (p->algo == FA_ALGO_FLASH1) { /* O (fp32), m, ℓ kept in HBM between the outer steps */
+        if (plan->algo == FA_ALGO_FLASH1) { /* O (fp32), m, ℓ kept in HBM between the outer steps */
             w->o_acc = (float *)fa_arena_take(a, rows * p->d * sizeof(float), 256);
             w->row_m = (float *)fa_arena_take(a, rows * sizeof(float), 4);
             w->row_l = (float *)fa_arena_take(a, rows * sizeof(float), 4);
@@ -347,10 +349,52 @@ static fa_status fa_flash3_pick(const fa_cuda_tuning *tu, const fa_problem *p, f
     return FA_OK;
 }
 
-extern "C" fa_status fa_cuda_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
+/* STANDARD: cuBLAS's GEMMs over materialised S and P. */
+static fa_status fa_plan_standard(const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
     const fa_tensor *ts[8] = {&p->q, &p->k, &p->v, &p->o, &p->dout, &p->dq, &p->dk, &p->dv};
-    const char *names[8] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
-    const int nt = p->is_backward ? 8 : 4;
+    static const char *names[8] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
+    for (int i = 0; i < (p->is_backward ? 8 : 4); ++i)
+        if (!fa_tensor_blas_ok(ts[i]))
+            return fa_unsupported(why, why_len,
+                                  "%s: CUDA FA_ALGO_STANDARD (cuBLAS) needs stride_seq >= head_dim and strides < "
+                                  "2^31 (stride_seq %lld, head_dim %lld)",
+                                  names[i], (long long)ts[i]->stride_seq, (long long)ts[i]->head_dim);
+    plan->algo = FA_ALGO_STANDARD;
+    plan->kernel = "cuda.standard.cublas"; /* block_q/block_k: cuBLAS picks its own tiles; ignored as on the CPU */
+    fa_traffic_standard(p, plan);
+    return FA_OK;
+}
+
+/* FLASH1 / FLASH2 (sm80/): 16-bit tensors with 16-byte aligned rows, a built head dim and tile. */
+static fa_status fa_plan_flash(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why,
+                               size_t why_len) {
+    const fa_tensor *ts[8] = {&p->q, &p->k, &p->v, &p->o, &p->dout, &p->dq, &p->dk, &p->dv};
+    static const char *names[8] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
+    if (p->algo != FA_ALGO_FLASH1 && p->algo != FA_ALGO_FLASH2)
+        return fa_unsupported(why, why_len, "algo %s is not implemented on CUDA", fa_algo_name(p->algo));
+    if (p->dtype == FA_DTYPE_F32)
+        return fa_unsupported(why, why_len,
+                              "dtype f32: CUDA FA_ALGO_%s runs on 16-bit tensor cores (f16, bf16); FA_ALGO_STANDARD "
+                              "accepts f32",
+                              p->algo == FA_ALGO_FLASH1 ? "FLASH1" : "FLASH2");
+    fa_status rc = fa_flash_pick(tu, p, plan, why, why_len);
+    if (rc != FA_OK) return rc;
+    for (int i = 0; i < (p->is_backward ? 8 : 4); ++i)
+        if (!fa_tensor_aligned16(ts[i]))
+            return fa_unsupported(why, why_len,
+                                  "%s: CUDA flash kernels need 16-byte aligned rows (data pointer %% 16 == 0 and "
+                                  "every stride a multiple of 8 elements); FA_ALGO_STANDARD takes any layout",
+                                  names[i]);
+    if (p->algo == FA_ALGO_FLASH1)
+        fa_traffic_flash1(p, plan);
+    else
+        fa_traffic_flash2(p, plan);
+    return FA_OK;
+}
+
+/* The plan. An explicit algorithm runs or is refused with the reason; FA_ALGO_AUTO takes the first of FLASH3
+ * (forward), FLASH2, STANDARD that runs the call. */
+extern "C" fa_status fa_cuda_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
     memset(plan, 0, sizeof *plan);
     plan->algo = p->algo;
     if (p->sq_max > INT32_MAX / 2 || p->sk_max > INT32_MAX / 2 || p->q.seqlen > INT32_MAX / 2 ||
@@ -359,41 +403,28 @@ extern "C" fa_status fa_cuda_plan(const fa_context *ctx, const fa_problem *p, fa
     if (p->batch > 65535 || p->hq > 65535)
         return fa_unsupported(why, why_len, "batch %lld x heads %lld: CUDA grid limit is 65535 per dimension",
                               (long long)p->batch, (long long)p->hq);
+    const fa_cuda_tuning *tu = fa_cuda_tuning_of(ctx);
+    fa_status rc;
     if (p->algo == FA_ALGO_STANDARD) {
-        for (int i = 0; i < nt; ++i)
-            if (!fa_tensor_blas_ok(ts[i]))
-                return fa_unsupported(why, why_len,
-                                      "%s: CUDA FA_ALGO_STANDARD (cuBLAS) needs stride_seq >= head_dim and strides < "
-                                      "2^31 (stride_seq %lld, head_dim %lld)",
-                                      names[i], (long long)ts[i]->stride_seq, (long long)ts[i]->head_dim);
-        plan->kernel = "cuda.standard.cublas"; /* block_q/block_k: cuBLAS picks its own tiles; ignored as on the CPU */
-        fa_traffic_standard(p, plan);
+        rc = fa_plan_standard(p, plan, why, why_len);
     } else {
-        const fa_cuda_tuning *tu = fa_cuda_tuning_of(ctx);
-        if (p->algo == FA_ALGO_FLASH3 || (p->algo_auto && !p->is_backward)) {
-            fa_status rc = fa_flash3_pick(tu, p, plan, why, why_len);
-            if (rc != FA_OK || plan->algo == FA_ALGO_FLASH3) return rc; /* no workspace */
+        rc = FA_OK;
+        if (p->algo == FA_ALGO_FLASH3 || (p->algo_auto && !p->is_backward)) rc = fa_flash3_pick(tu, p, plan, why, why_len);
+        if (rc == FA_OK && plan->algo != FA_ALGO_FLASH3) rc = fa_plan_flash(tu, p, plan, why, why_len);
+        if (rc == FA_ERR_UNSUPPORTED && p->algo_auto) {
+            char flash_why[256];
+            snprintf(flash_why, sizeof flash_why, "%s", why);
+            memset(plan, 0, sizeof *plan);
+            rc = fa_plan_standard(p, plan, why, why_len);
+            if (rc != FA_OK) {
+                char std_why[256];
+                snprintf(std_why, sizeof std_why, "%s", why);
+                snprintf(why, why_len, "FA_ALGO_AUTO: no CUDA algorithm runs the call; FLASH2: %s; STANDARD: %s",
+                         flash_why, std_why);
+            }
         }
-        if (p->algo != FA_ALGO_FLASH1 && p->algo != FA_ALGO_FLASH2)
-            return fa_unsupported(why, why_len, "algo %s is not implemented on CUDA", fa_algo_name(p->algo));
-        if (p->dtype == FA_DTYPE_F32)
-            return fa_unsupported(why, why_len,
-                                  "dtype f32: CUDA FA_ALGO_%s runs on 16-bit tensor cores (f16, bf16); FA_ALGO_STANDARD "
-                                  "accepts f32",
-                                  p->algo == FA_ALGO_FLASH1 ? "FLASH1" : "FLASH2");
-        fa_status rc = fa_flash_pick(tu, p, plan, why, why_len);
-        if (rc != FA_OK) return rc;
-        for (int i = 0; i < nt; ++i)
-            if (!fa_tensor_aligned16(ts[i]))
-                return fa_unsupported(why, why_len,
-                                      "%s: CUDA flash kernels need 16-byte aligned rows (data pointer %% 16 == 0 and "
-                                      "every stride a multiple of 8 elements); FA_ALGO_STANDARD takes any layout",
-                                      names[i]);
-        if (p->algo == FA_ALGO_FLASH1)
-            fa_traffic_flash1(p, plan);
-        else
-            fa_traffic_flash2(p, plan);
     }
+    if (rc != FA_OK) return rc;
     fa_arena a = fa_arena_dry();
     fa_cuda_ws w;
     fa_cuda_ws_layout(&a, p, plan, &w);

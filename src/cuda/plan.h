@@ -35,6 +35,7 @@ typedef struct fa_cuda_ws {
     float *dsum, *lse2, *dq_acc, *dk_acc, *dv_acc, *tail_acc; /* backward */
     float *o_acc, *row_m, *row_l;                             /* FLASH1 forward */
     void *standard;                                           /* STANDARD's per-sequence scratch */
+    int *tile_counter;                                        /* FLASH3's dynamic scheduler (masked calls) */
     size_t standard_bytes;
 } fa_cuda_ws;
 /* FLASH3's parameter block for a problem, with the plan's persistent CTAs. */

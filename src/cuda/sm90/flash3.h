@@ -30,6 +30,8 @@ typedef struct fa3_params {
     int window_right;
     int dtype; /* FA3_BF16 or FA3_FP16 */
     int ctas;  /* CTAs of the persistent grid; 0 = one per SM of the current device (queried) */
+    int *tile_counter; /* device int, zero at launch: masked calls take their tiles longest first from it (the
+                        * dynamic scheduler); NULL = the static order for every call */
 } fa3_params;
 
 /* What fa3_fwd runs for p: its kernel name (static), tiles Br x Bc, threads and dynamic shared memory per CTA, and

@@ -42,6 +42,19 @@ static int fa3_map(CUtensorMap *m, const void *base, int dtype, int D, int rows,
     return r == CUDA_SUCCESS ? 0 : -1;
 }
 
+/* K/V bytes a section of the masked order may take: about half the H200's 50 MB L2. */
+#define FA3_L2_KV_BYTES (24u << 20)
+
+static bool fa3_masked(const fa3_params *p) { return p->causal || p->window_left >= 0 || p->window_right >= 0; }
+
+/* Key blocks query block mb visits (the kernel's fa3_work_at). */
+static int fa3_blocks_of(const fa3_params *p, int Br, int Bc, int mb) {
+    const int m0 = mb * Br, m1 = m0 + Br < p->seqlen_q ? m0 + Br : p->seqlen_q;
+    int lo, hi;
+    fa_visible_block32(m0, m1, p->seqlen_q, p->seqlen_k, p->window_left, p->causal ? 0 : p->window_right, &lo, &hi);
+    return hi > lo ? (hi + Bc - 1) / Bc - lo / Bc : 0;
+}
+
 template <int D, bool WIDE, bool F16, int MODE>
 static cudaError_t fa3_launch(const fa3_params *p, cudaStream_t stream) {
     using T = fa3_tile<D, WIDE>;
@@ -73,6 +86,17 @@ static cudaError_t fa3_launch(const fa3_params *p, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
     kp.nmb = (p->seqlen_q + T::Br - 1) / T::Br;
     kp.ntiles = kp.nmb * p->heads_q * p->batch;
+    kp.bh = p->heads_q * p->batch;
+    kp.sec_heads = 0, kp.mb_up = 0, kp.counter = NULL;
+    if (fa3_masked(p) && p->tile_counter) { /* tiles differ in work: longest first, dynamically (the .cuh) */
+        /* sections of (batch, head)s whose K and V take at most FA3_L2_KV_BYTES, so that the tiles in flight
+         * share their K/V in L2 */
+        const double kv_bytes = 4.0 * (double)p->seqlen_k * D;
+        const double sec = (double)FA3_L2_KV_BYTES / (kv_bytes > 1 ? kv_bytes : 1);
+        kp.sec_heads = sec >= kp.bh ? kp.bh : sec < 1 ? 1 : (int)sec;
+        kp.mb_up = fa3_blocks_of(p, T::Br, T::Bc, 0) > fa3_blocks_of(p, T::Br, T::Bc, kp.nmb - 1);
+        kp.counter = p->tile_counter;
+    }
     /* persistent: one CTA per SM (the register budget allows no second), tiles handed out round-robin */
     int dev = 0, sms = p->ctas;
     if (sms <= 0 && ((e = cudaGetDevice(&dev)) != cudaSuccess ||
@@ -136,7 +160,6 @@ template <int MODE, bool WIDE> static cudaError_t fa3_dispatch(const fa3_params 
     }
 }
 
-static bool fa3_masked(const fa3_params *p) { return p->causal || p->window_left >= 0 || p->window_right >= 0; }
 /* the wide key block where the lab measured it ahead (bench/lab/flash3/results): d = 256 always, d = 128 without a
  * mask; d = 64 stays at 128 keys (192 was slower at every seqlen) */
 static bool fa3_wide(const fa3_params *p) { return p->head_dim == 256 || (p->head_dim == 128 && !fa3_masked(p)); }

@@ -36,6 +36,7 @@ template <int D, bool WIDE> struct alignas(1024) fa3_shared {
     uint64_t full_q, empty_q;
     uint64_t full_k[T::ST], full_v[T::ST];
     uint64_t empty_k[T::ST], empty_v[T::ST];
+    int tile; /* the tile of the current Q phase, written by the producer before it arrives on full_q */
 };
 
 struct fa3_kparams {
@@ -44,6 +45,10 @@ struct fa3_kparams {
     int64_t o_batch_stride, o_row_stride, o_head_stride;
     int sq, sk, hq, group, wl, wr;
     int nmb, ntiles; /* query blocks per head; tiles = nmb * heads_q * batch */
+    int bh;          /* heads_q * batch */
+    int sec_heads;   /* > 0: longest-first order inside sections of this many (batch, head)s; 0: query block fastest */
+    int mb_up;       /* with sec_heads: 1 = query blocks in ascending order (the low ones see the most keys) */
+    int *counter;    /* NULL: the static snake; else a zeroed int, the dynamic scheduler's next tile - gridDim.x */
     float scale, scale_log2;
 };
 
@@ -160,11 +165,13 @@ template <int Bc, bool F16> FA_DEV void fa3_pack_p(uint32_t (&pa)[Bc / 16][4], c
 }
 
 /* The work of one tile: query rows [m0, m0 + Br) of head h of batch b, key blocks n_hi - nblk .. n_hi - 1.
- * Tiles are numbered with the query block fastest and, inside one head, the last (for causal the longest) block
- * first. The persistent grid takes them in waves of gridDim.x, CTA c taking slot c of even waves and slot
- * gridDim.x - 1 - c of odd ones: with plain round-robin the causal work a CTA gets depends on c (its blocks all
- * come from the same end of the heads whenever gridDim.x is near a multiple of the blocks per head); the snake
- * order pairs a heavy tile with a light one. Heads stay in order, so the K/V a wave reads are few heads (L2). */
+ * Two orders (the plan picks, README.md):
+ *   - unmasked (every tile the same work): query block fastest, the last block of a head first; the persistent
+ *     grid takes them in waves of gridDim.x, CTA c slot c of even waves and gridDim.x - 1 - c of odd ones (snake),
+ *     and heads stay in order so that the K/V a wave reads are few heads (L2);
+ *   - masked (causal, windows: tiles differ in work): longest first inside sections of sec_heads (batch, head)s
+ *     whose K/V fit in L2 — query block outer (the longest first), head inner — handed out by an atomic counter, so
+ *     that a CTA that finishes early takes the next tile and the last wave holds the shortest tiles. */
 FA_DEV int fa3_tile_of(int wave) {
     return wave * (int)gridDim.x + ((wave & 1) ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x);
 }
@@ -173,7 +180,16 @@ struct fa3_work {
 };
 template <int Br, int Bc> FA_DEV fa3_work fa3_work_at(int tile, const fa3_kparams &p) {
     fa3_work w;
-    const int mb = p.nmb - 1 - tile % p.nmb, bh = tile / p.nmb;
+    int mb, bh;
+    if (p.sec_heads > 0) {
+        const int per = p.sec_heads * p.nmb, sec = tile / per, h0 = sec * p.sec_heads;
+        const int hs = p.bh - h0 < p.sec_heads ? p.bh - h0 : p.sec_heads, local = tile - sec * per;
+        mb = p.mb_up ? local / hs : p.nmb - 1 - local / hs;
+        bh = h0 + local % hs;
+    } else {
+        mb = p.nmb - 1 - tile % p.nmb;
+        bh = tile / p.nmb;
+    }
     w.m0 = mb * Br;
     w.h = bh % p.hq;
     w.b = bh / p.hq;
@@ -210,8 +226,10 @@ __global__ void __launch_bounds__(384, 1)
     }
     __syncthreads();
 
-    /* Both roles walk the same tiles; qi counts the tiles with keys (Q loads), kv the K/V blocks, so that the
-     * stage of K/V block kv is kv % ST and its phase parity (kv / ST) & 1 on both sides. */
+    /* The producer picks each tile and writes it to sm.tile before its arrival on full_q (release; the consumers'
+     * wait acquires), one Q phase per tile — a tile without keys or the end (tile >= ntiles) is a plain arrival
+     * without bytes. qi counts the Q phases, kv the K/V blocks, so that the stage of K/V block kv is kv % ST and its
+     * phase parity (kv / ST) & 1 on both sides. */
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         fa3_regs_dec<24>();
@@ -220,14 +238,24 @@ __global__ void __launch_bounds__(384, 1)
             fa3_prefetch_map(&tk);
             fa3_prefetch_map(&tv);
             int qi = 0, kv = 0;
-            for (int wave = 0; wave * (int)gridDim.x < p.ntiles; wave++) {
-                const int tile = fa3_tile_of(wave);
-                if (tile >= p.ntiles) continue;
-                const fa3_work w = fa3_work_at<Br, Bc>(tile, p);
-                if (w.nblk == 0) continue;
-                const int hk = w.h / p.group;
+            for (int wave = 0;; wave++) {
                 const uint32_t fq = fa3_smem(&sm.full_q);
-                fa3_bar_wait(fa3_smem(&sm.empty_q), (qi & 1) ^ 1);
+                fa3_bar_wait(fa3_smem(&sm.empty_q), (qi & 1) ^ 1); /* the consumers have read the last sm.tile */
+                const int tile = wave == 0 ? (int)blockIdx.x
+                                 : p.counter ? atomicAdd(p.counter, 1) + (int)gridDim.x
+                                             : fa3_tile_of(wave);
+                sm.tile = tile;
+                if (tile >= p.ntiles) {
+                    fa3_bar_arrive(fq);
+                    break;
+                }
+                const fa3_work w = fa3_work_at<Br, Bc>(tile, p);
+                if (w.nblk == 0) {
+                    fa3_bar_arrive(fq);
+                    qi++;
+                    continue;
+                }
+                const int hk = w.h / p.group;
                 fa3_bar_expect_tx(fq, Br * D * 2);
 #pragma unroll
                 for (int c = 0; c < D / 64; c++)
@@ -258,9 +286,10 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t q_base = fa3_smem(sm.q) + cw * 64 * 128;
     const uint32_t k0 = fa3_smem(sm.k[0]), v0 = fa3_smem(sm.v[0]);
     int qi = 0, kv = 0;
-    for (int wave = 0; wave * (int)gridDim.x < p.ntiles; wave++) {
-        const int tile = fa3_tile_of(wave);
-        if (tile >= p.ntiles) continue;
+    for (;;) {
+        fa3_bar_wait(fa3_smem(&sm.full_q), qi & 1);
+        const int tile = *reinterpret_cast<volatile int *>(&sm.tile);
+        if (tile >= p.ntiles) break;
         const fa3_work w = fa3_work_at<Br, Bc>(tile, p);
         const int nblk = w.nblk, n_hi = w.n_hi;
         const int r0 = w.m0 + 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
@@ -278,8 +307,8 @@ __global__ void __launch_bounds__(384, 1)
         uint32_t pa[Bc / 16][4];
         float c0, c1;
 
+        if (nblk == 0) fa3_release(fa3_smem(&sm.empty_q), lane); /* nothing loaded: sm.tile is read */
         if (nblk > 0) {
-            fa3_bar_wait(fa3_smem(&sm.full_q), qi & 1);
             if constexpr (MODE == 0) {
                 /* serial: S, softmax, P V, one block after the other */
                 for (int it = 0; it < nblk; it++) {
@@ -353,9 +382,9 @@ __global__ void __launch_bounds__(384, 1)
                 fa3_fence_regs(o);
                 fa3_release(fa3_smem(&sm.empty_v[s]), lane);
             }
-            qi++;
             kv += nblk;
         }
+        qi++;
 
         /* O = O / l; LSE = m·scale + ln l; a row with l = 0 saw no key: O = 0, LSE = −inf */
         float l0 = R.l0, l1 = R.l1;

@@ -126,6 +126,7 @@ void fa_cuda_ws_layout(fa_arena *a, const fa_problem *p, const fa_plan *plan, fa
         float *t = (float *)fa_arena_take(a, tail, 256);
         w->tail_acc = tail ? t : NULL;
     }
+    fa_contract_layout(a, p, &w->contract);
 }
 
 /* ---- the modelled HBM traffic (no cache), one function per algorithm ---- */
@@ -334,6 +335,7 @@ extern "C" fa_status fa_cuda_plan(const fa_context *ctx, const fa_problem *p, fa
         else
             fa_traffic_flash2(p, plan);
     }
+    fa_contract_traffic(p, plan);
     fa_arena a = fa_arena_dry();
     fa_cuda_ws w;
     fa_cuda_ws_layout(&a, p, plan, &w);

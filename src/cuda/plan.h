@@ -4,6 +4,7 @@
 #ifndef FA_CUDA_PLAN_H
 #define FA_CUDA_PLAN_H
 
+#include "contract.h"
 #include "params.h"
 
 extern "C" {
@@ -35,6 +36,7 @@ typedef struct fa_cuda_ws {
     float *o_acc, *row_m, *row_l;                             /* FLASH1 forward */
     void *standard;                                           /* STANDARD's per-sequence scratch */
     size_t standard_bytes;
+    fa_contract_ws contract;                                  /* every call: the numerics contract (contract.h) */
 } fa_cuda_ws;
 void fa_cuda_ws_layout(fa_arena *a, const fa_problem *p, const fa_plan *plan, fa_cuda_ws *w);
 

@@ -42,10 +42,13 @@ static inline int64_t fa_seqlen_q(const fa_problem *p, int64_t b) {
 static inline int64_t fa_seqlen_k(const fa_problem *p, int64_t b) {
     return p->cu_k ? (int64_t)p->cu_k[b + 1] - p->cu_k[b] : p->k.seqlen;
 }
-/* Element offset of row 0 of (sequence b, head h) in a query-side (is_k = 0) or key-side (is_k = 1) tensor. */
+/* Element offset of row 0 of (sequence b, head h) in a query-side (is_k = 0) or key-side (is_k = 1) tensor. An
+ * empty packed sequence gets the tensor's row 0 (never read): its cu[b] may be one past the last row, an offset
+ * the validated extent does not bound. */
 static inline int64_t fa_row0(const fa_problem *p, const fa_tensor *t, int is_k, int64_t b, int64_t h) {
     const int32_t *cu = is_k ? p->cu_k : p->cu_q;
-    return (cu ? (int64_t)cu[b] * t->stride_seq : b * t->stride_batch) + h * t->stride_head;
+    if (!cu) return b * t->stride_batch + h * t->stride_head;
+    return (cu[b + 1] > cu[b] ? (int64_t)cu[b] * t->stride_seq : 0) + h * t->stride_head;
 }
 /* Index of LSE[b, h, 0]; the LSE row of (b, h) is contiguous. */
 static inline int64_t fa_lse0(const fa_problem *p, int64_t b, int64_t h) {

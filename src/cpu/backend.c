@@ -110,6 +110,9 @@ fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan,
 }
 
 fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st) {
+    int fix = 0;
+    fa_status cs = fa_cpu_contract_prepare(ctx, p, &fix);
+    if (cs != FA_OK) return cs;
     void *ws = fa_workspace(ctx, plan->workspace_bytes);
     if (!ws) return FA_ERR_OUT_OF_MEMORY;
     fa_io io;
@@ -117,8 +120,7 @@ fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, 
     algos[plan->entry][p->is_backward]->run(ctx->kernels, p, plan, ws, &io);
     st->slow_read_bytes = io.read;
     st->slow_write_bytes = io.written;
-    fa_status cs = fa_cpu_contract(ctx, p);
-    if (cs != FA_OK) return cs;
+    if (fix) fa_cpu_contract_fix(ctx, p);
     return FA_OK;
 }
 

@@ -1,10 +1,12 @@
-/* The numerics contract on the CPU (docs/numerics.md), the same for STANDARD, FLASH1 and FLASH2: after the
- * algorithm ran, one scan per (sequence, head) — forward — or (sequence, K/V head) — backward — reads its inputs
- * once and bounds what the fp32 tile loops computed. Where the bound certifies them (finite inputs, |logits| within
- * 2^24 so that exp(S − LSE) cannot overflow on rounding, sums far from the fp32 range) their result stands. Otherwise
- * (a NaN/±inf input, a huge scale, a denormal softcap, values near FLT_MAX) the head is recomputed here in float64
- * from the definition, over the visible keys only, with the contract's rules: logits saturate at ±FA_LOGIT_SAT, rows whose q or any visible key
- * is not finite are NaN, fully masked rows are O = 0 / LSE = −∞. The scan is not counted in fa_stats' traffic. */
+/* The numerics contract on the CPU (docs/numerics.md), the same for STANDARD, FLASH1 and FLASH2. Before the
+ * algorithm runs, one scan per (sequence, head) — forward — or (sequence, K/V head) — backward — reads its inputs
+ * once and bounds what the fp32 tile loops will compute; if some head is not certified, the recompute's workspace
+ * is reserved then, so that nothing can fail once outputs are written. Where the bound certifies them (finite
+ * inputs, |logits| within 2^24 so that exp(S − LSE) cannot overflow on rounding, sums far from the fp32 range)
+ * their result stands. Otherwise (a NaN/±inf input, a huge scale, a denormal softcap, values near FLT_MAX) the head
+ * is recomputed after the algorithm in float64 from the definition, over the visible keys only, with the
+ * contract's rules: logits saturate at ±FA_LOGIT_SAT, rows whose q or any visible key is not finite are NaN, fully
+ * masked rows are O = 0 / LSE = −∞. The scan is not counted in fa_stats' traffic. */
 #include "cpu/cpu.h"
 
 #include "core/half.h"
@@ -187,20 +189,31 @@ static int item_certified(const fa_problem *p, int64_t it) {
     return certified(p, bad, mq, mk, mv, hd.sk) && grad <= FAST_SUM_MAX && 2 * n * mdo <= FAST_SUM_MAX;
 }
 
-fa_status fa_cpu_contract(fa_context *ctx, const fa_problem *p) {
-    const int64_t d = p->d, sk = p->sk_max, heads = p->is_backward ? p->hk : p->hq, items = p->batch * heads;
-    const int threads = ctx->threads;
-    int any = 0;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) reduction(| : any)
-    for (int64_t it = 0; it < items; it++) any |= !item_certified(p, it);
-    if (!any) return FA_OK;
-    /* per thread: s (sk doubles), o or dq (d), and sk flags (forward) or dK, dV (sk·d doubles each, backward) */
+/* Per thread: s (sk doubles), o or dq (d), and sk flags (forward) or dK, dV (sk·d doubles each, backward), in
+ * 64-byte aligned slices (no false sharing). */
+static size_t fix_slice(const fa_problem *p) {
+    const int64_t d = p->d, sk = p->sk_max;
     const size_t bytes = p->is_backward ? sizeof(double) * (size_t)(sk + d + 2 * sk * d)
                                         : sizeof(double) * (size_t)(sk + d) + (size_t)sk;
-    const size_t per = (bytes + 63) & ~(size_t)63; /* 64-byte aligned slices: no false sharing */
-    char *ws = fa_workspace(ctx, per * (size_t)threads);
-    if (!ws) return FA_ERR_OUT_OF_MEMORY;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    return (bytes + 63) & ~(size_t)63;
+}
+
+fa_status fa_cpu_contract_prepare(fa_context *ctx, const fa_problem *p, int *fix) {
+    const int64_t items = p->batch * (p->is_backward ? p->hk : p->hq);
+    int any = 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->threads) reduction(| : any)
+    for (int64_t it = 0; it < items; it++) any |= !item_certified(p, it);
+    *fix = any;
+    if (any && !fa_workspace(ctx, fix_slice(p) * (size_t)ctx->threads)) return FA_ERR_OUT_OF_MEMORY;
+    return FA_OK;
+}
+
+void fa_cpu_contract_fix(fa_context *ctx, const fa_problem *p) {
+    const int64_t d = p->d, sk = p->sk_max, heads = p->is_backward ? p->hk : p->hq, items = p->batch * heads;
+    const size_t per = fix_slice(p);
+    /* the workspace only grows: prepare's reservation is still there, so this returns it and cannot fail */
+    char *ws = fa_workspace(ctx, per * (size_t)ctx->threads);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->threads)
     for (int64_t it = 0; it < items; it++) {
         if (item_certified(p, it)) continue;
         double *s = (double *)(ws + per * (size_t)fa_thread_id()), *o = s + sk;
@@ -216,5 +229,4 @@ fa_status fa_cpu_contract(fa_context *ctx, const fa_problem *p) {
         for (int64_t j = 0; j < hd.sk; j++) kbad[j] = (char)row_bad(p, k, j);
         forward_head(p, &hd, q, k, v, kbad, s, o);
     }
-    return FA_OK;
 }

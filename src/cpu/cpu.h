@@ -80,8 +80,11 @@ static inline fa_arena fa_cpu_ws_thread(const fa_cpu_ws *w, int t) {
 /* Add the threads' counters into *io. */
 void fa_cpu_ws_total(const fa_cpu_ws *w, fa_io *io);
 
-/* The numerics contract after any algorithm: recompute in float64 the heads whose fp32 result the input scan does
- * not certify (a NaN/inf input, huge scale or values; docs/numerics.md). src/cpu/contract.c. */
-fa_status fa_cpu_contract(fa_context *ctx, const fa_problem *p);
+/* The numerics contract around any algorithm (docs/numerics.md, src/cpu/contract.c). prepare, before it: scan the
+ * inputs; *fix = 1 when some head's fp32 result is not certified (a NaN/inf input, huge scale or values), and then
+ * reserve the recompute's workspace (FA_ERR_OUT_OF_MEMORY here, before any output is written). fix, after it (only
+ * when *fix): recompute those heads in float64; cannot fail. */
+fa_status fa_cpu_contract_prepare(fa_context *ctx, const fa_problem *p, int *fix);
+void fa_cpu_contract_fix(fa_context *ctx, const fa_problem *p);
 
 #endif

@@ -187,14 +187,9 @@ static fa_status fa_std_err(fa_context *ctx, const char *what, fa_std_status r) 
     return FA_OK;
 }
 
-/* Executes the plan on the context's device; the caller's current device is restored afterwards. */
-static fa_status fa_cuda_run_on(fa_context *ctx, const fa_problem *p, const fa_plan *plan) {
-    fa_cuda_state *s = (fa_cuda_state *)ctx->cuda;
-    fa_status rc = fa_cuda_ws_grow(ctx, s, plan->workspace_bytes);
-    if (rc != FA_OK) return rc;
-    fa_arena a = fa_arena_over(s->ws, s->ws_size);
-    fa_cuda_ws w;
-    fa_cuda_ws_layout(&a, p, plan, &w);
+/* The plan's algorithm. */
+static fa_status fa_cuda_algo(fa_context *ctx, fa_cuda_state *s, const fa_problem *p, const fa_plan *plan,
+                              const fa_cuda_ws &w, const fa_cuda_params &c) {
     if (plan->algo == FA_ALGO_FLASH3) { /* its own parameter block (sm90/flash3.h) */
         fa3_params f;
         fa_flash3_params(p, plan->grid[0], &f);
@@ -203,8 +198,6 @@ static fa_status fa_cuda_run_on(fa_context *ctx, const fa_problem *p, const fa_p
         const cudaError_t e = fa3_fwd(&f, s->stream);
         return e == cudaSuccess ? FA_OK : fa_cuda_err(ctx, "flash3 forward launch", e);
     }
-    fa_cuda_params c;
-    if ((rc = fa_cuda_prepare(ctx, p, &w, &c)) != FA_OK) return rc;
     const int dtype = (int)p->dtype;
     if (plan->algo == FA_ALGO_STANDARD) {
         const fa_std_status r =
@@ -222,6 +215,24 @@ static fa_status fa_cuda_run_on(fa_context *ctx, const fa_problem *p, const fa_p
         return fa_cuda_err(ctx, !p->is_backward ? (plan->algo == FA_ALGO_FLASH2 ? "flash2 forward launch" : "flash1 forward launch")
                                                 : "flash backward launch",
                            e);
+    return FA_OK;
+}
+
+/* Executes the plan on the context's device, inside the numerics contract's scan and fix-up (contract.h). */
+static fa_status fa_cuda_run_on(fa_context *ctx, const fa_problem *p, const fa_plan *plan) {
+    fa_cuda_state *s = (fa_cuda_state *)ctx->cuda;
+    fa_status rc = fa_cuda_ws_grow(ctx, s, plan->workspace_bytes);
+    if (rc != FA_OK) return rc;
+    fa_arena a = fa_arena_over(s->ws, s->ws_size);
+    fa_cuda_ws w;
+    fa_cuda_ws_layout(&a, p, plan, &w);
+    fa_cuda_params c;
+    if ((rc = fa_cuda_prepare(ctx, p, &w, &c)) != FA_OK) return rc;
+    cudaError_t e = fa_contract_scan(&c, p, &w.contract, s->stream);
+    if (e != cudaSuccess) return fa_cuda_err(ctx, "contract scan", e);
+    if ((rc = fa_cuda_algo(ctx, s, p, plan, w, c)) != FA_OK) return rc;
+    if ((e = fa_contract_fix(&c, p, &w.contract, 2 * s->tune.sm_count, s->stream)) != cudaSuccess)
+        return fa_cuda_err(ctx, "contract fix-up", e);
     return FA_OK;
 }
 

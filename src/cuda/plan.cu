@@ -129,6 +129,7 @@ void fa_cuda_ws_layout(fa_arena *a, const fa_problem *p, const fa_plan *plan, fa
         float *t = (float *)fa_arena_take(a, tail, 256);
         w->tail_acc = tail ? t : NULL;
     }
+    fa_contract_layout(a, p, &w->contract);
 }
 
 /* ---- the modelled HBM traffic (no cache), one function per algorithm ---- */
@@ -425,6 +426,7 @@ extern "C" fa_status fa_cuda_plan(const fa_context *ctx, const fa_problem *p, fa
         }
     }
     if (rc != FA_OK) return rc;
+    fa_contract_traffic(p, plan);
     fa_arena a = fa_arena_dry();
     fa_cuda_ws w;
     fa_cuda_ws_layout(&a, p, plan, &w);

@@ -4,6 +4,7 @@
 #ifndef FA_CUDA_PLAN_H
 #define FA_CUDA_PLAN_H
 
+#include "contract.h"
 #include "params.h"
 #include "sm90/flash3.h"
 
@@ -37,6 +38,7 @@ typedef struct fa_cuda_ws {
     void *standard;                                           /* STANDARD's per-sequence scratch */
     int *tile_counter;                                        /* FLASH3's dynamic scheduler (masked calls) */
     size_t standard_bytes;
+    fa_contract_ws contract;                                  /* every call: the numerics contract (contract.h) */
 } fa_cuda_ws;
 /* FLASH3's parameter block for a problem, with the plan's persistent CTAs. */
 void fa_flash3_params(const fa_problem *p, int ctas, fa3_params *f);

@@ -6,15 +6,16 @@ find_package(CUDAToolkit REQUIRED)
 set(CMAKE_CUDA_ARCHITECTURES 90a)
 set(CMAKE_CUDA_STANDARD 17)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-# backend.cu: context and run; plan.cu: the one decision; standard.cu: cuBLAS; sm80/: the mma.sync / ldmatrix /
-# cp.async kernels (docs/cuda-kernels.md); sm90/: FLASH3 (wgmma, TMA). The kernel files first: they take the longest
-# to compile.
+# backend.cu: context and run; plan.cu: the one decision; contract.cu: the numerics contract (scan, fix-up);
+# standard.cu: cuBLAS; sm80/: the mma.sync / ldmatrix / cp.async kernels (docs/cuda-kernels.md); sm90/: FLASH3
+# (wgmma, TMA). The kernel files first: they take the longest to compile.
 set(FA_CUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/sm90/flash3_fwd.cu
     ${CMAKE_CURRENT_LIST_DIR}/sm80/flash2_bwd.cu
     ${CMAKE_CURRENT_LIST_DIR}/sm80/flash2_fwd.cu
     ${CMAKE_CURRENT_LIST_DIR}/sm80/flash1.cu
     ${CMAKE_CURRENT_LIST_DIR}/sm80/bwd_util.cu
+    ${CMAKE_CURRENT_LIST_DIR}/contract.cu
     ${CMAKE_CURRENT_LIST_DIR}/backend.cu
     ${CMAKE_CURRENT_LIST_DIR}/plan.cu
     ${CMAKE_CURRENT_LIST_DIR}/standard.cu)

@@ -241,6 +241,112 @@ typedef struct fa_stats {
  * Returns FA_ERR_INVALID_ARGUMENT for NULL arguments or when no call has succeeded yet. */
 FA_API fa_status fa_last_stats(const fa_context *ctx, fa_stats *stats);
 
+/* ---------------------------------------------------------------------------------------------------------
+ * KV-cache decoding: split-KV (FlashDecoding), paged caches (PagedAttention), in-place append (docs/decoding.md)
+ * ------------------------------------------------------------------------------------------------------- */
+/* A KV cache, in one of two layouts (the caller owns every array):
+ *   contiguous  block_table == NULL: k, v are [cache_batch, capacity, heads_k, head_dim] (fa_tensor batch, seqlen,
+ *               heads, head_dim; any strides). Sequence b uses cache row batch_idx ? batch_idx[b] : b, and its
+ *               capacity is k.seqlen keys.
+ *   paged       block_table != NULL: k, v are [num_pages, page_size, heads_k, head_dim] (fa_tensor batch = num_pages,
+ *               seqlen = page_size, any page_size >= 1). block_table is int32 [rows, max_pages] with rows of
+ *               block_table_stride entries (0 = max_pages); key t of sequence b is row t % page_size of page
+ *               block_table[r·stride + t / page_size], r = batch_idx ? batch_idx[b] : b. Capacity is
+ *               max_pages · page_size keys. Entries past a sequence's last used page are never read.
+ * seqlens       int32 [batch]: keys already in the cache for each sequence (before this call's append).
+ * batch_idx     NULL, or int32 [batch]: the cache row (contiguous) or block-table row (paged) of sequence b; rows
+ *               must be < cache_rows. Two sequences that append must not share a row or a page.
+ * cache_rows    contiguous: ignored (k.batch is the number of rows); paged: the rows of block_table (0 = batch).
+ * seqlens, block_table and batch_idx are host memory on a CPU context and DEVICE memory on a CUDA context. */
+typedef struct fa_kvcache {
+    fa_tensor k, v;
+    const int32_t *seqlens;
+    const int32_t *block_table;
+    int64_t max_pages;
+    int64_t block_table_stride;
+    const int32_t *batch_idx;
+    int64_t cache_rows;
+} fa_kvcache;
+
+/* Decoding options beyond fa_attn_opts (init with fa_kv_opts_default(); struct_size works as in fa_attn_opts). */
+typedef struct fa_kv_opts {
+    size_t struct_size;
+    /* Split-KV: each (sequence, K/V head) is cut into key ranges computed in parallel and merged by their LSE.
+     * num_splits 0 = the heuristic of docs/decoding.md (enough work items for every SM / thread), 1 = no split,
+     * n > 1 = n splits (capped at one per 16 keys of capacity). split_size > 0 instead cuts every sequence into
+     * ranges of exactly split_size keys (the last one shorter), merged in a fixed order: the result of a sequence
+     * then depends only on its own inputs, never on the rest of the batch (batch-invariant decoding). Setting
+     * both is FA_ERR_INVALID_ARGUMENT. */
+    int num_splits;
+    int split_size;
+    /* Rotary embedding (NULL = off; needs k_new): fp32 tables cos, sin [rotary_seqlen, rotary_dim / 2] (host memory
+     * on a CPU context, device memory on CUDA). Query row i and new key row i of sequence b are rotated at position
+     * seqlens[b] + i on their first rotary_dim dimensions (even, 2..head_dim): interleaved = 1 rotates pairs
+     * (2j, 2j+1) (GPT-J), 0 rotates (j, j + rotary_dim/2) (GPT-NeoX, half-split), as flash-attn's. The rotated k is
+     * what is appended. Positions must be < rotary_seqlen. */
+    const float *rotary_cos, *rotary_sin;
+    int64_t rotary_seqlen;
+    int rotary_dim;
+    int rotary_interleaved;
+    /* Workspace for the split partial results: NULL = the context's (grown when too small: on CUDA that is an
+     * allocation, so before a graph capture make one call of the largest shape or pass a buffer here); else
+     * workspace_bytes >= fa_kvcache_workspace_size(...) bytes of host (CPU) or device (CUDA) memory, 256-aligned. */
+    void *workspace;
+    size_t workspace_bytes;
+    /* CUDA: 1 = copy seqlens / block_table / batch_idx to the host and validate them as the CPU does before the
+     * launch (synchronises the stream: a debug option). 0 = trusted; the kernels still clamp every length to the
+     * capacity and every page index to the pages, so a bad value never reads or writes out of bounds. */
+    int check_indices;
+} fa_kv_opts;
+
+/* As fa_attn_opts_init: fill the first struct_size bytes with the defaults (heuristic splits, no rotary, the
+ * context's workspace, trusted indices). */
+FA_API fa_status fa_kv_opts_init(fa_kv_opts *opts, size_t struct_size);
+static inline fa_kv_opts fa_kv_opts_default(void) {
+    fa_kv_opts o;
+    fa_kv_opts_init(&o, sizeof o);
+    return o;
+}
+
+/* Attention of new queries against a KV cache, after appending the new keys and values in place.
+ *   opts     scale, causal, window, softcap as fa_forward (NULL = defaults); algo, block sizes and cu_seqlens must be
+ *            left at their defaults. The mask is bottom-right aligned over the sequence's keys after the append:
+ *            with seqlen_new = S and L = seqlens[b] + (k_new ? S : 0), query row i sees key j iff j <= i + L - S
+ *            (causal; window as fa_forward).
+ *   kv_opts  NULL = fa_kv_opts_default().
+ *   q        [batch, S, heads_q, head_dim], S >= 1 (decoding 1, speculative decoding a few, chunked prefill more).
+ *   cache    the KV cache (above); heads_q % cache.k.heads == 0 (GQA/MQA), same dtype and head_dim as q.
+ *   k_new, v_new  NULL (nothing appended), or both [batch, S, heads_k, head_dim]: written into the cache at keys
+ *            seqlens[b] .. seqlens[b] + S - 1 of each sequence (rotated first with rotary), then attended to. Only
+ *            those rows of the cache are written; seqlens is not updated (the caller advances it).
+ *   out      [batch, S, heads_q, head_dim], written in full; must not overlap q, the cache or k_new/v_new.
+ *   lse      NULL, or fp32 [batch, heads_q, S] contiguous, natural log (as fa_forward).
+ * Every length, page and row index is validated on the CPU (and on CUDA with check_indices): seqlens[b] >= 0,
+ * seqlens[b] + (k_new ? S : 0) <= capacity, batch_idx[b] < rows, used block-table entries in [0, num_pages),
+ * rotary positions < rotary_seqlen; on error nothing is written, neither out nor the cache.
+ * CUDA: no host synchronisation and no allocation inside the call once the workspace is large enough; the launch
+ * shape depends only on the shapes (capacity, not seqlens), so a captured CUDA graph replays at any cache length.
+ * Returns as fa_forward. */
+FA_API fa_status fa_forward_kvcache(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_opts *kv_opts,
+                                    const fa_tensor *q, const fa_kvcache *cache, const fa_tensor *k_new,
+                                    const fa_tensor *v_new, const fa_tensor *out, float *lse);
+
+/* The workspace bytes the same fa_forward_kvcache call would take (0 when it does not split). Validates the
+ * shapes as the call does; seqlens etc. are not read. */
+FA_API fa_status fa_kvcache_workspace_size(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_opts *kv_opts,
+                                           const fa_tensor *q, const fa_kvcache *cache, const fa_tensor *k_new,
+                                           size_t *bytes);
+
+/* Merge n partial attention states of the same queries over disjoint key sets into the state over their union:
+ *   with w_i = exp(lse_i − M), M = max_i lse_i:  out = Σ w_i out_i / Σ w_i,  lse = M + log Σ w_i  (natural log,
+ *   as fa_forward's LSE). A state with lse_i = −inf contributes nothing; if every lse_i is −inf, out = 0, lse = −inf.
+ *   outs    n tensors [B, S, H, D] of one dtype (any strides), lses[i] fp32 [B, H, S] contiguous; n in 1..32.
+ *   out     [B, S, H, D] of that dtype, written in full; lse NULL or fp32 [B, H, S]. out may be outs[0] exactly
+ *           (same data and strides) and lse may be lses[0]; other overlaps are rejected.
+ * Use: shared-prefix cascades, ring attention, or any split of the keys across calls. Returns as fa_forward. */
+FA_API fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *outs, const float *const *lses,
+                                 const fa_tensor *out, float *lse);
+
 #ifdef __cplusplus
 }
 #endif

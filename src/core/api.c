@@ -2,6 +2,7 @@
 /* The public API: argument validation, then the backend's plan and run, stats. Every entry point checks everything it is given
  * before touching any output; backends receive a validated fa_problem and never print. */
 #include "core/internal.h"
+#include "core/kvcache.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -535,3 +536,13 @@ fa_status fa_backward(fa_context *ctx, const fa_attn_opts *opts, const fa_tensor
     p.dv = *dv;
     return run(ctx, &p);
 }
+
+/* Hooks for src/core/kvcache.c: the same tensor and option rules as fa_forward's. */
+fa_status fa_check_tensor(fa_context *ctx, const char *name, const fa_tensor *t, int is_output, uintptr_t *lo,
+                          uintptr_t *hi) {
+    span sp = {0, 0};
+    fa_status st = check_tensor(ctx, name, t, is_output, &sp);
+    *lo = sp.lo, *hi = sp.hi;
+    return st;
+}
+fa_status fa_read_opts(fa_context *ctx, const fa_attn_opts *in, fa_attn_opts *o) { return read_opts(ctx, in, o); }

@@ -100,6 +100,7 @@ extern "C" fa_status fa_cuda_set_stream(fa_context *ctx, void *stream) {
 }
 
 const fa_cuda_tuning *fa_cuda_tuning_of(const fa_context *ctx) { return &((const fa_cuda_state *)ctx->cuda)->tune; }
+cudaStream_t fa_cuda_stream_of(const fa_context *ctx) { return ((const fa_cuda_state *)ctx->cuda)->stream; }
 
 /* ---- run ---- */
 
@@ -119,6 +120,13 @@ static fa_status fa_cuda_ws_grow(fa_context *ctx, fa_cuda_state *s, size_t bytes
     }
     s->ws_size = bytes;
     return FA_OK;
+}
+
+fa_status fa_cuda_workspace_of(fa_context *ctx, size_t bytes, void **ws) {
+    fa_cuda_state *s = (fa_cuda_state *)ctx->cuda;
+    fa_status rc = fa_cuda_ws_grow(ctx, s, bytes);
+    *ws = s->ws;
+    return rc;
 }
 
 static void fa_fill_strides(const fa_tensor *t, int64_t *sb, int64_t *ss, int64_t *sh) {

@@ -22,6 +22,10 @@ typedef struct fa_cuda_tuning {
 /* The default of split_rows (the split's measurements: docs/cuda-kernels.md). */
 #define FA_CUDA_BWD_SPLIT_ROWS 2048
 const fa_cuda_tuning *fa_cuda_tuning_of(const fa_context *ctx); /* backend.cu */
+/* For the decode path (src/cuda/decode/host.cu), backend.cu: the context's stream, and its cached workspace grown
+ * to at least bytes (an allocation and a stream sync when it grows). */
+cudaStream_t fa_cuda_stream_of(const fa_context *ctx);
+fa_status fa_cuda_workspace_of(fa_context *ctx, size_t bytes, void **ws);
 
 /* plan->aux of a FLASH1/FLASH2 backward. */
 enum {

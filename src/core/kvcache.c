@@ -1,0 +1,422 @@
+/* KV-cache decoding entry points: fa_forward_kvcache, fa_kvcache_workspace_size, fa_merge_states. Every argument is
+ * checked here (shapes, strides, overlaps; on the CPU also every length, page and row index) before a backend plans
+ * and runs the call; nothing is written on error. docs/decoding.md. */
+#include "core/kvcache.h"
+
+#include <stdio.h>
+#include <string.h>
+
+fa_status fa_kv_opts_init(fa_kv_opts *opts, size_t struct_size) {
+    if (!opts || struct_size < sizeof opts->struct_size) return FA_ERR_INVALID_ARGUMENT;
+    fa_kv_opts o;
+    memset(&o, 0, sizeof o);
+    memcpy(opts, &o, struct_size < sizeof o ? struct_size : sizeof o);
+    opts->struct_size = struct_size;
+    return FA_OK;
+}
+
+/* The caller's kv options as this library's struct (the fa_attn_opts rule: known bytes copied, defaults after). */
+static fa_status read_kv_opts(fa_context *ctx, const fa_kv_opts *in, fa_kv_opts *o) {
+    fa_kv_opts_init(o, sizeof *o);
+    if (!in) return FA_OK;
+    const size_t n = in->struct_size;
+    if (n < sizeof in->struct_size)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.struct_size: %zu is too small: initialise kv_opts with "
+                       "fa_kv_opts_default()", n);
+    if (n > sizeof *o) {
+        const unsigned char *extra = (const unsigned char *)in + sizeof *o;
+        for (size_t i = 0; i < n - sizeof *o; i++)
+            if (extra[i])
+                return fa_fail(ctx, FA_ERR_UNSUPPORTED, "kv_opts: fields beyond this library's fa_kv_opts (%zu of %zu "
+                               "bytes) are set", sizeof *o, n);
+    }
+    memcpy(o, in, n < sizeof *o ? n : sizeof *o);
+    o->struct_size = sizeof *o;
+    return FA_OK;
+}
+
+typedef struct span { uintptr_t lo, hi; } span;
+static int overlap(span a, span b) { return a.lo < b.hi && b.lo < a.hi; }
+
+static fa_status tensor(fa_context *ctx, const char *name, const fa_tensor *t, int is_output, span *sp) {
+    return fa_check_tensor(ctx, name, t, is_output, &sp->lo, &sp->hi);
+}
+
+static fa_status fp32_span(fa_context *ctx, const char *name, const void *ptr, int64_t n, span *sp) {
+    int64_t bytes;
+    sp->lo = (uintptr_t)ptr;
+    if (__builtin_mul_overflow(n, (int64_t)sizeof(float), &bytes) || __builtin_add_overflow(sp->lo, (uintptr_t)bytes, &sp->hi))
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: extent overflows the address space", name);
+    return FA_OK;
+}
+
+/* shape [b, s, h, d] and dtype of t against the expected ones */
+static fa_status shape(fa_context *ctx, const char *name, const fa_tensor *t, fa_dtype dt, int64_t b, int64_t s,
+                       int64_t h, int64_t d) {
+    if (t->dtype != dt)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: dtype %s does not match q's %s", name, fa_dtype_name(t->dtype),
+                       fa_dtype_name(dt));
+    if (t->batch != b || t->seqlen != s || t->heads != h || t->head_dim != d)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, %lld]",
+                       name, (long long)t->batch, (long long)t->seqlen, (long long)t->heads, (long long)t->head_dim,
+                       (long long)b, (long long)s, (long long)h, (long long)d);
+    return FA_OK;
+}
+
+static fa_status check_attn_opts(fa_context *ctx, const fa_attn_opts *in, fa_kv_problem *p) {
+    fa_attn_opts o;
+    fa_status st = fa_read_opts(ctx, in, &o);
+    if (st != FA_OK) return st;
+    if (o.algo != FA_ALGO_AUTO)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.algo: %s; decoding has its own kernel, leave it FA_ALGO_AUTO",
+                       fa_algo_name(o.algo));
+    if (o.block_q || o.block_k)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.block_q/block_k: (%d, %d); decoding takes no tile sizes",
+                       o.block_q, o.block_k);
+    if (o.cu_seqlens_q || o.cu_seqlens_k)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.cu_seqlens_q/k: set; the cache's seqlens give the lengths");
+    if (!isfinite(o.scale)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.scale: %g is not finite", o.scale);
+    if (!isfinite(o.softcap) || o.softcap < 0)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.softcap: %g must be finite and >= 0", o.softcap);
+    if (o.window_left < -1 || o.window_right < -1)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.window_left/right: (%d, %d), each must be >= -1",
+                       o.window_left, o.window_right);
+    if (o.causal != 0 && o.causal != 1)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.causal: %d must be 0 or 1", o.causal);
+    p->scale = o.scale;
+    p->softcap = o.softcap;
+    p->wl = o.window_left;
+    p->wr = o.causal ? 0 : o.window_right;
+    return FA_OK;
+}
+
+static fa_status check_kv_opts(fa_context *ctx, const fa_kv_opts *in, fa_kv_problem *p) {
+    fa_kv_opts o;
+    fa_status st = read_kv_opts(ctx, in, &o);
+    if (st != FA_OK) return st;
+    if (o.num_splits < 0 || o.num_splits > 1024)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.num_splits: %d must be in 0..1024", o.num_splits);
+    if (o.split_size < 0)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.split_size: %d must be >= 0", o.split_size);
+    if (o.split_size && o.num_splits)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.split_size: %d with num_splits = %d; set one of them",
+                       o.split_size, o.num_splits);
+    if (!o.rotary_cos != !o.rotary_sin)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.rotary_%s: NULL while rotary_%s is set",
+                       o.rotary_cos ? "sin" : "cos", o.rotary_cos ? "cos" : "sin");
+    if (o.rotary_cos) {
+        if (o.rotary_dim < 2 || o.rotary_dim % 2 || o.rotary_dim > p->d)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.rotary_dim: %d must be even and in 2..head_dim (%lld)",
+                           o.rotary_dim, (long long)p->d);
+        if (o.rotary_seqlen < 1)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.rotary_seqlen: %lld must be >= 1",
+                           (long long)o.rotary_seqlen);
+        if (o.rotary_interleaved != 0 && o.rotary_interleaved != 1)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.rotary_interleaved: %d must be 0 or 1",
+                           o.rotary_interleaved);
+    }
+    if (o.workspace && !o.workspace_bytes)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.workspace_bytes: 0 with a workspace");
+    if (o.workspace && ((uintptr_t)o.workspace & 255))
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.workspace: %p is not 256-byte aligned", o.workspace);
+    if (o.check_indices != 0 && o.check_indices != 1)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.check_indices: %d must be 0 or 1", o.check_indices);
+    p->num_splits = o.num_splits;
+    p->split_size = o.split_size;
+    p->rot_cos = o.rotary_cos;
+    p->rot_sin = o.rotary_sin;
+    p->rot_seqlen = o.rotary_seqlen;
+    p->rot_dim = o.rotary_cos ? o.rotary_dim : 0;
+    p->rot_interleaved = o.rotary_interleaved;
+    p->workspace = o.workspace;
+    p->workspace_bytes = o.workspace ? o.workspace_bytes : 0;
+    p->check_indices = o.check_indices;
+    return FA_OK;
+}
+
+/* The cache descriptor's shapes (not its index arrays). */
+static fa_status check_cache(fa_context *ctx, const fa_kvcache *c, fa_kv_problem *p, span *sk, span *sv) {
+    if (!c) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache: NULL");
+    fa_status st;
+    if ((st = tensor(ctx, "cache.k", &c->k, p->append, sk)) || (st = tensor(ctx, "cache.v", &c->v, p->append, sv)))
+        return st;
+    if ((st = shape(ctx, "cache.k", &c->k, p->dtype, c->k.batch, c->k.seqlen, c->k.heads, p->d)) ||
+        (st = shape(ctx, "cache.v", &c->v, p->dtype, c->k.batch, c->k.seqlen, c->k.heads, p->d)))
+        return st;
+    if (p->hq % c->k.heads)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.k: heads = %lld does not divide q.heads = %lld (GQA/MQA)",
+                       (long long)c->k.heads, (long long)p->hq);
+    if (!c->seqlens) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.seqlens: NULL");
+    p->kc = c->k;
+    p->vc = c->v;
+    p->hk = c->k.heads;
+    p->seqlens = c->seqlens;
+    p->batch_idx = c->batch_idx;
+    p->block_table = c->block_table;
+    p->paged = c->block_table != NULL;
+    if (p->paged) {
+        if (c->max_pages < 1 || c->max_pages > INT32_MAX)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.max_pages: %lld must be in 1..2^31-1 with a block table",
+                           (long long)c->max_pages);
+        p->bt_stride = c->block_table_stride ? c->block_table_stride : c->max_pages;
+        if (p->bt_stride < c->max_pages)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.block_table_stride: %lld is below max_pages %lld",
+                           (long long)c->block_table_stride, (long long)c->max_pages);
+        if (c->cache_rows < 0)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.cache_rows: %lld is negative", (long long)c->cache_rows);
+        p->cache_rows = c->cache_rows ? c->cache_rows : p->batch;
+        if (!c->batch_idx && p->cache_rows < p->batch)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.cache_rows: %lld block-table rows for batch %lld "
+                           "(without batch_idx each sequence needs its own row)", (long long)p->cache_rows,
+                           (long long)p->batch);
+        int64_t rows_extent;
+        if (__builtin_mul_overflow(p->cache_rows, p->bt_stride, &rows_extent))
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.block_table: extent overflows int64");
+        p->page_size = c->k.seqlen;
+        p->num_pages = c->k.batch;
+        if (__builtin_mul_overflow(c->max_pages, p->page_size, &p->capacity))
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache: capacity max_pages x page_size overflows int64");
+    } else {
+        p->cache_rows = c->k.batch;
+        p->page_size = c->k.seqlen;
+        p->num_pages = 0;
+        p->capacity = c->k.seqlen;
+        if (!c->batch_idx && c->k.batch < p->batch)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.k: batch = %lld rows for %lld sequences (without "
+                           "batch_idx each sequence needs its own row)", (long long)c->k.batch, (long long)p->batch);
+    }
+    if (p->capacity > INT32_MAX)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache: capacity %lld keys is above 2^31-1 (seqlens are int32)",
+                       (long long)p->capacity);
+    if (p->append && p->sq > p->capacity)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "k_new: seqlen %lld is above the cache's capacity %lld",
+                       (long long)p->sq, (long long)p->capacity);
+    return FA_OK;
+}
+
+/* Everything but the contents of the index arrays; fills p. */
+static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_opts *kv_opts, const fa_tensor *q,
+                       const fa_kvcache *cache, const fa_tensor *k_new, const fa_tensor *v_new, const fa_tensor *out,
+                       float *lse, int check_out, fa_kv_problem *p) {
+    memset(p, 0, sizeof *p);
+    span sq, sk, sv, skn = {0, 0}, svn = {0, 0}, so = {0, 0}, sl = {0, 0};
+    fa_status st;
+    if ((st = tensor(ctx, "q", q, 0, &sq))) return st;
+    if (q->head_dim > 256)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "head_dim: %lld is above the supported maximum 256", (long long)q->head_dim);
+    p->dtype = q->dtype;
+    p->batch = q->batch;
+    p->sq = q->seqlen;
+    p->hq = q->heads;
+    p->d = q->head_dim;
+    p->q = *q;
+    if ((st = check_attn_opts(ctx, opts, p))) return st;
+    if ((st = check_kv_opts(ctx, kv_opts, p))) return st;
+    if (p->scale == 0) p->scale = (float)(1.0 / sqrt((double)p->d));
+    if (!k_new != !v_new)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: NULL while %s is set", k_new ? "v_new" : "k_new",
+                       k_new ? "k_new" : "v_new");
+    p->append = k_new != NULL;
+    if (p->rot_cos && !p->append)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.rotary_cos: rotary needs k_new/v_new (the new keys are "
+                       "rotated at their positions)");
+    if ((st = check_cache(ctx, cache, p, &sk, &sv))) return st;
+    if (p->append) {
+        if ((st = tensor(ctx, "k_new", k_new, 0, &skn)) || (st = tensor(ctx, "v_new", v_new, 0, &svn))) return st;
+        if ((st = shape(ctx, "k_new", k_new, p->dtype, p->batch, p->sq, p->hk, p->d)) ||
+            (st = shape(ctx, "v_new", v_new, p->dtype, p->batch, p->sq, p->hk, p->d)))
+            return st;
+        p->kn = *k_new;
+        p->vn = *v_new;
+        p->k_new = &p->kn;
+        p->v_new = &p->vn;
+        /* the cache is written: it must not overlap what is read while writing it */
+        if (overlap(sk, sv)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.v: memory overlaps cache.k (appended to)");
+        const span ins[3] = {sq, skn, svn};
+        static const char *const in_names[3] = {"q", "k_new", "v_new"};
+        for (int i = 0; i < 3; i++)
+            if (overlap(sk, ins[i]) || overlap(sv, ins[i]))
+                return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache: memory overlaps %s (the cache is appended to)",
+                               in_names[i]);
+    }
+    if (check_out) {
+        if ((st = tensor(ctx, "out", out, 1, &so))) return st;
+        if ((st = shape(ctx, "out", out, p->dtype, p->batch, p->sq, p->hq, p->d))) return st;
+        p->o = *out;
+        const span all[5] = {sq, sk, sv, skn, svn};
+        static const char *const names[5] = {"q", "cache.k", "cache.v", "k_new", "v_new"};
+        for (int i = 0; i < 5; i++)
+            if (overlap(so, all[i])) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "out: memory overlaps %s", names[i]);
+        if (lse) {
+            if ((st = fp32_span(ctx, "lse", lse, p->batch * p->hq * p->sq, &sl))) return st;
+            if (overlap(sl, so)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: memory overlaps out");
+            for (int i = 0; i < 5; i++)
+                if (overlap(sl, all[i])) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: memory overlaps %s", names[i]);
+        }
+        p->lse = lse;
+    }
+    p->max_len = p->capacity;
+    return FA_OK;
+}
+
+fa_status fa_kv_check_indices(fa_context *ctx, const fa_kv_problem *p, const int32_t *seqlens,
+                              const int32_t *block_table, const int32_t *batch_idx) {
+    const int64_t add = p->append ? p->sq : 0;
+    for (int64_t b = 0; b < p->batch; b++) {
+        const int64_t row = batch_idx ? batch_idx[b] : b;
+        if (batch_idx && (row < 0 || row >= p->cache_rows))
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.batch_idx[%lld] = %lld is outside 0..%lld", (long long)b,
+                           (long long)row, (long long)p->cache_rows - 1);
+        const int64_t len = seqlens[b];
+        if (len < 0 || len + add > p->capacity)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.seqlens[%lld] = %lld: with %lld new keys it must be in "
+                           "0..%lld (the capacity is %lld)", (long long)b, (long long)len, (long long)add,
+                           (long long)(p->capacity - add), (long long)p->capacity);
+        if (p->rot_cos && len + p->sq > p->rot_seqlen)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.rotary_seqlen: %lld positions, sequence %lld needs "
+                           "%lld", (long long)p->rot_seqlen, (long long)b, (long long)(len + p->sq));
+        if (p->paged) {
+            const int64_t used = (len + add + p->page_size - 1) / p->page_size;
+            for (int64_t j = 0; j < used; j++) {
+                const int32_t pg = block_table[row * p->bt_stride + j];
+                if (pg < 0 || pg >= p->num_pages)
+                    return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.block_table[%lld][%lld] = %d is outside "
+                                   "0..%lld (sequence %lld)", (long long)row, (long long)j, pg,
+                                   (long long)p->num_pages - 1, (long long)b);
+            }
+        }
+    }
+    return FA_OK;
+}
+
+int fa_kv_split_heuristic(int64_t items, int workers, int64_t blocks, int max_splits) {
+    if (items <= 0 || workers <= 0 || blocks <= 1) return 1;
+    if ((double)items >= 0.8 * workers) return 1;
+    if (max_splits > blocks) max_splits = (int)blocks;
+    double eff[1025], best = 0;
+    for (int n = 1; n <= max_splits && n <= 1024; n++) {
+        const double waves = (double)items * n / workers;
+        eff[n] = waves / ceil(waves);
+        if (eff[n] > best) best = eff[n];
+    }
+    for (int n = 1; n <= max_splits && n <= 1024; n++) {
+        /* a count that gives each split as many blocks as the one before it is no better: skip it */
+        if (n > 1 && (blocks + n - 1) / n == (blocks + n - 2) / (n - 1)) continue;
+        if (eff[n] >= 0.85 * best) return n;
+    }
+    return 1;
+}
+
+static fa_status plan_of(fa_context *ctx, const fa_kv_problem *p, fa_plan *plan) {
+    memset(plan, 0, sizeof *plan);
+    char why[256] = "";
+    const int cuda = ctx->backend == FA_BACKEND_CUDA;
+    fa_status st = cuda ? fa_cuda_kv_plan(ctx, p, plan, why, sizeof why) : fa_cpu_kv_plan(ctx, p, plan, why, sizeof why);
+    if (st != FA_OK) return fa_fail(ctx, st, "%s", why[0] ? why : "the backend has no decoding plan for this call");
+    return FA_OK;
+}
+
+fa_status fa_forward_kvcache(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_opts *kv_opts, const fa_tensor *q,
+                             const fa_kvcache *cache, const fa_tensor *k_new, const fa_tensor *v_new,
+                             const fa_tensor *out, float *lse) {
+    if (!ctx) return FA_ERR_INVALID_ARGUMENT;
+    ctx->err[0] = 0;
+    fa_kv_problem p;
+    fa_status st = build(ctx, opts, kv_opts, q, cache, k_new, v_new, out, lse, 1, &p);
+    if (st != FA_OK) return st;
+    if (ctx->backend == FA_BACKEND_CPU &&
+        (st = fa_kv_check_indices(ctx, &p, p.seqlens, p.block_table, p.batch_idx)) != FA_OK)
+        return st;
+    fa_plan plan;
+    if ((st = plan_of(ctx, &p, &plan)) != FA_OK) return st;
+    if (p.workspace && p.workspace_bytes < plan.workspace_bytes)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.workspace_bytes: %zu, the call needs %zu "
+                       "(fa_kvcache_workspace_size)", p.workspace_bytes, plan.workspace_bytes);
+    fa_stats s;
+    memset(&s, 0, sizeof s);
+    s.backend = ctx->backend;
+    s.algo = FA_ALGO_FLASH2;
+    s.kernel = plan.kernel;
+    s.block_q = plan.block_q;
+    s.block_k = plan.block_k;
+    s.threads = ctx->backend == FA_BACKEND_CUDA ? 0 : plan.threads;
+    s.slow_read_bytes = (int64_t)plan.read_bytes;
+    s.slow_write_bytes = (int64_t)plan.write_bytes;
+    s.extra_bytes = (int64_t)plan.workspace_bytes;
+    st = ctx->backend == FA_BACKEND_CUDA ? fa_cuda_kv_run(ctx, &p, &plan, &s) : fa_cpu_kv_run(ctx, &p, &plan, &s);
+    if (st != FA_OK) return st;
+    ctx->stats = s;
+    ctx->has_stats = 1;
+    return FA_OK;
+}
+
+fa_status fa_kvcache_workspace_size(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_opts *kv_opts,
+                                    const fa_tensor *q, const fa_kvcache *cache, const fa_tensor *k_new,
+                                    size_t *bytes) {
+    if (!ctx) return FA_ERR_INVALID_ARGUMENT;
+    ctx->err[0] = 0;
+    if (!bytes) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "bytes: NULL");
+    fa_kv_problem p;
+    /* v_new only matters through its presence: k_new stands in for it */
+    fa_status st = build(ctx, opts, kv_opts, q, cache, k_new, k_new, NULL, NULL, 0, &p);
+    if (st != FA_OK) return st;
+    fa_plan plan;
+    if ((st = plan_of(ctx, &p, &plan)) != FA_OK) return st;
+    *bytes = plan.workspace_bytes;
+    return FA_OK;
+}
+
+fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *outs, const float *const *lses,
+                          const fa_tensor *out, float *lse) {
+    if (!ctx) return FA_ERR_INVALID_ARGUMENT;
+    ctx->err[0] = 0;
+    if (n < 1 || n > 32) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "n: %d must be in 1..32", n);
+    if (!outs) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "outs: NULL");
+    if (!lses) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lses: NULL");
+    fa_status st;
+    span so, sl = {0, 0}, si[32], sli[32];
+    if ((st = tensor(ctx, "out", out, 1, &so))) return st;
+    if (out->head_dim > 256)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "out: head_dim %lld is above the supported maximum 256",
+                       (long long)out->head_dim);
+    const int64_t rows = out->batch * out->heads * out->seqlen;
+    if (lse && (st = fp32_span(ctx, "lse", lse, rows, &sl))) return st;
+    if (lse && overlap(sl, so)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: memory overlaps out");
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "outs[%d]", i);
+        if ((st = tensor(ctx, name, &outs[i], 0, &si[i]))) return st;
+        if ((st = shape(ctx, name, &outs[i], out->dtype, out->batch, out->seqlen, out->heads, out->head_dim))) return st;
+        if (!lses[i]) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lses[%d]: NULL", i);
+        snprintf(name, sizeof name, "lses[%d]", i);
+        if ((st = fp32_span(ctx, name, lses[i], rows, &sli[i]))) return st;
+        const int same_out = i == 0 && outs[0].data == out->data && outs[0].stride_batch == out->stride_batch &&
+                             outs[0].stride_seq == out->stride_seq && outs[0].stride_head == out->stride_head;
+        const int same_lse = i == 0 && lse && lses[0] == lse;
+        if (!same_out && overlap(si[i], so))
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "out: memory overlaps outs[%d]", i);
+        if (overlap(sli[i], so)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "out: memory overlaps lses[%d]", i);
+        if (lse && !same_lse && overlap(sli[i], sl))
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: memory overlaps lses[%d]", i);
+        if (lse && overlap(si[i], sl)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: memory overlaps outs[%d]", i);
+    }
+    fa_merge_problem m = {n, outs, lses, *out, lse};
+    return ctx->backend == FA_BACKEND_CUDA ? fa_cuda_merge(ctx, &m) : fa_cpu_merge(ctx, &m);
+}
+
+#ifndef FA_HAVE_CUDA
+/* Without the CUDA backend no CUDA context exists; these keep the link whole. */
+fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan *plan, char *why, size_t why_len) {
+    (void)ctx, (void)p, (void)plan;
+    snprintf(why, why_len, "CUDA is not built into this library");
+    return FA_ERR_BACKEND_UNAVAILABLE;
+}
+fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *plan, fa_stats *st) {
+    (void)p, (void)plan, (void)st;
+    return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
+}
+fa_status fa_cuda_merge(fa_context *ctx, const fa_merge_problem *m) {
+    (void)m;
+    return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
+}
+#endif

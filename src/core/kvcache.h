@@ -1,0 +1,85 @@
+/* Internal interface of KV-cache decoding between src/core/kvcache.c (validation, the split heuristic, stats) and
+ * the backends' decode paths (src/cpu/algo/decode.c, src/cuda/decode/). Backends receive a validated
+ * fa_kv_problem, make its plan and run it. docs/decoding.md describes the whole path. */
+#ifndef FA_CORE_KVCACHE_H
+#define FA_CORE_KVCACHE_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "core/internal.h"
+
+/* A validated fa_forward_kvcache call. */
+typedef struct fa_kv_problem {
+    fa_dtype dtype;
+    int64_t batch, sq;         /* sequences, new query rows per sequence (S) */
+    int64_t hq, hk, d;
+    float scale, softcap;      /* scale resolved (never 0); softcap 0 = off */
+    int wl, wr;                /* window, -1 = unbounded; causal folded in as wr = 0 */
+    fa_tensor q, o;            /* q, out */
+    fa_tensor kc, vc;          /* the cache tensors (contiguous rows or pages) */
+    int paged;
+    int64_t page_size;         /* paged: kc.seqlen; contiguous: the capacity */
+    int64_t num_pages;         /* paged: kc.batch */
+    int64_t capacity;          /* keys per sequence the cache can hold */
+    int64_t cache_rows;        /* contiguous: kc.batch; paged: block-table rows */
+    const int32_t *seqlens, *block_table, *batch_idx; /* host (CPU) or device (CUDA) */
+    int64_t bt_stride;
+    const fa_tensor *k_new, *v_new; /* NULL = no append */
+    fa_tensor kn, vn;          /* copies when appending */
+    int append;
+    const float *rot_cos, *rot_sin; /* NULL = no rotary */
+    int64_t rot_seqlen;
+    int rot_dim, rot_interleaved;
+    int num_splits, split_size;/* as given (0 = heuristic / off) */
+    float *lse;                /* may be NULL */
+    void *workspace;           /* caller's, or NULL */
+    size_t workspace_bytes;
+    int check_indices;
+    int64_t max_len;           /* CPU: the longest sequence after the append (seqlens read); CUDA: the capacity */
+} fa_kv_problem;
+
+/* Cache row of sequence b (batch_idx or b). Host arrays only. */
+static inline int64_t fa_kv_row(const fa_kv_problem *p, int64_t b) { return p->batch_idx ? p->batch_idx[b] : b; }
+
+/* The split count: with `items` independent work items (sequence x K/V head) on `workers` SMs or threads, each
+ * over `blocks` key blocks, the fewest splits (<= max_splits) whose waves of items x splits fill the workers within
+ * 85 % of the best efficiency; 1 when the items alone fill 80 % of the workers. docs/decoding.md. */
+int fa_kv_split_heuristic(int64_t items, int workers, int64_t blocks, int max_splits);
+
+/* Tensor validation shared with api.c (the same rules as fa_forward's); fills the byte span [*lo, *hi). */
+fa_status fa_check_tensor(fa_context *ctx, const char *name, const fa_tensor *t, int is_output, uintptr_t *lo,
+                          uintptr_t *hi);
+/* fa_attn_opts as this library's struct (api.c's read_opts). */
+fa_status fa_read_opts(fa_context *ctx, const fa_attn_opts *in, fa_attn_opts *o);
+
+/* The cache validation of the CPU, on host copies of the index arrays (CUDA's check_indices uses it too). */
+fa_status fa_kv_check_indices(fa_context *ctx, const fa_kv_problem *p, const int32_t *seqlens,
+                              const int32_t *block_table, const int32_t *batch_idx);
+
+/* A validated fa_merge_states call. */
+typedef struct fa_merge_problem {
+    int n;
+    const fa_tensor *outs;
+    const float *const *lses;
+    fa_tensor o;
+    float *lse;
+} fa_merge_problem;
+
+/* ---- Backends ----
+ * kv_plan fills plan (kernel name, splits in aux[FA_KV_AUX_SPLITS], split size in keys in aux[FA_KV_AUX_CHUNK],
+ * workspace, modelled traffic); kv_run executes it. merge runs fa_merge_states. */
+enum { FA_KV_AUX_SPLITS = 0, FA_KV_AUX_CHUNK = 1, FA_KV_AUX_FIXED = 2 };
+
+fa_status fa_cpu_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan *plan, char *why, size_t why_len);
+fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *plan, fa_stats *st);
+fa_status fa_cpu_merge(fa_context *ctx, const fa_merge_problem *m);
+
+fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan *plan, char *why, size_t why_len);
+fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *plan, fa_stats *st);
+fa_status fa_cuda_merge(fa_context *ctx, const fa_merge_problem *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,368 @@
+/* KV-cache decoding on the CPU (FlashDecoding over a contiguous or paged cache): the plan (split count, workspace,
+ * modelled traffic), the run — append the new K/V rows in place (rotary applied), then one work item per
+ * (sequence, K/V head, split) computing all the query rows that read that K/V head, then the LSE merge of the
+ * splits — and fa_merge_states. docs/decoding.md. */
+#include "cpu/cpu.h"
+#include "cpu/decode/attend.h"
+
+#include "core/half.h"
+#include "core/kvcache.h"
+
+#include <string.h>
+
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453
+#define MIN_SPLIT_KEYS 256 /* a split below this many keys costs more in merging than it gains (2 threads) */
+#define MAX_SPLITS 64
+
+static fa_dec_attend_fn attend_of(fa_cpu_isa id) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (id == FA_CPU_ISA_AVX512) return fa_dec_attend_avx512;
+    if (id == FA_CPU_ISA_AVX2) return fa_dec_attend_avx2;
+#endif
+    (void)id;
+    return fa_dec_attend_scalar;
+}
+
+static const char *const kernel_names[FA_CPU_ISA_COUNT] = {"cpu.decode.scalar", "cpu.decode.avx2",
+                                                            "cpu.decode.avx512"};
+
+/* Keys per split and the number of non-empty splits of a sequence with L keys. */
+static void split_of(const fa_plan *pl, int64_t L, int64_t *chunk, int *ns) {
+    const int nsplit = pl->aux[FA_KV_AUX_SPLITS];
+    if (pl->aux[FA_KV_AUX_FIXED]) {
+        *chunk = pl->aux[FA_KV_AUX_CHUNK];
+    } else {
+        int64_t c = (L + nsplit - 1) / nsplit;
+        *chunk = c < 16 ? 16 : (c + 15) / 16 * 16;
+    }
+    int64_t n = (L + *chunk - 1) / *chunk;
+    *ns = n < 1 ? 1 : (int)n;
+}
+
+typedef struct thread_parts {
+    float *qs, *qbad, *Kc, *Vc, *S, *O, *m, *l;
+    int64_t *lo, *hi;
+} thread_parts;
+
+typedef struct kv_ws {
+    fa_cpu_ws w;
+    float *part_o, *part_lse; /* [batch, hq, sq, nsplit] x (d | 1), or NULL without splits */
+} kv_ws;
+
+static int rows_of(const fa_kv_problem *p) { return (int)(p->hq / p->hk * p->sq); }
+static int padded(int64_t d) { return (int)((d + FA_DEC_LANES - 1) / FA_DEC_LANES * FA_DEC_LANES); }
+
+static void thread_layout(fa_arena *a, const fa_kv_problem *p, thread_parts *t) {
+    const size_t R = (size_t)rows_of(p), dp = (size_t)padded(p->d), f = sizeof(float);
+    t->qs = fa_arena_take(a, R * dp * f, 64);
+    t->O = fa_arena_take(a, R * dp * f, 64);
+    t->Kc = fa_arena_take(a, FA_DEC_BC * dp * f, 64);
+    t->Vc = fa_arena_take(a, FA_DEC_BC * dp * f, 64);
+    t->S = fa_arena_take(a, R * FA_DEC_BC * f, 64);
+    t->qbad = fa_arena_take(a, R * f, 64);
+    t->m = fa_arena_take(a, R * f, 64);
+    t->l = fa_arena_take(a, R * f, 64);
+    t->lo = fa_arena_take(a, R * sizeof(int64_t), 64);
+    t->hi = fa_arena_take(a, R * sizeof(int64_t), 64);
+}
+
+static void layout(fa_arena *a, const fa_kv_problem *p, const fa_plan *pl, kv_ws *w) {
+    fa_arena one = fa_arena_dry();
+    thread_parts t;
+    thread_layout(&one, p, &t);
+    fa_cpu_ws_slices(a, &w->w, one.size, pl->threads);
+    fa_cpu_ws_counters(a, &w->w);
+    const int ns = pl->aux[FA_KV_AUX_SPLITS];
+    w->part_o = w->part_lse = NULL;
+    if (ns > 1) {
+        const size_t rows = (size_t)(p->batch * p->hq * p->sq) * (size_t)ns;
+        w->part_o = fa_arena_take(a, rows * (size_t)p->d * sizeof(float), 64);
+        w->part_lse = fa_arena_take(a, rows * sizeof(float), 64);
+    }
+}
+
+fa_status fa_cpu_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan *plan, char *why, size_t why_len) {
+    (void)why, (void)why_len;
+    const fa_cpu_kernels *kr = ctx->kernels;
+    plan->kernel = kernel_names[kr->id];
+    plan->threads = ctx->threads;
+    plan->block_q = rows_of(p);
+    plan->block_k = FA_DEC_BC;
+    int ns;
+    if (p->split_size) {
+        plan->aux[FA_KV_AUX_FIXED] = 1;
+        plan->aux[FA_KV_AUX_CHUNK] = p->split_size;
+        const int64_t n = (p->capacity + p->split_size - 1) / p->split_size;
+        ns = n < 1 ? 1 : (int)n;
+    } else if (p->num_splits) {
+        const int64_t most = (p->capacity + 15) / 16;
+        ns = p->num_splits < most ? p->num_splits : (int)most;
+    } else {
+        ns = fa_kv_split_heuristic(p->batch * p->hk, ctx->threads, (p->capacity + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS,
+                                   MAX_SPLITS);
+    }
+    plan->aux[FA_KV_AUX_SPLITS] = ns < 1 ? 1 : ns;
+    fa_arena a = fa_arena_dry();
+    kv_ws w;
+    layout(&a, p, plan, &w);
+    plan->workspace_bytes = a.size;
+    /* modelled at full capacity; the run counts the keys each sequence has */
+    const double e = (double)fa_dtype_size(p->dtype), rowb = (double)p->d * e;
+    plan->read_bytes = (double)p->batch * ((double)p->capacity * 2 * p->hk + p->sq * p->hq) * rowb;
+    plan->write_bytes = (double)p->batch * p->sq * p->hq * rowb;
+    return FA_OK;
+}
+
+/* Byte address of key t's row of K/V head h for sequence row `row` (cache row or block-table row). */
+static char *key_addr(const fa_kv_problem *p, const fa_tensor *c, int64_t row, int64_t h, int64_t t) {
+    const int64_t es = (int64_t)fa_dtype_size(p->dtype);
+    int64_t el;
+    if (p->paged) {
+        const int64_t pg = p->block_table[row * p->bt_stride + t / p->page_size];
+        el = pg * c->stride_batch + (t % p->page_size) * c->stride_seq;
+    } else {
+        el = row * c->stride_batch + t * c->stride_seq;
+    }
+    return (char *)c->data + (el + h * c->stride_head) * es;
+}
+
+/* x[0..rot_dim) rotated by the angles of position pos. */
+static void rotate(const fa_kv_problem *p, float *x, int64_t pos) {
+    const int half = p->rot_dim / 2;
+    const float *c = p->rot_cos + pos * half, *s = p->rot_sin + pos * half;
+    for (int j = 0; j < half; j++) {
+        const int i0 = p->rot_interleaved ? 2 * j : j, i1 = p->rot_interleaved ? 2 * j + 1 : j + half;
+        const float x0 = x[i0], x1 = x[i1];
+        x[i0] = x0 * c[j] - x1 * s[j];
+        x[i1] = x0 * s[j] + x1 * c[j];
+    }
+}
+
+static void append(const fa_kv_problem *p, int threads) {
+    const int64_t n = p->batch * p->sq, d = p->d;
+    const size_t rowb = (size_t)d * fa_dtype_size(p->dtype);
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t bi = 0; bi < n; bi++) {
+        const int64_t b = bi / p->sq, i = bi % p->sq, row = fa_kv_row(p, b), t = p->seqlens[b] + i;
+        float x[256];
+        for (int64_t h = 0; h < p->hk; h++) {
+            const int64_t kin = b * p->kn.stride_batch + i * p->kn.stride_seq + h * p->kn.stride_head;
+            const int64_t vin = b * p->vn.stride_batch + i * p->vn.stride_seq + h * p->vn.stride_head;
+            char *kd = key_addr(p, &p->kc, row, h, t), *vd = key_addr(p, &p->vc, row, h, t);
+            if (p->rot_cos) {
+                for (int64_t c = 0; c < d; c++) x[c] = fa_load_elem(p->kn.data, (int)p->dtype, kin + c);
+                rotate(p, x, t);
+                for (int64_t c = 0; c < d; c++) fa_store_elem(kd, (int)p->dtype, c, x[c]);
+            } else {
+                memcpy(kd, (const char *)p->kn.data + kin * (int64_t)fa_dtype_size(p->dtype), rowb);
+            }
+            memcpy(vd, (const char *)p->vn.data + vin * (int64_t)fa_dtype_size(p->dtype), rowb);
+        }
+    }
+}
+
+/* One (sequence b, K/V head h, split s): the R rows (query row i, group member g) -> r = i·G + g. */
+static void item(const fa_kv_problem *p, const fa_plan *pl, fa_dec_attend_fn attend, const thread_parts *t,
+                 const kv_ws *w, int64_t b, int64_t h, int s, fa_io *io) {
+    const int64_t G = p->hq / p->hk, L = p->seqlens[b] + (p->append ? p->sq : 0), d = p->d;
+    const int dp = padded(d), R = rows_of(p);
+    int64_t chunk;
+    int ns;
+    split_of(pl, L, &chunk, &ns);
+    if (s >= ns) return;
+    const int64_t s0 = s * chunk, s1 = s0 + chunk < L ? s0 + chunk : L;
+    const float qmul = p->softcap > 0 ? p->scale / p->softcap : p->scale * LOG2E;
+    int64_t k0 = s1, k1 = s0;
+    for (int64_t i = 0; i < p->sq; i++) {
+        int64_t lo, hi;
+        fa_visible_keys(i, p->sq, L, p->wl, p->wr, &lo, &hi);
+        lo = lo > s0 ? lo : s0;
+        hi = hi < s1 ? hi : s1;
+        if (hi < lo) hi = lo;
+        if (hi > lo && lo < k0) k0 = lo;
+        if (hi > lo && hi > k1) k1 = hi;
+        for (int64_t g = 0; g < G; g++) {
+            const int64_t r = i * G + g, hq = h * G + g;
+            t->lo[r] = lo;
+            t->hi[r] = hi;
+            float *q = t->qs + r * dp;
+            const int64_t qo = b * p->q.stride_batch + i * p->q.stride_seq + hq * p->q.stride_head;
+            float bad = 0;
+            for (int64_t c = 0; c < d; c++) {
+                q[c] = fa_load_elem(p->q.data, (int)p->dtype, qo + c);
+                bad += q[c] * 0.0f;
+            }
+            if (p->rot_cos) rotate(p, q, p->seqlens[b] + i);
+            for (int64_t c = 0; c < d; c++) q[c] *= qmul;
+            for (int64_t c = d; c < dp; c++) q[c] = 0;
+            t->qbad[r] = bad;
+            t->m[r] = -INFINITY;
+            t->l[r] = 0;
+            memset(t->O + r * dp, 0, (size_t)dp * sizeof(float));
+        }
+    }
+    if (k1 > k0) {
+        const int64_t es = (int64_t)fa_dtype_size(p->dtype), row = fa_kv_row(p, b);
+        fa_dec_args a = {.R = R, .d = (int)d, .dp = dp, .dtype = p->dtype, .qs = t->qs, .qbad = t->qbad,
+                         .lo = t->lo, .hi = t->hi, .k0 = k0, .k1 = k1,
+                         .softcap_mul = p->softcap > 0 ? p->softcap * LOG2E : 0,
+                         .Kc = t->Kc, .Vc = t->Vc, .S = t->S, .O = t->O, .m = t->m, .l = t->l};
+        if (p->paged) {
+            a.kbase = (const char *)p->kc.data + h * p->kc.stride_head * es;
+            a.vbase = (const char *)p->vc.data + h * p->vc.stride_head * es;
+            a.k_sp = p->kc.stride_batch * es, a.v_sp = p->vc.stride_batch * es;
+            a.bt = p->block_table + row * p->bt_stride;
+            a.page_size = p->page_size;
+        } else {
+            a.kbase = (const char *)p->kc.data + (row * p->kc.stride_batch + h * p->kc.stride_head) * es;
+            a.vbase = (const char *)p->vc.data + (row * p->vc.stride_batch + h * p->vc.stride_head) * es;
+            a.page_size = 1;
+        }
+        a.k_ss = p->kc.stride_seq * es, a.v_ss = p->vc.stride_seq * es;
+        attend(&a);
+        io->read += 2 * (k1 - k0) * d * es;
+    }
+    /* finish: O / l and LSE = (m + log2 l)·ln 2, into out (one split) or the split's partial */
+    for (int64_t i = 0; i < p->sq; i++)
+        for (int64_t g = 0; g < G; g++) {
+            const int64_t r = i * G + g, hq = h * G + g;
+            const float l = t->l[r];
+            const float inv = l == 0 ? 0 : 1 / l;
+            const float lse = l == 0 ? -INFINITY : (float)((t->m[r] + log2f(l)) * LN2);
+            const float *o = t->O + r * dp;
+            if (ns == 1) {
+                const int64_t oo = b * p->o.stride_batch + i * p->o.stride_seq + hq * p->o.stride_head;
+                for (int64_t c = 0; c < d; c++) fa_store_elem(p->o.data, (int)p->dtype, oo + c, o[c] * inv);
+                if (p->lse) p->lse[(b * p->hq + hq) * p->sq + i] = lse;
+            } else {
+                const int64_t pr = ((b * p->hq + hq) * p->sq + i) * pl->aux[FA_KV_AUX_SPLITS] + s;
+                for (int64_t c = 0; c < d; c++) w->part_o[pr * d + c] = o[c] * inv;
+                w->part_lse[pr] = lse;
+            }
+        }
+}
+
+/* The LSE merge of n states (lse[i·step]): M = max lse_i and 1 / Σ e^(lse_i − M), in double, so that state i
+ * weighs e^(lse_i − M) · *inv. Returns the merged LSE: NaN if any lse_i is NaN, −inf if all are (then *inv = 0). */
+static double merge_lse(const float *lse, int64_t step, int64_t n, double *M_out, double *inv) {
+    double M = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        const double x = lse[i * step];
+        if (isnan(x)) {
+            *M_out = NAN, *inv = NAN;
+            return NAN;
+        }
+        if (x > M) M = x;
+    }
+    *M_out = M;
+    if (M == -INFINITY) {
+        *inv = 0;
+        return -INFINITY;
+    }
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += exp((double)lse[i * step] - M);
+    *inv = 1 / sum;
+    return M + log(sum);
+}
+/* The weight of a state under merge_lse's M and inv; a state with lse −inf weighs 0 exactly. */
+static double merge_weight(float lse, double M, double inv) {
+    if (isnan(inv)) return NAN;
+    return lse == -INFINITY ? 0 : exp((double)lse - M) * inv;
+}
+
+static void merge_splits(const fa_kv_problem *p, const fa_plan *pl, const kv_ws *w, int threads) {
+    const int64_t rows = p->batch * p->hq * p->sq, d = p->d;
+    const int nsplit = pl->aux[FA_KV_AUX_SPLITS];
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t b = r / (p->hq * p->sq), hq = r / p->sq % p->hq, i = r % p->sq;
+        int64_t chunk;
+        int ns;
+        split_of(pl, p->seqlens[b] + (p->append ? p->sq : 0), &chunk, &ns);
+        if (ns == 1) continue; /* written by its item */
+        const float *pl_lse = w->part_lse + r * nsplit;
+        double M, inv;
+        const float lse = (float)merge_lse(pl_lse, 1, ns, &M, &inv);
+        const int64_t oo = b * p->o.stride_batch + i * p->o.stride_seq + hq * p->o.stride_head;
+        for (int64_t c = 0; c < d; c++) {
+            double acc = 0;
+            for (int s = 0; s < ns; s++) {
+                const double wt = merge_weight(pl_lse[s], M, inv);
+                if (wt != 0 || isnan(wt)) acc += wt * w->part_o[(r * nsplit + s) * d + c];
+            }
+            fa_store_elem(p->o.data, (int)p->dtype, oo + c, (float)acc);
+        }
+        if (p->lse) p->lse[r] = lse;
+    }
+}
+
+fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *plan, fa_stats *st) {
+    void *ws = p->workspace ? p->workspace : fa_workspace(ctx, plan->workspace_bytes);
+    if (!ws) return FA_ERR_OUT_OF_MEMORY;
+    fa_arena a = fa_arena_over(ws, plan->workspace_bytes);
+    kv_ws w;
+    layout(&a, p, plan, &w);
+    const fa_cpu_kernels *kr = ctx->kernels;
+    const fa_dec_attend_fn attend = attend_of(kr->id);
+    if (p->append) append(p, plan->threads);
+    const int ns = plan->aux[FA_KV_AUX_SPLITS];
+    const int64_t items = p->batch * p->hk * ns;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(plan->threads)
+    for (int64_t it = 0; it < items; it++) {
+        const int th = fa_thread_id();
+        fa_arena slice = fa_cpu_ws_thread(&w.w, th);
+        thread_parts t;
+        thread_layout(&slice, p, &t);
+        item(p, plan, attend, &t, &w, it / (p->hk * ns), it / ns % p->hk, (int)(it % ns), &w.w.io[th]);
+    }
+    if (ns > 1) merge_splits(p, plan, &w, plan->threads);
+    fa_io io = {0, 0, {0}};
+    fa_cpu_ws_total(&w.w, &io);
+    const int64_t e = (int64_t)fa_dtype_size(p->dtype), rowb = p->d * e;
+    const int64_t new_rows = p->batch * p->sq;
+    st->slow_read_bytes = io.read + new_rows * p->hq * rowb + (p->append ? 2 * new_rows * p->hk * rowb : 0);
+    st->slow_write_bytes = new_rows * p->hq * rowb + (p->lse ? new_rows * p->hq * 4 : 0) +
+                           (p->append ? 2 * new_rows * p->hk * rowb : 0);
+    double pairs = 0;
+    for (int64_t b = 0; b < p->batch; b++) {
+        const int64_t L = p->seqlens[b] + (p->append ? p->sq : 0);
+        for (int64_t i = 0; i < p->sq; i++) {
+            int64_t lo, hi;
+            fa_visible_keys(i, p->sq, L, p->wl, p->wr, &lo, &hi);
+            pairs += (double)(hi - lo);
+        }
+    }
+    st->flops = 4.0 * (double)p->d * (double)p->hq * pairs;
+    return FA_OK;
+}
+
+fa_status fa_cpu_merge(fa_context *ctx, const fa_merge_problem *m) {
+    const fa_tensor *o = &m->o;
+    const int64_t rows = o->batch * o->heads * o->seqlen, d = o->head_dim;
+#pragma omp parallel for schedule(static) num_threads(ctx->threads)
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t b = r / (o->heads * o->seqlen), h = r / o->seqlen % o->heads, i = r % o->seqlen;
+        float lses[32];
+        double wt[32], M, inv;
+        for (int k = 0; k < m->n; k++) lses[k] = m->lses[k][r];
+        const double lse = merge_lse(lses, 1, m->n, &M, &inv);
+        for (int k = 0; k < m->n; k++) wt[k] = merge_weight(lses[k], M, inv);
+        float acc[256];
+        for (int64_t c = 0; c < d; c++) {
+            double x = 0;
+            for (int k = 0; k < m->n; k++) {
+                const fa_tensor *t = &m->outs[k];
+                if (wt[k] != 0 || isnan(wt[k]))
+                    x += wt[k] * fa_load_elem(t->data, (int)t->dtype,
+                                              b * t->stride_batch + i * t->stride_seq + h * t->stride_head + c);
+            }
+            acc[c] = (float)x;
+        }
+        /* all inputs of the row are read before it is written: out may be outs[0] */
+        const int64_t oo = b * o->stride_batch + i * o->stride_seq + h * o->stride_head;
+        for (int64_t c = 0; c < d; c++) fa_store_elem(o->data, (int)o->dtype, oo + c, acc[c]);
+        if (m->lse) m->lse[r] = (float)lse;
+    }
+    return FA_OK;
+}

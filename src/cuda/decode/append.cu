@@ -1,0 +1,70 @@
+/* Append the new K/V rows into the cache at each sequence's current length, rotating k (and writing the rotated q
+ * to the workspace) first when rotary is on. One CTA per (new row i, sequence b). A position at or past the
+ * capacity is skipped, so a bad seqlen never writes out of bounds. */
+#include "decode.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+template <typename T> __device__ __forceinline__ float to_f(T x);
+template <> __device__ __forceinline__ float to_f<__half>(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+/* Element c of a row x[] rotated at position pos (the pair partner read from the same row). */
+template <typename T>
+__device__ __forceinline__ float rotated(const fa_dec_params &p, const T *x, int c, int pos) {
+    const float xc = to_f(x[c]);
+    if (c >= p.rot_dim) return xc;
+    const int half = p.rot_dim / 2;
+    int j, partner;
+    float sign;
+    if (p.rot_interleaved) {
+        j = c / 2;
+        partner = c ^ 1;
+        sign = (c & 1) ? 1.f : -1.f;
+    } else {
+        j = c < half ? c : c - half;
+        partner = c < half ? c + half : c - half;
+        sign = c < half ? -1.f : 1.f;
+    }
+    const float cs = p.rcos[(int64_t)pos * half + j], sn = p.rsin[(int64_t)pos * half + j];
+    /* x0' = x0 c - x1 s (first of the pair), x1' = x0 s + x1 c (second): the same products as the CPU's */
+    const float xp = to_f(x[partner]);
+    return sign < 0 ? xc * cs - xp * sn : xp * sn + xc * cs;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(FA_DEC_THREADS) append_kernel(const fa_dec_params p) {
+    const int i = blockIdx.x, b = blockIdx.y;
+    int len = p.seqlens[b];
+    len = len < 0 ? 0 : len;
+    const int t = len + i, row = fa_dec_row(p, b);
+    const int rot = p.rcos != nullptr && t < p.rot_seqlen;
+    if (p.qrot) { /* rotated q, fp32, for the attention kernel */
+        for (int e = threadIdx.x; e < p.hq * p.d; e += blockDim.x) {
+            const int h = e / p.d, c = e % p.d;
+            const T *x = (const T *)p.q + b * p.q_sb + i * p.q_ss + h * p.q_sh;
+            p.qrot[(((int64_t)b * p.sq + i) * p.hq + h) * p.d + c] = rot ? rotated(p, x, c, t) : to_f(x[c]);
+        }
+    }
+    if (t >= p.capacity) return;
+    for (int e = threadIdx.x; e < p.hk * p.d; e += blockDim.x) {
+        const int h = e / p.d, c = e % p.d;
+        const T *kx = (const T *)p.kn + b * p.kn_sb + i * p.kn_ss + h * p.kn_sh;
+        const T *vx = (const T *)p.vn + b * p.vn_sb + i * p.vn_ss + h * p.vn_sh;
+        T *kd = (T *)p.kc + fa_dec_key(p, row, t, h, p.k_sb, p.k_ss, p.k_sh);
+        T *vd = (T *)p.vc + fa_dec_key(p, row, t, h, p.v_sb, p.v_ss, p.v_sh);
+        kd[c] = rot ? from_f<T>(rotated(p, kx, c, t)) : kx[c];
+        vd[c] = vx[c];
+    }
+}
+
+extern "C" cudaError_t fa_dec_append_launch(const fa_dec_params *p, int dtype, cudaStream_t st) {
+    const dim3 grid(p->sq, p->batch);
+    if (dtype == 1) append_kernel<__half><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
+    else append_kernel<__nv_bfloat16><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
+    return cudaGetLastError();
+}

@@ -1,0 +1,101 @@
+/* The CUDA decode path's parameter block and launchers (src/cuda/decode/): append + rotary (append.cu), the split-KV
+ * attention over a contiguous or paged cache (splitkv.cu), the LSE merge of the splits and fa_merge_states
+ * (merge.cu); host.cu plans and runs them. Every length and index read on the device is clamped to the cache, so a
+ * bad value never reads or writes out of bounds. docs/decoding.md. */
+#ifndef FA_CUDA_DECODE_H
+#define FA_CUDA_DECODE_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#define FA_DEC_THREADS 128 /* 4 warps per CTA */
+#define FA_MERGE_MAX 32
+
+typedef struct fa_dec_params {
+    const void *q;           /* [b, sq, hq, d] in the dtype */
+    float *qrot;             /* rotary: q rotated, fp32 contiguous [b, sq, hq, d]; else NULL */
+    int64_t q_sb, q_ss, q_sh;
+    void *kc, *vc;           /* cache: rows [rows, cap, hk, d] or pages [pages, page, hk, d] */
+    int64_t k_sb, k_ss, k_sh, v_sb, v_ss, v_sh;
+    const void *kn, *vn;     /* new keys / values or NULL */
+    int64_t kn_sb, kn_ss, kn_sh, vn_sb, vn_ss, vn_sh;
+    void *o;
+    int64_t o_sb, o_ss, o_sh;
+    float *lse;              /* [b, hq, sq] or NULL */
+    const int *seqlens, *block_table, *batch_idx; /* device */
+    int64_t bt_stride;
+    int batch, sq, hq, hk, group, d;
+    int paged, page_size, num_pages, capacity, cache_rows;
+    int append;
+    const float *rcos, *rsin;
+    int rot_dim, rot_interleaved, rot_seqlen;
+    float qmul;              /* q is multiplied by this: scale·log2 e, or scale / softcap */
+    float softcap_mul;       /* 0 = off; else s = softcap_mul · tanh(q·k) */
+    int wl, wr;
+    int nsplit, fixed, chunk;/* splits of the grid; fixed: split of `chunk` keys */
+    int rows_per_cta, row_tiles;
+    float *part_o, *part_lse;/* [b, hq, sq, nsplit] x (d | 1), or NULL with one split */
+} fa_dec_params;
+
+/* Keys of sequence b after the append, clamped into [0, capacity] (device and host). */
+#ifdef __CUDACC__
+static __device__ __forceinline__ int fa_dec_len(const fa_dec_params &p, int b) {
+    int len = p.seqlens[b];
+    len = len < 0 ? 0 : len;
+    len += p.append ? p.sq : 0;
+    return len < p.capacity ? len : p.capacity;
+}
+/* Keys per split and the non-empty splits of a sequence of L keys (host/plan: the same rule as the CPU's). */
+static __device__ __forceinline__ void fa_dec_split(const fa_dec_params &p, int L, int *chunk, int *ns) {
+    int c;
+    if (p.fixed) c = p.chunk;
+    else {
+        c = (L + p.nsplit - 1) / p.nsplit;
+        c = c < 16 ? 16 : (c + 15) / 16 * 16;
+    }
+    int n = (L + c - 1) / c;
+    *chunk = c;
+    *ns = n < 1 ? 1 : n;
+}
+static __device__ __forceinline__ int fa_dec_row(const fa_dec_params &p, int b) {
+    if (!p.batch_idx) return b;
+    int r = p.batch_idx[b];
+    return r < 0 ? 0 : r >= p.cache_rows ? p.cache_rows - 1 : r;
+}
+/* Element offset of key t of K/V head h in a cache tensor with strides (sb, ss, sh). */
+static __device__ __forceinline__ int64_t fa_dec_key(const fa_dec_params &p, int row, int t, int h, int64_t sb,
+                                                     int64_t ss, int64_t sh) {
+    if (p.paged) {
+        int pg = p.block_table[(int64_t)row * p.bt_stride + t / p.page_size];
+        pg = pg < 0 ? 0 : pg >= p.num_pages ? p.num_pages - 1 : pg;
+        return (int64_t)pg * sb + (int64_t)(t % p.page_size) * ss + (int64_t)h * sh;
+    }
+    return (int64_t)row * sb + (int64_t)t * ss + (int64_t)h * sh;
+}
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* dtype 1 = f16, 2 = bf16 (merge: 0 = f32 too). */
+cudaError_t fa_dec_append_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
+cudaError_t fa_dec_attend_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
+cudaError_t fa_dec_merge_splits_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
+/* rows_per_cta of the attention instance for R rows per K/V head (1, 2, 4 or 8). */
+int fa_dec_rows_per_cta(int rows);
+
+typedef struct fa_merge_params {
+    int n, heads, seqlen, d;
+    int rows;                             /* batch · heads · seqlen */
+    const void *in[FA_MERGE_MAX];
+    int64_t in_sb[FA_MERGE_MAX], in_ss[FA_MERGE_MAX], in_sh[FA_MERGE_MAX];
+    const float *lse_in[FA_MERGE_MAX];
+    void *out;
+    int64_t o_sb, o_ss, o_sh;
+    float *lse;
+} fa_merge_params;
+cudaError_t fa_merge_states_launch(const fa_merge_params *p, int dtype, cudaStream_t st);
+#ifdef __cplusplus
+}
+#endif
+#endif

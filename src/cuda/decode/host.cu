@@ -1,0 +1,202 @@
+/* The CUDA decode path, host side: the plan (support, split count, launch shape, workspace, modelled traffic) and
+ * the run (append + rotary, split-KV attention, merge of the splits), and fa_merge_states. No host synchronisation
+ * and no allocation once the workspace is large enough (kv_opts.workspace, or the context's cached one); the launch
+ * shape depends on the shapes and the capacity only, so a captured graph replays at any cache length. */
+#include "decode.h"
+#include "cuda/plan.h"
+
+extern "C" {
+#include "core/kvcache.h"
+}
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIN_SPLIT_KEYS 256 /* keys below which a split is not worth its merge */
+#define MAX_SPLITS 128
+#define CTAS_PER_SM 2      /* the heuristic's workers: resident CTAs of the attention kernel that fill an SM's bandwidth */
+
+static int aligned16(const fa_tensor *t) {
+    return ((uintptr_t)t->data % 16) == 0 && t->stride_batch % 8 == 0 && t->stride_seq % 8 == 0 && t->stride_head % 8 == 0;
+}
+
+typedef struct dec_ws { float *part_o, *part_lse, *qrot; } dec_ws;
+
+static void layout(fa_arena *a, const fa_kv_problem *p, int nsplit, dec_ws *w) {
+    const size_t rows = (size_t)(p->batch * p->hq * p->sq);
+    w->part_o = w->part_lse = w->qrot = NULL;
+    if (nsplit > 1) {
+        w->part_o = (float *)fa_arena_take(a, rows * (size_t)nsplit * (size_t)p->d * sizeof(float), 256);
+        w->part_lse = (float *)fa_arena_take(a, rows * (size_t)nsplit * sizeof(float), 256);
+    }
+    if (p->rot_cos) w->qrot = (float *)fa_arena_take(a, rows * (size_t)p->d * sizeof(float), 256);
+}
+
+extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan *plan, char *why,
+                                     size_t why_len) {
+    if (p->dtype == FA_DTYPE_F32) {
+        snprintf(why, why_len, "dtype: f32 KV-cache decoding runs on the CPU only (CUDA: f16, bf16)");
+        return FA_ERR_UNSUPPORTED;
+    }
+    if (p->d != 64 && p->d != 128 && p->d != 256) {
+        snprintf(why, why_len, "head_dim: %lld is not built for CUDA decoding (64, 128, 256)", (long long)p->d);
+        return FA_ERR_UNSUPPORTED;
+    }
+    const fa_tensor *ts[4] = {&p->q, &p->kc, &p->vc, &p->o};
+    static const char *const names[4] = {"q", "cache.k", "cache.v", "out"};
+    for (int i = 0; i < 4; i++)
+        if (!aligned16(ts[i])) {
+            snprintf(why, why_len, "%s: CUDA decoding reads rows with 16-byte loads: the data pointer must be 16-byte "
+                     "aligned and the strides multiples of 8 elements", names[i]);
+            return FA_ERR_UNSUPPORTED;
+        }
+    const int R = (int)(p->hq / p->hk * p->sq), rpc = fa_dec_rows_per_cta(R), tiles = (R + rpc - 1) / rpc;
+    if (p->batch > 65535 || p->hk * tiles > 65535) {
+        snprintf(why, why_len, "batch / heads: the grid (%lld sequences, %lld K/V head tiles) is above 65535",
+                 (long long)p->batch, (long long)(p->hk * tiles));
+        return FA_ERR_UNSUPPORTED;
+    }
+    int ns;
+    if (p->split_size) {
+        ns = (int)((p->capacity + p->split_size - 1) / p->split_size);
+        plan->aux[FA_KV_AUX_FIXED] = 1;
+        plan->aux[FA_KV_AUX_CHUNK] = p->split_size;
+    } else if (p->num_splits) {
+        const int64_t most = (p->capacity + 15) / 16;
+        ns = p->num_splits < most ? p->num_splits : (int)most;
+    } else {
+        ns = fa_kv_split_heuristic(p->batch * p->hk * tiles, fa_cuda_tuning_of(ctx)->sm_count * CTAS_PER_SM,
+                                   (p->capacity + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS, MAX_SPLITS);
+    }
+    if (ns < 1) ns = 1;
+    plan->aux[FA_KV_AUX_SPLITS] = ns;
+    plan->aux[3] = rpc;
+    static const char *const kn[3] = {"cuda.decode.splitkv.d64", "cuda.decode.splitkv.d128", "cuda.decode.splitkv.d256"};
+    plan->kernel = kn[p->d == 64 ? 0 : p->d == 128 ? 1 : 2];
+    plan->block_q = rpc;
+    plan->block_k = (int)(4 * 256 / p->d);
+    plan->threads = FA_DEC_THREADS;
+    plan->grid[0] = ns, plan->grid[1] = (int)(p->hk * tiles), plan->grid[2] = (int)p->batch;
+    fa_arena a = fa_arena_dry();
+    dec_ws w;
+    layout(&a, p, ns, &w);
+    plan->workspace_bytes = a.size;
+    /* modelled at full capacity (the lengths are on the device) */
+    const double e = (double)fa_dtype_size(p->dtype), rowb = (double)p->d * e;
+    plan->read_bytes = (double)p->batch * ((double)p->capacity * 2 * p->hk + p->sq * p->hq) * rowb;
+    plan->write_bytes = (double)p->batch * p->sq * p->hq * rowb;
+    return FA_OK;
+}
+
+static fa_status cuda_err(fa_context *ctx, const char *what, cudaError_t e) {
+    return fa_fail(ctx, FA_ERR_DEVICE, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* check_indices: the device index arrays copied back and validated as on the CPU (synchronises). */
+static fa_status check_device_indices(fa_context *ctx, const fa_kv_problem *p, cudaStream_t st) {
+    const size_t nb = (size_t)p->batch, nbt = p->paged ? (size_t)(p->cache_rows * p->bt_stride) : 0;
+    int32_t *h = (int32_t *)malloc(sizeof(int32_t) * (2 * nb + nbt + 1));
+    if (!h) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "kv_opts.check_indices: no host memory for the copies");
+    int32_t *lens = h, *bidx = h + nb, *bt = h + 2 * nb;
+    cudaError_t e = cudaMemcpyAsync(lens, p->seqlens, nb * 4, cudaMemcpyDeviceToHost, st);
+    if (e == cudaSuccess && p->batch_idx) e = cudaMemcpyAsync(bidx, p->batch_idx, nb * 4, cudaMemcpyDeviceToHost, st);
+    if (e == cudaSuccess && nbt) e = cudaMemcpyAsync(bt, p->block_table, nbt * 4, cudaMemcpyDeviceToHost, st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    fa_status rc = e != cudaSuccess ? cuda_err(ctx, "kv_opts.check_indices: copying the index arrays", e)
+                                    : fa_kv_check_indices(ctx, p, lens, nbt ? bt : NULL, p->batch_idx ? bidx : NULL);
+    free(h);
+    return rc;
+}
+
+extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *plan, fa_stats *st) {
+    (void)st;
+    cudaStream_t stream = fa_cuda_stream_of(ctx);
+    int prev = 0;
+    if (cudaGetDevice(&prev) != cudaSuccess) return fa_fail(ctx, FA_ERR_DEVICE, "cudaGetDevice failed");
+    if (prev != ctx->device && cudaSetDevice(ctx->device) != cudaSuccess)
+        return fa_fail(ctx, FA_ERR_DEVICE, "cudaSetDevice(%d) failed", ctx->device);
+    fa_status rc = FA_OK;
+    do {
+        if (p->check_indices && (rc = check_device_indices(ctx, p, stream)) != FA_OK) break;
+        void *base = p->workspace;
+        size_t cap = p->workspace_bytes;
+        if (!base && plan->workspace_bytes) {
+            if ((rc = fa_cuda_workspace_of(ctx, plan->workspace_bytes, &base)) != FA_OK) break;
+            cap = plan->workspace_bytes;
+        }
+        fa_arena a = fa_arena_over(base, cap);
+        dec_ws w;
+        const int ns = plan->aux[FA_KV_AUX_SPLITS];
+        layout(&a, p, ns, &w);
+        fa_dec_params c;
+        memset(&c, 0, sizeof c);
+        c.q = p->q.data, c.q_sb = p->q.stride_batch, c.q_ss = p->q.stride_seq, c.q_sh = p->q.stride_head;
+        c.qrot = w.qrot;
+        c.kc = p->kc.data, c.k_sb = p->kc.stride_batch, c.k_ss = p->kc.stride_seq, c.k_sh = p->kc.stride_head;
+        c.vc = p->vc.data, c.v_sb = p->vc.stride_batch, c.v_ss = p->vc.stride_seq, c.v_sh = p->vc.stride_head;
+        if (p->append) {
+            c.kn = p->kn.data, c.kn_sb = p->kn.stride_batch, c.kn_ss = p->kn.stride_seq, c.kn_sh = p->kn.stride_head;
+            c.vn = p->vn.data, c.vn_sb = p->vn.stride_batch, c.vn_ss = p->vn.stride_seq, c.vn_sh = p->vn.stride_head;
+        }
+        c.o = p->o.data, c.o_sb = p->o.stride_batch, c.o_ss = p->o.stride_seq, c.o_sh = p->o.stride_head;
+        c.lse = p->lse;
+        c.seqlens = p->seqlens, c.block_table = p->block_table, c.batch_idx = p->batch_idx;
+        c.bt_stride = p->bt_stride;
+        c.batch = (int)p->batch, c.sq = (int)p->sq, c.hq = (int)p->hq, c.hk = (int)p->hk;
+        c.group = (int)(p->hq / p->hk), c.d = (int)p->d;
+        c.paged = p->paged, c.page_size = (int)p->page_size, c.num_pages = (int)p->num_pages;
+        c.capacity = (int)p->capacity, c.cache_rows = (int)p->cache_rows;
+        c.append = p->append;
+        c.rcos = p->rot_cos, c.rsin = p->rot_sin, c.rot_dim = p->rot_dim, c.rot_interleaved = p->rot_interleaved;
+        c.rot_seqlen = (int)(p->rot_seqlen < INT32_MAX ? p->rot_seqlen : INT32_MAX);
+        c.qmul = p->softcap > 0 ? p->scale / p->softcap : p->scale * 1.4426950408889634f;
+        c.softcap_mul = p->softcap > 0 ? p->softcap * 1.4426950408889634f : 0.f;
+        c.wl = p->wl, c.wr = p->wr;
+        c.nsplit = ns, c.fixed = plan->aux[FA_KV_AUX_FIXED], c.chunk = plan->aux[FA_KV_AUX_CHUNK];
+        c.rows_per_cta = plan->aux[3];
+        c.row_tiles = (int)((p->hq / p->hk * p->sq + c.rows_per_cta - 1) / c.rows_per_cta);
+        c.part_o = w.part_o, c.part_lse = w.part_lse;
+        const int dt = (int)p->dtype;
+        cudaError_t e;
+        if (p->append && (e = fa_dec_append_launch(&c, dt, stream)) != cudaSuccess) {
+            rc = cuda_err(ctx, "decode append launch", e);
+            break;
+        }
+        if ((e = fa_dec_attend_launch(&c, dt, stream)) != cudaSuccess) {
+            rc = cuda_err(ctx, "decode split-KV launch", e);
+            break;
+        }
+        if (ns > 1 && (e = fa_dec_merge_splits_launch(&c, dt, stream)) != cudaSuccess) {
+            rc = cuda_err(ctx, "decode merge launch", e);
+            break;
+        }
+    } while (0);
+    if (prev != ctx->device) cudaSetDevice(prev);
+    return rc;
+}
+
+extern "C" fa_status fa_cuda_merge(fa_context *ctx, const fa_merge_problem *m) {
+    fa_merge_params c;
+    memset(&c, 0, sizeof c);
+    const fa_tensor *o = &m->o;
+    c.n = m->n, c.heads = (int)o->heads, c.seqlen = (int)o->seqlen, c.d = (int)o->head_dim;
+    c.rows = (int)(o->batch * o->heads * o->seqlen);
+    for (int i = 0; i < m->n; i++) {
+        c.in[i] = m->outs[i].data;
+        c.in_sb[i] = m->outs[i].stride_batch, c.in_ss[i] = m->outs[i].stride_seq, c.in_sh[i] = m->outs[i].stride_head;
+        c.lse_in[i] = m->lses[i];
+    }
+    c.out = o->data, c.o_sb = o->stride_batch, c.o_ss = o->stride_seq, c.o_sh = o->stride_head;
+    c.lse = m->lse;
+    if (o->batch * o->heads * o->seqlen > INT32_MAX)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "out: %lld rows are above 2^31-1 for the CUDA merge",
+                       (long long)(o->batch * o->heads * o->seqlen));
+    int prev = 0;
+    if (cudaGetDevice(&prev) != cudaSuccess) return fa_fail(ctx, FA_ERR_DEVICE, "cudaGetDevice failed");
+    if (prev != ctx->device && cudaSetDevice(ctx->device) != cudaSuccess)
+        return fa_fail(ctx, FA_ERR_DEVICE, "cudaSetDevice(%d) failed", ctx->device);
+    const cudaError_t e = fa_merge_states_launch(&c, (int)o->dtype, fa_cuda_stream_of(ctx));
+    if (prev != ctx->device) cudaSetDevice(prev);
+    return e == cudaSuccess ? FA_OK : cuda_err(ctx, "merge states launch", e);
+}

@@ -1,0 +1,110 @@
+/* LSE merges: the splits of one decode call (part_o, part_lse -> out, lse) and fa_merge_states (n caller states).
+ * One warp per row: every lane forms the weights w_s = e^(lse_s − M) / Σ e^(lse − M) (natural log), then
+ * sums its columns. A row whose states are all empty gives 0 / −inf; a NaN LSE makes the row NaN. */
+#include "decode.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+template <typename T> __device__ __forceinline__ float ld(const T *p);
+template <> __device__ __forceinline__ float ld<float>(const float *p) { return *p; }
+template <> __device__ __forceinline__ float ld<__half>(const __half *p) { return __half2float(*p); }
+template <> __device__ __forceinline__ float ld<__nv_bfloat16>(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+template <typename T> __device__ __forceinline__ void st(T *p, float x);
+template <> __device__ __forceinline__ void st<float>(float *p, float x) { *p = x; }
+template <> __device__ __forceinline__ void st<__half>(__half *p, float x) { *p = __float2half_rn(x); }
+template <> __device__ __forceinline__ void st<__nv_bfloat16>(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
+
+/* M = max lse and 1 / Σ e^(lse − M) over n values a stride apart; the merged LSE. */
+__device__ __forceinline__ float merge_lse(const float *const *lse, int64_t idx, const float *base, int64_t step, int n,
+                                           float *M, float *inv) {
+    float m = -INFINITY;
+    bool nan = false;
+    for (int s = 0; s < n; s++) {
+        const float x = lse ? lse[s][idx] : base[s * step];
+        nan |= isnan(x);
+        m = fmaxf(m, x);
+    }
+    *M = m;
+    if (nan) {
+        *inv = NAN;
+        return NAN;
+    }
+    if (m == -INFINITY) {
+        *inv = 0.f;
+        return -INFINITY;
+    }
+    float sum = 0.f;
+    for (int s = 0; s < n; s++) sum += expf((lse ? lse[s][idx] : base[s * step]) - m);
+    *inv = 1.f / sum;
+    return m + logf(sum);
+}
+
+__device__ __forceinline__ float weight(float lse, float M, float inv) {
+    return isnan(inv) ? NAN : lse == -INFINITY ? 0.f : expf(lse - M) * inv;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(FA_DEC_THREADS) merge_splits_kernel(const fa_dec_params p) {
+    const int64_t r = (int64_t)blockIdx.x * (FA_DEC_THREADS / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (r >= (int64_t)p.batch * p.hq * p.sq) return;
+    const int b = (int)(r / ((int64_t)p.hq * p.sq)), hq = (int)(r / p.sq % p.hq), i = (int)(r % p.sq);
+    int chunk, ns;
+    fa_dec_split(p, fa_dec_len(p, b), &chunk, &ns);
+    if (ns == 1) return; /* written by the attention kernel */
+    const float *pl = p.part_lse + r * p.nsplit;
+    float M, inv;
+    const float lse = merge_lse(nullptr, 0, pl, 1, ns, &M, &inv);
+    T *o = (T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh;
+    for (int c = lane; c < p.d; c += 32) {
+        float acc = 0.f;
+        for (int s = 0; s < ns; s++) {
+            const float w = weight(pl[s], M, inv);
+            if (w != 0.f || isnan(w)) acc = fmaf(w, p.part_o[(r * p.nsplit + s) * p.d + c], acc);
+        }
+        st(o + c, acc);
+    }
+    if (p.lse && lane == 0) p.lse[r] = lse;
+}
+
+extern "C" cudaError_t fa_dec_merge_splits_launch(const fa_dec_params *p, int dtype, cudaStream_t st) {
+    const int64_t rows = (int64_t)p->batch * p->hq * p->sq, per = FA_DEC_THREADS / 32;
+    const unsigned grid = (unsigned)((rows + per - 1) / per);
+    if (dtype == 1) merge_splits_kernel<__half><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
+    else merge_splits_kernel<__nv_bfloat16><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
+    return cudaGetLastError();
+}
+
+template <typename T>
+__global__ void __launch_bounds__(FA_DEC_THREADS) merge_states_kernel(const fa_merge_params p) {
+    const int64_t r = (int64_t)blockIdx.x * (FA_DEC_THREADS / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (r >= p.rows) return;
+    const int b = (int)(r / ((int64_t)p.heads * p.seqlen)), h = (int)(r / p.seqlen % p.heads), i = (int)(r % p.seqlen);
+    float M, inv;
+    const float lse = merge_lse(p.lse_in, r, nullptr, 0, p.n, &M, &inv);
+    float w[FA_MERGE_MAX];
+    for (int s = 0; s < p.n; s++) w[s] = weight(p.lse_in[s][r], M, inv);
+    /* each lane reads its columns of every state before writing them: out may be in[0] */
+    T *o = (T *)p.out + b * p.o_sb + i * p.o_ss + h * p.o_sh;
+    for (int c = lane; c < p.d; c += 32) {
+        float acc = 0.f;
+        for (int s = 0; s < p.n; s++)
+            if (w[s] != 0.f || isnan(w[s]))
+                acc = fmaf(w[s], ld((const T *)p.in[s] + b * p.in_sb[s] + i * p.in_ss[s] + h * p.in_sh[s] + c), acc);
+        st(o + c, acc);
+    }
+    __syncwarp();
+    if (p.lse && lane == 0) p.lse[r] = lse;
+}
+
+extern "C" cudaError_t fa_merge_states_launch(const fa_merge_params *p, int dtype, cudaStream_t st) {
+    const int per = FA_DEC_THREADS / 32;
+    const unsigned grid = (unsigned)((p->rows + per - 1) / per);
+    if (dtype == 0) merge_states_kernel<float><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
+    else if (dtype == 1) merge_states_kernel<__half><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
+    else merge_states_kernel<__nv_bfloat16><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
+    return cudaGetLastError();
+}

@@ -1,0 +1,322 @@
+/* KV-cache test cases and their checks (kvcase.h). The reference of one sequence is the float64 oracle over its
+ * keys gathered from the cache into a plain [1, L, hk, d] tensor, with q rotated by a float64 rotary. */
+#include "kvcase.h"
+
+#include "check.h"
+#include "dtype.h"
+#include "oracle.h"
+#include "tolerance.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t es_of(fa_dtype dt) { return (int64_t)fa_dtype_size(dt); }
+static int64_t len_after(const t_kv_case *c, int64_t b) { return c->seqlens[b] + (c->s.append ? c->s.sq : 0); }
+static int64_t row_of(const t_kv_case *c, int64_t b) { return c->batch_idx ? c->batch_idx[b] : b; }
+
+/* Element offset of key t, K/V head h of sequence b in the cache. */
+static int64_t key_off(const t_kv_case *c, int64_t b, int64_t h, int64_t t) {
+    const fa_tensor *k = &c->kct;
+    const int64_t row = row_of(c, b);
+    if (c->s.page_size) {
+        const int64_t pg = c->block_table[row * c->max_pages + t / c->s.page_size];
+        return pg * k->stride_batch + (t % c->s.page_size) * k->stride_seq + h * k->stride_head;
+    }
+    return row * k->stride_batch + t * k->stride_seq + h * k->stride_head;
+}
+
+static void shuffle(t_rng *r, int32_t *x, int64_t n) {
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = t_rng_int(r, 0, (int)i);
+        int32_t t = x[i];
+        x[i] = x[j], x[j] = t;
+    }
+}
+
+t_kv_case *t_kv_new(const t_kv_spec *spec, t_rng *r) {
+    t_kv_case *c = calloc(1, sizeof *c);
+    c->s = *spec;
+    const t_kv_spec *s = &c->s;
+    const int64_t B = s->batch, cap = s->capacity, es = es_of(s->dt), add = s->append ? s->sq : 0;
+    c->seqlens = malloc(sizeof(int32_t) * (size_t)B);
+    for (int64_t b = 0; b < B; b++) {
+        int len = s->lens ? s->lens[b] : t_rng_int(r, 0, (int)(cap - add));
+        if (!s->lens && B > 2 && b == 0) len = 0;                 /* both ends of the range */
+        if (!s->lens && B > 2 && b == 1) len = (int)(cap - add);
+        c->seqlens[b] = len;
+    }
+    c->rows = s->batch_idx ? B + 2 : B;
+    if (s->batch_idx) {
+        int32_t *perm = malloc(sizeof(int32_t) * (size_t)c->rows);
+        for (int64_t i = 0; i < c->rows; i++) perm[i] = (int32_t)i;
+        shuffle(r, perm, c->rows);
+        c->batch_idx = malloc(sizeof(int32_t) * (size_t)B);
+        memcpy(c->batch_idx, perm, sizeof(int32_t) * (size_t)B);
+        free(perm);
+    }
+    int64_t n_keys;
+    if (s->page_size) {
+        c->max_pages = (cap + s->page_size - 1) / s->page_size;
+        c->num_pages = c->rows * c->max_pages + 3;
+        int32_t *perm = malloc(sizeof(int32_t) * (size_t)c->num_pages);
+        for (int64_t i = 0; i < c->num_pages; i++) perm[i] = (int32_t)i;
+        shuffle(r, perm, c->num_pages);
+        c->block_table = malloc(sizeof(int32_t) * (size_t)c->rows * (size_t)c->max_pages);
+        for (int64_t i = 0; i < c->rows * c->max_pages; i++) c->block_table[i] = perm[i];
+        free(perm);
+        /* entries past each sequence's last used page are never read: make them invalid */
+        for (int64_t b = 0; b < B; b++) {
+            const int64_t used = (len_after(c, b) + s->page_size - 1) / s->page_size;
+            for (int64_t j = used; j < c->max_pages; j++) c->block_table[row_of(c, b) * c->max_pages + j] = -1;
+        }
+        c->kct = fa_tensor_bshd(NULL, s->dt, c->num_pages, s->page_size, s->hk, s->d);
+        n_keys = c->num_pages * s->page_size;
+    } else {
+        c->kct = fa_tensor_bshd(NULL, s->dt, c->rows, cap, s->hk, s->d);
+        n_keys = c->rows * cap;
+    }
+    c->cache_bytes = (size_t)(n_keys * s->hk * s->d * es);
+    c->kc = malloc(c->cache_bytes);
+    c->vc = malloc(c->cache_bytes);
+    c->kct.data = c->kc;
+    c->vct = c->kct;
+    c->vct.data = c->vc;
+    /* everything NaN, then random values at the keys each sequence has */
+    for (int64_t i = 0; i < n_keys * s->hk * s->d; i++) {
+        t_store_nan((char *)c->kc + i * es, s->dt);
+        t_store_nan((char *)c->vc + i * es, s->dt);
+    }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < c->seqlens[b]; t++)
+            for (int64_t h = 0; h < s->hk; h++) {
+                const int64_t o = key_off(c, b, h, t);
+                for (int64_t x = 0; x < s->d; x++) {
+                    t_store(c->kc, s->dt, o + x, t_rng_randn(r));
+                    t_store(c->vc, s->dt, o + x, t_rng_randn(r));
+                }
+            }
+    c->q = t_buf_new_r(r, s->dt, B, s->sq, s->hq, s->d, T_BSHD);
+    c->out = t_buf_new_r(r, s->dt, B, s->sq, s->hq, s->d, T_BSHD);
+    t_buf_randn_r(r, &c->q, 1);
+    if (s->append) {
+        c->kn = t_buf_new_r(r, s->dt, B, s->sq, s->hk, s->d, T_BSHD);
+        c->vn = t_buf_new_r(r, s->dt, B, s->sq, s->hk, s->d, T_BSHD);
+        t_buf_randn_r(r, &c->kn, 1);
+        t_buf_randn_r(r, &c->vn, 1);
+    }
+    if (s->rotary) {
+        const int rd = s->rot_dim ? s->rot_dim : s->d;
+        c->s.rot_dim = rd;
+        c->rot_len = cap + 8;
+        c->cos = malloc(sizeof(float) * (size_t)(c->rot_len * rd / 2));
+        c->sin = malloc(sizeof(float) * (size_t)(c->rot_len * rd / 2));
+        for (int64_t p = 0; p < c->rot_len; p++)
+            for (int j = 0; j < rd / 2; j++) {
+                const double th = (double)p * pow(10000.0, -2.0 * j / rd);
+                c->cos[p * (rd / 2) + j] = (float)cos(th);
+                c->sin[p * (rd / 2) + j] = (float)sin(th);
+            }
+    }
+    c->lse = malloc(sizeof(float) * (size_t)(B * s->hq * s->sq));
+    for (int64_t i = 0; i < B * s->hq * s->sq; i++) c->lse[i] = t_nanf();
+    return c;
+}
+
+void t_kv_free(t_kv_case *c) {
+    if (!c) return;
+    free(c->seqlens), free(c->block_table), free(c->batch_idx), free(c->kc), free(c->vc);
+    t_buf_free(&c->q), t_buf_free(&c->out);
+    if (c->s.append) t_buf_free(&c->kn), t_buf_free(&c->vn);
+    free(c->cos), free(c->sin), free(c->lse);
+    free(c);
+}
+
+fa_kvcache t_kv_cache(const t_kv_case *c, void *k, void *v, const int32_t *seqlens, const int32_t *block_table,
+                      const int32_t *batch_idx) {
+    fa_kvcache kc;
+    memset(&kc, 0, sizeof kc);
+    kc.k = c->kct, kc.v = c->vct;
+    kc.k.data = k, kc.v.data = v;
+    kc.seqlens = seqlens;
+    kc.block_table = c->s.page_size ? block_table : NULL;
+    kc.max_pages = c->s.page_size ? c->max_pages : 0;
+    kc.batch_idx = c->batch_idx ? batch_idx : NULL;
+    kc.cache_rows = c->s.page_size ? c->rows : 0;
+    return kc;
+}
+
+fa_kv_opts t_kv_opts(const t_kv_case *c, const float *cos, const float *sin) {
+    fa_kv_opts o = c->s.kv;
+    if (c->s.rotary) {
+        o.rotary_cos = cos, o.rotary_sin = sin;
+        o.rotary_seqlen = c->rot_len;
+        o.rotary_dim = c->s.rot_dim;
+        o.rotary_interleaved = c->s.rotary == 2;
+    }
+    return o;
+}
+
+/* x[0..rd) of one row rotated at position pos, in double */
+static void rotate(const t_kv_case *c, double *x, int64_t pos) {
+    const int half = c->s.rot_dim / 2;
+    for (int j = 0; j < half; j++) {
+        const int i0 = c->s.rotary == 2 ? 2 * j : j, i1 = c->s.rotary == 2 ? 2 * j + 1 : j + half;
+        const double cs = c->cos[pos * half + j], sn = c->sin[pos * half + j], x0 = x[i0], x1 = x[i1];
+        x[i0] = x0 * cs - x1 * sn;
+        x[i1] = x0 * sn + x1 * cs;
+    }
+}
+
+/* The cache after the call, compared with the one before: the appended rows hold k_new (rotated: within one unit
+ * of the dtype's last place of the float64 rotation) and v_new; every other byte is unchanged. */
+static int check_cache(const t_kv_case *c, const void *k_after, const void *v_after) {
+    const t_kv_spec *s = &c->s;
+    const int64_t es = es_of(s->dt), d = s->d;
+    int fails = 0;
+    unsigned char *expect_k = malloc(c->cache_bytes), *expect_v = malloc(c->cache_bytes), *fuzzy = calloc(c->cache_bytes, 1);
+    memcpy(expect_k, c->kc, c->cache_bytes);
+    memcpy(expect_v, c->vc, c->cache_bytes);
+    double x[256], worst = 0;
+    if (s->append)
+        for (int64_t b = 0; b < s->batch; b++)
+            for (int64_t i = 0; i < s->sq; i++)
+                for (int64_t h = 0; h < s->hk; h++) {
+                    const int64_t t = c->seqlens[b] + i, o = key_off(c, b, h, t);
+                    for (int64_t e = 0; e < d; e++) x[e] = t_get(&c->kn.t, b, i, h, e);
+                    if (s->rotary) {
+                        rotate(c, x, t);
+                        for (int64_t e = 0; e < d; e++) {
+                            const double got = t_load(k_after, s->dt, o + e), ulp = fabs(x[e]) * (s->dt == FA_DTYPE_F32 ? 0x1p-23 : s->dt == FA_DTYPE_F16 ? 0x1p-10 : 0x1p-7);
+                            const double err = fabs(got - x[e]) / (ulp + 1e-30);
+                            if (!(err <= 1.0 + 1e-9) && fabs(got - x[e]) > 1e-6) worst = fmax(worst, isnan(err) ? INFINITY : err);
+                            memset(fuzzy + (o + e) * es, 1, (size_t)es);
+                        }
+                    } else {
+                        for (int64_t e = 0; e < d; e++) t_store(expect_k, s->dt, o + e, x[e]);
+                    }
+                    for (int64_t e = 0; e < d; e++) t_store(expect_v, s->dt, o + e, t_get(&c->vn.t, b, i, h, e));
+                }
+    CHECK_MSG(worst == 0, "%s: appended rotated k off the float64 rotary by %.3g units in the last place", t_case_label,
+              worst);
+    fails += worst != 0;
+    size_t bad_k = 0, bad_v = 0;
+    for (size_t i = 0; i < c->cache_bytes; i++) {
+        if (!fuzzy[i] && ((const unsigned char *)k_after)[i] != expect_k[i]) bad_k++;
+        if (((const unsigned char *)v_after)[i] != expect_v[i]) bad_v++;
+    }
+    CHECK_MSG(bad_k == 0 && bad_v == 0, "%s: cache bytes differ from the expected (k %zu, v %zu of %zu)", t_case_label,
+              bad_k, bad_v, c->cache_bytes);
+    fails += bad_k || bad_v;
+    free(expect_k), free(expect_v), free(fuzzy);
+    return fails;
+}
+
+int t_kv_verify(const t_kv_case *c, const t_buf *out, const float *lse, const void *k_after, const void *v_after,
+                fa_context *std_ctx, double relax) {
+    const t_kv_spec *s = &c->s;
+    const int64_t B = s->batch, S = s->sq, Hq = s->hq, Hk = s->hk, D = s->d;
+    int fails = check_cache(c, k_after, v_after);
+    const int64_t unwritten = t_buf_check_written(out);
+    CHECK_MSG(unwritten == 0, "%s: %lld out elements not written (or padding touched)", t_case_label, (long long)unwritten);
+    fails += unwritten != 0;
+    double err = 0, err_std = 0, refmax = 0, lerr = 0, lerr_std = 0, lscale = 1;
+    int have_std = std_ctx && !s->rotary;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t L = len_after(c, b);
+        double *ref = malloc(sizeof(double) * (size_t)(S * Hq * D)), *rl = malloc(sizeof(double) * (size_t)(Hq * S));
+        if (L == 0) {
+            for (int64_t i = 0; i < S * Hq * D; i++) ref[i] = 0;
+            for (int64_t i = 0; i < Hq * S; i++) rl[i] = -INFINITY;
+        } else {
+            t_buf q32 = t_buf_new(FA_DTYPE_F32, 1, S, Hq, D, T_BSHD), k32 = t_buf_new(FA_DTYPE_F32, 1, L, Hk, D, T_BSHD);
+            t_buf v32 = t_buf_new(FA_DTYPE_F32, 1, L, Hk, D, T_BSHD);
+            double x[256];
+            for (int64_t i = 0; i < S; i++)
+                for (int64_t h = 0; h < Hq; h++) {
+                    for (int64_t e = 0; e < D; e++) x[e] = t_get(&c->q.t, b, i, h, e);
+                    if (s->rotary) rotate(c, x, c->seqlens[b] + i);
+                    for (int64_t e = 0; e < D; e++) t_set(&q32.t, 0, i, h, e, x[e]);
+                }
+            for (int64_t t = 0; t < L; t++)
+                for (int64_t h = 0; h < Hk; h++) {
+                    const int64_t o = key_off(c, b, h, t);
+                    for (int64_t e = 0; e < D; e++) {
+                        t_set(&k32.t, 0, t, h, e, t_load(k_after, s->dt, o + e));
+                        t_set(&v32.t, 0, t, h, e, t_load(v_after, s->dt, o + e));
+                    }
+                }
+            CHECK_STATUS(t_oracle_forward(&s->opts, &q32.t, &k32.t, &v32.t, ref, rl), FA_OK);
+            if (have_std) { /* STANDARD in the case's dtype on the same keys: the baseline of the pass rule */
+                t_buf qd = t_buf_new(s->dt, 1, S, Hq, D, T_BSHD), kd = t_buf_new(s->dt, 1, L, Hk, D, T_BSHD);
+                t_buf vd = t_buf_new(s->dt, 1, L, Hk, D, T_BSHD), od = t_buf_new(s->dt, 1, S, Hq, D, T_BSHD);
+                for (int64_t i = 0; i < S; i++)
+                    for (int64_t h = 0; h < Hq; h++)
+                        for (int64_t e = 0; e < D; e++) t_set(&qd.t, 0, i, h, e, t_get(&q32.t, 0, i, h, e));
+                for (int64_t t = 0; t < L; t++)
+                    for (int64_t h = 0; h < Hk; h++)
+                        for (int64_t e = 0; e < D; e++) {
+                            t_set(&kd.t, 0, t, h, e, t_get(&k32.t, 0, t, h, e));
+                            t_set(&vd.t, 0, t, h, e, t_get(&v32.t, 0, t, h, e));
+                        }
+                fa_attn_opts so = s->opts;
+                so.algo = FA_ALGO_STANDARD;
+                float *sl = malloc(sizeof(float) * (size_t)(Hq * S));
+                CHECK_STATUS(fa_forward(std_ctx, &so, &qd.t, &kd.t, &vd.t, &od.t, sl), FA_OK);
+                err_std = fmax(err_std, t_max_diff(&od.t, ref));
+                lerr_std = fmax(lerr_std, t_max_diff_f(sl, rl, Hq * S));
+                free(sl);
+                t_buf_free(&qd), t_buf_free(&kd), t_buf_free(&vd), t_buf_free(&od);
+            }
+            t_buf_free(&q32), t_buf_free(&k32), t_buf_free(&v32);
+        }
+        refmax = fmax(refmax, t_max_abs(ref, S * Hq * D));
+        lscale = fmax(lscale, t_lse_scale(rl, Hq * S));
+        for (int64_t i = 0; i < S; i++)
+            for (int64_t h = 0; h < Hq; h++) {
+                for (int64_t e = 0; e < D; e++) {
+                    const double got = t_get(&out->t, b, i, h, e), want = ref[(i * Hq + h) * D + e];
+                    const double dd = fabs(got - want);
+                    err = isnan(dd) ? INFINITY : fmax(err, dd);
+                }
+                if (lse) {
+                    const double got = lse[(b * Hq + h) * S + i], want = rl[h * S + i];
+                    if (isinf(want) && want < 0) {
+                        if (!(isinf(got) && got < 0)) lerr = INFINITY;
+                    } else {
+                        const double dd = fabs(got - want);
+                        lerr = isnan(dd) ? INFINITY : fmax(lerr, dd);
+                    }
+                }
+            }
+        free(ref), free(rl);
+    }
+    const t_verdict v = t_judge(s->dt, !have_std, 0, err, err_std, refmax, relax);
+    CHECK_MSG(v.ok, "%s: out max err %.3e, allowed %.3e (max|ref| %.3e, standard's err %.3e)", t_case_label, err,
+              v.allowed, refmax, err_std);
+    fails += !v.ok;
+    if (lse) {
+        const t_verdict lv = t_judge_lse(!have_std, lerr, lerr_std, lscale);
+        CHECK_MSG(lv.ok, "%s: lse max err %.3e, allowed %.3e", t_case_label, lerr, lv.allowed);
+        fails += !lv.ok;
+    }
+    return fails;
+}
+
+int t_kv_run_cpu(fa_context *ctx, const t_kv_case *c) {
+    void *k = malloc(c->cache_bytes), *v = malloc(c->cache_bytes);
+    memcpy(k, c->kc, c->cache_bytes);
+    memcpy(v, c->vc, c->cache_bytes);
+    t_buf_poison((t_buf *)&c->out);
+    for (int64_t i = 0; i < c->s.batch * c->s.hq * c->s.sq; i++) c->lse[i] = t_nanf();
+    fa_kvcache kc = t_kv_cache(c, k, v, c->seqlens, c->block_table, c->batch_idx);
+    fa_kv_opts ko = t_kv_opts(c, c->cos, c->sin);
+    fa_status st = fa_forward_kvcache(ctx, &c->s.opts, &ko, &c->q.t, &kc, c->s.append ? &c->kn.t : NULL,
+                                      c->s.append ? &c->vn.t : NULL, &c->out.t, c->lse);
+    int fails = 0;
+    CHECK_MSG(st == FA_OK, "%s: fa_forward_kvcache: %s: %s", t_case_label, fa_status_string(st), fa_context_last_error(ctx));
+    if (st == FA_OK) fails += t_kv_verify(c, &c->out, c->lse, k, v, ctx, 0);
+    else fails++;
+    free(k), free(v);
+    return fails;
+}

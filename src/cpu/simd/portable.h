@@ -185,11 +185,12 @@ static inline void port_softmax_rows_bf16(int rows, int cols, const float *S, in
     }
 }
 
-/* Initialiser lines for the entries a table takes from this header. */
+/* Initialiser lines for the entries a table takes from this header: the bf16 ones, and all. */
+#define FA_PORTABLE_BF16_ENTRIES                                                                              \
+    .gemm_bf16 = port_gemm_bf16, .pack_t32 = port_pack_t32, .pairs_f32_bf16 = port_pairs_f32_bf16,          \
+    .pairs_bf16 = port_pairs_bf16, .softmax_rows_bf16 = port_softmax_rows_bf16
 #define FA_PORTABLE_ENTRIES                                                                                   \
     .pack_t = port_pack_t, .softmax_step_t = port_softmax_step_t, .exp_rows = port_exp_rows,               \
-    .ds_rows = port_ds_rows, .scale_rows = port_scale_rows, .gemm_bf16 = port_gemm_bf16,                     \
-    .pack_t32 = port_pack_t32, .pairs_f32_bf16 = port_pairs_f32_bf16, .pairs_bf16 = port_pairs_bf16,         \
-    .softmax_rows_bf16 = port_softmax_rows_bf16
+    .ds_rows = port_ds_rows, .scale_rows = port_scale_rows, FA_PORTABLE_BF16_ENTRIES
 
 #endif

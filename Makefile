@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all build demo test bench test-gpu bench-gpu install clean
+.PHONY: all build demo test bench test-gpu bench-gpu test-cpu-device install clean
 
 all: build
 
@@ -30,6 +30,12 @@ test-gpu:
 
 bench-gpu:
 	BUILD=$(BUILD_GPU) scripts/bench-gpu.sh
+
+# The device host's CPU (many cores, AMX): ctest under every FA_CPU_ISA level it has, then our CLI against PyTorch's
+# CPU SDPA in one command, logs under LOG_DIR (scripts/test-cpu-device.sh; it builds into build-cpu-device).
+LOG_DIR ?= cpu-device-logs
+test-cpu-device:
+	scripts/test-cpu-device.sh $(LOG_DIR)
 
 clean:
 	rm -rf $(BUILD)

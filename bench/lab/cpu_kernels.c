@@ -264,6 +264,72 @@ static void check_bf16(const fa_cpu_kernels *K) {
     for (int i = 0; i < m * n; i++) e = fmax(e, fabs(C2[i] - C[i]));
     report(K->isa, "gemm_bf16 via pack_t32", e, 4e-7 * k);
     free(A); free(B); free(Ab); free(Bp); free(Bp2); free(Bb); free(C); free(At); free(C2);
+
+    /* whole tiles and edges of a tile kernel: row-major A with a stride, kp over one 256-word chunk, acc = 1 on a
+     * strided C (the shapes of S = Qi Kjᵀ and O += P Vj, and one that is neither) */
+    static const int shapes[][3] = {{64, 128, 64}, {256, 128, 32}, {50, 70, 300}, {16, 16, 16}, {33, 17, 5}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        const int M = shapes[sh][0], N = shapes[sh][1], KP = shapes[sh][2], lda = KP + 3, ldb = N + 5, ldc = N + 7;
+        uint32_t *Aw = malloc(4 * (size_t)M * lda), *Bw = malloc(4 * (size_t)KP * ldb);
+        float *Cw = malloc(sizeof(float) * (size_t)M * ldc), *C0 = malloc(sizeof(float) * (size_t)M * ldc);
+        for (int i = 0; i < M * lda; i++) Aw[i] = (uint32_t)bf16bits(frand()) | (uint32_t)bf16bits(frand()) << 16;
+        for (int i = 0; i < KP * ldb; i++) Bw[i] = (uint32_t)bf16bits(frand()) | (uint32_t)bf16bits(frand()) << 16;
+        for (int i = 0; i < M * ldc; i++) C0[i] = Cw[i] = frand();
+        K->gemm_bf16(M, N, KP, Aw, lda, 1, Bw, ldb, Cw, ldc, 1);
+        double eg = 0;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < ldc; j++) {
+                double r = C0[i * ldc + j];
+                if (j < N)
+                    for (int q = 0; q < KP; q++) {
+                        uint32_t a = Aw[i * lda + q], b = Bw[q * ldb + j];
+                        r += (double)fa_port_lo(a) * fa_port_lo(b) + (double)fa_port_hi(a) * fa_port_hi(b);
+                    }
+                eg = fmax(eg, fabs(r - Cw[i * ldc + j])); /* the padding columns stay as they were */
+            }
+        char what[64];
+        snprintf(what, sizeof what, "gemm_bf16 %dx%dx%d acc, strided", M, N, 2 * KP);
+        report(K->isa, what, eg, 4e-7 * 2 * KP);
+        free(Aw); free(Bw); free(Cw); free(C0);
+    }
+
+    /* softmax_rows_bf16 over two blocks (m rises in the second, one row fully masked, odd cols) */
+    {
+        const int rows = 7, cols = 45, lds = 48, ldp = 24;
+        float *S1 = fbuf((size_t)rows * lds), m[8], l[8], al[8];
+        uint32_t *P = malloc(4 * (size_t)rows * ldp);
+        double L[8], Mx[8], ep = 0, el = 0, ea = 0;
+        const float c = 1.3f;
+        for (int r = 0; r < rows; r++) m[r] = -INFINITY, l[r] = 0, L[r] = 0, Mx[r] = -INFINITY;
+        for (int blk = 0; blk < 2; blk++) {
+            for (int i = 0; i < rows * lds; i++) S1[i] = frand() * (blk ? 8.0f : 1.0f);
+            for (int j = 0; j < cols; j++) S1[3 * lds + j] = -INFINITY;
+            double mold[8];
+            for (int r = 0; r < rows; r++) mold[r] = m[r];
+            K->softmax_rows_bf16(rows, cols, S1, lds, c, m, l, al, P, ldp);
+            for (int r = 0; r < rows; r++) {
+                double mx = Mx[r];
+                for (int j = 0; j < cols; j++) mx = fmax(mx, S1[r * lds + j]);
+                double sub = isinf(mx) ? 0 : mx, a = isinf(mold[r]) ? 0 : exp2(c * (mold[r] - sub));
+                L[r] = L[r] * a;
+                for (int j = 0; j < cols + 1; j++) {
+                    double pr = j < cols ? exp2(c * (S1[r * lds + j] - sub)) : 0;
+                    uint32_t wd = P[r * ldp + j / 2];
+                    double got = j % 2 ? fa_port_hi(wd) : fa_port_lo(wd);
+                    ep = fmax(ep, fabs(got - pr) / fmax(pr, 1e-30) * (pr > 0) + (pr == 0 && got != 0));
+                    L[r] += j < cols ? pr : 0;
+                }
+                Mx[r] = mx;
+                ea = fmax(ea, fabs(al[r] - a));
+                el = fmax(el, L[r] > 0 ? fabs(l[r] / L[r] - 1) : l[r] != 0);
+                el = fmax(el, m[r] == (float)mx || (isinf(mx) && isinf(m[r])) ? 0 : 1);
+            }
+        }
+        report(K->isa, "softmax_rows_bf16 P (rel, bf16)", ep, 1.0 / 256);
+        report(K->isa, "softmax_rows_bf16 l, m (rel)", el, 1e-5);
+        report(K->isa, "softmax_rows_bf16 alpha (abs)", ea, 1e-6);
+        free(S1); free(P);
+    }
 }
 
 /* ---- timing ---- */
@@ -383,13 +449,14 @@ int main(int argc, char **argv) {
         }
     }
     const fa_cpu_kernels *best = fa_cpu_kernels_select();
-    const fa_cpu_kernels *tables[3];
+    const fa_cpu_kernels *tables[4];
     int nt = 0;
     tables[nt++] = &fa_cpu_kernels_scalar;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) tables[nt++] = &fa_cpu_kernels_avx2;
-    if (best == &fa_cpu_kernels_avx512) tables[nt++] = &fa_cpu_kernels_avx512;
+    if (best == &fa_cpu_kernels_avx512 || best == &fa_cpu_kernels_amx) tables[nt++] = &fa_cpu_kernels_avx512;
+    if (best == &fa_cpu_kernels_amx) tables[nt++] = &fa_cpu_kernels_amx;
 #endif
     int T = max_threads();
     if (peak) {

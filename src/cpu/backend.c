@@ -21,16 +21,18 @@ static const fa_cpu_algo *const algos[FA_CPU_ENTRIES][2] = {
     [FA_CPU_FLASH1] = {&fa_cpu_flash1_fwd, &fa_cpu_flash1_bwd},
     [FA_CPU_FLASH2] = {&fa_cpu_flash2_fwd, &fa_cpu_flash2_bwd},
     [FA_CPU_FLASH2_BF16] = {&fa_cpu_flash2_bf16_fwd, NULL},
+    [FA_CPU_FLASH2_AMX] = {&fa_cpu_flash2_amx_fwd, NULL},
 };
 
 /* The kernel name fa_stats reports: the entry and the ISA of the table that runs (static strings). */
-#define ISA_NAMES(stem) {stem ".scalar", stem ".avx2", stem ".avx512"}
+#define ISA_NAMES(stem) {stem ".scalar", stem ".avx2", stem ".avx512", stem ".amx"}
 static const char *const kernel_names[FA_CPU_ENTRIES][FA_CPU_ISA_COUNT] = {
     [FA_CPU_STANDARD] = ISA_NAMES("cpu.standard"),
     [FA_CPU_STANDARD_BLAS] = ISA_NAMES("cpu.standard.blas"),
     [FA_CPU_FLASH1] = ISA_NAMES("cpu.flash1"),
     [FA_CPU_FLASH2] = ISA_NAMES("cpu.flash2"),
     [FA_CPU_FLASH2_BF16] = ISA_NAMES("cpu.flash2.bf16dot"),
+    [FA_CPU_FLASH2_AMX] = ISA_NAMES("cpu.flash2.bf16tile"),
 };
 
 #ifdef FA_HAVE_CBLAS
@@ -57,7 +59,8 @@ static fa_cpu_entry pick_entry(const fa_problem *p, const fa_cpu_kernels *kr) {
         return FA_CPU_STANDARD;
     case FA_ALGO_FLASH1: return FA_CPU_FLASH1;
     default:
-        if (!p->is_backward && p->dtype == FA_DTYPE_BF16 && kr->bf16_dot && p->d % 2 == 0) return FA_CPU_FLASH2_BF16;
+        if (!p->is_backward && p->dtype == FA_DTYPE_BF16 && kr->bf16_dot && p->d % 2 == 0)
+            return kr->bf16_tiles ? FA_CPU_FLASH2_AMX : FA_CPU_FLASH2_BF16;
         return FA_CPU_FLASH2;
     }
 }
@@ -102,7 +105,7 @@ fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan,
     } else {
         fa_cpu_tiles(p, &plan->block_q, &plan->block_k);
     }
-    if (e == FA_CPU_FLASH2 && !p->is_backward) plan_kv_pack(p, plan);
+    if ((e == FA_CPU_FLASH2 || e == FA_CPU_FLASH2_AMX) && !p->is_backward) plan_kv_pack(p, plan);
     if (e == FA_CPU_FLASH2 && p->is_backward) plan->aux[FA_CPU_AUX_SPLIT] = plan_bwd_split(p, plan);
     plan->workspace_bytes = algos[e][p->is_backward]->workspace(p, plan);
     fa_cpu_plan_traffic(p, plan);

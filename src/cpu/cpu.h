@@ -24,6 +24,7 @@ typedef enum fa_cpu_entry {
     FA_CPU_FLASH1,
     FA_CPU_FLASH2,
     FA_CPU_FLASH2_BF16,   /* forward on bf16 storage with the bf16 dot-product kernel */
+    FA_CPU_FLASH2_AMX,    /* forward on bf16 storage with the bf16 tile kernel (row-major S) */
     FA_CPU_ENTRIES
 } fa_cpu_entry;
 
@@ -45,7 +46,7 @@ extern const fa_cpu_algo fa_cpu_standard_fwd, fa_cpu_standard_bwd;
 extern const fa_cpu_algo fa_cpu_standard_blas_fwd, fa_cpu_standard_blas_bwd;
 extern const fa_cpu_algo fa_cpu_flash1_fwd, fa_cpu_flash1_bwd;
 extern const fa_cpu_algo fa_cpu_flash2_fwd, fa_cpu_flash2_bwd;
-extern const fa_cpu_algo fa_cpu_flash2_bf16_fwd;
+extern const fa_cpu_algo fa_cpu_flash2_bf16_fwd, fa_cpu_flash2_amx_fwd;
 
 /* The tile table (tiles/tile_table.c), read by the plan only: Br x Bc for the call, opts overriding, clipped to
  * the sequences. */

@@ -5,7 +5,7 @@
 set(FA_CPU_SOURCES
     src/cpu/backend.c src/cpu/traffic.c src/cpu/contract.c
     src/cpu/algo/standard.c src/cpu/algo/flash1.c src/cpu/algo/flash2.c
-    src/cpu/algo/flash2_bf16.c
+    src/cpu/algo/flash2_bf16.c src/cpu/algo/flash2_amx.c
     src/cpu/tiles/head.c src/cpu/tiles/scores.c src/cpu/tiles/bwd_tile.c src/cpu/tiles/tile_io.c
     src/cpu/tiles/tile_table.c
     src/cpu/simd/dispatch.c src/cpu/simd/scalar.c)
@@ -19,7 +19,7 @@ set_source_files_properties(src/cpu/decode/attend_scalar.c PROPERTIES COMPILE_OP
 # Each ISA file gets its own flags; the dispatcher and everything that runs before the CPUID check stay at the
 # baseline ISA, so one binary runs on any x86-64.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i.86)$" AND CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
-  list(APPEND FA_CPU_SOURCES src/cpu/simd/avx2.c src/cpu/simd/avx512.c)
+  list(APPEND FA_CPU_SOURCES src/cpu/simd/avx2.c src/cpu/simd/avx512.c src/cpu/simd/amx.c)
   list(APPEND FA_CPU_SOURCES src/cpu/decode/attend_avx2.c src/cpu/decode/attend_avx512.c)
   set_source_files_properties(src/cpu/decode/attend_avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-ffp-contract=fast;-Wno-psabi")
   set_source_files_properties(src/cpu/decode/attend_avx512.c PROPERTIES
@@ -27,6 +27,8 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i.86)$" AND CMAKE_C_COMP
   set_source_files_properties(src/cpu/simd/avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
   set_source_files_properties(src/cpu/simd/avx512.c PROPERTIES
     COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma")
+  set_source_files_properties(src/cpu/simd/amx.c PROPERTIES
+    COMPILE_OPTIONS "-mamx-tile;-mamx-bf16;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma")
 endif()
 
 # STANDARD uses a system CBLAS when one is found (OpenBLAS preferred), else our micro-kernels: standard_blas.c is

@@ -478,20 +478,67 @@ static void pairs_bf16(int nk, int n, const uint16_t *src, int lds, uint32_t *ds
     }
 }
 
+/* Row-major online softmax with P written as bf16 key pairs (kernels.h, softmax_rows_bf16): per row, the max over
+ * the tile, then P = 2^(c·S − c·m) 32 keys at a time, rounded by vcvtne2ps2bf16 (low 16 words: the first 16 keys,
+ * so word w holds keys 2w, 2w + 1 as the pair layout wants). */
+static void softmax_rows_bf16(int rows, int cols, const float *S, int lds, float c, float *m, float *l, float *alpha,
+                              uint32_t *P, int ldp) {
+    const __m512 vc = _mm512_set1_ps(c), ninf = _mm512_set1_ps(-INFINITY);
+    for (int r = 0; r < rows; r++) {
+        const float *s = S + (ptrdiff_t)r * lds;
+        uint32_t *pw = P + (ptrdiff_t)r * ldp;
+        __m512 mx0 = ninf, mx1 = ninf;
+        int j = 0;
+        for (; j + 32 <= cols; j += 32) {
+            mx0 = _mm512_max_ps(mx0, _mm512_loadu_ps(s + j));
+            mx1 = _mm512_max_ps(mx1, _mm512_loadu_ps(s + j + 16));
+        }
+        for (; j < cols; j += 16) {
+            __mmask16 mk = cols - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - j)) - 1u);
+            mx0 = _mm512_max_ps(mx0, _mm512_mask_loadu_ps(ninf, mk, s + j));
+        }
+        const float mnew = fmaxf(m[r], _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1)));
+        const float sub = mnew == -INFINITY ? 0.0f : mnew;
+        const __m512 cm = _mm512_set1_ps(c * sub);
+        __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+        for (j = 0; j < cols; j += 32) {
+            const int n0 = cols - j < 16 ? cols - j : 16, n1 = cols - j - 16 < 0 ? 0 : cols - j - 16 < 16 ? cols - j - 16 : 16;
+            const __mmask16 k0 = (__mmask16)((1u << n0) - 1u), k1 = (__mmask16)((1u << n1) - 1u);
+            /* masked-off lanes read −∞ and give P = 0 */
+            __m512 e0 = exp2_ps(_mm512_fmsub_ps(_mm512_mask_loadu_ps(ninf, k0, s + j), vc, cm));
+            __m512 e1 = exp2_ps(_mm512_fmsub_ps(_mm512_mask_loadu_ps(ninf, k1, s + j + 16), vc, cm));
+            sum0 = _mm512_add_ps(sum0, e0);
+            sum1 = _mm512_add_ps(sum1, e1);
+            __m512i h = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
+            const int nw = (n0 + n1 + 1) / 2;
+            _mm512_mask_storeu_epi32(pw + j / 2, (__mmask16)((1u << nw) - 1u), h);
+        }
+        const float al = m[r] == -INFINITY ? 0.0f : exp2f(c * (m[r] - sub));
+        alpha[r] = al;
+        l[r] = l[r] * al + _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
+        m[r] = mnew;
+    }
+}
+
+/* The entries both AVX-512 tables share (the amx table differs in its bf16 product only). */
+#define AVX512_ENTRIES                                                                                          \
+    .gemm_nn = gemm_nn, .gemm_abt = gemm_abt, .pack_t = pack_t, .softmax_step_t = softmax_step_t,             \
+    .qk_softmax_t = qk_softmax_t, .exp_rows = exp_rows, .ds_rows = ds_rows, .scale_rows = scale_rows,         \
+    .bf16_dot = 1, .pack_t32 = pack_t32, .pairs_f32_bf16 = pairs_f32_bf16, .pairs_bf16 = pairs_bf16,          \
+    .softmax_rows_bf16 = softmax_rows_bf16
+
 const fa_cpu_kernels fa_cpu_kernels_avx512 = {
     .isa = "avx512",
     .id = FA_CPU_ISA_AVX512,
-    .gemm_nn = gemm_nn,
-    .gemm_abt = gemm_abt,
-    .pack_t = pack_t,
-    .softmax_step_t = softmax_step_t,
-    .qk_softmax_t = qk_softmax_t,
-    .exp_rows = exp_rows,
-    .ds_rows = ds_rows,
-    .scale_rows = scale_rows,
-    .bf16_dot = 1,
+    AVX512_ENTRIES,
     .gemm_bf16 = gemm_bf16,
-    .pack_t32 = pack_t32,
-    .pairs_f32_bf16 = pairs_f32_bf16,
-    .pairs_bf16 = pairs_bf16,
+    .bf16_tiles = 0,
+};
+
+const fa_cpu_kernels fa_cpu_kernels_amx = {
+    .isa = "amx",
+    .id = FA_CPU_ISA_AMX,
+    AVX512_ENTRIES,
+    .gemm_bf16 = fa_amx_gemm_bf16,
+    .bf16_tiles = 1,
 };

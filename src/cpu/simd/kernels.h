@@ -12,10 +12,10 @@
 #define FA_SOFTMAX_SLACK 8.0f
 
 /* The runtime-dispatched ISAs, narrowest first (FA_CPU_ISA caps the choice at one of them). */
-typedef enum fa_cpu_isa { FA_CPU_ISA_SCALAR, FA_CPU_ISA_AVX2, FA_CPU_ISA_AVX512, FA_CPU_ISA_COUNT } fa_cpu_isa;
+typedef enum fa_cpu_isa { FA_CPU_ISA_SCALAR, FA_CPU_ISA_AVX2, FA_CPU_ISA_AVX512, FA_CPU_ISA_AMX, FA_CPU_ISA_COUNT } fa_cpu_isa;
 
 typedef struct fa_cpu_kernels {
-    const char *isa; /* "scalar", "avx2", "avx512" */
+    const char *isa; /* "scalar", "avx2", "avx512", "amx" */
     fa_cpu_isa id;
     /* C[m][n] (acc ? += : =) Σ_p A[i·rsa + p·csa] · B[p·ldb + j]: A·B with (rsa, csa) = (lda, 1), Aᵀ·B with
      * (1, lda). The register-blocked workhorse; B rows are vectors, A elements are broadcast. */
@@ -58,14 +58,32 @@ typedef struct fa_cpu_kernels {
     void (*pairs_f32_bf16)(int nk, int n, const float *src, int lds, uint32_t *dst, int ldd);
     /* The same for bf16 rows. */
     void (*pairs_bf16)(int nk, int n, const uint16_t *src, int lds, uint32_t *dst, int ldd);
+    /* bf16_tiles = 1 when gemm_bf16 runs on matrix tiles (AMX TDPBF16PS): its A operand is then read fastest as
+     * rows (csa = 1), so the bf16 FLASH2 forward keeps S = Qi Kjᵀ row-major (algo/flash2_amx.c). */
+    int bf16_tiles;
+    /* One online-softmax step on a row-major score tile S[rows][cols] (raw scores, read only), P written as bf16
+     * pairs along the keys: per row r, m_new = max(m[r], max_j S[r][j]); P = 2^(c·(S − m_new)) (a row whose maximum
+     * is −∞ subtracts 0); P[r·ldp + w] = (bf16 P[r][2w], bf16 P[r][2w+1]) for 2w < cols (odd cols: the last word
+     * pairs with 0); alpha[r] = 2^(c·(m[r] − m_new)); l[r] ← alpha[r]·l[r] + Σ_j P (fp32, before rounding). */
+    void (*softmax_rows_bf16)(int rows, int cols, const float *S, int lds, float c, float *m, float *l, float *alpha,
+                              uint32_t *P, int ldp);
 } fa_cpu_kernels;
 
-/* The best table this CPU supports. FA_CPU_ISA=scalar|avx2|avx512 in the environment caps it (for tests). */
+/* The best table this CPU supports. FA_CPU_ISA=scalar|avx2|avx512|amx in the environment caps it (for tests).
+ * The amx table is chosen only where CPUID reports AMX-TILE and AMX-BF16, the OS enables the tile state (XCR0) and
+ * grants this process its use (arch_prctl ARCH_REQ_XCOMP_PERM, requested here; a refusal selects avx512). */
 const fa_cpu_kernels *fa_cpu_kernels_select(void);
 extern const fa_cpu_kernels fa_cpu_kernels_scalar;
 #if defined(__x86_64__) || defined(__i386__)
 extern const fa_cpu_kernels fa_cpu_kernels_avx2;   /* simd/avx2.c, -mavx2 -mfma */
 extern const fa_cpu_kernels fa_cpu_kernels_avx512; /* simd/avx512.c, AVX-512 F/BW/VL/DQ/BF16 */
+extern const fa_cpu_kernels fa_cpu_kernels_amx;    /* simd/avx512.c's table with simd/amx.c's tile gemm_bf16 */
+/* simd/amx.c: C (acc ? += : =) A·B on bf16 pairs with TDPBF16PS (the gemm_bf16 contract). Only after
+ * fa_cpu_amx_usable() returned 1 in this process. */
+void fa_amx_gemm_bf16(int m, int n, int kp, const uint32_t *A, ptrdiff_t rsa, ptrdiff_t csa, const uint32_t *B,
+                      int ldb, float *C, int ldc, int acc);
+/* simd/dispatch.c: 1 if this CPU, its OS and this process may run AMX-BF16 tiles (requests the permission). */
+int fa_cpu_amx_usable(void);
 #endif
 
 #endif

@@ -160,10 +160,37 @@ static inline void port_pairs_bf16(int nk, int n, const uint16_t *src, int lds, 
         }
 }
 
-/* Initialiser lines for the entries a table takes from this header. */
+static inline void port_softmax_rows_bf16(int rows, int cols, const float *S, int lds, float c, float *m, float *l,
+                                          float *alpha, uint32_t *P, int ldp) {
+    for (int r = 0; r < rows; r++) {
+        const float *restrict s = S + (ptrdiff_t)r * lds;
+        uint32_t *restrict pw = P + (ptrdiff_t)r * ldp;
+        float mx = m[r];
+        for (int j = 0; j < cols; j++) mx = s[j] > mx ? s[j] : mx;
+        const float sub = mx == -INFINITY ? 0.0f : mx, cm = c * sub;
+        float sum = 0;
+        for (int j = 0; j < cols; j += 2) {
+            float e0 = fa_port_exp2(fmaf(s[j], c, -cm)), e1 = j + 1 < cols ? fa_port_exp2(fmaf(s[j + 1], c, -cm)) : 0.0f;
+            sum += e0 + e1;
+            float b0 = fa_port_bf16(e0), b1 = fa_port_bf16(e1);
+            uint32_t u0, u1;
+            memcpy(&u0, &b0, 4);
+            memcpy(&u1, &b1, 4);
+            pw[j / 2] = (u0 >> 16) | (u1 & 0xffff0000u);
+        }
+        const float a = m[r] == -INFINITY ? 0.0f : fa_port_exp2(c * (m[r] - sub));
+        alpha[r] = a;
+        l[r] = l[r] * a + sum;
+        m[r] = mx;
+    }
+}
+
+/* Initialiser lines for the entries a table takes from this header: the bf16 ones, and all. */
+#define FA_PORTABLE_BF16_ENTRIES                                                                              \
+    .gemm_bf16 = port_gemm_bf16, .pack_t32 = port_pack_t32, .pairs_f32_bf16 = port_pairs_f32_bf16,          \
+    .pairs_bf16 = port_pairs_bf16, .softmax_rows_bf16 = port_softmax_rows_bf16
 #define FA_PORTABLE_ENTRIES                                                                                   \
     .pack_t = port_pack_t, .softmax_step_t = port_softmax_step_t, .exp_rows = port_exp_rows,               \
-    .ds_rows = port_ds_rows, .scale_rows = port_scale_rows, .gemm_bf16 = port_gemm_bf16,                     \
-    .pack_t32 = port_pack_t32, .pairs_f32_bf16 = port_pairs_f32_bf16, .pairs_bf16 = port_pairs_bf16
+    .ds_rows = port_ds_rows, .scale_rows = port_scale_rows, FA_PORTABLE_BF16_ENTRIES
 
 #endif

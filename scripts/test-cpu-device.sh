@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# CPU tests and the many-core benchmark on the device host (`make test-cpu-device LOG_DIR=dir`; 16-core Xeon with
+# AVX-512, avx512_bf16 and AMX): a CPU-only build, ctest under every FA_CPU_ISA level this CPU has (scalar, avx2,
+# avx512, amx), then in one command our CLI against PyTorch's CPU SDPA (B=4, N=4k, d 64/128, causal and not,
+# fp32 and bf16, forward and forward+backward, THREADS threads) and FLASH2's 1-thread vs THREADS-thread scaling.
+# Exits non-zero when a test fails; the benchmark gates nothing. Runs in about 5 minutes on that host.
+# Usage: scripts/test-cpu-device.sh LOG_DIR   Env: BUILD (default build-cpu-device), THREADS (default: nproc),
+# REPS (default 3), SKIP_TESTS=1 / SKIP_BENCH=1.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOG=${1:?usage: $0 LOG_DIR}
+BUILD=${BUILD:-build-cpu-device}
+THREADS=${THREADS:-$(nproc)}
+REPS=${REPS:-3}
+mkdir -p "$LOG"
+exec > >(tee "$LOG/summary.txt") 2>&1
+start=$(date +%s)
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+has() { for f in "$@"; do [[ " $flags " == *" $f "* ]] || return 1; done; }
+levels="scalar"
+has avx2 fma && levels+=" avx2"
+has avx512f avx512bw avx512vl avx512dq avx512_bf16 && levels+=" avx512"
+has amx_tile amx_bf16 && levels+=" amx"
+echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs, ISA levels: $levels"
+echo "== commit: $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (modified)')"
+echo "== OpenBLAS: $(readlink -f /usr/lib/x86_64-linux-gnu/libopenblas.so.0 2>/dev/null || echo 'none found')"
+
+cmake -S . -B "$BUILD" -DFA_CUDA=OFF -DCMAKE_BUILD_TYPE=Release >"$LOG/cmake.log" 2>&1 || { echo "cmake failed"; exit 1; }
+cmake --build "$BUILD" -j "$(nproc)" >"$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; echo "build failed"; exit 1; }
+grep -E "warning" "$LOG/build.log" | head -10
+cmake --build "$BUILD" -j "$(nproc)" --target cpu_kernels >>"$LOG/build.log" 2>&1
+FA="$BUILD/flashattn"
+
+status=0
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  # the kernel lab's check: every entry of the table of each level against a float64 loop
+  for isa in $levels; do
+    if FA_CPU_ISA=$isa "$BUILD/bench/lab/cpu_kernels" --check >"$LOG/kernels-$isa.log" 2>&1; then
+      echo "== kernel check $isa: $(tail -1 "$LOG/kernels-$isa.log")"
+    else
+      status=1; echo "== kernel check $isa: FAILED"; tail -20 "$LOG/kernels-$isa.log"
+    fi
+  done
+  # the default tests under each level (the *_scalar/_avx2/_avx512 variants pin their own level: excluded here)
+  for isa in $levels; do
+    if FA_CPU_ISA=$isa FA_TEST_THREADS=4 ctest --test-dir "$BUILD" -j "$(( $(nproc) / 4 > 1 ? $(nproc) / 4 : 1 ))" \
+         -E '_(scalar|avx2|avx512)$' --output-on-failure --timeout 600 >"$LOG/ctest-$isa.log" 2>&1; then
+      echo "== ctest FA_CPU_ISA=$isa: $(grep -E 'tests passed' "$LOG/ctest-$isa.log")"
+    else
+      status=1; echo "== ctest FA_CPU_ISA=$isa: FAILED"; grep -E "Failed|FAIL|\*\*\*" "$LOG/ctest-$isa.log" | head -20
+    fi
+  done
+  echo "== tests took $(( $(date +%s) - start )) s"
+fi
+
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  echo; echo "== peak (flashattn bench --peak; $THREADS threads)"
+  "$FA" bench --peak --threads "$THREADS" --algo flash2 --batch 1 --heads 1 --seqlen 256 --reps 1 2>&1 | tee "$LOG/peak.txt" | head -4
+  echo; echo "== ours: FLASH2, B=4 N=4096, fp32 and bf16, fwd and bwd, $THREADS threads"
+  "$FA" bench --algo flash2 --batch 4 --seqlen 4096 --d 64,128 --causal 0,1 --dtype f32,bf16 --pass fwd,bwd \
+    --threads "$THREADS" --reps "$REPS" --csv >"$LOG/ours.csv" 2>"$LOG/ours.err"
+  "$FA" bench --algo flash2 --batch 4 --seqlen 4096 --d 64,128 --causal 0 --dtype bf16 --pass fwd \
+    --threads "$THREADS" --reps 1 --json 2>/dev/null | grep -o '"kernel": *"[^"]*"' | sort -u | sed 's/^/   kernel: /'
+  if python3 -c "import torch" 2>/dev/null; then
+    echo "== PyTorch CPU SDPA, same shapes, $THREADS threads"
+    python3 scripts/bench_cpu_torch.py run --out "$LOG/torch.csv" --batch 4 --seqlen 4096 --d 64,128 --causal 0,1 \
+      --dtype f32,bf16 --threads "$THREADS" --reps "$REPS" >"$LOG/torch.log" 2>&1 || tail -5 "$LOG/torch.log"
+    head -1 "$LOG/torch.log"
+    python3 scripts/bench_cpu_torch.py merge "$LOG/ours.csv" "$LOG/torch.csv" | tee "$LOG/vs-torch.md"
+  else
+    echo "(no PyTorch here: our rows only)"; cat "$LOG/ours.csv"
+  fi
+  echo; echo "== FLASH2 scaling: 1 vs $THREADS threads, fp32 fwd, B=1 N=4096 (heads 2048/d)"
+  "$FA" bench --algo flash2 --batch 1 --seqlen 4096 --d 64,128 --causal 0,1 --threads "1,$THREADS" --reps "$REPS" \
+    --json >"$LOG/scaling.json" 2>"$LOG/scaling.err"
+  python3 - "$LOG/scaling.json" <<'EOF'
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1])) if r.get("status") == "ok"]
+for r in rows:
+    for m in rows:
+        if r["threads"] == 1 and m["threads"] > 1 and (m["head_dim"], m["causal"]) == (r["head_dim"], r["causal"]):
+            print("  d=%d causal=%d: 1 thread %.1f GFLOP/s, %d threads %.1f -> %.1fx (target >= 12x)" %
+                  (r["head_dim"], r["causal"], r["gflops"], m["threads"], m["gflops"], m["gflops"] / r["gflops"]))
+EOF
+fi
+echo; echo "== done in $(( $(date +%s) - start )) s, status $status; logs in $LOG"
+exit $status

@@ -1,0 +1,141 @@
+/* FA_ALGO_FLASH2 forward on bf16 storage with a tile matrix unit (AMX-BF16; a kernel table with bf16_tiles): the
+ * loop of flash2.c in the row-major orientation the tiles want, so that neither product needs its A operand
+ * transposed (docs/cpu-kernels.md, "AMX"):
+ *   S = Qi Kjᵀ:  A = Qi as it is stored ([Br][d/2] words of two bf16), B = Kjᵀ as [d/2][Bc] words;
+ *   m, ℓ, P:     softmax_rows_bf16 writes P as [Br][Bc/2] words (two keys each) straight from S;
+ *   O += P Vj:   A = P, B = Vj as key pairs [Bc/2][d].
+ * A work item is `group` Q blocks of one head (the plan's aux, as in flash2.c); the Kjᵀ and paired Vj of the keys
+ * it visits are packed once, on first use, when they fit the pack buffer, else per visit. Softmax state, S and O
+ * stay fp32. */
+#include "cpu/cpu.h"
+
+#include <string.h>
+
+/* Rows of bf16 from slow memory into a fast tile, unconverted (counted as fa_tile_load counts them). */
+static void load_bf16_rows(uint16_t *dst, int ld_dst, const uint16_t *src, int64_t ld_src, int rows, int cols, fa_io *io) {
+    for (int r = 0; r < rows; r++) memcpy(dst + (int64_t)r * ld_dst, src + r * ld_src, (size_t)cols * 2);
+    io->read += (int64_t)rows * cols * 2;
+}
+
+/* A thread's fast tiles: Qi (bf16 rows), the K/V staging rows, the packs (per Bc-key tile slot: Kjᵀ words
+ * [d/2][Bc] and Vj pairs [Bc/2][d]) with a packed-yet flag per slot, fp32 S and O, P words, softmax state. */
+typedef struct tiles {
+    uint16_t *Qi, *Kr, *Vr;
+    uint32_t *KT, *VP, *P;
+    unsigned char *ready;
+    float *S, *O, *m, *l, *alpha, *lse;
+} tiles;
+
+static void thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, tiles *t) {
+    const size_t d = (size_t)p->d, br = (size_t)pl->block_q, bc = (size_t)pl->block_k, bcw = (bc + 1) / 2;
+    const size_t slots = (size_t)(pl->aux[FA_CPU_AUX_KVROWS] / pl->block_k);
+    t->Qi = fa_arena_take(a, br * d * 2, 64);
+    t->Kr = fa_arena_take(a, bc * d * 2, 64);
+    t->Vr = fa_arena_take(a, bc * d * 2, 64);
+    t->KT = fa_arena_take(a, slots * (d / 2) * bc * 4, 64);
+    t->VP = fa_arena_take(a, slots * bcw * d * 4, 64);
+    t->ready = fa_arena_take(a, slots, 64);
+    t->P = fa_arena_take(a, br * bcw * 4, 64);
+    t->S = fa_take_f32(a, br * bc);
+    t->O = fa_take_f32(a, br * d);
+    t->m = fa_take_f32(a, br);
+    t->l = fa_take_f32(a, br);
+    t->alpha = fa_take_f32(a, br);
+    t->lse = fa_take_f32(a, br);
+}
+
+static void layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, fa_cpu_ws *w) {
+    fa_arena one = fa_arena_dry();
+    tiles t;
+    thread_layout(&one, p, pl, &t);
+    fa_cpu_ws_slices(a, w, one.size, pl->threads);
+    fa_cpu_ws_counters(a, w);
+}
+
+static size_t workspace(const fa_problem *p, const fa_plan *pl) {
+    fa_arena a = fa_arena_dry();
+    fa_cpu_ws w;
+    layout(&a, p, pl, &w);
+    return a.size;
+}
+
+/* Kjᵀ and Vj pairs of the cols keys from j0 into slot s of the packs (Kj, Vj staged as dense bf16 rows). */
+static void pack_tile(const fa_problem *p, const fa_cpu_kernels *kr, const fa_head *hd, int64_t j0, int cols,
+                      const tiles *t, int s, int bc, fa_io *io) {
+    const int d = (int)p->d, dp = d / 2, bcw = (bc + 1) / 2;
+    load_bf16_rows(t->Kr, d, (const uint16_t *)hd->k + j0 * hd->ldk, hd->ldk, cols, d, io);
+    load_bf16_rows(t->Vr, d, (const uint16_t *)hd->v + j0 * hd->ldv, hd->ldv, cols, d, io);
+    kr->pack_t32(cols, dp, (const uint32_t *)t->Kr, dp, t->KT + (size_t)s * dp * bc, bc); /* [d/2][Bc] */
+    kr->pairs_bf16(cols, d, t->Vr, d, t->VP + (size_t)s * bcw * d, d);                   /* [Bc/2][d] */
+}
+
+static void run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, void *ws, fa_io *io_total) {
+    fa_arena arena = fa_arena_over(ws, pl->workspace_bytes);
+    fa_cpu_ws w;
+    layout(&arena, p, pl, &w);
+    const int d = (int)p->d, dp = d / 2, br = pl->block_q, bc = pl->block_k, bcw = (bc + 1) / 2;
+    const int group = pl->aux[FA_CPU_AUX_GROUP], kvrows = pl->aux[FA_CPU_AUX_KVROWS];
+    const int64_t tr = (p->sq_max + br - 1) / br, tg = (tr + group - 1) / group, items = p->batch * p->hq * tg;
+    const float unit = p->softcap > 0 ? 1.0f : fabsf(p->scale), c = unit * FA_LOG2E;
+    const float cap_mul = p->softcap > 0 ? fabsf(p->scale) / p->softcap : 1.0f;
+    const uint16_t sign = p->scale < 0 ? 0x8000u : 0; /* a negative scale flips the sign of Qi */
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(w.threads)
+    for (int64_t it = 0; it < items; it++) {
+        const int th = fa_thread_id();
+        fa_arena slice = fa_cpu_ws_thread(&w, th);
+        tiles t;
+        thread_layout(&slice, p, pl, &t);
+        float *S = t.S, *O = t.O, *m = t.m, *l = t.l, *alpha = t.alpha, *lse = t.lse;
+        fa_io *io = &w.io[th];
+        /* last Q blocks first: under a causal mask they are the longest (load balance) */
+        const int64_t b = it / (p->hq * tg), h = (it / tg) % p->hq, g = tg - 1 - it % tg;
+        fa_head hd;
+        fa_cpu_head(p, b, h, &hd);
+        const int64_t ib = g * group, nb = (hd.sq + br - 1) / br, ie = nb < ib + group ? nb : ib + group;
+        if (ib >= ie) continue;
+        int64_t klo, khi, lo, hi;
+        fa_cpu_block_keys(p, hd.sq, hd.sk, ib * br, ib * br + 1, &klo, &hi);
+        fa_cpu_block_keys(p, hd.sq, hd.sk, (ie - 1) * br, hd.sq < ie * br ? hd.sq : ie * br, &lo, &khi);
+        klo = klo / bc * bc;
+        const int packed = group > 1 && khi - klo <= kvrows; /* one pack for the whole item */
+        if (packed) memset(t.ready, 0, (size_t)(kvrows / bc));
+        for (int64_t i = ib; i < ie; i++) {
+            const int64_t i0 = i * br;
+            const int rows = (int)(hd.sq - i0 < br ? hd.sq - i0 : br);
+            load_bf16_rows(t.Qi, d, (const uint16_t *)hd.q + i0 * hd.ldq, hd.ldq, rows, d, io);
+            if (sign)
+                for (int64_t x = 0; x < (int64_t)rows * d; x++) t.Qi[x] ^= sign;
+            for (int r = 0; r < rows; r++) { m[r] = -INFINITY; l[r] = 0; }
+            memset(O, 0, (size_t)rows * d * 4);
+            fa_cpu_block_keys(p, hd.sq, hd.sk, i0, i0 + rows, &lo, &hi);
+            for (int64_t j0 = lo / bc * bc; j0 < hi; j0 += bc) {
+                const int cols = (int)(hd.sk - j0 < bc ? hd.sk - j0 : bc), cw = (cols + 1) / 2;
+                const int s = packed ? (int)((j0 - klo) / bc) : 0;
+                if (!packed || !t.ready[s]) {
+                    pack_tile(p, kr, &hd, j0, cols, &t, s, bc, io);
+                    if (packed) t.ready[s] = 1, io->written += 2 * (int64_t)cols * d * 2;
+                }
+                if (packed) io->read += 2 * (int64_t)cols * d * 2;             /* Kj, Vj from the pack */
+                const uint32_t *KT = t.KT + (size_t)s * dp * bc, *VP = t.VP + (size_t)s * bcw * d;
+                kr->gemm_bf16(rows, cols, dp, (const uint32_t *)t.Qi, dp, 1, KT, bc, S, bc, 0); /* S = Qi Kjᵀ */
+                if ((p->softcap > 0 || fa_cpu_tile_needs_mask(p, hd.sq, hd.sk, i0, rows, j0, cols)) &&
+                    fa_cpu_scores(p, S, bc, 1, rows, cols, i0, j0, hd.sq, hd.sk, cap_mul, 1.0f) == 0)
+                    continue;
+                kr->softmax_rows_bf16(rows, cols, S, bc, c, m, l, alpha, t.P, bcw); /* m, ℓ, α; P as key pairs */
+                kr->scale_rows(rows, d, O, d, alpha);                              /* O = diag(α) O */
+                kr->gemm_bf16(rows, d, cw, t.P, bcw, 1, VP, d, O, d, 1);           /* O += P Vj */
+            }
+            for (int r = 0; r < rows; r++) {
+                alpha[r] = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+                lse[r] = l[r] > 0 ? m[r] * unit + logf(l[r]) : -INFINITY;
+            }
+            kr->scale_rows(rows, d, O, d, alpha);
+            fa_tile_store((char *)hd.o + i0 * hd.ldo * 2, p->dtype, hd.ldo, O, d, rows, d, io);
+            if (hd.lse) fa_vec_store(hd.lse + i0, lse, rows, io);
+        }
+    }
+    fa_cpu_ws_total(&w, io_total);
+}
+
+const fa_cpu_algo fa_cpu_flash2_amx_fwd = {workspace, run};

@@ -201,6 +201,7 @@ static fa_status fa_cuda_algo(fa_context *ctx, fa_cuda_state *s, const fa_proble
     if (plan->algo == FA_ALGO_FLASH3) { /* its own parameter block (sm90/flash3.h) */
         fa3_params f;
         fa_flash3_params(p, plan->grid[0], &f);
+        f.lse = c.lse;
         f.tile_counter = w.tile_counter;
         if (w.tile_counter) FA_CUDA_TRY(ctx, cudaMemsetAsync(w.tile_counter, 0, sizeof(int), s->stream));
         const cudaError_t e = fa3_fwd(&f, s->stream);
@@ -236,6 +237,7 @@ static fa_status fa_cuda_run_on(fa_context *ctx, const fa_problem *p, const fa_p
     fa_cuda_ws_layout(&a, p, plan, &w);
     fa_cuda_params c;
     if ((rc = fa_cuda_prepare(ctx, p, &w, &c)) != FA_OK) return rc;
+    if (!p->is_backward && !c.lse) c.lse = w.contract.lse; /* the contract's check reads the forward's LSE */
     cudaError_t e = fa_contract_scan(&c, p, &w.contract, s->stream);
     if (e != cudaSuccess) return fa_cuda_err(ctx, "contract scan", e);
     if ((rc = fa_cuda_algo(ctx, s, p, plan, w, c)) != FA_OK) return rc;

@@ -2,8 +2,13 @@
  * joins them): the fp32 kernels are exact for ordinary inputs but not at the edges (inf − inf in a running max,
  * 0·inf in a masked tile, exp(S − LSE) with an exponent error of ulp(|S|), 16-bit dS beyond the f16 range).
  * Instead of checks in the inner loops:
- *   1. scan (before the algorithm): per item the maxima of |q|, |k|, |v| (backward also |o|, |dO|) on the bit
- *      patterns, one read of each input; a decide kernel lists the items whose bounds do not certify the kernels;
+ *   1. forward: a check of the outputs after the algorithm — every failure mode of the forward kernels shows there:
+ *      a non-finite O element (NaN/inf inputs, 0·inf in a masked tile, overflow), an LSE that is NaN or +inf, −inf
+ *      for a row that sees keys (a NaN hidden as a fully masked row), or beyond ±2^23 (logits where exp2's exponent
+ *      error grows), so one read of O and LSE certifies an item (the inputs are not read);
+ *      backward: a scan before the algorithm, per item the maxima of |q|, |k|, |v|, |o|, |dO| on the bit patterns,
+ *      one read of each input, since wrong gradients need not be non-finite; a decide kernel lists the items
+ *      that are not certified;
  *   2. fix-up (after the algorithm): one warp per query row (forward, backward dQ) or key row (backward dK, dV)
  *      of each listed item recomputes it in float64 from the definition with the contract's rules: logits
  *      saturate at ±2^126, a row whose q or any visible key is not finite is NaN, a fully masked row is O = 0,
@@ -32,6 +37,8 @@ void fa_contract_layout(fa_arena *a, const fa_problem *p, fa_contract_ws *w) {
     memset(w, 0, sizeof *w);
     w->scan = (unsigned *)fa_arena_take(a, (1 + items * FA_NSLOT) * sizeof(unsigned), 256);
     w->todo = (int *)fa_arena_take(a, items * sizeof(int), 16);
+    if (!p->is_backward && !p->lse) /* the forward's check reads the LSE: the kernels write it here */
+        w->lse = (float *)fa_arena_take(a, fa_rows(p) * sizeof(float), 256);
     if (p->is_backward) {
         w->row_lse = (double *)fa_arena_take(a, fa_rows(p) * sizeof(double), 256);
         w->row_dsum = (double *)fa_arena_take(a, fa_rows(p) * sizeof(double), 256);
@@ -41,7 +48,12 @@ void fa_contract_layout(fa_arena *a, const fa_problem *p, fa_contract_ws *w) {
 void fa_contract_traffic(const fa_problem *p, fa_plan *plan) {
     const double e = (double)fa_dtype_size(p->dtype), d = (double)p->d, qrows = (double)fa_rows(p);
     const double kvrows = (double)p->k.seqlen * (p->cu_k ? 1 : p->batch) * p->hk;
-    plan->read_bytes += (qrows * (p->is_backward ? 3 : 1) + 2 * kvrows) * d * e;
+    if (!p->is_backward) { /* O and LSE read once (LSE written by the kernel when the caller gave none) */
+        plan->read_bytes += qrows * (d * e + 4);
+        plan->write_bytes += (double)(1 + fa_items(p) * FA_NSLOT) * sizeof(unsigned) + (p->lse ? 0 : qrows * 4);
+        return;
+    }
+    plan->read_bytes += (qrows * 3 + 2 * kvrows) * d * e;
     plan->write_bytes += (double)(1 + fa_items(p) * FA_NSLOT) * sizeof(unsigned);
 }
 
@@ -115,14 +127,14 @@ __device__ __forceinline__ double fa_bits_value(unsigned b, int dtype) {
 
 /* Are the fp32 kernels' results certified for this item? (its maxima; the longest sequences bound each item) */
 __device__ bool fa_certified(const fa_cuda_params &c, const unsigned *m, int dtype, int backward) {
+    if (c.softcap > 0.f && (c.softcap < 0x1p-60f || c.softcap > 0x1p24f)) return false;
+    if (!backward) return m[SLOT_O] == 0; /* the output check found nothing */
     const unsigned inf = dtype == 0 ? 0x7f800000u : dtype == 1 ? 0x7c00u : 0x7f80u;
     for (int s = 0; s < FA_NSLOT; ++s)
         if (m[s] >= inf) return false;
     const double mq = fa_bits_value(m[SLOT_Q], dtype), mk = fa_bits_value(m[SLOT_K], dtype);
     const double mv = fa_bits_value(m[SLOT_V], dtype), d = (double)c.d, dot = d * mq * mk, scale = fabs((double)c.scale);
     if (dot > FAST_SUM_MAX || (double)c.sk * mv > FAST_SUM_MAX || scale * dot > FAST_LOGIT_MAX) return false;
-    if (c.softcap > 0.f && (c.softcap < 0x1p-60f || c.softcap > 0x1p24f)) return false;
-    if (!backward) return true;
     /* |dS| <= d·max|dO|·(max|V| + max|O|); dQ, dK sum at most n terms of |scale·dS|·max|q, k|, dV n of |dO| */
     const double mo = fa_bits_value(m[SLOT_O], dtype), mdo = fa_bits_value(m[SLOT_DO], dtype);
     const double n = (double)max(c.sq, c.sk) * c.group, mqk = fmax(fmax(mq, mk), 1.0), ds = d * mdo * (mv + mo);
@@ -150,7 +162,7 @@ static fa_scan_tensor fa_scan_of(const fa_tensor *t, int is_k, int n, int div, i
 cudaError_t fa_contract_scan(const fa_cuda_params *c, const fa_problem *p, const fa_contract_ws *w, cudaStream_t st) {
     const int64_t items = fa_items(p);
     cudaError_t e = cudaMemsetAsync(w->scan, 0, (size_t)(1 + items * FA_NSLOT) * sizeof(unsigned), st);
-    if (e != cudaSuccess || items == 0) return e;
+    if (e != cudaSuccess || items == 0 || !p->is_backward) return e; /* the forward checks its outputs instead */
     fa_scan_args a;
     memset(&a, 0, sizeof a);
     const int group = (int)(p->hq / p->hk), bwd = p->is_backward;
@@ -366,9 +378,48 @@ __global__ void __launch_bounds__(FA_FIX_WARPS * 32) fa_contract_fix_kernel(cons
     }
 }
 
+/* The forward's output check: one warp per row of item (b, h); a bad row marks the item (slot O). */
+#define FA_LSE_CERTIFIED 0x1p23f /* |LSE| below this: |max logit| < 2^24, where the kernels' exp2 is exact enough */
+template <typename T> __global__ void __launch_bounds__(256) fa_contract_check_kernel(const fa_cuda_params c,
+                                                                                       unsigned *scan) {
+    const int h = blockIdx.y, b = blockIdx.z, lane = threadIdx.x & 31;
+    const fa_seq s = fa_get_seq(c, b, h);
+    bool bad = false;
+    for (int i = blockIdx.x * 8 + (threadIdx.x >> 5); i < s.sq && !bad; i += gridDim.x * 8) {
+        const int64_t oo = fa_qoff(c, s, c.o_sb, c.o_ss, c.o_sh, b, h, i);
+        int nf = 0;
+        for (int x = lane; x < c.d; x += 32) nf |= !isfinite(fa_to_f32<T>(((const T *)c.out)[oo + x]));
+        if (lane == 0) {
+            int lo, hi;
+            fa_visible_keys32(i, s.sq, s.sk, c.wl, c.wr, &lo, &hi);
+            const float L = c.lse[s.stat0 + i];
+            nf |= !(fabsf(L) < FA_LSE_CERTIFIED) && !(L == -INFINITY && hi <= lo);
+        }
+        bad = __any_sync(0xffffffffu, nf);
+    }
+    if (bad && lane == 0) atomicOr(scan + 1 + ((int64_t)b * c.hq + h) * FA_NSLOT + SLOT_O, 1u);
+}
+
 cudaError_t fa_contract_fix(const fa_cuda_params *c, const fa_problem *p, const fa_contract_ws *w, int ctas,
                             cudaStream_t st) {
-    if (fa_items(p) == 0) return cudaSuccess;
+    const int64_t items = fa_items(p);
+    if (items == 0) return cudaSuccess;
+    if (!p->is_backward) {
+        const unsigned chunks = (unsigned)((c->sq + 8 * FA_SCAN_ROWS - 1) / (8 * FA_SCAN_ROWS));
+        if (chunks > 0) {
+            const dim3 grid(chunks, (unsigned)p->hq, (unsigned)p->batch);
+            if (p->dtype == FA_DTYPE_F32)
+                fa_contract_check_kernel<float><<<grid, 256, 0, st>>>(*c, w->scan);
+            else if (p->dtype == FA_DTYPE_F16)
+                fa_contract_check_kernel<__half><<<grid, 256, 0, st>>>(*c, w->scan);
+            else
+                fa_contract_check_kernel<__nv_bfloat16><<<grid, 256, 0, st>>>(*c, w->scan);
+        }
+        fa_contract_decide_kernel<<<(unsigned)((items + 255) / 256), 256, 0, st>>>(*c, w->scan, w->todo, (int)items,
+                                                                                 (int)p->dtype, 0);
+        const cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
     const unsigned grid = (unsigned)(ctas > 0 ? ctas : 1), threads = FA_FIX_WARPS * 32;
     for (int pass = p->is_backward ? 1 : 0; pass <= (p->is_backward ? 2 : 0); ++pass) {
         if (p->dtype == FA_DTYPE_F32)

@@ -17,15 +17,17 @@ typedef struct fa_contract_ws {
                              * as bit patterns of the dtype (NaN and ±inf above every finite value) */
     int *todo;              /* the uncertified items, scan[0] of them */
     double *row_lse, *row_dsum; /* backward: float64 LSE and D = rowsum(dO ∘ O) per query row (LSE layout) */
+    float *lse;                 /* forward without the caller's LSE: the kernels write theirs here for the check */
 } fa_contract_ws;
 
 /* The contract's part of the device workspace (fa_cuda_ws_layout calls it). */
 void fa_contract_layout(fa_arena *a, const fa_problem *p, fa_contract_ws *w);
 /* Adds the scan's HBM traffic (every input read once, the item maxima written) to the plan's model. */
 void fa_contract_traffic(const fa_problem *p, fa_plan *plan);
-/* Before the algorithm: clear, scan the inputs, list the uncertified items. */
+/* Before the algorithm: clear; backward: scan the inputs, list the uncertified items. */
 cudaError_t fa_contract_scan(const fa_cuda_params *c, const fa_problem *p, const fa_contract_ws *w, cudaStream_t st);
-/* After the algorithm: rewrite the outputs of the listed items (CTAs: the grid of the fix-up kernels). */
+/* After the algorithm: forward: check the outputs, list the uncertified items; then rewrite the outputs of the
+ * listed items (CTAs: the grid of the fix-up kernels). */
 cudaError_t fa_contract_fix(const fa_cuda_params *c, const fa_problem *p, const fa_contract_ws *w, int ctas,
                             cudaStream_t st);
 

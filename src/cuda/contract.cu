@@ -18,6 +18,7 @@
 #define FAST_SUM_MAX 0x1p100   /* fp32 sums of fewer than 2^28 terms bounded by this cannot overflow */
 #define FAST_DS_F16_MAX 0x1p15 /* dS = P ∘ (dP − D) goes through 16 bits: within the f16 range */
 #define FA_SCAN_ROWS 64        /* rows of one tensor a scan CTA reduces */
+#define FA_SCAN_ILP 4          /* 16-byte loads in flight per scan thread */
 #define FA_NSLOT 5             /* maxima per item: q, k, v, o, dO */
 #define FA_FIX_WARPS 4
 #define FA_DMAX 8 /* head_dim <= 256: 8 elements per lane */
@@ -61,7 +62,8 @@ typedef struct fa_scan_args {
     unsigned *scan;
 } fa_scan_args;
 
-/* |x| as bits: f32 one element per word, f16/bf16 two (their abs bits order as their magnitudes, NaN/inf on top). */
+/* |x| as bits: f32 one element per word, f16/bf16 two (their abs bits order as their magnitudes, NaN/inf on top).
+ * A 1-byte dtype (FP8 E4M3: no inf, NaN = 0x7f) needs its own case here, in fa_bits_value and in fa_certified. */
 __device__ __forceinline__ unsigned fa_abs_bits(unsigned w, int dtype) {
     if (dtype == 0) return w & 0x7fffffffu;
     return max(w & 0x7fffu, (w >> 16) & 0x7fffu);
@@ -81,13 +83,20 @@ __global__ void __launch_bounds__(256) fa_contract_scan_kernel(const fa_scan_arg
     const int64_t base = (cu ? (int64_t)cu[b] * t.ss : (int64_t)b * t.sb) + (int64_t)h * t.sh + (int64_t)r0 * t.ss;
     const char *g = (const char *)t.data;
     unsigned mx = 0;
-    if (t.vec) {
-        const int cpr = a.d * es / 16;
-        for (int idx = threadIdx.x; idx < nr * cpr; idx += blockDim.x) {
-            const int r = idx / cpr, c = idx % cpr;
-            const uint4 w = *(const uint4 *)(g + (base + (int64_t)r * t.ss) * es + c * 16);
-            mx = max(max(mx, fa_abs_bits(w.x, a.dtype)), max(fa_abs_bits(w.y, a.dtype), fa_abs_bits(w.z, a.dtype)));
-            mx = max(mx, fa_abs_bits(w.w, a.dtype));
+    if (t.vec) { /* 16-byte chunks, FA_SCAN_ILP loads in flight per thread */
+        const int cpr = a.d * es / 16, n = nr * cpr;
+        for (int i0 = threadIdx.x; i0 < n; i0 += FA_SCAN_ILP * blockDim.x) {
+            uint4 w[FA_SCAN_ILP];
+#pragma unroll
+            for (int u = 0; u < FA_SCAN_ILP; ++u) {
+                const int idx = i0 + u * blockDim.x, r = idx / cpr, c = idx % cpr;
+                w[u] = idx < n ? *(const uint4 *)(g + (base + (int64_t)r * t.ss) * es + c * 16) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < FA_SCAN_ILP; ++u) {
+                mx = max(max(mx, fa_abs_bits(w[u].x, a.dtype)), fa_abs_bits(w[u].y, a.dtype));
+                mx = max(max(mx, fa_abs_bits(w[u].z, a.dtype)), fa_abs_bits(w[u].w, a.dtype));
+            }
         }
     } else {
         for (int idx = threadIdx.x; idx < nr * a.d; idx += blockDim.x) {

@@ -32,7 +32,7 @@ void fa_contract_layout(fa_arena *a, const fa_problem *p, fa_contract_ws *w) {
     const size_t items = (size_t)fa_items(p);
     memset(w, 0, sizeof *w);
     w->scan = (unsigned *)fa_arena_take(a, (1 + items * FA_NSLOT) * sizeof(unsigned), 256);
-    w->todo = (int *)fa_arena_take(a, items * sizeof(int), 16);
+    w->todo = (unsigned *)fa_arena_take(a, items * sizeof(unsigned), 16);
     if (p->is_backward) {
         w->row_lse = (double *)fa_arena_take(a, fa_rows(p) * sizeof(double), 256);
         w->row_dsum = (double *)fa_arena_take(a, fa_rows(p) * sizeof(double), 256);
@@ -139,11 +139,11 @@ __device__ bool fa_certified(const fa_cuda_params &c, const unsigned *m, int dty
     return scale * 2.0 * ds * n * mqk <= FAST_SUM_MAX && 2 * n * mdo <= FAST_SUM_MAX;
 }
 
-__global__ void fa_contract_decide_kernel(const fa_cuda_params c, unsigned *scan, int *todo, int items, int dtype,
-                                          int backward) {
-    const int it = blockIdx.x * blockDim.x + threadIdx.x;
-    if (it < items && !fa_certified(c, scan + 1 + (int64_t)it * FA_NSLOT, dtype, backward))
-        todo[atomicAdd(scan, 1u)] = it;
+__global__ void fa_contract_decide_kernel(const fa_cuda_params c, unsigned *scan, unsigned *todo, int64_t items,
+                                          int dtype, int backward) {
+    const int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (it < items && !fa_certified(c, scan + 1 + it * FA_NSLOT, dtype, backward))
+        todo[atomicAdd(scan, 1u)] = (unsigned)it;
 }
 
 static fa_scan_tensor fa_scan_of(const fa_tensor *t, int is_k, int n, int div, int slot) {
@@ -180,8 +180,7 @@ cudaError_t fa_contract_scan(const fa_cuda_params *c, const fa_problem *p, const
         fa_contract_scan_kernel<<<grid, 256, 0, st>>>(a);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
-    fa_contract_decide_kernel<<<(unsigned)((items + 255) / 256), 256, 0, st>>>(*c, w->scan, w->todo, (int)items, a.dtype,
-                                                                             bwd);
+    fa_contract_decide_kernel<<<(unsigned)((items + 255) / 256), 256, 0, st>>>(*c, w->scan, w->todo, items, a.dtype, bwd);
     return cudaGetLastError();
 }
 
@@ -359,17 +358,19 @@ template <typename T>
 __global__ void __launch_bounds__(FA_FIX_WARPS * 32) fa_contract_fix_kernel(const fa_cuda_params c, const fa_contract_ws w,
                                                                             int pass) {
     const int lane = threadIdx.x & 31, nwarps = gridDim.x * FA_FIX_WARPS;
-    const int wid = blockIdx.x * FA_FIX_WARPS + (threadIdx.x >> 5), n = (int)w.scan[0];
-    for (int k = 0; k < n; ++k) {
-        const int it = w.todo[k];
+    const int wid = blockIdx.x * FA_FIX_WARPS + (threadIdx.x >> 5);
+    const unsigned n = w.scan[0];
+    for (unsigned k = 0; k < n; ++k) {
+        const int64_t it = w.todo[k];
         if (pass == 0) {
-            const int b = it / c.hq, h = it % c.hq, sq = fa_get_seq(c, b, h).sq;
+            const int b = (int)(it / c.hq), h = (int)(it % c.hq), sq = fa_get_seq(c, b, h).sq;
             for (int i = wid; i < sq; i += nwarps) fa_fix_fwd_row<T>(c, b, h, i, lane);
         } else if (pass == 1) {
-            const int b = it / c.hk, hk = it % c.hk, sq = fa_get_seq(c, b, hk * c.group).sq;
-            for (int r = wid; r < sq * c.group; r += nwarps) fa_fix_dq_row<T>(c, w, b, hk * c.group + r / sq, r % sq, lane);
+            const int b = (int)(it / c.hk), hk = (int)(it % c.hk), sq = fa_get_seq(c, b, hk * c.group).sq;
+            for (int64_t r = wid; r < (int64_t)sq * c.group; r += nwarps)
+                fa_fix_dq_row<T>(c, w, b, hk * c.group + (int)(r / sq), (int)(r % sq), lane);
         } else {
-            const int b = it / c.hk, hk = it % c.hk, sk = fa_get_seq(c, b, hk * c.group).sk;
+            const int b = (int)(it / c.hk), hk = (int)(it % c.hk), sk = fa_get_seq(c, b, hk * c.group).sk;
             for (int j = wid; j < sk; j += nwarps) fa_fix_dkv_row<T>(c, w, b, hk, j, lane);
         }
     }

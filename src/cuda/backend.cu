@@ -227,7 +227,8 @@ static fa_status fa_cuda_algo(fa_context *ctx, fa_cuda_state *s, const fa_proble
     return FA_OK;
 }
 
-/* Executes the plan on the context's device, inside the numerics contract's scan and fix-up (contract.h). */
+/* Executes the plan on the context's device (fa_cuda_run restores the caller's current device afterwards), inside
+ * the numerics contract's scan and fix-up (contract.h). */
 static fa_status fa_cuda_run_on(fa_context *ctx, const fa_problem *p, const fa_plan *plan) {
     fa_cuda_state *s = (fa_cuda_state *)ctx->cuda;
     fa_status rc = fa_cuda_ws_grow(ctx, s, plan->workspace_bytes);

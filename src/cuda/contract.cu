@@ -23,6 +23,7 @@
 #define FAST_SUM_MAX 0x1p100   /* fp32 sums of fewer than 2^28 terms bounded by this cannot overflow */
 #define FAST_DS_F16_MAX 0x1p15 /* dS = P ∘ (dP − D) goes through 16 bits: within the f16 range */
 #define FA_SCAN_ROWS 64        /* rows of one tensor a scan CTA reduces */
+#define FA_SCAN_ILP 4          /* 16-byte loads in flight per scan thread */
 #define FA_NSLOT 5             /* maxima per item: q, k, v, o, dO */
 #define FA_FIX_WARPS 4
 #define FA_DMAX 8 /* head_dim <= 256: 8 elements per lane */
@@ -36,7 +37,7 @@ void fa_contract_layout(fa_arena *a, const fa_problem *p, fa_contract_ws *w) {
     const size_t items = (size_t)fa_items(p);
     memset(w, 0, sizeof *w);
     w->scan = (unsigned *)fa_arena_take(a, (1 + items * FA_NSLOT) * sizeof(unsigned), 256);
-    w->todo = (int *)fa_arena_take(a, items * sizeof(int), 16);
+    w->todo = (unsigned *)fa_arena_take(a, items * sizeof(unsigned), 16);
     if (!p->is_backward && !p->lse) /* the forward's check reads the LSE: the kernels write it here */
         w->lse = (float *)fa_arena_take(a, fa_rows(p) * sizeof(float), 256);
     if (p->is_backward) {
@@ -73,7 +74,8 @@ typedef struct fa_scan_args {
     unsigned *scan;
 } fa_scan_args;
 
-/* |x| as bits: f32 one element per word, f16/bf16 two (their abs bits order as their magnitudes, NaN/inf on top). */
+/* |x| as bits: f32 one element per word, f16/bf16 two (their abs bits order as their magnitudes, NaN/inf on top).
+ * A 1-byte dtype (FP8 E4M3: no inf, NaN = 0x7f) needs its own case here, in fa_bits_value and in fa_certified. */
 __device__ __forceinline__ unsigned fa_abs_bits(unsigned w, int dtype) {
     if (dtype == 0) return w & 0x7fffffffu;
     return max(w & 0x7fffu, (w >> 16) & 0x7fffu);
@@ -93,13 +95,20 @@ __global__ void __launch_bounds__(256) fa_contract_scan_kernel(const fa_scan_arg
     const int64_t base = (cu ? (int64_t)cu[b] * t.ss : (int64_t)b * t.sb) + (int64_t)h * t.sh + (int64_t)r0 * t.ss;
     const char *g = (const char *)t.data;
     unsigned mx = 0;
-    if (t.vec) {
-        const int cpr = a.d * es / 16;
-        for (int idx = threadIdx.x; idx < nr * cpr; idx += blockDim.x) {
-            const int r = idx / cpr, c = idx % cpr;
-            const uint4 w = *(const uint4 *)(g + (base + (int64_t)r * t.ss) * es + c * 16);
-            mx = max(max(mx, fa_abs_bits(w.x, a.dtype)), max(fa_abs_bits(w.y, a.dtype), fa_abs_bits(w.z, a.dtype)));
-            mx = max(mx, fa_abs_bits(w.w, a.dtype));
+    if (t.vec) { /* 16-byte chunks, FA_SCAN_ILP loads in flight per thread */
+        const int cpr = a.d * es / 16, n = nr * cpr;
+        for (int i0 = threadIdx.x; i0 < n; i0 += FA_SCAN_ILP * blockDim.x) {
+            uint4 w[FA_SCAN_ILP];
+#pragma unroll
+            for (int u = 0; u < FA_SCAN_ILP; ++u) {
+                const int idx = i0 + u * blockDim.x, r = idx / cpr, c = idx % cpr;
+                w[u] = idx < n ? *(const uint4 *)(g + (base + (int64_t)r * t.ss) * es + c * 16) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < FA_SCAN_ILP; ++u) {
+                mx = max(max(mx, fa_abs_bits(w[u].x, a.dtype)), fa_abs_bits(w[u].y, a.dtype));
+                mx = max(max(mx, fa_abs_bits(w[u].z, a.dtype)), fa_abs_bits(w[u].w, a.dtype));
+            }
         }
     } else {
         for (int idx = threadIdx.x; idx < nr * a.d; idx += blockDim.x) {
@@ -142,11 +151,11 @@ __device__ bool fa_certified(const fa_cuda_params &c, const unsigned *m, int dty
     return scale * 2.0 * ds * n * mqk <= FAST_SUM_MAX && 2 * n * mdo <= FAST_SUM_MAX;
 }
 
-__global__ void fa_contract_decide_kernel(const fa_cuda_params c, unsigned *scan, int *todo, int items, int dtype,
-                                          int backward) {
-    const int it = blockIdx.x * blockDim.x + threadIdx.x;
-    if (it < items && !fa_certified(c, scan + 1 + (int64_t)it * FA_NSLOT, dtype, backward))
-        todo[atomicAdd(scan, 1u)] = it;
+__global__ void fa_contract_decide_kernel(const fa_cuda_params c, unsigned *scan, unsigned *todo, int64_t items,
+                                          int dtype, int backward) {
+    const int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (it < items && !fa_certified(c, scan + 1 + it * FA_NSLOT, dtype, backward))
+        todo[atomicAdd(scan, 1u)] = (unsigned)it;
 }
 
 static fa_scan_tensor fa_scan_of(const fa_tensor *t, int is_k, int n, int div, int slot) {
@@ -183,8 +192,7 @@ cudaError_t fa_contract_scan(const fa_cuda_params *c, const fa_problem *p, const
         fa_contract_scan_kernel<<<grid, 256, 0, st>>>(a);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
-    fa_contract_decide_kernel<<<(unsigned)((items + 255) / 256), 256, 0, st>>>(*c, w->scan, w->todo, (int)items, a.dtype,
-                                                                             bwd);
+    fa_contract_decide_kernel<<<(unsigned)((items + 255) / 256), 256, 0, st>>>(*c, w->scan, w->todo, items, a.dtype, bwd);
     return cudaGetLastError();
 }
 
@@ -362,17 +370,19 @@ template <typename T>
 __global__ void __launch_bounds__(FA_FIX_WARPS * 32) fa_contract_fix_kernel(const fa_cuda_params c, const fa_contract_ws w,
                                                                             int pass) {
     const int lane = threadIdx.x & 31, nwarps = gridDim.x * FA_FIX_WARPS;
-    const int wid = blockIdx.x * FA_FIX_WARPS + (threadIdx.x >> 5), n = (int)w.scan[0];
-    for (int k = 0; k < n; ++k) {
-        const int it = w.todo[k];
+    const int wid = blockIdx.x * FA_FIX_WARPS + (threadIdx.x >> 5);
+    const unsigned n = w.scan[0];
+    for (unsigned k = 0; k < n; ++k) {
+        const int64_t it = w.todo[k];
         if (pass == 0) {
-            const int b = it / c.hq, h = it % c.hq, sq = fa_get_seq(c, b, h).sq;
+            const int b = (int)(it / c.hq), h = (int)(it % c.hq), sq = fa_get_seq(c, b, h).sq;
             for (int i = wid; i < sq; i += nwarps) fa_fix_fwd_row<T>(c, b, h, i, lane);
         } else if (pass == 1) {
-            const int b = it / c.hk, hk = it % c.hk, sq = fa_get_seq(c, b, hk * c.group).sq;
-            for (int r = wid; r < sq * c.group; r += nwarps) fa_fix_dq_row<T>(c, w, b, hk * c.group + r / sq, r % sq, lane);
+            const int b = (int)(it / c.hk), hk = (int)(it % c.hk), sq = fa_get_seq(c, b, hk * c.group).sq;
+            for (int64_t r = wid; r < (int64_t)sq * c.group; r += nwarps)
+                fa_fix_dq_row<T>(c, w, b, hk * c.group + (int)(r / sq), (int)(r % sq), lane);
         } else {
-            const int b = it / c.hk, hk = it % c.hk, sk = fa_get_seq(c, b, hk * c.group).sk;
+            const int b = (int)(it / c.hk), hk = (int)(it % c.hk), sk = fa_get_seq(c, b, hk * c.group).sk;
             for (int j = wid; j < sk; j += nwarps) fa_fix_dkv_row<T>(c, w, b, hk, j, lane);
         }
     }
@@ -415,7 +425,7 @@ cudaError_t fa_contract_fix(const fa_cuda_params *c, const fa_problem *p, const 
             else
                 fa_contract_check_kernel<__nv_bfloat16><<<grid, 256, 0, st>>>(*c, w->scan);
         }
-        fa_contract_decide_kernel<<<(unsigned)((items + 255) / 256), 256, 0, st>>>(*c, w->scan, w->todo, (int)items,
+        fa_contract_decide_kernel<<<(unsigned)((items + 255) / 256), 256, 0, st>>>(*c, w->scan, w->todo, items,
                                                                                  (int)p->dtype, 0);
         const cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;

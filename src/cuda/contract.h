@@ -15,7 +15,7 @@ extern "C" {
 typedef struct fa_contract_ws {
     unsigned *scan;         /* [0]: count of uncertified items; then per item the maxima of |q|, |k|, |v|, |o|, |dO|
                              * as bit patterns of the dtype (NaN and ±inf above every finite value) */
-    int *todo;              /* the uncertified items, scan[0] of them */
+    unsigned *todo;         /* the uncertified items, scan[0] of them */
     double *row_lse, *row_dsum; /* backward: float64 LSE and D = rowsum(dO ∘ O) per query row (LSE layout) */
     float *lse;                 /* forward without the caller's LSE: the kernels write theirs here for the check */
 } fa_contract_ws;

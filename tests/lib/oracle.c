@@ -104,6 +104,27 @@ static void dots(const double *restrict a, const double *restrict bt, int64_t ld
         for (int64_t n = 0; n < len; n++) out[n] += a[x] * bt[x * ld + n];
 }
 
+/* y[x] += Σ_n c[n] · base[idx[n]·d + x] in order of n; four rows per sweep of y. */
+static void axpys(int64_t cnt, const double *c, const int64_t *idx, const double *base, int64_t d,
+                  double *restrict y) {
+    int64_t n = 0;
+    for (; n + 4 <= cnt; n += 4) {
+        const double c0 = c[n], c1 = c[n + 1], c2 = c[n + 2], c3 = c[n + 3];
+        const double *r0 = base + idx[n] * d, *r1 = base + idx[n + 1] * d, *r2 = base + idx[n + 2] * d,
+                     *r3 = base + idx[n + 3] * d;
+        for (int64_t x = 0; x < d; x++) {
+            double acc = y[x];
+            acc += c0 * r0[x];
+            acc += c1 * r1[x];
+            acc += c2 * r2[x];
+            acc += c3 * r3[x];
+            y[x] = acc;
+        }
+    }
+    for (; n < cnt; n++)
+        for (int64_t x = 0; x < d; x++) y[x] += c[n] * base[idx[n] * d + x];
+}
+
 static double capped(const fa_attn_opts *o, double s, double scale) {
     s *= scale;
     return o->softcap > 0 ? o->softcap * tanh(s / o->softcap) : s;
@@ -126,17 +147,9 @@ static double row_scores(const fa_attn_opts *o, const ref_seq *r, int64_t i, con
     return m;
 }
 
-/* Softmax of one row's scores S[lo, hi) (max m > −inf) times V (vrow: the sequence's first value row, stride d):
- * O[0, d) = Σ_j P_j vj in order of j. Returns l = Σ_j exp(S_j − m). */
-static double row_out(const double *S, int64_t lo, int64_t hi, double m, const double *vrow, int64_t d, double *O) {
+static double row_sum(const double *S, int64_t lo, int64_t hi, double m) {
     double l = 0;
     for (int64_t j = lo; j < hi; j++) l += S[j] > -INFINITY ? exp(S[j] - m) : 0;
-    memset(O, 0, sizeof(double) * (size_t)d);
-    for (int64_t j = lo; j < hi; j++) {
-        if (S[j] == -INFINITY) continue;
-        const double p = exp(S[j] - m) / l, *vj = vrow + j * d;
-        for (int64_t x = 0; x < d; x++) O[x] += p * vj[x];
-    }
     return l;
 }
 
@@ -155,11 +168,13 @@ fa_status t_oracle_forward(const fa_attn_opts *opts, const fa_tensor *q, const f
     int ok = dense_new(&Q, q, 0) & dense_new(&K, k, 1) & dense_new(&V, v, 0), oom = !ok;
 #pragma omp parallel if (ok && oracle_big(q, k))
     {
-        double *S = malloc(sizeof(double) * (size_t)(Sk > 0 ? Sk : 1));
+        const size_t ns = (size_t)(Sk > 0 ? Sk : 1);
+        double *S = malloc(sizeof(double) * 2 * ns), *P = S ? S + ns : NULL;
+        int64_t *idx = malloc(sizeof(int64_t) * ns);
         if (ok) widen(q, &Q), widen(k, &K), widen(v, &V);
 #pragma omp for schedule(dynamic, 4)
         for (int64_t n = 0; n < (ok ? q->batch * H * Sq : 0); n++) {
-            if (!S) {
+            if (!S || !idx) {
 #pragma omp atomic write
                 oom = 1;
                 continue;
@@ -171,11 +186,18 @@ fa_status t_oracle_forward(const fa_attn_opts *opts, const fa_tensor *q, const f
             double m = row_scores(&o, &r, i, drow(&Q, r.b, h, row), dcol(&K, r.b, hk) + r.k0, Sk, d, scale, S, &lo,
                                   &hi);
             double *O = out + ((r.b * Sq + row) * H + h) * d, l = 0;
-            if (m > -INFINITY) l = row_out(S, lo, hi, m, drow(&V, r.b, hk, r.k0), d, O);
-            else memset(O, 0, sizeof(double) * (size_t)d);
+            memset(O, 0, sizeof(double) * (size_t)d);
+            if (m > -INFINITY) { /* O = Σ_j P_ij vj over the unmasked keys, in order of j */
+                l = row_sum(S, lo, hi, m);
+                int64_t cnt = 0;
+                for (int64_t j = lo; j < hi; j++)
+                    if (S[j] != -INFINITY) P[cnt] = exp(S[j] - m) / l, idx[cnt++] = j;
+                axpys(cnt, P, idx, drow(&V, r.b, hk, r.k0), d, O);
+            }
             if (lse) lse[(r.b * H + h) * Sq + row] = m > -INFINITY ? m + log(l) : -INFINITY;
         }
         free(S);
+        free(idx);
     }
     dense_free(&Q), dense_free(&K), dense_free(&V);
     return oom ? FA_ERR_OUT_OF_MEMORY : FA_OK;
@@ -202,13 +224,15 @@ fa_status t_oracle_backward(const fa_attn_opts *opts, const fa_tensor *q, const 
     int oom = !ok;
 #pragma omp parallel if (ok && oracle_big(q, k))
     {
-        double *S = malloc(sizeof(double) * 2 * ns), *O = malloc(sizeof(double) * (size_t)(d > 0 ? d : 1));
-        double *dP = S ? S + ns : NULL;
+        double *S = malloc(sizeof(double) * 4 * ns), *O = malloc(sizeof(double) * (size_t)(d > 0 ? d : 1));
+        double *dP = S ? S + ns : NULL, *P = S ? S + 2 * ns : NULL, *C = S ? S + 3 * ns : NULL; /* C = scale·dS */
+        int64_t *idx = malloc(sizeof(int64_t) * ns), *idx2 = malloc(sizeof(int64_t) * ns);
+        const int scratch = S && O && idx && idx2;
         if (ok) widen(q, &Q), widen(k, &K), widen(v, &V), widen(dout, &dO);
         /* pass 1: one query row each — m, l, D and dq_i */
 #pragma omp for schedule(dynamic, 4)
         for (int64_t n = 0; n < (ok ? (int64_t)n_rows : 0); n++) {
-            if (!S || !O) {
+            if (!scratch) {
 #pragma omp atomic write
                 oom = 1;
                 continue;
@@ -223,30 +247,26 @@ fa_status t_oracle_backward(const fa_attn_opts *opts, const fa_tensor *q, const 
                                         &lo, &hi);
             st[0] = m;
             if (m == -INFINITY) continue; /* a row that sees no key has zero gradients */
-            double l = 0;
-            for (int64_t j = lo; j < hi; j++) l += S[j] > -INFINITY ? exp(S[j] - m) : 0;
-            st[1] = l;
-            memset(O, 0, sizeof(double) * (size_t)d);
-            for (int64_t j = lo; j < hi; j++) { /* out_i again, each P_ij as dq_i uses it */
-                const double p = p_of(S[j], m, l), *vj = drow(&V, r.b, hk, r.k0 + j);
-                for (int64_t x = 0; x < d; x++) O[x] += p * vj[x];
-            }
+            const double l = st[1] = row_sum(S, lo, hi, m);
+            for (int64_t j = lo; j < hi; j++) P[j - lo] = p_of(S[j], m, l), idx[j - lo] = j;
+            memset(O, 0, sizeof(double) * (size_t)d); /* out_i again, every key of the hull with P_ij as dq_i uses it */
+            axpys(hi - lo, P, idx, drow(&V, r.b, hk, r.k0), d, O);
             const double *doi = drow(&dO, r.b, h, row);
             double D = 0;
             for (int64_t x = 0; x < d; x++) D += doi[x] * O[x];
             st[2] = D;
             dots(doi, dcol(&V, r.b, hk) + r.k0 + lo, Sk, d, hi - lo, dP + lo);
+            int64_t cnt = 0;
             for (int64_t j = lo; j < hi; j++) {
-                const double p = p_of(S[j], m, l);
-                if (p == 0) continue;
-                const double c = scale * ds_of(&o, p, S[j], dP[j], D), *kj = drow(&K, r.b, hk, r.k0 + j);
-                for (int64_t x = 0; x < d; x++) dqi[x] += c * kj[x];
+                const double p = P[j - lo];
+                if (p != 0) C[cnt] = scale * ds_of(&o, p, S[j], dP[j], D), idx2[cnt++] = j;
             }
+            axpys(cnt, C, idx2, drow(&K, r.b, hk, r.k0), d, dqi);
         }
         /* pass 2: one key row each — dk_j, dv_j over the query heads of its K/V head, then their rows, in order */
 #pragma omp for schedule(dynamic, 4)
         for (int64_t n = 0; n < (ok ? k->batch * Hk * Sk : 0); n++) {
-            if (!S || !O) {
+            if (!scratch) {
 #pragma omp atomic write
                 oom = 1;
                 continue;
@@ -264,22 +284,21 @@ fa_status t_oracle_backward(const fa_attn_opts *opts, const fa_tensor *q, const 
             for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
                 dots(kj, dcol(&Q, r.b, h) + r.q0 + lo, Sq, d, hi - lo, S + lo);
                 dots(vj, dcol(&dO, r.b, h) + r.q0 + lo, Sq, d, hi - lo, dP + lo);
+                int64_t cnt = 0;
                 for (int64_t i = lo; i < hi; i++) {
                     const double *st = ml + 3 * ((r.b * H + h) * Sq + r.q0 + i);
                     if (!visible(&o, &r, i, j) || st[0] == -INFINITY) continue;
                     const double s = capped(&o, S[i], scale), p = p_of(s, st[0], st[1]);
-                    if (p == 0) continue;
-                    const double c = scale * ds_of(&o, p, s, dP[i], st[2]);
-                    const double *qi = drow(&Q, r.b, h, r.q0 + i), *doi = drow(&dO, r.b, h, r.q0 + i);
-                    for (int64_t x = 0; x < d; x++) {
-                        dvj[x] += p * doi[x];
-                        dkj[x] += c * qi[x];
-                    }
+                    if (p != 0) P[cnt] = p, C[cnt] = scale * ds_of(&o, p, s, dP[i], st[2]), idx[cnt++] = i;
                 }
+                axpys(cnt, P, idx, drow(&dO, r.b, h, r.q0), d, dvj);
+                axpys(cnt, C, idx, drow(&Q, r.b, h, r.q0), d, dkj);
             }
         }
         free(S);
         free(O);
+        free(idx);
+        free(idx2);
     }
     dense_free(&Q), dense_free(&K), dense_free(&V), dense_free(&dO);
     free(ml);

@@ -1,7 +1,7 @@
-/* The float64 oracle: the definition, one query row (forward) or one key row (backward pass 2) at a time:
+/* The float64 oracle: the definition, one row at a time (a query row; a key row in the backward's pass 2):
  *   S_ij = scale · qi·kj, softcap: S_ij = cap · tanh(S_ij / cap), masked keys dropped,
  *   P_ij = exp(S_ij − m_i) / l_i with m_i = max_j S_ij, l_i = Σ_j exp(S_ij − m_i), out_i = Σ_j P_ij vj,
- *   LSE_i = m_i + log l_i.
+ *   LSE_i = m_i + log l_i; a row that sees no key has out_i = 0, LSE_i = −inf and zero gradients.
  * Backward: D_i = dout_i·out_i, dP_ij = dout_i·vj, dS_ij = P_ij (dP_ij − D_i) (softcap: dS_ij *= 1 − tanh²),
  *   dq_i = scale Σ_j dS_ij kj (pass 1, over query rows, which also keeps m, l, D),
  *   dk_j = scale Σ_i dS_ij q_i, dv_j = Σ_i P_ij dout_i (pass 2, over key rows, recomputing S, P, dS from m, l, D;
@@ -23,7 +23,9 @@ typedef struct ref_seq { int64_t q0, k0, sq, sk, b; } ref_seq; /* rows of one se
 /* One input widened: row[((b·H + h)·S + s)·d + x] and, if asked, its transpose col[((b·H + h)·d + x)·S + s]. */
 typedef struct dense { double *row, *col; int64_t S, H, d; } dense;
 
-static const double *drow(const dense *t, int64_t b, int64_t h, int64_t s) { return t->row + ((b * t->H + h) * t->S + s) * t->d; }
+static const double *drow(const dense *t, int64_t b, int64_t h, int64_t s) {
+    return t->row + ((b * t->H + h) * t->S + s) * t->d;
+}
 static const double *dcol(const dense *t, int64_t b, int64_t h) { return t->col + (b * t->H + h) * t->d * t->S; }
 
 static int dense_new(dense *w, const fa_tensor *t, int with_col) {

@@ -1,11 +1,15 @@
-/* The float64 oracle. Straight loops over the definition, one (sequence, head, query row) at a time:
- *   s_j = scale · q·k_j, softcap: s_j = cap · tanh(s_j / cap), masked keys dropped,
- *   p_j = exp(s_j − max) / Σ exp(s − max), out = Σ p_j v_j, lse = max + log Σ exp(s − max).
- * Backward: dv_j += p_j dout, dp_j = dout·v_j, ds_j = p_j (dp_j − dout·out), (softcap: ds_j *= 1 − tanh²),
- *   dq += scale Σ ds_j k_j, dk_j += scale ds_j q.
- * OpenMP threads take (sequence, head) pairs in the forward and (sequence, K/V head) pairs in the backward: each
- * writes only its own rows and takes every sum in the serial order, so the results are the same bits with any
- * number of threads (the GPU tests' many-head cases spent minutes here). */
+/* The float64 oracle: the definition, one row at a time (a query row; a key row in the backward's pass 2):
+ *   S_ij = scale · qi·kj, softcap: S_ij = cap · tanh(S_ij / cap), masked keys dropped,
+ *   P_ij = exp(S_ij − m_i) / l_i with m_i = max_j S_ij, l_i = Σ_j exp(S_ij − m_i), out_i = Σ_j P_ij vj,
+ *   LSE_i = m_i + log l_i; a row that sees no key has out_i = 0, LSE_i = −inf and zero gradients.
+ * Backward: D_i = dout_i·out_i, dP_ij = dout_i·vj, dS_ij = P_ij (dP_ij − D_i) (softcap: dS_ij *= 1 − tanh²),
+ *   dq_i = scale Σ_j dS_ij kj (pass 1, over query rows, which also keeps m, l, D),
+ *   dk_j = scale Σ_i dS_ij q_i, dv_j = Σ_i P_ij dout_i (pass 2, over key rows, recomputing S, P, dS from m, l, D;
+ *   i runs over the query heads of the K/V head, then the rows).
+ * The inputs are widened once into dense double rows and transposes (every layout, stride and varlen offset is
+ * handled there); each dot product is vectorised across keys (or queries), never across its own terms. OpenMP
+ * threads take rows; every output element is written by one thread with its sum in one fixed order, so the results
+ * are the same bits with any number of threads. docs/testing.md. */
 #include "oracle.h"
 
 #include "dtype.h"
@@ -16,8 +20,34 @@
 
 typedef struct ref_seq { int64_t q0, k0, sq, sk, b; } ref_seq; /* rows of one sequence */
 
-static double at(const fa_tensor *t, int64_t b, int64_t s, int64_t h, int64_t i) {
-    return t_load(t->data, t->dtype, b * t->stride_batch + s * t->stride_seq + h * t->stride_head + i);
+/* One input widened: row[((b·H + h)·S + s)·d + x] and, if asked, its transpose col[((b·H + h)·d + x)·S + s]. */
+typedef struct dense { double *row, *col; int64_t S, H, d; } dense;
+
+static const double *drow(const dense *t, int64_t b, int64_t h, int64_t s) {
+    return t->row + ((b * t->H + h) * t->S + s) * t->d;
+}
+static const double *dcol(const dense *t, int64_t b, int64_t h) { return t->col + (b * t->H + h) * t->d * t->S; }
+
+static int dense_new(dense *w, const fa_tensor *t, int with_col) {
+    const size_t n = (size_t)(t->batch * t->seqlen * t->heads * t->head_dim), bytes = sizeof(double) * (n ? n : 1);
+    *w = (dense){malloc(bytes), with_col ? malloc(bytes) : NULL, t->seqlen, t->heads, t->head_dim};
+    return w->row && (w->col || !with_col);
+}
+static void dense_free(dense *w) { free(w->row), free(w->col); }
+
+/* Called inside the parallel region: threads share the (b, s, h) rows. */
+static void widen(const fa_tensor *t, dense *w) {
+    const int64_t S = t->seqlen, H = t->heads, d = t->head_dim;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < t->batch * S * H; n++) {
+        const int64_t b = n / (S * H), s = n / H % S, h = n % H;
+        const int64_t base = b * t->stride_batch + s * t->stride_seq + h * t->stride_head;
+        double *r = w->row + ((b * H + h) * S + s) * d, *c = w->col ? w->col + (b * H + h) * d * S + s : NULL;
+        for (int64_t x = 0; x < d; x++) {
+            r[x] = t_load(t->data, t->dtype, base + x);
+            if (c) c[x * S] = r[x];
+        }
+    }
 }
 
 static int64_t n_sequences(const fa_attn_opts *o, const fa_tensor *q) { return o->cu_seqlens_q ? o->n_seqs : q->batch; }
@@ -33,6 +63,20 @@ static ref_seq sequence(const fa_attn_opts *o, const fa_tensor *q, const fa_tens
     return r;
 }
 
+/* The sequence owning packed row `row` (of q if cu = cu_seqlens_q, of k if cu_seqlens_k): the last s with
+ * cu[s] <= row, which skips empty sequences. Without varlen, batch b is the sequence. */
+static ref_seq owner(const fa_attn_opts *o, const fa_tensor *q, const fa_tensor *k, const int32_t *cu, int64_t b,
+                     int64_t row) {
+    if (!cu) return sequence(o, q, k, b);
+    int64_t lo = 0, hi = n_sequences(o, q) - 1;
+    while (lo < hi) {
+        int64_t mid = (lo + hi + 1) / 2;
+        if (cu[mid] <= row) lo = mid;
+        else hi = mid - 1;
+    }
+    return sequence(o, q, k, lo);
+}
+
 static int visible(const fa_attn_opts *o, const ref_seq *r, int64_t i, int64_t j) {
     int64_t diag = i + r->sk - r->sq;
     if (o->causal && j > diag) return 0;
@@ -41,21 +85,74 @@ static int visible(const fa_attn_opts *o, const ref_seq *r, int64_t i, int64_t j
     return 1;
 }
 
-/* Scores of query row i against every key of the sequence (−inf where masked). Returns the max. */
-static double row_scores(const fa_attn_opts *o, const fa_tensor *q, const fa_tensor *k, const ref_seq *r, int64_t h,
-                         int64_t hk, int64_t i, double scale, double *s) {
-    double mx = -INFINITY;
-    for (int64_t j = 0; j < r->sk; j++) {
-        if (!visible(o, r, i, j)) { s[j] = -INFINITY; continue; }
-        double acc = 0;
-        for (int64_t x = 0; x < q->head_dim; x++)
-            acc += at(q, r->b, r->q0 + i, h, x) * at(k, r->b, r->k0 + j, hk, x);
-        acc *= scale;
-        if (o->softcap > 0) acc = o->softcap * tanh(acc / o->softcap);
-        s[j] = acc;
-        if (acc > mx) mx = acc;
+/* out[n] = Σ_x a[x] · bt[x·ld + n] for n < len, each sum over x in order; four x per sweep of out. */
+static void dots(const double *restrict a, const double *restrict bt, int64_t ld, int64_t d, int64_t len,
+                 double *restrict out) {
+    for (int64_t n = 0; n < len; n++) out[n] = 0;
+    int64_t x = 0;
+    for (; x + 4 <= d; x += 4) {
+        const double a0 = a[x], a1 = a[x + 1], a2 = a[x + 2], a3 = a[x + 3];
+        const double *b0 = bt + x * ld, *b1 = b0 + ld, *b2 = b1 + ld, *b3 = b2 + ld;
+        for (int64_t n = 0; n < len; n++) {
+            double acc = out[n];
+            acc += a0 * b0[n];
+            acc += a1 * b1[n];
+            acc += a2 * b2[n];
+            acc += a3 * b3[n];
+            out[n] = acc;
+        }
     }
-    return mx;
+    for (; x < d; x++)
+        for (int64_t n = 0; n < len; n++) out[n] += a[x] * bt[x * ld + n];
+}
+
+/* y[x] += Σ_n c[n] · base[idx[n]·d + x] in order of n; four rows per sweep of y. */
+static void axpys(int64_t cnt, const double *c, const int64_t *idx, const double *base, int64_t d,
+                  double *restrict y) {
+    int64_t n = 0;
+    for (; n + 4 <= cnt; n += 4) {
+        const double c0 = c[n], c1 = c[n + 1], c2 = c[n + 2], c3 = c[n + 3];
+        const double *r0 = base + idx[n] * d, *r1 = base + idx[n + 1] * d, *r2 = base + idx[n + 2] * d,
+                     *r3 = base + idx[n + 3] * d;
+        for (int64_t x = 0; x < d; x++) {
+            double acc = y[x];
+            acc += c0 * r0[x];
+            acc += c1 * r1[x];
+            acc += c2 * r2[x];
+            acc += c3 * r3[x];
+            y[x] = acc;
+        }
+    }
+    for (; n < cnt; n++)
+        for (int64_t x = 0; x < d; x++) y[x] += c[n] * base[idx[n] * d + x];
+}
+
+static double capped(const fa_attn_opts *o, double s, double scale) {
+    s *= scale;
+    return o->softcap > 0 ? o->softcap * tanh(s / o->softcap) : s;
+}
+
+/* Query row i (qi) against the keys of its sequence (kt: Kᵀ at the sequence's first key, leading dimension ld):
+ * S[j] for j in [*lo, *hi), the hull of the visible keys, −inf where masked. Returns m = max_j S[j]. */
+static double row_scores(const fa_attn_opts *o, const ref_seq *r, int64_t i, const double *qi, const double *kt,
+                         int64_t ld, int64_t d, double scale, double *S, int64_t *lo, int64_t *hi) {
+    int64_t a = 0, e = r->sk;
+    while (a < e && !visible(o, r, i, a)) a++;
+    while (e > a && !visible(o, r, i, e - 1)) e--;
+    *lo = a, *hi = e;
+    dots(qi, kt + a, ld, d, e - a, S + a);
+    double m = -INFINITY;
+    for (int64_t j = a; j < e; j++) {
+        S[j] = visible(o, r, i, j) ? capped(o, S[j], scale) : -INFINITY;
+        if (S[j] > m) m = S[j];
+    }
+    return m;
+}
+
+static double row_sum(const double *S, int64_t lo, int64_t hi, double m) {
+    double l = 0;
+    for (int64_t j = lo; j < hi; j++) l += S[j] > -INFINITY ? exp(S[j] - m) : 0;
+    return l;
 }
 
 /* Worth threads: about 10^8 multiply-adds or more (the small cases of the CPU tests stay serial and cheap). */
@@ -67,100 +164,145 @@ fa_status t_oracle_forward(const fa_attn_opts *opts, const fa_tensor *q, const f
                            double *out, double *lse) {
     if (!q || !k || !v || !out) return FA_ERR_INVALID_ARGUMENT;
     fa_attn_opts o = opts ? *opts : fa_attn_opts_default();
-    const int64_t d = q->head_dim, H = q->heads, group = q->heads / k->heads;
+    const int64_t d = q->head_dim, H = q->heads, group = q->heads / k->heads, Sq = q->seqlen, Sk = k->seqlen;
     const double scale = o.scale != 0 ? o.scale : 1.0 / sqrt((double)d);
-    const int64_t tasks = n_sequences(&o, q) * H;
-    int oom = 0;
-#pragma omp parallel if (oracle_big(q, k))
+    dense Q, K, V;
+    int ok = dense_new(&Q, q, 0) & dense_new(&K, k, 1) & dense_new(&V, v, 0), oom = !ok;
+#pragma omp parallel if (ok && oracle_big(q, k))
     {
-        double *s = malloc(sizeof(double) * (size_t)(k->seqlen > 0 ? k->seqlen : 1));
-#pragma omp for schedule(dynamic)
-        for (int64_t task = 0; task < tasks; task++) {
-            if (!s) {
+        const size_t ns = (size_t)(Sk > 0 ? Sk : 1);
+        double *S = malloc(sizeof(double) * 2 * ns), *P = S ? S + ns : NULL;
+        int64_t *idx = malloc(sizeof(int64_t) * ns);
+        if (ok) widen(q, &Q), widen(k, &K), widen(v, &V);
+#pragma omp for schedule(dynamic, 4)
+        for (int64_t n = 0; n < (ok ? q->batch * H * Sq : 0); n++) {
+            if (!S || !idx) {
 #pragma omp atomic write
                 oom = 1;
                 continue;
             }
-            const int64_t h = task % H;
-            const ref_seq r = sequence(&o, q, k, task / H);
-            for (int64_t i = 0; i < r.sq; i++) {
-                double mx = row_scores(&o, q, k, &r, h, h / group, i, scale, s), sum = 0;
-                double *orow = out + ((r.b * q->seqlen + r.q0 + i) * H + h) * d;
-                memset(orow, 0, sizeof(double) * (size_t)d);
-                if (mx > -INFINITY) {
-                    for (int64_t j = 0; j < r.sk; j++) sum += s[j] > -INFINITY ? exp(s[j] - mx) : 0;
-                    for (int64_t j = 0; j < r.sk; j++) {
-                        if (s[j] == -INFINITY) continue;
-                        double pj = exp(s[j] - mx) / sum;
-                        for (int64_t x = 0; x < d; x++) orow[x] += pj * at(v, r.b, r.k0 + j, h / group, x);
-                    }
-                }
-                if (lse) lse[(r.b * H + h) * q->seqlen + r.q0 + i] = mx > -INFINITY ? mx + log(sum) : -INFINITY;
+            const int64_t b = n / (H * Sq), h = n / Sq % H, row = n % Sq, hk = h / group;
+            const ref_seq r = owner(&o, q, k, o.cu_seqlens_q, b, row);
+            const int64_t i = row - r.q0;
+            int64_t lo, hi;
+            double m = row_scores(&o, &r, i, drow(&Q, r.b, h, row), dcol(&K, r.b, hk) + r.k0, Sk, d, scale, S, &lo,
+                                  &hi);
+            double *O = out + ((r.b * Sq + row) * H + h) * d, l = 0;
+            memset(O, 0, sizeof(double) * (size_t)d);
+            if (m > -INFINITY) { /* O = Σ_j P_ij vj over the unmasked keys, in order of j */
+                l = row_sum(S, lo, hi, m);
+                int64_t cnt = 0;
+                for (int64_t j = lo; j < hi; j++)
+                    if (S[j] != -INFINITY) P[cnt] = exp(S[j] - m) / l, idx[cnt++] = j;
+                axpys(cnt, P, idx, drow(&V, r.b, hk, r.k0), d, O);
             }
+            if (lse) lse[(r.b * H + h) * Sq + row] = m > -INFINITY ? m + log(l) : -INFINITY;
         }
-        free(s);
+        free(S);
+        free(idx);
     }
+    dense_free(&Q), dense_free(&K), dense_free(&V);
     return oom ? FA_ERR_OUT_OF_MEMORY : FA_OK;
+}
+
+/* P_ij and dS_ij from a recomputed score s (capped) and the row's m, l, D; 0 when P_ij is 0. */
+static double p_of(double s, double m, double l) { return s > -INFINITY ? exp(s - m) / l : 0; }
+static double ds_of(const fa_attn_opts *o, double p, double s, double dp, double D) {
+    double ds = p * (dp - D);
+    if (o->softcap > 0) { double t = s / o->softcap; ds *= 1 - t * t; }
+    return ds;
 }
 
 fa_status t_oracle_backward(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                             const fa_tensor *dout, double *dq, double *dk, double *dv) {
     if (!q || !k || !v || !dout || !dq || !dk || !dv) return FA_ERR_INVALID_ARGUMENT;
     fa_attn_opts o = opts ? *opts : fa_attn_opts_default();
-    const int64_t d = q->head_dim, H = q->heads, Hk = k->heads, group = H / Hk;
+    const int64_t d = q->head_dim, H = q->heads, Hk = k->heads, group = H / Hk, Sq = q->seqlen, Sk = k->seqlen;
     const double scale = o.scale != 0 ? o.scale : 1.0 / sqrt((double)d);
-    const size_t nk = (size_t)(k->seqlen > 0 ? k->seqlen : 1);
-    memset(dq, 0, sizeof(double) * (size_t)(q->batch * q->seqlen * H * d));
-    memset(dk, 0, sizeof(double) * (size_t)(k->batch * k->seqlen * Hk * d));
-    memset(dv, 0, sizeof(double) * (size_t)(k->batch * k->seqlen * Hk * d));
-    const int64_t tasks = n_sequences(&o, q) * Hk;
-    int oom = 0;
-#pragma omp parallel if (oracle_big(q, k))
+    const size_t n_rows = (size_t)(q->batch * H * Sq), ns = (size_t)(Sk > Sq ? Sk : Sq) + 1;
+    dense Q, K, V, dO;
+    double *ml = malloc(sizeof(double) * 3 * (n_rows ? n_rows : 1)); /* per query row: m, l, D */
+    int ok = dense_new(&Q, q, 1) & dense_new(&K, k, 1) & dense_new(&V, v, 1) & dense_new(&dO, dout, 1) && ml;
+    int oom = !ok;
+#pragma omp parallel if (ok && oracle_big(q, k))
     {
-        double *s = malloc(sizeof(double) * nk * 2), *orow = malloc(sizeof(double) * (size_t)d);
-        double *p = s ? s + nk : NULL;
-#pragma omp for schedule(dynamic)
-        for (int64_t task = 0; task < tasks; task++) {
-            if (!s || !orow) {
+        double *S = malloc(sizeof(double) * 4 * ns), *O = malloc(sizeof(double) * (size_t)(d > 0 ? d : 1));
+        double *dP = S ? S + ns : NULL, *P = S ? S + 2 * ns : NULL, *C = S ? S + 3 * ns : NULL; /* C = scale·dS */
+        int64_t *idx = malloc(sizeof(int64_t) * ns), *idx2 = malloc(sizeof(int64_t) * ns);
+        const int scratch = S && O && idx && idx2;
+        if (ok) widen(q, &Q), widen(k, &K), widen(v, &V), widen(dout, &dO);
+        /* pass 1: one query row each — m, l, D and dq_i */
+#pragma omp for schedule(dynamic, 4)
+        for (int64_t n = 0; n < (ok ? (int64_t)n_rows : 0); n++) {
+            if (!scratch) {
 #pragma omp atomic write
                 oom = 1;
                 continue;
             }
-            const int64_t hk = task % Hk;
-            const ref_seq r = sequence(&o, q, k, task / Hk);
+            const int64_t b = n / (H * Sq), h = n / Sq % H, row = n % Sq, hk = h / group;
+            const ref_seq r = owner(&o, q, k, o.cu_seqlens_q, b, row);
+            const int64_t i = row - r.q0;
+            double *dqi = dq + ((r.b * Sq + row) * H + h) * d, *st = ml + 3 * ((r.b * H + h) * Sq + row);
+            memset(dqi, 0, sizeof(double) * (size_t)d);
+            int64_t lo, hi;
+            const double m = row_scores(&o, &r, i, drow(&Q, r.b, h, row), dcol(&K, r.b, hk) + r.k0, Sk, d, scale, S,
+                                        &lo, &hi);
+            st[0] = m;
+            if (m == -INFINITY) continue; /* a row that sees no key has zero gradients */
+            const double l = st[1] = row_sum(S, lo, hi, m);
+            for (int64_t j = lo; j < hi; j++) P[j - lo] = p_of(S[j], m, l), idx[j - lo] = j;
+            memset(O, 0, sizeof(double) * (size_t)d); /* out_i again, every key of the hull with P_ij as dq_i uses it */
+            axpys(hi - lo, P, idx, drow(&V, r.b, hk, r.k0), d, O);
+            const double *doi = drow(&dO, r.b, h, row);
+            double D = 0;
+            for (int64_t x = 0; x < d; x++) D += doi[x] * O[x];
+            st[2] = D;
+            dots(doi, dcol(&V, r.b, hk) + r.k0 + lo, Sk, d, hi - lo, dP + lo);
+            int64_t cnt = 0;
+            for (int64_t j = lo; j < hi; j++) {
+                const double p = P[j - lo];
+                if (p != 0) C[cnt] = scale * ds_of(&o, p, S[j], dP[j], D), idx2[cnt++] = j;
+            }
+            axpys(cnt, C, idx2, drow(&K, r.b, hk, r.k0), d, dqi);
+        }
+        /* pass 2: one key row each — dk_j, dv_j over the query heads of its K/V head, then their rows, in order */
+#pragma omp for schedule(dynamic, 4)
+        for (int64_t n = 0; n < (ok ? k->batch * Hk * Sk : 0); n++) {
+            if (!scratch) {
+#pragma omp atomic write
+                oom = 1;
+                continue;
+            }
+            const int64_t b = n / (Hk * Sk), hk = n / Sk % Hk, row = n % Sk;
+            const ref_seq r = owner(&o, q, k, o.cu_seqlens_k, b, row);
+            const int64_t j = row - r.k0;
+            double *dkj = dk + ((r.b * Sk + row) * Hk + hk) * d, *dvj = dv + ((r.b * Sk + row) * Hk + hk) * d;
+            memset(dkj, 0, sizeof(double) * (size_t)d);
+            memset(dvj, 0, sizeof(double) * (size_t)d);
+            int64_t lo = 0, hi = r.sq;
+            while (lo < hi && !visible(&o, &r, lo, j)) lo++;
+            while (hi > lo && !visible(&o, &r, hi - 1, j)) hi--;
+            const double *kj = drow(&K, r.b, hk, row), *vj = drow(&V, r.b, hk, row);
             for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
-                for (int64_t i = 0; i < r.sq; i++) {
-                    double mx = row_scores(&o, q, k, &r, h, hk, i, scale, s), sum = 0;
-                    if (mx == -INFINITY) continue; /* a row that sees no key has zero gradients */
-                    for (int64_t j = 0; j < r.sk; j++) sum += s[j] > -INFINITY ? exp(s[j] - mx) : 0;
-                    memset(orow, 0, sizeof(double) * (size_t)d);
-                    for (int64_t j = 0; j < r.sk; j++) {
-                        p[j] = s[j] > -INFINITY ? exp(s[j] - mx) / sum : 0;
-                        for (int64_t x = 0; x < d; x++) orow[x] += p[j] * at(v, r.b, r.k0 + j, hk, x);
-                    }
-                    double D = 0; /* dout · out */
-                    for (int64_t x = 0; x < d; x++) D += at(dout, r.b, r.q0 + i, h, x) * orow[x];
-                    double *dqrow = dq + ((r.b * q->seqlen + r.q0 + i) * H + h) * d;
-                    for (int64_t j = 0; j < r.sk; j++) {
-                        if (p[j] == 0) continue;
-                        double dp = 0;
-                        for (int64_t x = 0; x < d; x++)
-                            dp += at(dout, r.b, r.q0 + i, h, x) * at(v, r.b, r.k0 + j, hk, x);
-                        double ds = p[j] * (dp - D);
-                        if (o.softcap > 0) { double t = s[j] / o.softcap; ds *= 1 - t * t; }
-                        double *dkrow = dk + ((r.b * k->seqlen + r.k0 + j) * Hk + hk) * d;
-                        double *dvrow = dv + ((r.b * k->seqlen + r.k0 + j) * Hk + hk) * d;
-                        for (int64_t x = 0; x < d; x++) {
-                            dvrow[x] += p[j] * at(dout, r.b, r.q0 + i, h, x);
-                            dqrow[x] += scale * ds * at(k, r.b, r.k0 + j, hk, x);
-                            dkrow[x] += scale * ds * at(q, r.b, r.q0 + i, h, x);
-                        }
-                    }
+                dots(kj, dcol(&Q, r.b, h) + r.q0 + lo, Sq, d, hi - lo, S + lo);
+                dots(vj, dcol(&dO, r.b, h) + r.q0 + lo, Sq, d, hi - lo, dP + lo);
+                int64_t cnt = 0;
+                for (int64_t i = lo; i < hi; i++) {
+                    const double *st = ml + 3 * ((r.b * H + h) * Sq + r.q0 + i);
+                    if (!visible(&o, &r, i, j) || st[0] == -INFINITY) continue;
+                    const double s = capped(&o, S[i], scale), p = p_of(s, st[0], st[1]);
+                    if (p != 0) P[cnt] = p, C[cnt] = scale * ds_of(&o, p, s, dP[i], st[2]), idx[cnt++] = i;
                 }
+                axpys(cnt, P, idx, drow(&dO, r.b, h, r.q0), d, dvj);
+                axpys(cnt, C, idx, drow(&Q, r.b, h, r.q0), d, dkj);
             }
         }
-        free(s);
-        free(orow);
+        free(S);
+        free(O);
+        free(idx);
+        free(idx2);
     }
+    dense_free(&Q), dense_free(&K), dense_free(&V), dense_free(&dO);
+    free(ml);
     return oom ? FA_ERR_OUT_OF_MEMORY : FA_OK;
 }

@@ -331,8 +331,9 @@ FA_API fa_status fa_forward_kvcache(fa_context *ctx, const fa_attn_opts *opts, c
                                     const fa_tensor *q, const fa_kvcache *cache, const fa_tensor *k_new,
                                     const fa_tensor *v_new, const fa_tensor *out, float *lse);
 
-/* The workspace bytes the same fa_forward_kvcache call would take (0 when it does not split). Validates the
- * shapes as the call does; seqlens etc. are not read. */
+/* The workspace bytes the same fa_forward_kvcache call would take (CPU: split partials and per-thread scratch; CUDA:
+ * split partials and, with rotary, the rotated q — 0 without either). Validates the shapes as the call does; the
+ * index arrays are not read. docs/decoding.md. */
 FA_API fa_status fa_kvcache_workspace_size(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_opts *kv_opts,
                                            const fa_tensor *q, const fa_kvcache *cache, const fa_tensor *k_new,
                                            size_t *bytes);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU tests of the CUDA backend (needs an H200 / sm_90 GPU): build with CUDA, run tests/gpu/test_gpu (every
-# algorithm against the float64 oracle, poisoned outputs), `flashattn check --device cuda` (random cases), then
+# algorithm against the float64 oracle, poisoned outputs), tests/gpu/test_gpu_kvcache (KV-cache decoding, with memcheck
+# on small shapes), `flashattn check --device cuda` (random cases), then
 # compute-sanitizer memcheck and racecheck on small shapes, tests/gpu/test_gpu_nonfinite (the numerics contract), and
 # memcheck over `flashattn check --device cuda` on MEMCHECK_COUNT (default 200) random cases. Exits non-zero on any failure.
 # Env: BUILD (default build-cuda), JOBS (default nproc), LOG_DIR (copies of the logs), SANITIZERS (default
@@ -15,6 +16,7 @@ cmake -S . -B "$BUILD" -DFA_CUDA=ON -DCMAKE_BUILD_TYPE=Release >"$LOG_DIR/cmake.
 cmake --build "$BUILD" -j "$JOBS" 2>&1 | tee "$LOG_DIR/build.log" | grep -E "error|warning|spill" || true
 test -x "$BUILD/tests/gpu/test_gpu"
 test -x "$BUILD/tests/gpu/test_gpu_nonfinite"
+test -x "$BUILD/tests/gpu/test_gpu_kvcache"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
 
 status=0
@@ -22,6 +24,10 @@ echo "== test_gpu"
 "$BUILD/tests/gpu/test_gpu" 2>&1 | tee "$LOG_DIR/test_gpu.log" | grep -E "FAIL|fail|error|summary|passed|seed" | head -60 || true
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 tail -3 "$LOG_DIR/test_gpu.log"
+
+echo "== test_gpu_kvcache (KV-cache decoding, docs/decoding.md)"
+"$BUILD/tests/gpu/test_gpu_kvcache" 2>&1 | tee "$LOG_DIR/test_gpu_kvcache.log" | grep -E "FAIL|checks|seed" | head -40 || true
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 echo "== test_gpu_nonfinite (the numerics contract, docs/numerics.md)"
 "$BUILD/tests/gpu/test_gpu_nonfinite" 2>&1 | tee "$LOG_DIR/test_gpu_nonfinite.log" | grep -E "FAIL|checks" | head -20 || true
@@ -47,6 +53,14 @@ if command -v compute-sanitizer >/dev/null; then
       grep -E "=========|FAIL" "$LOG_DIR/sanitizer-$tool.log" | head -30
     fi
   done
+  echo "== compute-sanitizer --tool memcheck: test_gpu_kvcache (small shapes)"
+  if FA_GPU_TEST_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/gpu/test_gpu_kvcache" \
+       >"$LOG_DIR/sanitizer-memcheck-kvcache.log" 2>&1; then
+    grep -E "ERROR SUMMARY" "$LOG_DIR/sanitizer-memcheck-kvcache.log" | tail -1
+  else
+    status=1
+    grep -E "=========|FAIL" "$LOG_DIR/sanitizer-memcheck-kvcache.log" | head -30
+  fi
   echo "== compute-sanitizer --tool memcheck: flashattn check --device cuda (${MEMCHECK_COUNT:-200} random cases)"
   if compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/flashattn" check --device cuda \
        --count "${MEMCHECK_COUNT:-200}" >"$LOG_DIR/sanitizer-memcheck-check.log" 2>&1; then

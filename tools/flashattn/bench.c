@@ -601,6 +601,8 @@ static void print_row(const bench_row *r, void *user) {
 }
 
 int cmd_bench(int argc, char **argv) {
+    for (int i = 0; i < argc; i++) /* KV-cache decoding has its own options (bench_decode.c) */
+        if (opt_is(argv[i], "--mode")) return cmd_bench_decode(argc, argv);
     bench_args A;
     int rc = bench_parse(argc, argv, &A);
     if (rc) return rc > 0 ? 0 : CLI_EXIT_USAGE;

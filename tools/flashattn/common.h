@@ -111,6 +111,8 @@ void bench_run_group(fa_context *ctx, const bench_config *cfg, const fa_algo *al
 void bench_csv_header(FILE *f, int with_extra);
 void bench_csv_row(FILE *f, const bench_row *r, int with_extra);
 int cmd_bench(int argc, char **argv);
+/* flashattn bench --mode decode (bench_decode.c) */
+int cmd_bench_decode(int argc, char **argv);
 /* `flashattn bench ARGS` without the printing: the same parsing and product; the sink sees every device, every
  * configuration before it runs, and every row. Returns 0, 1 (no row measured) or CLI_EXIT_USAGE. */
 typedef struct bench_sink {

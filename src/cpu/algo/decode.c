@@ -51,14 +51,17 @@ typedef struct kv_ws {
 } kv_ws;
 
 static int rows_of(const fa_kv_problem *p) { return (int)(p->hq / p->hk * p->sq); }
+/* fa_plan.aux[AUX_HPI]: K/V heads per work item (all of them when a key's heads are adjacent in memory) */
+#define AUX_HPI 3
+#define MAX_HPI 16 /* heads per item at most (the kernel's per-head scratch) */
 static int padded(int64_t d) { return (int)((d + FA_DEC_LANES - 1) / FA_DEC_LANES * FA_DEC_LANES); }
 
-static void thread_layout(fa_arena *a, const fa_kv_problem *p, thread_parts *t) {
-    const size_t R = (size_t)rows_of(p), dp = (size_t)padded(p->d), f = sizeof(float);
+static void thread_layout(fa_arena *a, const fa_kv_problem *p, int hpi, thread_parts *t) {
+    const size_t R = (size_t)rows_of(p) * (size_t)hpi, dp = (size_t)padded(p->d), f = sizeof(float);
     t->qs = fa_arena_take(a, R * dp * f, 64);
     t->O = fa_arena_take(a, R * dp * f, 64);
-    t->Kc = fa_arena_take(a, FA_DEC_BC * dp * f, 64);
-    t->Vc = fa_arena_take(a, FA_DEC_BC * dp * f, 64);
+    t->Kc = fa_arena_take(a, (size_t)hpi * FA_DEC_BC * dp * f, 64);
+    t->Vc = fa_arena_take(a, (size_t)hpi * FA_DEC_BC * dp * f, 64);
     t->S = fa_arena_take(a, R * FA_DEC_BC * f, 64);
     t->qbad = fa_arena_take(a, R * f, 64);
     t->m = fa_arena_take(a, R * f, 64);
@@ -70,7 +73,7 @@ static void thread_layout(fa_arena *a, const fa_kv_problem *p, thread_parts *t) 
 static void layout(fa_arena *a, const fa_kv_problem *p, const fa_plan *pl, kv_ws *w) {
     fa_arena one = fa_arena_dry();
     thread_parts t;
-    thread_layout(&one, p, &t);
+    thread_layout(&one, p, pl->aux[AUX_HPI], &t);
     fa_cpu_ws_slices(a, &w->w, one.size, pl->threads);
     fa_cpu_ws_counters(a, &w->w);
     const int ns = pl->aux[FA_KV_AUX_SPLITS];
@@ -87,8 +90,18 @@ fa_status fa_cpu_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan 
     const fa_cpu_kernels *kr = ctx->kernels;
     plan->kernel = kernel_names[kr->id];
     plan->threads = ctx->threads;
-    plan->block_q = rows_of(p);
+    plan->block_q = rows_of(p);  /* rows per K/V head */
     plan->block_k = FA_DEC_BC;
+    /* a key's K/V heads adjacent in memory (stride_head < stride_seq, the [.., seq, heads, d] layouts): one item
+     * reads them all, so the cache streams in order; else one head per item */
+    int hpi = 1;
+    if (p->kc.stride_head < p->kc.stride_seq && p->vc.stride_head < p->vc.stride_seq)
+        for (int n = MAX_HPI; n > 1; n--)
+            if (p->hk % n == 0) {
+                hpi = n;
+                break;
+            }
+    plan->aux[AUX_HPI] = hpi;
     int ns;
     if (p->split_size) {
         plan->aux[FA_KV_AUX_FIXED] = 1;
@@ -99,7 +112,7 @@ fa_status fa_cpu_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan 
         const int64_t most = (p->capacity + 15) / 16;
         ns = p->num_splits < most ? p->num_splits : (int)most;
     } else {
-        ns = fa_kv_split_heuristic(p->batch * p->hk, ctx->threads, (p->capacity + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS,
+        ns = fa_kv_split_heuristic(p->batch * (p->hk / hpi), ctx->threads, (p->capacity + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS,
                                    MAX_SPLITS);
     }
     plan->aux[FA_KV_AUX_SPLITS] = ns < 1 ? 1 : ns;
@@ -162,9 +175,10 @@ static void append(const fa_kv_problem *p, int threads) {
     }
 }
 
-/* One (sequence b, K/V head h, split s): the R rows (query row i, group member g) -> r = i·G + g. */
+/* One (sequence b, K/V heads [h0, h0 + nh), split s): head h's R rows (query row i, group member g) are rows
+ * (h − h0)·R + i·G + g of the thread's state. */
 static void item(const fa_kv_problem *p, const fa_plan *pl, fa_dec_attend_fn attend, const thread_parts *t,
-                 const kv_ws *w, int64_t b, int64_t h, int s, fa_io *io) {
+                 const kv_ws *w, int64_t b, int64_t h0, int nh, int s, fa_io *io) {
     const int64_t G = p->hq / p->hk, L = p->seqlens[b] + (p->append ? p->sq : 0), d = p->d;
     const int dp = padded(d), R = rows_of(p);
     int64_t chunk;
@@ -182,65 +196,68 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, fa_dec_attend_fn att
         if (hi < lo) hi = lo;
         if (hi > lo && lo < k0) k0 = lo;
         if (hi > lo && hi > k1) k1 = hi;
-        for (int64_t g = 0; g < G; g++) {
-            const int64_t r = i * G + g, hq = h * G + g;
-            t->lo[r] = lo;
-            t->hi[r] = hi;
-            float *q = t->qs + r * dp;
-            const int64_t qo = b * p->q.stride_batch + i * p->q.stride_seq + hq * p->q.stride_head;
-            float bad = 0;
-            for (int64_t c = 0; c < d; c++) {
-                q[c] = fa_load_elem(p->q.data, (int)p->dtype, qo + c);
-                bad += q[c] * 0.0f;
+        for (int hh = 0; hh < nh; hh++)
+            for (int64_t g = 0; g < G; g++) {
+                const int64_t r = hh * R + i * G + g, hq = (h0 + hh) * G + g;
+                t->lo[r] = lo;
+                t->hi[r] = hi;
+                float *q = t->qs + r * dp;
+                const int64_t qo = b * p->q.stride_batch + i * p->q.stride_seq + hq * p->q.stride_head;
+                float bad = 0;
+                for (int64_t c = 0; c < d; c++) {
+                    q[c] = fa_load_elem(p->q.data, (int)p->dtype, qo + c);
+                    bad += q[c] * 0.0f;
+                }
+                if (p->rot_cos) rotate(p, q, p->seqlens[b] + i);
+                for (int64_t c = 0; c < d; c++) q[c] *= qmul;
+                for (int64_t c = d; c < dp; c++) q[c] = 0;
+                t->qbad[r] = bad;
+                t->m[r] = -INFINITY;
+                t->l[r] = 0;
+                memset(t->O + r * dp, 0, (size_t)dp * sizeof(float));
             }
-            if (p->rot_cos) rotate(p, q, p->seqlens[b] + i);
-            for (int64_t c = 0; c < d; c++) q[c] *= qmul;
-            for (int64_t c = d; c < dp; c++) q[c] = 0;
-            t->qbad[r] = bad;
-            t->m[r] = -INFINITY;
-            t->l[r] = 0;
-            memset(t->O + r * dp, 0, (size_t)dp * sizeof(float));
-        }
     }
     if (k1 > k0) {
         const int64_t es = (int64_t)fa_dtype_size(p->dtype), row = fa_kv_row(p, b);
-        fa_dec_args a = {.R = R, .d = (int)d, .dp = dp, .dtype = p->dtype, .qs = t->qs, .qbad = t->qbad,
+        fa_dec_args a = {.R = R, .nh = nh, .d = (int)d, .dp = dp, .dtype = p->dtype, .qs = t->qs, .qbad = t->qbad,
                          .lo = t->lo, .hi = t->hi, .k0 = k0, .k1 = k1,
-                         .softcap_mul = p->softcap > 0 ? p->softcap * LOG2E : 0,
-                         .Kc = t->Kc, .Vc = t->Vc, .S = t->S, .O = t->O, .m = t->m, .l = t->l};
+                         .softcap_mul = p->softcap > 0 ? p->softcap * LOG2E : 0, .Kc = t->Kc, .Vc = t->Vc, .S = t->S,
+                         .O = t->O, .m = t->m, .l = t->l};
         if (p->paged) {
-            a.kbase = (const char *)p->kc.data + h * p->kc.stride_head * es;
-            a.vbase = (const char *)p->vc.data + h * p->vc.stride_head * es;
+            a.kbase = (const char *)p->kc.data + h0 * p->kc.stride_head * es;
+            a.vbase = (const char *)p->vc.data + h0 * p->vc.stride_head * es;
             a.k_sp = p->kc.stride_batch * es, a.v_sp = p->vc.stride_batch * es;
             a.bt = p->block_table + row * p->bt_stride;
             a.page_size = p->page_size;
         } else {
-            a.kbase = (const char *)p->kc.data + (row * p->kc.stride_batch + h * p->kc.stride_head) * es;
-            a.vbase = (const char *)p->vc.data + (row * p->vc.stride_batch + h * p->vc.stride_head) * es;
+            a.kbase = (const char *)p->kc.data + (row * p->kc.stride_batch + h0 * p->kc.stride_head) * es;
+            a.vbase = (const char *)p->vc.data + (row * p->vc.stride_batch + h0 * p->vc.stride_head) * es;
             a.page_size = 1;
         }
         a.k_ss = p->kc.stride_seq * es, a.v_ss = p->vc.stride_seq * es;
+        a.k_sh = p->kc.stride_head * es, a.v_sh = p->vc.stride_head * es;
         attend(&a);
-        io->read += 2 * (k1 - k0) * d * es;
+        io->read += 2 * (k1 - k0) * d * es * nh;
     }
     /* finish: O / l and LSE = (m + log2 l)·ln 2, into out (one split) or the split's partial */
-    for (int64_t i = 0; i < p->sq; i++)
-        for (int64_t g = 0; g < G; g++) {
-            const int64_t r = i * G + g, hq = h * G + g;
-            const float l = t->l[r];
-            const float inv = l == 0 ? 0 : 1 / l;
-            const float lse = l == 0 ? -INFINITY : (float)((t->m[r] + log2f(l)) * LN2);
-            const float *o = t->O + r * dp;
-            if (ns == 1) {
-                const int64_t oo = b * p->o.stride_batch + i * p->o.stride_seq + hq * p->o.stride_head;
-                for (int64_t c = 0; c < d; c++) fa_store_elem(p->o.data, (int)p->dtype, oo + c, o[c] * inv);
-                if (p->lse) p->lse[(b * p->hq + hq) * p->sq + i] = lse;
-            } else {
-                const int64_t pr = ((b * p->hq + hq) * p->sq + i) * pl->aux[FA_KV_AUX_SPLITS] + s;
-                for (int64_t c = 0; c < d; c++) w->part_o[pr * d + c] = o[c] * inv;
-                w->part_lse[pr] = lse;
+    for (int hh = 0; hh < nh; hh++)
+        for (int64_t i = 0; i < p->sq; i++)
+            for (int64_t g = 0; g < G; g++) {
+                const int64_t r = hh * R + i * G + g, hq = (h0 + hh) * G + g;
+                const float l = t->l[r];
+                const float inv = l == 0 ? 0 : 1 / l;
+                const float lse = l == 0 ? -INFINITY : (float)((t->m[r] + log2f(l)) * LN2);
+                const float *o = t->O + r * dp;
+                if (ns == 1) {
+                    const int64_t oo = b * p->o.stride_batch + i * p->o.stride_seq + hq * p->o.stride_head;
+                    for (int64_t c = 0; c < d; c++) fa_store_elem(p->o.data, (int)p->dtype, oo + c, o[c] * inv);
+                    if (p->lse) p->lse[(b * p->hq + hq) * p->sq + i] = lse;
+                } else {
+                    const int64_t pr = ((b * p->hq + hq) * p->sq + i) * pl->aux[FA_KV_AUX_SPLITS] + s;
+                    for (int64_t c = 0; c < d; c++) w->part_o[pr * d + c] = o[c] * inv;
+                    w->part_lse[pr] = lse;
+                }
             }
-        }
 }
 
 /* The LSE merge of n states (lse[i·step]): M = max lse_i and 1 / Σ e^(lse_i − M), in double, so that state i
@@ -306,15 +323,15 @@ fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *
     const fa_cpu_kernels *kr = ctx->kernels;
     const fa_dec_attend_fn attend = attend_of(kr->id);
     if (p->append) append(p, plan->threads);
-    const int ns = plan->aux[FA_KV_AUX_SPLITS];
-    const int64_t items = p->batch * p->hk * ns;
+    const int ns = plan->aux[FA_KV_AUX_SPLITS], hpi = plan->aux[AUX_HPI];
+    const int64_t groups = p->hk / hpi, items = p->batch * groups * ns;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(plan->threads)
     for (int64_t it = 0; it < items; it++) {
         const int th = fa_thread_id();
         fa_arena slice = fa_cpu_ws_thread(&w.w, th);
         thread_parts t;
-        thread_layout(&slice, p, &t);
-        item(p, plan, attend, &t, &w, it / (p->hk * ns), it / ns % p->hk, (int)(it % ns), &w.w.io[th]);
+        thread_layout(&slice, p, hpi, &t);
+        item(p, plan, attend, &t, &w, it / (groups * ns), it / ns % groups * hpi, hpi, (int)(it % ns), &w.w.io[th]);
     }
     if (ns > 1) merge_splits(p, plan, &w, plan->threads);
     fa_io io = {0, 0, {0}};

@@ -8,6 +8,9 @@
 
 #include <math.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
@@ -27,6 +30,10 @@ static inline float hsum16(v16f x) {
 
 /* 16 fp16 / bf16 bit patterns -> fp32 (exact; fp16 subnormals and inf/NaN included) */
 static inline v16f bf16x16(const uint16_t *s) {
+#ifdef __AVX512F__
+    /* one vpmovzxwd zmm, m256 and a shift (the generic form below compiles to half-width moves and inserts) */
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)s)), 16));
+#endif
     v16h h;
     memcpy(&h, s, 32);
     v16u u = __builtin_convertvector(h, v16u) << 16;
@@ -85,84 +92,213 @@ static inline float row_to_f32(float *restrict dst, const char *src, fa_dtype dt
     return hsum16(bad) + tail;
 }
 
-static inline float dotp(const float *restrict a, const float *restrict b, int dp) {
-    v16f s0 = {0}, s1 = {0};
-    int i = 0;
-    for (; i + 32 <= dp; i += 32) {
-        s0 += LD(a + i) * LD(b + i);
-        s1 += LD(a + i + 16) * LD(b + i + 16);
-    }
-    if (i < dp) s0 += LD(a + i) * LD(b + i);
-    return hsum16(s0 + s1);
-}
-
 #define FA_DEC_SAT 0x1p126f /* scores saturate here (the numerics contract: finite inputs never give NaN) */
 
+#define AI static inline __attribute__((always_inline))
+
+static inline v16f vsel(v16i m, v16f a, v16f b) { /* m ? a : b, lane by lane (m all ones or zero) */
+    v16i x;
+    memcpy(&x, &a, 64);
+    v16i y;
+    memcpy(&y, &b, 64);
+    x = (x & m) | (y & ~m);
+    v16f r;
+    memcpy(&r, &x, 64);
+    return r;
+}
+
+/* 2^x lane by lane: fa_port_exp2's reduction and polynomial (simd/portable.h), so every ISA gets the same values. */
+static inline v16f vexp2(v16f x) {
+    const v16f z = {0}, lo = z - 126.0f, hi = z + 127.0f;
+    v16f y = vsel(x > -126.0f, x, lo);
+    y = vsel(y < 127.0f, y, hi);
+    const v16f n = (y + 12582912.0f) - 12582912.0f;
+    const v16f f = y - n;
+    v16f p = f * 1.338130212e-03f + 9.666368365e-03f;
+    p = p * f + 5.550381169e-02f;
+    p = p * f + 2.402234972e-01f;
+    p = p * f + 6.931471825e-01f;
+    p = p * f + 1.0f;
+    const v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
+    v16f sc;
+    memcpy(&sc, &e, 64);
+    return vsel(x > -126.0f, p * sc, z);
+}
+
+static inline float hmax16(v16f x) {
+    float m = x[0];
+    for (int i = 1; i < 16; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* (Σ a, ·, ·, ·, Σ b, ·, ·, ·, Σ c, ·, ·, ·, Σ d, ·, ·, ·): four lane sums in 13 shuffles and adds. */
+static inline v16f reduce4(v16f a, v16f b, v16f c, v16f d) {
+    const v16i lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+    const v16i hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+    const v16f x = __builtin_shuffle(a, b, lo8) + __builtin_shuffle(a, b, hi8);
+    const v16f y = __builtin_shuffle(c, d, lo8) + __builtin_shuffle(c, d, hi8);
+    v16f w = __builtin_shuffle(x, y, (v16i){0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27}) +
+             __builtin_shuffle(x, y, (v16i){4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31});
+    w += __builtin_shuffle(w, (v16i){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+    w += __builtin_shuffle(w, (v16i){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+    return w;
+}
+
+/* NV vectors of one key row in fp32 (zero-padded past d). Rows whose d is a multiple of 16 convert in registers;
+ * others go through tmp. */
+AI void row_regs(v16f *x, const char *src, fa_dtype dt, int d, float *tmp, const int NV) {
+    if ((d & 15) == 0) {
+#pragma GCC unroll 16
+        for (int i = 0; i < NV; i++) {
+            if (dt == FA_DTYPE_BF16) x[i] = bf16x16((const uint16_t *)src + 16 * i);
+            else if (dt == FA_DTYPE_F16) x[i] = f16x16((const uint16_t *)src + 16 * i);
+            else memcpy(&x[i], (const float *)src + 16 * i, 64);
+        }
+        return;
+    }
+    (void)row_to_f32(tmp, src, dt, d, 16 * NV);
+#pragma GCC unroll 16
+    for (int i = 0; i < NV; i++) x[i] = LD(tmp + 16 * i);
+}
+
+/* One chunk of n <= 16 keys from j0 with NV = dp / 16 vectors per row (a compile-time constant after inlining). Kj
+ * is read in key order — key t's rows of every head of the item, which are adjacent in the [.., seq, heads, d]
+ * layouts — and converted in registers, so the cache streams in address order (which the hardware prefetcher
+ * follows) and nothing is expanded into a buffer; Vj's rows are prefetched in that same order and read head by head
+ * once they are in cache. */
+AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, const char *const *vr, const int NV) {
+    const int R = a->R, nh = a->nh, dp = a->dp, d = a->d, rows = R * nh;
+    const int row_bytes = d * (int)fa_dtype_size(a->dtype);
+    float *S = a->S; /* rows x 16: the row's scores, then P */
+    _Alignas(64) float tmp[256];
+    const v16f z = {0};
+    /* S = Qi Kjᵀ: the raw dots of every row (a NaN/inf in the key row adds NaN), four rows reduced together */
+    for (int jj = 0; jj < n; jj++) {
+        for (int hh = 0; hh < nh; hh++) {
+            v16f k[16] = {{0}};
+            row_regs(k, kr[jj] + hh * a->k_sh, a->dtype, d, tmp, NV);
+            for (int c = 0; c < row_bytes; c += 64) __builtin_prefetch(vr[jj] + hh * a->v_sh + c, 0, 3);
+            v16f bad = k[0] * 0.0f;
+#pragma GCC unroll 16
+            for (int i = 1; i < NV; i++) bad += k[i] * 0.0f;
+            const float *q = a->qs + (size_t)hh * R * dp;
+            float *s = S + (size_t)hh * R * 16 + jj;
+            int r = 0;
+            for (; r + 4 <= R; r += 4, q += 4 * dp, s += 64) {
+                v16f x0 = bad + LD(q) * k[0], x1 = bad + LD(q + dp) * k[0];
+                v16f x2 = bad + LD(q + 2 * dp) * k[0], x3 = bad + LD(q + 3 * dp) * k[0];
+#pragma GCC unroll 16
+                for (int i = 1; i < NV; i++) {
+                    x0 += LD(q + 16 * i) * k[i];
+                    x1 += LD(q + dp + 16 * i) * k[i];
+                    x2 += LD(q + 2 * dp + 16 * i) * k[i];
+                    x3 += LD(q + 3 * dp + 16 * i) * k[i];
+                }
+                const v16f w = reduce4(x0, x1, x2, x3);
+                s[0] = w[0], s[16] = w[4], s[32] = w[8], s[48] = w[12];
+            }
+            for (; r < R; r++, q += dp, s += 16) {
+                v16f x = bad + LD(q) * k[0];
+#pragma GCC unroll 16
+                for (int i = 1; i < NV; i++) x += LD(q + 16 * i) * k[i];
+                s[0] = hsum16(x);
+            }
+        }
+    }
+    /* per row, on its 16 scores at once: softcap, saturation, q's NaN flag, the keys it does not see to −inf; then
+     * the online softmax: m_new = max(m, rowmax(S)); P = 2^(S − m_new); l = 2^(m − m_new) l + rowsum(P);
+     * O = 2^(m − m_new) O */
+    const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    for (int row = 0; row < rows; row++) {
+        const int r = row % R;
+        const int64_t lo = a->lo[r] > j0 ? a->lo[r] : j0, hi = a->hi[r] < j0 + n ? a->hi[r] : j0 + n;
+        if (hi <= lo) continue;
+        v16f Sv = LD(S + 16 * row);
+        if (a->softcap_mul != 0)
+            for (int jj = 0; jj < 16; jj++) Sv[jj] = a->softcap_mul * tanhf(Sv[jj]);
+        Sv = vsel(Sv > FA_DEC_SAT, z + FA_DEC_SAT, vsel(Sv < -FA_DEC_SAT, z - FA_DEC_SAT, Sv)) + a->qbad[row];
+        const v16i vis = (lane >= (int)(lo - j0)) & (lane < (int)(hi - j0));
+        /* a NaN among the visible scores makes l, and so the row, NaN */
+        const float nan = hsum16(vsel(vis, Sv * 0.0f, z));
+        Sv = vsel(vis, Sv, z - INFINITY);
+        float mx = hmax16(Sv);
+        if (mx > a->m[row]) {
+            const float alpha = fa_port_exp2(a->m[row] - mx);
+            a->l[row] *= alpha;
+            float *o = a->O + (size_t)row * dp;
+#pragma GCC unroll 16
+            for (int i = 0; i < NV; i++) ST(o + 16 * i, LD(o + 16 * i) * alpha);
+            a->m[row] = mx;
+        }
+        const v16f P = vexp2(Sv - a->m[row]);
+        a->l[row] += hsum16(P) + nan;
+        ST(S + 16 * row, P);
+    }
+    /* O += P Vj, head by head (Vj was prefetched in key order during the K pass), two rows at a time with their O
+     * in registers; a row adds only the keys it sees (P = 0 elsewhere, but a NaN in v must not reach it) */
+    for (int hh = 0; hh < nh; hh++)
+        for (int r = 0; r < R; r += 2) {
+            const int two = r + 1 < R, row = hh * R + r;
+            const int64_t lo = a->lo[r] < (two ? a->lo[r + 1] : a->lo[r]) ? a->lo[r] : a->lo[r + two];
+            const int64_t hi = a->hi[r] > (two ? a->hi[r + 1] : a->hi[r]) ? a->hi[r] : a->hi[r + two];
+            const int ja = (int)(lo > j0 ? lo - j0 : 0), jb = (int)(hi < j0 + n ? hi - j0 : n);
+            if (jb <= ja) continue;
+            float *o0 = a->O + (size_t)row * dp, *o1 = o0 + (two ? dp : 0);
+            v16f A[16] = {{0}}, B[16] = {{0}};
+#pragma GCC unroll 16
+            for (int i = 0; i < NV; i++) A[i] = LD(o0 + 16 * i), B[i] = LD(o1 + 16 * i);
+            for (int jj = ja; jj < jb; jj++) {
+                const int64_t t = j0 + jj;
+                const int see0 = t >= a->lo[r] && t < a->hi[r], see1 = two && t >= a->lo[r + 1] && t < a->hi[r + 1];
+                v16f v[16] = {{0}};
+                row_regs(v, vr[jj] + hh * a->v_sh, a->dtype, d, tmp, NV);
+                const float p0 = S[16 * row + jj], p1 = two ? S[16 * (row + 1) + jj] : 0.0f;
+                if (see0 && see1) {
+#pragma GCC unroll 16
+                    for (int i = 0; i < NV; i++) A[i] += p0 * v[i], B[i] += p1 * v[i];
+                } else if (see0) {
+#pragma GCC unroll 16
+                    for (int i = 0; i < NV; i++) A[i] += p0 * v[i];
+                } else if (see1) {
+#pragma GCC unroll 16
+                    for (int i = 0; i < NV; i++) B[i] += p1 * v[i];
+                }
+            }
+#pragma GCC unroll 16
+            for (int i = 0; i < NV; i++) {
+                ST(o0 + 16 * i, A[i]);
+                if (two) ST(o1 + 16 * i, B[i]);
+            }
+        }
+}
+
+/* Row addresses of keys [j0, j0 + n) for the item's first head. */
+static inline void key_rows(const fa_dec_args *a, int64_t j0, int n, const char **kr, const char **vr) {
+    for (int jj = 0; jj < n; jj++) {
+        const int64_t t = j0 + jj;
+        if (a->bt) {
+            const int64_t pg = a->bt[t / a->page_size], off = t % a->page_size;
+            kr[jj] = a->kbase + pg * a->k_sp + off * a->k_ss;
+            vr[jj] = a->vbase + pg * a->v_sp + off * a->v_ss;
+        } else {
+            kr[jj] = a->kbase + t * a->k_ss;
+            vr[jj] = a->vbase + t * a->v_ss;
+        }
+    }
+}
+
 void FA_DEC_ATTEND_NAME(const fa_dec_args *a) {
-    const int R = a->R, dp = a->dp, d = a->d;
-    const int64_t page = a->page_size;
+    const char *kr[FA_DEC_BC], *vr[FA_DEC_BC];
     for (int64_t j0 = a->k0; j0 < a->k1; j0 += FA_DEC_BC) {
         const int n = (int)(a->k1 - j0 < FA_DEC_BC ? a->k1 - j0 : FA_DEC_BC);
-        const char *kr[FA_DEC_BC], *vr[FA_DEC_BC];
-        for (int jj = 0; jj < n; jj++) {
-            const int64_t t = j0 + jj;
-            if (a->bt) {
-                const int64_t pg = a->bt[t / page], off = t % page;
-                kr[jj] = a->kbase + pg * a->k_sp + off * a->k_ss;
-                vr[jj] = a->vbase + pg * a->v_sp + off * a->v_ss;
-            } else {
-                kr[jj] = a->kbase + t * a->k_ss;
-                vr[jj] = a->vbase + t * a->v_ss;
-            }
-        }
-        /* Kj to fp32; kbad[jj] is NaN for a key with a NaN/inf */
-        float kbad[FA_DEC_BC];
-        for (int jj = 0; jj < n; jj++) kbad[jj] = row_to_f32(a->Kc + (size_t)jj * dp, kr[jj], a->dtype, d, dp);
-        /* S = Qi Kjᵀ on each row's visible keys (log2 units, saturated) */
-        for (int r = 0; r < R; r++) {
-            const int64_t lo = a->lo[r] > j0 ? a->lo[r] : j0, hi = a->hi[r] < j0 + n ? a->hi[r] : j0 + n;
-            float *restrict s = a->S + (size_t)r * FA_DEC_BC;
-            const float *q = a->qs + (size_t)r * dp;
-            for (int64_t t = lo; t < hi; t++) {
-                const int jj = (int)(t - j0);
-                float x = dotp(q, a->Kc + (size_t)jj * dp, dp);
-                if (a->softcap_mul != 0) x = a->softcap_mul * tanhf(x);
-                x = x > FA_DEC_SAT ? FA_DEC_SAT : x < -FA_DEC_SAT ? -FA_DEC_SAT : x;
-                s[jj] = x + kbad[jj] + a->qbad[r];
-            }
-        }
-        /* Vj to fp32 */
-        for (int jj = 0; jj < n; jj++) (void)row_to_f32(a->Vc + (size_t)jj * dp, vr[jj], a->dtype, d, dp);
-        /* online softmax: m_new = max(m, rowmax(S)); P = 2^(S - m_new); l = 2^(m - m_new) l + rowsum(P);
-         * O = 2^(m - m_new) O + P Vj */
-        for (int r = 0; r < R; r++) {
-            const int64_t lo = a->lo[r] > j0 ? a->lo[r] : j0, hi = a->hi[r] < j0 + n ? a->hi[r] : j0 + n;
-            if (hi <= lo) continue;
-            const int ja = (int)(lo - j0), jb = (int)(hi - j0);
-            float *restrict s = a->S + (size_t)r * FA_DEC_BC;
-            float mx = a->m[r], nan = 0;
-            for (int jj = ja; jj < jb; jj++) {
-                mx = s[jj] > mx ? s[jj] : mx;
-                nan += s[jj] * 0.0f;
-            }
-            float *restrict o = a->O + (size_t)r * dp;
-            if (mx > a->m[r]) {
-                const float alpha = fa_port_exp2(a->m[r] - mx);
-                a->l[r] *= alpha;
-                for (int i = 0; i < dp; i += 16) ST(o + i, LD(o + i) * alpha);
-                a->m[r] = mx;
-            }
-            float sum = 0;
-            for (int jj = ja; jj < jb; jj++) {
-                s[jj] = fa_port_exp2(s[jj] - mx);
-                sum += s[jj];
-            }
-            a->l[r] += sum + nan;
-            for (int i = 0; i < dp; i += 16) {
-                v16f acc = LD(o + i);
-                for (int jj = ja; jj < jb; jj++) acc += s[jj] * LD(a->Vc + (size_t)jj * dp + i);
-                ST(o + i, acc);
-            }
+        key_rows(a, j0, n, kr, vr);
+        /* head dims 1..256 in 1..16 vectors: the common ones with their count fixed at compile time */
+        switch (a->dp / 16) {
+        case 2: chunk(a, j0, n, kr, vr, 2); break;
+        case 4: chunk(a, j0, n, kr, vr, 4); break;
+        case 8: chunk(a, j0, n, kr, vr, 8); break;
+        case 16: chunk(a, j0, n, kr, vr, 16); break;
+        default: chunk(a, j0, n, kr, vr, a->dp / 16); break;
         }
     }
 }

@@ -1,0 +1,301 @@
+/* KV-cache decoding on CUDA against the float64 oracle (tests/lib/kvcase.h): contiguous and paged caches (page
+ * sizes 1, 3, 16, 64, 256), ragged lengths with 0 and the capacity, seqlen_new 1, 4, 17, GQA 1, 4, 8 and 32/8, the
+ * mask options, append with and without rotary, batch_idx, splits 1..many and the fixed-split mode; check_indices
+ * rejecting a bad length with nothing written; fa_merge_states; and a CUDA graph captured once and replayed at a
+ * different cache length. Run by scripts/test-gpu.sh. FA_GPU_TEST_SMALL=1 keeps the shapes small (sanitizers). */
+#include "testlib.h"
+#include "kvcase.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static t_rng R;
+
+#define CU(call)                                                                                                   \
+    do {                                                                                                           \
+        cudaError_t e_ = (call);                                                                                   \
+        if (e_ != cudaSuccess) {                                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                 \
+            exit(2);                                                                                               \
+        }                                                                                                          \
+    } while (0)
+
+static void *dup_dev(const void *h, size_t n) {
+    if (!h || !n) return NULL;
+    void *d = NULL;
+    CU(cudaMalloc(&d, n));
+    CU(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* Device copies of a case's arrays. */
+typedef struct dev_case {
+    void *kc, *vc, *q, *kn, *vn, *out;
+    int32_t *seqlens, *bt, *bidx;
+    float *cos, *sin, *lse;
+    fa_tensor qt, knt, vnt, outt;
+} dev_case;
+
+static fa_tensor moved(const fa_tensor *t, const void *host_mem, void *dev_mem) {
+    fa_tensor r = *t;
+    r.data = (char *)dev_mem + ((const char *)t->data - (const char *)host_mem);
+    return r;
+}
+
+static dev_case to_dev(const t_kv_case *c) {
+    dev_case d;
+    memset(&d, 0, sizeof d);
+    const t_kv_spec *s = &c->s;
+    d.kc = dup_dev(c->kc, c->cache_bytes), d.vc = dup_dev(c->vc, c->cache_bytes);
+    d.q = dup_dev(c->q.mem, c->q.mem_bytes), d.out = dup_dev(c->out.mem, c->out.mem_bytes);
+    d.qt = moved(&c->q.t, c->q.mem, d.q), d.outt = moved(&c->out.t, c->out.mem, d.out);
+    if (s->append) {
+        d.kn = dup_dev(c->kn.mem, c->kn.mem_bytes), d.vn = dup_dev(c->vn.mem, c->vn.mem_bytes);
+        d.knt = moved(&c->kn.t, c->kn.mem, d.kn), d.vnt = moved(&c->vn.t, c->vn.mem, d.vn);
+    }
+    d.seqlens = dup_dev(c->seqlens, sizeof(int32_t) * (size_t)s->batch);
+    if (c->block_table) d.bt = dup_dev(c->block_table, sizeof(int32_t) * (size_t)(c->rows * c->max_pages));
+    if (c->batch_idx) d.bidx = dup_dev(c->batch_idx, sizeof(int32_t) * (size_t)s->batch);
+    if (c->cos) {
+        const size_t n = sizeof(float) * (size_t)(c->rot_len * c->s.rot_dim / 2);
+        d.cos = dup_dev(c->cos, n), d.sin = dup_dev(c->sin, n);
+    }
+    d.lse = dup_dev(c->lse, sizeof(float) * (size_t)(s->batch * s->hq * s->sq));
+    return d;
+}
+
+static void free_dev(dev_case *d) {
+    void *ps[] = {d->kc, d->vc, d->q, d->kn, d->vn, d->out, d->seqlens, d->bt, d->bidx, d->cos, d->sin, d->lse};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) cudaFree(ps[i]);
+}
+
+static fa_status call(fa_context *ctx, const t_kv_case *c, dev_case *d, const fa_kv_opts *extra) {
+    fa_kvcache kc = t_kv_cache(c, d->kc, d->vc, d->seqlens, d->bt, d->bidx);
+    fa_kv_opts ko = t_kv_opts(c, d->cos, d->sin);
+    if (extra) ko.workspace = extra->workspace, ko.workspace_bytes = extra->workspace_bytes, ko.check_indices = extra->check_indices;
+    return fa_forward_kvcache(ctx, &c->s.opts, &ko, &d->qt, &kc, c->s.append ? &d->knt : NULL,
+                              c->s.append ? &d->vnt : NULL, &d->outt, d->lse);
+}
+
+/* Copy the results back into the case's host buffers and verify them against the oracle. */
+static int fetch_verify(const t_kv_case *c, dev_case *d, fa_context *cpu) {
+    t_kv_case *h = (t_kv_case *)c;
+    void *k = malloc(c->cache_bytes), *v = malloc(c->cache_bytes);
+    CU(cudaMemcpy(k, d->kc, c->cache_bytes, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(v, d->vc, c->cache_bytes, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(h->out.mem, d->out, c->out.mem_bytes, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(h->lse, d->lse, sizeof(float) * (size_t)(c->s.batch * c->s.hq * c->s.sq), cudaMemcpyDeviceToHost));
+    const int f = t_kv_verify(c, &c->out, c->lse, k, v, cpu, 0);
+    free(k), free(v);
+    return f;
+}
+
+static void run(fa_context *ctx, fa_context *cpu, const t_kv_spec *s, const char *what) {
+    t_kv_case *c = t_kv_new(s, &R);
+    snprintf(t_case_label, sizeof t_case_label,
+             "%s: %s b%d sq%d hq%d hk%d d%d cap%d page%d append%d rotary%d bidx%d causal%d window(%d,%d) softcap%g "
+             "splits %d/%d", what, fa_dtype_name(s->dt), s->batch, s->sq, s->hq, s->hk, s->d, s->capacity,
+             s->page_size, s->append, s->rotary, s->batch_idx, s->opts.causal, s->opts.window_left,
+             s->opts.window_right, s->opts.softcap, s->kv.num_splits, s->kv.split_size);
+    dev_case d = to_dev(c);
+    const fa_status st = call(ctx, c, &d, NULL);
+    CHECK_MSG(st == FA_OK, "%s: %s: %s", t_case_label, fa_status_string(st), fa_context_last_error(ctx));
+    CU(cudaDeviceSynchronize());
+    if (st == FA_OK) fetch_verify(c, &d, cpu);
+    free_dev(&d);
+    t_kv_free(c);
+}
+
+static t_kv_spec spec(fa_dtype dt, int batch, int sq, int hq, int hk, int d, int cap, int page) {
+    t_kv_spec s;
+    memset(&s, 0, sizeof s);
+    s.dt = dt, s.batch = batch, s.sq = sq, s.hq = hq, s.hk = hk, s.d = d, s.capacity = cap, s.page_size = page;
+    s.opts = fa_attn_opts_default();
+    s.kv = fa_kv_opts_default();
+    return s;
+}
+
+static void grid(fa_context *ctx, fa_context *cpu, int small) {
+    static const int pages[] = {0, 1, 3, 16, 64, 256}, sqs[] = {1, 4, 17};
+    static const int gqa[][2] = {{4, 4}, {4, 1}, {8, 1}, {32, 8}};
+    int n = 0;
+    for (int pi = 0; pi < 6; pi++)
+        for (int si = 0; si < 3; si++)
+            for (int gi = 0; gi < 4; gi++, n++) {
+                if (small && n % 4) continue;
+                const int d = (int[]){128, 64, 128, 256}[n % 4];
+                t_kv_spec s = spec(n % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 3 + n % 2, sqs[si], gqa[gi][0], gqa[gi][1], d,
+                                   small ? 300 : 700 + 111 * (n % 5), pages[pi]);
+                s.append = n % 3 != 2;
+                s.rotary = s.append ? n % 3 : 0;
+                s.batch_idx = n % 5 == 1;
+                switch (n % 5) {
+                case 1: s.opts.causal = 1; break;
+                case 2: s.opts.window_left = 37, s.opts.window_right = 2; break;
+                case 3: s.opts.causal = 1, s.opts.window_left = 50; break;
+                case 4: s.opts.softcap = 3.5f, s.opts.causal = 1; break;
+                default: break;
+                }
+                if (n % 7 == 3) s.kv.num_splits = 1 + n % 13;
+                if (n % 7 == 5) s.kv.split_size = 64 << (n % 3);
+                run(ctx, cpu, &s, "grid");
+            }
+}
+
+static void splits(fa_context *ctx, fa_context *cpu, int small) {
+    static const int ns[] = {0, 1, 2, 5, 33, 128};
+    for (int i = 0; i < 6; i++) {
+        t_kv_spec s = spec(FA_DTYPE_BF16, 1, 1, 32, 8, 128, small ? 2000 : 16384, i % 2 ? 16 : 0);
+        s.append = 1;
+        s.kv.num_splits = ns[i];
+        run(ctx, cpu, &s, "splits");
+    }
+}
+
+/* check_indices: a bad length is reported, nothing is written. */
+static void check_indices(fa_context *ctx) {
+    t_kv_spec s = spec(FA_DTYPE_BF16, 2, 1, 8, 2, 128, 100, 16);
+    s.append = 1;
+    t_kv_case *c = t_kv_new(&s, &R);
+    snprintf(t_case_label, sizeof t_case_label, "check_indices");
+    c->seqlens[1] = 100; /* + 1 new key > capacity */
+    dev_case d = to_dev(c);
+    fa_kv_opts ko = fa_kv_opts_default();
+    ko.check_indices = 1;
+    CHECK_STATUS(call(ctx, c, &d, &ko), FA_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(fa_context_last_error(ctx), "cache.seqlens[1]");
+    unsigned char *k = malloc(c->cache_bytes), *o = malloc(c->out.mem_bytes);
+    CU(cudaMemcpy(k, d.kc, c->cache_bytes, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(o, d.out, c->out.mem_bytes, cudaMemcpyDeviceToHost));
+    CHECK(!memcmp(k, c->kc, c->cache_bytes) && !memcmp(o, c->out.mem, c->out.mem_bytes));
+    /* trusted (no check): the bad length is clamped, the call writes nothing out of bounds (memcheck sees it) */
+    CHECK_STATUS(call(ctx, c, &d, NULL), FA_OK);
+    CU(cudaDeviceSynchronize());
+    free(k), free(o);
+    free_dev(&d);
+    t_kv_free(c);
+}
+
+/* One graph captured at one set of lengths, replayed after the device lengths change. */
+static void graph(fa_context *ctx, fa_context *cpu, int small) {
+    for (int page = 0; page <= 16; page += 16) {
+        const int cap = small ? 600 : 4096;
+        int big[3] = {cap - 2, cap / 2, cap / 3 + 5}, little[3] = {7, cap / 3, cap / 3}; /* pages cover big */
+        t_kv_spec s = spec(FA_DTYPE_BF16, 3, 2, 16, 2, 128, cap, page);
+        s.append = 1;
+        s.opts.causal = 1;
+        s.lens = big;
+        t_kv_case *c = t_kv_new(&s, &R); /* the cache holds keys up to the longer lengths */
+        snprintf(t_case_label, sizeof t_case_label, "graph replay page %d", page);
+        dev_case d = to_dev(c);
+        cudaStream_t st;
+        CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        CHECK_STATUS(fa_context_set_stream(ctx, st), FA_OK);
+        fa_kvcache kc = t_kv_cache(c, d.kc, d.vc, d.seqlens, d.bt, d.bidx);
+        fa_kv_opts ko = t_kv_opts(c, d.cos, d.sin);
+        size_t need = 0;
+        CHECK_STATUS(fa_kvcache_workspace_size(ctx, &c->s.opts, &ko, &d.qt, &kc, &d.knt, &need), FA_OK);
+        void *ws = NULL;
+        if (need) CU(cudaMalloc(&ws, need));
+        fa_kv_opts wo = fa_kv_opts_default();
+        wo.workspace = ws, wo.workspace_bytes = need;
+        /* capture at the short lengths */
+        CU(cudaMemcpy(d.seqlens, little, sizeof little, cudaMemcpyHostToDevice));
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        const fa_status rc = call(ctx, c, &d, &wo);
+        CU(cudaStreamEndCapture(st, &g));
+        CHECK_MSG(rc == FA_OK, "capture: %s: %s", fa_status_string(rc), fa_context_last_error(ctx));
+        CU(cudaGraphInstantiate(&ge, g, 0));
+        CU(cudaGraphLaunch(ge, st));
+        CU(cudaStreamSynchronize(st));
+        t_kv_case view = *c;
+        view.seqlens = little;
+        snprintf(t_case_label, sizeof t_case_label, "graph replay page %d: short lengths", page);
+        fetch_verify(&view, &d, cpu);
+        /* replay at the long lengths on a fresh copy of the cache and a poisoned out */
+        CU(cudaMemcpy(d.kc, c->kc, c->cache_bytes, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(d.vc, c->vc, c->cache_bytes, cudaMemcpyHostToDevice));
+        t_buf_poison(&c->out);
+        CU(cudaMemcpy(d.out, c->out.mem, c->out.mem_bytes, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(d.seqlens, big, sizeof big, cudaMemcpyHostToDevice));
+        CU(cudaGraphLaunch(ge, st));
+        CU(cudaStreamSynchronize(st));
+        snprintf(t_case_label, sizeof t_case_label, "graph replay page %d: long lengths", page);
+        fetch_verify(c, &d, cpu);
+        CU(cudaGraphExecDestroy(ge));
+        CU(cudaGraphDestroy(g));
+        CHECK_STATUS(fa_context_set_stream(ctx, NULL), FA_OK);
+        CU(cudaStreamDestroy(st));
+        cudaFree(ws);
+        free_dev(&d);
+        t_kv_free(c);
+    }
+}
+
+static void merge(fa_context *ctx) {
+    const int B = 2, S = 3, H = 4, D = 128, n = 3, rows = B * S * H;
+    snprintf(t_case_label, sizeof t_case_label, "merge");
+    float *h[3], *l[3], *dh[3], *dl[3];
+    fa_tensor t[3];
+    const float *lp[3];
+    for (int i = 0; i < n; i++) {
+        h[i] = malloc(sizeof(float) * rows * D), l[i] = malloc(sizeof(float) * rows);
+        for (int j = 0; j < rows * D; j++) h[i][j] = (float)t_rng_randn(&R);
+        for (int j = 0; j < rows; j++) l[i][j] = (float)(3 * t_rng_randn(&R));
+        l[i][5] = -INFINITY;
+        dh[i] = dup_dev(h[i], sizeof(float) * rows * D), dl[i] = dup_dev(l[i], sizeof(float) * rows);
+        t[i] = fa_tensor_bshd(dh[i], FA_DTYPE_F32, B, S, H, D);
+        lp[i] = dl[i];
+    }
+    float *dout = NULL, *dlse = NULL;
+    CU(cudaMalloc((void **)&dout, sizeof(float) * rows * D));
+    CU(cudaMalloc((void **)&dlse, sizeof(float) * rows));
+    fa_tensor o = fa_tensor_bshd(dout, FA_DTYPE_F32, B, S, H, D);
+    CHECK_STATUS(fa_merge_states(ctx, n, t, lp, &o, dlse), FA_OK);
+    float *out = malloc(sizeof(float) * rows * D), lse[24];
+    CU(cudaMemcpy(out, dout, sizeof(float) * rows * D, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(lse, dlse, sizeof lse, cudaMemcpyDeviceToHost));
+    double err = 0, lerr = 0;
+    for (int b = 0; b < B; b++)
+        for (int s = 0; s < S; s++)
+            for (int hh = 0; hh < H; hh++) {
+                const int r = (b * H + hh) * S + s, orow = (b * S + s) * H + hh; /* lse [b, h, s]; out [b, s, h] */
+                double M = -INFINITY, sum = 0;
+                for (int i = 0; i < n; i++) M = fmax(M, l[i][r]);
+                for (int i = 0; i < n; i++) sum += exp(l[i][r] - M);
+                lerr = fmax(lerr, fabs(lse[r] - (M + log(sum))));
+                for (int e = 0; e < D; e++) {
+                    double x = 0;
+                    for (int i = 0; i < n; i++) x += exp(l[i][r] - M) / sum * h[i][orow * D + e];
+                    err = fmax(err, fabs(out[orow * D + e] - x));
+                }
+            }
+    CHECK_LE(err, 1e-5);
+    CHECK_LE(lerr, 1e-5);
+    for (int i = 0; i < n; i++) free(h[i]), free(l[i]), cudaFree(dh[i]), cudaFree(dl[i]);
+    free(out);
+    cudaFree(dout), cudaFree(dlse);
+}
+
+int main(void) {
+    t_rng_seed(&R, t_init("test_gpu_kvcache"));
+    const int small = getenv("FA_GPU_TEST_SMALL") && atoi(getenv("FA_GPU_TEST_SMALL"));
+    fa_context *ctx = NULL;
+    if (fa_context_create(&ctx, FA_BACKEND_CUDA, 0) != FA_OK) {
+        fprintf(stderr, "test_gpu_kvcache: no CUDA context: %s\n", fa_create_error());
+        return 1;
+    }
+    fa_context *cpu = t_cpu_ctx();
+    check_indices(ctx);
+    grid(ctx, cpu, small);
+    splits(ctx, cpu, small);
+    graph(ctx, cpu, small);
+    merge(ctx);
+    fa_context_destroy(ctx);
+    fa_context_destroy(cpu);
+    return t_finish();
+}

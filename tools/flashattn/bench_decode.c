@@ -1,0 +1,279 @@
+/* flashattn bench --mode decode: fa_forward_kvcache timed on a cache larger than the last-level cache (docs/decoding.md).
+ * Reports GB/s of K+V read (the keys each sequence has, K and V, every K/V head once), and in the same command the
+ * memcpy bandwidth (bytes read + written per second, the STREAM Copy convention) and a read-only pass over a buffer
+ * of the cache's size, so the figure has its anchor beside it. Comma lists expand to a Cartesian product. */
+#include "common.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef FA_TOOLS_CUDA
+#include <cuda_runtime.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef struct dec_args {
+    int_list dev, batch, cache, page, hq, hk, sq, dtype, splits;
+    int64_t d, threads, reps, warmup, split_size, ragged;
+    int csv;
+} dec_args;
+
+static void usage(void) {
+    printf("usage: flashattn bench --mode decode [options]    (lists are comma-separated)\n"
+           "  --device cpu|cuda       (default cpu)\n"
+           "  --batch N,..            sequences (default 1)\n"
+           "  --cache N,..            keys in each sequence's cache (default 32768)\n"
+           "  --page N,..             page size, 0 = contiguous (default 0)\n"
+           "  --heads-q N,.. --heads-k N,..   query / K/V heads (default 32 / 8)\n"
+           "  --seqlen-new N,..       new query rows per sequence (default 1)\n"
+           "  --head-dim N            (default 128)\n"
+           "  --dtype bf16,f16,f32    (default bf16)\n"
+           "  --splits N,..           num_splits, 0 = the heuristic (default 0)\n"
+           "  --split-size N          fixed split size in keys (batch-invariant mode; default off)\n"
+           "  --ragged 1              lengths drawn in [cache/2, cache] instead of all equal\n"
+           "  --threads N             CPU threads (default 0 = all)\n"
+           "  --reps N --warmup N     (default 20 / 3)\n"
+           "  --csv                   CSV rows\n");
+}
+
+static int parse(int argc, char **argv, dec_args *a) {
+    const char *S = "bench";
+    memset(a, 0, sizeof *a);
+    a->dev = (int_list){1, {FA_BACKEND_CPU}};
+    a->batch = (int_list){1, {1}};
+    a->cache = (int_list){1, {32768}};
+    a->page = (int_list){1, {0}};
+    a->hq = (int_list){1, {32}};
+    a->hk = (int_list){1, {8}};
+    a->sq = (int_list){1, {1}};
+    a->dtype = (int_list){1, {FA_DTYPE_BF16}};
+    a->splits = (int_list){1, {0}};
+    a->d = 128, a->reps = 20, a->warmup = 3;
+    for (int i = 0; i < argc; i++) {
+        const char *x = argv[i], *v;
+#define LIST(name, field, lo, hi)                                                                                   \
+    if (opt_is(x, name)) {                                                                                          \
+        if (!(v = opt_value(S, argc, argv, &i, name)) || parse_int_list(S, name, v, lo, hi, &a->field)) return -1; \
+        continue;                                                                                                   \
+    }
+#define ONE(name, field, lo, hi)                                                                                    \
+    if (opt_is(x, name)) {                                                                                          \
+        if (!(v = opt_value(S, argc, argv, &i, name)) || parse_int(S, name, v, lo, hi, &a->field)) return -1;      \
+        continue;                                                                                                   \
+    }
+        if (!strcmp(x, "--help") || !strcmp(x, "-h")) {
+            usage();
+            return 1;
+        }
+        if (opt_is(x, "--mode")) {
+            if (!(v = opt_value(S, argc, argv, &i, "--mode"))) return -1;
+            if (strcmp(v, "decode")) return cli_usage_error(S, "--mode: '%s' (only 'decode'; without --mode: attention)", v), -1;
+            continue;
+        }
+        if (opt_is(x, "--device")) {
+            if (!(v = opt_value(S, argc, argv, &i, "--device")) || parse_device_list(S, "--device", v, &a->dev)) return -1;
+            continue;
+        }
+        if (opt_is(x, "--dtype")) {
+            if (!(v = opt_value(S, argc, argv, &i, "--dtype")) || parse_dtype_list(S, "--dtype", v, &a->dtype)) return -1;
+            continue;
+        }
+        if (!strcmp(x, "--csv")) {
+            a->csv = 1;
+            continue;
+        }
+        LIST("--batch", batch, 1, 1 << 16)
+        LIST("--cache", cache, 1, (int64_t)1 << 30)
+        LIST("--page", page, 0, 1 << 20)
+        LIST("--heads-q", hq, 1, 1024)
+        LIST("--heads-k", hk, 1, 1024)
+        LIST("--seqlen-new", sq, 1, 4096)
+        LIST("--splits", splits, 0, 1024)
+        ONE("--head-dim", d, 1, 256)
+        ONE("--split-size", split_size, 0, 1 << 30)
+        ONE("--ragged", ragged, 0, 1)
+        ONE("--threads", threads, 0, 1024)
+        ONE("--reps", reps, 1, 100000)
+        ONE("--warmup", warmup, 0, 1000)
+#undef LIST
+#undef ONE
+        return cli_usage_error(S, "unknown argument '%s' for --mode decode", x), -1;
+    }
+    return 0;
+}
+
+/* memcpy (read + write bytes / s) and a read-only sum over n bytes, median of 5, on the CPU's threads. */
+static void cpu_anchor(size_t n, int threads, double *copy_gbs, double *read_gbs) {
+    char *a = malloc(n), *b = malloc(n);
+    memset(a, 1, n), memset(b, 2, n);
+    double tc[5], tr[5];
+    volatile uint64_t sink = 0;
+    for (int r = 0; r < 5; r++) {
+        double t0 = now_ms();
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int t = 0; t < threads; t++) {
+            const size_t lo = n / (size_t)threads * (size_t)t, hi = t == threads - 1 ? n : n / (size_t)threads * (size_t)(t + 1);
+            memcpy(b + lo, a + lo, hi - lo);
+        }
+        tc[r] = now_ms() - t0;
+        t0 = now_ms();
+        uint64_t total = 0;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : total)
+        for (size_t i = 0; i < n / 8; i++) total += ((const uint64_t *)a)[i];
+        tr[r] = now_ms() - t0;
+        sink += total;
+    }
+    (void)sink;
+    *copy_gbs = 2.0 * (double)n / (median_of(tc, 5) * 1e6);
+    *read_gbs = (double)n / (median_of(tr, 5) * 1e6);
+    free(a), free(b);
+}
+
+typedef struct shape { fa_backend dev; fa_dtype dt; int64_t b, cache, page, hq, hk, sq, ns; } shape;
+
+static int run_one(const dec_args *A, const shape *s, fa_context *ctx, int threads) {
+    const int64_t d = A->d, es = (int64_t)fa_dtype_size(s->dt), B = s->b, cap = s->cache;
+    uint64_t rng = 12345;
+    int32_t *lens = malloc(sizeof(int32_t) * (size_t)B);
+    double kv_bytes = 0;
+    for (int64_t b = 0; b < B; b++) {
+        lens[b] = (int32_t)(A->ragged ? cap / 2 + rng_int(&rng, 0, (int)(cap - cap / 2 - s->sq)) : cap - s->sq);
+        kv_bytes += 2.0 * (double)(lens[b] + s->sq) * (double)s->hk * (double)d * (double)es;
+    }
+    const int64_t pages_per = s->page ? (cap + s->page - 1) / s->page : 0, npages = B * pages_per;
+    const int64_t n_cache = s->page ? npages * s->page * s->hk * d : B * cap * s->hk * d;
+    int32_t *bt = NULL;
+    if (s->page) { /* pages in a shuffled order, as a paged allocator hands them out */
+        bt = malloc(sizeof(int32_t) * (size_t)npages);
+        for (int64_t i = 0; i < npages; i++) bt[i] = (int32_t)i;
+        for (int64_t i = npages - 1; i > 0; i--) {
+            int64_t j = rng_int(&rng, 0, (int)i);
+            int32_t t = bt[i];
+            bt[i] = bt[j], bt[j] = t;
+        }
+    }
+    dev_buf kc, vc, q, kn, vn, o, dl, dbt, flush = {s->dev, NULL, 0};
+    int fail = dev_alloc(&kc, s->dev, (size_t)(n_cache * es)) || dev_alloc(&vc, s->dev, (size_t)(n_cache * es)) ||
+               dev_alloc(&q, s->dev, (size_t)(B * s->sq * s->hq * d * es)) ||
+               dev_alloc(&kn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
+               dev_alloc(&vn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
+               dev_alloc(&o, s->dev, (size_t)(B * s->sq * s->hq * d * es)) ||
+               dev_alloc(&dl, s->dev, sizeof(int32_t) * (size_t)B) ||
+               dev_alloc(&dbt, s->dev, sizeof(int32_t) * (size_t)(npages ? npages : 1));
+    if (fail) {
+        fprintf(stderr, "bench decode: cannot allocate the cache (%.2f GB)\n", 2e-9 * (double)(n_cache * es));
+        return -1;
+    }
+    {
+        void *h = malloc((size_t)(n_cache * es));
+        fill_random(h, s->dt, n_cache, &rng, 1.0f);
+        dev_upload(&kc, h, (size_t)(n_cache * es));
+        fill_random(h, s->dt, n_cache, &rng, 1.0f);
+        dev_upload(&vc, h, (size_t)(n_cache * es));
+        fill_random(h, s->dt, B * s->sq * s->hq * d, &rng, 1.0f);
+        dev_upload(&q, h, (size_t)(B * s->sq * s->hq * d * es));
+        fill_random(h, s->dt, B * s->sq * s->hk * d, &rng, 1.0f);
+        dev_upload(&kn, h, kn.bytes), dev_upload(&vn, h, vn.bytes);
+        free(h);
+    }
+    dev_upload(&dl, lens, dl.bytes);
+    if (bt) dev_upload(&dbt, bt, sizeof(int32_t) * (size_t)npages);
+    if (s->dev == FA_BACKEND_CUDA) dev_alloc(&flush, s->dev, (size_t)256 << 20); /* beyond the H200's 50 MB L2 */
+    fa_kvcache cache;
+    memset(&cache, 0, sizeof cache);
+    cache.k = s->page ? fa_tensor_bshd(kc.ptr, s->dt, npages, s->page, s->hk, d) : fa_tensor_bshd(kc.ptr, s->dt, B, cap, s->hk, d);
+    cache.v = cache.k;
+    cache.v.data = vc.ptr;
+    cache.seqlens = dl.ptr;
+    cache.block_table = bt ? dbt.ptr : NULL;
+    cache.max_pages = pages_per;
+    fa_tensor tq = fa_tensor_bshd(q.ptr, s->dt, B, s->sq, s->hq, d), to = fa_tensor_bshd(o.ptr, s->dt, B, s->sq, s->hq, d);
+    fa_tensor tkn = fa_tensor_bshd(kn.ptr, s->dt, B, s->sq, s->hk, d), tvn = fa_tensor_bshd(vn.ptr, s->dt, B, s->sq, s->hk, d);
+    fa_attn_opts opts = fa_attn_opts_default();
+    opts.causal = 1;
+    fa_kv_opts ko = fa_kv_opts_default();
+    ko.num_splits = (int)s->ns;
+    ko.split_size = (int)A->split_size;
+    if (ko.split_size) ko.num_splits = 0;
+    dev_timer *tm = dev_timer_create(s->dev);
+    double *ms = malloc(sizeof(double) * (size_t)A->reps);
+    fa_status st = FA_OK;
+    for (int64_t r = -A->warmup; r < A->reps && st == FA_OK; r++) {
+        if (flush.ptr) dev_fill_nan(&flush);
+        dev_sync(s->dev);
+        dev_timer_start(tm);
+        st = fa_forward_kvcache(ctx, &opts, &ko, &tq, &cache, &tkn, &tvn, &to, NULL);
+        const double t = dev_timer_stop(tm);
+        if (r >= 0) ms[r] = t;
+    }
+    fa_stats stats;
+    memset(&stats, 0, sizeof stats);
+    if (st == FA_OK) fa_last_stats(ctx, &stats);
+    const double med = st == FA_OK ? median_of(ms, (int)A->reps) : NAN, gbs = kv_bytes / (med * 1e6);
+    double copy = 0, rd = 0;
+    if (s->dev == FA_BACKEND_CPU && st == FA_OK) cpu_anchor((size_t)(kv_bytes > 64e6 ? kv_bytes : 64e6), threads, &copy, &rd);
+    if (A->csv) {
+        printf("%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%.4f,%.2f,%.2f,%.2f,%s\n", fa_backend_name(s->dev),
+               fa_dtype_name(s->dt), (long long)B, (long long)cap, (long long)s->page, (long long)s->hq, (long long)s->hk,
+               (long long)s->sq, (long long)d, (long long)s->ns, stats.kernel ? stats.kernel : "-", med, gbs, copy, rd,
+               st == FA_OK ? "ok" : fa_status_string(st));
+    } else if (st == FA_OK) {
+        printf("%-4s %-4s b=%-3lld cache=%-6lld page=%-4lld hq/hk=%lld/%lld new=%lld d=%lld splits=%-3lld  %9.3f ms  "
+               "%7.2f GB/s K+V", fa_backend_name(s->dev), fa_dtype_name(s->dt), (long long)B, (long long)cap,
+               (long long)s->page, (long long)s->hq, (long long)s->hk, (long long)s->sq, (long long)d, (long long)s->ns, med,
+               gbs);
+        if (s->dev == FA_BACKEND_CPU)
+            printf("  | memcpy %.2f GB/s (%.0f %%), read %.2f GB/s (%.0f %%)", copy, 100 * gbs / copy, rd, 100 * gbs / rd);
+        printf("  [%s]\n", stats.kernel);
+    } else {
+        printf("%-4s b=%lld cache=%lld page=%lld: %s: %s\n", fa_backend_name(s->dev), (long long)B, (long long)cap,
+               (long long)s->page, fa_status_string(st), fa_context_last_error(ctx));
+    }
+    fflush(stdout);
+    dev_timer_destroy(tm);
+    free(ms), free(lens), free(bt);
+    dev_buf *all[] = {&kc, &vc, &q, &kn, &vn, &o, &dl, &dbt, &flush};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dev_free(all[i]);
+    return st == FA_OK ? 0 : -1;
+}
+
+int cmd_bench_decode(int argc, char **argv) {
+    dec_args A;
+    int rc = parse(argc, argv, &A);
+    if (rc) return rc > 0 ? 0 : CLI_EXIT_USAGE;
+    if (A.csv)
+        printf("device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,kv_gbs,memcpy_gbs,"
+               "read_gbs,status\n");
+    int failures = 0;
+    for (int di = 0; di < A.dev.n; di++) {
+        const fa_backend dev = (fa_backend)A.dev.v[di];
+        fa_context *ctx = NULL;
+        if (fa_context_create(&ctx, dev, dev == FA_BACKEND_CPU ? (int)A.threads : 0) != FA_OK) {
+            fprintf(stderr, "bench decode: %s: %s\n", fa_backend_name(dev), fa_create_error());
+            failures++;
+            continue;
+        }
+        const int threads = dev == FA_BACKEND_CPU ? fa_context_threads(ctx) : 0;
+        char desc[256];
+        device_describe(dev, threads, desc, sizeof desc);
+        if (!A.csv) printf("device: %s; build %s\n", desc, fa_version_string());
+        for (int a = 0; a < A.dtype.n; a++)
+            for (int b = 0; b < A.batch.n; b++)
+                for (int c = 0; c < A.cache.n; c++)
+                    for (int p = 0; p < A.page.n; p++)
+                        for (int h = 0; h < A.hq.n; h++)
+                            for (int k = 0; k < A.hk.n; k++)
+                                for (int s = 0; s < A.sq.n; s++)
+                                    for (int n = 0; n < A.splits.n; n++) {
+                                        shape sh = {dev, (fa_dtype)A.dtype.v[a], A.batch.v[b], A.cache.v[c], A.page.v[p],
+                                                    A.hq.v[h], A.hk.v[k], A.sq.v[s], A.splits.v[n]};
+                                        if (sh.sq > sh.cache || sh.hq % sh.hk) continue;
+                                        failures += run_one(&A, &sh, ctx, threads) != 0;
+                                    }
+        fa_context_destroy(ctx);
+    }
+    return failures ? 1 : 0;
+}

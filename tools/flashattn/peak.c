@@ -3,8 +3,10 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "peak.h"
 
+#include "cpu/blas.h"
 #include "cpu/simd/kernels.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +81,26 @@ static double blas_rate(void) {
 }
 #endif
 
+/* GHz of this core: 8 dependent integer adds per iteration retire in 8 cycles on every x86-64 core. */
+static double clock_ghz(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    const long iters = 20 * 1000 * 1000;
+    long x = 0;
+    double best = 0;
+    for (int trial = 0; trial < 3; trial++) {
+        double t0 = fa_cpu_seconds();
+        for (long i = 0; i < iters; i++)
+            __asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                             "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0" : "+r"(x));
+        double g = 8.0 * (double)iters / (fa_cpu_seconds() - t0) * 1e-9;
+        if (g > best) best = g;
+    }
+    return best;
+#else
+    return 0;
+#endif
+}
+
 void fa_cpu_measure_peak(int threads, double seconds, fa_cpu_peak *out) {
     const fa_cpu_kernels *K = fa_cpu_kernels_select();
     int nt = threads;
@@ -97,4 +119,13 @@ void fa_cpu_measure_peak(int threads, double seconds, fa_cpu_peak *out) {
 #ifdef FA_HAVE_CBLAS
     out->blas = blas_rate();
 #endif
+    fa_cpu_blas_describe(out->blas_info, sizeof out->blas_info);
+    out->ghz = clock_ghz();
+    out->lanes = K->id >= FA_CPU_ISA_AVX512 ? 16 : K->id == FA_CPU_ISA_AVX2 ? 8 : 1;
+    if (out->ghz > 0) {
+        const long u = lround(out->fp32_1t / (2.0 * out->lanes * out->ghz));
+        out->fma_units = u < 1 ? 1 : (int)u;
+        out->fp32_theory = 2.0 * out->lanes * out->fma_units * out->ghz * nt;
+        out->bf16_theory = K->bf16_tiles ? 1024.0 * out->ghz * nt : K->bf16_dot ? 2 * out->fp32_theory : 0;
+    }
 }

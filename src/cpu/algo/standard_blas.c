@@ -2,6 +2,7 @@
  * is found): the algorithm of standard.c with cblas_sgemm calls on whole heads, in row panels of
  * FA_CPU_BLAS_PANEL queries — the baseline a user would write (kernel "cpu.standard.blas"). The counted traffic
  * follows the same model: S and P (and dP, dS) are N x N fp32 matrices in slow memory. */
+#include "cpu/blas.h"
 #include "cpu/cpu.h"
 
 #include <cblas.h>
@@ -108,6 +109,7 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
     const int conv = p->dtype != FA_DTYPE_F32;
     /* many heads: one head per thread, single-threaded BLAS inside; one head: BLAS threads inside the head */
     const int outer = items >= w.threads ? w.threads : 1;
+    const int blas_was = fa_cpu_blas_set_threads(outer == 1 ? w.threads : 1);
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(outer)
     for (int64_t it = 0; it < items; it++) {
@@ -166,6 +168,7 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
             io->written += sq * d * 4;
         if (hd.lse) fa_vec_store(hd.lse, L, (int)sq, io);
     }
+    if (blas_was > 0) fa_cpu_blas_set_threads(blas_was);
     fa_cpu_ws_total(&w, io_total);
 }
 
@@ -220,6 +223,7 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
     const int64_t sq = p->q.seqlen, sk = p->k.seqlen, group = p->hq / p->hk, items = p->batch * p->hk;
     const int conv = p->dtype != FA_DTYPE_F32;
     const int outer = items >= w.threads ? w.threads : 1;
+    const int blas_was = fa_cpu_blas_set_threads(outer == 1 ? w.threads : 1);
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(outer)
     for (int64_t it = 0; it < items; it++) {
@@ -325,6 +329,7 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
             fa_tile_store((char *)hd.dv + r0 * hd.lddv * es, p->dtype, hd.lddv, dV + r0 * d, d, n, d, io);
         }
     }
+    if (blas_was > 0) fa_cpu_blas_set_threads(blas_was);
     fa_cpu_ws_total(&w, io_total);
 }
 

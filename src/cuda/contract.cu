@@ -388,17 +388,33 @@ __global__ void __launch_bounds__(FA_FIX_WARPS * 32) fa_contract_fix_kernel(cons
     }
 }
 
-/* The forward's output check: one warp per row of item (b, h); a bad row marks the item (slot O). */
+/* The forward's output check: one warp per row of item (b, h); a bad row marks the item (slot O). Non-finite is
+ * an all-ones exponent, tested on the bit patterns: 16-byte loads where the rows allow (vec). */
 #define FA_LSE_CERTIFIED 0x1p23f /* |LSE| below this: |max logit| < 2^24, where the kernels' exp2 is exact enough */
-template <typename T> __global__ void __launch_bounds__(256) fa_contract_check_kernel(const fa_cuda_params c,
-                                                                                       unsigned *scan) {
-    const int h = blockIdx.y, b = blockIdx.z, lane = threadIdx.x & 31;
+__device__ __forceinline__ int fa_word_nonfinite(unsigned w, int dtype) {
+    if (dtype == 0) return (w & 0x7f800000u) == 0x7f800000u;
+    const unsigned e = dtype == 1 ? 0x7c00u : 0x7f80u;
+    return (w & e) == e || ((w >> 16) & e) == e;
+}
+__global__ void __launch_bounds__(256) fa_contract_check_kernel(const fa_cuda_params c, unsigned *scan, int dtype,
+                                                                int vec) {
+    const int h = blockIdx.y, b = blockIdx.z, lane = threadIdx.x & 31, es = dtype == 0 ? 4 : 2;
     const fa_seq s = fa_get_seq(c, b, h);
-    bool bad = false;
+    const char *out = (const char *)c.out;
+    int bad = 0;
     for (int i = blockIdx.x * 8 + (threadIdx.x >> 5); i < s.sq && !bad; i += gridDim.x * 8) {
-        const int64_t oo = fa_qoff(c, s, c.o_sb, c.o_ss, c.o_sh, b, h, i);
+        const char *row = out + fa_qoff(c, s, c.o_sb, c.o_ss, c.o_sh, b, h, i) * es;
         int nf = 0;
-        for (int x = lane; x < c.d; x += 32) nf |= !isfinite(fa_to_f32<T>(((const T *)c.out)[oo + x]));
+        if (vec) {
+            for (int x = lane; x < c.d * es / 16; x += 32) {
+                const uint4 w = reinterpret_cast<const uint4 *>(row)[x];
+                nf |= fa_word_nonfinite(w.x, dtype) | fa_word_nonfinite(w.y, dtype) | fa_word_nonfinite(w.z, dtype) |
+                      fa_word_nonfinite(w.w, dtype);
+            }
+        } else {
+            for (int x = lane; x < c.d; x += 32)
+                nf |= fa_word_nonfinite(es == 4 ? ((const unsigned *)row)[x] : ((const unsigned short *)row)[x], dtype);
+        }
         if (lane == 0) {
             int lo, hi;
             fa_visible_keys32(i, s.sq, s.sk, c.wl, c.wr, &lo, &hi);
@@ -418,12 +434,8 @@ cudaError_t fa_contract_fix(const fa_cuda_params *c, const fa_problem *p, const 
         const unsigned chunks = (unsigned)((c->sq + 8 * FA_SCAN_ROWS - 1) / (8 * FA_SCAN_ROWS));
         if (chunks > 0) {
             const dim3 grid(chunks, (unsigned)p->hq, (unsigned)p->batch);
-            if (p->dtype == FA_DTYPE_F32)
-                fa_contract_check_kernel<float><<<grid, 256, 0, st>>>(*c, w->scan);
-            else if (p->dtype == FA_DTYPE_F16)
-                fa_contract_check_kernel<__half><<<grid, 256, 0, st>>>(*c, w->scan);
-            else
-                fa_contract_check_kernel<__nv_bfloat16><<<grid, 256, 0, st>>>(*c, w->scan);
+            const int vec = fa_scan_of(&p->o, 0, 1, 1, SLOT_O).vec;
+            fa_contract_check_kernel<<<grid, 256, 0, st>>>(*c, w->scan, (int)p->dtype, vec);
         }
         fa_contract_decide_kernel<<<(unsigned)((items + 255) / 256), 256, 0, st>>>(*c, w->scan, w->todo, items,
                                                                                  (int)p->dtype, 0);

@@ -69,8 +69,8 @@ static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
         if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.softcap > 0 ||
             c->opts.cu_seqlens_q)
             return 0;
-        for (int i = 0; i < 4; ++i)
-            if (!aligned16(bufs[i])) return 0;
+        for (int i = 0; i < 4; ++i) /* TMA: 16-byte aligned rows, no broadcast (a zero stride over an extent > 1) */
+            if (!aligned16(bufs[i]) || (bufs[i]->t.stride_batch == 0 && bufs[i]->t.batch > 1)) return 0;
         return c->opts.block_q || c->opts.block_k ? -1 : 1; /* explicit tiles: runs where they are FLASH3's own */
     }
     /* FLASH1 and FLASH2: head_dim 32, 64, 96, 128; FLASH2 also 256 */
@@ -463,7 +463,9 @@ int main(void) {
                     if (mode == 2) c.opts.window_left = 37, c.opts.window_right = 5;
                     if (mode == 3) c.opts.window_left = 100, c.lay_q = T_BHSD, c.lay_kv = T_STRIDED;
                     if (mode == 4) c.opts.window_left = 0, c.opts.window_right = 0, c.lay_o = T_STRIDED;
-                    if (mode == 5) c.opts.causal = 1, c.sigma = 100;
+                    /* logits ~1e4: a near one-hot softmax whose P rounding is the error of every algorithm alike
+                     * (STANDARD's own f16 error reaches the sanity ceiling at d = 256): relax 2 */
+                    if (mode == 5) c.opts.causal = 1, c.sigma = 100, c.relax = 2;
                     run_case(ctx, &c, 0);
                     if (sq * (int64_t)sk <= 1 << 20 && mode < 2) run_case(ctx, &c, 1);
                 }

@@ -17,7 +17,7 @@
 
 static fa_dec_attend_fn attend_of(fa_cpu_isa id) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (id == FA_CPU_ISA_AVX512) return fa_dec_attend_avx512;
+    if (id == FA_CPU_ISA_AVX512 || id == FA_CPU_ISA_AMX) return fa_dec_attend_avx512; /* amx: avx512 + tiles */
     if (id == FA_CPU_ISA_AVX2) return fa_dec_attend_avx2;
 #endif
     (void)id;
@@ -25,7 +25,7 @@ static fa_dec_attend_fn attend_of(fa_cpu_isa id) {
 }
 
 static const char *const kernel_names[FA_CPU_ISA_COUNT] = {"cpu.decode.scalar", "cpu.decode.avx2",
-                                                            "cpu.decode.avx512"};
+                                                            "cpu.decode.avx512", "cpu.decode.avx512"};
 
 /* Keys per split and the number of non-empty splits of a sequence with L keys. */
 static void split_of(const fa_plan *pl, int64_t L, int64_t *chunk, int *ns) {

@@ -160,7 +160,7 @@ static void check_indices(fa_context *ctx) {
     s.append = 1;
     t_kv_case *c = t_kv_new(&s, &R);
     snprintf(t_case_label, sizeof t_case_label, "check_indices");
-    c->seqlens[1] = 100; /* + 1 new key > capacity */
+    c->seqlens[1] = (int32_t)(c->max_pages * s.page_size); /* the paged capacity (7 pages of 16): + 1 new key > it */
     dev_case d = to_dev(c);
     fa_kv_opts ko = fa_kv_opts_default();
     ko.check_indices = 1;

@@ -200,7 +200,7 @@ static inline fa_attn_opts fa_attn_opts_default(void) {
  *   q     [B, Sq, Hq, D];  k, v  [B, Sk, Hk, D] with Hq % Hk == 0 (GQA/MQA: query head h reads K/V head
  *         h / (Hq / Hk)). q, k, v, out share one dtype and D (1..256 on the CPU; on CUDA: STANDARD any D,
  *         FLASH1 f16/bf16 with D 32, 64, 96 or 128, FLASH2 f16/bf16 with D 32, 64, 96, 128 or 256, FLASH3
- *         f16/bf16 with D 64, 128 or 256, no softcap, no varlen, 16-byte aligned rows).
+ *         f16/bf16 with D 64, 128 or 256, no varlen, 16-byte aligned rows, no broadcast (stride 0) views).
  *   out   [B, Sq, Hq, D], written in full. Must not overlap q, k, v or lse.
  *   lse   NULL, or fp32 [B, Hq, Sq] contiguous: natural-log log-sum-exp of each row of scale·QKᵀ (after softcap and
  *         mask); -INFINITY for a row that sees no key (its output row is 0).

@@ -307,13 +307,14 @@ void fa_flash3_params(const fa_problem *p, int ctas, fa3_params *f) {
     f->batch = (int)p->batch, f->seqlen_q = (int)p->q.seqlen, f->seqlen_k = (int)p->k.seqlen;
     f->heads_q = (int)p->hq, f->heads_k = (int)p->hk, f->head_dim = (int)p->d;
     f->scale = p->scale;
+    f->softcap = p->softcap;
     f->causal = 0; /* causal is folded into the right window (wr = 0), which the kernel takes as is */
     f->window_left = p->wl, f->window_right = p->wr;
     f->dtype = p->dtype == FA_DTYPE_F16 ? FA3_FP16 : FA3_BF16;
     f->ctas = ctas;
 }
 
-/* FLASH3 (sm90/): forward only, no softcap, no varlen, its own tiles. With AUTO a call FLASH3 cannot run stays on
+/* FLASH3 (sm90/): forward only, no varlen, its own tiles. With AUTO a call FLASH3 cannot run stays on
  * FLASH2 (the caller did not ask for FLASH3); asked for explicitly, the reason is returned. */
 static fa_status fa_flash3_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
     const char *r = NULL;
@@ -323,8 +324,6 @@ static fa_status fa_flash3_pick(const fa_cuda_tuning *tu, const fa_problem *p, f
             "is FLASH2's)";
     else if (p->dtype == FA_DTYPE_F32)
         r = "dtype f32: FA_ALGO_FLASH3 runs on 16-bit tensor cores (f16, bf16)";
-    else if (p->softcap > 0.f)
-        r = "opts.softcap: FA_ALGO_FLASH3 has no softcap yet (FA_ALGO_FLASH2 has)";
     else if (p->cu_q)
         r = "opts.cu_seqlens_q: FA_ALGO_FLASH3 has no varlen yet (FA_ALGO_FLASH2 has)";
     fa3_params f;

@@ -5,7 +5,7 @@
  * and FLASH3 through the public API on a CUDA context, copies the allocations back and checks, against the float64
  * oracle (tests/lib/oracle.h):
  *   - status FA_OK, or FA_ERR_UNSUPPORTED exactly when the request is outside what the CUDA kernels are built for
- *     (dtype f32 or head_dim not 32/64/96/128 — FLASH2 also 256; FLASH3 64/128/256 without softcap or varlen —
+ *     (dtype f32 or head_dim not 32/64/96/128 — FLASH2 also 256; FLASH3 64/128/256 without varlen —
  *     or rows not 16-byte aligned or explicit tiles for the flash kernels), with a reason;
  *   - FLASH3's backward is FLASH2's, run from FLASH3's out and lse; FA_ALGO_AUTO runs FLASH3 exactly where it can;
  *   - every output element written (outputs poisoned with NaN before each call), nothing outside the views written;
@@ -66,8 +66,7 @@ static double now_s(void) {
 static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     if (a == FA_ALGO_STANDARD) return 1;
     if (a == FA_ALGO_FLASH3) {
-        if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.softcap > 0 ||
-            c->opts.cu_seqlens_q)
+        if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.cu_seqlens_q)
             return 0;
         for (int i = 0; i < 4; ++i) /* TMA: 16-byte aligned rows, no broadcast (a zero stride over an extent > 1) */
             if (!aligned16(bufs[i]) || (bufs[i]->t.stride_batch == 0 && bufs[i]->t.batch > 1)) return 0;
@@ -447,7 +446,7 @@ int main(void) {
     }
     /* FLASH3: odd lengths, sq != sk both ways, every mask mode, GQA 1/4/8, both dtypes, layouts, head dims 64, 128,
      * 256, logits of magnitude 1e4 (sigma 100 at d = 128), fully masked rows (causal with sq > sk, a window
-     * beyond the keys); softcap and varlen: FA_ERR_UNSUPPORTED with a reason (AUTO runs FLASH2) */
+     * beyond the keys), softcap (plain and causal); varlen: FA_ERR_UNSUPPORTED with a reason (AUTO runs FLASH2) */
     {
         static const int lens[][2] = {{1, 1}, {17, 113}, {113, 17}, {1023, 1023}, {300, 4097}, {4097, 4097}};
         const int nl = small ? 3 : (int)(sizeof lens / sizeof lens[0]);
@@ -469,9 +468,13 @@ int main(void) {
                     run_case(ctx, &c, 0);
                     if (sq * (int64_t)sk <= 1 << 20 && mode < 2) run_case(ctx, &c, 1);
                 }
-        t_case c = t_case_make(1, 130, 257, 4, 2, 128, FA_DTYPE_BF16);
-        c.opts.softcap = 30.f;
-        run_case(ctx, &c, 0);
+        for (int v = 0; v < 3; ++v) {
+            t_case c = t_case_make(v + 1, 130 + 500 * v, 257 + 300 * v, 4, v ? 1 : 2, v == 2 ? 256 : 64 << v,
+                                   v == 1 ? FA_DTYPE_F16 : FA_DTYPE_BF16);
+            c.opts.softcap = v == 2 ? 5.f : 30.f;
+            c.opts.causal = v == 1;
+            run_case(ctx, &c, 0);
+        }
         int32_t cq[4], ck[4];
         const int lq[3] = {100, 0, 130}, lk[3] = {64, 7, 300};
         t_case cv = varlen_case(3, lq, lk, 4, 4, 128, FA_DTYPE_F16, cq, ck);

@@ -25,6 +25,7 @@ typedef struct fa3_params {
     int64_t o_batch_stride, o_row_stride, o_head_stride;
     int batch, seqlen_q, seqlen_k, heads_q, heads_k, head_dim;
     float scale;     /* softmax scale, usually 1/sqrt(head_dim) */
+    float softcap;   /* 0: off; else scores are softcap·tanh(scale·q·k / softcap) */
     int causal;      /* bottom-right aligned: row i sees keys j <= i + seqlen_k - seqlen_q */
     int window_left; /* -1: unbounded; with causal = 0, window_right -1 too for plain attention */
     int window_right;

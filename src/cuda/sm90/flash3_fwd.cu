@@ -78,8 +78,11 @@ static cudaError_t fa3_launch(const fa3_params *p, cudaStream_t stream) {
     kp.group = p->heads_q / p->heads_k;
     kp.wl = p->window_left;
     kp.wr = p->causal ? 0 : p->window_right;
-    kp.scale = p->scale;
-    kp.scale_log2 = p->scale * 1.44269504088896340736f;
+    const bool cap = p->softcap > 0.f;
+    kp.scale = cap ? 1.f : p->scale;
+    kp.scale_log2 = (cap ? 1.f : p->scale) * 1.44269504088896340736f;
+    kp.cap = p->softcap;
+    kp.cap_scale = cap ? p->scale / p->softcap : 0.f; /* IEEE fp32 division, as the other CUDA kernels */
     const size_t smem = sizeof(fa3_shared<D, WIDE>) + 1024;
     cudaError_t e = cudaFuncSetAttribute(fa3_fwd_kernel<D, WIDE, F16, MODE>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -141,6 +144,8 @@ extern "C" int fa3_supported(const fa3_params *p, int cc_major, int cc_minor, ch
         r = "FLASH3 needs fewer than 2^31 tiles of 128 query rows";
     else if (p->window_left < -1 || p->window_right < -1)
         r = "FLASH3 windows are -1 (unbounded) or >= 0";
+    else if (!(p->softcap >= 0.f) || isinf(p->softcap))
+        r = "FLASH3 softcap must be finite and >= 0";
     if (r && why && why_len) snprintf(why, why_len, "%s", r);
     return r == NULL;
 }

@@ -49,7 +49,9 @@ struct fa3_kparams {
     int sec_heads;   /* > 0: longest-first order inside sections of this many (batch, head)s; 0: query block fastest */
     int mb_up;       /* with sec_heads: 1 = query blocks in ascending order (the low ones see the most keys) */
     int *counter;    /* NULL: the static snake; else a zeroed int, the dynamic scheduler's next tile - gridDim.x */
-    float scale, scale_log2;
+    float scale, scale_log2; /* LSE = m·scale + ln ℓ; P = exp2(S·scale_log2 − m·scale_log2) */
+    float cap, cap_scale;    /* softcap: S = cap·tanh(s·cap_scale) first (cap_scale = scale / cap; 0 = off), then
+                              * scale = 1 and scale_log2 = log2 e */
 };
 
 template <bool F16> FA_DEV uint32_t fa3_pack(float a, float b) {
@@ -68,6 +70,7 @@ template <bool F16> FA_DEV uint32_t fa3_pack(float a, float b) {
 struct fa3_rows {
     int lo0, hi0, lo1, hi1, t;
     float sl2, m0, m1, l0, l1;
+    float cap, cap_scale; /* softcap (cap_scale 0: off) */
 };
 
 /* Issues S = Qi Kjᵀ (no wait): D/16 k-slices; inside a 64-column panel a slice is 32 B further along the row. */
@@ -102,6 +105,10 @@ FA_DEV void fa3_release(uint32_t bar, int lane) {
 /* Mask, then the online-softmax step on S (in place to P, fp32): m_new = max(m, rowmax S); P = exp2(S·scale·log2e −
  * m_new·scale·log2e); l = l·corr + rowsum P (thread-local); corr = exp2((m − m_new)·scale·log2e) is returned for O. */
 template <int Bc> FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_rows &R, float &c0, float &c1) {
+    if (R.cap_scale != 0.f) { /* softcap: a uniform branch, the scores bounded by ±cap before the mask */
+#pragma unroll
+        for (int i = 0; i < Bc / 2; i++) sacc[i] = R.cap * tanhf(sacc[i] * R.cap_scale);
+    }
     if (kbase < R.lo1 || kbase + Bc > R.hi0) { /* only blocks that cross a row's visible range [lo, hi) */
 #pragma unroll
         for (int j = 0; j < Bc / 8; j++)
@@ -298,6 +305,7 @@ __global__ void __launch_bounds__(384, 1)
         fa_visible_keys32(r1, p.sq, p.sk, p.wl, p.wr, &R.lo1, &R.hi1);
         R.t = t;
         R.sl2 = p.scale_log2;
+        R.cap = p.cap, R.cap_scale = p.cap_scale;
         R.m0 = R.m1 = -INFINITY;
         R.l0 = R.l1 = 0.f;
         float o[D / 2];

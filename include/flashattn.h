@@ -237,7 +237,7 @@ typedef struct fa_stats {
     int64_t extra_bytes;       /* memory the call needed beyond its inputs and outputs (workspace, S/P, ...) */
 } fa_stats;
 
-/* Copy the stats of the last successful fa_forward/fa_backward on ctx into *stats.
+/* Copy the stats of the last successful fa_forward/fa_backward/fa_forward_kvcache on ctx into *stats.
  * Returns FA_ERR_INVALID_ARGUMENT for NULL arguments or when no call has succeeded yet. */
 FA_API fa_status fa_last_stats(const fa_context *ctx, fa_stats *stats);
 

@@ -221,6 +221,9 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.rotary_cos: rotary needs k_new/v_new (the new keys are "
                        "rotated at their positions)");
     if ((st = check_cache(ctx, cache, p, &sk, &sv))) return st;
+    if (p->split_size && (p->capacity + p->split_size - 1) / p->split_size > 65535)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.split_size: %d cuts the capacity of %lld keys into more "
+                       "than 65535 splits", p->split_size, (long long)p->capacity);
     if (p->append) {
         if ((st = tensor(ctx, "k_new", k_new, 0, &skn)) || (st = tensor(ctx, "v_new", v_new, 0, &svn))) return st;
         if ((st = shape(ctx, "k_new", k_new, p->dtype, p->batch, p->sq, p->hk, p->d)) ||

@@ -125,10 +125,14 @@ static inline v16f vexp2(v16f x) {
     return vsel(x > -126.0f, p * sc, z);
 }
 
-static inline float hmax16(v16f x) {
-    float m = x[0];
-    for (int i = 1; i < 16; i++) m = x[i] > m ? x[i] : m;
-    return m;
+static inline float hmax16(v16f x) { /* a shuffle tree (a NaN lane may or may not win: the row is NaN anyway) */
+    v16f y = __builtin_shuffle(x, (v16i){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+    x = vsel(x > y, x, y);
+    y = __builtin_shuffle(x, (v16i){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+    x = vsel(x > y, x, y);
+    y = __builtin_shuffle(x, (v16i){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+    x = vsel(x > y, x, y);
+    return x[0] > x[1] ? x[0] : x[1];
 }
 
 /* (Σ a, ·, ·, ·, Σ b, ·, ·, ·, Σ c, ·, ·, ·, Σ d, ·, ·, ·): four lane sums in 13 shuffles and adds. */
@@ -219,7 +223,7 @@ AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, co
         Sv = vsel(Sv > FA_DEC_SAT, z + FA_DEC_SAT, vsel(Sv < -FA_DEC_SAT, z - FA_DEC_SAT, Sv)) + a->qbad[row];
         const v16i vis = (lane >= (int)(lo - j0)) & (lane < (int)(hi - j0));
         /* a NaN among the visible scores makes l, and so the row, NaN */
-        const float nan = hsum16(vsel(vis, Sv * 0.0f, z));
+        const v16f nan = vsel(vis, Sv * 0.0f, z);
         Sv = vsel(vis, Sv, z - INFINITY);
         float mx = hmax16(Sv);
         if (mx > a->m[row]) {
@@ -231,7 +235,7 @@ AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, co
             a->m[row] = mx;
         }
         const v16f P = vexp2(Sv - a->m[row]);
-        a->l[row] += hsum16(P) + nan;
+        a->l[row] += hsum16(P + nan);
         ST(S + 16 * row, P);
     }
     /* O += P Vj, head by head (Vj was prefetched in key order during the K pass), two rows at a time with their O

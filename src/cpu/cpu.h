@@ -84,5 +84,9 @@ void fa_cpu_ws_total(const fa_cpu_ws *w, fa_io *io);
 /* The numerics contract after any algorithm: recompute in float64 the heads whose fp32 result the input scan does
  * not certify (a NaN/inf input, huge scale or values; docs/numerics.md). src/cpu/contract.c. */
 fa_status fa_cpu_contract(fa_context *ctx, const fa_problem *p);
+/* The contract's certificate for one work item from the maxima of |q|, |k|, |v| (fp32 bits, as fa_tile_load_max
+ * gives them) over the rows it read: 1 if its fp32 result stands (a run that certifies all its items spares the
+ * contract's own scan: fa_io.scanned). */
+int fa_cpu_certified_bits(const fa_problem *p, uint32_t mq, uint32_t mk, uint32_t mv, int64_t sk);
 
 #endif

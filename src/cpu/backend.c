@@ -101,6 +101,8 @@ fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan,
     }
     if ((e == FA_CPU_FLASH2 || e == FA_CPU_FLASH2_AMX) && !p->is_backward) plan_kv_pack(p, plan);
     if (e == FA_CPU_FLASH2 && p->is_backward) plan->aux[FA_CPU_AUX_SPLIT] = plan_bwd_split(p, plan);
+    if ((e == FA_CPU_FLASH1 || e == FA_CPU_FLASH2) && p->is_backward)
+        plan->aux[FA_CPU_AUX_BF16T] = kr->bf16_tiles && p->dtype == FA_DTYPE_BF16 && p->softcap == 0 && p->d % 2 == 0;
     plan->workspace_bytes = algos[e][p->is_backward]->workspace(p, plan);
     fa_cpu_plan_traffic(p, plan);
     return FA_OK;

@@ -29,8 +29,9 @@ typedef enum fa_cpu_entry {
 } fa_cpu_entry;
 
 /* fa_plan.aux: FLASH2 forward: Q blocks per work item sharing one K/V pack (1 = no pack), rows of the pack buffer.
- * FLASH2 backward: the parts a head's K/V blocks are dealt to (1 = none). */
-enum { FA_CPU_AUX_GROUP = 0, FA_CPU_AUX_KVROWS = 1, FA_CPU_AUX_SPLIT = 0 };
+ * FLASH2 backward: the parts a head's K/V blocks are dealt to (1 = none). FLASH1/FLASH2 backward: 1 when the five
+ * tile products run on bf16 tiles (bf16 storage, a bf16_tiles table, no softcap, even head_dim). */
+enum { FA_CPU_AUX_GROUP = 0, FA_CPU_AUX_KVROWS = 1, FA_CPU_AUX_SPLIT = 0, FA_CPU_AUX_BF16T = 2 };
 
 /* Query rows per sgemm panel of STANDARD through BLAS (lets a causal mask skip the masked key range). */
 #define FA_CPU_BLAS_PANEL 256

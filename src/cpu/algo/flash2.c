@@ -207,7 +207,7 @@ typedef struct bwd_ws {
 
 static void bwd_thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, const bwd_ws *w,
                               fa_cpu_bwd_tiles *t, float **dQacc) {
-    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, 0, t);
+    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, 0, pl->aux[FA_CPU_AUX_BF16T], t);
     *dQacc = w->nsplit == 1 && !w->acc_in_place ? fa_take_f32(a, w->sQ) : NULL;
 }
 

@@ -41,9 +41,12 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
       status=1; echo "== kernel check $isa: FAILED"; tail -20 "$LOG/kernels-$isa.log"
     fi
   done
-  # the default tests under each level (the *_scalar/_avx2/_avx512 variants pin their own level: excluded here)
+  # the default tests under each level (the *_scalar/_avx2/_avx512 variants pin their own level: excluded here);
+  # the narrower levels with 8 random cases per sweep, as ctest's variants, the best level with the full sweeps
+  best=${levels##* }
   for isa in $levels; do
-    if FA_CPU_ISA=$isa FA_TEST_THREADS=4 ctest --test-dir "$BUILD" -j "$(( $(nproc) / 4 > 1 ? $(nproc) / 4 : 1 ))" \
+    random=$([ "$isa" = "$best" ] && echo "${FA_TEST_RANDOM:-}" || echo 8)
+    if env FA_CPU_ISA=$isa ${random:+FA_TEST_RANDOM=$random} FA_TEST_THREADS=4 ctest --test-dir "$BUILD" -j "$(( $(nproc) / 4 > 1 ? $(nproc) / 4 : 1 ))" \
          -E '_(scalar|avx2|avx512)$' --output-on-failure --timeout 600 >"$LOG/ctest-$isa.log" 2>&1; then
       echo "== ctest FA_CPU_ISA=$isa: $(grep -E 'tests passed' "$LOG/ctest-$isa.log")"
     else

@@ -407,7 +407,7 @@ static void preset_size_cpu(report *R, const char *mode) {
     fa_cpu_peak pk;
     fa_cpu_measure_peak(R->threads, 0.05, &pk);
     if (pk.fp32 <= 0) return;
-    R->cpu_rate = 0.6 * pk.fp32; /* the attention loops run at ~60 % of the micro-kernel (docs/benchmarks.md) */
+    R->cpu_rate = 0.6 * pk.fp32; /* a rough attention rate: the progress bar only */
     if (strcmp(mode, "quick") != 0) return;
     int64_t k = 1;
     while (k < 32 && (double)(2 * k) <= pk.fp32 / REPORT_REF_PEAK * 1.41) k *= 2;

@@ -5,13 +5,15 @@
 # fp32 and bf16, forward and forward+backward, THREADS threads) and FLASH2's 1-thread vs THREADS-thread scaling.
 # Exits non-zero when a test fails; the benchmark gates nothing. Runs in about 5 minutes on that host.
 # Usage: scripts/test-cpu-device.sh LOG_DIR   Env: BUILD (default build-cpu-device), THREADS (default: nproc),
-# REPS (default 3), SKIP_TESTS=1 / SKIP_BENCH=1.
+# REPS (default 3), BATCH (4) and SEQLEN (4096) of the comparison (smaller for a smoke run), SKIP_TESTS=1 / SKIP_BENCH=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=${1:?usage: $0 LOG_DIR}
 BUILD=${BUILD:-build-cpu-device}
 THREADS=${THREADS:-$(nproc)}
 REPS=${REPS:-3}
+BATCH=${BATCH:-4}
+SEQLEN=${SEQLEN:-4096}
 mkdir -p "$LOG"
 exec > >(tee "$LOG/summary.txt") 2>&1
 start=$(date +%s)
@@ -41,9 +43,12 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
       status=1; echo "== kernel check $isa: FAILED"; tail -20 "$LOG/kernels-$isa.log"
     fi
   done
-  # the default tests under each level (the *_scalar/_avx2/_avx512 variants pin their own level: excluded here)
+  # the default tests under each level (the *_scalar/_avx2/_avx512 variants pin their own level: excluded here);
+  # the narrower levels with 8 random cases per sweep, as ctest's variants, the best level with the full sweeps
+  best=${levels##* }
   for isa in $levels; do
-    if FA_CPU_ISA=$isa FA_TEST_THREADS=4 ctest --test-dir "$BUILD" -j "$(( $(nproc) / 4 > 1 ? $(nproc) / 4 : 1 ))" \
+    random=$([ "$isa" = "$best" ] && echo "${FA_TEST_RANDOM:-}" || echo 8)
+    if env FA_CPU_ISA=$isa ${random:+FA_TEST_RANDOM=$random} FA_TEST_THREADS=4 ctest --test-dir "$BUILD" -j "$(( $(nproc) / 4 > 1 ? $(nproc) / 4 : 1 ))" \
          -E '_(scalar|avx2|avx512)$' --output-on-failure --timeout 600 >"$LOG/ctest-$isa.log" 2>&1; then
       echo "== ctest FA_CPU_ISA=$isa: $(grep -E 'tests passed' "$LOG/ctest-$isa.log")"
     else
@@ -56,22 +61,22 @@ fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   echo; echo "== peak (flashattn bench --peak; $THREADS threads)"
   "$FA" bench --peak --threads "$THREADS" --algo flash2 --batch 1 --heads 1 --seqlen 256 --reps 1 2>&1 | tee "$LOG/peak.txt" | head -4
-  echo; echo "== ours: FLASH2, B=4 N=4096, fp32 and bf16, fwd and bwd, $THREADS threads"
-  "$FA" bench --algo flash2 --batch 4 --seqlen 4096 --d 64,128 --causal 0,1 --dtype f32,bf16 --pass fwd,bwd \
+  echo; echo "== ours: FLASH2, B=$BATCH N=$SEQLEN, fp32 and bf16, fwd and bwd, $THREADS threads"
+  "$FA" bench --algo flash2 --batch "$BATCH" --seqlen "$SEQLEN" --d 64,128 --causal 0,1 --dtype f32,bf16 --pass fwd,bwd \
     --threads "$THREADS" --reps "$REPS" --csv >"$LOG/ours.csv" 2>"$LOG/ours.err"
-  "$FA" bench --algo flash2 --batch 4 --seqlen 4096 --d 64,128 --causal 0 --dtype bf16 --pass fwd \
+  "$FA" bench --algo flash2 --batch "$BATCH" --seqlen "$SEQLEN" --d 64,128 --causal 0 --dtype bf16 --pass fwd,bwd \
     --threads "$THREADS" --reps 1 --json 2>/dev/null | grep -o '"kernel": *"[^"]*"' | sort -u | sed 's/^/   kernel: /'
   if python3 -c "import torch" 2>/dev/null; then
     echo "== PyTorch CPU SDPA, same shapes, $THREADS threads"
-    python3 scripts/bench_cpu_torch.py run --out "$LOG/torch.csv" --batch 4 --seqlen 4096 --d 64,128 --causal 0,1 \
+    python3 scripts/bench_cpu_torch.py run --out "$LOG/torch.csv" --batch "$BATCH" --seqlen "$SEQLEN" --d 64,128 --causal 0,1 \
       --dtype f32,bf16 --threads "$THREADS" --reps "$REPS" >"$LOG/torch.log" 2>&1 || tail -5 "$LOG/torch.log"
     head -1 "$LOG/torch.log"
     python3 scripts/bench_cpu_torch.py merge "$LOG/ours.csv" "$LOG/torch.csv" | tee "$LOG/vs-torch.md"
   else
     echo "(no PyTorch here: our rows only)"; cat "$LOG/ours.csv"
   fi
-  echo; echo "== FLASH2 scaling: 1 vs $THREADS threads, fp32 fwd, B=1 N=4096 (heads 2048/d)"
-  "$FA" bench --algo flash2 --batch 1 --seqlen 4096 --d 64,128 --causal 0,1 --threads "1,$THREADS" --reps "$REPS" \
+  echo; echo "== FLASH2 scaling: 1 vs $THREADS threads, fp32 fwd, B=1 N=$SEQLEN (heads 2048/d)"
+  "$FA" bench --algo flash2 --batch 1 --seqlen "$SEQLEN" --d 64,128 --causal 0,1 --threads "1,$THREADS" --reps "$REPS" \
     --json >"$LOG/scaling.json" 2>"$LOG/scaling.err"
   python3 - "$LOG/scaling.json" <<'EOF'
 import json, sys

@@ -293,6 +293,17 @@ static void check_bf16(const fa_cpu_kernels *K) {
         free(Aw); free(Bw); free(Cw); free(C0);
     }
 
+    /* rows_f32_bf16: equal to the portable rounding, odd cols paired with 0 */
+    {
+        const int rows = 5, cols = 37, lds = 40, ldd = 21;
+        float *X = fbuf((size_t)rows * lds);
+        uint32_t *W1 = calloc((size_t)rows * ldd, 4), *W2 = calloc((size_t)rows * ldd, 4);
+        K->rows_f32_bf16(rows, cols, X, lds, W1, ldd);
+        port_rows_f32_bf16(rows, cols, X, lds, W2, ldd);
+        report(K->isa, "rows_f32_bf16 == portable", memcmp(W1, W2, 4 * (size_t)rows * ldd) ? 1 : 0, 0);
+        free(X); free(W1); free(W2);
+    }
+
     /* softmax_rows_bf16 over two blocks (m rises in the second, one row fully masked, odd cols) */
     {
         const int rows = 7, cols = 45, lds = 48, ldp = 24;

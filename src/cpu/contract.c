@@ -69,6 +69,16 @@ static int certified(const fa_problem *p, int bad, double mq, double mk, double 
     return scale * dot <= FAST_LOGIT_MAX;
 }
 
+int fa_cpu_certified_bits(const fa_problem *p, uint32_t mq, uint32_t mk, uint32_t mv, int64_t sk) {
+    const uint32_t inf = 0x7f800000u;
+    if (mq >= inf || mk >= inf || mv >= inf) return 0;
+    float q, k, v;
+    memcpy(&q, &mq, 4);
+    memcpy(&k, &mk, 4);
+    memcpy(&v, &mv, 4);
+    return certified(p, 0, q, k, v, sk);
+}
+
 /* s = scale·q_i·k_j (softcap), saturated: the contract's logit, in float64. */
 static double logit(const fa_problem *p, rows_view q, int64_t i, rows_view k, int64_t j) {
     double s = 0;
@@ -196,6 +206,10 @@ static size_t fix_slice(const fa_problem *p) {
     const size_t bytes = p->is_backward ? sizeof(double) * (size_t)(sk + d + 2 * sk * d)
                                         : sizeof(double) * (size_t)(sk + d) + (size_t)sk;
     return (bytes + 63) & ~(size_t)63;
+}
+
+size_t fa_cpu_contract_fix_bytes(const fa_context *ctx, const fa_problem *p) {
+    return fix_slice(p) * (size_t)ctx->threads;
 }
 
 fa_status fa_cpu_contract_prepare(fa_context *ctx, const fa_problem *p, int *fix) {

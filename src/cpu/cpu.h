@@ -29,8 +29,9 @@ typedef enum fa_cpu_entry {
 } fa_cpu_entry;
 
 /* fa_plan.aux: FLASH2 forward: Q blocks per work item sharing one K/V pack (1 = no pack), rows of the pack buffer.
- * FLASH2 backward: the parts a head's K/V blocks are dealt to (1 = none). */
-enum { FA_CPU_AUX_GROUP = 0, FA_CPU_AUX_KVROWS = 1, FA_CPU_AUX_SPLIT = 0 };
+ * FLASH2 backward: the parts a head's K/V blocks are dealt to (1 = none). FLASH1/FLASH2 backward: 1 when the five
+ * tile products run on bf16 tiles (bf16 storage, a bf16_tiles table, no softcap, even head_dim). */
+enum { FA_CPU_AUX_GROUP = 0, FA_CPU_AUX_KVROWS = 1, FA_CPU_AUX_SPLIT = 0, FA_CPU_AUX_BF16T = 2 };
 
 /* Query rows per sgemm panel of STANDARD through BLAS (lets a causal mask skip the masked key range). */
 #define FA_CPU_BLAS_PANEL 256
@@ -84,8 +85,15 @@ void fa_cpu_ws_total(const fa_cpu_ws *w, fa_io *io);
 /* The numerics contract around any algorithm (docs/numerics.md, src/cpu/contract.c). prepare, before it: scan the
  * inputs; *fix = 1 when some head's fp32 result is not certified (a NaN/inf input, huge scale or values), and then
  * reserve the recompute's workspace (FA_ERR_OUT_OF_MEMORY here, before any output is written). fix, after it (only
- * when *fix): recompute those heads in float64; cannot fail. */
+ * when *fix): recompute those heads in float64; cannot fail once prepare or fix_bytes' reservation succeeded. */
 fa_status fa_cpu_contract_prepare(fa_context *ctx, const fa_problem *p, int *fix);
 void fa_cpu_contract_fix(fa_context *ctx, const fa_problem *p);
+/* The workspace the recompute may need (prepare reserves it): a forward reserves it before its run when the run
+ * certifies its items in its own loads, so that a recompute after the outputs are written cannot fail. */
+size_t fa_cpu_contract_fix_bytes(const fa_context *ctx, const fa_problem *p);
+/* The contract's certificate for one work item from the maxima of |q|, |k|, |v| (fp32 bits, as fa_tile_load_max
+ * gives them) over the rows it read: 1 if its fp32 result stands (a run that certifies all its items spares the
+ * contract's own scan: fa_io.scanned). */
+int fa_cpu_certified_bits(const fa_problem *p, uint32_t mq, uint32_t mk, uint32_t mv, int64_t sk);
 
 #endif

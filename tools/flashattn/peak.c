@@ -113,7 +113,10 @@ void fa_cpu_measure_peak(int threads, double seconds, fa_cpu_peak *out) {
     out->isa = K->isa;
     out->threads = nt;
     gemm_rate(K, nt, 0, seconds / 4); /* warm-up: clocks, pages */
-    out->fp32_1t = gemm_rate(K, 1, 0, seconds);
+    for (int w = 0; w < 4; w++) { /* the best of 4 windows: a shared machine's other jobs only slow a window down */
+        const double g = gemm_rate(K, 1, 0, seconds / 4);
+        if (g > out->fp32_1t) out->fp32_1t = g;
+    }
     out->fp32 = gemm_rate(K, nt, 0, seconds);
     if (K->bf16_dot) out->bf16 = gemm_rate(K, nt, 1, seconds);
 #ifdef FA_HAVE_CBLAS

@@ -4,6 +4,7 @@
  * with argument strings; each data file's commands are written to reproduce.txt, so `flashattn bench ARGS --csv`
  * gives the same rows (tools/test_report.sh checks this). Every verdict of the claims table is computed from the
  * rows below, none is written in advance. */
+#include "peak.h"
 #include "report.h"
 
 #include <errno.h>
@@ -397,6 +398,24 @@ static void preset_init(preset *P, const char *mode) {
     set_list(P->gpu_seqlen_list, sizeof P->gpu_seqlen_list, gpu_sq, 6);
 }
 
+/* Size the CPU measurements to this machine: the quick preset's sizes were chosen on a 2-core CPU (fp32 micro-kernel
+ * ≈ 200 GFLOP/s); on a machine k times faster its batch·seqlen grows by the power of two nearest k, so each call
+ * keeps its few milliseconds (on 16 cores the fixed sizes take microseconds and the verdicts would measure
+ * overhead). The measured peak also sets the progress bar's rate. */
+#define REPORT_REF_PEAK 200e9
+static void preset_size_cpu(report *R, const char *mode) {
+    fa_cpu_peak pk;
+    fa_cpu_measure_peak(R->threads, 0.05, &pk);
+    if (pk.fp32 <= 0) return;
+    R->cpu_rate = 0.6 * pk.fp32; /* a rough attention rate: the progress bar only */
+    if (strcmp(mode, "quick") != 0) return;
+    int64_t k = 1;
+    while (k < 32 && (double)(2 * k) <= pk.fp32 / REPORT_REF_PEAK * 1.41) k *= 2;
+    R->p.tokens *= k;
+    R->p.blk_heads *= (int)k;
+    R->cpu_scale = (int)k;
+}
+
 /* ---------------------------------------------------------------------------------------------------------
  * The command
  * ------------------------------------------------------------------------------------------------------- */
@@ -408,7 +427,8 @@ static void report_help(void) {
            "(the `flashattn bench`/`flashattn io` command behind every CSV row) and a claims table whose verdicts\n"
            "are computed from the measurements. A progress bar goes to stderr; a summary to stdout.\n"
            "\n"
-           "  --quick      small problems (model dim 256, 2048 tokens): under 3 minutes on a 2-core CPU (default)\n"
+           "  --quick      small problems (model dim 256, 2048 tokens): under 3 minutes on a 2-core CPU (default);\n"
+           "               on a faster CPU the tokens grow with its measured peak, so that calls stay milliseconds\n"
            "  --full       the docs/benchmarks.md protocol sizes (model dim 2048, 16384 tokens): an hour or more on a\n"
            "               2-core CPU\n"
            "  --smoke      tiny problems, seconds (for tests)\n"
@@ -452,9 +472,10 @@ int cmd_report(int argc, char **argv) {
         return cli_usage_error(S, "--out: cannot create '%s': %s", R.out, strerror(errno));
     preset_init(&R.p, mode);
     R.threads = (int)threads;
+    if (!no_cpu) preset_size_cpu(&R, mode);
     R.tty = isatty(2);
     R.t0 = now_ms();
-    R.cpu_rate = 25e9;
+    if (R.cpu_rate <= 0) R.cpu_rate = 25e9;
     R.gnuplot = !no_plots && system("command -v gnuplot >/dev/null 2>&1") == 0;
     snprintf(R.gp_term, sizeof R.gp_term, "%s",
              R.gnuplot && system("gnuplot -e 'set terminal pngcairo' >/dev/null 2>&1") != 0 ? "png" : "pngcairo");

@@ -66,6 +66,7 @@ typedef struct report {
     char gp_term[16]; /* pngcairo, or png where gnuplot lacks cairo */
     int threads; /* CPU threads passed to every bench/io command (0 = all) */
     double t0, seconds, cpu_rate;
+    int cpu_scale; /* the quick preset's CPU sizes times this (preset_size_cpu), 1 = as written */
     double load_start, load_end; /* 1-minute load average (Linux), -1 if unknown */
     double work_total, work_done;
     char last_section[128];

@@ -410,6 +410,9 @@ int report_write(report *R) {
             strcmp(R->p.name, "full") == 0 ? "the docs/benchmarks.md protocol sizes (model dim 2048, 16384 tokens)"
                                             : "reduced sizes so the run stays short (use --full for the protocol sizes)",
             R->p.reps);
+    if (R->cpu_scale > 1)
+        fprintf(f, "- CPU sizes scaled to this machine: batch·seqlen %lld (the preset's times %d, from the measured "
+                   "micro-kernel peak; `flashattn report` help)\n", (long long)R->p.tokens, R->cpu_scale);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int busy = ncpu > 0 && (R->load_start > (double)ncpu + 0.5 || R->load_end > (double)ncpu + 1.5);
     if (R->load_start >= 0)

@@ -161,7 +161,7 @@ const fa_cpu_algo fa_cpu_flash1_fwd = {fwd_workspace, fwd_run};
 /* A thread's slice: the backward tiles (with Oi, for Di) and, for f16/bf16, the fp32 dQ accumulator of one K/V
  * head's query heads (f32 accumulates into dQ itself). */
 static void bwd_thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, fa_cpu_bwd_tiles *t, float **dQall) {
-    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, 1, t);
+    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, 1, pl->aux[FA_CPU_AUX_BF16T], t);
     *dQall = p->dtype == FA_DTYPE_F32 ? NULL : fa_take_f32(a, (size_t)(p->hq / p->hk * p->sq_max * p->d));
 }
 

@@ -19,12 +19,13 @@
 #include <string.h>
 
 /* Kj, Vj rows [a, z) of a head, converted to fp32 and packed contiguously ([z − a][d] each) into the thread's
- * workspace: counted as read from the tensors and written to slow memory. */
-static void pack_kv(const fa_problem *p, const fa_head *hd, int64_t a, int64_t z, float *Kp, float *Vp, fa_io *io) {
+ * workspace: counted as read from the tensors and written to slow memory; max |k|, |v| into mk, mv. */
+static void pack_kv(const fa_problem *p, const fa_head *hd, int64_t a, int64_t z, float *Kp, float *Vp, fa_io *io,
+                    uint32_t *mk, uint32_t *mv) {
     const int d = (int)p->d, n = (int)(z - a);
     const size_t es = fa_dtype_size(p->dtype);
-    fa_tile_load(Kp, d, (const char *)hd->k + a * hd->ldk * es, p->dtype, hd->ldk, n, d, io);
-    fa_tile_load(Vp, d, (const char *)hd->v + a * hd->ldv * es, p->dtype, hd->ldv, n, d, io);
+    fa_tile_load_max(Kp, d, (const char *)hd->k + a * hd->ldk * es, p->dtype, hd->ldk, n, d, io, mk);
+    fa_tile_load_max(Vp, d, (const char *)hd->v + a * hd->ldv * es, p->dtype, hd->ldv, n, d, io, mv);
     io->written += 2 * (int64_t)n * d * 4;
 }
 
@@ -137,11 +138,13 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
         klo = klo / bc * bc;
         khi = klo + (khi - klo + bc - 1) / bc * bc < hd.sk ? klo + (khi - klo + bc - 1) / bc * bc : hd.sk; /* whole tiles */
         const int packed = group > 1 && khi - klo <= kvrows;                 /* one pack for the whole item */
-        if (packed && khi > klo) pack_kv(p, &hd, klo, khi, Kp, Vp, io);
+        /* max |q|, |k|, |v| over what the item reads: the numerics contract's certificate, without its scan */
+        uint32_t mq = 0, mk = 0, mv = 0;
+        if (packed && khi > klo) pack_kv(p, &hd, klo, khi, Kp, Vp, io, &mk, &mv);
         for (int64_t i = ib; i < ie; i++) {
             const int64_t i0 = i * br;
             const int rows = (int)(hd.sq - i0 < br ? hd.sq - i0 : br), rp = fa_pad16(rows);
-            fa_tile_load(Qi, d, (const char *)hd.q + i0 * hd.ldq * es, p->dtype, hd.ldq, rows, d, io);
+            fa_tile_load_max(Qi, d, (const char *)hd.q + i0 * hd.ldq * es, p->dtype, hd.ldq, rows, d, io, &mq);
             memset(Qi + (int64_t)rows * d, 0, (size_t)(rp - rows) * d * 4);
             kr->pack_t(rp, d, Qi, d, QiT, rp, sgn);                       /* Qiᵀ [d][rp], once per Q block */
             for (int r = 0; r < rp; r++) { m[r] = -INFINITY; l[r] = 0; }
@@ -154,8 +157,8 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
                     Kj = Kp + (j0 - klo) * d, Vj = Vp + (j0 - klo) * d;
                     io->read += 2 * (int64_t)cols * d * 4;                /* Kj, Vj from the packed rows */
                 } else {
-                    fa_tile_load(Kp, d, (const char *)hd.k + j0 * hd.ldk * es, p->dtype, hd.ldk, cols, d, io);
-                    fa_tile_load(Vp, d, (const char *)hd.v + j0 * hd.ldv * es, p->dtype, hd.ldv, cols, d, io);
+                    fa_tile_load_max(Kp, d, (const char *)hd.k + j0 * hd.ldk * es, p->dtype, hd.ldk, cols, d, io, &mk);
+                    fa_tile_load_max(Vp, d, (const char *)hd.v + j0 * hd.ldv * es, p->dtype, hd.ldv, cols, d, io, &mv);
                 }
                 const int plain = p->softcap == 0 && !fa_cpu_tile_needs_mask(p, hd.sq, hd.sk, i0, rows, j0, cols);
                 if (plain && kr->qk_softmax_t) {
@@ -182,8 +185,10 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
             fa_tile_store((char *)hd.o + i0 * hd.ldo * es, p->dtype, hd.ldo, O, d, rows, d, io);
             if (hd.lse) fa_vec_store(hd.lse + i0, lse, rows, io);
         }
+        if (!fa_cpu_certified_bits(p, mq, mk, mv, hd.sk)) io->uncertified++;
     }
     fa_cpu_ws_total(&w, io_total);
+    io_total->scanned = 1;
 }
 
 const fa_cpu_algo fa_cpu_flash2_fwd = {fwd_workspace, fwd_run};
@@ -202,7 +207,7 @@ typedef struct bwd_ws {
 
 static void bwd_thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, const bwd_ws *w,
                               fa_cpu_bwd_tiles *t, float **dQacc) {
-    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, 0, t);
+    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, 0, pl->aux[FA_CPU_AUX_BF16T], t);
     *dQacc = w->nsplit == 1 && !w->acc_in_place ? fa_take_f32(a, w->sQ) : NULL;
 }
 

@@ -21,10 +21,10 @@ typedef uint16_t v16h __attribute__((vector_size(32)));
 #define ST(p, x) (*(v16f *)(p) = (x))
 
 static inline float hsum16(v16f x) {
-    x += __builtin_shuffle(x, (v16i){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-    x += __builtin_shuffle(x, (v16i){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
-    x += __builtin_shuffle(x, (v16i){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
-    x += __builtin_shuffle(x, (v16i){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+    x += __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    x += __builtin_shufflevector(x, x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    x += __builtin_shufflevector(x, x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    x += __builtin_shufflevector(x, x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
     return x[0];
 }
 
@@ -126,26 +126,28 @@ static inline v16f vexp2(v16f x) {
 }
 
 static inline float hmax16(v16f x) { /* a shuffle tree (a NaN lane may or may not win: the row is NaN anyway) */
-    v16f y = __builtin_shuffle(x, (v16i){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+    v16f y = __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
     x = vsel(x > y, x, y);
-    y = __builtin_shuffle(x, (v16i){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+    y = __builtin_shufflevector(x, x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
     x = vsel(x > y, x, y);
-    y = __builtin_shuffle(x, (v16i){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+    y = __builtin_shufflevector(x, x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
     x = vsel(x > y, x, y);
     return x[0] > x[1] ? x[0] : x[1];
 }
 
 /* (Σ a, ·, ·, ·, Σ b, ·, ·, ·, Σ c, ·, ·, ·, Σ d, ·, ·, ·): four lane sums in 13 shuffles and adds. */
 static inline v16f reduce4(v16f a, v16f b, v16f c, v16f d) {
-    const v16i lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
-    const v16i hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
-    const v16f x = __builtin_shuffle(a, b, lo8) + __builtin_shuffle(a, b, hi8);
-    const v16f y = __builtin_shuffle(c, d, lo8) + __builtin_shuffle(c, d, hi8);
-    v16f w = __builtin_shuffle(x, y, (v16i){0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27}) +
-             __builtin_shuffle(x, y, (v16i){4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31});
-    w += __builtin_shuffle(w, (v16i){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
-    w += __builtin_shuffle(w, (v16i){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+#define FA_LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define FA_HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+    const v16f x = __builtin_shufflevector(a, b, FA_LO8) + __builtin_shufflevector(a, b, FA_HI8);
+    const v16f y = __builtin_shufflevector(c, d, FA_LO8) + __builtin_shufflevector(c, d, FA_HI8);
+    v16f w = __builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+             __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    w += __builtin_shufflevector(w, w, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    w += __builtin_shufflevector(w, w, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
     return w;
+#undef FA_LO8
+#undef FA_HI8
 }
 
 /* NV vectors of one key row in fp32 (zero-padded past d). Rows whose d is a multiple of 16 convert in registers;

@@ -520,12 +520,27 @@ static void softmax_rows_bf16(int rows, int cols, const float *S, int lds, float
     }
 }
 
+/* dst[r][w] = (bf16 src[r][2w], bf16 src[r][2w + 1]): 32 floats -> 16 words per vcvtne2ps2bf16. */
+static void rows_f32_bf16(int rows, int cols, const float *src, int lds, uint32_t *dst, int ldd) {
+    for (int r = 0; r < rows; r++) {
+        const float *s = src + (ptrdiff_t)r * lds;
+        uint32_t *o = dst + (ptrdiff_t)r * ldd;
+        for (int j = 0; j < cols; j += 32) {
+            const int n0 = cols - j < 16 ? cols - j : 16, n1 = cols - j - 16 < 0 ? 0 : cols - j - 16 < 16 ? cols - j - 16 : 16;
+            const __m512 x0 = _mm512_maskz_loadu_ps((__mmask16)((1u << n0) - 1u), s + j);
+            const __m512 x1 = _mm512_maskz_loadu_ps((__mmask16)((1u << n1) - 1u), s + j + 16);
+            const int nw = (n0 + n1 + 1) / 2;
+            _mm512_mask_storeu_epi32(o + j / 2, (__mmask16)((1u << nw) - 1u), (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+        }
+    }
+}
+
 /* The entries both AVX-512 tables share (the amx table differs in its bf16 product only). */
 #define AVX512_ENTRIES                                                                                          \
     .gemm_nn = gemm_nn, .gemm_abt = gemm_abt, .pack_t = pack_t, .softmax_step_t = softmax_step_t,             \
     .qk_softmax_t = qk_softmax_t, .exp_rows = exp_rows, .ds_rows = ds_rows, .scale_rows = scale_rows,         \
     .bf16_dot = 1, .pack_t32 = pack_t32, .pairs_f32_bf16 = pairs_f32_bf16, .pairs_bf16 = pairs_bf16,          \
-    .softmax_rows_bf16 = softmax_rows_bf16
+    .softmax_rows_bf16 = softmax_rows_bf16, .rows_f32_bf16 = rows_f32_bf16
 
 const fa_cpu_kernels fa_cpu_kernels_avx512 = {
     .isa = "avx512",

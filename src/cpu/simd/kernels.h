@@ -67,6 +67,9 @@ typedef struct fa_cpu_kernels {
      * pairs with 0); alpha[r] = 2^(c·(m[r] − m_new)); l[r] ← alpha[r]·l[r] + Σ_j P (fp32, before rounding). */
     void (*softmax_rows_bf16)(int rows, int cols, const float *S, int lds, float c, float *m, float *l, float *alpha,
                               uint32_t *P, int ldp);
+    /* dst[r·ldd + w] = (bf16 src[r][2w], bf16 src[r][2w+1]) for 2w < cols (odd cols: the last word pairs with 0):
+     * fp32 rows as the A operand of gemm_bf16 (pairs along the row). */
+    void (*rows_f32_bf16)(int rows, int cols, const float *src, int lds, uint32_t *dst, int ldd);
 } fa_cpu_kernels;
 
 /* The best table this CPU supports. FA_CPU_ISA=scalar|avx2|avx512|amx in the environment caps it (for tests).

@@ -185,10 +185,23 @@ static inline void port_softmax_rows_bf16(int rows, int cols, const float *S, in
     }
 }
 
+static inline void port_rows_f32_bf16(int rows, int cols, const float *src, int lds, uint32_t *dst, int ldd) {
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j += 2) {
+            float b0 = fa_port_bf16(src[(ptrdiff_t)r * lds + j]);
+            float b1 = j + 1 < cols ? fa_port_bf16(src[(ptrdiff_t)r * lds + j + 1]) : 0.0f;
+            uint32_t u0, u1;
+            memcpy(&u0, &b0, 4);
+            memcpy(&u1, &b1, 4);
+            dst[(ptrdiff_t)r * ldd + j / 2] = (u0 >> 16) | (u1 & 0xffff0000u);
+        }
+}
+
 /* Initialiser lines for the entries a table takes from this header: the bf16 ones, and all. */
 #define FA_PORTABLE_BF16_ENTRIES                                                                              \
     .gemm_bf16 = port_gemm_bf16, .pack_t32 = port_pack_t32, .pairs_f32_bf16 = port_pairs_f32_bf16,          \
-    .pairs_bf16 = port_pairs_bf16, .softmax_rows_bf16 = port_softmax_rows_bf16
+    .pairs_bf16 = port_pairs_bf16, .softmax_rows_bf16 = port_softmax_rows_bf16,                              \
+    .rows_f32_bf16 = port_rows_f32_bf16
 #define FA_PORTABLE_ENTRIES                                                                                   \
     .pack_t = port_pack_t, .softmax_step_t = port_softmax_step_t, .exp_rows = port_exp_rows,               \
     .ds_rows = port_ds_rows, .scale_rows = port_scale_rows, FA_PORTABLE_BF16_ENTRIES

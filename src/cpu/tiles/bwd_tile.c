@@ -4,9 +4,10 @@
 
 #include <string.h>
 
-void fa_cpu_bwd_tiles_layout(fa_arena *a, int d, int br, int bc, int with_o, fa_cpu_bwd_tiles *t) {
+void fa_cpu_bwd_tiles_layout(fa_arena *a, int d, int br, int bc, int with_o, int bf16, fa_cpu_bwd_tiles *t) {
     const size_t q = (size_t)br * d, k = (size_t)bc * d;
     t->ldt = fa_pad16(bc);
+    t->ldr = (br + 1) & ~1;
     t->Qi = fa_take_f32(a, q);
     t->dOi = fa_take_f32(a, q);
     t->Oi = with_o ? fa_take_f32(a, q) : NULL;
@@ -21,6 +22,20 @@ void fa_cpu_bwd_tiles_layout(fa_arena *a, int d, int br, int bc, int with_o, fa_
     t->dP = fa_take_f32(a, (size_t)br * t->ldt);
     t->lse_i = fa_take_f32(a, (size_t)br);
     t->D_i = fa_take_f32(a, (size_t)br);
+    t->Qw = t->dOw = t->Qp = t->dOp = t->KT2 = t->VT2 = t->Kp2 = t->Tw = t->dSw = NULL;
+    t->T = NULL;
+    if (!bf16) return;
+    const size_t w = sizeof(uint32_t), hr = (size_t)t->ldr / 2, hc = (size_t)(bc + 1) / 2, hd = (size_t)d / 2;
+    t->Qw = fa_arena_take(a, (size_t)br * hd * w, 64);
+    t->dOw = fa_arena_take(a, (size_t)br * hd * w, 64);
+    t->Qp = fa_arena_take(a, hr * d * w, 64);
+    t->dOp = fa_arena_take(a, hr * d * w, 64);
+    t->KT2 = fa_arena_take(a, hd * t->ldt * w, 64);
+    t->VT2 = fa_arena_take(a, hd * t->ldt * w, 64);
+    t->Kp2 = fa_arena_take(a, hc * d * w, 64);
+    t->T = fa_take_f32(a, (size_t)t->ldt * t->ldr);
+    t->Tw = fa_arena_take(a, (size_t)t->ldt * hr * w, 64);
+    t->dSw = fa_arena_take(a, (size_t)br * (t->ldt / 2) * w, 64);
 }
 
 void fa_cpu_bwd_kv_begin(const fa_problem *p, const fa_cpu_kernels *kr, const fa_head *hd, int64_t j0, int cols,
@@ -31,6 +46,11 @@ void fa_cpu_bwd_kv_begin(const fa_problem *p, const fa_cpu_kernels *kr, const fa
     fa_tile_load(t->Vj, d, (const char *)hd->v + j0 * hd->ldv * es, p->dtype, hd->ldv, cols, d, io);
     kr->pack_t(cols, d, t->Kj, d, t->KjT, t->ldt, 1.0f);
     kr->pack_t(cols, d, t->Vj, d, t->VjT, t->ldt, 1.0f);
+    if (t->Qw) { /* bf16 tiles: Kjᵀ, Vjᵀ paired along d, Kj paired along keys (exact: the values are bf16) */
+        kr->pairs_f32_bf16(d, cols, t->KjT, t->ldt, t->KT2, t->ldt);
+        kr->pairs_f32_bf16(d, cols, t->VjT, t->ldt, t->VT2, t->ldt);
+        kr->pairs_f32_bf16(cols, d, t->Kj, d, t->Kp2, d);
+    }
     memset(t->dKj, 0, (size_t)cols * d * 4);
     memset(t->dVj, 0, (size_t)cols * d * 4);
 }
@@ -113,11 +133,57 @@ static void tile(const fa_problem *p, const fa_cpu_kernels *kr, int64_t sq, int6
     kr->gemm_nn(cols, d, rows, dP, 1, ldt, t->Qi, d, t->dKj, d, 1);             /* dKj += dSᵀ Qi */
 }
 
+/* The tile step on bf16 tiles (AMX): the five products of tile() with bf16 operands and fp32 accumulation. Qi, dOi,
+ * Kj, Vj are exact in bf16 (bf16 storage); P and dS are rounded to bf16 for the products that take them, as in the
+ * forward's P Vj. Pᵀ and dSᵀ are transposed in fp32, then paired along their rows. */
+static void tile_bf16(const fa_problem *p, const fa_cpu_kernels *kr, int64_t sq, int64_t sk, int64_t i0, int rows,
+                      int64_t j0, int cols, const fa_cpu_bwd_tiles *t) {
+    const int d = (int)p->d, dp = d / 2, ldt = t->ldt, ldr = t->ldr, hr = (rows + 1) / 2, hc = (cols + 1) / 2;
+    float *S = t->S, *dP = t->dP;
+    float sub[512];
+    kr->rows_f32_bf16(rows, d, t->Qi, d, t->Qw, dp);
+    kr->gemm_bf16(rows, cols, dp, t->Qw, dp, 1, t->KT2, ldt, S, ldt, 0);        /* S = Qi Kjᵀ (raw) */
+    if (fa_cpu_tile_needs_mask(p, sq, sk, i0, rows, j0, cols)) {
+        const float masked = p->scale < 0 ? INFINITY : -INFINITY; /* scale·masked = −∞ */
+        int64_t vis = 0;
+        for (int r = 0; r < rows; r++) {
+            int64_t lo, hi;
+            int c0, c1;
+            fa_key_range(p, sq, sk, i0 + r, &lo, &hi);
+            fa_cpu_tile_cols(lo, hi, j0, cols, &c0, &c1);
+            float *s = S + (int64_t)r * ldt;
+            for (int c = 0; c < c0; c++) s[c] = masked;
+            for (int c = c1; c < cols; c++) s[c] = masked;
+            vis += c1 - c0;
+        }
+        if (vis == 0) return;
+    }
+    for (int r0 = 0; r0 < rows; r0 += 512) {                                   /* P = exp(scale·S − LSE) */
+        const int n = rows - r0 < 512 ? rows - r0 : 512;
+        for (int r = 0; r < n; r++) sub[r] = t->lse_i[r0 + r] == -INFINITY ? INFINITY : t->lse_i[r0 + r];
+        kr->exp_rows(n, cols, S + (int64_t)r0 * ldt, ldt, p->scale, sub);
+    }
+    kr->pack_t(rows, cols, S, ldt, t->T, ldr, 1.0f);                            /* Pᵀ */
+    kr->rows_f32_bf16(cols, rows, t->T, ldr, t->Tw, ldr / 2);
+    kr->pairs_f32_bf16(rows, d, t->dOi, d, t->dOp, d);
+    kr->gemm_bf16(cols, d, hr, t->Tw, ldr / 2, 1, t->dOp, d, t->dVj, d, 1);     /* dVj += Pᵀ dOi */
+    kr->rows_f32_bf16(rows, d, t->dOi, d, t->dOw, dp);
+    kr->gemm_bf16(rows, cols, dp, t->dOw, dp, 1, t->VT2, ldt, dP, ldt, 0);      /* dP = dOi Vjᵀ */
+    kr->ds_rows(rows, cols, S, ldt, dP, ldt, t->D_i, p->scale);                 /* dS = scale·P ∘ (dP − Di) */
+    kr->rows_f32_bf16(rows, cols, dP, ldt, t->dSw, ldt / 2);
+    kr->gemm_bf16(rows, d, hc, t->dSw, ldt / 2, 1, t->Kp2, d, t->dQi, d, 1);    /* dQi += dS Kj */
+    kr->pack_t(rows, cols, dP, ldt, t->T, ldr, 1.0f);                           /* dSᵀ */
+    kr->rows_f32_bf16(cols, rows, t->T, ldr, t->Tw, ldr / 2);
+    kr->pairs_f32_bf16(rows, d, t->Qi, d, t->Qp, d);
+    kr->gemm_bf16(cols, d, hr, t->Tw, ldr / 2, 1, t->Qp, d, t->dKj, d, 1);      /* dKj += dSᵀ Qi */
+}
+
 void fa_cpu_bwd_step(const fa_problem *p, const fa_cpu_kernels *kr, int64_t sq, int64_t sk, int64_t i0, int rows,
                      int64_t j0, int cols, float *dq, int64_t ld_dq, const fa_cpu_bwd_tiles *t, fa_io *io) {
     const int d = (int)p->d;
     fa_tile_load(t->dQi, d, dq, FA_DTYPE_F32, ld_dq, rows, d, io);
     if (p->softcap > 0) tile_softcap(p, kr, sq, sk, i0, rows, j0, cols, t);
+    else if (t->Qw) tile_bf16(p, kr, sq, sk, i0, rows, j0, cols, t);
     else tile(p, kr, sq, sk, i0, rows, j0, cols, t);
     fa_tile_store(dq, FA_DTYPE_F32, ld_dq, t->dQi, d, rows, d, io);
 }

@@ -37,6 +37,20 @@ void fa_tile_load(float *dst, int ld_dst, const void *src, fa_dtype dt, int64_t 
     io->read += (int64_t)rows * cols * (int64_t)fa_dtype_size(dt);
 }
 
+void fa_tile_load_max(float *dst, int ld_dst, const void *src, fa_dtype dt, int64_t ld_src, int rows, int cols,
+                      fa_io *io, uint32_t *maxbits) {
+    fa_tile_load(dst, ld_dst, src, dt, ld_src, rows, cols, io);
+    uint32_t mx = *maxbits; /* |x| orders as its bits with the sign cleared; NaN and inf sit above every finite */
+    for (int r = 0; r < rows; r++) {
+        const uint32_t *row = (const uint32_t *)(const void *)(dst + (int64_t)r * ld_dst);
+        for (int c = 0; c < cols; c++) {
+            const uint32_t a = row[c] & 0x7fffffffu;
+            mx = a > mx ? a : mx;
+        }
+    }
+    *maxbits = mx;
+}
+
 void fa_tile_store(void *dst, fa_dtype dt, int64_t ld_dst, const float *src, int ld_src, int rows, int cols, fa_io *io) {
     const size_t es = fa_dtype_size(dt);
     /* in unsigned arithmetic: a one-row view may have any stride (2^62 included); rows > 1 fit by validation */

@@ -8,13 +8,20 @@
 
 #include <stdint.h>
 
+/* scanned, unscanned_ok: a run whose tile loads bounded every input it read (fa_tile_load_max) sets scanned and
+ * counts in uncertified the work items whose bounds did not certify the fp32 result; with scanned and none
+ * uncertified the numerics contract needs no scan of its own (cpu.h, fa_cpu_contract). */
 typedef struct fa_io {
     int64_t read, written;
-    char pad[48]; /* one counter pair per cache line: threads keep their own */
+    int32_t scanned, uncertified;
+    char pad[40]; /* one counter set per cache line: threads keep their own */
 } fa_io;
 
 /* dst[r][c] = (float) src[r · ld_src + c] for r < rows, c < cols; ld_dst/ld_src in elements. */
 void fa_tile_load(float *dst, int ld_dst, const void *src, fa_dtype dt, int64_t ld_src, int rows, int cols, fa_io *io);
+/* fa_tile_load, and *maxbits = max(*maxbits, the fp32 bits of max |dst|): ≥ 0x7f800000 when an element is NaN/inf. */
+void fa_tile_load_max(float *dst, int ld_dst, const void *src, fa_dtype dt, int64_t ld_src, int rows, int cols,
+                      fa_io *io, uint32_t *maxbits);
 /* dst[r · ld_dst + c] = src[r][c] rounded to dt. */
 void fa_tile_store(void *dst, fa_dtype dt, int64_t ld_dst, const float *src, int ld_src, int rows, int cols, fa_io *io);
 /* Vectors of fp32 state in slow memory (ℓ, m, LSE, D). */

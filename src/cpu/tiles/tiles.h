@@ -70,15 +70,24 @@ static inline float fa_cpu_rowdot(int n, const float *a, const float *b) {
 /* ---- backward (FLASH1 and FLASH2) ---- */
 
 /* A thread's fast tiles for the backward: Br x d rows, Bc x d K/V rows, d x pad16(Bc) packed Kjᵀ Vjᵀ, Br x
- * pad16(Bc) S and dP, Br-vectors. Oi only where D is recomputed per tile (FLASH1). */
+ * pad16(Bc) S and dP, Br-vectors. Oi only where D is recomputed per tile (FLASH1). With bf16 tiles (bf16 = 1) also
+ * the operands of the five products as words of two bf16: A operands row-major (pairs along the row), B operands
+ * as pairs of rows; NULL otherwise. */
 typedef struct fa_cpu_bwd_tiles {
     int ldt;                          /* pad16(Bc): row stride of KjT, VjT, S, dP */
+    int ldr;                          /* Br rounded up to even: row stride of the transposed P and dS */
     float *Qi, *dOi, *dQi, *Oi;
     float *Kj, *Vj, *dKj, *dVj, *KjT, *VjT;
     float *S, *dP, *lse_i, *D_i;
+    uint32_t *Qw, *dOw;               /* [Br][d/2]: Qi, dOi rows */
+    uint32_t *Qp, *dOp;               /* [Br/2][d]: Qi, dOi row pairs */
+    uint32_t *KT2, *VT2;              /* [d/2][ldt]: Kjᵀ, Vjᵀ row pairs (pairs along d) */
+    uint32_t *Kp2;                    /* [Bc/2][d]: Kj row pairs */
+    float *T;                         /* [ldt][ldr]: Pᵀ or dSᵀ in fp32 */
+    uint32_t *Tw, *dSw;               /* [ldt][ldr/2]: Pᵀ or dSᵀ rows; [Br][ldt/2]: dS rows */
 } fa_cpu_bwd_tiles;
 
-void fa_cpu_bwd_tiles_layout(fa_arena *a, int d, int br, int bc, int with_o, fa_cpu_bwd_tiles *t);
+void fa_cpu_bwd_tiles_layout(fa_arena *a, int d, int br, int bc, int with_o, int bf16, fa_cpu_bwd_tiles *t);
 
 /* Start K/V block j: load Kj, Vj (cols keys from j0), pack Kjᵀ, Vjᵀ once, zero dKj, dVj. */
 void fa_cpu_bwd_kv_begin(const fa_problem *p, const fa_cpu_kernels *kr, const fa_head *hd, int64_t j0, int cols,

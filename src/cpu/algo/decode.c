@@ -334,7 +334,8 @@ fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *
         item(p, plan, attend, &t, &w, it / (groups * ns), it / ns % groups * hpi, hpi, (int)(it % ns), &w.w.io[th]);
     }
     if (ns > 1) merge_splits(p, plan, &w, plan->threads);
-    fa_io io = {0, 0, {0}};
+    fa_io io;
+    memset(&io, 0, sizeof io);
     fa_cpu_ws_total(&w.w, &io);
     const int64_t e = (int64_t)fa_dtype_size(p->dtype), rowb = p->d * e;
     const int64_t new_rows = p->batch * p->sq;

@@ -15,5 +15,5 @@ if "torch" in sys.modules:
     from . import _torch, _torch_kvcache  # noqa: F401  (register torch.ops.flashattn)
 
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "merge_states", "backward",
-           "last_stats", "version", "FlashAttnError", "InvalidArgumentError", "UnsupportedError", "OutOfMemoryError", "BackendUnavailableError", "DeviceError",
-           "InternalError"]
+           "last_stats", "version", "FlashAttnError", "InvalidArgumentError", "UnsupportedError", "OutOfMemoryError",
+           "BackendUnavailableError", "DeviceError", "InternalError"]

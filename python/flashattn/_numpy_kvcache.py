@@ -7,7 +7,7 @@ from ._numpy import _arg
 
 
 def _index(a, name, ndim, batch=None):
-    ok = isinstance(a, np.ndarray) and a.dtype == np.int32 and a.ndim == ndim and a.strides[-1] == 4
+    ok = isinstance(a, np.ndarray) and a.ndim == ndim and a.dtype == np.int32 and a.strides[-1] == 4
     _kvcache.check_index(ok, getattr(a, "shape", ()), name, ndim, batch)
     return a.ctypes.data
 

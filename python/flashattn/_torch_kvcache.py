@@ -5,37 +5,41 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _kvcache
+from . import _capi, _kvcache
 from ._torch import _context, _plain_eager, _view
 
 
-def _index(t, name, ndim, batch=None, device=None):
-    ok = t.dtype == torch.int32 and t.device == device and t.stride(-1) == 1
+def _index(t, name, ndim, batch=None):
+    """An int32 index tensor's address (its device was checked with the others)."""
+    ok = t.dim() == ndim and t.dtype == torch.int32 and t.stride(-1) == 1
     _kvcache.check_index(ok, t.shape, name, ndim, batch)
     return t.data_ptr()
 
 
 def _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
          softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits):
-    named = [("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v), ("rotary_cos", rotary_cos),
+    named = (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v), ("rotary_cos", rotary_cos),
              ("rotary_sin", rotary_sin), ("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
-             ("block_table", block_table)]
-    ctx = _context(q, [(n, t) for n, t in named if t is not None])
+             ("block_table", block_table))
+    if q.is_cpu and all(t is None or t.is_cpu for _, t in named):
+        ctx = _capi.context(_capi.BACKEND_CPU, 0)
+    else:
+        ctx = _context(q, [(n, t) for n, t in named if t is not None])
     if q.dim() != 4:
         raise _kvcache.invalid(f"q: expected a 4-d [batch, seqlen_q, heads, head_dim] tensor, got shape "
                                f"{tuple(q.shape)}")
     _kvcache.check_pairs(k, v, rotary_cos, rotary_sin, causal, (window_left, window_right), q.shape[1])
     batch, dev = q.shape[0], q.device
     if block_table is not None:
-        table = _index(block_table, "block_table", 2, device=dev)
+        table = _index(block_table, "block_table", 2)
         max_pages, table_stride, rows = block_table.shape[1], block_table.stride(0), block_table.shape[0]
         capacity = max_pages * k_cache.shape[1]
     else:
         table, max_pages, table_stride, rows, capacity = 0, 0, 0, 0, k_cache.shape[1]
     if cache_seqlens is None:  # flash-attn: every sequence fills its whole cache
         cache_seqlens = torch.full((batch,), capacity, dtype=torch.int32, device=dev)
-    seqlens = _index(cache_seqlens, "cache_seqlens", 1, batch, dev)
-    idx = 0 if cache_batch_idx is None else _index(cache_batch_idx, "cache_batch_idx", 1, batch, dev)
+    seqlens = _index(cache_seqlens, "cache_seqlens", 1, batch)
+    idx = 0 if cache_batch_idx is None else _index(cache_batch_idx, "cache_batch_idx", 1, batch)
     cos = sin = rot_seqlen = rot_dim = 0
     if rotary_cos is not None:
         ok = all(t.dtype == torch.float32 and t.is_contiguous() for t in (rotary_cos, rotary_sin))

@@ -252,6 +252,10 @@ def test_errors():
         call(q, kc, vc, k, v, cache_seqlens=seqlens.long())
     with pytest.raises(flashattn.InvalidArgumentError, match="cache_seqlens"):
         call(q, kc, vc, k, v, cache_seqlens=torch.tensor([1, 2, 3], dtype=torch.int32))
+    with pytest.raises(flashattn.InvalidArgumentError, match="cache_seqlens"):
+        call(q, kc, vc, k, v, cache_seqlens=torch.tensor(1, dtype=torch.int32))
+    with pytest.raises(flashattn.InvalidArgumentError, match="one device"):
+        call(q, kc, vc, k, v, cache_seqlens=seqlens.to("meta"))
     with pytest.raises(flashattn.InvalidArgumentError, match="k and v"):
         call(q, kc, vc, k, None, cache_seqlens=seqlens)
     with pytest.raises(flashattn.InvalidArgumentError, match="block_table"):

@@ -79,7 +79,8 @@ class InternalError(FlashAttnError, RuntimeError):
     pass
 
 
-_ext.init(*(ctypes.cast(f, _P).value for f in (lib.fa_attn_opts_init, lib.fa_forward, lib.fa_backward)),
+_ext.init(*(ctypes.cast(f, _P).value for f in (lib.fa_attn_opts_init, lib.fa_forward, lib.fa_backward,
+                                                lib.fa_kv_opts_init, lib.fa_forward_kvcache, lib.fa_merge_states)),
           InvalidArgumentError, UnsupportedError)
 
 _ERRORS = {ERR_INVALID_ARGUMENT: InvalidArgumentError, ERR_UNSUPPORTED: UnsupportedError,
@@ -137,6 +138,17 @@ class Context:
 
     def backward(self, opts, q, k, v, out, lse, dout, dq, dk, dv):
         st = _ext.backward(self.handle, opts, q, k, v, out, lse, dout, dq, dk, dv)
+        if st:
+            self.fail(st)
+
+    def kvcache(self, opts, kv, q, k_cache, v_cache, k, v, out, lse):
+        """kv as _ext.kvcache takes it; k, v None when nothing is appended; lse an address (0 = none)."""
+        st = _ext.kvcache(self.handle, opts, kv, q, k_cache, v_cache, k, v, out, lse)
+        if st:
+            self.fail(st)
+
+    def merge(self, outs, lses, out, lse):
+        st = _ext.merge(self.handle, outs, lses, out, lse)
         if st:
             self.fail(st)
 

@@ -1,6 +1,6 @@
 /* The hot call from Python: tensors to fa_tensor views and one fa_forward/fa_backward, in C (ctypes spent ~15 µs
  * per call here; docs/python.md has the measurement). The module links nothing: _capi.py loads libflashattn with
- * ctypes and hands over the two entry points, so the C library exists once in the process. No torch headers:
+ * ctypes and hands over the entry points, so the C library exists once in the process. No torch headers:
  * torch tensors arrive as (data_ptr, dtype, shape, strides) tuples, numpy arrays through the buffer protocol. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -16,10 +16,17 @@ typedef fa_status (*bwd_fn)(fa_context *, const fa_attn_opts *, const fa_tensor 
                             const fa_tensor *, const fa_tensor *);
 
 typedef fa_status (*opts_init_fn)(fa_attn_opts *, size_t);
+typedef fa_status (*kv_opts_init_fn)(fa_kv_opts *, size_t);
+typedef fa_status (*kvcache_fn)(fa_context *, const fa_attn_opts *, const fa_kv_opts *, const fa_tensor *,
+                                const fa_kvcache *, const fa_tensor *, const fa_tensor *, const fa_tensor *, float *);
+typedef fa_status (*merge_fn)(fa_context *, int, const fa_tensor *, const float *const *, const fa_tensor *, float *);
 
 static opts_init_fn g_opts_init;
 static fwd_fn g_forward;
 static bwd_fn g_backward;
+static kv_opts_init_fn g_kv_opts_init;
+static kvcache_fn g_kvcache;
+static merge_fn g_merge;
 static PyObject *g_invalid, *g_unsupported; /* flashattn.InvalidArgumentError, flashattn.UnsupportedError */
 
 static int fail(fa_status status, const char *fmt, const char *name, long long value) {
@@ -143,6 +150,111 @@ done:
     return rc < 0 ? NULL : PyLong_FromLong((long)st);
 }
 
+/* kv: (seqlens, block_table, max_pages, block_table_stride, batch_idx, cache_rows, num_splits, rotary_cos,
+ * rotary_sin, rotary_seqlen, rotary_dim, rotary_interleaved); every array as an address (0 = NULL). */
+static int get_kv(PyObject *o, fa_kvcache *c, fa_kv_opts *kv) {
+    unsigned long long seqlens, table, idx, cos, sin;
+    g_kv_opts_init(kv, sizeof *kv);
+    if (!PyArg_ParseTuple(o, "KKLLKLiKKLii", &seqlens, &table, &c->max_pages, &c->block_table_stride, &idx,
+                          &c->cache_rows, &kv->num_splits, &cos, &sin, &kv->rotary_seqlen, &kv->rotary_dim,
+                          &kv->rotary_interleaved))
+        return -1;
+    c->seqlens = (const int32_t *)(uintptr_t)seqlens;
+    c->block_table = (const int32_t *)(uintptr_t)table;
+    c->batch_idx = (const int32_t *)(uintptr_t)idx;
+    kv->rotary_cos = (const float *)(uintptr_t)cos;
+    kv->rotary_sin = (const float *)(uintptr_t)sin;
+    return 0;
+}
+
+/* kvcache(ctx, opts, kv, q, k_cache, v_cache, k_new or None, v_new or None, out, lse address) -> fa_status */
+static PyObject *py_kvcache(PyObject *self, PyObject *args) {
+    (void)self;
+    enum { NT = 6 };
+    static const char *names[NT] = {"q", "k_cache", "v_cache", "k", "v", "out"};
+    PyObject *obj[NT], *opts_obj, *kv_obj;
+    unsigned long long ctx, lse;
+    fa_attn_opts opts;
+    fa_kv_opts kv;
+    fa_kvcache cache = {0};
+    fa_tensor t[NT];
+    Py_buffer buf[NT];
+    int got = 0, rc = -1;
+    fa_status st = FA_OK;
+    if (!PyArg_ParseTuple(args, "KOOOOOOOOK", &ctx, &opts_obj, &kv_obj, &obj[0], &obj[1], &obj[2], &obj[3],
+                          &obj[4], &obj[5], &lse))
+        return NULL;
+    if (get_opts(opts_obj, &opts) < 0 || get_kv(kv_obj, &cache, &kv) < 0) return NULL;
+    const int append = obj[3] != Py_None;
+    for (; got < NT; got++) {
+        buf[got].obj = NULL;
+        if (obj[got] == Py_None) continue;
+        if (get_view(obj[got], names[got], got == 5 || (append && (got == 1 || got == 2)), &t[got], &buf[got]) < 0) {
+            if (buf[got].obj) PyBuffer_Release(&buf[got]);
+            goto done;
+        }
+    }
+    cache.k = t[1];
+    cache.v = t[2];
+    Py_BEGIN_ALLOW_THREADS
+    st = g_kvcache((fa_context *)(uintptr_t)ctx, &opts, &kv, &t[0], &cache, append ? &t[3] : NULL,
+                   obj[4] != Py_None ? &t[4] : NULL, &t[5], (float *)(uintptr_t)lse);
+    Py_END_ALLOW_THREADS
+    rc = 0;
+done:
+    for (int i = 0; i < got; i++)
+        if (buf[i].obj) PyBuffer_Release(&buf[i]);
+    return rc < 0 ? NULL : PyLong_FromLong((long)st);
+}
+
+/* merge(ctx, outs sequence, lse addresses sequence, out, lse address) -> fa_status */
+static PyObject *py_merge(PyObject *self, PyObject *args) {
+    (void)self;
+    enum { MAXN = 32 };
+    PyObject *outs_obj, *lses_obj, *out_obj;
+    unsigned long long ctx, lse;
+    fa_tensor t[MAXN], out;
+    Py_buffer buf[MAXN], out_buf = {0};
+    const float *lses[MAXN];
+    int got = 0, rc = -1;
+    fa_status st = FA_OK;
+    if (!PyArg_ParseTuple(args, "KOOOK", &ctx, &outs_obj, &lses_obj, &out_obj, &lse)) return NULL;
+    Py_ssize_t n = PySequence_Size(outs_obj);
+    if (n < 0) return NULL;
+    if (n < 1 || n > MAXN || PySequence_Size(lses_obj) != n) {
+        fail(FA_ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: %s: expected 1..32 states with one lse each, got %lld",
+             "outs", (long long)n);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PySequence_GetItem(lses_obj, i);
+        if (!a) return NULL;
+        lses[i] = (const float *)PyLong_AsVoidPtr(a);
+        Py_DECREF(a);
+        if (PyErr_Occurred()) return NULL;
+    }
+    for (; got < n; got++) {
+        PyObject *a = PySequence_GetItem(outs_obj, got);
+        if (!a) goto done;
+        int bad = get_view(a, "outs", 0, &t[got], &buf[got]);
+        Py_DECREF(a);
+        if (bad < 0) {
+            if (buf[got].obj) PyBuffer_Release(&buf[got]);
+            goto done;
+        }
+    }
+    if (get_view(out_obj, "out", 1, &out, &out_buf) < 0) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    st = g_merge((fa_context *)(uintptr_t)ctx, (int)n, t, lses, &out, (float *)(uintptr_t)lse);
+    Py_END_ALLOW_THREADS
+    rc = 0;
+done:
+    for (int i = 0; i < got; i++)
+        if (buf[i].obj) PyBuffer_Release(&buf[i]);
+    if (out_buf.obj) PyBuffer_Release(&out_buf);
+    return rc < 0 ? NULL : PyLong_FromLong((long)st);
+}
+
 static PyObject *py_forward(PyObject *self, PyObject *args) {
     (void)self;
     return run(args, 0);
@@ -155,12 +267,15 @@ static PyObject *py_backward(PyObject *self, PyObject *args) {
 
 static PyObject *py_init(PyObject *self, PyObject *args) {
     (void)self;
-    unsigned long long i, f, b;
+    unsigned long long i, f, b, ki, kc, m;
     PyObject *invalid, *unsupported;
-    if (!PyArg_ParseTuple(args, "KKKOO", &i, &f, &b, &invalid, &unsupported)) return NULL;
+    if (!PyArg_ParseTuple(args, "KKKKKKOO", &i, &f, &b, &ki, &kc, &m, &invalid, &unsupported)) return NULL;
     g_opts_init = (opts_init_fn)(uintptr_t)i;
     g_forward = (fwd_fn)(uintptr_t)f;
     g_backward = (bwd_fn)(uintptr_t)b;
+    g_kv_opts_init = (kv_opts_init_fn)(uintptr_t)ki;
+    g_kvcache = (kvcache_fn)(uintptr_t)kc;
+    g_merge = (merge_fn)(uintptr_t)m;
     Py_XSETREF(g_invalid, Py_NewRef(invalid));
     Py_XSETREF(g_unsupported, Py_NewRef(unsupported));
     Py_RETURN_NONE;
@@ -168,10 +283,14 @@ static PyObject *py_init(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"init", py_init, METH_VARARGS,
-     "init(addresses of fa_attn_opts_init, fa_forward, fa_backward; InvalidArgumentError, UnsupportedError)"},
+     "init(addresses of fa_attn_opts_init, fa_forward, fa_backward, fa_kv_opts_init, fa_forward_kvcache, "
+     "fa_merge_states; InvalidArgumentError, UnsupportedError)"},
     {"forward", py_forward, METH_VARARGS, "forward(ctx, opts, q, k, v, out, lse address or array) -> fa_status"},
     {"backward", py_backward, METH_VARARGS,
      "backward(ctx, opts, q, k, v, out, lse address or array, dout, dq, dk, dv) -> fa_status"},
+    {"kvcache", py_kvcache, METH_VARARGS,
+     "kvcache(ctx, opts, kv, q, k_cache, v_cache, k or None, v or None, out, lse address) -> fa_status"},
+    {"merge", py_merge, METH_VARARGS, "merge(ctx, outs, lse addresses, out, lse address) -> fa_status"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ext", NULL, -1, methods, NULL, NULL, NULL, NULL};

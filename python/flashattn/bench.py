@@ -84,6 +84,17 @@ def _overhead(reps=3000):
             lambda: torch.ops.flashattn.fwd(qt, qt, qt, None, None, 0.0, False, -1, -1, 0.0, 0, False))))
         rows.append(("torch SDPA, no grad", best(lambda: F.scaled_dot_product_attention(qt, qt, qt))))
     rows.append(("flash_attn_func, torch, q requires grad", best(lambda: flashattn.flash_attn_func(qg, qt, qt))))
+    # decoding: one query row against q's 16 rows as the cache (nothing appended)
+    q1, l1, seqlens = q[:, :1].copy(), np.empty((1, 1, 1), np.float32), np.array([16], np.int32)
+    o1 = np.empty_like(q1)
+    kv = (seqlens.ctypes.data, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1)
+    q1t, st = torch.from_numpy(q1), torch.from_numpy(seqlens)
+    rows += [("decode: C call (_ext.kvcache, outputs preallocated)",
+              best(lambda: _ext.kvcache(ctx.handle, opts, kv, q1, q, q, None, None, o1, l1.ctypes.data))),
+             ("decode: flash_attn_with_kvcache, numpy",
+              best(lambda: flashattn.flash_attn_with_kvcache(q1, q, q, cache_seqlens=seqlens))),
+             ("decode: flash_attn_with_kvcache, torch",
+              best(lambda: flashattn.flash_attn_with_kvcache(q1t, qt, qt, cache_seqlens=st)))]
     return rows
 
 
@@ -119,7 +130,8 @@ def main(argv=None):
                           f"{int(causal)} | {'fwd+bwd' if backward else 'fwd'} | {kernel} | {t_ours:.3f} | "
                           f"{t_sdpa:.3f} | {t_sdpa / t_ours:.2f} |")
     if not a.no_overhead:
-        print("\nper call, [1, 16, 1, 64] fp32 forward on the CPU (thread CPU time, best of 5 runs):")
+        print("\nper call, [1, 16, 1, 64] fp32 forward (decode: [1, 1, 1, 64] against 16 cached keys) on the CPU "
+              "(thread CPU time, best of 5 runs):")
         print("| call | us |")
         print("|---|---|")
         for name, us in _overhead():

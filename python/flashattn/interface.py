@@ -52,6 +52,45 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     return _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, return_lse)
 
 
+def _kv_front(q, name):
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(q, torch.Tensor):
+        from . import _torch_kvcache as front
+    else:
+        from . import _numpy_kvcache as front
+    return getattr(front, name)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, block_table=None, softmax_scale=None,
+                            causal=False, window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, num_splits=0,
+                            return_softmax_lse=False):
+    """Decoding against a KV cache, as flash-attn's: q [batch, seqlen_q, heads, head_dim]; k_cache/v_cache
+    [batch_cache, seqlen_cache, kv_heads, head_dim], or paged [num_pages, page_size, kv_heads, head_dim] with
+    block_table int32 [batch, max_pages]. k/v [batch, seqlen_new, kv_heads, head_dim], when given, are written into
+    the cache in place at cache_seqlens (rotated first with rotary_cos/rotary_sin, float32 [seqlen_ro, rotary_dim /
+    2]) and attended to; cache_seqlens (int32 [batch] or an int; None = the whole cache) is not advanced.
+    cache_batch_idx int32 [batch] picks the cache row of each sequence. causal/window are bottom-right aligned over
+    the keys after the append. num_splits 0 = heuristic. Returns out, or (out, lse) with lse float32
+    [batch, heads, seqlen_q]."""
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = _kv_front(q, "full_seqlens")(q, cache_seqlens)
+    left, right = window_size
+    out, lse = _kv_front(q, "kvcache")(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                                       cache_batch_idx, block_table, float(softmax_scale or 0.0), bool(causal),
+                                       int(left), int(right), float(softcap), bool(rotary_interleaved),
+                                       int(num_splits))
+    return (out, lse) if return_softmax_lse else out
+
+
+def merge_states(outs, lses):
+    """Merge attention states of the same queries over disjoint key sets (fa_merge_states): outs n tensors/arrays
+    [batch, seqlen, heads, head_dim] of one dtype, lses their float32 [batch, heads, seqlen] LSEs (1 <= n <= 32).
+    Returns (out, lse) of the union of the key sets."""
+    outs = list(outs)
+    return _kv_front(outs[0] if outs else None, "merge")(outs, lses)
+
+
 def backward(dout, q, k, v, out, lse, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
              deterministic=False, cu_seqlens_q=None, cu_seqlens_k=None, *, algo="auto"):
     """The gradients (dq, dk, dv) for numpy arrays: q, k, v, out, lse as given to / returned by the forward with the

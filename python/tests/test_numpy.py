@@ -86,3 +86,29 @@ def test_without_torch():
             "o = flashattn.flash_attn_func(q, q, q); assert 'torch' not in sys.modules; print(float(o.sum()))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert float(res.stdout) == pytest.approx(12.0)
+
+
+def test_kvcache(rng):
+    q, kc, vc = qkv(rng, 2, 2, 24, 4, 2, 16)
+    kn, vn = kc[:, :2].copy() * 0.5, vc[:, :2].copy() * 0.5
+    seqlens = np.array([3, 20], np.int32)
+    kc0 = kc.copy()
+    out = flashattn.flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=seqlens, causal=True)
+    for b, n in enumerate(seqlens):
+        keys, vals = kc[b, :n + 2], vc[b, :n + 2]
+        assert np.array_equal(keys[n:], kn[b]) and np.array_equal(vals[n:], vn[b])
+        assert np.array_equal(np.delete(kc[b], np.s_[n:n + 2], axis=0), np.delete(kc0[b], np.s_[n:n + 2], axis=0))
+        ref = reference.attention(q[b:b + 1], keys[None], vals[None], causal=True)[0]
+        assert_close(out[b:b + 1], ref, "float32", f"out of sequence {b}")
+
+
+def test_kvcache_without_torch():
+    code = ("import sys, numpy as np, flashattn; q = np.ones((1, 1, 2, 8), np.float32); "
+            "kc = np.zeros((1, 4, 1, 8), np.float32); vc = kc.copy(); "
+            "o = flashattn.flash_attn_with_kvcache(q, kc, vc, q[:, :, :1], q[:, :, :1], cache_seqlens=2); "
+            "assert 'torch' not in sys.modules; print(float(o.sum()), float(kc.sum()))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    # 3 keys: two zero rows, then the ones row appended at key 2 (score 8/sqrt(8)); the cache gains 8 ones
+    o, k = map(float, res.stdout.split())
+    assert k == 8.0
+    assert o == pytest.approx(2 * 8 * (np.exp(8 / np.sqrt(8)) / (2 + np.exp(8 / np.sqrt(8)))), rel=1e-5)

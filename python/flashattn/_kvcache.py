@@ -1,0 +1,44 @@
+"""flash_attn_with_kvcache's argument rules shared by the torch and numpy front ends (docs/python.md)."""
+from . import _capi
+
+
+def invalid(msg):
+    return _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: " + msg)
+
+
+def unsupported(msg):
+    return _capi.UnsupportedError(_capi.ERR_UNSUPPORTED, "FA_ERR_UNSUPPORTED: " + msg)
+
+
+def check_pairs(k, v, rotary_cos, rotary_sin, causal, window_size, seqlen_q):
+    """k/v and the rotary tables come in pairs. flash-attn rotates every query row at cache_seqlens when the call is
+    neither causal nor windowed; the library rotates row i at cache_seqlens + i, so that case is refused."""
+    if (k is None) != (v is None):
+        raise invalid("k and v are given together or not at all")
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise invalid("rotary_cos and rotary_sin are given together or not at all")
+    if rotary_cos is not None and seqlen_q > 1 and not causal and tuple(window_size) == (-1, -1):
+        raise unsupported("rotary with seqlen_q > 1 and neither causal nor a window: flash-attn rotates every query "
+                          "at position cache_seqlens, flashattn rotates query i at cache_seqlens + i")
+
+
+def options(softmax_scale, causal, window_size, softcap):
+    """fa_attn_opts as _ext takes it (algo auto, no varlen)."""
+    return _capi.options(softmax_scale, causal, window_size, softcap, 0, False) + (0, 0, 0)
+
+
+def check_index(ok, shape, name, ndim, batch=None):
+    """An int32 index array: ok says dtype int32, the device of q and a unit last stride."""
+    if not ok or len(shape) != ndim:
+        raise invalid(f"{name}: expected a {ndim}-d int32 array on q's device with contiguous rows, got shape "
+                      f"{tuple(shape)}; flashattn does not cast")
+    if batch is not None and shape[0] != batch:
+        raise invalid(f"{name}: expected {batch} entries (one per sequence of q), got {shape[0]}")
+
+
+def check_rotary(cos_shape, sin_shape, ok, head_dim):
+    """(rotary_seqlen, rotary_dim) of float32 [rotary_seqlen, rotary_dim / 2] tables."""
+    if not ok or len(cos_shape) != 2 or tuple(cos_shape) != tuple(sin_shape):
+        raise invalid(f"rotary_cos/rotary_sin: expected two contiguous float32 [seqlen_ro, rotary_dim / 2] tables of "
+                      f"one shape, got {tuple(cos_shape)} and {tuple(sin_shape)}; flashattn does not cast")
+    return int(cos_shape[0]), 2 * int(cos_shape[1])

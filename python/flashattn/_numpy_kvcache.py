@@ -1,0 +1,69 @@
+"""numpy arrays on the CPU, without torch: flash_attn_with_kvcache (the cache arrays are written in place) and
+merge_states."""
+import numpy as np
+
+from . import _capi, _kvcache
+from ._numpy import _arg
+
+
+def _index(a, name, ndim, batch=None):
+    ok = isinstance(a, np.ndarray) and a.ndim == ndim and a.dtype == np.int32 and a.strides[-1] == 4
+    _kvcache.check_index(ok, getattr(a, "shape", ()), name, ndim, batch)
+    return a.ctypes.data
+
+
+def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
+            softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits):
+    """(out, lse) as the torch front end's, for numpy arrays."""
+    ctx = _capi.context(_capi.BACKEND_CPU, 0)
+    args = [_arg(q, "q"), _arg(k_cache, "k_cache"), _arg(v_cache, "v_cache"),
+            None if k is None else _arg(k, "k"), None if v is None else _arg(v, "v")]
+    if q.ndim != 4:
+        raise _kvcache.invalid(f"q: expected a 4-d [batch, seqlen_q, heads, head_dim] array, got shape {q.shape}")
+    _kvcache.check_pairs(k, v, rotary_cos, rotary_sin, causal, (window_left, window_right), q.shape[1])
+    batch = q.shape[0]
+    if block_table is not None:
+        table = _index(block_table, "block_table", 2)
+        max_pages, table_stride, rows = block_table.shape[1], block_table.strides[0] // 4, block_table.shape[0]
+        capacity = max_pages * k_cache.shape[1]
+    else:
+        table, max_pages, table_stride, rows, capacity = 0, 0, 0, 0, k_cache.shape[1]
+    if cache_seqlens is None:  # flash-attn: every sequence fills its whole cache
+        cache_seqlens = np.full(batch, capacity, dtype=np.int32)
+    seqlens = _index(cache_seqlens, "cache_seqlens", 1, batch)
+    idx = 0 if cache_batch_idx is None else _index(cache_batch_idx, "cache_batch_idx", 1, batch)
+    cos = sin = rot_seqlen = rot_dim = 0
+    if rotary_cos is not None:
+        ok = all(isinstance(t, np.ndarray) and t.dtype == np.float32 and t.flags.c_contiguous
+                 for t in (rotary_cos, rotary_sin))
+        rot_seqlen, rot_dim = _kvcache.check_rotary(np.shape(rotary_cos), np.shape(rotary_sin), ok, q.shape[-1])
+        cos, sin = rotary_cos.ctypes.data, rotary_sin.ctypes.data
+    kv = (seqlens, table, max_pages, table_stride, idx, rows, num_splits, cos, sin, rot_seqlen, rot_dim,
+          int(rotary_interleaved))
+    out = np.empty(q.shape, dtype=q.dtype)
+    lse = np.empty((batch, q.shape[2], q.shape[1]), dtype=np.float32)
+    opts = _kvcache.options(softmax_scale, causal, (window_left, window_right), softcap)
+    ctx.kvcache(opts, kv, *args, _arg(out, "out"), lse.ctypes.data)
+    return out, lse
+
+
+def merge(outs, lses):
+    outs, lses = list(outs), list(lses)
+    if not outs or len(outs) != len(lses):
+        raise _kvcache.invalid(f"merge_states: expected as many lse as outs (1..32), got {len(outs)} and {len(lses)}")
+    o0 = outs[0]
+    if not isinstance(o0, np.ndarray) or o0.ndim != 4:
+        raise _kvcache.invalid("outs[0]: expected a 4-d [batch, seqlen, heads, head_dim] array")
+    shape = (o0.shape[0], o0.shape[2], o0.shape[1])
+    for i, a in enumerate(lses):
+        if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.shape != shape or not a.flags.c_contiguous:
+            raise _kvcache.invalid(f"lses[{i}]: expected a contiguous float32 array of shape {shape}")
+    views = [_arg(a, f"outs[{i}]") for i, a in enumerate(outs)]
+    out = np.empty(o0.shape, dtype=o0.dtype)
+    lse = np.empty(shape, dtype=np.float32)
+    _capi.context(_capi.BACKEND_CPU, 0).merge(views, [a.ctypes.data for a in lses], _arg(out, "out"), lse.ctypes.data)
+    return out, lse
+
+
+def full_seqlens(q, n):
+    return np.full(q.shape[0], n, dtype=np.int32)

@@ -1,0 +1,125 @@
+"""PyTorch: flashattn::fwd_kvcache (appends k/v into the cache in place, declared with mutates_args so
+torch.compile and functionalization see it) and flashattn::merge_states; inference only, no autograd."""
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _capi, _kvcache
+from ._torch import _context, _plain_eager, _view
+
+
+def _index(t, name, ndim, batch=None):
+    """An int32 index tensor's address (its device was checked with the others)."""
+    ok = t.dim() == ndim and t.dtype == torch.int32 and t.stride(-1) == 1
+    _kvcache.check_index(ok, t.shape, name, ndim, batch)
+    return t.data_ptr()
+
+
+def _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
+         softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits):
+    named = (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v), ("rotary_cos", rotary_cos),
+             ("rotary_sin", rotary_sin), ("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
+             ("block_table", block_table))
+    if q.is_cpu and all(t is None or t.is_cpu for _, t in named):
+        ctx = _capi.context(_capi.BACKEND_CPU, 0)
+    else:
+        ctx = _context(q, [(n, t) for n, t in named if t is not None])
+    if q.dim() != 4:
+        raise _kvcache.invalid(f"q: expected a 4-d [batch, seqlen_q, heads, head_dim] tensor, got shape "
+                               f"{tuple(q.shape)}")
+    _kvcache.check_pairs(k, v, rotary_cos, rotary_sin, causal, (window_left, window_right), q.shape[1])
+    batch, dev = q.shape[0], q.device
+    if block_table is not None:
+        table = _index(block_table, "block_table", 2)
+        max_pages, table_stride, rows = block_table.shape[1], block_table.stride(0), block_table.shape[0]
+        capacity = max_pages * k_cache.shape[1]
+    else:
+        table, max_pages, table_stride, rows, capacity = 0, 0, 0, 0, k_cache.shape[1]
+    if cache_seqlens is None:  # flash-attn: every sequence fills its whole cache
+        cache_seqlens = torch.full((batch,), capacity, dtype=torch.int32, device=dev)
+    seqlens = _index(cache_seqlens, "cache_seqlens", 1, batch)
+    idx = 0 if cache_batch_idx is None else _index(cache_batch_idx, "cache_batch_idx", 1, batch)
+    cos = sin = rot_seqlen = rot_dim = 0
+    if rotary_cos is not None:
+        ok = all(t.dtype == torch.float32 and t.is_contiguous() for t in (rotary_cos, rotary_sin))
+        rot_seqlen, rot_dim = _kvcache.check_rotary(rotary_cos.shape, rotary_sin.shape, ok, q.shape[-1])
+        cos, sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
+    kv = (seqlens, table, max_pages, table_stride, idx, rows, num_splits, cos, sin, rot_seqlen, rot_dim,
+          int(rotary_interleaved))
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((batch, q.shape[2], q.shape[1]), dtype=torch.float32, device=dev)
+    opts = _kvcache.options(softmax_scale, causal, (window_left, window_right), softcap)
+    ctx.kvcache(opts, kv, _view(q, "q"), _view(k_cache, "k_cache"), _view(v_cache, "v_cache"),
+                None if k is None else _view(k, "k"), None if v is None else _view(v, "v"), _view(out, "out"),
+                lse.data_ptr())
+    return out, lse
+
+
+@torch.library.custom_op("flashattn::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
+def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor], v: Optional[Tensor],
+                rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], cache_seqlens: Optional[Tensor],
+                cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor], softmax_scale: float, causal: bool,
+                window_left: int, window_right: int, softcap: float, rotary_interleaved: bool,
+                num_splits: int) -> Tuple[Tensor, Tensor]:
+    return _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
+                softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits)
+
+
+@fwd_kvcache.register_fake
+def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table, softmax_scale,
+      causal, window_left, window_right, softcap, rotary_interleaved, num_splits):
+    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+            q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))
+
+
+def kvcache(q, k_cache, v_cache, *args):
+    """(out, lse) for torch tensors; args in fwd_kvcache's order after v_cache."""
+    if _plain_eager(q, k_cache, v_cache):
+        return _run(q, k_cache, v_cache, *args)
+    return fwd_kvcache(q, k_cache, v_cache, *args)
+
+
+def _merge_run(outs, lses):
+    if not outs or len(outs) != len(lses):
+        raise _kvcache.invalid(f"merge_states: expected as many lse as outs (1..32), got {len(outs)} and {len(lses)}")
+    o0 = outs[0]
+    if o0.dim() != 4:
+        raise _kvcache.invalid(f"outs[0]: expected a 4-d [batch, seqlen, heads, head_dim] tensor, got shape "
+                               f"{tuple(o0.shape)}")
+    ctx = _context(o0, [(f"outs[{i}]", t) for i, t in enumerate(outs)] + [(f"lses[{i}]", t) for i, t in
+                                                                        enumerate(lses)])
+    shape = (o0.shape[0], o0.shape[2], o0.shape[1])
+    for i, t in enumerate(lses):
+        if t.dtype != torch.float32 or not t.is_contiguous() or tuple(t.shape) != shape:
+            raise _kvcache.invalid(f"lses[{i}]: expected a contiguous float32 {shape}, got {t.dtype} "
+                                   f"{tuple(t.shape)}")
+    out = torch.empty_like(o0, memory_format=torch.contiguous_format)
+    lse = torch.empty(shape, dtype=torch.float32, device=o0.device)
+    ctx.merge([_view(t, f"outs[{i}]") for i, t in enumerate(outs)], [t.data_ptr() for t in lses], _view(out, "out"),
+              lse.data_ptr())
+    return out, lse
+
+
+@torch.library.custom_op("flashattn::merge_states", mutates_args=())
+def merge_states(outs: List[Tensor], lses: List[Tensor]) -> Tuple[Tensor, Tensor]:
+    return _merge_run(outs, lses)
+
+
+@merge_states.register_fake
+def _(outs, lses):
+    o0 = outs[0]
+    return (torch.empty_like(o0, memory_format=torch.contiguous_format),
+            o0.new_empty((o0.shape[0], o0.shape[2], o0.shape[1]), dtype=torch.float32))
+
+
+def merge(outs, lses):
+    outs, lses = list(outs), list(lses)
+    if outs and all(_plain_eager(t, t, t) for t in outs):
+        return _merge_run(outs, lses)
+    return merge_states(outs, lses)
+
+
+def full_seqlens(q, n):
+    """An int cache_seqlens as the int32 [batch] tensor the library reads, on q's device."""
+    return torch.full((q.shape[0],), n, dtype=torch.int32, device=q.device)

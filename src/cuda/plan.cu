@@ -349,16 +349,28 @@ static fa_status fa_flash3_pick(const fa_cuda_tuning *tu, const fa_problem *p, f
     return FA_OK;
 }
 
-/* STANDARD: cuBLAS's GEMMs over materialised S and P. */
-static fa_status fa_plan_standard(const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
+/* The call's first view (forward: q, k, v, out; backward also dout, dq, dk, dv) that fails ok, with its name; NULL
+ * when every view passes. */
+static const fa_tensor *fa_view_failing(const fa_problem *p, int (*ok)(const fa_tensor *), const char **name) {
     const fa_tensor *ts[8] = {&p->q, &p->k, &p->v, &p->o, &p->dout, &p->dq, &p->dk, &p->dv};
     static const char *names[8] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
     for (int i = 0; i < (p->is_backward ? 8 : 4); ++i)
-        if (!fa_tensor_blas_ok(ts[i]))
-            return fa_unsupported(why, why_len,
-                                  "%s: CUDA FA_ALGO_STANDARD (cuBLAS) needs stride_seq >= head_dim and strides < "
-                                  "2^31 (stride_seq %lld, head_dim %lld)",
-                                  names[i], (long long)ts[i]->stride_seq, (long long)ts[i]->head_dim);
+        if (!ok(ts[i])) {
+            *name = names[i];
+            return ts[i];
+        }
+    return NULL;
+}
+
+/* STANDARD: cuBLAS's GEMMs over materialised S and P. */
+static fa_status fa_plan_standard(const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
+    const char *name;
+    const fa_tensor *t = fa_view_failing(p, fa_tensor_blas_ok, &name);
+    if (t)
+        return fa_unsupported(why, why_len,
+                              "%s: CUDA FA_ALGO_STANDARD (cuBLAS) needs stride_seq >= head_dim and strides < 2^31 "
+                              "(stride_seq %lld, head_dim %lld)",
+                              name, (long long)t->stride_seq, (long long)t->head_dim);
     plan->algo = FA_ALGO_STANDARD;
     plan->kernel = "cuda.standard.cublas"; /* block_q/block_k: cuBLAS picks its own tiles; ignored as on the CPU */
     fa_traffic_standard(p, plan);
@@ -368,8 +380,6 @@ static fa_status fa_plan_standard(const fa_problem *p, fa_plan *plan, char *why,
 /* FLASH1 / FLASH2 (sm80/): 16-bit tensors with 16-byte aligned rows, a built head dim and tile. */
 static fa_status fa_plan_flash(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why,
                                size_t why_len) {
-    const fa_tensor *ts[8] = {&p->q, &p->k, &p->v, &p->o, &p->dout, &p->dq, &p->dk, &p->dv};
-    static const char *names[8] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
     if (p->algo != FA_ALGO_FLASH1 && p->algo != FA_ALGO_FLASH2)
         return fa_unsupported(why, why_len, "algo %s is not implemented on CUDA", fa_algo_name(p->algo));
     if (p->dtype == FA_DTYPE_F32)
@@ -379,12 +389,12 @@ static fa_status fa_plan_flash(const fa_cuda_tuning *tu, const fa_problem *p, fa
                               p->algo == FA_ALGO_FLASH1 ? "FLASH1" : "FLASH2");
     fa_status rc = fa_flash_pick(tu, p, plan, why, why_len);
     if (rc != FA_OK) return rc;
-    for (int i = 0; i < (p->is_backward ? 8 : 4); ++i)
-        if (!fa_tensor_aligned16(ts[i]))
-            return fa_unsupported(why, why_len,
-                                  "%s: CUDA flash kernels need 16-byte aligned rows (data pointer %% 16 == 0 and "
-                                  "every stride a multiple of 8 elements); FA_ALGO_STANDARD takes any layout",
-                                  names[i]);
+    const char *name;
+    if (fa_view_failing(p, fa_tensor_aligned16, &name))
+        return fa_unsupported(why, why_len,
+                              "%s: CUDA flash kernels need 16-byte aligned rows (data pointer %% 16 == 0 and every "
+                              "stride a multiple of 8 elements); FA_ALGO_STANDARD takes any layout",
+                              name);
     if (p->algo == FA_ALGO_FLASH1)
         fa_traffic_flash1(p, plan);
     else

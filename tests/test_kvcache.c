@@ -110,7 +110,9 @@ static void splits(fa_context *ctx) {
                             diff = fmax(diff, fabs(((float *)c->out.mem)[o] - ((float *)first)[o]));
                             ref = fmax(ref, fabs(((float *)first)[o]));
                         }
-            CHECK_MSG(diff <= 2e-6 * ref, "splits %d vs none: max diff %.3e (max|out| %.3e)", ns[i], diff, ref);
+            /* a reordered f32 weighted mean of N(0,1) values: its rounding is a few ulps of max|v| (about 4),
+               not of the mean, so the bound is absolute; a wrong merge is off by 1e-2 or more */
+            CHECK_MSG(diff <= 4e-6, "splits %d vs none: max diff %.3e (max|out| %.3e)", ns[i], diff, ref);
         }
         free(first);
         t_kv_free(c);

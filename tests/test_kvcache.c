@@ -7,6 +7,7 @@
 #include "testlib.h"
 #include "kvcase.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,6 +353,36 @@ static void nonfinite(fa_context *ctx) {
     t_kv_free(c);
 }
 
+/* The numerics contract for finite inputs that overflow the fp32 loop: q·k beyond FLT_MAX (values ~1e37), and
+ * scale/softcap beyond FLT_MAX (scale 1e30 with softcap 1e-30; scale FLT_MAX with softcap 0.5). Every output and
+ * LSE is finite (logits saturate); paged, GQA, splits. */
+static void extremes(fa_context *ctx) {
+    static const float scales[3][2] = {{0, 0}, {1e30f, 1e-30f}, {FLT_MAX, 0.5f}};
+    for (int x = 0; x < 3; x++) {
+        t_kv_spec s = spec(FA_DTYPE_F32, 2, 3, 4, 2, 32, 100, 16);
+        s.append = 1, s.opts.causal = 1, s.kv.num_splits = 3;
+        s.opts.scale = scales[x][0], s.opts.softcap = scales[x][1];
+        t_kv_case *c = t_kv_new(&s, &R);
+        if (x == 0) {
+            float *bufs[4] = {(float *)c->q.t.data, (float *)c->kc, (float *)c->kn.t.data, (float *)c->vc};
+            const size_t n[4] = {(size_t)(2 * 3 * 4 * 32), c->cache_bytes / 4, (size_t)(2 * 3 * 2 * 32), c->cache_bytes / 4};
+            for (int b = 0; b < 4; b++)
+                for (size_t i = 0; i < n[b]; i++) bufs[b][i] *= 1e37f;
+        }
+        snprintf(t_case_label, sizeof t_case_label, "extremes %d: scale %g softcap %g", x, s.opts.scale, s.opts.softcap);
+        fa_kvcache kc = t_kv_cache(c, c->kc, c->vc, c->seqlens, c->block_table, NULL);
+        const fa_kv_opts ko = t_kv_opts(c, NULL, NULL);
+        CHECK_STATUS(fa_forward_kvcache(ctx, &s.opts, &ko, &c->q.t, &kc, &c->kn.t, &c->vn.t, &c->out.t, c->lse), FA_OK);
+        int bad = 0;
+        for (int64_t i = 0; i < 2 * 3 * 4; i++) {
+            bad += !isfinite(c->lse[i]);
+            for (int e = 0; e < 32; e++) bad += !isfinite(((const float *)c->out.t.data)[i * 32 + e]);
+        }
+        CHECK_MSG(bad == 0, "%d non-finite values in out/lse", bad);
+        t_kv_free(c);
+    }
+}
+
 static void randoms(fa_context *ctx) {
     const char *env = getenv("FA_TEST_RANDOM");
     const int n = env && *env ? atoi(env) : 24;
@@ -376,6 +407,7 @@ int main(void) {
     fa_context *ctx = t_cpu_ctx();
     errors(ctx);
     nonfinite(ctx);
+    extremes(ctx);
     grid(ctx);
     masks(ctx);
     splits(ctx);

@@ -175,6 +175,76 @@ static void append(const fa_kv_problem *p, int threads) {
     }
 }
 
+/* The numerics contract (docs/numerics.md): the fp32 state of a row stands where it is finite with |m| below
+ * LOGIT_MAX; otherwise (a NaN/inf input, q·k or scale/softcap beyond the fp32 range) the row is recomputed in float64
+ * from the definition with logits saturated at ±LOGIT_SAT. A check of the state, not of the inputs: decoding is
+ * bound by reading the cache, and a second pass over it to bound max |k|, |v| would double that. */
+#define LOGIT_SAT 0x1p126 /* |logit| saturates here */
+#define LOGIT_MAX 0x1p16  /* fp32 exp2(S − m) loses no more than 2^-8 of a weight up to here (log2 units) */
+
+/* Does row r's fp32 state stand? A row that sees no key stands as O = 0, LSE = −inf. */
+static int row_stands(const thread_parts *t, int64_t r, int dp, int64_t d) {
+    if (t->hi[r] <= t->lo[r]) return 1;
+    const float m = t->m[r], l = t->l[r];
+    if (t->qbad[r] != 0 || !(fabsf(m) <= LOGIT_MAX) || !(l > 0 && l < INFINITY)) return 0;
+    const float *o = t->O + r * dp;
+    float z = 0;
+    for (int64_t c = 0; c < d; c++) z += o[c] * 0.0f; /* NaN iff some o[c] is NaN or inf */
+    return z == 0;
+}
+
+/* Query row i of head hq over keys [lo, hi) from the definition, in float64: o (d) and the natural-log LSE. A row
+ * whose q or a visible key has a NaN/inf is NaN; a row that sees no key is O = 0, LSE = −∞. */
+static double exact_row(const fa_kv_problem *p, int64_t b, int64_t i, int64_t hq, int64_t lo, int64_t hi, double *o) {
+    const int64_t d = p->d, hk = hq / (p->hq / p->hk), row = fa_kv_row(p, b);
+    const int64_t qo = b * p->q.stride_batch + i * p->q.stride_seq + hq * p->q.stride_head;
+    double q[256];
+    for (int64_t c = 0; c < d; c++) o[c] = 0;
+    if (hi <= lo) return -INFINITY;
+    int nan_row = 0;
+    for (int64_t c = 0; c < d; c++) q[c] = fa_load_elem(p->q.data, (int)p->dtype, qo + c), nan_row |= !isfinite(q[c]);
+    for (int64_t t = lo; t < hi && !nan_row; t++) {
+        const char *kr = key_addr(p, &p->kc, row, hk, t);
+        for (int64_t c = 0; c < d; c++) nan_row |= !isfinite((double)fa_load_elem(kr, (int)p->dtype, c));
+    }
+    if (nan_row) {
+        for (int64_t c = 0; c < d; c++) o[c] = NAN;
+        return NAN;
+    }
+    if (p->rot_cos) {
+        const int half = p->rot_dim / 2;
+        const int64_t pos = p->seqlens[b] + i;
+        const float *cs = p->rot_cos + pos * half, *sn = p->rot_sin + pos * half;
+        for (int j = 0; j < half; j++) {
+            const int i0 = p->rot_interleaved ? 2 * j : j, i1 = p->rot_interleaved ? 2 * j + 1 : j + half;
+            const double x0 = q[i0], x1 = q[i1];
+            q[i0] = x0 * cs[j] - x1 * sn[j];
+            q[i1] = x0 * sn[j] + x1 * cs[j];
+        }
+    }
+    /* online softmax in float64: m, l, O rescaled when the max grows */
+    double m = -INFINITY, l = 0;
+    for (int64_t t = lo; t < hi; t++) {
+        const char *kr = key_addr(p, &p->kc, row, hk, t), *vr = key_addr(p, &p->vc, row, hk, t);
+        double s = 0;
+        for (int64_t c = 0; c < d; c++) s += q[c] * fa_load_elem(kr, (int)p->dtype, c);
+        s *= (double)p->scale;
+        if (p->softcap > 0) s = (double)p->softcap * tanh(s / (double)p->softcap);
+        s = s > LOGIT_SAT ? LOGIT_SAT : s < -LOGIT_SAT ? -LOGIT_SAT : s;
+        if (s > m) {
+            const double f = exp(m - s);
+            l *= f;
+            for (int64_t c = 0; c < d; c++) o[c] *= f;
+            m = s;
+        }
+        const double pj = exp(s - m);
+        l += pj;
+        for (int64_t c = 0; c < d; c++) o[c] += pj * fa_load_elem(vr, (int)p->dtype, c);
+    }
+    for (int64_t c = 0; c < d; c++) o[c] /= l;
+    return m + log(l);
+}
+
 /* One (sequence b, K/V heads [h0, h0 + nh), split s): head h's R rows (query row i, group member g) are rows
  * (h − h0)·R + i·G + g of the thread's state. */
 static void item(const fa_kv_problem *p, const fa_plan *pl, fa_dec_attend_fn attend, const thread_parts *t,
@@ -245,9 +315,15 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, fa_dec_attend_fn att
             for (int64_t g = 0; g < G; g++) {
                 const int64_t r = hh * R + i * G + g, hq = (h0 + hh) * G + g;
                 const float l = t->l[r];
-                const float inv = l == 0 ? 0 : 1 / l;
-                const float lse = l == 0 ? -INFINITY : (float)((t->m[r] + log2f(l)) * LN2);
-                const float *o = t->O + r * dp;
+                float inv = l == 0 ? 0 : 1 / l;
+                float lse = l == 0 ? -INFINITY : (float)((t->m[r] + log2f(l)) * LN2);
+                float *o = t->O + r * dp;
+                if (!row_stands(t, r, dp, d)) {
+                    double x[256];
+                    lse = (float)exact_row(p, b, i, hq, t->lo[r], t->hi[r], x);
+                    for (int64_t c = 0; c < d; c++) o[c] = (float)x[c];
+                    inv = 1;
+                }
                 if (ns == 1) {
                     const int64_t oo = b * p->o.stride_batch + i * p->o.stride_seq + hq * p->o.stride_head;
                     for (int64_t c = 0; c < d; c++) fa_store_elem(p->o.data, (int)p->dtype, oo + c, o[c] * inv);

@@ -103,8 +103,7 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, w
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty(_lse_shape(q), dtype=torch.float32)
 
 
-@torch.library.custom_op("flashattn::bwd", mutates_args=())
-def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, cu_seqlens_q: Optional[Tensor],
+def _backward_call(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, cu_seqlens_q: Optional[Tensor],
         cu_seqlens_k: Optional[Tensor], softmax_scale: float, causal: bool, window_left: int, window_right: int,
         softcap: float, algo: int, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
     ctx = _context(q, (("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout)))
@@ -123,6 +122,9 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
     return dq, dk, dv
 
 
+bwd = torch.library.custom_op("flashattn::bwd", mutates_args=())(_backward_call)
+
+
 @bwd.register_fake
 def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right,
       softcap, algo, deterministic):
@@ -137,31 +139,61 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse)
 
 
-def _backward(ctx, dout, dlse):
+def _gradients(ctx, dout, run_bwd):
     q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
     # The incoming gradient is autograd's tensor, not the caller's: an expanded one (out.sum()) has head_dim stride 0.
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
     opts = list(ctx.opts)
     opts[5] = _capi.BACKWARD_ALGO.get(opts[5], opts[5])  # (scale, causal, wl, wr, softcap, algo, deterministic)
-    dq, dk, dv = bwd(dout, q, k, v, out, lse, cu_q, cu_k, *opts)
+    dq, dk, dv = run_bwd(dout, q, k, v, out, lse, cu_q, cu_k, *opts)
     return (dq, dk, dv) + (None,) * (2 + len(ctx.opts))
+
+
+def _backward(ctx, dout, dlse):
+    return _gradients(ctx, dout, bwd)
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def _plain_eager(q, k, v):
-    """True when the op would only run its CPU/CUDA kernel: no compile or trace, no autograd, no tensor subclass,
-    mode or functorch transform. The dispatcher then adds ~12 us a call for nothing (docs/python.md)."""
+class _EagerAttention(torch.autograd.Function):
+    """The op's forward and backward without the dispatcher, for plain eager calls that autograd records: the custom
+    op's autograd node costs ~60 us a call at tiny shapes (docs/python.md). Same saved tensors, same backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, *opts):
+        out, lse = _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, *opts)
+        _setup_context(ctx, (q, k, v, cu_seqlens_q, cu_seqlens_k) + opts, (out, lse))
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        return _gradients(ctx, dout, _backward_call)
+
+
+def _untraced(q, k, v):
+    """True when no compile or trace, tensor subclass, mode or functorch transform is active."""
     return (not torch.compiler.is_compiling() and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
-            and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
             and not torch._C._is_torch_function_mode_enabled() and torch._C._len_torch_dispatch_stack() == 0
             and torch._C._functorch.peek_interpreter_stack() is None)
 
 
+def _records_grad(q, k, v):
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
+def _plain_eager(q, k, v):
+    """True when the op would only run its CPU/CUDA kernel: untraced and nothing for autograd to record. The
+    dispatcher then adds ~12 us a call for nothing (docs/python.md)."""
+    return _untraced(q, k, v) and not _records_grad(q, k, v)
+
+
 def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, opts):
-    """(out, lse) for torch tensors; opts as _capi.options returns."""
-    if _plain_eager(q, k, v):
+    """(out, lse) for torch tensors; opts as _capi.options returns. Untraced calls skip the dispatcher (with autograd
+    recording, through _EagerAttention); traced ones go through the op."""
+    if _untraced(q, k, v):
+        if _records_grad(q, k, v):
+            return _EagerAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, *opts)
         return _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, *opts)
     return fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, *opts)

@@ -84,6 +84,7 @@ def _overhead(reps=3000):
             lambda: torch.ops.flashattn.fwd(qt, qt, qt, None, None, 0.0, False, -1, -1, 0.0, 0, False))))
         rows.append(("torch SDPA, no grad", best(lambda: F.scaled_dot_product_attention(qt, qt, qt))))
     rows.append(("flash_attn_func, torch, q requires grad", best(lambda: flashattn.flash_attn_func(qg, qt, qt))))
+    rows.append(("torch SDPA, q requires grad", best(lambda: F.scaled_dot_product_attention(qg, qt, qt))))
     # decoding: one query row against q's 16 rows as the cache (nothing appended)
     q1, l1, seqlens = q[:, :1].copy(), np.empty((1, 1, 1), np.float32), np.array([16], np.int32)
     o1 = np.empty_like(q1)

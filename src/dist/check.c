@@ -50,6 +50,13 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.causal: %d must be 0 or 1", opts->causal);
 
     const int is_bwd = grads != NULL;
+    /* STANDARD's backward forms D = rowsum(P ∘ dP) over the keys it is given, which is the row's D only when they
+     * are all of its keys; FLASH1/FLASH2 form D = rowsum(dO ∘ O) from the final out, right on any block of keys.
+     * AUTO would fall back to STANDARD where no flash kernel takes the call, so the backward asks for FLASH2. */
+    if (is_bwd && opts->algo == FA_ALGO_STANDARD)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.algo: standard cannot run the ring's backward (its softmax "
+                       "gradient needs all of a row's keys at once); use flash1, flash2 or auto");
+    if (is_bwd && opts->algo == FA_ALGO_AUTO) opts->algo = FA_ALGO_FLASH2;
     static const char *const names[9] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"};
     span sp[9];
     const fa_tensor *t[4] = {q, k, v, out};
@@ -109,13 +116,12 @@ fa_status fa_ring_agree(fa_context *ctx, fa_ring_comm *comm, fa_status mine, con
     int64_t *all = comm->agree;
     fa_status st = comm->tr->vt->allgather(comm->tr, ctx, me, all, n);
     if (st != FA_OK) return st;
+    if (mine != FA_OK) return mine; /* with this rank's own message */
     for (int r = 0; r < w && st == FA_OK; r++) {
         const int64_t *a = all + (size_t)r * (size_t)n;
-        if (a[AG_STATUS] == FA_OK) continue;
-        st = (fa_status)a[AG_STATUS];
-        if (r != comm->rank)
-            fa_fail(ctx, st, "ring: rank %d of %d %s (%s); nothing was written on any rank", r, w, what,
-                    fa_status_string(st));
+        if (a[AG_STATUS] != FA_OK)
+            st = fa_fail(ctx, (fa_status)a[AG_STATUS], "ring: rank %d of %d %s (%s); nothing was written on any rank",
+                         r, w, what, fa_status_string((fa_status)a[AG_STATUS]));
     }
     static const char *const field[AG_N] = {"status", "the backend", "batch", "seqlen (S_local)",
                                                           "q.heads", "k.heads", "head_dim", "dtype", "opts.causal",

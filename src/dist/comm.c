@@ -37,7 +37,8 @@ fa_status fa_ring_comm_thread(fa_ring_comm **c, fa_ring_group *g, int rank) {
     if (!c) return fa_ring_create_fail(FA_ERR_INVALID_ARGUMENT, "c: NULL");
     *c = NULL;
     fa_ring_transport *t = NULL;
-    return make_comm(c, fa_ring_transport_thread(g, rank, &t), t);
+    const fa_status st = fa_ring_transport_thread(g, rank, &t);
+    return make_comm(c, st, t);
 }
 
 fa_status fa_ring_comm_nccl(fa_ring_comm **c, void *nccl_comm, void *side_stream) {
@@ -45,7 +46,8 @@ fa_status fa_ring_comm_nccl(fa_ring_comm **c, void *nccl_comm, void *side_stream
     *c = NULL;
     if (!nccl_comm) return fa_ring_create_fail(FA_ERR_INVALID_ARGUMENT, "nccl_comm: NULL");
     fa_ring_transport *t = NULL;
-    return make_comm(c, fa_ring_transport_nccl(nccl_comm, side_stream, &t), t);
+    const fa_status st = fa_ring_transport_nccl(nccl_comm, side_stream, &t);
+    return make_comm(c, st, t);
 }
 
 void fa_ring_comm_destroy(fa_ring_comm *c) {

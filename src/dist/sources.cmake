@@ -30,3 +30,7 @@ endif()
 if(FA_HAVE_NCCL)
   set_source_files_properties(src/dist/stubs.c PROPERTIES COMPILE_DEFINITIONS "FA_HAVE_NCCL=1")
 endif()
+# The ring's benchmark over NCCL (bench/ring, run by scripts/bench-ring.sh), compiled wherever NCCL is.
+if(FA_HAVE_NCCL AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/bench/ring/CMakeLists.txt)
+  add_subdirectory(${CMAKE_CURRENT_SOURCE_DIR}/bench/ring ${CMAKE_BINARY_DIR}/bench/ring)
+endif()

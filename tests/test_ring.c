@@ -267,10 +267,11 @@ typedef struct snap {
     unsigned char *o, *l;
 } snap;
 
-/* Every rank gets S_l[r] rows and the forward (or backward) with opts; rank `bad` (if >= 0) gets out in the wrong
- * dtype. Expect `want` on every rank, the outputs untouched, and `needle` in rank `named`'s message. */
-static void reject(int W, const int64_t *S_l, const fa_attn_opts *opts, int backward, int bad, fa_status want,
-                   int named, const char *needle) {
+/* Every rank gets S_l[r] rows and the forward (or backward) with opts; rank `bad` (if >= 0) gets bad_opts, or
+ * without them out in the wrong dtype. Expect `want` on every rank, the outputs untouched, and `needle` in rank
+ * `named`'s message. */
+static void reject(int W, const int64_t *S_l, const fa_attn_opts *opts, int backward, int bad,
+                   const fa_attn_opts *bad_opts, fa_status want, int named, const char *needle) {
     ring R = ring_new(W);
     const fa_dtype dt = FA_DTYPE_F32;
     const int64_t B = 1, H = 2, D = 8;
@@ -291,7 +292,9 @@ static void reject(int W, const int64_t *S_l, const fa_attn_opts *opts, int back
         for (int64_t i = 0; i < x->n_lse; i++) x->lse[i] = 0.5f;
         jobs[r] = (job){r, backward, R.ctx[r], R.comm[r], opts, &x->q.t, &x->k.t, &x->v.t, &x->o.t, &x->dout.t,
                         &x->dq.t, &x->dk.t, &x->dv.t, x->lse, FA_OK, ""};
-        if (r == bad) {
+        if (r == bad && bad_opts) {
+            jobs[r].opts = bad_opts;
+        } else if (r == bad) {
             bad_o = x->o.t;
             bad_o.dtype = FA_DTYPE_BF16;
             jobs[r].o = &bad_o;
@@ -326,23 +329,27 @@ static void reject(int W, const int64_t *S_l, const fa_attn_opts *opts, int back
 }
 
 static void rejections(void) {
-    fa_attn_opts o = fa_attn_opts_default(), oc = o, ow = o;
+    fa_attn_opts o = fa_attn_opts_default(), oc = o, ow = o, o3 = o;
     oc.causal = 1;
     ow.window_left = 4;
+    o3.causal = 1, o3.algo = FA_ALGO_FLASH3; /* valid arguments the CPU's plan refuses: a failure inside the schedule */
     const int64_t uneven[3] = {8, 10, 8}, even[4] = {8, 8, 8, 8}, odd[2] = {7, 7};
     for (int bwd = 0; bwd <= 1; bwd++) {
         snprintf(t_case_label, sizeof t_case_label, "uneven shards (%s)", bwd ? "backward" : "forward");
         printf("%s\n", t_case_label);
-        reject(3, uneven, &o, bwd, -1, FA_ERR_INVALID_ARGUMENT, 0, "seqlen");
+        reject(3, uneven, &o, bwd, -1, NULL, FA_ERR_INVALID_ARGUMENT, 0, "seqlen");
         snprintf(t_case_label, sizeof t_case_label, "odd S_local with causal (%s)", bwd ? "backward" : "forward");
         printf("%s\n", t_case_label);
-        reject(2, odd, &oc, bwd, -1, FA_ERR_INVALID_ARGUMENT, 1, "odd");
+        reject(2, odd, &oc, bwd, -1, NULL, FA_ERR_INVALID_ARGUMENT, 1, "odd");
         snprintf(t_case_label, sizeof t_case_label, "rank 2's bad out (%s)", bwd ? "backward" : "forward");
         printf("%s\n", t_case_label);
-        reject(4, even, &oc, bwd, 2, FA_ERR_INVALID_ARGUMENT, 2, "out: dtype");
+        reject(4, even, &oc, bwd, 2, NULL, FA_ERR_INVALID_ARGUMENT, 2, "out: dtype");
+        snprintf(t_case_label, sizeof t_case_label, "rank 1 fails inside the schedule (%s)", bwd ? "backward" : "forward");
+        printf("%s\n", t_case_label);
+        reject(3, even, &oc, bwd, 1, &o3, FA_ERR_UNSUPPORTED, 1, "ring step 0");
         snprintf(t_case_label, sizeof t_case_label, "window (%s)", bwd ? "backward" : "forward");
         printf("%s\n", t_case_label);
-        reject(2, even, &ow, bwd, -1, FA_ERR_UNSUPPORTED, 0, "window");
+        reject(2, even, &ow, bwd, -1, NULL, FA_ERR_UNSUPPORTED, 0, "window");
     }
     t_case_label[0] = 0;
 

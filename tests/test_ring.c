@@ -417,7 +417,7 @@ int main(void) {
     c.opts.algo = FA_ALGO_FLASH2, c.opts.block_q = 16, c.opts.block_k = 32, c.opts.deterministic = 1;
     run_case(&c);
 
-    int n = 4;
+    int n = 12;
     const char *env = getenv("FA_TEST_RANDOM");
     if (env) n = atoi(env);
     static const int dims[] = {8, 32, 64, 72, 128};

@@ -375,7 +375,7 @@ static void nccl_cases(int small) {
         CHECK_EQ_INT(fa_ring_comm_rank(comms[r]), r);
         CHECK_EQ_INT(fa_ring_comm_world(comms[r]), 2);
     }
-    const int64_t S = small ? 1024 : 4096;
+    const int64_t S = small ? 1024 : 2048; /* the float64 oracle on the host is O(S²) */
     gcase c;
     for (int causal = 0; causal <= 1; causal++)
         for (int ai = 0; ai < 2; ai++) {

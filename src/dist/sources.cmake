@@ -9,7 +9,7 @@ set(FA_DIST_LIBS Threads::Threads)
 set(FA_HAVE_NCCL OFF)
 if(FA_HAVE_CUDA)
   list(APPEND FA_DIST_SOURCES src/dist/ops_cuda.cu)
-  set_source_files_properties(src/dist/ops_cuda.cu PROPERTIES COMPILE_OPTIONS "-Xcompiler=-Wall,-Wextra")
+  set_source_files_properties(src/dist/ops_cuda.cu PROPERTIES COMPILE_OPTIONS "-Xcompiler=-Wall,-Wextra;-Xptxas=-warn-spills")
   if(NOT FA_NCCL STREQUAL "OFF")
     find_path(FA_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME PATH_SUFFIXES include)
     find_library(FA_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib ENV NCCL_HOME

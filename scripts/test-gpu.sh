@@ -3,11 +3,14 @@
 # algorithm against the float64 oracle, poisoned outputs), tests/gpu/test_gpu_kvcache (KV-cache decoding, with memcheck
 # on small shapes), `flashattn check --device cuda` (random cases), then
 # compute-sanitizer memcheck and racecheck on small shapes, tests/gpu/test_gpu_nonfinite (the numerics contract), and
-# memcheck over `flashattn check --device cuda` on MEMCHECK_COUNT (default 200) random cases. Exits non-zero on any failure.
+# memcheck over `flashattn check --device cuda` on MEMCHECK_COUNT (default 200) random cases; tests/gpu/test_gpu_ring
+# runs ring attention (the one-GPU loopback; 2 ranks over NCCL when 2 GPUs are present, NCCL_NVLS_ENABLE=0).
+# Exits non-zero on any failure.
 # Env: BUILD (default build-cuda), JOBS (default nproc), LOG_DIR (copies of the logs), SANITIZERS (default
 # "memcheck racecheck"; empty = none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off on these machines (docs/ring.md)
 BUILD=${BUILD:-build-cuda}
 JOBS=${JOBS:-$(nproc)}
 LOG_DIR=${LOG_DIR:-$BUILD/gpu-logs}
@@ -17,6 +20,7 @@ cmake --build "$BUILD" -j "$JOBS" 2>&1 | tee "$LOG_DIR/build.log" | grep -E "err
 test -x "$BUILD/tests/gpu/test_gpu"
 test -x "$BUILD/tests/gpu/test_gpu_nonfinite"
 test -x "$BUILD/tests/gpu/test_gpu_kvcache"
+test -x "$BUILD/tests/gpu/test_gpu_ring"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
 
 status=0
@@ -27,6 +31,10 @@ tail -3 "$LOG_DIR/test_gpu.log"
 
 echo "== test_gpu_kvcache (KV-cache decoding, docs/decoding.md)"
 "$BUILD/tests/gpu/test_gpu_kvcache" 2>&1 | tee "$LOG_DIR/test_gpu_kvcache.log" | grep -E "FAIL|checks|seed" | head -40 || true
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+echo "== test_gpu_ring (ring attention, docs/ring.md)"
+"$BUILD/tests/gpu/test_gpu_ring" 2>&1 | tee "$LOG_DIR/test_gpu_ring.log" | grep -E "FAIL|checks|seed|nccl|rank" | head -40 || true
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 echo "== test_gpu_nonfinite (the numerics contract, docs/numerics.md)"

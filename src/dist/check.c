@@ -1,0 +1,138 @@
+/* The ring's argument checks on one rank (fa_forward's own tensor rules on the local shapes, through the same
+ * helpers as api.c) and the ranks' agreement on the outcome, so that a call fails on every rank or on none. */
+#include "dist/ring.h"
+#include "core/kvcache.h"
+
+
+typedef struct span {
+    uintptr_t lo, hi;
+} span;
+
+static fa_status tensor(fa_context *ctx, const char *name, const fa_tensor *t, int is_output, span *sp) {
+    return fa_check_tensor(ctx, name, t, is_output, &sp->lo, &sp->hi);
+}
+
+/* t has the shape [B, S, H, D] and dtype of `like`, except heads (checked by the caller). */
+static fa_status same_shape(fa_context *ctx, const char *name, const fa_tensor *t, const char *lname,
+                            const fa_tensor *like, int64_t heads) {
+    if (t->dtype != like->dtype)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: dtype %s does not match %s's %s", name,
+                       fa_dtype_name(t->dtype), lname, fa_dtype_name(like->dtype));
+    const int64_t a[4] = {t->batch, t->seqlen, t->heads, t->head_dim}, b[4] = {like->batch, like->seqlen, heads,
+                                                                                like->head_dim};
+    static const char *dn[4] = {"batch", "seqlen", "heads", "head_dim"};
+    for (int i = 0; i < 4; i++)
+        if (a[i] != b[i])
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: %s = %lld does not match %s's %lld", name, dn[i],
+                           (long long)a[i], lname, (long long)b[i]);
+    return FA_OK;
+}
+
+static fa_status disjoint(fa_context *ctx, const char *name, span o, const char *const *names, const span *sp, int n) {
+    for (int i = 0; i < n; i++)
+        if (o.lo < sp[i].hi && sp[i].lo < o.hi) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: memory overlaps %s", name, names[i]);
+    return FA_OK;
+}
+
+fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn_opts *opts_in, fa_attn_opts *opts,
+                        const fa_tensor *q, const fa_tensor *k, const fa_tensor *v, const fa_tensor *out,
+                        const float *lse, int lse_required, const fa_tensor *const *grads, fa_ring_shape *s) {
+    fa_status st;
+    if (!comm) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "comm: NULL");
+    if ((st = comm->tr->vt->check_ctx(comm->tr, ctx)) != FA_OK) return st;
+    if ((st = fa_read_opts(ctx, opts_in, opts)) != FA_OK) return st;
+    if (opts->window_left != -1 || opts->window_right != -1)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.window_left/right: (%d, %d): ring attention has no sliding "
+                       "window (leave both at -1)", opts->window_left, opts->window_right);
+    if (opts->cu_seqlens_q || opts->cu_seqlens_k)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.cu_seqlens_q/k: ring attention takes no varlen batches");
+    if (opts->causal != 0 && opts->causal != 1)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.causal: %d must be 0 or 1", opts->causal);
+
+    const int is_bwd = grads != NULL;
+    /* STANDARD's backward forms D = rowsum(P ∘ dP) over the keys it is given, which is the row's D only when they
+     * are all of its keys; FLASH1/FLASH2 form D = rowsum(dO ∘ O) from the final out, right on any block of keys.
+     * AUTO would fall back to STANDARD where no flash kernel takes the call, so the backward asks for FLASH2. */
+    if (is_bwd && opts->algo == FA_ALGO_STANDARD)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.algo: standard cannot run the ring's backward (its softmax "
+                       "gradient needs all of a row's keys at once); use flash1, flash2 or auto");
+    if (is_bwd && opts->algo == FA_ALGO_AUTO) opts->algo = FA_ALGO_FLASH2;
+    static const char *const names[9] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"};
+    span sp[9];
+    const fa_tensor *t[4] = {q, k, v, out};
+    for (int i = 0; i < 4; i++)
+        if ((st = tensor(ctx, names[i], t[i], i == 3 && !is_bwd, &sp[i])) != FA_OK) return st;
+    if ((st = same_shape(ctx, "k", k, "q", q, k->heads)) || (st = same_shape(ctx, "v", v, "k", k, k->heads)) ||
+        (st = same_shape(ctx, "out", out, "q", q, q->heads)))
+        return st;
+    if (q->heads % k->heads)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "k: heads = %lld does not divide q.heads = %lld (GQA/MQA)",
+                       (long long)k->heads, (long long)q->heads);
+    if (opts->causal && q->seqlen % 2)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "q: seqlen = %lld is odd: with causal, each rank's shard is two "
+                       "chunks of the zigzag layout (S_local must be even)", (long long)q->seqlen);
+    if (lse_required && !lse)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: NULL (the backward needs the forward's LSE)");
+    int n = 4;
+    if (lse) {
+        sp[4].lo = (uintptr_t)lse;
+        sp[4].hi = sp[4].lo + sizeof(float) * (uintptr_t)(q->batch * q->heads * q->seqlen);
+        if (sp[4].hi < sp[4].lo) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: extent overflows the address space");
+        if ((st = disjoint(ctx, "lse", sp[4], names, sp, is_bwd ? 3 : 4))) return st;
+        n = 5;
+    } else {
+        sp[4].lo = sp[4].hi = 0;
+    }
+    if (!is_bwd) {
+        if ((st = disjoint(ctx, "out", sp[3], names, sp, 3))) return st;
+    } else {
+        for (int i = 0; i < 4; i++) {
+            const fa_tensor *g = grads[i], *like = i < 2 ? q : k;
+            if ((st = tensor(ctx, names[5 + i], g, i > 0, &sp[5 + i])) ||
+                (st = same_shape(ctx, names[5 + i], g, i < 2 ? "q" : "k", like, like->heads)))
+                return st;
+        }
+        n = 9;
+        for (int i = 6; i < n; i++)
+            if ((st = disjoint(ctx, names[i], sp[i], names, sp, i))) return st;
+    }
+    s->B = q->batch, s->S = q->seqlen, s->Hq = q->heads, s->Hk = k->heads, s->D = q->head_dim, s->dt = q->dtype;
+    s->causal = opts->causal, s->is_backward = is_bwd;
+    return FA_OK;
+}
+
+enum { AG_STATUS, AG_BACKEND, AG_B, AG_S, AG_HQ, AG_HK, AG_D, AG_DT, AG_CAUSAL, AG_BWD, AG_N };
+_Static_assert(AG_N <= FA_RING_AGREE_INTS, "the agreement's buffer (ring.h)");
+
+fa_status fa_ring_agree(fa_context *ctx, fa_ring_comm *comm, fa_status mine, const fa_ring_shape *s, const char *what) {
+    const int w = comm->world, n = AG_N;
+    int64_t me[AG_N] = {0};
+    me[AG_STATUS] = mine;
+    me[AG_BACKEND] = fa_context_backend(ctx);
+    if (s) {
+        me[AG_B] = s->B, me[AG_S] = s->S, me[AG_HQ] = s->Hq, me[AG_HK] = s->Hk, me[AG_D] = s->D, me[AG_DT] = s->dt;
+        me[AG_CAUSAL] = s->causal, me[AG_BWD] = s->is_backward;
+    }
+    int64_t *all = comm->agree;
+    fa_status st = comm->tr->vt->allgather(comm->tr, ctx, me, all, n);
+    if (st != FA_OK) return st;
+    if (mine != FA_OK) return mine; /* with this rank's own message */
+    for (int r = 0; r < w && st == FA_OK; r++) {
+        const int64_t *a = all + (size_t)r * (size_t)n;
+        if (a[AG_STATUS] != FA_OK)
+            st = fa_fail(ctx, (fa_status)a[AG_STATUS], "ring: rank %d of %d %s (%s); nothing was written on any rank",
+                         r, w, what, fa_status_string((fa_status)a[AG_STATUS]));
+    }
+    static const char *const field[AG_N] = {"status", "the backend", "batch", "seqlen (S_local)",
+                                                          "q.heads", "k.heads", "head_dim", "dtype", "opts.causal",
+                                                          "forward or backward"};
+    for (int r = 1; r < w && st == FA_OK && s; r++)
+        for (int i = AG_BACKEND; i < n && st == FA_OK; i++) {
+            const int64_t a = all[i], b = all[(size_t)r * (size_t)n + (size_t)i];
+            if (a == b) continue;
+            st = fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: %s = %lld on rank 0 but %lld on rank %d: every rank must "
+                         "make the same call on shards of the same length", i == AG_S ? "q" : "ring", field[i],
+                         (long long)a, (long long)b, r);
+        }
+    return st;
+}

@@ -1,0 +1,437 @@
+/* Ring attention on the CPU through the thread transport (one thread and one context per rank): world 1..4, causal
+ * (zigzag shards) and not, f32/f16/bf16, GQA/MQA, head dims 16..256, softcap and scale, strided shards. Each rank's
+ * out, LSE, dq, dk, dv are gathered into the whole sequence (un-zigzagged) and judged against the float64 oracle by
+ * the rule of tests/lib/tolerance.h (2 x STANDARD's error in the same dtype on the whole sequence, + atol), every
+ * output poisoned before the call. Then the rejections: uneven shards, odd S_local with causal, one rank's bad
+ * argument, a window: the same status on every rank, nothing written anywhere. FA_TEST_RANDOM sets the number of
+ * random cases. */
+#define _POSIX_C_SOURCE 200809L
+#include "testlib.h"
+
+#include "flashattn_ring.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_W 4
+
+typedef struct ring_case {
+    int W;
+    int64_t B, S, Hq, Hk, D; /* S: the whole sequence */
+    fa_dtype dt;
+    fa_attn_opts opts;
+    t_layout lay; /* of the shards */
+    double relax;
+} ring_case;
+
+/* One rank's shards and outputs. */
+typedef struct rank_io {
+    t_buf q, k, v, o, dout, dq, dk, dv;
+    float *lse;
+    int64_t n_lse;
+} rank_io;
+
+typedef struct job {
+    int rank, backward;
+    fa_context *ctx;
+    fa_ring_comm *comm;
+    const fa_attn_opts *opts;
+    const fa_tensor *q, *k, *v, *o, *dout, *dq, *dk, *dv;
+    float *lse;
+    fa_status st;
+    char msg[512];
+} job;
+
+static void *run_job(void *arg) {
+    job *j = arg;
+    if (j->backward)
+        j->st = fa_ring_backward(j->ctx, j->comm, j->opts, j->q, j->k, j->v, j->o, j->lse, j->dout, j->dq, j->dk, j->dv);
+    else
+        j->st = fa_ring_forward(j->ctx, j->comm, j->opts, j->q, j->k, j->v, j->o, j->lse);
+    snprintf(j->msg, sizeof j->msg, "%s", fa_context_last_error(j->ctx));
+    return NULL;
+}
+
+/* The ring: W threads, each making its rank's call; returns when all have returned. */
+static void run_ring(int W, job *jobs) {
+    pthread_t th[MAX_W];
+    for (int r = 0; r < W; r++) pthread_create(&th[r], NULL, run_job, &jobs[r]);
+    for (int r = 0; r < W; r++) pthread_join(th[r], NULL);
+}
+
+/* A group of W ranks with their contexts (one thread each: the machine's two cores are shared by the ranks). */
+typedef struct ring {
+    int W;
+    fa_ring_group *g;
+    fa_ring_comm *comm[MAX_W];
+    fa_context *ctx[MAX_W];
+} ring;
+
+static ring ring_new(int W) {
+    ring R;
+    memset(&R, 0, sizeof R);
+    R.W = W;
+    CHECK_STATUS(fa_ring_group_create(&R.g, W), FA_OK);
+    for (int r = 0; r < W; r++) {
+        CHECK_STATUS(fa_ring_comm_thread(&R.comm[r], R.g, r), FA_OK);
+        CHECK_EQ_INT(fa_ring_comm_rank(R.comm[r]), r);
+        CHECK_EQ_INT(fa_ring_comm_world(R.comm[r]), W);
+        if (fa_context_create(&R.ctx[r], FA_BACKEND_CPU, 1) != FA_OK) {
+            fprintf(stderr, "cannot create a CPU context: %s\n", fa_create_error());
+            exit(2);
+        }
+    }
+    return R;
+}
+
+static void ring_free(ring *R) {
+    for (int r = 0; r < R->W; r++) fa_ring_comm_destroy(R->comm[r]), fa_context_destroy(R->ctx[r]);
+    fa_ring_group_destroy(R->g);
+}
+
+/* Global row of rank r's local row i (flashattn_ring.h: zigzag with causal, contiguous without). */
+static int64_t global_row(int r, int W, int64_t S_l, int causal, int64_t i) {
+    if (!causal) return r * S_l + i;
+    const int64_t c = S_l / 2;
+    return i < c ? r * c + i : (2 * W - 1 - r) * c + i - c;
+}
+
+/* dst (a shard) := rows of src (the whole sequence). */
+static void scatter(const fa_tensor *src, const fa_tensor *dst, int r, int W, int causal) {
+    for (int64_t b = 0; b < dst->batch; b++)
+        for (int64_t i = 0; i < dst->seqlen; i++)
+            for (int64_t h = 0; h < dst->heads; h++)
+                for (int64_t e = 0; e < dst->head_dim; e++)
+                    t_set(dst, b, i, h, e, t_get(src, b, global_row(r, W, dst->seqlen, causal, i), h, e));
+}
+
+/* max |shard − ref| over the shard's rows, ref contiguous [B, S, H, D] of the whole sequence; inf for a NaN. */
+static double shard_err(const fa_tensor *t, const double *ref, int64_t S, int r, int W, int causal) {
+    double m = 0;
+    for (int64_t b = 0; b < t->batch; b++)
+        for (int64_t i = 0; i < t->seqlen; i++) {
+            const int64_t g = global_row(r, W, t->seqlen, causal, i);
+            for (int64_t h = 0; h < t->heads; h++)
+                for (int64_t e = 0; e < t->head_dim; e++) {
+                    const double d = fabs(t_get(t, b, i, h, e) - ref[((b * S + g) * t->heads + h) * t->head_dim + e]);
+                    m = isnan(d) ? INFINITY : fmax(m, d);
+                }
+        }
+    return m;
+}
+
+static double lse_err(const float *lse, const double *ref, int64_t B, int64_t H, int64_t S, int64_t S_l, int r, int W,
+                      int causal) {
+    double m = 0;
+    for (int64_t bh = 0; bh < B * H; bh++)
+        for (int64_t i = 0; i < S_l; i++) {
+            const double x = lse[bh * S_l + i], y = ref[bh * S + global_row(r, W, S_l, causal, i)];
+            const double d = x == y ? 0 : fabs(x - y);
+            m = isnan(d) ? INFINITY : fmax(m, d);
+        }
+    return m;
+}
+
+static void describe(const ring_case *c, char *buf, size_t n) {
+    snprintf(buf, n, "ring W%d %s b%lld S%lld h%lld/%lld d%lld %s%s algo %s%s%s", c->W, fa_dtype_name(c->dt),
+             (long long)c->B, (long long)c->S, (long long)c->Hq, (long long)c->Hk, (long long)c->D,
+             t_layout_name(c->lay), c->opts.causal ? " causal" : "", fa_algo_name(c->opts.algo),
+             c->opts.softcap > 0 ? " softcap" : "", c->opts.scale != 0 ? " scale" : "");
+}
+
+/* Forward and backward of one case on every rank, against the oracle on the whole sequence. */
+static void run_case(const ring_case *c) {
+    const int W = c->W, causal = c->opts.causal;
+    const int64_t B = c->B, S = c->S, S_l = S / W, Hq = c->Hq, Hk = c->Hk, D = c->D;
+    char desc[256];
+    describe(c, desc, sizeof desc);
+    snprintf(t_case_label, sizeof t_case_label, "%s", desc);
+    printf("%s:", desc);
+    fflush(stdout);
+
+    /* the whole sequence: the oracle and STANDARD in the same dtype (the baseline of the rule) */
+    t_buf q = t_buf_new(c->dt, B, S, Hq, D, T_BSHD), k = t_buf_new(c->dt, B, S, Hk, D, T_BSHD);
+    t_buf v = t_buf_new(c->dt, B, S, Hk, D, T_BSHD), dout = t_buf_new(c->dt, B, S, Hq, D, T_BSHD);
+    t_buf_randn(&q, 1), t_buf_randn(&k, 1), t_buf_randn(&v, 1), t_buf_randn(&dout, 1);
+    const int64_t nq = B * S * Hq * D, nk = B * S * Hk * D, nl = B * Hq * S;
+    double *ref = malloc(sizeof(double) * (size_t)nq), *rlse = malloc(sizeof(double) * (size_t)nl);
+    double *rdq = malloc(sizeof(double) * (size_t)nq), *rdk = malloc(sizeof(double) * (size_t)nk),
+           *rdv = malloc(sizeof(double) * (size_t)nk);
+    CHECK_STATUS(t_oracle_forward(&c->opts, &q.t, &k.t, &v.t, ref, rlse), FA_OK);
+    CHECK_STATUS(t_oracle_backward(&c->opts, &q.t, &k.t, &v.t, &dout.t, rdq, rdk, rdv), FA_OK);
+    ring R = ring_new(W);
+    double e_std = 0, l_std = 0, g_std[3] = {0, 0, 0};
+    {
+        fa_attn_opts so = c->opts;
+        so.algo = FA_ALGO_STANDARD;
+        t_buf o = t_buf_new(c->dt, B, S, Hq, D, T_BSHD), dq = t_buf_new(c->dt, B, S, Hq, D, T_BSHD);
+        t_buf dk = t_buf_new(c->dt, B, S, Hk, D, T_BSHD), dv = t_buf_new(c->dt, B, S, Hk, D, T_BSHD);
+        float *l = malloc(sizeof(float) * (size_t)nl);
+        CHECK_STATUS(fa_forward(R.ctx[0], &so, &q.t, &k.t, &v.t, &o.t, l), FA_OK);
+        CHECK_STATUS(fa_backward(R.ctx[0], &so, &q.t, &k.t, &v.t, &o.t, l, &dout.t, &dq.t, &dk.t, &dv.t), FA_OK);
+        e_std = t_max_diff(&o.t, ref), l_std = t_max_diff_f(l, rlse, nl);
+        g_std[0] = t_max_diff(&dq.t, rdq), g_std[1] = t_max_diff(&dk.t, rdk), g_std[2] = t_max_diff(&dv.t, rdv);
+        t_buf_free(&o), t_buf_free(&dq), t_buf_free(&dk), t_buf_free(&dv);
+        free(l);
+    }
+
+    /* the shards, the outputs poisoned */
+    rank_io io[MAX_W];
+    job jobs[MAX_W];
+    for (int r = 0; r < W; r++) {
+        rank_io *x = &io[r];
+        x->q = t_buf_new(c->dt, B, S_l, Hq, D, c->lay), x->k = t_buf_new(c->dt, B, S_l, Hk, D, c->lay);
+        x->v = t_buf_new(c->dt, B, S_l, Hk, D, c->lay), x->dout = t_buf_new(c->dt, B, S_l, Hq, D, c->lay);
+        x->o = t_buf_new(c->dt, B, S_l, Hq, D, c->lay), x->dq = t_buf_new(c->dt, B, S_l, Hq, D, c->lay);
+        x->dk = t_buf_new(c->dt, B, S_l, Hk, D, c->lay), x->dv = t_buf_new(c->dt, B, S_l, Hk, D, c->lay);
+        scatter(&q.t, &x->q.t, r, W, causal), scatter(&k.t, &x->k.t, r, W, causal);
+        scatter(&v.t, &x->v.t, r, W, causal), scatter(&dout.t, &x->dout.t, r, W, causal);
+        x->n_lse = B * Hq * S_l;
+        x->lse = malloc(sizeof(float) * (size_t)x->n_lse);
+        for (int64_t i = 0; i < x->n_lse; i++) x->lse[i] = t_nanf();
+        jobs[r] = (job){r, 0, R.ctx[r], R.comm[r], &c->opts, &x->q.t, &x->k.t, &x->v.t, &x->o.t, &x->dout.t,
+                        &x->dq.t, &x->dk.t, &x->dv.t, x->lse, FA_OK, ""};
+    }
+    const fa_algo a = c->opts.algo == FA_ALGO_STANDARD ? FA_ALGO_FLASH2 : c->opts.algo; /* the 2 x rule applies */
+
+    run_ring(W, jobs);
+    double e = 0, le = 0, refmax = t_max_abs(ref, nq), lscale = t_lse_scale(rlse, nl);
+    for (int r = 0; r < W; r++) {
+        CHECK_STATUS(jobs[r].st, FA_OK);
+        if (jobs[r].st != FA_OK) fprintf(stderr, "  rank %d forward: %s\n", r, jobs[r].msg);
+        CHECK_MSG(t_buf_check_written(&io[r].o) == 0, "rank %d: out not written in full (or outside its view)", r);
+        e = fmax(e, shard_err(&io[r].o.t, ref, S, r, W, causal));
+        le = fmax(le, lse_err(io[r].lse, rlse, B, Hq, S, S_l, r, W, causal));
+    }
+    t_check_err("out", a, c->dt, e, e_std, refmax, 0, c->relax);
+    t_verdict lv = t_judge_lse(0, le, l_std, lscale);
+    CHECK_MSG(lv.ok, "lse: max abs err %.3e > %.3e (2 x standard's %.3e)", le, lv.allowed, l_std);
+    printf(" fwd %.1e/%.1e (std %.1e)", e, le, e_std);
+
+    for (int r = 0; r < W; r++) jobs[r].backward = 1;
+    run_ring(W, jobs);
+    if (c->opts.algo == FA_ALGO_STANDARD) { /* its backward needs all of a row's keys at once */
+        for (int r = 0; r < W; r++) {
+            CHECK_STATUS(jobs[r].st, FA_ERR_UNSUPPORTED);
+            CHECK_STR_CONTAINS(jobs[r].msg, "standard");
+            CHECK_MSG(t_buf_check_written(&io[r].dq) == B * S_l * Hq * D, "rank %d: dq written by a rejected call", r);
+        }
+        printf(" bwd rejected: %s\n", jobs[0].msg);
+        goto done;
+    }
+    double eg[3] = {0, 0, 0};
+    const double gm = fmax(t_max_abs(rdq, nq), fmax(t_max_abs(rdk, nk), t_max_abs(rdv, nk)));
+    for (int r = 0; r < W; r++) {
+        CHECK_STATUS(jobs[r].st, FA_OK);
+        if (jobs[r].st != FA_OK) fprintf(stderr, "  rank %d backward: %s\n", r, jobs[r].msg);
+        CHECK_MSG(t_buf_check_written(&io[r].dq) == 0 && t_buf_check_written(&io[r].dk) == 0 &&
+                      t_buf_check_written(&io[r].dv) == 0,
+                  "rank %d: a gradient not written in full (or outside its view)", r);
+        eg[0] = fmax(eg[0], shard_err(&io[r].dq.t, rdq, S, r, W, causal));
+        eg[1] = fmax(eg[1], shard_err(&io[r].dk.t, rdk, S, r, W, causal));
+        eg[2] = fmax(eg[2], shard_err(&io[r].dv.t, rdv, S, r, W, causal));
+    }
+    t_check_err("dq", a, c->dt, eg[0], g_std[0], gm, 1, c->relax);
+    t_check_err("dk", a, c->dt, eg[1], g_std[1], gm, 1, c->relax);
+    t_check_err("dv", a, c->dt, eg[2], g_std[2], gm, 1, c->relax);
+    printf(" bwd %.1e/%.1e/%.1e (std %.1e/%.1e/%.1e)\n", eg[0], eg[1], eg[2], g_std[0], g_std[1], g_std[2]);
+done:
+
+    for (int r = 0; r < W; r++) {
+        rank_io *x = &io[r];
+        t_buf_free(&x->q), t_buf_free(&x->k), t_buf_free(&x->v), t_buf_free(&x->o), t_buf_free(&x->dout);
+        t_buf_free(&x->dq), t_buf_free(&x->dk), t_buf_free(&x->dv);
+        free(x->lse);
+    }
+    ring_free(&R);
+    free(ref), free(rlse), free(rdq), free(rdk), free(rdv);
+    t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&dout);
+    t_case_label[0] = 0;
+}
+
+static ring_case rc(int W, int64_t B, int64_t S, int64_t Hq, int64_t Hk, int64_t D, fa_dtype dt, int causal,
+                    t_layout lay) {
+    ring_case c;
+    memset(&c, 0, sizeof c);
+    c.W = W, c.B = B, c.S = S, c.Hq = Hq, c.Hk = Hk, c.D = D, c.dt = dt, c.lay = lay, c.relax = 1;
+    c.opts = fa_attn_opts_default();
+    c.opts.causal = causal;
+    return c;
+}
+
+/* ---- rejections: the same status on every rank, nothing written ---- */
+
+typedef struct snap {
+    unsigned char *o, *l;
+} snap;
+
+/* Every rank gets S_l[r] rows and the forward (or backward) with opts; rank `bad` (if >= 0) gets bad_opts, or
+ * without them out in the wrong dtype. Expect `want` on every rank, the outputs untouched, and `needle` in rank
+ * `named`'s message. */
+static void reject(int W, const int64_t *S_l, const fa_attn_opts *opts, int backward, int bad,
+                   const fa_attn_opts *bad_opts, fa_status want, int named, const char *needle) {
+    ring R = ring_new(W);
+    const fa_dtype dt = FA_DTYPE_F32;
+    const int64_t B = 1, H = 2, D = 8;
+    rank_io io[MAX_W];
+    job jobs[MAX_W];
+    fa_tensor bad_o;
+    snap sn[MAX_W];
+    for (int r = 0; r < W; r++) {
+        rank_io *x = &io[r];
+        x->q = t_buf_new(dt, B, S_l[r], H, D, T_BSHD), x->k = t_buf_new(dt, B, S_l[r], H, D, T_BSHD);
+        x->v = t_buf_new(dt, B, S_l[r], H, D, T_BSHD), x->dout = t_buf_new(dt, B, S_l[r], H, D, T_BSHD);
+        x->o = t_buf_new(dt, B, S_l[r], H, D, T_BSHD), x->dq = t_buf_new(dt, B, S_l[r], H, D, T_BSHD);
+        x->dk = t_buf_new(dt, B, S_l[r], H, D, T_BSHD), x->dv = t_buf_new(dt, B, S_l[r], H, D, T_BSHD);
+        t_buf_randn(&x->q, 1), t_buf_randn(&x->k, 1), t_buf_randn(&x->v, 1), t_buf_randn(&x->dout, 1);
+        t_buf_randn(&x->o, 1); /* the backward reads it; the forward must leave it as it is */
+        x->n_lse = B * H * S_l[r];
+        x->lse = malloc(sizeof(float) * (size_t)x->n_lse);
+        for (int64_t i = 0; i < x->n_lse; i++) x->lse[i] = 0.5f;
+        jobs[r] = (job){r, backward, R.ctx[r], R.comm[r], opts, &x->q.t, &x->k.t, &x->v.t, &x->o.t, &x->dout.t,
+                        &x->dq.t, &x->dk.t, &x->dv.t, x->lse, FA_OK, ""};
+        if (r == bad && bad_opts) {
+            jobs[r].opts = bad_opts;
+        } else if (r == bad) {
+            bad_o = x->o.t;
+            bad_o.dtype = FA_DTYPE_BF16;
+            jobs[r].o = &bad_o;
+        }
+        sn[r].o = malloc(x->o.mem_bytes * 4);
+        memcpy(sn[r].o, x->o.mem, x->o.mem_bytes);
+        memcpy(sn[r].o + x->o.mem_bytes, x->dq.mem, x->dq.mem_bytes);
+        memcpy(sn[r].o + 2 * x->o.mem_bytes, x->dk.mem, x->dk.mem_bytes);
+        memcpy(sn[r].o + 3 * x->o.mem_bytes, x->dv.mem, x->dv.mem_bytes);
+        sn[r].l = malloc(sizeof(float) * (size_t)x->n_lse);
+        memcpy(sn[r].l, x->lse, sizeof(float) * (size_t)x->n_lse);
+    }
+    run_ring(W, jobs);
+    for (int r = 0; r < W; r++) {
+        rank_io *x = &io[r];
+        CHECK_STATUS(jobs[r].st, want);
+        CHECK_MSG(jobs[r].msg[0] != 0, "rank %d: no message", r);
+        CHECK_MSG(!memcmp(sn[r].o, x->o.mem, x->o.mem_bytes) && !memcmp(sn[r].o + x->o.mem_bytes, x->dq.mem, x->dq.mem_bytes) &&
+                      !memcmp(sn[r].o + 2 * x->o.mem_bytes, x->dk.mem, x->dk.mem_bytes) &&
+                      !memcmp(sn[r].o + 3 * x->o.mem_bytes, x->dv.mem, x->dv.mem_bytes) &&
+                      !memcmp(sn[r].l, x->lse, sizeof(float) * (size_t)x->n_lse),
+                  "rank %d: an output was written by a rejected call", r);
+        if (r == named) CHECK_STR_CONTAINS(jobs[r].msg, needle);
+        if (r != named && bad >= 0) CHECK_STR_CONTAINS(jobs[r].msg, "rank");
+        printf("  rank %d: %s: %s\n", r, fa_status_string(jobs[r].st), jobs[r].msg);
+        free(sn[r].o), free(sn[r].l);
+        t_buf_free(&x->q), t_buf_free(&x->k), t_buf_free(&x->v), t_buf_free(&x->o), t_buf_free(&x->dout);
+        t_buf_free(&x->dq), t_buf_free(&x->dk), t_buf_free(&x->dv);
+        free(x->lse);
+    }
+    ring_free(&R);
+}
+
+static void rejections(void) {
+    fa_attn_opts o = fa_attn_opts_default(), oc = o, ow = o, o3 = o;
+    oc.causal = 1;
+    ow.window_left = 4;
+    o3.causal = 1, o3.algo = FA_ALGO_FLASH3; /* valid arguments the CPU's plan refuses: a failure inside the schedule */
+    const int64_t uneven[3] = {8, 10, 8}, even[4] = {8, 8, 8, 8}, odd[2] = {7, 7};
+    for (int bwd = 0; bwd <= 1; bwd++) {
+        snprintf(t_case_label, sizeof t_case_label, "uneven shards (%s)", bwd ? "backward" : "forward");
+        printf("%s\n", t_case_label);
+        reject(3, uneven, &o, bwd, -1, NULL, FA_ERR_INVALID_ARGUMENT, 0, "seqlen");
+        snprintf(t_case_label, sizeof t_case_label, "odd S_local with causal (%s)", bwd ? "backward" : "forward");
+        printf("%s\n", t_case_label);
+        reject(2, odd, &oc, bwd, -1, NULL, FA_ERR_INVALID_ARGUMENT, 1, "odd");
+        snprintf(t_case_label, sizeof t_case_label, "rank 2's bad out (%s)", bwd ? "backward" : "forward");
+        printf("%s\n", t_case_label);
+        reject(4, even, &oc, bwd, 2, NULL, FA_ERR_INVALID_ARGUMENT, 2, "out: dtype");
+        snprintf(t_case_label, sizeof t_case_label, "rank 1 fails inside the schedule (%s)", bwd ? "backward" : "forward");
+        printf("%s\n", t_case_label);
+        reject(3, even, &oc, bwd, 1, &o3, FA_ERR_UNSUPPORTED, 1, "ring step 0");
+        snprintf(t_case_label, sizeof t_case_label, "window (%s)", bwd ? "backward" : "forward");
+        printf("%s\n", t_case_label);
+        reject(2, even, &ow, bwd, -1, NULL, FA_ERR_UNSUPPORTED, 0, "window");
+    }
+    t_case_label[0] = 0;
+
+    /* the constructors */
+    fa_ring_group *g = NULL;
+    fa_ring_comm *c = NULL, *c2 = NULL;
+    CHECK_STATUS(fa_ring_group_create(&g, 0), FA_ERR_INVALID_ARGUMENT);
+    CHECK(g == NULL);
+    CHECK_STR_CONTAINS(fa_ring_create_error(), "world");
+    CHECK_STATUS(fa_ring_group_create(&g, 2), FA_OK);
+    CHECK_STATUS(fa_ring_comm_thread(&c, g, 2), FA_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(fa_ring_create_error(), "rank");
+    CHECK_STATUS(fa_ring_comm_thread(&c, g, 1), FA_OK);
+    CHECK_STATUS(fa_ring_comm_thread(&c2, g, 1), FA_ERR_INVALID_ARGUMENT);
+    CHECK(c2 == NULL);
+    CHECK_STR_CONTAINS(fa_ring_comm_transport(c), "thread");
+    CHECK_STATUS(fa_ring_comm_nccl(&c2, NULL, NULL), FA_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(fa_ring_create_error(), "nccl_comm");
+    fa_context *ctx = t_cpu_ctx();
+    CHECK_STATUS(fa_ring_forward(ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL), FA_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(fa_context_last_error(ctx), "comm");
+    CHECK_STATUS(fa_ring_forward(NULL, c, NULL, NULL, NULL, NULL, NULL, NULL), FA_ERR_INVALID_ARGUMENT);
+    fa_context_destroy(ctx);
+    fa_ring_comm_destroy(c);
+    fa_ring_comm_destroy(NULL);
+    fa_ring_group_destroy(g);
+    fa_ring_group_destroy(NULL);
+    CHECK_EQ_INT(fa_ring_comm_rank(NULL), -1);
+}
+
+int main(void) {
+    t_init("test_ring");
+    const fa_dtype F32 = FA_DTYPE_F32, F16 = FA_DTYPE_F16, BF16 = FA_DTYPE_BF16;
+    ring_case c;
+
+    c = rc(1, 1, 12, 2, 2, 16, F32, 1, T_BSHD);
+    run_case(&c);
+    c = rc(1, 2, 24, 4, 2, 32, BF16, 0, T_STRIDED);
+    run_case(&c);
+    c = rc(2, 2, 40, 4, 4, 64, F32, 1, T_BSHD);
+    run_case(&c);
+    c = rc(2, 1, 64, 4, 1, 32, BF16, 1, T_BHSD); /* MQA */
+    run_case(&c);
+    c = rc(2, 2, 50, 2, 2, 64, F16, 0, T_STRIDED); /* S_local 25: odd is fine without causal */
+    run_case(&c);
+    c = rc(3, 1, 78, 6, 2, 64, F32, 1, T_STRIDED);
+    c.opts.softcap = 5;
+    run_case(&c);
+    c = rc(3, 2, 96, 4, 4, 128, BF16, 1, T_BSHD);
+    run_case(&c);
+    c = rc(3, 1, 63, 4, 2, 32, F32, 0, T_BSHD);
+    c.opts.scale = 0.3f;
+    c.opts.algo = FA_ALGO_FLASH1;
+    run_case(&c);
+    c = rc(4, 1, 128, 8, 2, 64, BF16, 1, T_BSHD);
+    run_case(&c);
+    c = rc(4, 2, 80, 4, 4, 80, F32, 1, T_STRIDED);
+    c.opts.algo = FA_ALGO_STANDARD;
+    run_case(&c);
+    c = rc(4, 1, 256, 4, 4, 128, F32, 0, T_BSHD);
+    run_case(&c);
+    c = rc(4, 1, 200, 2, 1, 256, BF16, 1, T_BSHD);
+    run_case(&c);
+    c = rc(2, 1, 96, 8, 8, 64, F16, 1, T_BSHD);
+    c.opts.algo = FA_ALGO_FLASH2, c.opts.block_q = 16, c.opts.block_k = 32, c.opts.deterministic = 1;
+    run_case(&c);
+
+    int n = 12;
+    const char *env = getenv("FA_TEST_RANDOM");
+    if (env) n = atoi(env);
+    static const int dims[] = {8, 32, 64, 72, 128};
+    static const fa_dtype dts[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
+    static const int gqa[][2] = {{2, 2}, {4, 1}, {4, 2}, {6, 3}};
+    for (int i = 0; i < n; i++) {
+        const int W = t_randint(1, 4), causal = t_randint(0, 1), gi = t_randint(0, 3);
+        const int64_t S_l = causal ? 2 * t_randint(1, 24) : t_randint(1, 40);
+        c = rc(W, t_randint(1, 2), W * S_l, gqa[gi][0], gqa[gi][1], dims[t_randint(0, 4)], dts[t_randint(0, 2)],
+               causal, (t_layout)t_randint(0, 2));
+        if (t_randint(0, 3) == 0) c.opts.softcap = 8;
+        run_case(&c);
+    }
+
+    rejections();
+    return t_finish();
+}

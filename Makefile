@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all build demo test bench test-gpu bench-gpu test-cpu-device install clean
+.PHONY: all build demo test bench test-gpu bench-gpu bench-ring test-cpu-device install clean
 
 all: build
 
@@ -30,6 +30,10 @@ test-gpu:
 
 bench-gpu:
 	BUILD=$(BUILD_GPU) scripts/bench-gpu.sh
+
+# GPUs (two or more H200s of one host): ring attention over NCCL against one GPU (scripts/bench-ring.sh, docs/ring.md).
+bench-ring:
+	BUILD=$(BUILD_GPU) scripts/bench-ring.sh
 
 # The device host's CPU (many cores, AMX): ctest under every FA_CPU_ISA level it has, then our CLI against PyTorch's
 # CPU SDPA in one command, logs under LOG_DIR (scripts/test-cpu-device.sh; it builds into build-cpu-device).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ring attention over NCCL on the GPUs of one host (nvidia-h200-x2: 2 H200s): zigzag causal bf16 d = 128 at 32k-128k
+# Ring attention over NCCL on the GPUs of one host (e.g. 2 H200s): zigzag causal bf16 d = 128 at 32k-128k
 # tokens in total, forward and forward + backward: time per call, efficiency against W x the one-GPU rate (one GPU
 # on the whole sequence), and the model's two terms per step measured apart (one block's attention, one step's
 # exchange), as one markdown table (docs/ring.md). Then the 2-rank NCCL tests (tests/gpu/test_gpu_ring).

@@ -7,6 +7,7 @@
  * random cases. */
 #define _POSIX_C_SOURCE 200809L
 #include "testlib.h"
+#include "shard.h"
 
 #include "flashattn_ring.h"
 
@@ -91,49 +92,6 @@ static void ring_free(ring *R) {
     fa_ring_group_destroy(R->g);
 }
 
-/* Global row of rank r's local row i (flashattn_ring.h: zigzag with causal, contiguous without). */
-static int64_t global_row(int r, int W, int64_t S_l, int causal, int64_t i) {
-    if (!causal) return r * S_l + i;
-    const int64_t c = S_l / 2;
-    return i < c ? r * c + i : (2 * W - 1 - r) * c + i - c;
-}
-
-/* dst (a shard) := rows of src (the whole sequence). */
-static void scatter(const fa_tensor *src, const fa_tensor *dst, int r, int W, int causal) {
-    for (int64_t b = 0; b < dst->batch; b++)
-        for (int64_t i = 0; i < dst->seqlen; i++)
-            for (int64_t h = 0; h < dst->heads; h++)
-                for (int64_t e = 0; e < dst->head_dim; e++)
-                    t_set(dst, b, i, h, e, t_get(src, b, global_row(r, W, dst->seqlen, causal, i), h, e));
-}
-
-/* max |shard − ref| over the shard's rows, ref contiguous [B, S, H, D] of the whole sequence; inf for a NaN. */
-static double shard_err(const fa_tensor *t, const double *ref, int64_t S, int r, int W, int causal) {
-    double m = 0;
-    for (int64_t b = 0; b < t->batch; b++)
-        for (int64_t i = 0; i < t->seqlen; i++) {
-            const int64_t g = global_row(r, W, t->seqlen, causal, i);
-            for (int64_t h = 0; h < t->heads; h++)
-                for (int64_t e = 0; e < t->head_dim; e++) {
-                    const double d = fabs(t_get(t, b, i, h, e) - ref[((b * S + g) * t->heads + h) * t->head_dim + e]);
-                    m = isnan(d) ? INFINITY : fmax(m, d);
-                }
-        }
-    return m;
-}
-
-static double lse_err(const float *lse, const double *ref, int64_t B, int64_t H, int64_t S, int64_t S_l, int r, int W,
-                      int causal) {
-    double m = 0;
-    for (int64_t bh = 0; bh < B * H; bh++)
-        for (int64_t i = 0; i < S_l; i++) {
-            const double x = lse[bh * S_l + i], y = ref[bh * S + global_row(r, W, S_l, causal, i)];
-            const double d = x == y ? 0 : fabs(x - y);
-            m = isnan(d) ? INFINITY : fmax(m, d);
-        }
-    return m;
-}
-
 static void describe(const ring_case *c, char *buf, size_t n) {
     snprintf(buf, n, "ring W%d %s b%lld S%lld h%lld/%lld d%lld %s%s algo %s%s%s", c->W, fa_dtype_name(c->dt),
              (long long)c->B, (long long)c->S, (long long)c->Hq, (long long)c->Hk, (long long)c->D,
@@ -186,8 +144,8 @@ static void run_case(const ring_case *c) {
         x->v = t_buf_new(c->dt, B, S_l, Hk, D, c->lay), x->dout = t_buf_new(c->dt, B, S_l, Hq, D, c->lay);
         x->o = t_buf_new(c->dt, B, S_l, Hq, D, c->lay), x->dq = t_buf_new(c->dt, B, S_l, Hq, D, c->lay);
         x->dk = t_buf_new(c->dt, B, S_l, Hk, D, c->lay), x->dv = t_buf_new(c->dt, B, S_l, Hk, D, c->lay);
-        scatter(&q.t, &x->q.t, r, W, causal), scatter(&k.t, &x->k.t, r, W, causal);
-        scatter(&v.t, &x->v.t, r, W, causal), scatter(&dout.t, &x->dout.t, r, W, causal);
+        t_shard_scatter(&q.t, &x->q.t, r, W, causal), t_shard_scatter(&k.t, &x->k.t, r, W, causal);
+        t_shard_scatter(&v.t, &x->v.t, r, W, causal), t_shard_scatter(&dout.t, &x->dout.t, r, W, causal);
         x->n_lse = B * Hq * S_l;
         x->lse = malloc(sizeof(float) * (size_t)x->n_lse);
         for (int64_t i = 0; i < x->n_lse; i++) x->lse[i] = t_nanf();
@@ -202,8 +160,8 @@ static void run_case(const ring_case *c) {
         CHECK_STATUS(jobs[r].st, FA_OK);
         if (jobs[r].st != FA_OK) fprintf(stderr, "  rank %d forward: %s\n", r, jobs[r].msg);
         CHECK_MSG(t_buf_check_written(&io[r].o) == 0, "rank %d: out not written in full (or outside its view)", r);
-        e = fmax(e, shard_err(&io[r].o.t, ref, S, r, W, causal));
-        le = fmax(le, lse_err(io[r].lse, rlse, B, Hq, S, S_l, r, W, causal));
+        e = fmax(e, t_shard_err(&io[r].o.t, ref, S, r, W, causal));
+        le = fmax(le, t_shard_lse_err(io[r].lse, rlse, B * Hq, S, S_l, r, W, causal));
     }
     t_check_err("out", a, c->dt, e, e_std, refmax, 0, c->relax);
     t_verdict lv = t_judge_lse(0, le, l_std, lscale);
@@ -229,9 +187,9 @@ static void run_case(const ring_case *c) {
         CHECK_MSG(t_buf_check_written(&io[r].dq) == 0 && t_buf_check_written(&io[r].dk) == 0 &&
                       t_buf_check_written(&io[r].dv) == 0,
                   "rank %d: a gradient not written in full (or outside its view)", r);
-        eg[0] = fmax(eg[0], shard_err(&io[r].dq.t, rdq, S, r, W, causal));
-        eg[1] = fmax(eg[1], shard_err(&io[r].dk.t, rdk, S, r, W, causal));
-        eg[2] = fmax(eg[2], shard_err(&io[r].dv.t, rdv, S, r, W, causal));
+        eg[0] = fmax(eg[0], t_shard_err(&io[r].dq.t, rdq, S, r, W, causal));
+        eg[1] = fmax(eg[1], t_shard_err(&io[r].dk.t, rdk, S, r, W, causal));
+        eg[2] = fmax(eg[2], t_shard_err(&io[r].dv.t, rdv, S, r, W, causal));
     }
     t_check_err("dq", a, c->dt, eg[0], g_std[0], gm, 1, c->relax);
     t_check_err("dk", a, c->dt, eg[1], g_std[1], gm, 1, c->relax);

@@ -1,5 +1,6 @@
 /* The ring's element operations on device memory (CUDA contexts), queued on the context's stream. Each is one
  * memory-bound pass over a shard, against the step's quadratic attention. */
+#include "cuda/convert.cuh"
 #include "cuda/plan.h"
 #include "dist/ring.h"
 
@@ -10,14 +11,6 @@
 
 #define FA_RING_THREADS 256
 
-template <typename T> __device__ __forceinline__ float ld(const T *p);
-template <> __device__ __forceinline__ float ld<float>(const float *p) { return *p; }
-template <> __device__ __forceinline__ float ld<__half>(const __half *p) { return __half2float(*p); }
-template <> __device__ __forceinline__ float ld<__nv_bfloat16>(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
-template <typename T> __device__ __forceinline__ void st(T *p, float x);
-template <> __device__ __forceinline__ void st<float>(float *p, float x) { *p = x; }
-template <> __device__ __forceinline__ void st<__half>(__half *p, float x) { *p = __float2half_rn(x); }
-template <> __device__ __forceinline__ void st<__nv_bfloat16>(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
 
 /* A [B, S, H, D] view: element strides of its three outer dims (head_dim contiguous). */
 typedef struct view4 {
@@ -42,7 +35,7 @@ template <typename E> __global__ void pack_kernel(const E *src, E *dst, view4 v,
 
 template <typename T> __global__ void round_kernel(const float *src, T *dst, view4 v, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        st(dst + strided(v, i), src[i]);
+        fa_st(dst + strided(v, i), src[i]);
 }
 
 /* acc rows [row0, row0 + n) of [B, S, HD] += x [B, n, HD] */
@@ -50,7 +43,7 @@ template <typename T>
 __global__ void accum_kernel(float *acc, const T *x, int64_t S, int64_t HD, int64_t row0, int64_t n, int64_t total) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t e = i % HD, r = i / HD % n, b = i / (HD * n);
-        acc[(b * S + row0 + r) * HD + e] += ld(x + i);
+        acc[(b * S + row0 + r) * HD + e] += fa_ld(x + i);
     }
 }
 
@@ -76,7 +69,7 @@ __global__ void merge_kernel(float *O, float *L, const T *o, const float *l, int
             wa = a * inv, ws = s * inv, lnew = M + logf(a + s);
         }
     }
-    for (int64_t e = lane; e < D; e += 32) Or[e] = first ? ld(orow + e) : wa * Or[e] + ws * ld(orow + e);
+    for (int64_t e = lane; e < D; e += 32) Or[e] = first ? fa_ld(orow + e) : wa * Or[e] + ws * fa_ld(orow + e);
     __syncwarp();
     if (lane == 0) *Lr = lnew;
 }

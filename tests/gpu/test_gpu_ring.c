@@ -23,6 +23,7 @@
 
 #include "flashattn_ring.h"
 #include "testlib.h"
+#include "shard.h"
 
 #define MAX_W 4
 
@@ -60,45 +61,6 @@ static void d_down(dbuf *x) {
 static void d_free(dbuf *x) {
     cudaFree(x->mem);
     t_buf_free(&x->h);
-}
-
-static int64_t global_row(int r, int W, int64_t S_l, int causal, int64_t i) {
-    if (!causal) return r * S_l + i;
-    const int64_t c = S_l / 2;
-    return i < c ? r * c + i : (2 * W - 1 - r) * c + i - c;
-}
-
-static void scatter(const fa_tensor *src, const fa_tensor *dst, int r, int W, int causal) {
-    for (int64_t b = 0; b < dst->batch; b++)
-        for (int64_t i = 0; i < dst->seqlen; i++)
-            for (int64_t h = 0; h < dst->heads; h++)
-                for (int64_t e = 0; e < dst->head_dim; e++)
-                    t_set(dst, b, i, h, e, t_get(src, b, global_row(r, W, dst->seqlen, causal, i), h, e));
-}
-
-static double shard_err(const fa_tensor *t, const double *ref, int64_t S, int r, int W, int causal) {
-    double m = 0;
-    for (int64_t b = 0; b < t->batch; b++)
-        for (int64_t i = 0; i < t->seqlen; i++) {
-            const int64_t g = global_row(r, W, t->seqlen, causal, i);
-            for (int64_t h = 0; h < t->heads; h++)
-                for (int64_t e = 0; e < t->head_dim; e++) {
-                    const double d = fabs(t_get(t, b, i, h, e) - ref[((b * S + g) * t->heads + h) * t->head_dim + e]);
-                    m = isnan(d) ? INFINITY : fmax(m, d);
-                }
-        }
-    return m;
-}
-
-static double lse_err(const float *lse, const double *ref, int64_t BH, int64_t S, int64_t S_l, int r, int W, int causal) {
-    double m = 0;
-    for (int64_t bh = 0; bh < BH; bh++)
-        for (int64_t i = 0; i < S_l; i++) {
-            const double x = lse[bh * S_l + i], y = ref[bh * S + global_row(r, W, S_l, causal, i)];
-            const double d = x == y ? 0 : fabs(x - y);
-            m = isnan(d) ? INFINITY : fmax(m, d);
-        }
-    return m;
 }
 
 /* One rank: its context, comm, shards and outputs on its device. */
@@ -228,8 +190,8 @@ static void run_case(const gcase *c, fa_ring_comm **comms, const int *devs) {
         x->v = d_new(x->dev, c->dt, B, S_l, Hk, D, c->lay), x->dout = d_new(x->dev, c->dt, B, S_l, Hq, D, c->lay);
         x->o = d_new(x->dev, c->dt, B, S_l, Hq, D, c->lay), x->dq = d_new(x->dev, c->dt, B, S_l, Hq, D, c->lay);
         x->dk = d_new(x->dev, c->dt, B, S_l, Hk, D, c->lay), x->dv = d_new(x->dev, c->dt, B, S_l, Hk, D, c->lay);
-        scatter(&q.t, &x->q.h.t, r, W, causal), scatter(&k.t, &x->k.h.t, r, W, causal);
-        scatter(&v.t, &x->v.h.t, r, W, causal), scatter(&dout.t, &x->dout.h.t, r, W, causal);
+        t_shard_scatter(&q.t, &x->q.h.t, r, W, causal), t_shard_scatter(&k.t, &x->k.h.t, r, W, causal);
+        t_shard_scatter(&v.t, &x->v.h.t, r, W, causal), t_shard_scatter(&dout.t, &x->dout.h.t, r, W, causal);
         d_up(&x->q), d_up(&x->k), d_up(&x->v), d_up(&x->dout), d_up(&x->o), d_up(&x->dq), d_up(&x->dk), d_up(&x->dv);
         x->n_lse = B * Hq * S_l;
         x->lse_h = malloc(sizeof(float) * (size_t)x->n_lse);
@@ -246,8 +208,8 @@ static void run_case(const gcase *c, fa_ring_comm **comms, const int *devs) {
         d_down(&x->o);
         cuda_ok(cudaMemcpy(x->lse_h, x->lse_d, sizeof(float) * (size_t)x->n_lse, cudaMemcpyDeviceToHost), "lse down");
         CHECK_MSG(t_buf_check_written(&x->o.h) == 0, "rank %d: out not written in full (or outside its view)", r);
-        e = fmax(e, shard_err(&x->o.h.t, ref, S, r, W, causal));
-        le = fmax(le, lse_err(x->lse_h, rlse, B * Hq, S, S_l, r, W, causal));
+        e = fmax(e, t_shard_err(&x->o.h.t, ref, S, r, W, causal));
+        le = fmax(le, t_shard_lse_err(x->lse_h, rlse, B * Hq, S, S_l, r, W, causal));
     }
     const fa_algo a = c->opts.algo == FA_ALGO_AUTO ? FA_ALGO_FLASH3 : c->opts.algo;
     t_check_err("out", a, c->dt, e, e_std, t_max_abs(ref, nq), 0, 1);
@@ -268,9 +230,9 @@ static void run_case(const gcase *c, fa_ring_comm **comms, const int *devs) {
         CHECK_MSG(t_buf_check_written(&x->dq.h) == 0 && t_buf_check_written(&x->dk.h) == 0 &&
                       t_buf_check_written(&x->dv.h) == 0,
                   "rank %d: a gradient not written in full (or outside its view)", r);
-        eg[0] = fmax(eg[0], shard_err(&x->dq.h.t, rdq, S, r, W, causal));
-        eg[1] = fmax(eg[1], shard_err(&x->dk.h.t, rdk, S, r, W, causal));
-        eg[2] = fmax(eg[2], shard_err(&x->dv.h.t, rdv, S, r, W, causal));
+        eg[0] = fmax(eg[0], t_shard_err(&x->dq.h.t, rdq, S, r, W, causal));
+        eg[1] = fmax(eg[1], t_shard_err(&x->dk.h.t, rdk, S, r, W, causal));
+        eg[2] = fmax(eg[2], t_shard_err(&x->dv.h.t, rdv, S, r, W, causal));
     }
     t_check_err("dq", FA_ALGO_FLASH2, c->dt, eg[0], g_std[0], gm, 1, 1);
     t_check_err("dk", FA_ALGO_FLASH2, c->dt, eg[1], g_std[1], gm, 1, 1);

@@ -1,22 +1,17 @@
 /* Append the new K/V rows into the cache at each sequence's current length, rotating k (and writing the rotated q
  * to the workspace) first when rotary is on. One CTA per (new row i, sequence b). A position at or past the
  * capacity is skipped, so a bad seqlen never writes out of bounds. */
+#include "../convert.cuh"
 #include "decode.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-template <typename T> __device__ __forceinline__ float to_f(T x);
-template <> __device__ __forceinline__ float to_f<__half>(__half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 /* Element c of a row x[] rotated at position pos (the pair partner read from the same row). */
 template <typename T>
 __device__ __forceinline__ float rotated(const fa_dec_params &p, const T *x, int c, int pos) {
-    const float xc = to_f(x[c]);
+    const float xc = fa_to_f32(x[c]);
     if (c >= p.rot_dim) return xc;
     const int half = p.rot_dim / 2;
     int j, partner;
@@ -32,7 +27,7 @@ __device__ __forceinline__ float rotated(const fa_dec_params &p, const T *x, int
     }
     const float cs = p.rcos[(int64_t)pos * half + j], sn = p.rsin[(int64_t)pos * half + j];
     /* x0' = x0 c - x1 s (first of the pair), x1' = x0 s + x1 c (second): the same products as the CPU's */
-    const float xp = to_f(x[partner]);
+    const float xp = fa_to_f32(x[partner]);
     return sign < 0 ? xc * cs - xp * sn : xp * sn + xc * cs;
 }
 
@@ -47,7 +42,7 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) append_kernel(const fa_dec_par
         for (int e = threadIdx.x; e < p.hq * p.d; e += blockDim.x) {
             const int h = e / p.d, c = e % p.d;
             const T *x = (const T *)p.q + b * p.q_sb + i * p.q_ss + h * p.q_sh;
-            p.qrot[(((int64_t)b * p.sq + i) * p.hq + h) * p.d + c] = rot ? rotated(p, x, c, t) : to_f(x[c]);
+            p.qrot[(((int64_t)b * p.sq + i) * p.hq + h) * p.d + c] = rot ? rotated(p, x, c, t) : fa_to_f32(x[c]);
         }
     }
     if (t >= p.capacity) return;
@@ -57,7 +52,7 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) append_kernel(const fa_dec_par
         const T *vx = (const T *)p.vn + b * p.vn_sb + i * p.vn_ss + h * p.vn_sh;
         T *kd = (T *)p.kc + fa_dec_key(p, row, t, h, p.k_sb, p.k_ss, p.k_sh);
         T *vd = (T *)p.vc + fa_dec_key(p, row, t, h, p.v_sb, p.v_ss, p.v_sh);
-        kd[c] = rot ? from_f<T>(rotated(p, kx, c, t)) : kx[c];
+        kd[c] = rot ? fa_from_f32<T>(rotated(p, kx, c, t)) : kx[c];
         vd[c] = vx[c];
     }
 }

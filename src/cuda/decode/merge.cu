@@ -1,20 +1,13 @@
 /* LSE merges: the splits of one decode call (part_o, part_lse -> out, lse) and fa_merge_states (n caller states).
  * One warp per row: every lane forms the weights w_s = e^(lse_s − M) / Σ e^(lse − M) (natural log), then
  * sums its columns. A row whose states are all empty gives 0 / −inf; a NaN LSE makes the row NaN. */
+#include "../convert.cuh"
 #include "decode.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
 
-template <typename T> __device__ __forceinline__ float ld(const T *p);
-template <> __device__ __forceinline__ float ld<float>(const float *p) { return *p; }
-template <> __device__ __forceinline__ float ld<__half>(const __half *p) { return __half2float(*p); }
-template <> __device__ __forceinline__ float ld<__nv_bfloat16>(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
-template <typename T> __device__ __forceinline__ void st(T *p, float x);
-template <> __device__ __forceinline__ void st<float>(float *p, float x) { *p = x; }
-template <> __device__ __forceinline__ void st<__half>(__half *p, float x) { *p = __float2half_rn(x); }
-template <> __device__ __forceinline__ void st<__nv_bfloat16>(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
 
 /* M = max lse and 1 / Σ e^(lse − M) over n values a stride apart; the merged LSE. */
 __device__ __forceinline__ float merge_lse(const float *const *lse, int64_t idx, const float *base, int64_t step, int n,
@@ -64,7 +57,7 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) merge_splits_kernel(const fa_d
             const float w = weight(pl[s], M, inv);
             if (w != 0.f || isnan(w)) acc = fmaf(w, p.part_o[(r * p.nsplit + s) * p.d + c], acc);
         }
-        st(o + c, acc);
+        fa_st(o + c, acc);
     }
     if (p.lse && lane == 0) p.lse[r] = lse;
 }
@@ -93,8 +86,8 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) merge_states_kernel(const fa_m
         float acc = 0.f;
         for (int s = 0; s < p.n; s++)
             if (w[s] != 0.f || isnan(w[s]))
-                acc = fmaf(w[s], ld((const T *)p.in[s] + b * p.in_sb[s] + i * p.in_ss[s] + h * p.in_sh[s] + c), acc);
-        st(o + c, acc);
+                acc = fmaf(w[s], fa_ld((const T *)p.in[s] + b * p.in_sb[s] + i * p.in_ss[s] + h * p.in_sh[s] + c), acc);
+        fa_st(o + c, acc);
     }
     __syncwarp();
     if (p.lse && lane == 0) p.lse[r] = lse;

@@ -14,6 +14,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "../convert.cuh"
+
 #define FA_DEV __device__ __forceinline__
 
 FA_DEV uint32_t fa_smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -103,15 +105,6 @@ template <> FA_DEV uint32_t fa_pack2<__half>(float lo, float hi) {
     __half2 v = __floats2half2_rn(lo, hi);
     return *(uint32_t *)&v;
 }
-
-template <typename T> FA_DEV float fa_to_f32(T x);
-template <> FA_DEV float fa_to_f32<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <> FA_DEV float fa_to_f32<__half>(__half x) { return __half2float(x); }
-template <> FA_DEV float fa_to_f32<float>(float x) { return x; }
-template <typename T> FA_DEV T fa_from_f32(float x);
-template <> FA_DEV __nv_bfloat16 fa_from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> FA_DEV __half fa_from_f32<__half>(float x) { return __float2half_rn(x); }
-template <> FA_DEV float fa_from_f32<float>(float x) { return x; }
 
 /* *a += v, atomically (sm_90's vector float atomics: one RED.E.ADD.F32x2 per call). */
 FA_DEV void fa_red_add_f2(float *a, float2 v) { (void)atomicAdd((float2 *)a, v); }

@@ -41,7 +41,7 @@ static void split_of(const fa_plan *pl, int64_t L, int64_t *chunk, int *ns) {
 }
 
 typedef struct thread_parts {
-    float *qs, *qbad, *S, *O, *m, *l;
+    float *qs, *qbad, *S, *Lv, *O, *m, *l;
     int64_t *lo, *hi;
 } thread_parts;
 
@@ -61,6 +61,7 @@ static void thread_layout(fa_arena *a, const fa_kv_problem *p, int hpi, thread_p
     t->qs = fa_arena_take(a, R * dp * f, 64);
     t->O = fa_arena_take(a, R * dp * f, 64);
     t->S = fa_arena_take(a, R * FA_DEC_BC * f, 64);
+    t->Lv = fa_arena_take(a, R * 16 * f, 64);
     t->qbad = fa_arena_take(a, R * f, 64);
     t->m = fa_arena_take(a, R * f, 64);
     t->l = fa_arena_take(a, R * f, 64);
@@ -289,7 +290,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, fa_dec_attend_fn att
         const int64_t es = (int64_t)fa_dtype_size(p->dtype), row = fa_kv_row(p, b);
         fa_dec_args a = {.R = R, .nh = nh, .d = (int)d, .dp = dp, .dtype = p->dtype, .qs = t->qs, .qbad = t->qbad,
                          .lo = t->lo, .hi = t->hi, .k0 = k0, .k1 = k1,
-                         .softcap_mul = p->softcap > 0 ? p->softcap * LOG2E : 0, .S = t->S,
+                         .softcap_mul = p->softcap > 0 ? p->softcap * LOG2E : 0, .S = t->S, .Lv = t->Lv,
                          .O = t->O, .m = t->m, .l = t->l};
         if (p->paged) {
             a.kbase = (const char *)p->kc.data + h0 * p->kc.stride_head * es;

@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#define FA_DEC_BC 16    /* keys per chunk: one score vector per row */
+#define FA_DEC_BC 32    /* keys per chunk: two score vectors per row */
 #define FA_DEC_LANES 16 /* fp32 rows are padded to a multiple of 16 (one zmm) */
 
 /* Where element c of a row sits in the kernel's fp32 rows (qs and O): bf16 rows with d % 32 == 0 keep each 32
@@ -36,7 +36,7 @@ typedef struct fa_dec_args {
     const int32_t *bt;          /* paged: this sequence's block-table row; NULL = contiguous */
     int64_t page_size;
     float softcap_mul;          /* 0 = off; else s = softcap_mul · tanh(q·k) (softcap · log2 e) */
-    float *S;                   /* scratch: nh·R x FA_DEC_BC (64-byte aligned) */
+    float *S, *Lv;              /* scratch: nh·R x FA_DEC_BC, nh·R x 16 (64-byte aligned) */
     float *O, *m, *l;           /* nh·R x dp (fa_dec_lane order), nh·R, nh·R: the running state (O = 0, m = -inf,
                                    l = 0 at the start) */
 } fa_dec_args;

@@ -200,35 +200,46 @@ AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const in
     }
 }
 
-/* The online softmax of row `row` on its 16 scores at once. A non-finite visible dot (a NaN/inf in the key row, or
- * q·k beyond fp32) makes l NaN, so the row's state fails the contract's check and is recomputed; then softcap,
- * saturation, q's NaN flag and −inf for the keys the row does not see; m_new = max(m, rowmax(S));
- * P = 2^(S − m_new); l = 2^(m − m_new) l + rowsum(P); O = 2^(m − m_new) O. S is left holding P. */
+/* The online softmax of row `row` on its FA_DEC_BC scores, 16 at a time. A non-finite visible dot (a NaN/inf in the
+ * key row, or q·k beyond fp32) makes l NaN, so the row's state fails the contract's check and is recomputed; then
+ * softcap, saturation, q's NaN flag and −inf for the keys the row does not see; m_new = max(m, rowmax(S));
+ * P = 2^(S − m_new); l = 2^(m − m_new) l + rowsum(P), kept by lane in Lv (summed once, at the end of the item);
+ * O = 2^(m − m_new) O. S is left holding P. */
 AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n, const int NV) {
-    const int r = row % a->R;
+    const int r = row % a->R, NS = FA_DEC_BC / 16;
     const int64_t lo = a->lo[r] > j0 ? a->lo[r] : j0, hi = a->hi[r] < j0 + n ? a->hi[r] : j0 + n;
     if (hi <= lo) return;
     const v16f z = {0};
     const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    float *S = a->S + (size_t)row * FA_DEC_BC;
-    v16f Sv = LD(S);
-    const v16i vis = (lane >= (int)(lo - j0)) & (lane < (int)(hi - j0));
-    const v16f nan = vsel(vis, Sv * 0.0f, z);
-    if (a->softcap_mul != 0)
-        for (int jj = 0; jj < 16; jj++) Sv[jj] = a->softcap_mul * tanhf(Sv[jj]);
-    Sv = vsel(Sv > FA_DEC_SAT, z + FA_DEC_SAT, vsel(Sv < -FA_DEC_SAT, z - FA_DEC_SAT, Sv)) + a->qbad[row];
-    Sv = vsel(vis, Sv, z - INFINITY);
-    const float mx = hmax16(Sv);
+    float *S = a->S + (size_t)row * FA_DEC_BC, *Lv = a->Lv + (size_t)row * 16;
+    v16f Sv[FA_DEC_BC / 16], nan = z, mxv = z - INFINITY;
+#pragma GCC unroll 4
+    for (int s = 0; s < NS; s++) {
+        v16f x = LD(S + 16 * s);
+        const v16i vis = (lane + 16 * s >= (int)(lo - j0)) & (lane + 16 * s < (int)(hi - j0));
+        nan += vsel(vis, x * 0.0f, z);
+        if (a->softcap_mul != 0)
+            for (int jj = 0; jj < 16; jj++) x[jj] = a->softcap_mul * tanhf(x[jj]);
+        x = vsel(x > FA_DEC_SAT, z + FA_DEC_SAT, vsel(x < -FA_DEC_SAT, z - FA_DEC_SAT, x)) + a->qbad[row];
+        Sv[s] = vsel(vis, x, z - INFINITY);
+        mxv = vsel(Sv[s] > mxv, Sv[s], mxv);
+    }
+    const float mx = hmax16(mxv);
+    v16f lv = LD(Lv) + nan;
     if (mx > a->m[row]) {
         const float alpha = fa_port_exp2(a->m[row] - mx);
-        a->l[row] *= alpha;
+        lv *= alpha;
         float *o = a->O + (size_t)row * a->dp;
         for (int i = 0; i < NV; i++) ST(o + 16 * i, LD(o + 16 * i) * alpha);
         a->m[row] = mx;
     }
-    const v16f P = vexp2(Sv - a->m[row]);
-    a->l[row] += hsum16(P + nan);
-    ST(S, P);
+#pragma GCC unroll 4
+    for (int s = 0; s < NS; s++) {
+        const v16f P = vexp2(Sv[s] - a->m[row]);
+        lv += P;
+        ST(S + 16 * s, P);
+    }
+    ST(Lv, lv);
 }
 
 /* O += P Vj for rows [r0, r0 + NR) of head hh: their O in registers over W vectors of d at a time (16 accumulators),
@@ -257,7 +268,7 @@ AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t 
 #pragma GCC unroll 16
             for (int i = 0; i < nv; i++) A[r][i] = LD(O + r * dp + 16 * (v0 + i));
         for (int jj = ja; jj < jb; jj++) {
-            v16f v[16];
+            v16f v[16] = {{0}};
             row_vecs(v, vr[jj] + hh * a->v_sh, v0, nv, MODE, a, tmp);
 #pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
@@ -277,11 +288,17 @@ AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t 
 /* One chunk of n <= 16 keys from j0 (kr, vr: 16 row addresses, the ones past n repeat a valid row), head by head:
  * S = Qi Kjᵀ, the online softmax, O += P Vj, rows in groups of 4, 2, 1. A head's K and V rows of the chunk (4 KB each
  * at d = 128 bf16) are used while they are in L1. NV = dp / 16, a compile-time constant after inlining. */
-AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, const char *const *vr, const int NV,
-              const int MODE) {
-    const int R = a->R;
+AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, const char *const *vr,
+              const char *const *kn, const char *const *vn, int nn, const int NV, const int MODE) {
+    const int R = a->R, row_bytes = a->d * (int)fa_dtype_size(a->dtype);
     _Alignas(64) float tmp[256];
     for (int hh = 0; hh < a->nh; hh++) {
+        /* the next chunk's rows of this head into L2 while this one computes (kn, vn: its nn rows) */
+        for (int jj = 0; jj < nn; jj++)
+            for (int c = 0; c < row_bytes; c += 64) {
+                __builtin_prefetch(kn[jj] + hh * a->k_sh + c, 0, 2);
+                __builtin_prefetch(vn[jj] + hh * a->v_sh + c, 0, 2);
+            }
         for (int r = 0; r < R;) {
             if (R - r >= 4) qk(a, kr, hh, r, 4, NV, MODE, tmp), r += 4;
             else if (R - r >= 2) qk(a, kr, hh, r, 2, NV, MODE, tmp), r += 2;
@@ -314,12 +331,23 @@ static inline void key_rows(const fa_dec_args *a, int64_t j0, int n, const char 
 
 /* The keys of the item chunk by chunk, with the row format and vector count fixed at compile time. */
 AI void walk(const fa_dec_args *a, const int NV, const int MODE) {
-    const char *kr[FA_DEC_BC], *vr[FA_DEC_BC];
-    for (int64_t j0 = a->k0; j0 < a->k1; j0 += FA_DEC_BC) {
-        const int n = (int)(a->k1 - j0 < FA_DEC_BC ? a->k1 - j0 : FA_DEC_BC);
-        key_rows(a, j0, n, kr, vr);
-        chunk(a, j0, n, kr, vr, NV, MODE);
+    const char *rows[2][2][FA_DEC_BC]; /* [this chunk, the next one][K, V] */
+    int cur = 0, n = (int)(a->k1 - a->k0 < FA_DEC_BC ? a->k1 - a->k0 : FA_DEC_BC);
+    const v16f z = {0};
+    for (int row = 0; row < a->R * a->nh; row++) {
+        v16f l = z;
+        l[0] = a->l[row];
+        ST(a->Lv + (size_t)row * 16, l);
     }
+    key_rows(a, a->k0, n, rows[0][0], rows[0][1]);
+    for (int64_t j0 = a->k0; j0 < a->k1; j0 += FA_DEC_BC, cur ^= 1) {
+        const int64_t j1 = j0 + FA_DEC_BC;
+        const int nn = (int)(a->k1 - j1 < FA_DEC_BC ? (a->k1 > j1 ? a->k1 - j1 : 0) : FA_DEC_BC);
+        if (nn) key_rows(a, j1, nn, rows[cur ^ 1][0], rows[cur ^ 1][1]);
+        chunk(a, j0, n, rows[cur][0], rows[cur][1], rows[cur ^ 1][0], rows[cur ^ 1][1], nn, NV, MODE);
+        n = nn;
+    }
+    for (int row = 0; row < a->R * a->nh; row++) a->l[row] = hsum16(LD(a->Lv + (size_t)row * 16));
 }
 
 #define FA_DEC_WALK(MODE)                                                                                           \

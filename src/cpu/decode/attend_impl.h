@@ -166,7 +166,7 @@ AI v16f sum16(const v16f *x) {
  * each key's vectors converted once for the NR rows, the group's 16 sums in one sum16. */
 AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const int NR, const int NV, const int MODE,
            float *tmp) {
-    const int NK = 16 / NR, dp = a->dp, STEP = MODE == M_BF16 ? 2 : 1;
+    const int NK = 16 / NR, dp = 16 * NV, STEP = MODE == M_BF16 ? 2 : 1; /* dp: a constant offset */
     const float *q = a->qs + ((size_t)hh * a->R + r0) * dp;
     float *S = a->S + ((size_t)hh * a->R + r0) * FA_DEC_BC;
     for (int j0 = 0; j0 < FA_DEC_BC; j0 += NK) {
@@ -229,7 +229,7 @@ AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n, const int 
     if (mx > a->m[row]) {
         const float alpha = fa_port_exp2(a->m[row] - mx);
         lv *= alpha;
-        float *o = a->O + (size_t)row * a->dp;
+        float *o = a->O + (size_t)row * 16 * NV;
         for (int i = 0; i < NV; i++) ST(o + 16 * i, LD(o + 16 * i) * alpha);
         a->m[row] = mx;
     }
@@ -242,12 +242,46 @@ AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n, const int 
     ST(Lv, lv);
 }
 
+/* The next chunk's rows of head hh, prefetched into L2 a few lines at a time over the PV loop of this head: a burst
+ * of them at the start of the head makes the demand loads behind it wait. */
+typedef struct pf_rows {
+    const char *const *k, *const *v;
+    int n, bytes, per; /* keys, bytes of a row, lines per call */
+    int key, c;        /* the cursor: key, then byte offset (K and V together) */
+} pf_rows;
+AI void pf_lines(const fa_dec_args *a, pf_rows *pf, int hh, int count) {
+    for (int i = 0; i < count && pf->key < pf->n; i++) {
+        __builtin_prefetch(pf->k[pf->key] + hh * a->k_sh + pf->c, 0, 2);
+        __builtin_prefetch(pf->v[pf->key] + hh * a->v_sh + pf->c, 0, 2);
+        if ((pf->c += 64) >= pf->bytes) pf->c = 0, pf->key++;
+    }
+}
+
+/* O_r += p_r,j v_j for keys [ja, jb) and the W-vector piece at v0 of rows r0.. of A; with CHECK, row r adds only
+ * the keys of [lo[r], hi[r]) (P = 0 elsewhere, but a NaN in v must not reach it). */
+AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float *P, v16f (*A)[16], int ja, int jb,
+                int v0, int nv, const int *lo, const int *hi, const int NR, const int MODE, const int CHECK, float *tmp,
+                pf_rows *pf) {
+    for (int jj = ja; jj < jb; jj++) {
+        if (pf) pf_lines(a, pf, hh, pf->per);
+        v16f v[16] = {{0}};
+        row_vecs(v, vr[jj] + hh * a->v_sh, v0, nv, MODE, a, tmp);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            if (CHECK && (jj < lo[r] || jj >= hi[r])) continue;
+            const float p = P[r * FA_DEC_BC + jj];
+#pragma GCC unroll 16
+            for (int i = 0; i < nv; i++) A[r][i] += p * v[i];
+        }
+    }
+}
+
 /* O += P Vj for rows [r0, r0 + NR) of head hh: their O in registers over W vectors of d at a time (16 accumulators),
- * so each V row is converted once per group of rows. A row adds only the keys it sees (P = 0 elsewhere, but a NaN
- * in v must not reach it); when every row of the group sees the same keys, no per-key test. */
+ * so each V row is converted once per group of rows; a per-key visibility test only where the rows of the group see
+ * different keys of the chunk. */
 AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t j0, int n, const int NR, const int NV,
-           const int MODE, float *tmp) {
-    const int W = NR == 1 ? 16 : NR == 2 ? 8 : 4, dp = a->dp;
+           const int MODE, float *tmp, pf_rows *pf) {
+    const int W = NR == 1 ? 16 : NR == 2 ? 8 : 4, dp = 16 * NV;
     int lo[4], hi[4], ja = FA_DEC_BC, jb = 0, same = 1;
     for (int r = 0; r < NR; r++) {
         const int64_t l = a->lo[r0 + r] - j0, h = a->hi[r0 + r] - j0;
@@ -267,17 +301,8 @@ AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t 
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 16
             for (int i = 0; i < nv; i++) A[r][i] = LD(O + r * dp + 16 * (v0 + i));
-        for (int jj = ja; jj < jb; jj++) {
-            v16f v[16] = {{0}};
-            row_vecs(v, vr[jj] + hh * a->v_sh, v0, nv, MODE, a, tmp);
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                if (!same && (jj < lo[r] || jj >= hi[r])) continue;
-                const float p = P[r * FA_DEC_BC + jj];
-#pragma GCC unroll 16
-                for (int i = 0; i < nv; i++) A[r][i] += p * v[i];
-            }
-        }
+        if (same) pv_keys(a, vr, hh, P, A, ja, jb, v0, nv, lo, hi, NR, MODE, 0, tmp, pf);
+        else pv_keys(a, vr, hh, P, A, ja, jb, v0, nv, lo, hi, NR, MODE, 1, tmp, pf);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 16
@@ -291,14 +316,12 @@ AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t 
 AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, const char *const *vr,
               const char *const *kn, const char *const *vn, int nn, const int NV, const int MODE) {
     const int R = a->R, row_bytes = a->d * (int)fa_dtype_size(a->dtype);
+    /* PV key steps of a head: (groups of rows) x (pieces of d) x keys */
+    const int groups = R / 4 + (R % 4) / 2 + (R % 2), W = R >= 4 ? 4 : R >= 2 ? 8 : 16;
+    const int sites = groups * ((NV + W - 1) / W) * FA_DEC_BC;
     _Alignas(64) float tmp[256];
     for (int hh = 0; hh < a->nh; hh++) {
-        /* the next chunk's rows of this head into L2 while this one computes (kn, vn: its nn rows) */
-        for (int jj = 0; jj < nn; jj++)
-            for (int c = 0; c < row_bytes; c += 64) {
-                __builtin_prefetch(kn[jj] + hh * a->k_sh + c, 0, 2);
-                __builtin_prefetch(vn[jj] + hh * a->v_sh + c, 0, 2);
-            }
+        pf_rows pf = {kn, vn, nn, row_bytes, (nn * ((row_bytes + 63) / 64) + sites - 1) / sites, 0, 0};
         for (int r = 0; r < R;) {
             if (R - r >= 4) qk(a, kr, hh, r, 4, NV, MODE, tmp), r += 4;
             else if (R - r >= 2) qk(a, kr, hh, r, 2, NV, MODE, tmp), r += 2;
@@ -306,10 +329,11 @@ AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, co
         }
         for (int r = 0; r < R; r++) softmax_row(a, hh * R + r, j0, n, NV);
         for (int r = 0; r < R;) {
-            if (R - r >= 4) pv(a, vr, hh, r, j0, n, 4, NV, MODE, tmp), r += 4;
-            else if (R - r >= 2) pv(a, vr, hh, r, j0, n, 2, NV, MODE, tmp), r += 2;
-            else pv(a, vr, hh, r, j0, n, 1, NV, MODE, tmp), r += 1;
+            if (R - r >= 4) pv(a, vr, hh, r, j0, n, 4, NV, MODE, tmp, &pf), r += 4;
+            else if (R - r >= 2) pv(a, vr, hh, r, j0, n, 2, NV, MODE, tmp, &pf), r += 2;
+            else pv(a, vr, hh, r, j0, n, 1, NV, MODE, tmp, &pf), r += 1;
         }
+        pf_lines(a, &pf, hh, pf.n * (pf.bytes / 64 + 1));
     }
 }
 
@@ -331,21 +355,20 @@ static inline void key_rows(const fa_dec_args *a, int64_t j0, int n, const char 
 
 /* The keys of the item chunk by chunk, with the row format and vector count fixed at compile time. */
 AI void walk(const fa_dec_args *a, const int NV, const int MODE) {
-    const char *rows[2][2][FA_DEC_BC]; /* [this chunk, the next one][K, V] */
-    int cur = 0, n = (int)(a->k1 - a->k0 < FA_DEC_BC ? a->k1 - a->k0 : FA_DEC_BC);
+    const char *kr[FA_DEC_BC], *vr[FA_DEC_BC], *kp[FA_DEC_BC], *vp[FA_DEC_BC]; /* this chunk, the next one */
     const v16f z = {0};
     for (int row = 0; row < a->R * a->nh; row++) {
         v16f l = z;
         l[0] = a->l[row];
         ST(a->Lv + (size_t)row * 16, l);
     }
-    key_rows(a, a->k0, n, rows[0][0], rows[0][1]);
-    for (int64_t j0 = a->k0; j0 < a->k1; j0 += FA_DEC_BC, cur ^= 1) {
-        const int64_t j1 = j0 + FA_DEC_BC;
-        const int nn = (int)(a->k1 - j1 < FA_DEC_BC ? (a->k1 > j1 ? a->k1 - j1 : 0) : FA_DEC_BC);
-        if (nn) key_rows(a, j1, nn, rows[cur ^ 1][0], rows[cur ^ 1][1]);
-        chunk(a, j0, n, rows[cur][0], rows[cur][1], rows[cur ^ 1][0], rows[cur ^ 1][1], nn, NV, MODE);
-        n = nn;
+    for (int64_t j0 = a->k0; j0 < a->k1; j0 += FA_DEC_BC) {
+        const int n = (int)(a->k1 - j0 < FA_DEC_BC ? a->k1 - j0 : FA_DEC_BC);
+        const int64_t jp = j0 + FA_DEC_BC;
+        const int np = (int)(a->k1 - jp < FA_DEC_BC ? (a->k1 > jp ? a->k1 - jp : 0) : FA_DEC_BC);
+        key_rows(a, j0, n, kr, vr);
+        if (np) key_rows(a, jp, np, kp, vp);
+        chunk(a, j0, n, kr, vr, kp, vp, np, NV, MODE);
     }
     for (int row = 0; row < a->R * a->nh; row++) a->l[row] = hsum16(LD(a->Lv + (size_t)row * 16));
 }

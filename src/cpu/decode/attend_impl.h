@@ -162,7 +162,7 @@ AI v16f sum16(const v16f *x) {
            __builtin_shufflevector(w[0], w[1], 1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31);
 }
 
-/* S = Qi Kjᵀ for rows [r0, r0 + NR) of head hh and the chunk's 16 keys: NR·NK = 16 raw dots per group of NK keys,
+/* S = Qi Kjᵀ for rows [r0, r0 + NR) of head hh and the chunk's keys: NR·NK = 16 raw dots per group of NK keys,
  * each key's vectors converted once for the NR rows, the group's 16 sums in one sum16. */
 AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const int NR, const int NV, const int MODE,
            float *tmp) {
@@ -310,9 +310,10 @@ AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t 
     }
 }
 
-/* One chunk of n <= 16 keys from j0 (kr, vr: 16 row addresses, the ones past n repeat a valid row), head by head:
- * S = Qi Kjᵀ, the online softmax, O += P Vj, rows in groups of 4, 2, 1. A head's K and V rows of the chunk (4 KB each
- * at d = 128 bf16) are used while they are in L1. NV = dp / 16, a compile-time constant after inlining. */
+/* One chunk of n <= FA_DEC_BC keys from j0 (kr, vr: FA_DEC_BC row addresses, the ones past n repeat a valid row;
+ * kn, vn: the nn rows of the next chunk), head by head: S = Qi Kjᵀ, the online softmax, O += P Vj, rows in groups of
+ * 4, 2, 1. A head's K and V rows of the chunk (8 KB each at d = 128 bf16) are used while they are in L1.
+ * NV = dp / 16, a compile-time constant after inlining. */
 AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, const char *const *vr,
               const char *const *kn, const char *const *vn, int nn, const int NV, const int MODE) {
     const int R = a->R, row_bytes = a->d * (int)fa_dtype_size(a->dtype);

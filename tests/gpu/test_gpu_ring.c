@@ -148,15 +148,11 @@ static void run_case(const gcase *c, fa_ring_comm **comms, const int *devs) {
     printf("%s:", desc);
     fflush(stdout);
 
-    t_buf q = t_buf_new(c->dt, B, S, Hq, D, T_BSHD), k = t_buf_new(c->dt, B, S, Hk, D, T_BSHD);
-    t_buf v = t_buf_new(c->dt, B, S, Hk, D, T_BSHD), dout = t_buf_new(c->dt, B, S, Hq, D, T_BSHD);
-    t_buf_randn(&q, 1), t_buf_randn(&k, 1), t_buf_randn(&v, 1), t_buf_randn(&dout, 1);
+    t_whole whole;
+    CHECK_STATUS(t_whole_new(&whole, &c->opts, c->dt, B, S, Hq, Hk, D), FA_OK);
+    const t_buf q = whole.q, k = whole.k, v = whole.v, dout = whole.dout;
+    const double *ref = whole.out, *rlse = whole.lse, *rdq = whole.dq, *rdk = whole.dk, *rdv = whole.dv;
     const int64_t nq = B * S * Hq * D, nk = B * S * Hk * D, nl = B * Hq * S;
-    double *ref = malloc(sizeof(double) * (size_t)nq), *rlse = malloc(sizeof(double) * (size_t)nl);
-    double *rdq = malloc(sizeof(double) * (size_t)nq), *rdk = malloc(sizeof(double) * (size_t)nk),
-           *rdv = malloc(sizeof(double) * (size_t)nk);
-    CHECK_STATUS(t_oracle_forward(&c->opts, &q.t, &k.t, &v.t, ref, rlse), FA_OK);
-    CHECK_STATUS(t_oracle_backward(&c->opts, &q.t, &k.t, &v.t, &dout.t, rdq, rdk, rdv), FA_OK);
 
     /* baselines on device 0, whole sequence: STANDARD (the rule's) and the ring's own algorithm (for reference) */
     fa_context *c0;
@@ -250,9 +246,9 @@ static void run_case(const gcase *c, fa_ring_comm **comms, const int *devs) {
         cudaStreamDestroy(x->stream);
     }
     fa_context_destroy(c0);
-    free(sl), free(ref), free(rlse), free(rdq), free(rdk), free(rdv);
+    free(sl);
     t_buf_free(&so), t_buf_free(&sdq), t_buf_free(&sdk), t_buf_free(&sdv);
-    t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&dout);
+    t_whole_free(&whole);
     t_case_label[0] = 0;
 }
 

@@ -1,9 +1,11 @@
 /* Ring-attention shards for the tests (shard.h). */
 #include "shard.h"
 
+#include "oracle.h"
 #include "tensor.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 int64_t t_shard_row(int r, int W, int64_t S_l, int causal, int64_t i) {
     if (!causal) return r * S_l + i;
@@ -43,4 +45,22 @@ double t_shard_lse_err(const float *lse, const double *ref, int64_t BH, int64_t 
             m = isnan(d) ? INFINITY : fmax(m, d);
         }
     return m;
+}
+
+fa_status t_whole_new(t_whole *w, const fa_attn_opts *opts, fa_dtype dt, int64_t B, int64_t S, int64_t Hq, int64_t Hk,
+                      int64_t D) {
+    w->q = t_buf_new(dt, B, S, Hq, D, T_BSHD), w->k = t_buf_new(dt, B, S, Hk, D, T_BSHD);
+    w->v = t_buf_new(dt, B, S, Hk, D, T_BSHD), w->dout = t_buf_new(dt, B, S, Hq, D, T_BSHD);
+    t_buf_randn(&w->q, 1), t_buf_randn(&w->k, 1), t_buf_randn(&w->v, 1), t_buf_randn(&w->dout, 1);
+    const size_t nq = (size_t)(B * S * Hq * D), nk = (size_t)(B * S * Hk * D), nl = (size_t)(B * Hq * S);
+    w->out = malloc(sizeof(double) * nq), w->lse = malloc(sizeof(double) * nl);
+    w->dq = malloc(sizeof(double) * nq), w->dk = malloc(sizeof(double) * nk), w->dv = malloc(sizeof(double) * nk);
+    fa_status st = t_oracle_forward(opts, &w->q.t, &w->k.t, &w->v.t, w->out, w->lse);
+    if (st == FA_OK) st = t_oracle_backward(opts, &w->q.t, &w->k.t, &w->v.t, &w->dout.t, w->dq, w->dk, w->dv);
+    return st;
+}
+
+void t_whole_free(t_whole *w) {
+    free(w->out), free(w->lse), free(w->dq), free(w->dk), free(w->dv);
+    t_buf_free(&w->q), t_buf_free(&w->k), t_buf_free(&w->v), t_buf_free(&w->dout);
 }

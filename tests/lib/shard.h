@@ -4,6 +4,7 @@
 #define FA_TEST_SHARD_H
 
 #include "flashattn.h"
+#include "tensor.h"
 
 #include <stdint.h>
 
@@ -16,5 +17,15 @@ double t_shard_err(const fa_tensor *t, const double *ref, int64_t S, int r, int 
 /* The same for a shard's LSE [BH, S_l] against ref [BH, S]; equal values (−inf included) count as 0. */
 double t_shard_lse_err(const float *lse, const double *ref, int64_t BH, int64_t S, int64_t S_l, int r, int W,
                        int causal);
+
+/* A ring case's whole sequence: random q, k, v, dout (contiguous BSHD, the default stream) and the float64 oracle's
+ * out [B, S, Hq, D], LSE [B, Hq, S] and gradients on it. Returns the oracle's status. */
+typedef struct t_whole {
+    t_buf q, k, v, dout;
+    double *out, *lse, *dq, *dk, *dv;
+} t_whole;
+fa_status t_whole_new(t_whole *w, const fa_attn_opts *opts, fa_dtype dt, int64_t B, int64_t S, int64_t Hq, int64_t Hk,
+                      int64_t D);
+void t_whole_free(t_whole *w);
 
 #endif

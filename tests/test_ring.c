@@ -110,10 +110,10 @@ static void run_case(const ring_case *c) {
     fflush(stdout);
 
     /* the whole sequence: the oracle and STANDARD in the same dtype (the baseline of the rule) */
-    t_whole whole;
-    CHECK_STATUS(t_whole_new(&whole, &c->opts, c->dt, B, S, Hq, Hk, D), FA_OK);
-    const t_buf q = whole.q, k = whole.k, v = whole.v, dout = whole.dout;
-    const double *ref = whole.out, *rlse = whole.lse, *rdq = whole.dq, *rdk = whole.dk, *rdv = whole.dv;
+    t_whole seq;
+    CHECK_STATUS(t_whole_new(&seq, &c->opts, c->dt, B, S, Hq, Hk, D), FA_OK);
+    t_buf q = seq.q, k = seq.k, v = seq.v, dout = seq.dout; /* views of seq's buffers (freed with it) */
+    const double *ref = seq.out, *rlse = seq.lse, *rdq = seq.dq, *rdk = seq.dk, *rdv = seq.dv;
     const int64_t nq = B * S * Hq * D, nk = B * S * Hk * D, nl = B * Hq * S;
     ring R = ring_new(W);
     double e_std = 0, l_std = 0, g_std[3] = {0, 0, 0};
@@ -200,7 +200,7 @@ done:
         free(x->lse);
     }
     ring_free(&R);
-    t_whole_free(&whole);
+    t_whole_free(&seq);
     t_case_label[0] = 0;
 }
 

@@ -148,10 +148,10 @@ static void run_case(const gcase *c, fa_ring_comm **comms, const int *devs) {
     printf("%s:", desc);
     fflush(stdout);
 
-    t_whole whole;
-    CHECK_STATUS(t_whole_new(&whole, &c->opts, c->dt, B, S, Hq, Hk, D), FA_OK);
-    const t_buf q = whole.q, k = whole.k, v = whole.v, dout = whole.dout;
-    const double *ref = whole.out, *rlse = whole.lse, *rdq = whole.dq, *rdk = whole.dk, *rdv = whole.dv;
+    t_whole seq;
+    CHECK_STATUS(t_whole_new(&seq, &c->opts, c->dt, B, S, Hq, Hk, D), FA_OK);
+    t_buf q = seq.q, k = seq.k, v = seq.v, dout = seq.dout; /* views of seq's buffers (freed with it) */
+    const double *ref = seq.out, *rlse = seq.lse, *rdq = seq.dq, *rdk = seq.dk, *rdv = seq.dv;
     const int64_t nq = B * S * Hq * D, nk = B * S * Hk * D, nl = B * Hq * S;
 
     /* baselines on device 0, whole sequence: STANDARD (the rule's) and the ring's own algorithm (for reference) */
@@ -248,7 +248,7 @@ static void run_case(const gcase *c, fa_ring_comm **comms, const int *devs) {
     fa_context_destroy(c0);
     free(sl);
     t_buf_free(&so), t_buf_free(&sdq), t_buf_free(&sdk), t_buf_free(&sdv);
-    t_whole_free(&whole);
+    t_whole_free(&seq);
     t_case_label[0] = 0;
 }
 

@@ -41,7 +41,7 @@ static void split_of(const fa_plan *pl, int64_t L, int64_t *chunk, int *ns) {
 }
 
 typedef struct thread_parts {
-    float *qs, *qbad, *Kc, *Vc, *S, *O, *m, *l;
+    float *qs, *qbad, *S, *Lv, *O, *m, *l;
     int64_t *lo, *hi;
 } thread_parts;
 
@@ -60,9 +60,8 @@ static void thread_layout(fa_arena *a, const fa_kv_problem *p, int hpi, thread_p
     const size_t R = (size_t)rows_of(p) * (size_t)hpi, dp = (size_t)padded(p->d), f = sizeof(float);
     t->qs = fa_arena_take(a, R * dp * f, 64);
     t->O = fa_arena_take(a, R * dp * f, 64);
-    t->Kc = fa_arena_take(a, (size_t)hpi * FA_DEC_BC * dp * f, 64);
-    t->Vc = fa_arena_take(a, (size_t)hpi * FA_DEC_BC * dp * f, 64);
     t->S = fa_arena_take(a, R * FA_DEC_BC * f, 64);
+    t->Lv = fa_arena_take(a, R * 16 * f, 64);
     t->qbad = fa_arena_take(a, R * f, 64);
     t->m = fa_arena_take(a, R * f, 64);
     t->l = fa_arena_take(a, R * f, 64);
@@ -271,15 +270,15 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, fa_dec_attend_fn att
                 const int64_t r = hh * R + i * G + g, hq = (h0 + hh) * G + g;
                 t->lo[r] = lo;
                 t->hi[r] = hi;
-                float *q = t->qs + r * dp;
+                float *q = t->qs + r * dp, x[256];
                 const int64_t qo = b * p->q.stride_batch + i * p->q.stride_seq + hq * p->q.stride_head;
                 float bad = 0;
                 for (int64_t c = 0; c < d; c++) {
-                    q[c] = fa_load_elem(p->q.data, (int)p->dtype, qo + c);
-                    bad += q[c] * 0.0f;
+                    x[c] = fa_load_elem(p->q.data, (int)p->dtype, qo + c);
+                    bad += x[c] * 0.0f;
                 }
-                if (p->rot_cos) rotate(p, q, p->seqlens[b] + i);
-                for (int64_t c = 0; c < d; c++) q[c] *= qmul;
+                if (p->rot_cos) rotate(p, x, p->seqlens[b] + i);
+                for (int64_t c = 0; c < d; c++) q[fa_dec_lane(p->dtype, d, c)] = x[c] * qmul;
                 for (int64_t c = d; c < dp; c++) q[c] = 0;
                 t->qbad[r] = bad;
                 t->m[r] = -INFINITY;
@@ -291,7 +290,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, fa_dec_attend_fn att
         const int64_t es = (int64_t)fa_dtype_size(p->dtype), row = fa_kv_row(p, b);
         fa_dec_args a = {.R = R, .nh = nh, .d = (int)d, .dp = dp, .dtype = p->dtype, .qs = t->qs, .qbad = t->qbad,
                          .lo = t->lo, .hi = t->hi, .k0 = k0, .k1 = k1,
-                         .softcap_mul = p->softcap > 0 ? p->softcap * LOG2E : 0, .Kc = t->Kc, .Vc = t->Vc, .S = t->S,
+                         .softcap_mul = p->softcap > 0 ? p->softcap * LOG2E : 0, .S = t->S, .Lv = t->Lv,
                          .O = t->O, .m = t->m, .l = t->l};
         if (p->paged) {
             a.kbase = (const char *)p->kc.data + h0 * p->kc.stride_head * es;
@@ -314,23 +313,23 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, fa_dec_attend_fn att
         for (int64_t i = 0; i < p->sq; i++)
             for (int64_t g = 0; g < G; g++) {
                 const int64_t r = hh * R + i * G + g, hq = (h0 + hh) * G + g;
-                const float l = t->l[r];
-                float inv = l == 0 ? 0 : 1 / l;
-                float lse = l == 0 ? -INFINITY : (float)((t->m[r] + log2f(l)) * LN2);
-                float *o = t->O + r * dp;
-                if (!row_stands(t, r, dp, d)) {
+                const float l = t->l[r], inv = l == 0 ? 0 : 1 / l;
+                float lse = l == 0 ? -INFINITY : (float)((t->m[r] + log2f(l)) * LN2), o[256];
+                const float *so = t->O + r * dp;
+                if (row_stands(t, r, dp, d)) {
+                    for (int64_t c = 0; c < d; c++) o[c] = so[fa_dec_lane(p->dtype, d, c)] * inv;
+                } else {
                     double x[256];
                     lse = (float)exact_row(p, b, i, hq, t->lo[r], t->hi[r], x);
                     for (int64_t c = 0; c < d; c++) o[c] = (float)x[c];
-                    inv = 1;
                 }
                 if (ns == 1) {
                     const int64_t oo = b * p->o.stride_batch + i * p->o.stride_seq + hq * p->o.stride_head;
-                    for (int64_t c = 0; c < d; c++) fa_store_elem(p->o.data, (int)p->dtype, oo + c, o[c] * inv);
+                    for (int64_t c = 0; c < d; c++) fa_store_elem(p->o.data, (int)p->dtype, oo + c, o[c]);
                     if (p->lse) p->lse[(b * p->hq + hq) * p->sq + i] = lse;
                 } else {
                     const int64_t pr = ((b * p->hq + hq) * p->sq + i) * pl->aux[FA_KV_AUX_SPLITS] + s;
-                    for (int64_t c = 0; c < d; c++) w->part_o[pr * d + c] = o[c] * inv;
+                    for (int64_t c = 0; c < d; c++) w->part_o[pr * d + c] = o[c];
                     w->part_lse[pr] = lse;
                 }
             }

@@ -1,8 +1,8 @@
-/* The CPU decode kernel's interface: one work item is one (sequence, K/V head, key range) with all R query rows that
- * read that K/V head (GQA rows x new rows), so K and V are read from slow memory once per K/V head. The kernel walks
- * the keys in chunks of FA_DEC_BC: Kj, Vj converted to fp32 in fast memory, S = Qi Kjᵀ on each row's visible keys,
- * the online softmax (m, l in log2 units) and O += P Vj. One copy per ISA (attend_*.c include attend_impl.h with
- * their own flags); docs/decoding.md. */
+/* The CPU decode kernel's interface: one work item is one (sequence, K/V heads, key range) with all R query rows that
+ * read each K/V head (GQA rows x new rows), so K and V are read from slow memory once per K/V head. The kernel walks
+ * the keys in chunks of FA_DEC_BC, head by head: S = Qi Kjᵀ on each row's visible keys (Kj converted to fp32 in
+ * registers), the online softmax (m, l in log2 units) and O += P Vj. One copy per ISA (attend_*.c include
+ * attend_impl.h with their own flags); docs/decoding.md. */
 #ifndef FA_CPU_DECODE_ATTEND_H
 #define FA_CPU_DECODE_ATTEND_H
 
@@ -10,13 +10,22 @@
 
 #include <stdint.h>
 
-#define FA_DEC_BC 16    /* keys per chunk: Kj, Vj of every head of the item in fp32 (8 heads x 16 x 128 x 4 B = 64 KB each) */
+#define FA_DEC_BC 32    /* keys per chunk: two score vectors per row */
 #define FA_DEC_LANES 16 /* fp32 rows are padded to a multiple of 16 (one zmm) */
+
+/* Where element c of a row sits in the kernel's fp32 rows (qs and O): bf16 rows with d % 32 == 0 keep each 32
+ * elements as their 16 even ones, then their 16 odd ones (a 32-bit lane holds a bf16 pair, converted by one shift or
+ * one mask); every other row in order. */
+static inline int64_t fa_dec_lane(fa_dtype dt, int64_t d, int64_t c) {
+    if (dt != FA_DTYPE_BF16 || d % 32) return c;
+    return (c & ~(int64_t)31) | (c & 1) << 4 | (c & 31) >> 1;
+}
 
 typedef struct fa_dec_args {
     int R, nh, d, dp;           /* rows per head, K/V heads, head_dim, padded head_dim */
     fa_dtype dtype;
-    const float *qs;            /* nh·R x dp: q rows pre-multiplied (scale·log2 e, or scale/softcap), zero-padded */
+    const float *qs;            /* nh·R x dp: q rows pre-multiplied (scale·log2 e, or scale/softcap), zero-padded,
+                                   in fa_dec_lane order */
     const float *qbad;          /* nh·R: 0, or NaN for a q row with a NaN/inf (the numerics contract) */
     const int64_t *lo, *hi;     /* R: keys [lo, hi) row r of every head sees inside this item */
     int64_t k0, k1;             /* keys of the item: the union of the rows' ranges */
@@ -27,8 +36,9 @@ typedef struct fa_dec_args {
     const int32_t *bt;          /* paged: this sequence's block-table row; NULL = contiguous */
     int64_t page_size;
     float softcap_mul;          /* 0 = off; else s = softcap_mul · tanh(q·k) (softcap · log2 e) */
-    float *Kc, *Vc, *S;         /* scratch: nh x FA_DEC_BC x dp (twice), nh·R x FA_DEC_BC (64-byte aligned) */
-    float *O, *m, *l;           /* nh·R x dp, nh·R, nh·R: the running state (O = 0, m = -inf, l = 0 at the start) */
+    float *S, *Lv;              /* scratch: nh·R x FA_DEC_BC, nh·R x 16 (64-byte aligned) */
+    float *O, *m, *l;           /* nh·R x dp (fa_dec_lane order), nh·R, nh·R: the running state (O = 0, m = -inf,
+                                   l = 0 at the start) */
 } fa_dec_args;
 
 typedef void (*fa_dec_attend_fn)(const fa_dec_args *a);

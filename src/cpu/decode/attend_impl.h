@@ -1,6 +1,6 @@
 /* The body of the CPU decode kernel (attend.h), written with GCC vector types of 16 floats so that each ISA file
  * that includes it (with its -m flags and -ffp-contract=fast) gets full-width loads and FMAs. Define
- * FA_DEC_ATTEND_NAME before including. */
+ * FA_DEC_ATTEND_NAME before including. docs/decoding.md explains the loop order and the measurements behind it. */
 #include "cpu/decode/attend.h"
 
 #include "core/half.h"
@@ -19,6 +19,10 @@ typedef uint16_t v16h __attribute__((vector_size(32)));
 
 #define LD(p) (*(const v16f *)(p))
 #define ST(p, x) (*(v16f *)(p) = (x))
+#define AI static inline __attribute__((always_inline))
+
+/* How a row's elements become fp32 vectors: a compile-time constant of the loops below */
+enum { M_F32, M_BF16, M_F16, M_ANY };
 
 static inline float hsum16(v16f x) {
     x += __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
@@ -28,12 +32,16 @@ static inline float hsum16(v16f x) {
     return x[0];
 }
 
-/* 16 fp16 / bf16 bit patterns -> fp32 (exact; fp16 subnormals and inf/NaN included) */
+/* 32 bf16 -> their 16 even elements and their 16 odd ones in fp32 (exact): a 32-bit lane holds a pair, so one shift
+ * and one mask convert it, with no widening shuffle (the lane order of fa_dec_lane) */
+AI void bf16x32(const char *s, v16f *even, v16f *odd) {
+    v16u u;
+    memcpy(&u, s, 64);
+    const v16u e = u << 16, o = u & 0xffff0000u;
+    memcpy(even, &e, 64);
+    memcpy(odd, &o, 64);
+}
 static inline v16f bf16x16(const uint16_t *s) {
-#ifdef __AVX512F__
-    /* one vpmovzxwd zmm, m256 and a shift (the generic form below compiles to half-width moves and inserts) */
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)s)), 16));
-#endif
     v16h h;
     memcpy(&h, s, 32);
     v16u u = __builtin_convertvector(h, v16u) << 16;
@@ -41,7 +49,11 @@ static inline v16f bf16x16(const uint16_t *s) {
     memcpy(&f, &u, 64);
     return f;
 }
+/* 16 fp16 -> fp32 (exact; subnormals and inf/NaN included) */
 static inline v16f f16x16(const uint16_t *s) {
+#ifdef __AVX512F__
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)s)); /* one vcvtph2ps instead of the bit algebra below */
+#endif
     v16h h;
     memcpy(&h, s, 32);
     v16u u = __builtin_convertvector(h, v16u);
@@ -58,43 +70,38 @@ static inline v16f f16x16(const uint16_t *s) {
     return f;
 }
 
-/* One key row of d elements -> fp32 dst[dp] (zero-padded); returns 0, or NaN if the row has a NaN/inf. */
-static inline float row_to_f32(float *restrict dst, const char *src, fa_dtype dt, int d, int dp) {
+/* One row of d elements -> fp32 dst[dp] in order, zero-padded (M_ANY: any dtype, any d). */
+static void row_to_f32(float *restrict dst, const char *src, fa_dtype dt, int d, int dp) {
     int i = 0;
-    v16f bad = {0};
     if (dt == FA_DTYPE_F32) {
-        const float *s = (const float *)src;
-        for (; i + 16 <= d; i += 16) {
-            v16f x;
-            memcpy(&x, s + i, 64);
-            ST(dst + i, x);
-            bad += x * 0.0f;
-        }
+        for (; i + 16 <= d; i += 16) memcpy(dst + i, (const float *)src + i, 64);
     } else if (dt == FA_DTYPE_BF16) {
-        for (; i + 16 <= d; i += 16) {
-            v16f x = bf16x16((const uint16_t *)src + i);
-            ST(dst + i, x);
-            bad += x * 0.0f;
-        }
+        for (; i + 16 <= d; i += 16) ST(dst + i, bf16x16((const uint16_t *)src + i));
     } else {
-        for (; i + 16 <= d; i += 16) {
-            v16f x = f16x16((const uint16_t *)src + i);
-            ST(dst + i, x);
-            bad += x * 0.0f;
-        }
+        for (; i + 16 <= d; i += 16) ST(dst + i, f16x16((const uint16_t *)src + i));
     }
-    float tail = 0;
-    for (; i < d; i++) {
-        dst[i] = fa_load_elem(src, (int)dt, i);
-        tail += dst[i] * 0.0f;
-    }
+    for (; i < d; i++) dst[i] = fa_load_elem(src, (int)dt, i);
     for (; i < dp; i++) dst[i] = 0;
-    return hsum16(bad) + tail;
+}
+
+/* Vectors [v0, v0 + nv) of one K or V row in the kernel's lane order (M_BF16: v0 and nv even). */
+AI void row_vecs(v16f *x, const char *src, int v0, int nv, const int MODE, const fa_dec_args *a, float *tmp) {
+    if (MODE == M_BF16) {
+#pragma GCC unroll 16
+        for (int i = 0; i < nv; i += 2) bf16x32(src + 32 * (v0 + i), &x[i], &x[i + 1]);
+    } else if (MODE == M_F16) {
+#pragma GCC unroll 16
+        for (int i = 0; i < nv; i++) x[i] = f16x16((const uint16_t *)src + 16 * (v0 + i));
+    } else if (MODE == M_F32) {
+#pragma GCC unroll 16
+        for (int i = 0; i < nv; i++) memcpy(&x[i], (const float *)src + 16 * (v0 + i), 64);
+    } else {
+        row_to_f32(tmp, src, a->dtype, a->d, a->dp);
+        for (int i = 0; i < nv; i++) x[i] = LD(tmp + 16 * (v0 + i));
+    }
 }
 
 #define FA_DEC_SAT 0x1p126f /* scores saturate here (the numerics contract: finite inputs never give NaN) */
-
-#define AI static inline __attribute__((always_inline))
 
 static inline v16f vsel(v16i m, v16f a, v16f b) { /* m ? a : b, lane by lane (m all ones or zero) */
     v16i x;
@@ -135,150 +142,203 @@ static inline float hmax16(v16f x) { /* a shuffle tree (a NaN lane may or may no
     return x[0] > x[1] ? x[0] : x[1];
 }
 
-/* (Σ a, ·, ·, ·, Σ b, ·, ·, ·, Σ c, ·, ·, ·, Σ d, ·, ·, ·): four lane sums in 13 shuffles and adds. */
-static inline v16f reduce4(v16f a, v16f b, v16f c, v16f d) {
-#define FA_LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
-#define FA_HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
-    const v16f x = __builtin_shufflevector(a, b, FA_LO8) + __builtin_shufflevector(a, b, FA_HI8);
-    const v16f y = __builtin_shufflevector(c, d, FA_LO8) + __builtin_shufflevector(c, d, FA_HI8);
-    v16f w = __builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
-             __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-    w += __builtin_shufflevector(w, w, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
-    w += __builtin_shufflevector(w, w, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
-    return w;
-#undef FA_LO8
-#undef FA_HI8
+/* Sixteen lane sums at once: lane L of the result is the sum of the lanes of x[4 (L % 4) + L / 4] (30 shuffles and
+ * 15 adds: two per dot product, where one sum at a time takes four and an extraction). */
+AI v16f sum16(const v16f *x) {
+    v16f y[8], z[4], w[2];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++)
+        y[k] = __builtin_shufflevector(x[2 * k], x[2 * k + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+               __builtin_shufflevector(x[2 * k], x[2 * k + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        z[k] = __builtin_shufflevector(y[2 * k], y[2 * k + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+               __builtin_shufflevector(y[2 * k], y[2 * k + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; k++)
+        w[k] = __builtin_shufflevector(z[2 * k], z[2 * k + 1], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) +
+               __builtin_shufflevector(z[2 * k], z[2 * k + 1], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+    return __builtin_shufflevector(w[0], w[1], 0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30) +
+           __builtin_shufflevector(w[0], w[1], 1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31);
 }
 
-/* NV vectors of one key row in fp32 (zero-padded past d). Rows whose d is a multiple of 16 convert in registers;
- * others go through tmp. */
-AI void row_regs(v16f *x, const char *src, fa_dtype dt, int d, float *tmp, const int NV) {
-    if ((d & 15) == 0) {
+/* S = Qi Kjᵀ for rows [r0, r0 + NR) of head hh and the chunk's keys: NR·NK = 16 raw dots per group of NK keys,
+ * each key's vectors converted once for the NR rows, the group's 16 sums in one sum16. */
+AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const int NR, const int NV, const int MODE,
+           float *tmp) {
+    const int NK = 16 / NR, dp = 16 * NV, STEP = MODE == M_BF16 ? 2 : 1; /* dp: a constant offset */
+    const float *q = a->qs + ((size_t)hh * a->R + r0) * dp;
+    float *S = a->S + ((size_t)hh * a->R + r0) * FA_DEC_BC;
+    for (int j0 = 0; j0 < FA_DEC_BC; j0 += NK) {
+        v16f acc[16] = {{0}}; /* acc[r·NK + j]: row r0 + r, key j0 + j */
+        if (MODE == M_ANY) {
+            for (int j = 0; j < NK; j++) {
+                row_to_f32(tmp, kr[j0 + j] + hh * a->k_sh, a->dtype, a->d, dp);
+                for (int i = 0; i < NV; i++)
 #pragma GCC unroll 16
-        for (int i = 0; i < NV; i++) {
-            if (dt == FA_DTYPE_BF16) x[i] = bf16x16((const uint16_t *)src + 16 * i);
-            else if (dt == FA_DTYPE_F16) x[i] = f16x16((const uint16_t *)src + 16 * i);
-            else memcpy(&x[i], (const float *)src + 16 * i, 64);
+                    for (int r = 0; r < NR; r++) acc[r * NK + j] += LD(q + r * dp + 16 * i) * LD(tmp + 16 * i);
+            }
+        } else {
+#pragma GCC unroll 16
+            for (int i = 0; i < NV; i += STEP)
+#pragma GCC unroll 16
+                for (int j = 0; j < NK; j++) {
+                    v16f k[2];
+                    row_vecs(k, kr[j0 + j] + hh * a->k_sh, i, STEP, MODE, a, tmp);
+#pragma GCC unroll 16
+                    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 2
+                        for (int s = 0; s < STEP; s++) acc[r * NK + j] += LD(q + r * dp + 16 * (i + s)) * k[s];
+                }
         }
-        return;
-    }
-    (void)row_to_f32(tmp, src, dt, d, 16 * NV);
+        v16f x[16];
 #pragma GCC unroll 16
-    for (int i = 0; i < NV; i++) x[i] = LD(tmp + 16 * i);
+        for (int L = 0; L < 16; L++) x[4 * (L & 3) + (L >> 2)] = acc[L];
+        const v16f w = sum16(x);
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) memcpy(S + r * FA_DEC_BC + j0, (const float *)&w + r * NK, sizeof(float) * NK);
+    }
 }
 
-/* One chunk of n <= 16 keys from j0 with NV = dp / 16 vectors per row (a compile-time constant after inlining). Kj
- * is read in key order — key t's rows of every head of the item, which are adjacent in the [.., seq, heads, d]
- * layouts — and converted in registers, so the cache streams in address order (which the hardware prefetcher
- * follows) and nothing is expanded into a buffer; Vj's rows are prefetched in that same order and read head by head
- * once they are in cache. */
-AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, const char *const *vr, const int NV) {
-    const int R = a->R, nh = a->nh, dp = a->dp, d = a->d, rows = R * nh;
-    const int row_bytes = d * (int)fa_dtype_size(a->dtype);
-    float *S = a->S; /* rows x 16: the row's scores, then P */
-    _Alignas(64) float tmp[256];
+/* The online softmax of row `row` on its FA_DEC_BC scores, 16 at a time. A non-finite visible dot (a NaN/inf in the
+ * key row, or q·k beyond fp32) makes l NaN, so the row's state fails the contract's check and is recomputed; then
+ * softcap, saturation, q's NaN flag and −inf for the keys the row does not see; m_new = max(m, rowmax(S));
+ * P = 2^(S − m_new); l = 2^(m − m_new) l + rowsum(P), kept by lane in Lv (summed once, at the end of the item);
+ * O = 2^(m − m_new) O. S is left holding P. */
+AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n, const int NV) {
+    const int r = row % a->R, NS = FA_DEC_BC / 16;
+    const int64_t lo = a->lo[r] > j0 ? a->lo[r] : j0, hi = a->hi[r] < j0 + n ? a->hi[r] : j0 + n;
+    if (hi <= lo) return;
     const v16f z = {0};
-    /* S = Qi Kjᵀ: the raw dots of every row (a NaN/inf in the key row adds NaN), four rows reduced together */
-    for (int jj = 0; jj < n; jj++) {
-        for (int hh = 0; hh < nh; hh++) {
-            v16f k[16] = {{0}};
-            row_regs(k, kr[jj] + hh * a->k_sh, a->dtype, d, tmp, NV);
-            for (int c = 0; c < row_bytes; c += 64) __builtin_prefetch(vr[jj] + hh * a->v_sh + c, 0, 3);
-            v16f bad = k[0] * 0.0f;
-#pragma GCC unroll 16
-            for (int i = 1; i < NV; i++) bad += k[i] * 0.0f;
-            const float *q = a->qs + (size_t)hh * R * dp;
-            float *s = S + (size_t)hh * R * 16 + jj;
-            int r = 0;
-            for (; r + 4 <= R; r += 4, q += 4 * dp, s += 64) {
-                v16f x0 = bad + LD(q) * k[0], x1 = bad + LD(q + dp) * k[0];
-                v16f x2 = bad + LD(q + 2 * dp) * k[0], x3 = bad + LD(q + 3 * dp) * k[0];
-#pragma GCC unroll 16
-                for (int i = 1; i < NV; i++) {
-                    x0 += LD(q + 16 * i) * k[i];
-                    x1 += LD(q + dp + 16 * i) * k[i];
-                    x2 += LD(q + 2 * dp + 16 * i) * k[i];
-                    x3 += LD(q + 3 * dp + 16 * i) * k[i];
-                }
-                const v16f w = reduce4(x0, x1, x2, x3);
-                s[0] = w[0], s[16] = w[4], s[32] = w[8], s[48] = w[12];
-            }
-            for (; r < R; r++, q += dp, s += 16) {
-                v16f x = bad + LD(q) * k[0];
-#pragma GCC unroll 16
-                for (int i = 1; i < NV; i++) x += LD(q + 16 * i) * k[i];
-                s[0] = hsum16(x);
-            }
-        }
-    }
-    /* per row, on its 16 scores at once: softcap, saturation, q's NaN flag, the keys it does not see to −inf; then
-     * the online softmax: m_new = max(m, rowmax(S)); P = 2^(S − m_new); l = 2^(m − m_new) l + rowsum(P);
-     * O = 2^(m − m_new) O */
     const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    for (int row = 0; row < rows; row++) {
-        const int r = row % R;
-        const int64_t lo = a->lo[r] > j0 ? a->lo[r] : j0, hi = a->hi[r] < j0 + n ? a->hi[r] : j0 + n;
-        if (hi <= lo) continue;
-        v16f Sv = LD(S + 16 * row);
+    float *S = a->S + (size_t)row * FA_DEC_BC, *Lv = a->Lv + (size_t)row * 16;
+    v16f Sv[FA_DEC_BC / 16], nan = z, mxv = z - INFINITY;
+#pragma GCC unroll 4
+    for (int s = 0; s < NS; s++) {
+        v16f x = LD(S + 16 * s);
+        const v16i vis = (lane + 16 * s >= (int)(lo - j0)) & (lane + 16 * s < (int)(hi - j0));
+        nan += vsel(vis, x * 0.0f, z);
         if (a->softcap_mul != 0)
-            for (int jj = 0; jj < 16; jj++) Sv[jj] = a->softcap_mul * tanhf(Sv[jj]);
-        Sv = vsel(Sv > FA_DEC_SAT, z + FA_DEC_SAT, vsel(Sv < -FA_DEC_SAT, z - FA_DEC_SAT, Sv)) + a->qbad[row];
-        const v16i vis = (lane >= (int)(lo - j0)) & (lane < (int)(hi - j0));
-        /* a NaN among the visible scores makes l, and so the row, NaN */
-        const v16f nan = vsel(vis, Sv * 0.0f, z);
-        Sv = vsel(vis, Sv, z - INFINITY);
-        float mx = hmax16(Sv);
-        if (mx > a->m[row]) {
-            const float alpha = fa_port_exp2(a->m[row] - mx);
-            a->l[row] *= alpha;
-            float *o = a->O + (size_t)row * dp;
-#pragma GCC unroll 16
-            for (int i = 0; i < NV; i++) ST(o + 16 * i, LD(o + 16 * i) * alpha);
-            a->m[row] = mx;
-        }
-        const v16f P = vexp2(Sv - a->m[row]);
-        a->l[row] += hsum16(P + nan);
-        ST(S + 16 * row, P);
+            for (int jj = 0; jj < 16; jj++) x[jj] = a->softcap_mul * tanhf(x[jj]);
+        x = vsel(x > FA_DEC_SAT, z + FA_DEC_SAT, vsel(x < -FA_DEC_SAT, z - FA_DEC_SAT, x)) + a->qbad[row];
+        Sv[s] = vsel(vis, x, z - INFINITY);
+        mxv = vsel(Sv[s] > mxv, Sv[s], mxv);
     }
-    /* O += P Vj, head by head (Vj was prefetched in key order during the K pass), two rows at a time with their O
-     * in registers; a row adds only the keys it sees (P = 0 elsewhere, but a NaN in v must not reach it) */
-    for (int hh = 0; hh < nh; hh++)
-        for (int r = 0; r < R; r += 2) {
-            const int two = r + 1 < R, row = hh * R + r;
-            const int64_t lo = a->lo[r] < (two ? a->lo[r + 1] : a->lo[r]) ? a->lo[r] : a->lo[r + two];
-            const int64_t hi = a->hi[r] > (two ? a->hi[r + 1] : a->hi[r]) ? a->hi[r] : a->hi[r + two];
-            const int ja = (int)(lo > j0 ? lo - j0 : 0), jb = (int)(hi < j0 + n ? hi - j0 : n);
-            if (jb <= ja) continue;
-            float *o0 = a->O + (size_t)row * dp, *o1 = o0 + (two ? dp : 0);
-            v16f A[16] = {{0}}, B[16] = {{0}};
-#pragma GCC unroll 16
-            for (int i = 0; i < NV; i++) A[i] = LD(o0 + 16 * i), B[i] = LD(o1 + 16 * i);
-            for (int jj = ja; jj < jb; jj++) {
-                const int64_t t = j0 + jj;
-                const int see0 = t >= a->lo[r] && t < a->hi[r], see1 = two && t >= a->lo[r + 1] && t < a->hi[r + 1];
-                v16f v[16] = {{0}};
-                row_regs(v, vr[jj] + hh * a->v_sh, a->dtype, d, tmp, NV);
-                const float p0 = S[16 * row + jj], p1 = two ? S[16 * (row + 1) + jj] : 0.0f;
-                if (see0 && see1) {
-#pragma GCC unroll 16
-                    for (int i = 0; i < NV; i++) A[i] += p0 * v[i], B[i] += p1 * v[i];
-                } else if (see0) {
-#pragma GCC unroll 16
-                    for (int i = 0; i < NV; i++) A[i] += p0 * v[i];
-                } else if (see1) {
-#pragma GCC unroll 16
-                    for (int i = 0; i < NV; i++) B[i] += p1 * v[i];
-                }
-            }
-#pragma GCC unroll 16
-            for (int i = 0; i < NV; i++) {
-                ST(o0 + 16 * i, A[i]);
-                if (two) ST(o1 + 16 * i, B[i]);
-            }
-        }
+    const float mx = hmax16(mxv);
+    v16f lv = LD(Lv) + nan;
+    if (mx > a->m[row]) {
+        const float alpha = fa_port_exp2(a->m[row] - mx);
+        lv *= alpha;
+        float *o = a->O + (size_t)row * 16 * NV;
+        for (int i = 0; i < NV; i++) ST(o + 16 * i, LD(o + 16 * i) * alpha);
+        a->m[row] = mx;
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < NS; s++) {
+        const v16f P = vexp2(Sv[s] - a->m[row]);
+        lv += P;
+        ST(S + 16 * s, P);
+    }
+    ST(Lv, lv);
 }
 
-/* Row addresses of keys [j0, j0 + n) for the item's first head. */
+/* The next chunk's rows of head hh, prefetched into L2 a few lines at a time over the PV loop of this head: a burst
+ * of them at the start of the head makes the demand loads behind it wait. */
+typedef struct pf_rows {
+    const char *const *k, *const *v;
+    int n, bytes, per; /* keys, bytes of a row, lines per call */
+    int key, c;        /* the cursor: key, then byte offset (K and V together) */
+} pf_rows;
+AI void pf_lines(const fa_dec_args *a, pf_rows *pf, int hh, int count) {
+    for (int i = 0; i < count && pf->key < pf->n; i++) {
+        __builtin_prefetch(pf->k[pf->key] + hh * a->k_sh + pf->c, 0, 2);
+        __builtin_prefetch(pf->v[pf->key] + hh * a->v_sh + pf->c, 0, 2);
+        if ((pf->c += 64) >= pf->bytes) pf->c = 0, pf->key++;
+    }
+}
+
+/* O_r += p_r,j v_j for keys [ja, jb) and the W-vector piece at v0 of rows r0.. of A; with CHECK, row r adds only
+ * the keys of [lo[r], hi[r]) (P = 0 elsewhere, but a NaN in v must not reach it). */
+AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float *P, v16f (*A)[16], int ja, int jb,
+                int v0, int nv, const int *lo, const int *hi, const int NR, const int MODE, const int CHECK, float *tmp,
+                pf_rows *pf) {
+    for (int jj = ja; jj < jb; jj++) {
+        if (pf) pf_lines(a, pf, hh, pf->per);
+        v16f v[16] = {{0}};
+        row_vecs(v, vr[jj] + hh * a->v_sh, v0, nv, MODE, a, tmp);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            if (CHECK && (jj < lo[r] || jj >= hi[r])) continue;
+            const float p = P[r * FA_DEC_BC + jj];
+#pragma GCC unroll 16
+            for (int i = 0; i < nv; i++) A[r][i] += p * v[i];
+        }
+    }
+}
+
+/* O += P Vj for rows [r0, r0 + NR) of head hh: their O in registers over W vectors of d at a time (16 accumulators),
+ * so each V row is converted once per group of rows; a per-key visibility test only where the rows of the group see
+ * different keys of the chunk. */
+AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t j0, int n, const int NR, const int NV,
+           const int MODE, float *tmp, pf_rows *pf) {
+    const int W = NR == 1 ? 16 : NR == 2 ? 8 : 4, dp = 16 * NV;
+    int lo[4], hi[4], ja = FA_DEC_BC, jb = 0, same = 1;
+    for (int r = 0; r < NR; r++) {
+        const int64_t l = a->lo[r0 + r] - j0, h = a->hi[r0 + r] - j0;
+        lo[r] = l > 0 ? (int)l : 0, hi[r] = h < n ? (int)h : n;
+        if (hi[r] < lo[r]) hi[r] = lo[r];
+        if (hi[r] > lo[r] && lo[r] < ja) ja = lo[r];
+        if (hi[r] > lo[r] && hi[r] > jb) jb = hi[r];
+        same &= lo[r] == lo[0] && hi[r] == hi[0];
+    }
+    if (jb <= ja) return;
+    const float *P = a->S + ((size_t)hh * a->R + r0) * FA_DEC_BC;
+    float *O = a->O + ((size_t)hh * a->R + r0) * dp;
+    for (int v0 = 0; v0 < NV; v0 += W) {
+        const int nv = NV - v0 < W ? NV - v0 : W;
+        v16f A[4][16] = {{{0}}};
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 16
+            for (int i = 0; i < nv; i++) A[r][i] = LD(O + r * dp + 16 * (v0 + i));
+        if (same) pv_keys(a, vr, hh, P, A, ja, jb, v0, nv, lo, hi, NR, MODE, 0, tmp, pf);
+        else pv_keys(a, vr, hh, P, A, ja, jb, v0, nv, lo, hi, NR, MODE, 1, tmp, pf);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 16
+            for (int i = 0; i < nv; i++) ST(O + r * dp + 16 * (v0 + i), A[r][i]);
+    }
+}
+
+/* One chunk of n <= FA_DEC_BC keys from j0 (kr, vr: FA_DEC_BC row addresses, the ones past n repeat a valid row;
+ * kn, vn: the nn rows of the next chunk), head by head: S = Qi Kjᵀ, the online softmax, O += P Vj, rows in groups of
+ * 4, 2, 1. A head's K and V rows of the chunk (8 KB each at d = 128 bf16) are used while they are in L1.
+ * NV = dp / 16, a compile-time constant after inlining. */
+AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, const char *const *vr,
+              const char *const *kn, const char *const *vn, int nn, const int NV, const int MODE) {
+    const int R = a->R, row_bytes = a->d * (int)fa_dtype_size(a->dtype);
+    /* PV key steps of a head: (groups of rows) x (pieces of d) x keys */
+    const int groups = R / 4 + (R % 4) / 2 + (R % 2), W = R >= 4 ? 4 : R >= 2 ? 8 : 16;
+    const int sites = groups * ((NV + W - 1) / W) * FA_DEC_BC;
+    _Alignas(64) float tmp[256];
+    for (int hh = 0; hh < a->nh; hh++) {
+        pf_rows pf = {kn, vn, nn, row_bytes, (nn * ((row_bytes + 63) / 64) + sites - 1) / sites, 0, 0};
+        for (int r = 0; r < R;) {
+            if (R - r >= 4) qk(a, kr, hh, r, 4, NV, MODE, tmp), r += 4;
+            else if (R - r >= 2) qk(a, kr, hh, r, 2, NV, MODE, tmp), r += 2;
+            else qk(a, kr, hh, r, 1, NV, MODE, tmp), r += 1;
+        }
+        for (int r = 0; r < R; r++) softmax_row(a, hh * R + r, j0, n, NV);
+        for (int r = 0; r < R;) {
+            if (R - r >= 4) pv(a, vr, hh, r, j0, n, 4, NV, MODE, tmp, &pf), r += 4;
+            else if (R - r >= 2) pv(a, vr, hh, r, j0, n, 2, NV, MODE, tmp, &pf), r += 2;
+            else pv(a, vr, hh, r, j0, n, 1, NV, MODE, tmp, &pf), r += 1;
+        }
+        pf_lines(a, &pf, hh, pf.n * (pf.bytes / 64 + 1));
+    }
+}
+
+/* Row addresses of keys [j0, j0 + n) for the item's first head; the entries past n repeat the last row. */
 static inline void key_rows(const fa_dec_args *a, int64_t j0, int n, const char **kr, const char **vr) {
     for (int jj = 0; jj < n; jj++) {
         const int64_t t = j0 + jj;
@@ -291,20 +351,41 @@ static inline void key_rows(const fa_dec_args *a, int64_t j0, int n, const char 
             vr[jj] = a->vbase + t * a->v_ss;
         }
     }
+    for (int jj = n; jj < FA_DEC_BC; jj++) kr[jj] = kr[n - 1], vr[jj] = vr[n - 1];
 }
 
-void FA_DEC_ATTEND_NAME(const fa_dec_args *a) {
-    const char *kr[FA_DEC_BC], *vr[FA_DEC_BC];
+/* The keys of the item chunk by chunk, with the row format and vector count fixed at compile time. */
+AI void walk(const fa_dec_args *a, const int NV, const int MODE) {
+    const char *kr[FA_DEC_BC], *vr[FA_DEC_BC], *kp[FA_DEC_BC], *vp[FA_DEC_BC]; /* this chunk, the next one */
+    const v16f z = {0};
+    for (int row = 0; row < a->R * a->nh; row++) {
+        v16f l = z;
+        l[0] = a->l[row];
+        ST(a->Lv + (size_t)row * 16, l);
+    }
     for (int64_t j0 = a->k0; j0 < a->k1; j0 += FA_DEC_BC) {
         const int n = (int)(a->k1 - j0 < FA_DEC_BC ? a->k1 - j0 : FA_DEC_BC);
+        const int64_t jp = j0 + FA_DEC_BC;
+        const int np = (int)(a->k1 - jp < FA_DEC_BC ? (a->k1 > jp ? a->k1 - jp : 0) : FA_DEC_BC);
         key_rows(a, j0, n, kr, vr);
-        /* head dims 1..256 in 1..16 vectors: the common ones with their count fixed at compile time */
-        switch (a->dp / 16) {
-        case 2: chunk(a, j0, n, kr, vr, 2); break;
-        case 4: chunk(a, j0, n, kr, vr, 4); break;
-        case 8: chunk(a, j0, n, kr, vr, 8); break;
-        case 16: chunk(a, j0, n, kr, vr, 16); break;
-        default: chunk(a, j0, n, kr, vr, a->dp / 16); break;
-        }
+        if (np) key_rows(a, jp, np, kp, vp);
+        chunk(a, j0, n, kr, vr, kp, vp, np, NV, MODE);
     }
+    for (int row = 0; row < a->R * a->nh; row++) a->l[row] = hsum16(LD(a->Lv + (size_t)row * 16));
+}
+
+#define FA_DEC_WALK(MODE)                                                                                           \
+    switch (a->dp / 16) {                                                                                           \
+    case 4: walk(a, 4, MODE); return;                                                                               \
+    case 8: walk(a, 8, MODE); return;                                                                               \
+    case 16: walk(a, 16, MODE); return;                                                                             \
+    default: walk(a, a->dp / 16, MODE); return;                                                                     \
+    }
+
+void FA_DEC_ATTEND_NAME(const fa_dec_args *a) {
+    /* head dims 64, 128, 256 with their vector count fixed at compile time; any d through M_ANY */
+    if (a->d % 16 == 0 && a->dtype == FA_DTYPE_F32) FA_DEC_WALK(M_F32)
+    if (a->d % 16 == 0 && a->dtype == FA_DTYPE_F16) FA_DEC_WALK(M_F16)
+    if (a->d % 32 == 0 && a->dtype == FA_DTYPE_BF16) FA_DEC_WALK(M_BF16)
+    walk(a, a->dp / 16, M_ANY);
 }

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# CPU decoding against its anchors, interleaved in one command: `flashattn bench --mode decode` of BUILD (and of
+# OLD_BUILD, e.g. the base of a change), the memcpy and read-only passes that bench measures beside each row, and
+# ggml's ggml_flash_attn_ext on the same shapes (bench/lab/ggml_decode.c, f16 and bf16 K/V). Every round runs every
+# row once, the tools alternating; the table gives the median and the range over ROUNDS of GB/s of K+V read.
+# Usage: bench/lab/decode-anchors.sh BUILD OUT_DIR
+# Env: DTYPES (bf16,f16), HEADS (32/8 8/8: heads_q/heads_k), BATCH (1,4), CACHE (32768), ROUNDS (3), REPS (10),
+# THREADS (all cores), OLD_BUILD, GGML_DECODE (its binary) or GGML_DIR + GGML_BUILD (a ggml source tree and its
+# CPU build, to build it).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${1:?usage: $0 BUILD OUT_DIR}
+OUT=${2:?usage: $0 BUILD OUT_DIR}
+DTYPES=${DTYPES:-bf16,f16}; HEADS=${HEADS:-32/8 8/8}; BATCH=${BATCH:-1,4}; CACHE=${CACHE:-32768}
+ROUNDS=${ROUNDS:-3}; REPS=${REPS:-10}; THREADS=${THREADS:-$(nproc)}
+mkdir -p "$OUT"
+: >"$OUT/rows.csv"
+if [ -z "${GGML_DECODE:-}" ] && [ -n "${GGML_DIR:-}" ] && [ -n "${GGML_BUILD:-}" ]; then
+  GGML_DECODE=$OUT/ggml_decode
+  cc -O2 -std=c11 -I"$GGML_DIR/include" bench/lab/ggml_decode.c -o "$GGML_DECODE" "$GGML_BUILD/src/libggml.a" \
+    "$GGML_BUILD/src/libggml-cpu.a" "$GGML_BUILD/src/libggml-base.a" -lstdc++ -lgomp -lm -lpthread || exit 1
+fi
+echo "== $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $THREADS threads;" \
+  "load $(cut -d' ' -f1-3 /proc/loadavg)"
+fa() { # tag, binary, dtype, batch, cache, hq, hk: appends "tag,dtype,batch,cache,hq,hk,gbs" and the anchors
+  "$2/flashattn" bench --mode decode --dtype "$3" --batch "$4" --cache "$5" --heads-q "$6" --heads-k "$7" \
+    --threads "$THREADS" --reps "$REPS" --csv 2>/dev/null | awk -F, -v t="$1" 'NR > 1 && $16 == "ok" {
+      k = $2 "," $3 "," $4 "," $6 "," $7; print t "," k "," $13; print "memcpy," k "," $14; print "read," k "," $15 }' \
+    >>"$OUT/rows.csv"
+}
+for r in $(seq 1 "$ROUNDS"); do
+  for dt in ${DTYPES//,/ }; do
+    for b in ${BATCH//,/ }; do
+      for n in ${CACHE//,/ }; do
+        for h in $HEADS; do
+          hq=${h%/*} hk=${h#*/}
+          fa new "$BUILD" "$dt" "$b" "$n" "$hq" "$hk"
+          [ -n "${OLD_BUILD:-}" ] && fa old "$OLD_BUILD" "$dt" "$b" "$n" "$hq" "$hk"
+          if [ -n "${GGML_DECODE:-}" ]; then
+            "$GGML_DECODE" "$dt" "$b" "$n" "$hq" "$hk" "$REPS" "$THREADS" | sed 's/.*, \([0-9.]*\) GB\/s.*/\1/' |
+              awk -v k="$dt,$b,$n,$hq,$hk" '{ print "ggml," k "," $1 }' >>"$OUT/rows.csv"
+          fi
+        done
+      done
+    done
+  done
+done
+python3 - "$OUT/rows.csv" <<'EOF'
+import csv, statistics, sys
+v = {}
+for tag, dt, b, n, hq, hk, g in csv.reader(open(sys.argv[1])):
+    v.setdefault((dt, int(b), int(n), int(hq), int(hk)), {}).setdefault(tag, []).append(float(g))
+tags = [t for t in ("new", "old", "memcpy", "read", "ggml") if any(t in x for x in v.values())]
+fmt = lambda x: "%.1f (%.1f-%.1f)" % (statistics.median(x), min(x), max(x))
+print("GB/s of K+V read: median (min-max) over the rounds; memcpy and read: the anchors measured in each bench row")
+print("| dtype | batch | cache | hq/hk | " + " | ".join(tags) + " | new/memcpy | new/ggml | new/old |")
+print("|---|---|---|---|" + "---|" * (len(tags) + 3))
+for k in sorted(v):
+    m = {t: statistics.median(x) for t, x in v[k].items()}
+    ratio = lambda a, c: "%.2f" % (m[a] / m[c]) if a in m and c in m and m[c] > 0 else "-"
+    print("| %s | %d | %d | %d/%d | " % k + " | ".join(fmt(v[k][t]) if t in v[k] else "-" for t in tags) +
+          " | %s | %s | %s |" % (ratio("new", "memcpy"), ratio("new", "ggml"), ratio("new", "old")))
+EOF

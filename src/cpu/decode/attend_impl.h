@@ -164,9 +164,8 @@ AI v16f sum16(const v16f *x) {
 
 /* S = Qi Kjᵀ for rows [r0, r0 + NR) of head hh and the chunk's keys: NR·NK = 16 raw dots per group of NK keys,
  * each key's vectors converted once for the NR rows, the group's 16 sums in one sum16. */
-AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const int NR, const int NV, const int MODE,
-           float *tmp) {
-    const int NK = 16 / NR, dp = 16 * NV, STEP = MODE == M_BF16 ? 2 : 1; /* dp: a constant offset */
+AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const int NR, const int MODE, float *tmp) {
+    const int NK = 16 / NR, NV = a->dp / 16, dp = a->dp, STEP = MODE == M_BF16 ? 2 : 1;
     const float *q = a->qs + ((size_t)hh * a->R + r0) * dp;
     float *S = a->S + ((size_t)hh * a->R + r0) * FA_DEC_BC;
     for (int j0 = 0; j0 < FA_DEC_BC; j0 += NK) {
@@ -179,8 +178,7 @@ AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const in
                     for (int r = 0; r < NR; r++) acc[r * NK + j] += LD(q + r * dp + 16 * i) * LD(tmp + 16 * i);
             }
         } else {
-#pragma GCC unroll 16
-            for (int i = 0; i < NV; i += STEP)
+            for (int i = 0; i < NV; i += STEP) /* a loop, not unrolled: the 16 sums stay in registers */
 #pragma GCC unroll 16
                 for (int j = 0; j < NK; j++) {
                     v16f k[2];
@@ -205,11 +203,15 @@ AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const in
  * softcap, saturation, q's NaN flag and −inf for the keys the row does not see; m_new = max(m, rowmax(S));
  * P = 2^(S − m_new); l = 2^(m − m_new) l + rowsum(P), kept by lane in Lv (summed once, at the end of the item);
  * O = 2^(m − m_new) O. S is left holding P. */
-AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n, const int NV) {
+AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n) {
+    const int NV = a->dp / 16;
     const int r = row % a->R, NS = FA_DEC_BC / 16;
     const int64_t lo = a->lo[r] > j0 ? a->lo[r] : j0, hi = a->hi[r] < j0 + n ? a->hi[r] : j0 + n;
-    if (hi <= lo) return;
     const v16f z = {0};
+    if (hi <= lo) { /* P = 0: the rows of a group share pv's key loop */
+        for (int s = 0; s < NS; s++) ST(a->S + (size_t)row * FA_DEC_BC + 16 * s, z);
+        return;
+    }
     const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     float *S = a->S + (size_t)row * FA_DEC_BC, *Lv = a->Lv + (size_t)row * 16;
     v16f Sv[FA_DEC_BC / 16], nan = z, mxv = z - INFINITY;
@@ -257,82 +259,92 @@ AI void pf_lines(const fa_dec_args *a, pf_rows *pf, int hh, int count) {
     }
 }
 
-/* O_r += p_r,j v_j for keys [ja, jb) and the W-vector piece at v0 of rows r0.. of A; with CHECK, row r adds only
- * the keys of [lo[r], hi[r]) (P = 0 elsewhere, but a NaN in v must not reach it). */
+/* O_r += p_r,j v_j for keys [ja, jb) and the NW-vector piece at v0 of rows r0.. of A. A key row r does not see has
+ * p_r,j = 0 (its score is −inf); a NaN or inf in such a v_j still makes that row's O NaN, which the state check
+ * after the kernel finds and recomputes (cpu/algo/decode.c), so the loop needs no visibility test. */
 AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float *P, v16f (*A)[16], int ja, int jb,
-                int v0, int nv, const int *lo, const int *hi, const int NR, const int MODE, const int CHECK, float *tmp,
-                pf_rows *pf) {
+                int v0, const int NR, const int NW, const int MODE, float *tmp, pf_rows *pf) {
     for (int jj = ja; jj < jb; jj++) {
         if (pf) pf_lines(a, pf, hh, pf->per);
-        v16f v[16] = {{0}};
-        row_vecs(v, vr[jj] + hh * a->v_sh, v0, nv, MODE, a, tmp);
+        v16f v[16];
+        row_vecs(v, vr[jj] + hh * a->v_sh, v0, NW, MODE, a, tmp);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            if (CHECK && (jj < lo[r] || jj >= hi[r])) continue;
             const float p = P[r * FA_DEC_BC + jj];
 #pragma GCC unroll 16
-            for (int i = 0; i < nv; i++) A[r][i] += p * v[i];
+            for (int i = 0; i < NW; i++) A[r][i] += p * v[i];
         }
     }
 }
 
-/* O += P Vj for rows [r0, r0 + NR) of head hh: their O in registers over W vectors of d at a time (16 accumulators),
- * so each V row is converted once per group of rows; a per-key visibility test only where the rows of the group see
- * different keys of the chunk. */
-AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t j0, int n, const int NR, const int NV,
+/* The pieces [v0, v1) of d, NW vectors each (a compile-time width, so that the accumulators are registers):
+ * rows r0.. of O loaded, the keys added, stored back. */
+AI void pv_span(const fa_dec_args *a, const char *const *vr, int hh, const float *P, float *O, int ja, int jb,
+                int v0, int v1, const int NR, const int NW, const int MODE, float *tmp, pf_rows *pf) {
+    const int dp = a->dp;
+    for (; v0 + NW <= v1; v0 += NW) {
+        v16f A[4][16];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 16
+            for (int i = 0; i < NW; i++) A[r][i] = LD(O + r * dp + 16 * (v0 + i));
+        pv_keys(a, vr, hh, P, A, ja, jb, v0, NR, NW, MODE, tmp, pf);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 16
+            for (int i = 0; i < NW; i++) ST(O + r * dp + 16 * (v0 + i), A[r][i]);
+    }
+}
+
+/* O += P Vj for rows [r0, r0 + NR) of head hh over the keys any of them sees: their O in registers over W vectors
+ * of d at a time (16 accumulators for 4 rows, 8 for 1 or 2), so each V row is converted once per group of rows. */
+AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t j0, int n, const int NR,
            const int MODE, float *tmp, pf_rows *pf) {
-    const int W = NR == 1 ? 16 : NR == 2 ? 8 : 4, dp = 16 * NV;
-    int lo[4], hi[4], ja = FA_DEC_BC, jb = 0, same = 1;
+    const int W = NR == 4 ? 4 : 8, NV = a->dp / 16, dp = a->dp;
+    int ja = FA_DEC_BC, jb = 0;
     for (int r = 0; r < NR; r++) {
         const int64_t l = a->lo[r0 + r] - j0, h = a->hi[r0 + r] - j0;
-        lo[r] = l > 0 ? (int)l : 0, hi[r] = h < n ? (int)h : n;
-        if (hi[r] < lo[r]) hi[r] = lo[r];
-        if (hi[r] > lo[r] && lo[r] < ja) ja = lo[r];
-        if (hi[r] > lo[r] && hi[r] > jb) jb = hi[r];
-        same &= lo[r] == lo[0] && hi[r] == hi[0];
+        const int lo = l > 0 ? (int)l : 0, hi = h < n ? (int)h : n;
+        if (hi > lo && lo < ja) ja = lo;
+        if (hi > lo && hi > jb) jb = hi;
     }
     if (jb <= ja) return;
     const float *P = a->S + ((size_t)hh * a->R + r0) * FA_DEC_BC;
     float *O = a->O + ((size_t)hh * a->R + r0) * dp;
-    for (int v0 = 0; v0 < NV; v0 += W) {
-        const int nv = NV - v0 < W ? NV - v0 : W;
-        v16f A[4][16] = {{{0}}};
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++)
-#pragma GCC unroll 16
-            for (int i = 0; i < nv; i++) A[r][i] = LD(O + r * dp + 16 * (v0 + i));
-        if (same) pv_keys(a, vr, hh, P, A, ja, jb, v0, nv, lo, hi, NR, MODE, 0, tmp, pf);
-        else pv_keys(a, vr, hh, P, A, ja, jb, v0, nv, lo, hi, NR, MODE, 1, tmp, pf);
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++)
-#pragma GCC unroll 16
-            for (int i = 0; i < nv; i++) ST(O + r * dp + 16 * (v0 + i), A[r][i]);
+    /* pieces of W (or 4) vectors where they divide d's vector count, then 2 (bf16 pairs) or 1 for the rest */
+    if (NV % W == 0) {
+        pv_span(a, vr, hh, P, O, ja, jb, 0, NV, NR, W, MODE, tmp, pf);
+    } else {
+        const int n4 = NV / 4 * 4;
+        pv_span(a, vr, hh, P, O, ja, jb, 0, n4, NR, 4, MODE, tmp, pf);
+        pv_span(a, vr, hh, P, O, ja, jb, n4, NV, NR, MODE == M_BF16 ? 2 : 1, MODE, tmp, pf);
     }
 }
 
 /* One chunk of n <= FA_DEC_BC keys from j0 (kr, vr: FA_DEC_BC row addresses, the ones past n repeat a valid row;
  * kn, vn: the nn rows of the next chunk), head by head: S = Qi Kjᵀ, the online softmax, O += P Vj, rows in groups of
  * 4, 2, 1. A head's K and V rows of the chunk (8 KB each at d = 128 bf16) are used while they are in L1.
- * NV = dp / 16, a compile-time constant after inlining. */
+ * The row format MODE is a compile-time constant after inlining; d is not (only the piece widths of pv are). */
 AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, const char *const *vr,
-              const char *const *kn, const char *const *vn, int nn, const int NV, const int MODE) {
+              const char *const *kn, const char *const *vn, int nn, const int MODE) {
+    const int NV = a->dp / 16;
     const int R = a->R, row_bytes = a->d * (int)fa_dtype_size(a->dtype);
     /* PV key steps of a head: (groups of rows) x (pieces of d) x keys */
-    const int groups = R / 4 + (R % 4) / 2 + (R % 2), W = R >= 4 ? 4 : R >= 2 ? 8 : 16;
+    const int groups = R / 4 + (R % 4) / 2 + (R % 2), W = R >= 4 ? 4 : 8;
     const int sites = groups * ((NV + W - 1) / W) * FA_DEC_BC;
     _Alignas(64) float tmp[256];
     for (int hh = 0; hh < a->nh; hh++) {
         pf_rows pf = {kn, vn, nn, row_bytes, (nn * ((row_bytes + 63) / 64) + sites - 1) / sites, 0, 0};
         for (int r = 0; r < R;) {
-            if (R - r >= 4) qk(a, kr, hh, r, 4, NV, MODE, tmp), r += 4;
-            else if (R - r >= 2) qk(a, kr, hh, r, 2, NV, MODE, tmp), r += 2;
-            else qk(a, kr, hh, r, 1, NV, MODE, tmp), r += 1;
+            if (R - r >= 4) qk(a, kr, hh, r, 4, MODE, tmp), r += 4;
+            else if (R - r >= 2) qk(a, kr, hh, r, 2, MODE, tmp), r += 2;
+            else qk(a, kr, hh, r, 1, MODE, tmp), r += 1;
         }
-        for (int r = 0; r < R; r++) softmax_row(a, hh * R + r, j0, n, NV);
+        for (int r = 0; r < R; r++) softmax_row(a, hh * R + r, j0, n);
         for (int r = 0; r < R;) {
-            if (R - r >= 4) pv(a, vr, hh, r, j0, n, 4, NV, MODE, tmp, &pf), r += 4;
-            else if (R - r >= 2) pv(a, vr, hh, r, j0, n, 2, NV, MODE, tmp, &pf), r += 2;
-            else pv(a, vr, hh, r, j0, n, 1, NV, MODE, tmp, &pf), r += 1;
+            if (R - r >= 4) pv(a, vr, hh, r, j0, n, 4, MODE, tmp, &pf), r += 4;
+            else if (R - r >= 2) pv(a, vr, hh, r, j0, n, 2, MODE, tmp, &pf), r += 2;
+            else pv(a, vr, hh, r, j0, n, 1, MODE, tmp, &pf), r += 1;
         }
         pf_lines(a, &pf, hh, pf.n * (pf.bytes / 64 + 1));
     }
@@ -355,7 +367,7 @@ static inline void key_rows(const fa_dec_args *a, int64_t j0, int n, const char 
 }
 
 /* The keys of the item chunk by chunk, with the row format and vector count fixed at compile time. */
-AI void walk(const fa_dec_args *a, const int NV, const int MODE) {
+AI void walk(const fa_dec_args *a, const int MODE) {
     const char *kr[FA_DEC_BC], *vr[FA_DEC_BC], *kp[FA_DEC_BC], *vp[FA_DEC_BC]; /* this chunk, the next one */
     const v16f z = {0};
     for (int row = 0; row < a->R * a->nh; row++) {
@@ -369,23 +381,22 @@ AI void walk(const fa_dec_args *a, const int NV, const int MODE) {
         const int np = (int)(a->k1 - jp < FA_DEC_BC ? (a->k1 > jp ? a->k1 - jp : 0) : FA_DEC_BC);
         key_rows(a, j0, n, kr, vr);
         if (np) key_rows(a, jp, np, kp, vp);
-        chunk(a, j0, n, kr, vr, kp, vp, np, NV, MODE);
+        chunk(a, j0, n, kr, vr, kp, vp, np, MODE);
     }
     for (int row = 0; row < a->R * a->nh; row++) a->l[row] = hsum16(LD(a->Lv + (size_t)row * 16));
 }
 
-#define FA_DEC_WALK(MODE)                                                                                           \
-    switch (a->dp / 16) {                                                                                           \
-    case 4: walk(a, 4, MODE); return;                                                                               \
-    case 8: walk(a, 8, MODE); return;                                                                               \
-    case 16: walk(a, 16, MODE); return;                                                                             \
-    default: walk(a, a->dp / 16, MODE); return;                                                                     \
-    }
+/* One function per row format (MODE a constant in each), not one function holding all four. */
+#define FA_DEC_NOINLINE static __attribute__((noinline))
+FA_DEC_NOINLINE void walk_f32(const fa_dec_args *a) { walk(a, M_F32); }
+FA_DEC_NOINLINE void walk_bf16(const fa_dec_args *a) { walk(a, M_BF16); }
+FA_DEC_NOINLINE void walk_f16(const fa_dec_args *a) { walk(a, M_F16); }
+FA_DEC_NOINLINE void walk_any(const fa_dec_args *a) { walk(a, M_ANY); }
 
 void FA_DEC_ATTEND_NAME(const fa_dec_args *a) {
-    /* head dims 64, 128, 256 with their vector count fixed at compile time; any d through M_ANY */
-    if (a->d % 16 == 0 && a->dtype == FA_DTYPE_F32) FA_DEC_WALK(M_F32)
-    if (a->d % 16 == 0 && a->dtype == FA_DTYPE_F16) FA_DEC_WALK(M_F16)
-    if (a->d % 32 == 0 && a->dtype == FA_DTYPE_BF16) FA_DEC_WALK(M_BF16)
-    walk(a, a->dp / 16, M_ANY);
+    /* fp32, bf16 and f16 rows converted by whole vectors; any other d through M_ANY */
+    if (a->d % 16 == 0 && a->dtype == FA_DTYPE_F32) walk_f32(a);
+    else if (a->d % 16 == 0 && a->dtype == FA_DTYPE_F16) walk_f16(a);
+    else if (a->d % 32 == 0 && a->dtype == FA_DTYPE_BF16) walk_bf16(a);
+    else walk_any(a);
 }

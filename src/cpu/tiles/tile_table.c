@@ -8,8 +8,9 @@ enum { ANY_PASS = -1, FWD = 0, BWD = 1 };
 #define ALGO(a) (1u << (a))
 #define FLASH (ALGO(FA_ALGO_FLASH1) | ALGO(FA_ALGO_FLASH2))
 
-/* The first row that matches the call gives (Br, Bc). fit_l2: only if the forward working set
- * Qiᵀ, Oi (2·Br·d·4) + Kj, Vj (2·Bc·d·4) + Sᵀ (Br·Bc·4) fits in half the L2; unmasked: only without a causal or
+/* The first row that matches the call gives (Br, Bc). fit_l2: only if the working set fits in the L2 — forward:
+ * Qiᵀ, Oi (2·Br·d·4) + Kj, Vj (2·Bc·d·4) + Sᵀ (Br·Bc·4) in half of it; backward: Kj, Vj, their transposes, dKj,
+ * dVj (6·Bc·d·4) + Qi, dOi, dQi (3·Br·d·4) + P, dS (2·Br·Bc·4) in all of it. unmasked: only without a causal or
  * window mask. */
 static const struct tile_row {
     unsigned algos;
@@ -25,7 +26,9 @@ static const struct tile_row {
                                  "halves that"},
     {FLASH, FWD, 1, 0, 128, 64, "d = 256 on a 1 MiB L2"},
     {FLASH, FWD, 0, 0, 64, 64, "the floor, whatever the L2"},
-    {FLASH, BWD, 0, 0, 64, 64, "Kj, Vj, their transposes, dKj, dVj and Qi, dOi, dQi, P, dS stay in L2"},
+    {FLASH, BWD, 1, 0, 128, 128, "twice the rows and keys of 64 x 64 per step: the five products run on larger "
+                                 "operands and Qi, dOi, dQi move half as often (d <= 128 on a 1 MiB L2)"},
+    {FLASH, BWD, 0, 0, 64, 64, "the floor: Kj, Vj, their transposes, dKj, dVj and Qi, dOi, dQi, P, dS stay in L2"},
     {ALGO(FA_ALGO_STANDARD), ANY_PASS, 0, 0, 64, 64, "S/P tiles of 16 KiB in L1; the N x N matrices are in slow "
                                                      "memory whatever the tile"},
 };
@@ -39,7 +42,10 @@ static long l2_bytes(void) {
     return b > 0 ? b : 512 * 1024;
 }
 
-static int fits_l2(long br, long bc, long d, long l2) { return 2 * br * d * 4 + 2 * bc * d * 4 + br * bc * 4 <= l2 / 2; }
+static int fits_l2(int backward, long br, long bc, long d, long l2) {
+    if (backward) return 6 * bc * d * 4 + 3 * br * d * 4 + 2 * br * bc * 4 <= l2;
+    return 2 * br * d * 4 + 2 * bc * d * 4 + br * bc * 4 <= l2 / 2;
+}
 
 void fa_cpu_tiles(const fa_problem *p, int *br, int *bc) {
     const long l2 = l2_bytes();
@@ -48,7 +54,7 @@ void fa_cpu_tiles(const fa_problem *p, int *br, int *bc) {
     for (size_t i = 0; i < sizeof tile_table / sizeof tile_table[0]; i++) {
         const struct tile_row *t = &tile_table[i];
         if (!(t->algos & ALGO(p->algo)) || (t->pass != ANY_PASS && t->pass != p->is_backward)) continue;
-        if ((t->unmasked && masked) || (t->fit_l2 && !fits_l2(t->br, t->bc, (long)p->d, l2))) continue;
+        if ((t->unmasked && masked) || (t->fit_l2 && !fits_l2(p->is_backward, t->br, t->bc, (long)p->d, l2))) continue;
         q = t->br;
         k = t->bc;
         break;

@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "ggml-cpu.h"
 #include "ggml.h"
+#include "lab_clock.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -17,15 +18,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* n values uniform in [-1, 1) as f16 or bf16 (the distribution flashattn bench fills its cache with) */
 static void fill(void *dst, enum ggml_type t, size_t n, unsigned *s) {
@@ -77,11 +69,11 @@ int main(int argc, char **argv) {
     ggml_graph_compute_with_ctx(ctx, gf, threads); /* warm-up */
     double *t = malloc(sizeof(double) * (size_t)reps);
     for (int r = 0; r < reps; r++) {
-        const double t0 = now();
+        const double t0 = lab_now();
         ggml_graph_compute_with_ctx(ctx, gf, threads);
-        t[r] = now() - t0;
+        t[r] = lab_now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof(double), cmp);
+    qsort(t, (size_t)reps, sizeof(double), lab_cmp_double);
     const double med = t[reps / 2], bytes = 2.0 * (double)n_kv * 2.0;
     float check = 0;
     for (int64_t i = 0; i < ggml_nelements(o); i++) check += ((const float *)o->data)[i];

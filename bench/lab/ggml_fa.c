@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "ggml-cpu.h"
 #include "ggml.h"
+#include "lab_clock.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -14,15 +15,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv) {
     if (argc < 5) {
@@ -62,11 +54,11 @@ int main(int argc, char **argv) {
     ggml_graph_compute_with_ctx(ctx, gf, threads); /* warm-up */
     double *t = malloc(sizeof(double) * (size_t)reps);
     for (int r = 0; r < reps; r++) {
-        double t0 = now();
+        double t0 = lab_now();
         ggml_graph_compute_with_ctx(ctx, gf, threads);
-        t[r] = now() - t0;
+        t[r] = lab_now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof(double), cmp);
+    qsort(t, (size_t)reps, sizeof(double), lab_cmp_double);
     const double med = t[reps / 2];
     const double flops = 4.0 * B * H * (double)S * S * d * (causal ? 0.5 : 1.0);
     printf("ggml_flash_attn_ext f32 B=%d H=%d S=%d d=%d causal=%d threads=%d: %.1f ms, %.1f GFLOP/s\n", B, H, S, d,

@@ -9,7 +9,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "ggml-cpu.h"
 #include "ggml.h"
-#include "lab_clock.h"
+#include "lab_ggml.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -64,22 +64,11 @@ int main(int argc, char **argv) {
     struct ggml_tensor *k = ggml_permute(ctx, kc, 0, 2, 1, 3), *v = ggml_permute(ctx, vc, 0, 2, 1, 3);
     struct ggml_tensor *o = ggml_flash_attn_ext(ctx, q, k, v, NULL, 1.0f / sqrtf((float)d), 0.0f, 0.0f);
     ggml_flash_attn_ext_set_prec(o, GGML_PREC_F32);
-    struct ggml_cgraph *gf = ggml_new_graph(ctx);
-    ggml_build_forward_expand(gf, o);
-    ggml_graph_compute_with_ctx(ctx, gf, threads); /* warm-up */
-    double *t = malloc(sizeof(double) * (size_t)reps);
-    for (int r = 0; r < reps; r++) {
-        const double t0 = lab_now();
-        ggml_graph_compute_with_ctx(ctx, gf, threads);
-        t[r] = lab_now() - t0;
-    }
-    qsort(t, (size_t)reps, sizeof(double), lab_cmp_double);
-    const double med = t[reps / 2], bytes = 2.0 * (double)n_kv * 2.0;
+    const double med = lab_ggml_median(ctx, o, threads, reps), bytes = 2.0 * (double)n_kv * 2.0;
     float check = 0;
     for (int64_t i = 0; i < ggml_nelements(o); i++) check += ((const float *)o->data)[i];
     printf("ggml_flash_attn_ext %s b=%d cache=%d hq/hk=%d/%d d=%d threads=%d: %.3f ms, %.2f GB/s K+V (sum %.3g)\n",
            argv[1], B, N, HQ, HK, d, threads, med * 1e3, bytes / med * 1e-9, (double)check);
-    free(t);
     ggml_free(ctx);
     return 0;
 }

@@ -7,7 +7,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "ggml-cpu.h"
 #include "ggml.h"
-#include "lab_clock.h"
+#include "lab_ggml.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -49,21 +49,10 @@ int main(int argc, char **argv) {
     }
     struct ggml_tensor *o = ggml_flash_attn_ext(ctx, q, k, v, mask, 1.0f / sqrtf((float)d), 0.0f, 0.0f);
     ggml_flash_attn_ext_set_prec(o, GGML_PREC_F32);
-    struct ggml_cgraph *gf = ggml_new_graph(ctx);
-    ggml_build_forward_expand(gf, o);
-    ggml_graph_compute_with_ctx(ctx, gf, threads); /* warm-up */
-    double *t = malloc(sizeof(double) * (size_t)reps);
-    for (int r = 0; r < reps; r++) {
-        double t0 = lab_now();
-        ggml_graph_compute_with_ctx(ctx, gf, threads);
-        t[r] = lab_now() - t0;
-    }
-    qsort(t, (size_t)reps, sizeof(double), lab_cmp_double);
-    const double med = t[reps / 2];
+    const double med = lab_ggml_median(ctx, o, threads, reps);
     const double flops = 4.0 * B * H * (double)S * S * d * (causal ? 0.5 : 1.0);
     printf("ggml_flash_attn_ext f32 B=%d H=%d S=%d d=%d causal=%d threads=%d: %.1f ms, %.1f GFLOP/s\n", B, H, S, d,
            causal, threads, med * 1e3, flops / med * 1e-9);
-    free(t);
     ggml_free(ctx);
     return 0;
 }

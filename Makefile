@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all build demo test bench test-gpu bench-gpu bench-ring test-cpu-device install clean
+.PHONY: all build demo test bench test-gpu bench-gpu bench-decode-gpu bench-ring test-cpu-device install clean
 
 all: build
 
@@ -30,6 +30,9 @@ test-gpu:
 
 bench-gpu:
 	BUILD=$(BUILD_GPU) scripts/bench-gpu.sh
+
+bench-decode-gpu:
+	BUILD=$(BUILD_GPU) scripts/bench-decode-gpu.sh
 
 # GPUs (two or more H200s of one host): ring attention over NCCL against one GPU (scripts/bench-ring.sh, docs/ring.md).
 bench-ring:

@@ -45,6 +45,9 @@ typedef struct dev_buf {
 int dev_alloc(dev_buf *b, fa_backend dev, size_t bytes);
 void dev_free(dev_buf *b);
 int dev_upload(dev_buf *b, const void *host, size_t bytes);
+/* Fill all of b->bytes with copies of a host block of `block` bytes (large random caches without a host
+ * buffer of their size). */
+int dev_upload_tiled(dev_buf *b, const void *host, size_t block);
 int dev_download(const dev_buf *b, void *host, size_t bytes);
 int dev_fill_nan(dev_buf *b);   /* poison (0xFF bytes: NaN in f32, f16 and bf16) */
 int dev_sync(fa_backend dev);

@@ -63,6 +63,28 @@ int dev_upload(dev_buf *b, const void *host, size_t bytes) {
 #endif
 }
 
+int dev_upload_tiled(dev_buf *b, const void *host, size_t block) {
+    if (block == 0 || block >= b->bytes) return dev_upload(b, host, block < b->bytes ? block : b->bytes);
+    dev_buf head = *b;
+    head.bytes = block;
+    if (dev_upload(&head, host, block)) return -1;
+    for (size_t done = block; done < b->bytes;) { /* double the filled prefix: log2(bytes / block) copies */
+        const size_t n = done < b->bytes - done ? done : b->bytes - done;
+        char *dst = (char *)b->ptr + done;
+        if (b->dev == FA_BACKEND_CPU) {
+            memcpy(dst, b->ptr, n);
+        } else {
+#ifdef FA_TOOLS_CUDA
+            if (cudaMemcpy(dst, b->ptr, n, cudaMemcpyDeviceToDevice) != cudaSuccess) return -1;
+#else
+            return -1;
+#endif
+        }
+        done += n;
+    }
+    return 0;
+}
+
 int dev_download(const dev_buf *b, void *host, size_t bytes) {
     if (b->dev == FA_BACKEND_CPU) {
         memcpy(host, b->ptr, bytes);

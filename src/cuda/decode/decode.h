@@ -9,6 +9,8 @@
 #include <stdint.h>
 
 #define FA_DEC_THREADS 128 /* 4 warps per CTA */
+#define FA_DEC_ROWS 16     /* query rows per CTA of the attention kernel (the M of its m16n8k16 products) */
+#define FA_DEC_KEYS 16     /* keys per tile of the attention kernel */
 #define FA_MERGE_MAX 32
 
 typedef struct fa_dec_params {
@@ -33,7 +35,7 @@ typedef struct fa_dec_params {
     float softcap_mul;       /* 0 = off; else s = softcap_mul · tanh(q·k) */
     int wl, wr;
     int nsplit, fixed, chunk;/* splits of the grid; fixed: split of `chunk` keys */
-    int rows_per_cta, row_tiles;
+    int row_tiles;           /* tiles of FA_DEC_ROWS query rows per K/V head */
     float *part_o, *part_lse;/* [b, hq, sq, nsplit] x (d | 1), or NULL with one split */
 } fa_dec_params;
 
@@ -81,8 +83,9 @@ extern "C" {
 cudaError_t fa_dec_append_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
 cudaError_t fa_dec_attend_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
 cudaError_t fa_dec_merge_splits_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
-/* rows_per_cta of the attention instance for R rows per K/V head (1, 2, 4 or 8). */
-int fa_dec_rows_per_cta(int rows);
+/* Resident CTAs per SM of the attention kernel at head dim d (its shared memory decides): the split heuristic's
+ * workers are the SMs times this. */
+int fa_dec_ctas_per_sm(int d);
 
 typedef struct fa_merge_params {
     int n, heads, seqlen, d;

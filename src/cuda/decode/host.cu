@@ -13,9 +13,8 @@ extern "C" {
 #include <stdlib.h>
 #include <string.h>
 
-#define MIN_SPLIT_KEYS 256 /* keys below which a split is not worth its merge */
+#define MIN_SPLIT_KEYS 128 /* keys below which a split is not worth its merge */
 #define MAX_SPLITS 128
-#define CTAS_PER_SM 2      /* the heuristic's workers: resident CTAs of the attention kernel that fill an SM's bandwidth */
 
 static int aligned16(const fa_tensor *t) {
     return ((uintptr_t)t->data % 16) == 0 && t->stride_batch % 8 == 0 && t->stride_seq % 8 == 0 && t->stride_head % 8 == 0;
@@ -51,7 +50,7 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
                      "aligned and the strides multiples of 8 elements", names[i]);
             return FA_ERR_UNSUPPORTED;
         }
-    const int R = (int)(p->hq / p->hk * p->sq), rpc = fa_dec_rows_per_cta(R), tiles = (R + rpc - 1) / rpc;
+    const int R = (int)(p->hq / p->hk * p->sq), rpc = FA_DEC_ROWS, tiles = (R + rpc - 1) / rpc;
     if (p->batch > 65535 || p->hk * tiles > 65535) {
         snprintf(why, why_len, "batch / heads: the grid (%lld sequences, %lld K/V head tiles) is above 65535",
                  (long long)p->batch, (long long)(p->hk * tiles));
@@ -66,16 +65,16 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
         const int64_t most = (p->capacity + 15) / 16;
         ns = p->num_splits < most ? p->num_splits : (int)most;
     } else {
-        ns = fa_kv_split_heuristic(p->batch * p->hk * tiles, fa_cuda_tuning_of(ctx)->sm_count * CTAS_PER_SM,
-                                   (p->capacity + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS, MAX_SPLITS);
+        const int workers = fa_cuda_tuning_of(ctx)->sm_count * fa_dec_ctas_per_sm((int)p->d);
+        ns = fa_kv_split_heuristic(p->batch * p->hk * tiles, workers, (p->capacity + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS,
+                                   MAX_SPLITS);
     }
     if (ns < 1) ns = 1;
     plan->aux[FA_KV_AUX_SPLITS] = ns;
-    plan->aux[3] = rpc;
-    static const char *const kn[3] = {"cuda.decode.splitkv.d64", "cuda.decode.splitkv.d128", "cuda.decode.splitkv.d256"};
+    static const char *const kn[3] = {"cuda.decode.mma.d64", "cuda.decode.mma.d128", "cuda.decode.mma.d256"};
     plan->kernel = kn[p->d == 64 ? 0 : p->d == 128 ? 1 : 2];
     plan->block_q = rpc;
-    plan->block_k = (int)(4 * 256 / p->d);
+    plan->block_k = FA_DEC_KEYS;
     plan->threads = FA_DEC_THREADS;
     plan->grid[0] = ns, plan->grid[1] = (int)(p->hk * tiles), plan->grid[2] = (int)p->batch;
     fa_arena a = fa_arena_dry();
@@ -154,8 +153,7 @@ extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, con
         c.softcap_mul = p->softcap > 0 ? p->softcap * 1.4426950408889634f : 0.f;
         c.wl = p->wl, c.wr = p->wr;
         c.nsplit = ns, c.fixed = plan->aux[FA_KV_AUX_FIXED], c.chunk = plan->aux[FA_KV_AUX_CHUNK];
-        c.rows_per_cta = plan->aux[3];
-        c.row_tiles = (int)((p->hq / p->hk * p->sq + c.rows_per_cta - 1) / c.rows_per_cta);
+        c.row_tiles = (int)((p->hq / p->hk * p->sq + FA_DEC_ROWS - 1) / FA_DEC_ROWS);
         c.part_o = w.part_o, c.part_lse = w.part_lse;
         const int dt = (int)p->dtype;
         cudaError_t e;

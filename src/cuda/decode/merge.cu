@@ -38,33 +38,51 @@ __device__ __forceinline__ float weight(float lse, float M, float inv) {
     return isnan(inv) ? NAN : lse == -INFINITY ? 0.f : expf(lse - M) * inv;
 }
 
+/* One warp per (row, 32 columns): the lanes read the splits' LSEs (lane s: splits s, s + 32, ...) and reduce them
+ * by shuffles, then each lane sums its column over the splits with the loads independent of the weights (a split
+ * of weight 0 is skipped by a select, not a branch), so they are in flight together: the partials are L2-resident
+ * and this kernel is bound by their latency, not by bandwidth. */
 template <typename T>
 __global__ void __launch_bounds__(FA_DEC_THREADS) merge_splits_kernel(const fa_dec_params p) {
-    const int64_t r = (int64_t)blockIdx.x * (FA_DEC_THREADS / 32) + threadIdx.x / 32;
-    const int lane = threadIdx.x & 31;
+    const int cgs = p.d / 32; /* column groups per row */
+    const int64_t wi = (int64_t)blockIdx.x * (FA_DEC_THREADS / 32) + threadIdx.x / 32, r = wi / cgs;
+    const int lane = threadIdx.x & 31, c = (int)(wi % cgs) * 32 + lane;
     if (r >= (int64_t)p.batch * p.hq * p.sq) return;
     const int b = (int)(r / ((int64_t)p.hq * p.sq)), hq = (int)(r / p.sq % p.hq), i = (int)(r % p.sq);
     int chunk, ns;
     fa_dec_split(p, fa_dec_len(p, b), &chunk, &ns);
     if (ns == 1) return; /* written by the attention kernel */
     const float *pl = p.part_lse + r * p.nsplit;
-    float M, inv;
-    const float lse = merge_lse(nullptr, 0, pl, 1, ns, &M, &inv);
-    T *o = (T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh;
-    for (int c = lane; c < p.d; c += 32) {
-        float acc = 0.f;
-        for (int s = 0; s < ns; s++) {
-            const float w = weight(pl[s], M, inv);
-            if (w != 0.f || isnan(w)) acc = fmaf(w, p.part_o[(r * p.nsplit + s) * p.d + c], acc);
+    float M = -INFINITY, sum = 0.f;
+    bool nan = false;
+    for (int s = lane; s < ns; s += 32) nan |= isnan(pl[s]), M = fmaxf(M, pl[s]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+    nan = __any_sync(0xffffffffu, nan);
+    if (M != -INFINITY)
+        for (int s = lane; s < ns; s += 32) sum += pl[s] == -INFINITY ? 0.f : expf(pl[s] - M);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const float inv = nan ? NAN : M == -INFINITY ? 0.f : 1.f / sum;
+    const float lse = nan ? NAN : M == -INFINITY ? -INFINITY : M + logf(sum);
+    const float *po = p.part_o + r * p.nsplit * p.d + c;
+    float acc = 0.f;
+    for (int s0 = 0; s0 < ns; s0 += 32) {
+        const float wl = s0 + lane < ns ? weight(pl[s0 + lane], M, inv) : 0.f;
+        const int n = min(32, ns - s0);
+#pragma unroll 8
+        for (int j = 0; j < n; j++) {
+            const float w = __shfl_sync(0xffffffffu, wl, j), x = po[(int64_t)(s0 + j) * p.d];
+            acc += (w != 0.f || isnan(w)) ? w * x : 0.f;
         }
-        fa_st(o + c, acc);
     }
-    if (p.lse && lane == 0) p.lse[r] = lse;
+    fa_st((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c, acc);
+    if (p.lse && c == 0) p.lse[r] = lse;
 }
 
 extern "C" cudaError_t fa_dec_merge_splits_launch(const fa_dec_params *p, int dtype, cudaStream_t st) {
-    const int64_t rows = (int64_t)p->batch * p->hq * p->sq, per = FA_DEC_THREADS / 32;
-    const unsigned grid = (unsigned)((rows + per - 1) / per);
+    const int64_t warps = (int64_t)p->batch * p->hq * p->sq * (p->d / 32), per = FA_DEC_THREADS / 32;
+    const unsigned grid = (unsigned)((warps + per - 1) / per);
     if (dtype == 1) merge_splits_kernel<__half><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
     else merge_splits_kernel<__nv_bfloat16><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
     return cudaGetLastError();

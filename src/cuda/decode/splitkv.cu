@@ -1,56 +1,42 @@
-/* Split-KV decode attention (FlashDecoding) over a contiguous or paged cache. One CTA per (split, K/V head x row
- * tile, sequence) holds the RT query rows that read that K/V head (GQA rows x new rows), so each K/V row is read from
- * HBM once per K/V head. A key row is read with 16-byte loads by D/8 lanes (8 elements each); a warp covers 256/D keys
- * per step, U steps in flight (4, or 2 with 8 rows to stay in registers). Each lane group keeps its own online softmax (m, l in log2 units, O for its 8 columns)
- * over the keys it saw; the groups merge by shuffles, the warps through shared memory. One split writes out and LSE;
- * several write fp32 partials merged by merge.cu. docs/decoding.md. */
+/* Split-KV decode attention on the tensor cores (mma.sync m16n8k16). One CTA per (split, K/V head x tile of 16
+ * query rows, sequence): the rows that read one K/V head (GQA group x new rows, padded to 16) are the M of the
+ * products, so each K/V row is read from HBM once per K/V head, and the products run on the tensor cores (on CUDA
+ * cores, a GQA group's FMAs and lane-shuffle reductions cannot keep up with HBM). Each of the 4 warps streams its own tiles of
+ * 16 keys (tile w, w + 4, ...) through a 3-stage cp.async ring in shared memory, rows swizzled by 16-byte chunk
+ * (chunk ^ row % 8) so the ldmatrix reads are conflict-free; S = Q Kᵀ, the online softmax in log2 units and
+ * O += P V as in the FLASH2 forward (P reused from registers as the A operand); the 4 warps' states merge in shared
+ * memory. Keys outside a row's visible range are masked; keys outside every row's range are zero-filled, never
+ * read. One split writes out and LSE; several write fp32 partials merged by merge.cu. docs/decoding.md. */
+#include "../sm80/mma.cuh"
 #include "decode.h"
 
 #include "core/visible.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <math.h>
 
+#define DEC_NW (FA_DEC_THREADS / 32)
+#define DEC_NST 3  /* stages of each warp's K/V ring */
+#define DEC_KT FA_DEC_KEYS
+static_assert(FA_DEC_ROWS == 16 && FA_DEC_KEYS == 16, "one m16n8k16 M of rows, two n8 tiles of keys");
 
-template <typename T> struct vec8;
-template <> struct vec8<__half> {
-    static __device__ __forceinline__ void to_f(const uint4 &u, float *f) {
-        const __half2 *h = (const __half2 *)&u;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float2 x = __half22float2(h[i]);
-            f[2 * i] = x.x, f[2 * i + 1] = x.y;
-        }
-    }
-    static __device__ __forceinline__ uint4 from_f(const float *f) {
-        uint4 u;
-        __half2 *h = (__half2 *)&u;
-#pragma unroll
-        for (int i = 0; i < 4; i++) h[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
-        return u;
-    }
-};
-template <> struct vec8<__nv_bfloat16> {
-    static __device__ __forceinline__ void to_f(const uint4 &u, float *f) {
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            f[2 * i] = __uint_as_float(w[i] << 16);
-            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-        }
-    }
-    static __device__ __forceinline__ uint4 from_f(const float *f) {
-        uint4 u;
-        __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
-#pragma unroll
-        for (int i = 0; i < 4; i++) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-        return u;
-    }
+template <int D> struct dec_mma_smem {
+    static constexpr int q = 2 * 16 * D * 2;                         /* Q tile, bf16/f16 (rotary: hi and lo parts) */
+    static constexpr int ring = DEC_NW * DEC_NST * 2 * DEC_KT * D * 2; /* per warp: stages x (K tile, V tile) */
+    static constexpr int total = q + ring;
+    static_assert(DEC_NW * 16 * D * 4 + 2 * DEC_NW * 16 * 4 <= ring, "the warps' merge reuses the ring");
 };
 
-/* Merge state (m2, l2, o2) into (m, l, o): m = max; each side scaled by 2^(m_side − m) (0 for an empty side). */
-__device__ __forceinline__ void merge_state(float &m, float &l, float *o, float m2, float l2, const float *o2) {
+/* Byte offset of element (row, 8·chunk) in a [rows][D] tile of 16-bit values, chunks swizzled by row. */
+template <int D> __device__ __forceinline__ uint32_t swz(int row, int chunk) {
+    return (uint32_t)(row * D + ((chunk ^ (row & 7)) << 3)) * 2u;
+}
+
+/* x rounded to T and back (the high part of a hi + lo split). */
+template <typename T> __device__ __forceinline__ float round_to(float x);
+template <> __device__ __forceinline__ float round_to<__nv_bfloat16>(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+template <> __device__ __forceinline__ float round_to<__half>(float x) { return __half2float(__float2half_rn(x)); }
+
+__device__ __forceinline__ void merge_state8(float &m, float &l, float *o, float m2, float l2, const float *o2) {
     const float mn = fmaxf(m, m2);
     const float a = m == -INFINITY ? 0.f : exp2f(m - mn), c = m2 == -INFINITY ? 0.f : exp2f(m2 - mn);
     l = l * a + l2 * c;
@@ -59,183 +45,250 @@ __device__ __forceinline__ void merge_state(float &m, float &l, float *o, float 
     m = mn;
 }
 
-template <int D, typename T, int RT>
-__global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_kernel(const fa_dec_params p) {
-    constexpr int TPK = D / 8, KPW = 32 / TPK, NW = FA_DEC_THREADS / 32, STEP = NW * KPW;
-    constexpr int U = RT >= 8 ? 2 : 4; /* key steps in flight per lane group: U x (K + V) 16-byte loads per lane */
+template <int D, typename T>
+__global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_dec_params p) {
+    constexpr int CH = D / 8; /* 16-byte chunks per row */
+    extern __shared__ __align__(128) unsigned char smem[];
+    T *sq = (T *)smem;
     const int s = blockIdx.x, hk = blockIdx.y / p.row_tiles, tile = blockIdx.y % p.row_tiles, b = blockIdx.z;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, slot = lane / TPK, part = lane % TPK;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
     const int L = fa_dec_len(p, b), row = fa_dec_row(p, b);
     int chunk, ns;
     fa_dec_split(p, L, &chunk, &ns);
     if (s >= ns) return;
     const int s0 = s * chunk, s1 = min(L, s0 + chunk);
-    const int rows_total = p.group * p.sq, r0 = tile * RT;
-    const int R = min(RT, rows_total - r0);
+    const int r0 = tile * 16, R = min(16, p.group * p.sq - r0);
 
-    /* Qi: this lane's 8 columns of each row, pre-multiplied; each row's visible keys inside the split */
-    float q[RT][8];
-    int lo[RT], hi[RT];
-    int klo = s1, khi = s0;
-#pragma unroll
-    for (int r = 0; r < RT; r++) {
-        lo[r] = hi[r] = 0;
+    /* each row's visible keys inside the split; this thread's rows g and g + 8; the union over the tile */
+    int klo = s1, khi = s0, lo[2] = {0, 0}, hi[2] = {0, 0};
+    for (int r = 0; r < R; r++) {
+        int a, z;
+        fa_visible_keys32((r0 + r) / p.group, p.sq, L, p.wl, p.wr, &a, &z);
+        a = max(a, s0), z = max(a, min(z, s1));
+        if (z > a) klo = min(klo, a), khi = max(khi, z);
+        if (r == g) lo[0] = a, hi[0] = z;
+        if (r == g + 8) lo[1] = a, hi[1] = z;
+    }
+    /* Q: 16 rows (zero beyond R) to shared memory in the dtype. With rotary, q is the fp32 rotated q: it goes in as
+     * hi + lo (two tiles of the dtype, S = hi·Kᵀ + lo·Kᵀ), as exact as fp32 for the scores and the LSE */
+    T *sq_lo = sq + 16 * D;
+    for (int c = threadIdx.x; c < 16 * CH; c += FA_DEC_THREADS) {
+        const int r = c / CH, cc = c % CH;
+        uint4 u = make_uint4(0, 0, 0, 0), v = u;
         if (r < R) {
             const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
             if (p.qrot) {
-                const float *x = p.qrot + (((int64_t)b * p.sq + i) * p.hq + hq) * D + part * 8;
+                const float *x = p.qrot + (((int64_t)b * p.sq + i) * p.hq + hq) * D + cc * 8;
+                float hi[8], lo[8];
 #pragma unroll
-                for (int e = 0; e < 8; e++) q[r][e] = x[e] * p.qmul;
+                for (int e = 0; e < 8; e++) hi[e] = round_to<T>(x[e]), lo[e] = x[e] - hi[e];
+                u.x = fa_pack2<T>(hi[0], hi[1]), u.y = fa_pack2<T>(hi[2], hi[3]);
+                u.z = fa_pack2<T>(hi[4], hi[5]), u.w = fa_pack2<T>(hi[6], hi[7]);
+                v.x = fa_pack2<T>(lo[0], lo[1]), v.y = fa_pack2<T>(lo[2], lo[3]);
+                v.z = fa_pack2<T>(lo[4], lo[5]), v.w = fa_pack2<T>(lo[6], lo[7]);
             } else {
-                const uint4 u = *(const uint4 *)((const T *)p.q + b * p.q_sb + i * p.q_ss + hq * p.q_sh + part * 8);
-                vec8<T>::to_f(u, q[r]);
-#pragma unroll
-                for (int e = 0; e < 8; e++) q[r][e] *= p.qmul;
-            }
-            int a, z;
-            fa_visible_keys32(i, p.sq, L, p.wl, p.wr, &a, &z);
-            a = max(a, s0), z = min(z, s1);
-            lo[r] = a, hi[r] = max(a, z);
-            if (hi[r] > lo[r]) klo = min(klo, lo[r]), khi = max(khi, hi[r]);
-        } else {
-#pragma unroll
-            for (int e = 0; e < 8; e++) q[r][e] = 0.f;
-        }
-    }
-    float m[RT], l[RT], o[RT][8];
-#pragma unroll
-    for (int r = 0; r < RT; r++) {
-        m[r] = -INFINITY, l[r] = 0.f;
-#pragma unroll
-        for (int e = 0; e < 8; e++) o[r][e] = 0.f;
-    }
-    const T *kc = (const T *)p.kc, *vc = (const T *)p.vc;
-    /* walk the keys: lane group (warp, slot) takes keys klo + warp·KPW + slot + it·STEP (it = step·U + u) */
-    for (int base = klo + warp * KPW; base < khi; base += STEP * U) {
-        uint4 kv[U], vv[U];
-        int tk[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            tk[u] = base + u * STEP + slot;
-            if (tk[u] < khi) {
-                kv[u] = __ldg((const uint4 *)(kc + fa_dec_key(p, row, tk[u], hk, p.k_sb, p.k_ss, p.k_sh)) + part);
-                vv[u] = __ldg((const uint4 *)(vc + fa_dec_key(p, row, tk[u], hk, p.v_sb, p.v_ss, p.v_sh)) + part);
-            } else {
-                kv[u] = vv[u] = make_uint4(0, 0, 0, 0);
+                u = *(const uint4 *)((const T *)p.q + b * p.q_sb + i * p.q_ss + hq * p.q_sh + cc * 8);
             }
         }
-        float kf[U][8], sc[RT][U];
-#pragma unroll
-        for (int u = 0; u < U; u++) vec8<T>::to_f(kv[u], kf[u]);
-        /* S = Qi Kjᵀ: 8 products per lane, summed over the TPK lanes of the group */
-#pragma unroll
-        for (int r = 0; r < RT; r++)
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                float x = 0.f;
-#pragma unroll
-                for (int e = 0; e < 8; e++) x = fmaf(q[r][e], kf[u][e], x);
-#pragma unroll
-                for (int off = TPK / 2; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
-                if (p.softcap_mul != 0.f) x = p.softcap_mul * tanhf(x);
-                sc[r][u] = (r < R && tk[u] >= lo[r] && tk[u] < hi[r]) ? x : -INFINITY;
-            }
-        float vf[U][8];
-#pragma unroll
-        for (int u = 0; u < U; u++) vec8<T>::to_f(vv[u], vf[u]);
-        /* m_new = max(m, rowmax(S)); P = 2^(S − m_new); l = 2^(m − m_new) l + rowsum(P); O = 2^(m − m_new) O + P Vj */
-#pragma unroll
-        for (int r = 0; r < RT; r++) {
-            float mx = m[r];
-#pragma unroll
-            for (int u = 0; u < U; u++) mx = fmaxf(mx, sc[r][u]);
-            if (mx == -INFINITY) continue;
-            const float alpha = exp2f(m[r] - mx);
-            l[r] *= alpha;
-#pragma unroll
-            for (int e = 0; e < 8; e++) o[r][e] *= alpha;
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const float pu = exp2f(sc[r][u] - mx);
-                l[r] += pu;
-#pragma unroll
-                for (int e = 0; e < 8; e++) o[r][e] = fmaf(pu, vf[u][e], o[r][e]);
-            }
-            m[r] = mx;
-        }
-    }
-    /* the lane groups of a warp: merge by shuffles across the slot bits */
-#pragma unroll
-    for (int off = TPK; off < 32; off <<= 1)
-#pragma unroll
-        for (int r = 0; r < RT; r++) {
-            float o2[8];
-            const float m2 = __shfl_xor_sync(0xffffffffu, m[r], off), l2 = __shfl_xor_sync(0xffffffffu, l[r], off);
-#pragma unroll
-            for (int e = 0; e < 8; e++) o2[e] = __shfl_xor_sync(0xffffffffu, o[r][e], off);
-            merge_state(m[r], l[r], o[r], m2, l2, o2);
-        }
-    /* the warps: through shared memory, then thread (r, part) finishes row r's 8 columns */
-    __shared__ float sm_m[NW][RT], sm_l[NW][RT];
-    __shared__ float4 sm_o[NW][RT][TPK][2];
-    if (slot == 0) {
-#pragma unroll
-        for (int r = 0; r < RT; r++) {
-            if (part == 0) sm_m[warp][r] = m[r], sm_l[warp][r] = l[r];
-            sm_o[warp][r][part][0] = make_float4(o[r][0], o[r][1], o[r][2], o[r][3]);
-            sm_o[warp][r][part][1] = make_float4(o[r][4], o[r][5], o[r][6], o[r][7]);
-        }
+        *(uint4 *)((unsigned char *)sq + swz<D>(r, cc)) = u;
+        if (p.qrot) *(uint4 *)((unsigned char *)sq_lo + swz<D>(r, cc)) = v;
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < R * TPK; idx += FA_DEC_THREADS) {
-        const int r = idx / TPK, pt = idx % TPK;
+
+    const int kbase = klo & ~(DEC_KT - 1);
+    const int ntiles = khi > klo ? (khi - kbase + DEC_KT - 1) / DEC_KT : 0;
+    const int mine = ntiles > warp ? (ntiles - warp + DEC_NW - 1) / DEC_NW : 0; /* tiles warp, warp + NW, ... */
+    T *ring = (T *)(smem + dec_mma_smem<D>::q) + warp * DEC_NST * 2 * DEC_KT * D;
+    const T *kc = (const T *)p.kc, *vc = (const T *)p.vc;
+    /* paged: lane k (k < 16) looks up the page and in-page row of key k of a tile one tile ahead of its copies,
+     * so the block-table read is off the copies' critical path; the copies take them by shuffle */
+    int pg_next = 0, ip_next = 0;
+    auto lookup = [&](int it) {
+        if (p.paged && it < mine) {
+            const int t = min(kbase + (warp + it * DEC_NW) * DEC_KT + (lane & 15), khi - 1);
+            const int pg = p.block_table[(int64_t)row * p.bt_stride + t / p.page_size];
+            pg_next = pg < 0 ? 0 : pg >= p.num_pages ? p.num_pages - 1 : pg;
+            ip_next = t % p.page_size;
+        }
+    };
+    auto load = [&](int it) { /* this warp's it-th tile into stage it % NST; every lane commits one group */
+        if (it < mine) {
+            const int base = kbase + (warp + it * DEC_NW) * DEC_KT, pg = pg_next, ip = ip_next;
+            lookup(it + 1);
+            T *sk = ring + (it % DEC_NST) * 2 * DEC_KT * D, *sv = sk + DEC_KT * D;
+#pragma unroll
+            for (int c = lane; c < DEC_KT * CH; c += 32) {
+                const int kr = c / CH, cc = c % CH, tk = base + kr;
+                const bool ok = tk >= klo && tk < khi;
+                int64_t ko, vo;
+                if (p.paged) {
+                    const int64_t pk = __shfl_sync(0xffffffffu, pg, kr), ik = __shfl_sync(0xffffffffu, ip, kr);
+                    ko = pk * p.k_sb + ik * p.k_ss + (int64_t)hk * p.k_sh;
+                    vo = pk * p.v_sb + ik * p.v_ss + (int64_t)hk * p.v_sh;
+                } else {
+                    ko = (int64_t)row * p.k_sb + (int64_t)tk * p.k_ss + (int64_t)hk * p.k_sh;
+                    vo = (int64_t)row * p.v_sb + (int64_t)tk * p.v_ss + (int64_t)hk * p.v_sh;
+                }
+                if (!ok) ko = vo = 0;
+                fa_cp_async16((unsigned char *)sk + swz<D>(kr, cc), kc + ko + cc * 8, ok ? 16 : 0);
+                fa_cp_async16((unsigned char *)sv + swz<D>(kr, cc), vc + vo + cc * 8, ok ? 16 : 0);
+            }
+        }
+        fa_cp_async_commit();
+    };
+    lookup(0);
+
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    const uint32_t qa = fa_smem_addr(sq);
+#pragma unroll
+    for (int it = 0; it < DEC_NST - 1; it++) load(it);
+    for (int it = 0; it < mine; it++) {
+        fa_cp_async_wait<DEC_NST - 2>();
+        __syncwarp();
+        load(it + DEC_NST - 1);
+        const uint32_t ka = fa_opaque(fa_smem_addr(ring + (it % DEC_NST) * 2 * DEC_KT * D)),
+                       va = ka + DEC_KT * D * 2;
+        /* S = Q Kᵀ: 16 rows x 16 keys, two n-tiles of 8 keys */
+        float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int j = 0; j < D / 16; j++) {
+            uint32_t a[4], bk[4];
+            fa_ldmatrix_x4(a, qa + swz<D>(((lane >> 3) & 1) * 8 + (lane & 7), j * 2 + (lane >> 4)));
+            fa_ldmatrix_x4(bk, ka + swz<D>((lane >> 4) * 8 + (lane & 7), j * 2 + ((lane >> 3) & 1)));
+            fa_mma<T>(sc[0], a, bk[0], bk[1]);
+            fa_mma<T>(sc[1], a, bk[2], bk[3]);
+            if (p.qrot) {
+                fa_ldmatrix_x4(a, qa + 16 * D * 2 + swz<D>(((lane >> 3) & 1) * 8 + (lane & 7), j * 2 + (lane >> 4)));
+                fa_mma<T>(sc[0], a, bk[0], bk[1]);
+                fa_mma<T>(sc[1], a, bk[2], bk[3]);
+            }
+        }
+        /* scores in log2 units, masked; m_new = max(m, rowmax); P = 2^(S − m_new); l, O rescaled by 2^(m − m_new) */
+        const int base = kbase + (warp + it * DEC_NW) * DEC_KT;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    float x = sc[nt][2 * h + e] * p.qmul;
+                    if (p.softcap_mul != 0.f) x = p.softcap_mul * tanhf(x);
+                    const int key = base + nt * 8 + 2 * t4 + e;
+                    x = key >= lo[h] && key < hi[h] ? x : -INFINITY;
+                    sc[nt][2 * h + e] = x;
+                    mx = fmaxf(mx, x);
+                }
+            mx = fmaxf(m[h], fa_quad_max(mx));
+            const float mu = mx == -INFINITY ? 0.f : mx, alpha = fa_exp2(m[h] - mu);
+            m[h] = mx;
+            l[h] *= alpha;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) o[n][2 * h] *= alpha, o[n][2 * h + 1] *= alpha;
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float pe = fa_exp2(sc[nt][2 * h + e] - mu);
+                    sc[nt][2 * h + e] = pe;
+                    l[h] += pe;
+                }
+        }
+        /* O += P V: P (16 rows x 16 keys) is the A operand straight from the score registers */
+        const uint32_t pa[4] = {fa_pack2<T>(sc[0][0], sc[0][1]), fa_pack2<T>(sc[0][2], sc[0][3]),
+                                fa_pack2<T>(sc[1][0], sc[1][1]), fa_pack2<T>(sc[1][2], sc[1][3])};
+#pragma unroll
+        for (int np = 0; np < D / 16; np++) {
+            uint32_t bv[4];
+            fa_ldmatrix_x4_trans(bv, va + swz<D>(((lane >> 3) & 1) * 8 + (lane & 7), np * 2 + (lane >> 4)));
+            fa_mma<T>(o[2 * np], pa, bv[0], bv[1]);
+            fa_mma<T>(o[2 * np + 1], pa, bv[2], bv[3]);
+        }
+        __syncwarp();
+    }
+    fa_cp_async_wait<0>();
+    l[0] = fa_quad_sum(l[0]), l[1] = fa_quad_sum(l[1]);
+
+    /* the warps' states through shared memory (the ring is free once every warp is done) */
+    __syncthreads();
+    float *sm_o = (float *)(smem + dec_mma_smem<D>::q); /* [NW][16][D] */
+    float *sm_m = sm_o + DEC_NW * 16 * D, *sm_l = sm_m + DEC_NW * 16;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = g + 8 * h;
+        if (t4 == 0) sm_m[warp * 16 + r] = m[h], sm_l[warp * 16 + r] = l[h];
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *(float2 *)(sm_o + (warp * 16 + r) * D + n * 8 + 2 * t4) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < R * CH; idx += FA_DEC_THREADS) {
+        const int r = idx / CH, pt = idx % CH;
         float M = -INFINITY, Lr = 0.f, O[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int w = 0; w < NW; w++) {
-            const float4 a = sm_o[w][r][pt][0], c = sm_o[w][r][pt][1];
+        for (int w = 0; w < DEC_NW; w++) {
+            const float4 a = *(const float4 *)(sm_o + (w * 16 + r) * D + pt * 8),
+                         c = *(const float4 *)(sm_o + (w * 16 + r) * D + pt * 8 + 4);
             const float o2[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
-            merge_state(M, Lr, O, sm_m[w][r], sm_l[w][r], o2);
+            merge_state8(M, Lr, O, sm_m[w * 16 + r], sm_l[w * 16 + r], o2);
         }
         const float inv = Lr > 0.f ? 1.f / Lr : 0.f;
         const float lse = Lr > 0.f ? (M + log2f(Lr)) * 0.6931471805599453f : -INFINITY;
-#pragma unroll
-        for (int e = 0; e < 8; e++) O[e] *= inv;
         const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
         if (ns == 1) {
-            *(uint4 *)((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + pt * 8) = vec8<T>::from_f(O);
+            uint4 u;
+            u.x = fa_pack2<T>(O[0] * inv, O[1] * inv), u.y = fa_pack2<T>(O[2] * inv, O[3] * inv);
+            u.z = fa_pack2<T>(O[4] * inv, O[5] * inv), u.w = fa_pack2<T>(O[6] * inv, O[7] * inv);
+            *(uint4 *)((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + pt * 8) = u;
             if (p.lse && pt == 0) p.lse[((int64_t)b * p.hq + hq) * p.sq + i] = lse;
         } else {
             const int64_t pr = (((int64_t)b * p.hq + hq) * p.sq + i) * p.nsplit + s;
             float4 *dst = (float4 *)(p.part_o + pr * D + pt * 8);
-            dst[0] = make_float4(O[0], O[1], O[2], O[3]);
-            dst[1] = make_float4(O[4], O[5], O[6], O[7]);
+            dst[0] = make_float4(O[0] * inv, O[1] * inv, O[2] * inv, O[3] * inv);
+            dst[1] = make_float4(O[4] * inv, O[5] * inv, O[6] * inv, O[7] * inv);
             if (pt == 0) p.part_lse[pr] = lse;
         }
     }
 }
 
-extern "C" int fa_dec_rows_per_cta(int rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8; }
-
-template <int D, typename T>
-static cudaError_t launch_d(const fa_dec_params *p, cudaStream_t st) {
+template <int D, typename T> static cudaError_t launch_mma_d(const fa_dec_params *p, cudaStream_t st) {
+    constexpr int smem = dec_mma_smem<D>::total;
+    cudaError_t e = cudaFuncSetAttribute(splitkv_mma_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
     const dim3 grid(p->nsplit, p->hk * p->row_tiles, p->batch);
-    switch (p->rows_per_cta) {
-    case 1: splitkv_kernel<D, T, 1><<<grid, FA_DEC_THREADS, 0, st>>>(*p); break;
-    case 2: splitkv_kernel<D, T, 2><<<grid, FA_DEC_THREADS, 0, st>>>(*p); break;
-    case 4: splitkv_kernel<D, T, 4><<<grid, FA_DEC_THREADS, 0, st>>>(*p); break;
-    default: splitkv_kernel<D, T, 8><<<grid, FA_DEC_THREADS, 0, st>>>(*p); break;
-    }
+    splitkv_mma_kernel<D, T><<<grid, FA_DEC_THREADS, smem, st>>>(*p);
     return cudaGetLastError();
 }
 
-template <typename T>
-static cudaError_t launch_t(const fa_dec_params *p, cudaStream_t st) {
+template <typename T> static cudaError_t launch_mma_t(const fa_dec_params *p, cudaStream_t st) {
     switch (p->d) {
-    case 64: return launch_d<64, T>(p, st);
-    case 128: return launch_d<128, T>(p, st);
-    default: return launch_d<256, T>(p, st);
+    case 64: return launch_mma_d<64, T>(p, st);
+    case 128: return launch_mma_d<128, T>(p, st);
+    default: return launch_mma_d<256, T>(p, st);
     }
 }
 
 extern "C" cudaError_t fa_dec_attend_launch(const fa_dec_params *p, int dtype, cudaStream_t st) {
-    return dtype == 1 ? launch_t<__half>(p, st) : launch_t<__nv_bfloat16>(p, st);
+    return dtype == 1 ? launch_mma_t<__half>(p, st) : launch_mma_t<__nv_bfloat16>(p, st);
+}
+
+template <int D> static int ctas_per_sm() {
+    constexpr int smem = dec_mma_smem<D>::total;
+    int n = 0;
+    if (cudaFuncSetAttribute(splitkv_mma_kernel<D, __nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
+            cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, splitkv_mma_kernel<D, __nv_bfloat16>, FA_DEC_THREADS, smem) !=
+            cudaSuccess) {
+        cudaGetLastError();
+        n = 1;
+    }
+    return n < 1 ? 1 : n;
+}
+
+extern "C" int fa_dec_ctas_per_sm(int d) {
+    static int cached[3] = {0, 0, 0}; /* queried once per head dim (a host-side query: graph capture is unaffected) */
+    const int k = d == 64 ? 0 : d == 128 ? 1 : 2;
+    if (!cached[k]) cached[k] = k == 0 ? ctas_per_sm<64>() : k == 1 ? ctas_per_sm<128>() : ctas_per_sm<256>();
+    return cached[k];
 }

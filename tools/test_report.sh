@@ -48,6 +48,25 @@ while read -r csv; do
             echo "$csv: $a rows identical"
             break
             ;;
+        decode_*)
+            # bench --mode decode columns: 1-11 and the status (16) identical, the time (12) within noise
+            paste -d'|' "$OUT/$csv.report" "$OUT/$csv.again" | awk -F'|' -v f="$csv" '
+                {
+                    split($1, r, ","); split($2, b, ",");
+                    for (i = 1; i <= 11; i++) if (r[i] != b[i]) { print f ": row " NR " column " i ": " r[i] " vs " b[i]; bad = 1 }
+                    if (r[16] != b[16]) { print f ": row " NR " status " r[16] " vs " b[16]; bad = 1 }
+                    x = r[12] + 0; y = b[12] + 0;
+                    if (x > 5 * y + 25 || y > 5 * x + 25) { print f ": row " NR " ms " x " vs " y " (noise?)"; slow = 1 }
+                    rows++
+                }
+                END { if (bad) exit 1; if (slow) exit 2; print f ": " rows " rows match" }'
+            rc=$?
+            [ "$rc" -eq 0 ] && break
+            [ "$rc" -eq 1 ] && fail "$csv differs from flashattn bench --mode decode"
+            attempt=$((attempt + 1))
+            [ "$attempt" -le 3 ] || fail "$csv: times differ beyond noise in 3 runs"
+            continue
+            ;;
         esac
         paste -d'|' "$OUT/$csv.report" "$OUT/$csv.again" | awk -F'|' -v f="$csv" '
             {

@@ -132,17 +132,21 @@ static void cpu_anchor(size_t n, int threads, double *copy_gbs, double *read_gbs
     free(a), free(b);
 }
 
-typedef struct shape { fa_backend dev; fa_dtype dt; int64_t b, cache, page, hq, hk, sq, ns; } shape;
-
-static int run_one(const dec_args *A, const shape *s, fa_context *ctx, int threads) {
-    const int64_t d = A->d, es = (int64_t)fa_dtype_size(s->dt), B = s->b, cap = s->cache;
+int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
+    const int64_t d = s->d, es = (int64_t)fa_dtype_size(s->dt), B = s->b, cap = s->cache;
+    const int threads = s->dev == FA_BACKEND_CPU ? fa_context_threads(ctx) : 0;
+    memset(res, 0, sizeof *res);
     uint64_t rng = 12345;
     int32_t *lens = malloc(sizeof(int32_t) * (size_t)B);
     double kv_bytes = 0;
     for (int64_t b = 0; b < B; b++) {
-        lens[b] = (int32_t)(A->ragged ? cap / 2 + rng_int(&rng, 0, (int)(cap - cap / 2 - s->sq)) : cap - s->sq);
+        lens[b] = (int32_t)(s->ragged ? cap / 2 + rng_int(&rng, 0, (int)(cap - cap / 2 - s->sq)) : cap - s->sq);
         kv_bytes += 2.0 * (double)(lens[b] + s->sq) * (double)s->hk * (double)d * (double)es;
+        res->keys += lens[b] + s->sq;
+        res->paged_rows[0] += (lens[b] + s->sq + 15) / 16 * 16;
+        res->paged_rows[1] += (lens[b] + s->sq + 255) / 256 * 256;
     }
+    res->contiguous_rows = B * cap;
     const int64_t pages_per = s->page ? (cap + s->page - 1) / s->page : 0, npages = B * pages_per;
     const int64_t n_cache = s->page ? npages * s->page * s->hk * d : B * cap * s->hk * d;
     int32_t *bt = NULL;
@@ -199,12 +203,12 @@ static int run_one(const dec_args *A, const shape *s, fa_context *ctx, int threa
     opts.causal = 1;
     fa_kv_opts ko = fa_kv_opts_default();
     ko.num_splits = (int)s->ns;
-    ko.split_size = (int)A->split_size;
+    ko.split_size = (int)s->split_size;
     if (ko.split_size) ko.num_splits = 0;
     dev_timer *tm = dev_timer_create(s->dev);
-    double *ms = malloc(sizeof(double) * 2 * (size_t)A->reps), *host = ms + A->reps;
+    double *ms = malloc(sizeof(double) * 2 * (size_t)s->reps), *host = ms + s->reps;
     fa_status st = FA_OK;
-    for (int64_t r = -A->warmup; r < A->reps && st == FA_OK; r++) {
+    for (int64_t r = -s->warmup; r < s->reps && st == FA_OK; r++) {
         if (flush.ptr) dev_fill_nan(&flush);
         dev_sync(s->dev);
         dev_timer_start(tm);
@@ -216,28 +220,15 @@ static int run_one(const dec_args *A, const shape *s, fa_context *ctx, int threa
     fa_stats stats;
     memset(&stats, 0, sizeof stats);
     if (st == FA_OK) fa_last_stats(ctx, &stats);
-    const double med = st == FA_OK ? median_of(ms, (int)A->reps) : NAN, gbs = kv_bytes / (med * 1e6);
-    const double host_med = st == FA_OK ? median_of(host, (int)A->reps) : NAN; /* the call's own time (on CUDA: enqueueing) */
+    const double med = st == FA_OK ? median_of(ms, (int)s->reps) : NAN, gbs = kv_bytes / (med * 1e6);
+    const double host_med = st == FA_OK ? median_of(host, (int)s->reps) : NAN; /* the call's own time (on CUDA: enqueueing) */
     double copy = 0, rd = 0;
-    if (s->dev == FA_BACKEND_CPU && st == FA_OK) cpu_anchor((size_t)(kv_bytes > 64e6 ? kv_bytes : 64e6), threads, &copy, &rd);
-    if (A->csv) {
-        printf("%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%.4f,%.2f,%.2f,%.2f,%s,%.4f\n", fa_backend_name(s->dev),
-               fa_dtype_name(s->dt), (long long)B, (long long)cap, (long long)s->page, (long long)s->hq, (long long)s->hk,
-               (long long)s->sq, (long long)d, (long long)s->ns, stats.kernel ? stats.kernel : "-", med, gbs, copy, rd,
-               st == FA_OK ? "ok" : fa_status_string(st), host_med);
-    } else if (st == FA_OK) {
-        printf("%-4s %-4s b=%-3lld cache=%-6lld page=%-4lld hq/hk=%lld/%lld new=%lld d=%lld splits=%-3lld  %9.3f ms  "
-               "%7.2f GB/s K+V", fa_backend_name(s->dev), fa_dtype_name(s->dt), (long long)B, (long long)cap,
-               (long long)s->page, (long long)s->hq, (long long)s->hk, (long long)s->sq, (long long)d, (long long)s->ns, med,
-               gbs);
-        if (s->dev == FA_BACKEND_CPU)
-            printf("  | memcpy %.2f GB/s (%.0f %%), read %.2f GB/s (%.0f %%)", copy, 100 * gbs / copy, rd, 100 * gbs / rd);
-        printf("  [%s]\n", stats.kernel);
-    } else {
-        printf("%-4s b=%lld cache=%lld page=%lld: %s: %s\n", fa_backend_name(s->dev), (long long)B, (long long)cap,
-               (long long)s->page, fa_status_string(st), fa_context_last_error(ctx));
-    }
-    fflush(stdout);
+    if (s->anchors && s->dev == FA_BACKEND_CPU && st == FA_OK)
+        cpu_anchor((size_t)(kv_bytes > 64e6 ? kv_bytes : 64e6), threads, &copy, &rd);
+    res->status = st;
+    res->ms = med, res->gbs = gbs, res->host_ms = host_med, res->memcpy_gbs = copy, res->read_gbs = rd;
+    snprintf(res->kernel, sizeof res->kernel, "%s", st == FA_OK && stats.kernel ? stats.kernel : "-");
+    snprintf(res->error, sizeof res->error, "%s", st == FA_OK ? "" : fa_context_last_error(ctx));
     dev_timer_destroy(tm);
     free(ms), free(lens), free(bt);
     dev_buf *all[] = {&kc, &vc, &q, &kn, &vn, &o, &dl, &dbt, &flush};
@@ -245,13 +236,46 @@ static int run_one(const dec_args *A, const shape *s, fa_context *ctx, int threa
     return st == FA_OK ? 0 : -1;
 }
 
+void bench_decode_csv_header(FILE *f) {
+    fprintf(f, "device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,kv_gbs,memcpy_gbs,"
+               "read_gbs,status,host_ms\n");
+}
+
+void bench_decode_csv_row(FILE *f, const dec_shape *s, const dec_result *r) {
+    fprintf(f, "%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%.4f,%.2f,%.2f,%.2f,%s,%.4f\n", fa_backend_name(s->dev),
+            fa_dtype_name(s->dt), (long long)s->b, (long long)s->cache, (long long)s->page, (long long)s->hq,
+            (long long)s->hk, (long long)s->sq, (long long)s->d, (long long)s->ns, r->kernel, r->ms, r->gbs,
+            r->memcpy_gbs, r->read_gbs, r->status == FA_OK ? "ok" : fa_status_string(r->status), r->host_ms);
+}
+
+static int run_one(const dec_args *A, const dec_shape *s, fa_context *ctx) {
+    dec_result r;
+    const int rc = bench_decode_one(ctx, s, &r);
+    const int ok = r.status == FA_OK;
+    if (A->csv) {
+        bench_decode_csv_row(stdout, s, &r);
+    } else if (ok) {
+        printf("%-4s %-4s b=%-3lld cache=%-6lld page=%-4lld hq/hk=%lld/%lld new=%lld d=%lld splits=%-3lld  %9.3f ms  "
+               "%7.2f GB/s K+V", fa_backend_name(s->dev), fa_dtype_name(s->dt), (long long)s->b, (long long)s->cache,
+               (long long)s->page, (long long)s->hq, (long long)s->hk, (long long)s->sq, (long long)s->d,
+               (long long)s->ns, r.ms, r.gbs);
+        if (s->dev == FA_BACKEND_CPU)
+            printf("  | memcpy %.2f GB/s (%.0f %%), read %.2f GB/s (%.0f %%)", r.memcpy_gbs, 100 * r.gbs / r.memcpy_gbs,
+                   r.read_gbs, 100 * r.gbs / r.read_gbs);
+        printf("  [%s]\n", r.kernel);
+    } else {
+        printf("%-4s b=%lld cache=%lld page=%lld: %s: %s\n", fa_backend_name(s->dev), (long long)s->b,
+               (long long)s->cache, (long long)s->page, fa_status_string(r.status), r.error);
+    }
+    fflush(stdout);
+    return rc;
+}
+
 int cmd_bench_decode(int argc, char **argv) {
     dec_args A;
     int rc = parse(argc, argv, &A);
     if (rc) return rc > 0 ? 0 : CLI_EXIT_USAGE;
-    if (A.csv)
-        printf("device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,kv_gbs,memcpy_gbs,"
-               "read_gbs,status,host_ms\n");
+    if (A.csv) bench_decode_csv_header(stdout);
     int failures = 0;
     for (int di = 0; di < A.dev.n; di++) {
         const fa_backend dev = (fa_backend)A.dev.v[di];
@@ -273,10 +297,12 @@ int cmd_bench_decode(int argc, char **argv) {
                             for (int k = 0; k < A.hk.n; k++)
                                 for (int s = 0; s < A.sq.n; s++)
                                     for (int n = 0; n < A.splits.n; n++) {
-                                        shape sh = {dev, (fa_dtype)A.dtype.v[a], A.batch.v[b], A.cache.v[c], A.page.v[p],
-                                                    A.hq.v[h], A.hk.v[k], A.sq.v[s], A.splits.v[n]};
+                                        const dec_shape sh = {dev, (fa_dtype)A.dtype.v[a], A.batch.v[b], A.cache.v[c],
+                                                              A.page.v[p], A.hq.v[h], A.hk.v[k], A.sq.v[s],
+                                                              A.splits.v[n], A.d, A.split_size, (int)A.ragged,
+                                                              (int)A.reps, (int)A.warmup, 1};
                                         if (sh.sq > sh.cache || sh.hq % sh.hk) continue;
-                                        failures += run_one(&A, &sh, ctx, threads) != 0;
+                                        failures += run_one(&A, &sh, ctx) != 0;
                                     }
         fa_context_destroy(ctx);
     }

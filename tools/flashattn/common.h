@@ -52,6 +52,25 @@ int dev_download(const dev_buf *b, void *host, size_t bytes);
 int dev_fill_nan(dev_buf *b);   /* poison (0xFF bytes: NaN in f32, f16 and bf16) */
 int dev_sync(fa_backend dev);
 int cuda_tools_built(void);
+/* ---- one decode measurement (`flashattn bench --mode decode`, bench_decode.c; also the report's decoding section) */
+typedef struct dec_shape {
+    fa_backend dev;
+    fa_dtype dt;
+    int64_t b, cache, page, hq, hk, sq, ns, d, split_size; /* ns: num_splits (0 = heuristic); page 0 = contiguous */
+    int ragged, reps, warmup;
+    int anchors; /* CPU: measure memcpy and a read-only pass beside it */
+} dec_shape;
+typedef struct dec_result {
+    fa_status status;
+    double ms, gbs, host_ms, memcpy_gbs, read_gbs;
+    int64_t keys, contiguous_rows, paged_rows[2]; /* cache rows used; allocated contiguous / in pages of 16, 256 */
+    char kernel[64], error[256];
+} dec_result;
+/* 0 on success; the figures in *res (res->status and res->error on failure). */
+int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res);
+/* Its CSV (the columns of `flashattn bench --mode decode --csv`). */
+void bench_decode_csv_header(FILE *f);
+void bench_decode_csv_row(FILE *f, const dec_shape *s, const dec_result *r);
 /* Device description ("AMD EPYC, 2 threads" / "NVIDIA H200 (132 SMs)"). */
 void device_describe(fa_backend dev, int threads, char *buf, size_t len);
 /* Bytes of fast memory per core/SM this device has: L1d, L2 (CPU); shared memory per SM (CUDA). 0 if unknown. */

@@ -52,6 +52,8 @@ static void progress(report *R, const char *what) {
     fflush(stderr);
 }
 
+void report_progress(report *R, const char *what) { progress(R, what); }
+
 /* ---------------------------------------------------------------------------------------------------------
  * Running bench / io with argument strings
  * ------------------------------------------------------------------------------------------------------- */
@@ -116,6 +118,7 @@ FILE *report_csv(report *R, const char *name, int kind) {
     }
     if (kind == 0) bench_csv_header(f, 1);
     else if (kind == 1) io_csv_header(f);
+    else if (kind == 3) bench_decode_csv_header(f);
     else fprintf(f, "algo,batch,heads,seqlen,head_dim,kernels,dram_read_bytes,dram_write_bytes,model_read_bytes,"
                     "model_write_bytes,compulsory_bytes\n");
     return f;
@@ -505,16 +508,19 @@ int cmd_report(int argc, char **argv) {
         for (int s = 0; s < P->n_io_seqlens; s++)
             w += est_cost(&R, FA_BACKEND_CPU, 4.0 * (double)P->io_seqlens[s] * (double)P->io_seqlens[s] * 64, 6);
         w += P->n_srams * est_cost(&R, FA_BACKEND_CPU, 4.0 * P->io_sram_seqlen * (double)P->io_sram_seqlen * 64, 4);
+        w += 7 * 0.2; /* the decoding section */
         R.work_total = (no_cpu ? 0 : w) + (R.cuda ? 150 : 0);
     }
     R.load_start = load_avg();
     progress(&R, "start");
     if (!no_cpu) {
         measure_device(&R, FA_BACKEND_CPU, &R.cpu);
+        report_measure_decode(&R, FA_BACKEND_CPU, &R.cpu);
         measure_io(&R);
     }
     if (R.cuda) {
         measure_device(&R, FA_BACKEND_CUDA, &R.gpu);
+        report_measure_decode(&R, FA_BACKEND_CUDA, &R.gpu);
         progress(&R, "ncu DRAM bytes");
         report_ncu(&R);
         progress(&R, "PyTorch SDPA");

@@ -37,10 +37,17 @@ typedef struct preset {
     int n_srams;
 } preset;
 
+typedef struct dec_row {
+    dec_shape s;
+    dec_result r;
+} dec_row;
+
 typedef struct dev_data {
     fa_backend dev;
     int present;
     rows_t speed, par, blocks, mem;
+    dec_row dec[8]; /* the decoding section (report_decode.c) */
+    int n_dec;
     int64_t probe_n;       /* the length at which STANDARD was predicted not to fit (0 = not probed) */
     double probe_need, probe_limit;
 } dev_data;
@@ -87,7 +94,7 @@ void report_bench_rows(int argc, char **argv, rows_t *rows);
 /* GPU extras (report_gpu.c): ncu DRAM bytes and the PyTorch SDPA reference; each sets its *_status line. */
 void report_ncu(report *R);
 void report_torch(report *R);
-/* kind 0: bench columns, 1: io columns, 2: ncu columns. */
+/* kind 0: bench columns, 1: io columns, 2: ncu columns, 3: decode columns. */
 FILE *report_csv(report *R, const char *name, int kind);
 typedef struct claim {
     const char *claim;
@@ -104,6 +111,14 @@ const bench_row *find_row(const rows_t *rs, fa_algo a, int64_t d, int64_t n, int
 double median_n(const double *x, int n);
 /* Fast-memory working set of one FLASH2 step (fp32): Qi, Kj, Vj, S/P, Oi. */
 double tile_bytes(int br, int bc, int d);
+
+/* The progress bar (stderr, on a terminal). */
+void report_progress(report *R, const char *what);
+/* report_decode.c: the decoding measurements of one device, its two claims (written into cl[0..1]; returns how
+ * many), and its markdown section. */
+void report_measure_decode(report *R, fa_backend dev, dev_data *D);
+int report_decode_claims(const report *R, const dev_data *D, claim *cl);
+void report_md_decode(FILE *f, const dev_data *D);
 
 /* Writes index.md, the plots, and prints the summary. Returns the exit status. */
 int report_write(report *R);

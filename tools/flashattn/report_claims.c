@@ -509,6 +509,8 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
             snprintf(cl[n].verdict, sizeof cl[n].verdict, "**does not show here** (%.2f× vs %.2f×)", small, large);
     }
     n++;
+    /* 8, 9. decoding: split-KV and the paged cache */
+    n += report_decode_claims(R, D, cl + n);
     free(both.v);
     *ncl = n;
     return n;

@@ -313,6 +313,8 @@ static void md_device(report *R, FILE *f, const dev_data *D, const char *pngs_pr
         fprintf(f, "\nThe last STANDARD row is the first power-of-two length at which its fitted extra memory (%.1f GB) "
                    "exceeds the %.1f GB this run may use; the flash algorithms are not timed there in this preset.\n",
                 D->probe_need / 1e9, D->probe_limit / 1e9);
+    report_md_decode(f, D);
+    if (D->n_dec) fprintf(f, "\nData: [decode_%s.csv](decode_%s.csv)\n", dn, dn);
 }
 
 static void md_cpu(report *R, FILE *f) {

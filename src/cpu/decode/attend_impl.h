@@ -8,8 +8,16 @@
 
 #include <math.h>
 #include <string.h>
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
+#endif
+
+/* AVX2 has 16 ymm registers and a v16f takes two: there PV's pieces of d are narrower (PV_WIDTH), so that its
+ * accumulators stay in registers. */
+#if defined(__AVX2__) && !defined(__AVX512F__)
+#define FA_DEC_NARROW 1
+#else
+#define FA_DEC_NARROW 0
 #endif
 
 typedef float v16f __attribute__((vector_size(64)));
@@ -53,7 +61,14 @@ static inline v16f bf16x16(const uint16_t *s) {
 static inline v16f f16x16(const uint16_t *s) {
 #ifdef __AVX512F__
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)s)); /* one vcvtph2ps instead of the bit algebra below */
-#endif
+#elif defined(__F16C__)
+    const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s)),
+                 hi = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s + 1));
+    v16f c;
+    memcpy(&c, &lo, 32);
+    memcpy((char *)&c + 32, &hi, 32);
+    return c;
+#else
     v16h h;
     memcpy(&h, s, 32);
     v16u u = __builtin_convertvector(h, v16u);
@@ -68,6 +83,7 @@ static inline v16f f16x16(const uint16_t *s) {
     fb |= (u & 0x8000u) << 16;
     memcpy(&f, &fb, 64);
     return f;
+#endif
 }
 
 /* One row of d elements -> fp32 dst[dp] in order, zero-padded (M_ANY: any dtype, any d). */
@@ -296,11 +312,15 @@ AI void pv_span(const fa_dec_args *a, const char *const *vr, int hh, const float
     }
 }
 
+/* Vectors of d per piece of PV for a group of NR rows: 16 accumulators for 4 rows, 8 for 1 or 2; in the narrow
+ * form 4 for fp32 and f16 rows (bf16 rows, converted in pairs, measured faster with the wide pieces there too). */
+#define PV_WIDTH(NR, MODE) (FA_DEC_NARROW && (MODE) != M_BF16 ? 4 / (NR) : (NR) == 4 ? 4 : 8)
+
 /* O += P Vj for rows [r0, r0 + NR) of head hh over the keys any of them sees: their O in registers over W vectors
- * of d at a time (16 accumulators for 4 rows, 8 for 1 or 2), so each V row is converted once per group of rows. */
+ * of d at a time (PV_WIDTH), so each V row is converted once per group of rows. */
 AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t j0, int n, const int NR,
            const int MODE, float *tmp, pf_rows *pf) {
-    const int W = NR == 4 ? 4 : 8, NV = a->dp / 16, dp = a->dp;
+    const int W = PV_WIDTH(NR, MODE), NV = a->dp / 16, dp = a->dp;
     int ja = FA_DEC_BC, jb = 0;
     for (int r = 0; r < NR; r++) {
         const int64_t l = a->lo[r0 + r] - j0, h = a->hi[r0 + r] - j0;
@@ -315,8 +335,8 @@ AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t 
     if (NV % W == 0) {
         pv_span(a, vr, hh, P, O, ja, jb, 0, NV, NR, W, MODE, tmp, pf);
     } else {
-        const int n4 = NV / 4 * 4;
-        pv_span(a, vr, hh, P, O, ja, jb, 0, n4, NR, 4, MODE, tmp, pf);
+        const int P4 = FA_DEC_NARROW && MODE != M_BF16 ? W : 4, n4 = NV / P4 * P4;
+        pv_span(a, vr, hh, P, O, ja, jb, 0, n4, NR, P4, MODE, tmp, pf);
         pv_span(a, vr, hh, P, O, ja, jb, n4, NV, NR, MODE == M_BF16 ? 2 : 1, MODE, tmp, pf);
     }
 }
@@ -330,7 +350,7 @@ AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, co
     const int NV = a->dp / 16;
     const int R = a->R, row_bytes = a->d * (int)fa_dtype_size(a->dtype);
     /* PV key steps of a head: (groups of rows) x (pieces of d) x keys */
-    const int groups = R / 4 + (R % 4) / 2 + (R % 2), W = R >= 4 ? 4 : 8;
+    const int groups = R / 4 + (R % 4) / 2 + (R % 2), W = PV_WIDTH(R >= 4 ? 4 : R >= 2 ? 2 : 1, MODE);
     const int sites = groups * ((NV + W - 1) / W) * FA_DEC_BC;
     _Alignas(64) float tmp[256];
     for (int hh = 0; hh < a->nh; hh++) {

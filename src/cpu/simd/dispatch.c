@@ -50,6 +50,13 @@ int fa_cpu_amx_usable(void) {
 }
 #endif
 
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+static int has_f16c(void) { /* CPUID.1:ECX bit 29 */
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 const fa_cpu_kernels *fa_cpu_kernels_select(void) {
     /* FA_CPU_ISA caps the choice (tests run every table on one machine); unknown values are ignored. */
     const char *cap = getenv("FA_CPU_ISA");
@@ -66,8 +73,8 @@ const fa_cpu_kernels *fa_cpu_kernels_select(void) {
                        __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("fma");
     if (max_level >= 3 && avx512 && fa_cpu_amx_usable()) return &fa_cpu_kernels_amx;
     if (max_level >= 2 && avx512) return &fa_cpu_kernels_avx512;
-    if (max_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return &fa_cpu_kernels_avx2;
+    if (max_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c())
+        return &fa_cpu_kernels_avx2; /* the avx2 decode kernel converts f16 with F16C (every AVX2 CPU has it) */
 #else
     (void)max_level;
 #endif

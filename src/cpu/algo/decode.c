@@ -42,6 +42,7 @@ static void split_of(const fa_plan *pl, int64_t L, int64_t *chunk, int *ns) {
 
 typedef struct thread_parts {
     float *qs, *qbad, *S, *Lv, *O, *m, *l;
+    uint16_t *qb; /* bf16 rows: q as bf16 in order, one or two parts (attend.h) */
     int64_t *lo, *hi;
 } thread_parts;
 
@@ -59,6 +60,7 @@ static int padded(int64_t d) { return (int)((d + FA_DEC_LANES - 1) / FA_DEC_LANE
 static void thread_layout(fa_arena *a, const fa_kv_problem *p, int hpi, thread_parts *t) {
     const size_t R = (size_t)rows_of(p) * (size_t)hpi, dp = (size_t)padded(p->d), f = sizeof(float);
     t->qs = fa_arena_take(a, R * dp * f, 64);
+    t->qb = p->dtype == FA_DTYPE_BF16 ? fa_arena_take(a, R * 2 * dp * sizeof(uint16_t), 64) : NULL;
     t->O = fa_arena_take(a, R * dp * f, 64);
     t->S = fa_arena_take(a, R * FA_DEC_BC * f, 64);
     t->Lv = fa_arena_take(a, R * 16 * f, 64);
@@ -280,6 +282,14 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, fa_dec_attend_fn att
                 if (p->rot_cos) rotate(p, x, p->seqlens[b] + i);
                 for (int64_t c = 0; c < d; c++) q[fa_dec_lane(p->dtype, d, c)] = x[c] * qmul;
                 for (int64_t c = d; c < dp; c++) q[c] = 0;
+                if (t->qb) { /* the raw bf16 q (exact; qmul applied to the sums), or with rotary qmul·q as hi + lo */
+                    uint16_t *qb = t->qb + r * 2 * dp;
+                    for (int64_t c = 0; c < dp; c++) {
+                        const float y = c < d ? (p->rot_cos ? x[c] * qmul : x[c]) : 0.f;
+                        qb[c] = p->rot_cos ? fa_f32_to_bf16(y) : (uint16_t)(fa_f32_to_bits(y) >> 16);
+                        qb[dp + c] = p->rot_cos ? fa_f32_to_bf16(y - fa_bf16_to_f32(qb[c])) : 0;
+                    }
+                }
                 t->qbad[r] = bad;
                 t->m[r] = -INFINITY;
                 t->l[r] = 0;
@@ -288,7 +298,8 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, fa_dec_attend_fn att
     }
     if (k1 > k0) {
         const int64_t es = (int64_t)fa_dtype_size(p->dtype), row = fa_kv_row(p, b);
-        fa_dec_args a = {.R = R, .nh = nh, .d = (int)d, .dp = dp, .dtype = p->dtype, .qs = t->qs, .qbad = t->qbad,
+        fa_dec_args a = {.R = R, .nh = nh, .d = (int)d, .dp = dp, .dtype = p->dtype, .qs = t->qs, .qb = t->qb,
+                         .qb_parts = p->rot_cos ? 2 : 1, .qb_mul = p->rot_cos ? 1.f : qmul, .qbad = t->qbad,
                          .lo = t->lo, .hi = t->hi, .k0 = k0, .k1 = k1,
                          .softcap_mul = p->softcap > 0 ? p->softcap * LOG2E : 0, .S = t->S, .Lv = t->Lv,
                          .O = t->O, .m = t->m, .l = t->l};

@@ -186,6 +186,24 @@ AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const in
     float *S = a->S + ((size_t)hh * a->R + r0) * FA_DEC_BC;
     for (int j0 = 0; j0 < FA_DEC_BC; j0 += NK) {
         v16f acc[16] = {{0}}; /* acc[r·NK + j]: row r0 + r, key j0 + j */
+#ifdef __AVX512BF16__
+        if (MODE == M_BF16) { /* bf16 K rows as they are: one vdpbf16ps per row and 32 elements (two with hi + lo) */
+            const uint16_t *qb = a->qb + ((size_t)hh * a->R + r0) * 2 * dp;
+            for (int i = 0; i < NV; i += 2)
+#pragma GCC unroll 16
+                for (int j = 0; j < NK; j++) {
+                    const __m512bh k = (__m512bh)_mm512_loadu_si512(kr[j0 + j] + hh * a->k_sh + 32 * i);
+#pragma GCC unroll 16
+                    for (int r = 0; r < NR; r++) {
+                        const uint16_t *q0 = qb + (size_t)r * 2 * dp + 16 * i;
+                        __m512 x = (__m512)acc[r * NK + j];
+                        x = _mm512_dpbf16_ps(x, (__m512bh)_mm512_loadu_si512(q0), k);
+                        if (a->qb_parts == 2) x = _mm512_dpbf16_ps(x, (__m512bh)_mm512_loadu_si512(q0 + dp), k);
+                        acc[r * NK + j] = (v16f)x;
+                    }
+                }
+        } else
+#endif
         if (MODE == M_ANY) {
             for (int j = 0; j < NK; j++) {
                 row_to_f32(tmp, kr[j0 + j] + hh * a->k_sh, a->dtype, a->d, dp);
@@ -208,7 +226,10 @@ AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const in
         v16f x[16];
 #pragma GCC unroll 16
         for (int L = 0; L < 16; L++) x[4 * (L & 3) + (L >> 2)] = acc[L];
-        const v16f w = sum16(x);
+        v16f w = sum16(x);
+#ifdef __AVX512BF16__
+        if (MODE == M_BF16) w *= a->qb_mul;
+#endif
 #pragma GCC unroll 16
         for (int r = 0; r < NR; r++) memcpy(S + r * FA_DEC_BC + j0, (const float *)&w + r * NK, sizeof(float) * NK);
     }

@@ -11,8 +11,9 @@ Forward FLOPs 4*B*H*S*S*D (halved when causal). "fwdbwd" is one forward plus one
 training step runs them; ours is the sum of the medians of our fwd and bwd rows of the same command."""
 import csv
 import statistics
-import sys
 import time
+
+from benchtab import main
 
 
 def flops(b, h, s, d, causal):
@@ -110,10 +111,4 @@ def merge(ours_csv, torch_csv):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 2 and sys.argv[1] == "run":
-        run(sys.argv[2:])
-    elif len(sys.argv) == 4 and sys.argv[1] == "merge":
-        merge(sys.argv[2], sys.argv[3])
-    else:
-        print(__doc__)
-        sys.exit(2)
+    main(__doc__, run, merge)

@@ -12,8 +12,8 @@ repetition first writes a 256 MB buffer (beyond the H200's L2, as `flashattn ben
 the call with CUDA events; the median of --reps. GB/s counts K and V once (2 * B * L * Hk * D * 2 bytes), the same
 count as our CLI."""
 import csv
-import statistics
-import sys
+
+from benchtab import cuda_median_ms, keep_worst, main, ratio
 
 
 def run(args):
@@ -41,21 +41,8 @@ def run(args):
                 for name, be in backends:
                     try:
                         with sdpa_kernel([be]):
-                            def call():
-                                return F.scaled_dot_product_attention(q, k, v, enable_gqa=hq != hk)
-                            call()
-                            torch.cuda.synchronize()
-                            times = []
-                            for _ in range(reps):
-                                flush.fill_(1)
-                                e0 = torch.cuda.Event(enable_timing=True)
-                                e1 = torch.cuda.Event(enable_timing=True)
-                                e0.record()
-                                call()
-                                e1.record()
-                                e1.synchronize()
-                                times.append(e0.elapsed_time(e1))
-                        ms = statistics.median(times)
+                            ms = cuda_median_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=hq != hk),
+                                                reps, before=lambda: flush.fill_(1))
                         rows.append([name, b, L, hq, hk, d, "%.4f" % ms, "%.1f" % (kv_bytes / ms / 1e6)])
                     except Exception as ex:  # a backend that refuses a shape
                         rows.append([name, b, L, hq, hk, d, "error", str(ex).split("\n")[0][:60]])
@@ -91,9 +78,6 @@ def merge(ours_csv, torch_csv):
     def fmt(x):
         return "-" if x is None else "%.2f" % (x / 1e3)
 
-    def ratio(a, b):
-        return "-" if a is None or b is None or b == 0 else "%.2f" % (a / b)
-
     print("TB/s of K+V read, bf16, d = 128, one new row per sequence (one run; ratios from the same run)")
     print("| batch | cache | hq/hk | ours | ours page 16 | ours page 256 | cuDNN | torch-flash | ours/cuDNN "
           "| ours/torch-flash | p16/contig | p256/contig |")
@@ -105,17 +89,10 @@ def merge(ours_csv, torch_csv):
             b, L, hq, hk, *map(fmt, v), ratio(v[0], v[3]), ratio(v[0], v[4]), ratio(v[1], v[0]), ratio(v[2], v[0])))
         for name, a, ref in (("ours/cuDNN", v[0], v[3]), ("ours/torch-flash", v[0], v[4]),
                              ("page16/contiguous", v[1], v[0]), ("page256/contiguous", v[2], v[0])):
-            if a is not None and ref:
-                worst[name] = min(worst.get(name, a / ref), a / ref)
+            keep_worst(worst, name, a, ref)
     for name, r in sorted(worst.items()):
         print("worst %s over the table: %.2f" % (name, r))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 2 and sys.argv[1] == "run":
-        run(sys.argv[2:])
-    elif len(sys.argv) == 4 and sys.argv[1] == "merge":
-        merge(sys.argv[2], sys.argv[3])
-    else:
-        print(__doc__)
-        sys.exit(2)
+    main(__doc__, run, merge)

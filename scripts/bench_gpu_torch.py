@@ -8,9 +8,8 @@ Protocol of docs/benchmarks.md: model dim 2048 (heads = 2048/d), batch*seqlen = 
 [B, H, S, D]; warm-up, then the median of --reps runs timed with CUDA events. FLOPs 4*B*H*S*S*D (halved when
 causal), backward = 2.5 x forward; the backward is timed alone (out.backward on a retained graph)."""
 import csv
-import math
-import statistics
-import sys
+
+from benchtab import cuda_median_ms, keep_worst, main, ratio
 
 
 def flops(b, h, s, d, causal, pas):
@@ -56,18 +55,7 @@ def run(args):
                                 else:
                                     def step():
                                         fwd()
-                                step()
-                                torch.cuda.synchronize()
-                                times = []
-                                for _ in range(reps):
-                                    e0 = torch.cuda.Event(enable_timing=True)
-                                    e1 = torch.cuda.Event(enable_timing=True)
-                                    e0.record()
-                                    step()
-                                    e1.record()
-                                    e1.synchronize()
-                                    times.append(e0.elapsed_time(e1))
-                                ms = statistics.median(times)
+                                ms = cuda_median_ms(step, reps)
                                 tf = flops(b, h, s, d, causal, pas) / ms / 1e9
                                 rows.append([name, d, s, causal, pas, b, h, "%.4f" % ms, "%.1f" % tf])
                         except Exception as ex:  # a backend that refuses a shape
@@ -103,9 +91,6 @@ def merge(ours_csv, torch_csv):
     def fmt(x):
         return "-" if x is None else "%.1f" % x
 
-    def ratio(a, b):
-        return "-" if a is None or b is None or b == 0 else "%.2f" % (a / b)
-
     print("TFLOP/s, bf16, H200 (one run; ratios from the same run; best = the faster of FLASH3 and FLASH2)")
     print("| pass | d | causal | seqlen | standard | flash1 | flash2 | flash3 | torch-flash | torch-cudnn "
           "| best/torch-flash | best/cuDNN | F3/F2 | F2/F1 | F1/std |")
@@ -118,17 +103,9 @@ def merge(ours_csv, torch_csv):
             p, d, c, s, *map(fmt, v), ratio(best, v[4]), ratio(best, v[5]), ratio(v[3], v[2]), ratio(v[2], v[1]),
             ratio(v[1], v[0])))
         for name, ref in (("torch-flash", v[4]), ("cuDNN", v[5])):
-            if best is not None and ref:
-                key = (p, name)
-                worst[key] = min(worst.get(key, best / ref), best / ref)
+            keep_worst(worst, (p, name), best, ref)
     for (p, name), r in sorted(worst.items()):
         print("worst best/%s over the %s rows: %.2f" % (name, p, r))
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 2 and sys.argv[1] == "run":
-        run(sys.argv[2:])
-    elif len(sys.argv) == 4 and sys.argv[1] == "merge":
-        merge(sys.argv[2], sys.argv[3])
-    else:
-        print(__doc__)
-        sys.exit(2)
+    main(__doc__, run, merge)

@@ -188,7 +188,7 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
     }
     dev_upload(&dl, lens, dl.bytes);
     if (bt) dev_upload(&dbt, bt, sizeof(int32_t) * (size_t)npages);
-    if (s->dev == FA_BACKEND_CUDA) dev_alloc(&flush, s->dev, (size_t)256 << 20); /* beyond the H200's 50 MB L2 */
+    if (s->dev == FA_BACKEND_CUDA) dev_alloc(&flush, s->dev, (size_t)256 << 20); /* several times the H200's L2 */
     fa_kvcache cache;
     memset(&cache, 0, sizeof cache);
     cache.k = s->page ? fa_tensor_bshd(kc.ptr, s->dt, npages, s->page, s->hk, d) : fa_tensor_bshd(kc.ptr, s->dt, B, cap, s->hk, d);

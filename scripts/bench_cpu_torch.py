@@ -13,7 +13,7 @@ import csv
 import statistics
 import time
 
-from benchtab import main
+from benchtab import main, write_csv
 
 
 def flops(b, h, s, d, causal):
@@ -67,10 +67,7 @@ def run(args):
                             rows.append(["torch", dt, d, s, causal, pas, b, h, "error", str(ex).split("\n")[0][:60]])
                         print(",".join(map(str, rows[-1])), flush=True)
                     del q, k, v, dout
-    with open(opts["out"], "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["algo", "dtype", "d", "seqlen", "causal", "pass", "batch", "heads", "ms", "gflops"])
-        w.writerows(rows)
+    write_csv(opts["out"], ["algo", "dtype", "d", "seqlen", "causal", "pass", "batch", "heads", "ms", "gflops"], rows)
 
 
 def merge(ours_csv, torch_csv):

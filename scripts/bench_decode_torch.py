@@ -13,7 +13,7 @@ the call with CUDA events; the median of --reps. GB/s counts K and V once (2 * B
 count as our CLI."""
 import csv
 
-from benchtab import cuda_median_ms, keep_worst, main, ratio
+from benchtab import cuda_median_ms, keep_worst, main, ratio, write_csv
 
 
 def run(args):
@@ -49,10 +49,7 @@ def run(args):
                     print(",".join(map(str, rows[-1])), flush=True)
                 del q, k, v
                 torch.cuda.empty_cache()
-    with open(opts["out"], "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["algo", "batch", "cache", "heads_q", "heads_k", "d", "ms", "kv_gbs"])
-        w.writerows(rows)
+    write_csv(opts["out"], ["algo", "batch", "cache", "heads_q", "heads_k", "d", "ms", "kv_gbs"], rows)
 
 
 def merge(ours_csv, torch_csv):

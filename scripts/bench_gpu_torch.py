@@ -9,7 +9,7 @@ Protocol of docs/benchmarks.md: model dim 2048 (heads = 2048/d), batch*seqlen = 
 causal), backward = 2.5 x forward; the backward is timed alone (out.backward on a retained graph)."""
 import csv
 
-from benchtab import cuda_median_ms, keep_worst, main, ratio
+from benchtab import cuda_median_ms, keep_worst, main, ratio, write_csv
 
 
 def flops(b, h, s, d, causal, pas):
@@ -63,10 +63,7 @@ def run(args):
                         print(",".join(map(str, rows[-1])), flush=True)
                 del q, k, v, dout
                 torch.cuda.empty_cache()
-    with open(opts["out"], "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["algo", "d", "seqlen", "causal", "pass", "batch", "heads", "ms", "tflops"])
-        w.writerows(rows)
+    write_csv(opts["out"], ["algo", "d", "seqlen", "causal", "pass", "batch", "heads", "ms", "tflops"], rows)
 
 
 def merge(ours_csv, torch_csv):

@@ -1,7 +1,16 @@
 """Shared by the PyTorch reference scripts (bench_gpu_torch.py, bench_decode_torch.py, bench_cpu_torch.py): the
 `run` / `merge` command line and the ratio and worst-ratio helpers of their tables (benchmark only)."""
+import csv
 import statistics
 import sys
+
+
+def write_csv(path, header, rows):
+    """The rows a run measured, under their header."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
 
 
 def ratio(a, b):

@@ -117,7 +117,7 @@ void report_progress(report *R, const char *what);
 /* report_decode.c: the decoding measurements of one device, its two claims (written into cl[0..1]; returns how
  * many), and its markdown section. */
 void report_measure_decode(report *R, fa_backend dev, dev_data *D);
-int report_decode_claims(const report *R, const dev_data *D, claim *cl);
+int report_decode_claims(const dev_data *D, claim *cl);
 void report_md_decode(FILE *f, const dev_data *D);
 
 /* Writes index.md, the plots, and prints the summary. Returns the exit status. */

@@ -4,7 +4,6 @@
  * max-length allocation wastes memory on ragged lengths. */
 #include "report.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -76,12 +75,11 @@ static const dec_row *find_dec(const dev_data *D, int64_t b, int64_t page, int64
     return NULL;
 }
 
-int report_decode_claims(const report *R, const dev_data *D, claim *cl) {
+int report_decode_claims(const dev_data *D, claim *cl) {
     if (!D->n_dec) return 0;
+    /* the batches as measured: the first row's (1) and the last row's (the one that fills the workers) */
     const dec_shape *s0 = &D->dec[0].s;
-    int64_t cache, batch[2], hq, hk;
-    decode_plan(R, D->dev, 0, &cache, batch, &hq, &hk);
-    batch[1] = D->dec[D->n_dec - 1].s.b;
+    const int64_t batch[2] = {s0->b, D->dec[D->n_dec - 1].s.b};
     const char *dn = fa_backend_name(D->dev);
 
     /* split-KV */

@@ -1,12 +1,15 @@
 /* KV-cache decoding on CUDA against the float64 oracle (tests/lib/kvcase.h): contiguous and paged caches (page
  * sizes 1, 3, 16, 64, 256), ragged lengths with 0 and the capacity, seqlen_new 1, 4, 17, GQA 1, 4, 8 and 32/8, the
- * mask options, append with and without rotary, batch_idx, splits 1..many and the fixed-split mode; check_indices
+ * mask options, append with and without rotary, batch_idx, splits 1..many (beyond 128) and the fixed-split mode;
+ * the numerics contract against the CPU; check_indices
  * rejecting a bad length with nothing written; fa_merge_states; and a CUDA graph captured once and replayed at a
  * different cache length. Run by scripts/test-gpu.sh. FA_GPU_TEST_SMALL=1 keeps the shapes small (sanitizers). */
 #include "testlib.h"
+#include "dtype.h"
 #include "kvcase.h"
 
 #include <cuda_runtime.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,6 +157,105 @@ static void splits(fa_context *ctx, fa_context *cpu, int small) {
     }
 }
 
+/* More splits than the last CTA's merge holds at once (fixed splits of 16 keys: 150-256 splits), and the merge's
+ * thread layouts: 1, 3 and 16 rows per tile at d 64, 128, 256. */
+static void many_splits(fa_context *ctx, fa_context *cpu, int small) {
+    static const int shapes[][3] = {{8, 8, 64}, {32, 8, 128}, {3, 1, 128}, {16, 1, 256}, {16, 1, 64}, {8, 8, 256}};
+    for (int i = 0; i < 6; i++) {
+        t_kv_spec s = spec(i % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 2, 1, shapes[i][0], shapes[i][1], shapes[i][2],
+                           small ? 2400 : 4096, i % 3 == 1 ? 16 : 0);
+        s.append = i % 2;
+        s.kv.split_size = 16;
+        run(ctx, cpu, &s, "many splits");
+    }
+}
+
+/* The numerics contract (docs/numerics.md) against the CPU backend, which holds to it: NaN in a cached key, inf in
+ * a cached value, NaN in a q row, every input scaled by 1e37 (q·k beyond fp32), scale/softcap beyond fp32. NaN
+ * where the CPU has NaN, the same infinities, the finite values within the dtype's rounding; one and several splits,
+ * contiguous and paged. */
+static void contract(fa_context *ctx, fa_context *cpu) {
+    static const float scales[6][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}, {1e30f, 1e-30f}, {FLT_MAX, 0.5f}};
+    for (int x = 0; x < 12; x++) {
+        const int kind = x % 6;
+        t_kv_spec s = spec(FA_DTYPE_BF16, 2, 3, 8, 2, 128, 300, x < 6 ? 0 : 16);
+        const int lens[2] = {250, 120};
+        s.lens = lens;
+        s.append = 1, s.opts.causal = 1;
+        s.kv.num_splits = x % 2 ? 3 : 1;
+        s.opts.scale = scales[kind][0], s.opts.softcap = scales[kind][1];
+        t_kv_case *c = t_kv_new(&s, &R);
+        const int64_t nq = 2 * 3 * 8 * 128, nl = 2 * 8 * 3;
+        if (kind == 0) t_store(c->kc, s.dt, t_kv_key_off(c, 0, 1, 40) + 5, NAN);
+        if (kind == 1) t_store(c->vc, s.dt, t_kv_key_off(c, 1, 0, 100) + 7, INFINITY);
+        if (kind == 2) t_set(&c->q.t, 1, 2, 3, 9, NAN);
+        if (kind == 3) {
+            for (int b = 0; b < 2; b++)
+                for (int h = 0; h < 2; h++)
+                    for (int t = 0; t < lens[b]; t++)
+                        for (int e = 0; e < 128; e++) {
+                            const int64_t o = t_kv_key_off(c, b, h, t) + e;
+                            t_store(c->kc, s.dt, o, t_load(c->kc, s.dt, o) * 1e37);
+                        }
+            for (int b = 0; b < 2; b++)
+                for (int i = 0; i < 3; i++)
+                    for (int h = 0; h < 8; h++)
+                        for (int e = 0; e < 128; e++) {
+                            t_set(&c->q.t, b, i, h, e, t_get(&c->q.t, b, i, h, e) * 1e37);
+                            if (h < 2) t_set(&c->kn.t, b, i, h, e, t_get(&c->kn.t, b, i, h, e) * 1e37);
+                        }
+        }
+        snprintf(t_case_label, sizeof t_case_label, "contract %d: splits %d page %d scale %g softcap %g", kind,
+                 s.kv.num_splits, s.page_size, s.opts.scale, s.opts.softcap);
+        dev_case d = to_dev(c);
+        CHECK_STATUS(call(ctx, c, &d, NULL), FA_OK);
+        CU(cudaDeviceSynchronize());
+        double *go = malloc(sizeof(double) * (size_t)nq);
+        float glse[48];
+        CU(cudaMemcpy(c->out.mem, d.out, c->out.mem_bytes, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(glse, d.lse, sizeof(float) * nl, cudaMemcpyDeviceToHost));
+        int64_t n = 0;
+        for (int b = 0; b < 2; b++)
+            for (int i = 0; i < 3; i++)
+                for (int h = 0; h < 8; h++)
+                    for (int e = 0; e < 128; e++) go[n++] = t_get(&c->out.t, b, i, h, e);
+        /* the CPU on the host copies (its append writes the host cache the device copy was taken from) */
+        t_buf_poison(&c->out);
+        fa_kvcache kc = t_kv_cache(c, c->kc, c->vc, c->seqlens, c->block_table, c->batch_idx);
+        const fa_kv_opts ko = t_kv_opts(c, NULL, NULL);
+        CHECK_STATUS(fa_forward_kvcache(cpu, &s.opts, &ko, &c->q.t, &kc, &c->kn.t, &c->vn.t, &c->out.t, c->lse),
+                     FA_OK);
+        int bad = 0, nan_rows = 0, fin_rows = 0;
+        n = 0;
+        for (int b = 0; b < 2; b++)
+            for (int i = 0; i < 3; i++)
+                for (int h = 0; h < 8; h++) {
+                    const int64_t r = (b * 8 + h) * 3 + i;
+                    const double lc = c->lse[r], lg = glse[r];
+                    if (isnan(lc)) nan_rows++;
+                    else fin_rows++;
+                    if (isnan(lc) != isnan(lg) || (!isnan(lc) && fabs(lg - lc) > 1e-3 * fmax(1.0, fabs(lc)))) {
+                        if (bad++ < 4) fprintf(stderr, "%s: row b%d i%d h%d: lse %g vs cpu %g\n", t_case_label, b, i, h, lg, lc);
+                    }
+                    for (int e = 0; e < 128; e++, n++) {
+                        const double oc = t_get(&c->out.t, b, i, h, e), og = go[n];
+                        const int ok = isnan(oc) ? isnan(og)
+                                       : isinf(oc) ? og == oc
+                                                   : isfinite(og) && fabs(og - oc) <= 1.6e-2 * fmax(1e-30, fabs(oc)) + 1e-2;
+                        if (!ok && bad++ < 4)
+                            fprintf(stderr, "%s: b%d i%d h%d col %d: %g vs cpu %g\n", t_case_label, b, i, h, e, og, oc);
+                    }
+                }
+        CHECK_MSG(bad == 0, "%s: %d values differ from the CPU's", t_case_label, bad);
+        /* the poisoned input reaches some rows and only those: the test can see both kinds */
+        CHECK_MSG(kind == 0 || kind == 2 ? nan_rows > 0 && fin_rows > 0 : nan_rows == 0, "%s: %d NaN rows, %d finite",
+                  t_case_label, nan_rows, fin_rows);
+        free(go);
+        free_dev(&d);
+        t_kv_free(c);
+    }
+}
+
 /* check_indices: a bad length is reported, nothing is written. */
 static void check_indices(fa_context *ctx) {
     t_kv_spec s = spec(FA_DTYPE_BF16, 2, 1, 8, 2, 128, 100, 16);
@@ -293,6 +395,8 @@ int main(void) {
     check_indices(ctx);
     grid(ctx, cpu, small);
     splits(ctx, cpu, small);
+    many_splits(ctx, cpu, small);
+    contract(ctx, cpu);
     graph(ctx, cpu, small);
     merge(ctx);
     fa_context_destroy(ctx);

@@ -15,8 +15,7 @@ static int64_t es_of(fa_dtype dt) { return (int64_t)fa_dtype_size(dt); }
 static int64_t len_after(const t_kv_case *c, int64_t b) { return c->seqlens[b] + (c->s.append ? c->s.sq : 0); }
 static int64_t row_of(const t_kv_case *c, int64_t b) { return c->batch_idx ? c->batch_idx[b] : b; }
 
-/* Element offset of key t, K/V head h of sequence b in the cache. */
-static int64_t key_off(const t_kv_case *c, int64_t b, int64_t h, int64_t t) {
+int64_t t_kv_key_off(const t_kv_case *c, int64_t b, int64_t h, int64_t t) {
     const fa_tensor *k = &c->kct;
     const int64_t row = row_of(c, b);
     if (c->s.page_size) {
@@ -90,7 +89,7 @@ t_kv_case *t_kv_new(const t_kv_spec *spec, t_rng *r) {
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < c->seqlens[b]; t++)
             for (int64_t h = 0; h < s->hk; h++) {
-                const int64_t o = key_off(c, b, h, t);
+                const int64_t o = t_kv_key_off(c, b, h, t);
                 for (int64_t x = 0; x < s->d; x++) {
                     t_store(c->kc, s->dt, o + x, t_rng_randn(r));
                     t_store(c->vc, s->dt, o + x, t_rng_randn(r));
@@ -182,7 +181,7 @@ static int check_cache(const t_kv_case *c, const void *k_after, const void *v_af
         for (int64_t b = 0; b < s->batch; b++)
             for (int64_t i = 0; i < s->sq; i++)
                 for (int64_t h = 0; h < s->hk; h++) {
-                    const int64_t t = c->seqlens[b] + i, o = key_off(c, b, h, t);
+                    const int64_t t = c->seqlens[b] + i, o = t_kv_key_off(c, b, h, t);
                     for (int64_t e = 0; e < d; e++) x[e] = t_get(&c->kn.t, b, i, h, e);
                     if (s->rotary) {
                         rotate(c, x, t);
@@ -240,7 +239,7 @@ int t_kv_verify(const t_kv_case *c, const t_buf *out, const float *lse, const vo
                 }
             for (int64_t t = 0; t < L; t++)
                 for (int64_t h = 0; h < Hk; h++) {
-                    const int64_t o = key_off(c, b, h, t);
+                    const int64_t o = t_kv_key_off(c, b, h, t);
                     for (int64_t e = 0; e < D; e++) {
                         t_set(&k32.t, 0, t, h, e, t_load(k_after, s->dt, o + e));
                         t_set(&v32.t, 0, t, h, e, t_load(v_after, s->dt, o + e));

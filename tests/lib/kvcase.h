@@ -38,6 +38,8 @@ typedef struct t_kv_case {
 
 t_kv_case *t_kv_new(const t_kv_spec *spec, t_rng *r);
 void t_kv_free(t_kv_case *c);
+/* Element offset of key t, K/V head h of sequence b in the case's cache (kc, vc). */
+int64_t t_kv_key_off(const t_kv_case *c, int64_t b, int64_t h, int64_t t);
 /* The cache descriptor over the given k/v data and index arrays (host or device copies of the case's). */
 fa_kvcache t_kv_cache(const t_kv_case *c, void *k, void *v, const int32_t *seqlens, const int32_t *block_table,
                       const int32_t *batch_idx);

@@ -1,6 +1,8 @@
-/* Append the new K/V rows into the cache at each sequence's current length, rotating k (and writing the rotated q
- * to the workspace) first when rotary is on. One CTA per (new row i, sequence b). A position at or past the
- * capacity is skipped, so a bad seqlen never writes out of bounds. */
+/* The decode call's first kernel: append the new K/V rows into the cache at each sequence's current length,
+ * rotating k (and writing the rotated q to the workspace) first when rotary is on, and zero the sequence's split
+ * counters. One CTA per (new row i, sequence b). A position at or past the capacity is skipped, so a bad seqlen
+ * never writes out of bounds. The attention kernel is launched as its programmatic dependent: it starts at once
+ * and waits for this kernel only where it reads what this one writes. */
 #include "../convert.cuh"
 #include "decode.h"
 
@@ -32,8 +34,14 @@ __device__ __forceinline__ float rotated(const fa_dec_params &p, const T *x, int
 }
 
 template <typename T>
-__global__ void __launch_bounds__(FA_DEC_THREADS) append_kernel(const fa_dec_params p) {
+__global__ void __launch_bounds__(FA_DEC_THREADS) first_kernel(const fa_dec_params p) {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int i = blockIdx.x, b = blockIdx.y;
+    if (p.arrived && i == 0) {
+        const int n = p.hk * p.row_tiles;
+        for (int e = threadIdx.x; e < n; e += blockDim.x) p.arrived[(int64_t)b * n + e] = 0;
+    }
+    if (!p.append) return;
     int len = p.seqlens[b];
     len = len < 0 ? 0 : len;
     const int t = len + i, row = fa_dec_row(p, b);
@@ -46,6 +54,17 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) append_kernel(const fa_dec_par
         }
     }
     if (t >= p.capacity) return;
+    if (p.kn_vec) { /* no rotary, 16-byte aligned rows: one 16-byte chunk per thread */
+        const int ch = p.d / 8;
+        for (int e = threadIdx.x; e < p.hk * ch; e += blockDim.x) {
+            const int h = e / ch, c = e % ch * 8;
+            const T *kx = (const T *)p.kn + b * p.kn_sb + i * p.kn_ss + h * p.kn_sh + c;
+            const T *vx = (const T *)p.vn + b * p.vn_sb + i * p.vn_ss + h * p.vn_sh + c;
+            *(uint4 *)((T *)p.kc + fa_dec_key(p, row, t, h, p.k_sb, p.k_ss, p.k_sh) + c) = *(const uint4 *)kx;
+            *(uint4 *)((T *)p.vc + fa_dec_key(p, row, t, h, p.v_sb, p.v_ss, p.v_sh) + c) = *(const uint4 *)vx;
+        }
+        return;
+    }
     for (int e = threadIdx.x; e < p.hk * p.d; e += blockDim.x) {
         const int h = e / p.d, c = e % p.d;
         const T *kx = (const T *)p.kn + b * p.kn_sb + i * p.kn_ss + h * p.kn_sh;
@@ -57,9 +76,20 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) append_kernel(const fa_dec_par
     }
 }
 
-extern "C" cudaError_t fa_dec_append_launch(const fa_dec_params *p, int dtype, cudaStream_t st) {
-    const dim3 grid(p->sq, p->batch);
-    if (dtype == 1) append_kernel<__half><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
-    else append_kernel<__nv_bfloat16><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
+extern "C" cudaError_t fa_dec_first_launch(const fa_dec_params *p, int dtype, cudaStream_t st) {
+    const dim3 grid(p->append ? p->sq : 1, p->batch);
+    /* the attention kernel's shared-memory carveout, so that SMs need no reconfiguring between the two kernels */
+    static unsigned char ready[2][64]; /* per dtype and device, once */
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev >= 64 || !ready[dtype == 1][dev]) {
+        e = cudaFuncSetAttribute(dtype == 1 ? (const void *)first_kernel<__half> : (const void *)first_kernel<__nv_bfloat16>,
+                                 cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+        if (e != cudaSuccess) return e;
+        if (dev < 64) ready[dtype == 1][dev] = 1;
+    }
+    if (dtype == 1) first_kernel<__half><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
+    else first_kernel<__nv_bfloat16><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
     return cudaGetLastError();
 }

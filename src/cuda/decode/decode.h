@@ -1,6 +1,7 @@
-/* The CUDA decode path's parameter block and launchers (src/cuda/decode/): append + rotary (append.cu), the split-KV
- * attention over a contiguous or paged cache (splitkv.cu), the LSE merge of the splits and fa_merge_states
- * (merge.cu); host.cu plans and runs them. Every length and index read on the device is clamped to the cache, so a
+/* The CUDA decode path's parameter block and launchers (src/cuda/decode/): the call's first kernel — append +
+ * rotary, and the zeroing of the split counters (append.cu) —, the split-KV attention over a contiguous or paged
+ * cache, whose last CTA per row tile merges the splits (splitkv.cu), and fa_merge_states (merge.cu); host.cu plans
+ * and runs them. Every length and index read on the device is clamped to the cache, so a
  * bad value never reads or writes out of bounds. docs/decoding.md. */
 #ifndef FA_CUDA_DECODE_H
 #define FA_CUDA_DECODE_H
@@ -12,6 +13,7 @@
 #define FA_DEC_ROWS 16     /* query rows per CTA of the attention kernel (the M of its m16n8k16 products) */
 #define FA_DEC_KEYS 16     /* keys per tile of the attention kernel */
 #define FA_MERGE_MAX 32
+#define FA_DEC_MAX_SPLITS 128 /* the last CTA's merge keeps R x splits weights in shared memory */
 
 typedef struct fa_dec_params {
     const void *q;           /* [b, sq, hq, d] in the dtype */
@@ -29,14 +31,18 @@ typedef struct fa_dec_params {
     int batch, sq, hq, hk, group, d;
     int paged, page_size, num_pages, capacity, cache_rows;
     int append;
+    int kn_vec;              /* no rotary and 16-byte aligned new rows: the append copies 16 bytes a thread */
     const float *rcos, *rsin;
     int rot_dim, rot_interleaved, rot_seqlen;
     float qmul;              /* q is multiplied by this: scale·log2 e, or scale / softcap */
+    float scale, softcap;    /* as given (the float64 recompute of the numerics contract) */
     float softcap_mul;       /* 0 = off; else s = softcap_mul · tanh(q·k) */
     int wl, wr;
     int nsplit, fixed, chunk;/* splits of the grid; fixed: split of `chunk` keys */
     int row_tiles;           /* tiles of FA_DEC_ROWS query rows per K/V head */
     float *part_o, *part_lse;/* [b, hq, sq, nsplit] x (d | 1), or NULL with one split */
+    int *arrived;            /* [b, hk x row_tiles]: CTAs of the row tile done (zeroed by the first kernel), or NULL */
+    int after_first;         /* the attention kernel follows the first kernel by programmatic dependent launch */
 } fa_dec_params;
 
 /* Keys of sequence b after the append, clamped into [0, capacity] (device and host). */
@@ -80,9 +86,10 @@ static __device__ __forceinline__ int64_t fa_dec_key(const fa_dec_params &p, int
 extern "C" {
 #endif
 /* dtype 1 = f16, 2 = bf16 (merge: 0 = f32 too). */
-cudaError_t fa_dec_append_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
+/* The first kernel: append (p->append), rotated q (p->qrot), zeroed counters (p->arrived); needed when any is. */
+cudaError_t fa_dec_first_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
+/* The attention kernel, launched as the first kernel's programmatic dependent when p->after_first. */
 cudaError_t fa_dec_attend_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
-cudaError_t fa_dec_merge_splits_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
 /* Resident CTAs per SM of the attention kernel at head dim d (its shared memory decides): the split heuristic's
  * workers are the SMs times this. */
 int fa_dec_ctas_per_sm(int d);

@@ -1,5 +1,6 @@
 /* The CUDA decode path, host side: the plan (support, split count, launch shape, workspace, modelled traffic) and
- * the run (append + rotary, split-KV attention, merge of the splits), and fa_merge_states. No host synchronisation
+ * the run (the first kernel: append + rotary + the split counters; the split-KV attention, whose last CTA per row
+ * tile merges the splits), and fa_merge_states. No host synchronisation
  * and no allocation once the workspace is large enough (kv_opts.workspace, or the context's cached one); the launch
  * shape depends on the shapes and the capacity only, so a captured graph replays at any cache length. */
 #include "decode.h"
@@ -14,20 +15,22 @@ extern "C" {
 #include <string.h>
 
 #define MIN_SPLIT_KEYS 128 /* keys below which a split is not worth its merge */
-#define MAX_SPLITS 128
 
 static int aligned16(const fa_tensor *t) {
     return ((uintptr_t)t->data % 16) == 0 && t->stride_batch % 8 == 0 && t->stride_seq % 8 == 0 && t->stride_head % 8 == 0;
 }
 
-typedef struct dec_ws { float *part_o, *part_lse, *qrot; } dec_ws;
+typedef struct dec_ws { float *part_o, *part_lse, *qrot; int *arrived; } dec_ws;
 
 static void layout(fa_arena *a, const fa_kv_problem *p, int nsplit, dec_ws *w) {
     const size_t rows = (size_t)(p->batch * p->hq * p->sq);
     w->part_o = w->part_lse = w->qrot = NULL;
+    w->arrived = NULL;
     if (nsplit > 1) {
+        const size_t tiles = (size_t)((p->hq / p->hk * p->sq + FA_DEC_ROWS - 1) / FA_DEC_ROWS);
         w->part_o = (float *)fa_arena_take(a, rows * (size_t)nsplit * (size_t)p->d * sizeof(float), 256);
         w->part_lse = (float *)fa_arena_take(a, rows * (size_t)nsplit * sizeof(float), 256);
+        w->arrived = (int *)fa_arena_take(a, (size_t)(p->batch * p->hk) * tiles * sizeof(int), 256);
     }
     if (p->rot_cos) w->qrot = (float *)fa_arena_take(a, rows * (size_t)p->d * sizeof(float), 256);
 }
@@ -67,7 +70,7 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
     } else {
         const int workers = fa_cuda_tuning_of(ctx)->sm_count * fa_dec_ctas_per_sm((int)p->d);
         ns = fa_kv_split_heuristic(p->batch * p->hk * tiles, workers, (p->capacity + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS,
-                                   MAX_SPLITS);
+                                   FA_DEC_MAX_SPLITS);
     }
     if (ns < 1) ns = 1;
     plan->aux[FA_KV_AUX_SPLITS] = ns;
@@ -147,26 +150,25 @@ extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, con
         c.paged = p->paged, c.page_size = (int)p->page_size, c.num_pages = (int)p->num_pages;
         c.capacity = (int)p->capacity, c.cache_rows = (int)p->cache_rows;
         c.append = p->append;
+        c.kn_vec = p->append && !p->rot_cos && aligned16(&p->kn) && aligned16(&p->vn);
         c.rcos = p->rot_cos, c.rsin = p->rot_sin, c.rot_dim = p->rot_dim, c.rot_interleaved = p->rot_interleaved;
         c.rot_seqlen = (int)(p->rot_seqlen < INT32_MAX ? p->rot_seqlen : INT32_MAX);
+        c.scale = p->scale, c.softcap = p->softcap;
         c.qmul = p->softcap > 0 ? p->scale / p->softcap : p->scale * 1.4426950408889634f;
         c.softcap_mul = p->softcap > 0 ? p->softcap * 1.4426950408889634f : 0.f;
         c.wl = p->wl, c.wr = p->wr;
         c.nsplit = ns, c.fixed = plan->aux[FA_KV_AUX_FIXED], c.chunk = plan->aux[FA_KV_AUX_CHUNK];
         c.row_tiles = (int)((p->hq / p->hk * p->sq + FA_DEC_ROWS - 1) / FA_DEC_ROWS);
-        c.part_o = w.part_o, c.part_lse = w.part_lse;
+        c.part_o = w.part_o, c.part_lse = w.part_lse, c.arrived = w.arrived;
         const int dt = (int)p->dtype;
         cudaError_t e;
-        if (p->append && (e = fa_dec_append_launch(&c, dt, stream)) != cudaSuccess) {
+        c.after_first = p->append || c.arrived;
+        if (c.after_first && (e = fa_dec_first_launch(&c, dt, stream)) != cudaSuccess) {
             rc = cuda_err(ctx, "decode append launch", e);
             break;
         }
         if ((e = fa_dec_attend_launch(&c, dt, stream)) != cudaSuccess) {
             rc = cuda_err(ctx, "decode split-KV launch", e);
-            break;
-        }
-        if (ns > 1 && (e = fa_dec_merge_splits_launch(&c, dt, stream)) != cudaSuccess) {
-            rc = cuda_err(ctx, "decode merge launch", e);
             break;
         }
     } while (0);

@@ -6,16 +6,23 @@
  * (chunk ^ row % 8) so the ldmatrix reads are conflict-free; S = Q Kᵀ, the online softmax in log2 units and
  * O += P V as in the FLASH2 forward (P reused from registers as the A operand); the 4 warps' states merge in shared
  * memory. Keys outside a row's visible range are masked; keys outside every row's range are zero-filled, never
- * read. One split writes out and LSE; several write fp32 partials merged by merge.cu. docs/decoding.md. */
+ * read. Each row's state is held to the numerics contract (a row that fails it is recomputed in float64). One
+ * split writes out and LSE; several write fp32 partials, and the last CTA of the row tile merges them
+ * (finish.cuh). docs/decoding.md. */
 #include "../sm80/mma.cuh"
 #include "decode.h"
+#include "finish.cuh"
 
 #include "core/visible.h"
 
+#include <limits.h>
 #include <math.h>
 
 #define DEC_NW (FA_DEC_THREADS / 32)
-#define DEC_NST 3  /* stages of each warp's K/V ring */
+#ifndef FA_DEC_STAGES
+#define FA_DEC_STAGES 3 /* stages of each warp's K/V ring (a build option for measuring others) */
+#endif
+#define DEC_NST FA_DEC_STAGES
 #define DEC_KT FA_DEC_KEYS
 static_assert(FA_DEC_ROWS == 16 && FA_DEC_KEYS == 16, "one m16n8k16 M of rows, two n8 tiles of keys");
 
@@ -60,6 +67,7 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
     const int r0 = tile * 16, R = min(16, p.group * p.sq - r0);
 
     /* each row's visible keys inside the split; this thread's rows g and g + 8; the union over the tile */
+    __shared__ int s_lo[16], s_hi[16];
     int klo = s1, khi = s0, lo[2] = {0, 0}, hi[2] = {0, 0};
     for (int r = 0; r < R; r++) {
         int a, z;
@@ -68,7 +76,12 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
         if (z > a) klo = min(klo, a), khi = max(khi, z);
         if (r == g) lo[0] = a, hi[0] = z;
         if (r == g + 8) lo[1] = a, hi[1] = z;
+        if (threadIdx.x == 0) s_lo[r] = a, s_hi[r] = z;
     }
+    /* the first kernel writes the rotated q (wait for it here) and the appended rows (keys >= fresh: each warp
+     * waits before its copies of the tile that reaches them, by then long done) */
+    const int fresh = p.append ? L - p.sq : INT_MAX;
+    if (p.qrot) fa_dec_wait_first(p);
     /* Q: 16 rows (zero beyond R) to shared memory in the dtype. With rotary, q is the fp32 rotated q: it goes in as
      * hi + lo (two tiles of the dtype, S = hi·Kᵀ + lo·Kᵀ), as exact as fp32 for the scores and the LSE */
     T *sq_lo = sq + 16 * D;
@@ -116,13 +129,18 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
             const int base = kbase + (warp + it * DEC_NW) * DEC_KT, pg = pg_next, ip = ip_next;
             lookup(it + 1);
             T *sk = ring + (it % DEC_NST) * 2 * DEC_KT * D, *sv = sk + DEC_KT * D;
+            if (base + DEC_KT > fresh) fa_dec_wait_first(p);
+            /* pages of a multiple of 16 keys hold a whole tile: its page and first row, once per tile */
+            const bool one_page = p.page_size % DEC_KT == 0;
+            const int pg0 = __shfl_sync(0xffffffffu, pg, 0), ip0 = __shfl_sync(0xffffffffu, ip, 0);
 #pragma unroll
             for (int c = lane; c < DEC_KT * CH; c += 32) {
                 const int kr = c / CH, cc = c % CH, tk = base + kr;
                 const bool ok = tk >= klo && tk < khi;
                 int64_t ko, vo;
                 if (p.paged) {
-                    const int64_t pk = __shfl_sync(0xffffffffu, pg, kr), ik = __shfl_sync(0xffffffffu, ip, kr);
+                    int64_t pk = pg0, ik = ip0 + kr;
+                    if (!one_page) pk = __shfl_sync(0xffffffffu, pg, kr), ik = __shfl_sync(0xffffffffu, ip, kr);
                     ko = pk * p.k_sb + ik * p.k_ss + (int64_t)hk * p.k_sh;
                     vo = pk * p.v_sb + ik * p.v_ss + (int64_t)hk * p.v_sh;
                 } else {
@@ -223,42 +241,111 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
         for (int n = 0; n < D / 8; n++)
             *(float2 *)(sm_o + (warp * 16 + r) * D + n * 8 + 2 * t4) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
     }
+    __shared__ int s_bad[16];
+    if (threadIdx.x < 16) s_bad[threadIdx.x] = 0;
     __syncthreads();
-    for (int idx = threadIdx.x; idx < R * CH; idx += FA_DEC_THREADS) {
-        const int r = idx / CH, pt = idx % CH;
-        float M = -INFINITY, Lr = 0.f, O[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    /* row r's state over the 4 warps, columns 8·pt ... 8·pt + 7 */
+    auto state = [&](int r, int pt, float &M, float &Lr, float *O) {
+        M = -INFINITY, Lr = 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) O[e] = 0.f;
         for (int w = 0; w < DEC_NW; w++) {
             const float4 a = *(const float4 *)(sm_o + (w * 16 + r) * D + pt * 8),
                          c = *(const float4 *)(sm_o + (w * 16 + r) * D + pt * 8 + 4);
             const float o2[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
             merge_state8(M, Lr, O, sm_m[w * 16 + r], sm_l[w * 16 + r], o2);
         }
-        const float inv = Lr > 0.f ? 1.f / Lr : 0.f;
-        const float lse = Lr > 0.f ? (M + log2f(Lr)) * 0.6931471805599453f : -INFINITY;
+    };
+    /* the numerics contract: rows whose state does not stand are recomputed in float64 below */
+    for (int idx = threadIdx.x; idx < R * CH; idx += FA_DEC_THREADS) {
+        const int r = idx / CH;
+        float M, Lr, O[8];
+        state(r, idx % CH, M, Lr, O);
+        if (s_hi[r] > s_lo[r] && !fa_dec_stands(M, Lr, O)) s_bad[r] = 1;
+    }
+    __syncthreads();
+    auto put = [&](int r, int pt, const float *O, float lse) { /* 8 columns of row r: out (one split) or the partial */
         const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
         if (ns == 1) {
             uint4 u;
-            u.x = fa_pack2<T>(O[0] * inv, O[1] * inv), u.y = fa_pack2<T>(O[2] * inv, O[3] * inv);
-            u.z = fa_pack2<T>(O[4] * inv, O[5] * inv), u.w = fa_pack2<T>(O[6] * inv, O[7] * inv);
+            u.x = fa_pack2<T>(O[0], O[1]), u.y = fa_pack2<T>(O[2], O[3]);
+            u.z = fa_pack2<T>(O[4], O[5]), u.w = fa_pack2<T>(O[6], O[7]);
             *(uint4 *)((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + pt * 8) = u;
             if (p.lse && pt == 0) p.lse[((int64_t)b * p.hq + hq) * p.sq + i] = lse;
         } else {
             const int64_t pr = (((int64_t)b * p.hq + hq) * p.sq + i) * p.nsplit + s;
             float4 *dst = (float4 *)(p.part_o + pr * D + pt * 8);
-            dst[0] = make_float4(O[0] * inv, O[1] * inv, O[2] * inv, O[3] * inv);
-            dst[1] = make_float4(O[4] * inv, O[5] * inv, O[6] * inv, O[7] * inv);
+            dst[0] = make_float4(O[0], O[1], O[2], O[3]);
+            dst[1] = make_float4(O[4], O[5], O[6], O[7]);
             if (pt == 0) p.part_lse[pr] = lse;
         }
+    };
+    for (int idx = threadIdx.x; idx < R * CH; idx += FA_DEC_THREADS) {
+        const int r = idx / CH, pt = idx % CH;
+        if (s_bad[r]) continue;
+        float M, Lr, O[8];
+        state(r, pt, M, Lr, O);
+        const bool any = s_hi[r] > s_lo[r]; /* a row that sees no key here: O = 0, LSE = −inf (a masked 0·inf aside) */
+        const float inv = any ? 1.f / Lr : 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) O[e] = any ? O[e] * inv : 0.f;
+        put(r, pt, O, any ? (M + log2f(Lr)) * 0.6931471805599453f : -INFINITY);
     }
+    for (int r = warp; r < R; r += DEC_NW) {
+        if (!s_bad[r]) continue;
+        const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
+        double x[D / 32], lse;
+        fa_dec_wait_first(p); /* it reads the appended rows from the cache */
+        fa_dec_exact_row<D, T>(p, b, row, hk, i, hq, s_lo[r], s_hi[r], x, &lse);
+        const int64_t rr = ((int64_t)b * p.hq + hq) * p.sq + i;
+#pragma unroll
+        for (int j = 0; j < D / 32; j++) { /* lane: columns lane + 32 j */
+            const int c = lane + 32 * j;
+            if (ns == 1) fa_st((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c, (float)x[j]);
+            else p.part_o[(rr * p.nsplit + s) * D + c] = (float)x[j];
+        }
+        if (lane == 0) {
+            if (ns > 1) p.part_lse[rr * p.nsplit + s] = (float)lse;
+            else if (p.lse) p.lse[rr] = (float)lse;
+        }
+    }
+    if (ns == 1) return;
+    /* the last CTA of this row tile to finish merges the splits (the counter was zeroed by the first kernel) */
+    __shared__ int s_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        fa_dec_wait_first(p);
+        s_last = atomicAdd(p.arrived + (int64_t)b * gridDim.y + blockIdx.y, 1) == ns - 1;
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    fa_dec_merge_tile<D, T>(p, smem + dec_mma_smem<D>::q, dec_mma_smem<D>::ring, b, hk, r0, R, ns);
 }
 
 template <int D, typename T> static cudaError_t launch_mma_d(const fa_dec_params *p, cudaStream_t st) {
     constexpr int smem = dec_mma_smem<D>::total;
-    cudaError_t e = cudaFuncSetAttribute(splitkv_mma_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    static unsigned char ready[64]; /* per device, once: the call costs host time */
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
-    const dim3 grid(p->nsplit, p->hk * p->row_tiles, p->batch);
-    splitkv_mma_kernel<D, T><<<grid, FA_DEC_THREADS, smem, st>>>(*p);
-    return cudaGetLastError();
+    if (dev >= 64 || !ready[dev]) {
+        e = cudaFuncSetAttribute(splitkv_mma_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e != cudaSuccess) return e;
+        if (dev < 64) ready[dev] = 1;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(p->nsplit, p->hk * p->row_tiles, p->batch);
+    cfg.blockDim = dim3(FA_DEC_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = p->after_first ? 1 : 0; /* start while the first kernel runs; it waits where it reads its writes */
+    return cudaLaunchKernelEx(&cfg, splitkv_mma_kernel<D, T>, *p);
 }
 
 template <typename T> static cudaError_t launch_mma_t(const fa_dec_params *p, cudaStream_t st) {

@@ -1,0 +1,197 @@
+/* The end of a decode attention CTA (splitkv.cu): the numerics contract on each row's split state and the merge of
+ * the splits by the last CTA of a row tile to finish. docs/decoding.md, docs/numerics.md. */
+#ifndef FA_CUDA_DECODE_FINISH_CUH
+#define FA_CUDA_DECODE_FINISH_CUH
+
+#include "../convert.cuh"
+#include "../sm80/mma.cuh"
+#include "decode.h"
+
+#include <math.h>
+
+#define FA_DEC_LOGIT_SAT 0x1p126 /* |logit| saturates here (the contract) */
+#define FA_DEC_LOGIT_MAX 0x1p16f /* fp32 exp2(S − m) loses no more than 2^-8 of a weight up to here (log2 units) */
+
+/* Wait for the first kernel (programmatic dependent launch): a no-op when the grid does not follow it. */
+__device__ __forceinline__ void fa_dec_wait_first(const fa_dec_params &p) {
+    if (p.after_first) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
+/* Does a row's fp32 state stand? (Rows that see keys:) its max m finite with |m| ≤ LOGIT_MAX (log2 units),
+ * 0 < ℓ < ∞ and O finite — the CPU's rule. Otherwise a NaN/inf input, q·k or scale beyond fp32, or a 0·inf of a
+ * masked key reached it, and the row is recomputed in float64. */
+__device__ __forceinline__ bool fa_dec_stands(float m, float l, const float *o8) {
+    float z = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) z += o8[e] * 0.f; /* NaN iff some o is NaN or inf */
+    return fabsf(m) <= FA_DEC_LOGIT_MAX && l > 0.f && l < INFINITY && z == 0.f;
+}
+
+/* Query row i of head hq over keys [lo, hi) from the definition, in float64, by one warp (lane: columns
+ * lane + 32 j): o and the natural-log LSE. NaN/inf in q or a visible key makes the row NaN; logits saturate at
+ * ±2^126. The same rules as the CPU's exact_row. */
+template <int D, typename T>
+__device__ void fa_dec_exact_row(const fa_dec_params &p, int b, int row, int hk, int i, int hq, int lo, int hi,
+                                 double (&o)[D / 32], double *lse) {
+    const int lane = threadIdx.x & 31;
+    double q[D / 32];
+    bool bad = false;
+#pragma unroll
+    for (int j = 0; j < D / 32; j++) {
+        const int c = lane + 32 * j;
+        q[j] = p.qrot ? (double)p.qrot[(((int64_t)b * p.sq + i) * p.hq + hq) * D + c]
+                      : (double)fa_ld((const T *)p.q + b * p.q_sb + i * p.q_ss + hq * p.q_sh + c);
+        bad |= !isfinite(q[j]);
+        o[j] = 0.0;
+    }
+    const T *kc = (const T *)p.kc, *vc = (const T *)p.vc;
+    for (int t = lo; t < hi && !__any_sync(0xffffffffu, bad); t++) {
+        const T *k = kc + fa_dec_key(p, row, t, hk, p.k_sb, p.k_ss, p.k_sh);
+#pragma unroll
+        for (int j = 0; j < D / 32; j++) bad |= !isfinite(fa_ld(k + lane + 32 * j));
+    }
+    if (__any_sync(0xffffffffu, bad)) {
+#pragma unroll
+        for (int j = 0; j < D / 32; j++) o[j] = NAN;
+        *lse = NAN;
+        return;
+    }
+    double m = -INFINITY, l = 0.0;
+    for (int t = lo; t < hi; t++) {
+        const T *k = kc + fa_dec_key(p, row, t, hk, p.k_sb, p.k_ss, p.k_sh);
+        const T *v = vc + fa_dec_key(p, row, t, hk, p.v_sb, p.v_ss, p.v_sh);
+        double s = 0.0;
+#pragma unroll
+        for (int j = 0; j < D / 32; j++) s += q[j] * (double)fa_ld(k + lane + 32 * j);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        s *= (double)p.scale;
+        if (p.softcap > 0.f) s = (double)p.softcap * tanh(s / (double)p.softcap);
+        s = s > FA_DEC_LOGIT_SAT ? FA_DEC_LOGIT_SAT : s < -FA_DEC_LOGIT_SAT ? -FA_DEC_LOGIT_SAT : s;
+        if (s > m) {
+            const double f = exp(m - s);
+            l *= f;
+#pragma unroll
+            for (int j = 0; j < D / 32; j++) o[j] *= f;
+            m = s;
+        }
+        const double pj = exp(s - m);
+        l += pj;
+#pragma unroll
+        for (int j = 0; j < D / 32; j++) o[j] += pj * (double)fa_ld(v + lane + 32 * j);
+    }
+    if (hi <= lo) {
+        *lse = -INFINITY;
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < D / 32; j++) o[j] /= l;
+    *lse = m + log(l);
+}
+
+/* The last CTA of a row tile merges the splits' partials by their LSEs: w_s = e^(lse_s − M) / Σ e^(lse − M). A row
+ * whose splits are all empty gives 0 / −inf; a NaN LSE makes the row NaN. The partials (L2-resident: other SMs
+ * wrote them) come into shared memory by cp.async, as many splits at once as it holds, so the merge costs about
+ * one L2 round trip per chunk instead of one per split; the first 128 weights stay in shared memory. With fewer
+ * than 128 float4 columns in the tile, groups of threads take every sg-th split and add up at the end. */
+template <int D, typename T>
+__device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, int smem_bytes, int b, int hk, int r0,
+                                  int R, int ns) {
+    constexpr int C4 = D / 4, UPT = (16 * C4 + FA_DEC_THREADS - 1) / FA_DEC_THREADS, WCH = FA_DEC_MAX_SPLITS;
+    __shared__ float s_M[16], s_inv[16];
+    __shared__ int64_t s_pr[16]; /* row r's first partial */
+    float *w_s = (float *)smem;                                  /* [16][WCH]: weights of splits < WCH */
+    float4 *part = (float4 *)(smem + 16 * WCH * sizeof(float));  /* [sg][units] when sg > 1 */
+    float4 *stage = part + FA_DEC_THREADS;                       /* [R][nc][C4] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int r = warp; r < R; r += FA_DEC_THREADS / 32) {
+        const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
+        const int64_t rr = ((int64_t)b * p.hq + hq) * p.sq + i;
+        const float *pl = p.part_lse + rr * p.nsplit;
+        float *wr = w_s + r * WCH;
+        float M = -INFINITY, sum = 0.f;
+        bool nan = false;
+        for (int s = lane; s < ns; s += 32) {
+            const float x = __ldcg(pl + s);
+            if (s < WCH) wr[s] = x;
+            nan |= isnan(x), M = fmaxf(M, x);
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+        nan = __any_sync(0xffffffffu, nan);
+        if (M != -INFINITY)
+            for (int s = lane; s < ns; s += 32) {
+                const float x = s < WCH ? wr[s] : __ldcg(pl + s);
+                sum += x == -INFINITY ? 0.f : expf(x - M);
+            }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        const float inv = nan ? NAN : M == -INFINITY ? 0.f : 1.f / sum;
+        for (int s = lane; s < ns && s < WCH; s += 32) {
+            const float x = wr[s];
+            wr[s] = isnan(inv) ? NAN : x == -INFINITY ? 0.f : expf(x - M) * inv;
+        }
+        if (lane == 0) {
+            s_M[r] = M, s_inv[r] = inv, s_pr[r] = rr * p.nsplit;
+            if (p.lse) p.lse[rr] = nan ? NAN : M == -INFINITY ? -INFINITY : M + logf(sum);
+        }
+    }
+    const int units = R * C4, sg = units >= FA_DEC_THREADS ? 1 : FA_DEC_THREADS / units;
+    const int gi = threadIdx.x / units; /* this thread's split group (sg > 1: one unit per thread) */
+    const int room = (smem_bytes - (int)(16 * WCH * sizeof(float)) - FA_DEC_THREADS * 16) / (R * D * 4);
+    const int step = room < 1 ? 1 : room;
+    float4 acc[UPT];
+#pragma unroll
+    for (int k = 0; k < UPT; k++) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int c0 = 0; c0 < ns; c0 += step) {
+        const int nc = min(step, ns - c0);
+        __syncthreads(); /* the weights written; the previous chunk read */
+        for (int e = threadIdx.x; e < R * nc * C4; e += FA_DEC_THREADS) {
+            const int r = e / (nc * C4), j = e / C4 % nc, c4 = e % C4;
+            fa_cp_async16(stage + e, p.part_o + (s_pr[r] + c0 + j) * D + c4 * 4, 16);
+        }
+        fa_cp_async_commit();
+        fa_cp_async_wait<0>();
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < UPT; k++) {
+            const int u = sg > 1 ? threadIdx.x % units : threadIdx.x + k * FA_DEC_THREADS;
+            if (u >= units || gi >= sg || (sg > 1 && k > 0)) continue;
+            const int r = u / C4, c4 = u % C4;
+            float4 a = acc[k];
+            for (int j = gi; j < nc; j += sg) {
+                const int sj = c0 + j;
+                float w;
+                if (sj < WCH) w = w_s[r * WCH + sj];
+                else {
+                    const float x = __ldcg(p.part_lse + s_pr[r] + sj), inv = s_inv[r];
+                    w = isnan(inv) ? NAN : x == -INFINITY ? 0.f : expf(x - s_M[r]) * inv;
+                }
+                const float4 x = stage[(r * nc + j) * C4 + c4];
+                if (w != 0.f || isnan(w)) /* a split of weight 0 adds nothing (its partial may be 0 / −inf) */
+                    a.x += w * x.x, a.y += w * x.y, a.z += w * x.z, a.w += w * x.w;
+            }
+            acc[k] = a;
+        }
+    }
+    if (sg > 1) {
+        if (gi < sg) part[gi * units + threadIdx.x % units] = acc[0];
+        __syncthreads();
+        if (threadIdx.x >= units) return;
+        for (int g2 = 1; g2 < sg; g2++) {
+            const float4 x = part[g2 * units + threadIdx.x];
+            acc[0].x += x.x, acc[0].y += x.y, acc[0].z += x.z, acc[0].w += x.w;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < UPT; k++) {
+        const int u = threadIdx.x + k * FA_DEC_THREADS;
+        if (u >= units || (sg > 1 && k > 0)) continue;
+        const int r = u / C4, c4 = u % C4, gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
+        uint2 v;
+        v.x = fa_pack2<T>(acc[k].x, acc[k].y), v.y = fa_pack2<T>(acc[k].z, acc[k].w);
+        *(uint2 *)((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c4 * 4) = v;
+    }
+}
+
+#endif

@@ -8,7 +8,7 @@
 
 #include <math.h>
 #include <string.h>
-#if defined(__AVX512F__) || defined(__F16C__)
+#if defined(__AVX512F__) || defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -26,6 +26,21 @@ typedef uint32_t v16u __attribute__((vector_size(64)));
 typedef uint16_t v16h __attribute__((vector_size(32)));
 
 #define LD(p) (*(const v16f *)(p))
+
+/* x in every lane. Without AVX-512, GCC builds `scalar * v16f` from four 128-bit pieces stored and reloaded through
+ * the stack (store-forwarding stalls in the PV loop); a 256-bit broadcast into both halves avoids it. */
+static inline __attribute__((always_inline)) v16f vbcast(float x) {
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    const __m256 b = _mm256_set1_ps(x);
+    v16f r;
+    __builtin_memcpy(&r, &b, 32);
+    __builtin_memcpy((char *)&r + 32, &b, 32);
+    return r;
+#else
+    const v16f z = {0};
+    return z + x;
+#endif
+}
 #define ST(p, x) (*(v16f *)(p) = (x))
 #define AI static inline __attribute__((always_inline))
 
@@ -252,6 +267,7 @@ AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n) {
     const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     float *S = a->S + (size_t)row * FA_DEC_BC, *Lv = a->Lv + (size_t)row * 16;
     v16f Sv[FA_DEC_BC / 16], nan = z, mxv = z - INFINITY;
+    const v16f qbad = vbcast(a->qbad[row]);
 #pragma GCC unroll 4
     for (int s = 0; s < NS; s++) {
         v16f x = LD(S + 16 * s);
@@ -259,7 +275,7 @@ AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n) {
         nan += vsel(vis, x * 0.0f, z);
         if (a->softcap_mul != 0)
             for (int jj = 0; jj < 16; jj++) x[jj] = a->softcap_mul * tanhf(x[jj]);
-        x = vsel(x > FA_DEC_SAT, z + FA_DEC_SAT, vsel(x < -FA_DEC_SAT, z - FA_DEC_SAT, x)) + a->qbad[row];
+        x = vsel(x > FA_DEC_SAT, z + FA_DEC_SAT, vsel(x < -FA_DEC_SAT, z - FA_DEC_SAT, x)) + qbad;
         Sv[s] = vsel(vis, x, z - INFINITY);
         mxv = vsel(Sv[s] > mxv, Sv[s], mxv);
     }
@@ -267,14 +283,16 @@ AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n) {
     v16f lv = LD(Lv) + nan;
     if (mx > a->m[row]) {
         const float alpha = fa_port_exp2(a->m[row] - mx);
-        lv *= alpha;
+        const v16f av = vbcast(alpha);
+        lv *= av;
         float *o = a->O + (size_t)row * 16 * NV;
-        for (int i = 0; i < NV; i++) ST(o + 16 * i, LD(o + 16 * i) * alpha);
+        for (int i = 0; i < NV; i++) ST(o + 16 * i, LD(o + 16 * i) * av);
         a->m[row] = mx;
     }
+    const v16f mv = vbcast(a->m[row]);
 #pragma GCC unroll 4
     for (int s = 0; s < NS; s++) {
-        const v16f P = vexp2(Sv[s] - a->m[row]);
+        const v16f P = vexp2(Sv[s] - mv);
         lv += P;
         ST(S + 16 * s, P);
     }
@@ -307,7 +325,7 @@ AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float
         row_vecs(v, vr[jj] + hh * a->v_sh, v0, NW, MODE, a, tmp);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            const float p = P[r * FA_DEC_BC + jj];
+            const v16f p = vbcast(P[r * FA_DEC_BC + jj]);
 #pragma GCC unroll 16
             for (int i = 0; i < NW; i++) A[r][i] += p * v[i];
         }

@@ -79,16 +79,11 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) first_kernel(const fa_dec_para
 extern "C" cudaError_t fa_dec_first_launch(const fa_dec_params *p, int dtype, cudaStream_t st) {
     const dim3 grid(p->append ? p->sq : 1, p->batch);
     /* the attention kernel's shared-memory carveout, so that SMs need no reconfiguring between the two kernels */
-    static unsigned char ready[2][64]; /* per dtype and device, once */
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
+    static unsigned char ready[2][64];
+    const cudaError_t e = fa_dec_func_attr_once(
+        ready[dtype == 1], dtype == 1 ? (const void *)first_kernel<__half> : (const void *)first_kernel<__nv_bfloat16>,
+        cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess) return e;
-    if (dev >= 64 || !ready[dtype == 1][dev]) {
-        e = cudaFuncSetAttribute(dtype == 1 ? (const void *)first_kernel<__half> : (const void *)first_kernel<__nv_bfloat16>,
-                                 cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-        if (e != cudaSuccess) return e;
-        if (dev < 64) ready[dtype == 1][dev] = 1;
-    }
     if (dtype == 1) first_kernel<__half><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
     else first_kernel<__nv_bfloat16><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
     return cudaGetLastError();

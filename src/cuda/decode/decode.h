@@ -7,6 +7,7 @@
 #define FA_CUDA_DECODE_H
 
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdint.h>
 
 #define FA_DEC_THREADS 128 /* 4 warps per CTA */
@@ -64,6 +65,20 @@ static __device__ __forceinline__ void fa_dec_split(const fa_dec_params &p, int 
     int n = (L + c - 1) / c;
     *chunk = c;
     *ns = n < 1 ? 1 : n;
+}
+/* The merge weight of a state of LSE lse, with M = max lse and inv = 1 / Σ e^(lse − M) (NaN: a NaN state). */
+static __device__ __forceinline__ float fa_dec_weight(float lse, float M, float inv) {
+    return isnan(inv) ? NAN : lse == -INFINITY ? 0.f : expf(lse - M) * inv;
+}
+/* Once per device (ready: the caller's static flags): cudaFuncSetAttribute costs host time on every call. */
+static inline cudaError_t fa_dec_func_attr_once(unsigned char ready[64], const void *fn, cudaFuncAttribute attr,
+                                                int value) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess || (dev < 64 && ready[dev])) return e;
+    e = cudaFuncSetAttribute(fn, attr, value);
+    if (e == cudaSuccess && dev < 64) ready[dev] = 1;
+    return e;
 }
 static __device__ __forceinline__ int fa_dec_row(const fa_dec_params &p, int b) {
     if (!p.batch_idx) return b;

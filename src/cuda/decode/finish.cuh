@@ -128,8 +128,7 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
         for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
         const float inv = nan ? NAN : M == -INFINITY ? 0.f : 1.f / sum;
         for (int s = lane; s < ns && s < WCH; s += 32) {
-            const float x = wr[s];
-            wr[s] = isnan(inv) ? NAN : x == -INFINITY ? 0.f : expf(x - M) * inv;
+            wr[s] = fa_dec_weight(wr[s], M, inv);
         }
         if (lane == 0) {
             s_M[r] = M, s_inv[r] = inv, s_pr[r] = rr * p.nsplit;
@@ -161,12 +160,8 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
             float4 a = acc[k];
             for (int j = gi; j < nc; j += sg) {
                 const int sj = c0 + j;
-                float w;
-                if (sj < WCH) w = w_s[r * WCH + sj];
-                else {
-                    const float x = __ldcg(p.part_lse + s_pr[r] + sj), inv = s_inv[r];
-                    w = isnan(inv) ? NAN : x == -INFINITY ? 0.f : expf(x - s_M[r]) * inv;
-                }
+                const float w = sj < WCH ? w_s[r * WCH + sj]
+                                         : fa_dec_weight(__ldcg(p.part_lse + s_pr[r] + sj), s_M[r], s_inv[r]);
                 const float4 x = stage[(r * nc + j) * C4 + c4];
                 if (w != 0.f || isnan(w)) /* a split of weight 0 adds nothing (its partial may be 0 / −inf) */
                     a.x += w * x.x, a.y += w * x.y, a.z += w * x.z, a.w += w * x.w;

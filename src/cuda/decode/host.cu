@@ -20,6 +20,11 @@ static int aligned16(const fa_tensor *t) {
     return ((uintptr_t)t->data % 16) == 0 && t->stride_batch % 8 == 0 && t->stride_seq % 8 == 0 && t->stride_head % 8 == 0;
 }
 
+/* Tiles of FA_DEC_ROWS query rows per K/V head: the GQA group x the new rows. */
+static int64_t row_tiles_of(const fa_kv_problem *p) {
+    return (p->hq / p->hk * p->sq + FA_DEC_ROWS - 1) / FA_DEC_ROWS;
+}
+
 typedef struct dec_ws { float *part_o, *part_lse, *qrot; int *arrived; } dec_ws;
 
 static void layout(fa_arena *a, const fa_kv_problem *p, int nsplit, dec_ws *w) {
@@ -27,7 +32,7 @@ static void layout(fa_arena *a, const fa_kv_problem *p, int nsplit, dec_ws *w) {
     w->part_o = w->part_lse = w->qrot = NULL;
     w->arrived = NULL;
     if (nsplit > 1) {
-        const size_t tiles = (size_t)((p->hq / p->hk * p->sq + FA_DEC_ROWS - 1) / FA_DEC_ROWS);
+        const size_t tiles = (size_t)row_tiles_of(p);
         w->part_o = (float *)fa_arena_take(a, rows * (size_t)nsplit * (size_t)p->d * sizeof(float), 256);
         w->part_lse = (float *)fa_arena_take(a, rows * (size_t)nsplit * sizeof(float), 256);
         w->arrived = (int *)fa_arena_take(a, (size_t)(p->batch * p->hk) * tiles * sizeof(int), 256);
@@ -53,7 +58,8 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
                      "aligned and the strides multiples of 8 elements", names[i]);
             return FA_ERR_UNSUPPORTED;
         }
-    const int R = (int)(p->hq / p->hk * p->sq), rpc = FA_DEC_ROWS, tiles = (R + rpc - 1) / rpc;
+    const int rpc = FA_DEC_ROWS;
+    const int64_t tiles = row_tiles_of(p);
     if (p->batch > 65535 || p->hk * tiles > 65535) {
         snprintf(why, why_len, "batch / heads: the grid (%lld sequences, %lld K/V head tiles) is above 65535",
                  (long long)p->batch, (long long)(p->hk * tiles));
@@ -158,7 +164,7 @@ extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, con
         c.softcap_mul = p->softcap > 0 ? p->softcap * 1.4426950408889634f : 0.f;
         c.wl = p->wl, c.wr = p->wr;
         c.nsplit = ns, c.fixed = plan->aux[FA_KV_AUX_FIXED], c.chunk = plan->aux[FA_KV_AUX_CHUNK];
-        c.row_tiles = (int)((p->hq / p->hk * p->sq + FA_DEC_ROWS - 1) / FA_DEC_ROWS);
+        c.row_tiles = (int)row_tiles_of(p);
         c.part_o = w.part_o, c.part_lse = w.part_lse, c.arrived = w.arrived;
         const int dt = (int)p->dtype;
         cudaError_t e;

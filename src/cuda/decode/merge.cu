@@ -33,10 +33,6 @@ __device__ __forceinline__ float merge_lse(const float *const *lse, int64_t idx,
     return m + logf(sum);
 }
 
-__device__ __forceinline__ float weight(float lse, float M, float inv) {
-    return isnan(inv) ? NAN : lse == -INFINITY ? 0.f : expf(lse - M) * inv;
-}
-
 template <typename T>
 __global__ void __launch_bounds__(FA_DEC_THREADS) merge_states_kernel(const fa_merge_params p) {
     const int64_t r = (int64_t)blockIdx.x * (FA_DEC_THREADS / 32) + threadIdx.x / 32;
@@ -46,7 +42,7 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) merge_states_kernel(const fa_m
     float M, inv;
     const float lse = merge_lse(p.lse_in, r, p.n, &M, &inv);
     float w[FA_MERGE_MAX];
-    for (int s = 0; s < p.n; s++) w[s] = weight(p.lse_in[s][r], M, inv);
+    for (int s = 0; s < p.n; s++) w[s] = fa_dec_weight(p.lse_in[s][r], M, inv);
     /* each lane reads its columns of every state before writing them: out may be in[0] */
     T *o = (T *)p.out + b * p.o_sb + i * p.o_ss + h * p.o_sh;
     for (int c = lane; c < p.d; c += 32) {

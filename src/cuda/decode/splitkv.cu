@@ -326,15 +326,10 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
 
 template <int D, typename T> static cudaError_t launch_mma_d(const fa_dec_params *p, cudaStream_t st) {
     constexpr int smem = dec_mma_smem<D>::total;
-    static unsigned char ready[64]; /* per device, once: the call costs host time */
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
+    static unsigned char ready[64];
+    const cudaError_t e = fa_dec_func_attr_once(ready, (const void *)splitkv_mma_kernel<D, T>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    if (dev >= 64 || !ready[dev]) {
-        e = cudaFuncSetAttribute(splitkv_mma_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e != cudaSuccess) return e;
-        if (dev < 64) ready[dev] = 1;
-    }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(p->nsplit, p->hk * p->row_tiles, p->batch);
     cfg.blockDim = dim3(FA_DEC_THREADS);

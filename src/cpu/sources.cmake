@@ -1,4 +1,4 @@
-# The CPU backend's sources. Included by the root CMakeLists.txt; sets FA_CPU_SOURCES, FA_CPU_BLAS_LIBS and
+# The CPU backend's sources. Included by the root CMakeLists.txt; sets FA_CPU_SOURCES, FA_CPU_BLAS_LIBS, FA_CPU_HAVE_CBLAS and
 # FA_CPU_BLAS_INCLUDE. Layout: backend.c (init, plan, run), algo/ (one file per algorithm), tiles/ (the tile steps
 # the algorithms share, the tile table, counted tile transfers), simd/ (micro-kernel tables per ISA and their
 # runtime dispatch). A new ISA is one file in simd/ with its flags below and a case in simd/dispatch.c.
@@ -35,6 +35,7 @@ endif()
 # built, and offered by the plan (backend.c, FA_HAVE_CBLAS), only then.
 set(FA_CPU_BLAS_LIBS "")
 set(FA_CPU_BLAS_INCLUDE "")
+set(FA_CPU_HAVE_CBLAS OFF) # the one test of "a CBLAS was found" (FA_CPU_BLAS_LIBS also holds the dl library)
 option(FA_USE_BLAS "Use a system CBLAS for FA_ALGO_STANDARD on the CPU when found" ON)
 if(FA_USE_BLAS)
   find_path(FA_CBLAS_INCLUDE_DIR NAMES cblas.h PATH_SUFFIXES openblas openblas-openmp openblas-pthread)
@@ -42,6 +43,7 @@ if(FA_USE_BLAS)
   if(FA_CBLAS_INCLUDE_DIR AND FA_OPENBLAS_LIBRARY)
     set(FA_CPU_BLAS_LIBS ${FA_OPENBLAS_LIBRARY})
     set(FA_CPU_BLAS_INCLUDE ${FA_CBLAS_INCLUDE_DIR})
+    set(FA_CPU_HAVE_CBLAS ON)
     list(APPEND FA_CPU_SOURCES src/cpu/algo/standard_blas.c)
     set_source_files_properties(src/cpu/algo/standard_blas.c src/cpu/backend.c PROPERTIES
                                 COMPILE_DEFINITIONS "FA_HAVE_CBLAS=1" INCLUDE_DIRECTORIES "${FA_CBLAS_INCLUDE_DIR}")

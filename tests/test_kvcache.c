@@ -1,6 +1,6 @@
 /* KV-cache decoding on the CPU (fa_forward_kvcache, fa_merge_states) against the float64 oracle: contiguous and
  * paged caches (page sizes 1, 3, 16, 64, 256), ragged lengths with 0 and the capacity, seqlen_new 1, 4, 17, GQA 1,
- * 4, 8 and 32/8, every mask option, append with and without rotary (both layouts), batch_idx, splits 1..many against
+ * 4, 8 and 32/8, head dims that the vector widths divide in different ways, every mask option, append with and without rotary (both layouts), batch_idx, splits 1..many against
  * no split, the fixed-split mode bitwise invariant under the batch's composition, the merge of partial FLASH2 calls
  * equal to the whole, and bad arguments (nothing written, neither out nor the cache). FA_TEST_RANDOM sets the
  * number of random cases. */
@@ -68,6 +68,20 @@ static void grid(fa_context *ctx) {
                 set_mask(&s, n % 5);
                 run(ctx, &s, "grid");
             }
+}
+
+/* Head dims that a vector width divides in different ways (the kernels' bf16 lane groups are 16 or 32 elements, PV's
+ * pieces 1 to 8 vectors), each dtype, with 1, 2, 3, 4 and 8 query rows per K/V head (the row groups 4, 2, 1). */
+static void widths(fa_context *ctx) {
+    static const int ds[] = {16, 48, 80, 96, 144, 176, 256}, rows[][2] = {{1, 1}, {2, 1}, {3, 1}, {4, 1}, {4, 2}};
+    int n = 0;
+    for (int di = 0; di < 7; di++)
+        for (int ri = 0; ri < 5; ri++, n++) {
+            t_kv_spec s = spec((fa_dtype)(n % 3), 2, rows[ri][1], 2 * rows[ri][0], 2, ds[di], 150 + 37 * (n % 4),
+                               n % 2 ? 16 : 0);
+            s.append = n % 3 == 0;
+            run(ctx, &s, "widths");
+        }
 }
 
 /* Every mask option on a paged and a contiguous cache, with and without append. */
@@ -409,6 +423,7 @@ int main(void) {
     nonfinite(ctx);
     extremes(ctx);
     grid(ctx);
+    widths(ctx);
     masks(ctx);
     splits(ctx);
     batch_invariance(ctx);

@@ -15,13 +15,13 @@
 #define MIN_SPLIT_KEYS 256 /* a split below this many keys costs more in merging than it gains (2 threads) */
 #define MAX_SPLITS 64
 
-static fa_dec_attend_fn attend_of(fa_cpu_isa id) {
+static const fa_dec_kernel *kernel_of(fa_cpu_isa id) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (id == FA_CPU_ISA_AVX512 || id == FA_CPU_ISA_AMX) return fa_dec_attend_avx512; /* amx: avx512 + tiles */
-    if (id == FA_CPU_ISA_AVX2) return fa_dec_attend_avx2;
+    if (id == FA_CPU_ISA_AVX512 || id == FA_CPU_ISA_AMX) return &fa_dec_kernel_avx512; /* amx: avx512 + tiles */
+    if (id == FA_CPU_ISA_AVX2) return &fa_dec_kernel_avx2;
 #endif
     (void)id;
-    return fa_dec_attend_scalar;
+    return &fa_dec_kernel_scalar;
 }
 
 static const char *const kernel_names[FA_CPU_ISA_COUNT] = {"cpu.decode.scalar", "cpu.decode.avx2",
@@ -248,7 +248,7 @@ static double exact_row(const fa_kv_problem *p, int64_t b, int64_t i, int64_t hq
 
 /* One (sequence b, K/V heads [h0, h0 + nh), split s): head h's R rows (query row i, group member g) are rows
  * (h − h0)·R + i·G + g of the thread's state. */
-static void item(const fa_kv_problem *p, const fa_plan *pl, fa_dec_attend_fn attend, const thread_parts *t,
+static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_dec_kernel *kern, const thread_parts *t,
                  const kv_ws *w, int64_t b, int64_t h0, int nh, int s, fa_io *io) {
     const int64_t G = p->hq / p->hk, L = p->seqlens[b] + (p->append ? p->sq : 0), d = p->d;
     const int dp = padded(d), R = rows_of(p);
@@ -280,7 +280,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, fa_dec_attend_fn att
                     bad += x[c] * 0.0f;
                 }
                 if (p->rot_cos) rotate(p, x, p->seqlens[b] + i);
-                for (int64_t c = 0; c < d; c++) q[fa_dec_lane(p->dtype, d, c)] = x[c] * qmul;
+                for (int64_t c = 0; c < d; c++) q[fa_dec_lane(p->dtype, d, c, kern->group)] = x[c] * qmul;
                 for (int64_t c = d; c < dp; c++) q[c] = 0;
                 if (t->qb) { /* the raw bf16 q (exact; qmul applied to the sums), or with rotary qmul·q as hi + lo */
                     uint16_t *qb = t->qb + r * 2 * dp;
@@ -316,7 +316,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, fa_dec_attend_fn att
         }
         a.k_ss = p->kc.stride_seq * es, a.v_ss = p->vc.stride_seq * es;
         a.k_sh = p->kc.stride_head * es, a.v_sh = p->vc.stride_head * es;
-        attend(&a);
+        kern->attend(&a);
         io->read += 2 * (k1 - k0) * d * es * nh;
     }
     /* finish: O / l and LSE = (m + log2 l)·ln 2, into out (one split) or the split's partial */
@@ -328,7 +328,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, fa_dec_attend_fn att
                 float lse = l == 0 ? -INFINITY : (float)((t->m[r] + log2f(l)) * LN2), o[256];
                 const float *so = t->O + r * dp;
                 if (row_stands(t, r, dp, d)) {
-                    for (int64_t c = 0; c < d; c++) o[c] = so[fa_dec_lane(p->dtype, d, c)] * inv;
+                    for (int64_t c = 0; c < d; c++) o[c] = so[fa_dec_lane(p->dtype, d, c, kern->group)] * inv;
                 } else {
                     double x[256];
                     lse = (float)exact_row(p, b, i, hq, t->lo[r], t->hi[r], x);
@@ -407,7 +407,7 @@ fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *
     kv_ws w;
     layout(&a, p, plan, &w);
     const fa_cpu_kernels *kr = ctx->kernels;
-    const fa_dec_attend_fn attend = attend_of(kr->id);
+    const fa_dec_kernel *kern = kernel_of(kr->id);
     if (p->append) append(p, plan->threads);
     const int ns = plan->aux[FA_KV_AUX_SPLITS], hpi = plan->aux[AUX_HPI];
     const int64_t groups = p->hk / hpi, items = p->batch * groups * ns;
@@ -417,7 +417,7 @@ fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *
         fa_arena slice = fa_cpu_ws_thread(&w.w, th);
         thread_parts t;
         thread_layout(&slice, p, hpi, &t);
-        item(p, plan, attend, &t, &w, it / (groups * ns), it / ns % groups * hpi, hpi, (int)(it % ns), &w.w.io[th]);
+        item(p, plan, kern, &t, &w, it / (groups * ns), it / ns % groups * hpi, hpi, (int)(it % ns), &w.w.io[th]);
     }
     if (ns > 1) merge_splits(p, plan, &w, plan->threads);
     fa_io io;

@@ -13,12 +13,12 @@
 #define FA_DEC_BC 32    /* keys per chunk: two score vectors per row */
 #define FA_DEC_LANES 16 /* fp32 rows are padded to a multiple of 16 (one zmm) */
 
-/* Where element c of a row sits in the kernel's fp32 rows (qs and O): bf16 rows with d % 32 == 0 keep each 32
- * elements as their 16 even ones, then their 16 odd ones (a 32-bit lane holds a bf16 pair, converted by one shift or
- * one mask); every other row in order. */
-static inline int64_t fa_dec_lane(fa_dtype dt, int64_t d, int64_t c) {
-    if (dt != FA_DTYPE_BF16 || d % 32) return c;
-    return (c & ~(int64_t)31) | (c & 1) << 4 | (c & 31) >> 1;
+/* Where element c of a row sits in the kernel's fp32 rows (qs and O): bf16 rows with d % g == 0, g the kernel's
+ * group (fa_dec_kernel.group: twice its vector width), keep each g elements as their g/2 even ones, then their g/2
+ * odd ones (a 32-bit lane holds a bf16 pair, converted by one shift or one mask); every other row in order. */
+static inline int64_t fa_dec_lane(fa_dtype dt, int64_t d, int64_t c, int g) {
+    if (dt != FA_DTYPE_BF16 || d % g) return c;
+    return (c & ~(int64_t)(g - 1)) | (c & 1) * (g / 2) | (c & (g - 1)) >> 1;
 }
 
 typedef struct fa_dec_args {
@@ -46,11 +46,15 @@ typedef struct fa_dec_args {
                                    l = 0 at the start) */
 } fa_dec_args;
 
-typedef void (*fa_dec_attend_fn)(const fa_dec_args *a);
-void fa_dec_attend_scalar(const fa_dec_args *a);
+/* One ISA's kernel: the function, and the bf16 lane group its rows use (fa_dec_lane). */
+typedef struct fa_dec_kernel {
+    void (*attend)(const fa_dec_args *a);
+    int group;
+} fa_dec_kernel;
+extern const fa_dec_kernel fa_dec_kernel_scalar;
 #if defined(__x86_64__) || defined(__i386__)
-void fa_dec_attend_avx2(const fa_dec_args *a);
-void fa_dec_attend_avx512(const fa_dec_args *a);
+extern const fa_dec_kernel fa_dec_kernel_avx2;   /* 8-float vectors: a ymm */
+extern const fa_dec_kernel fa_dec_kernel_avx512; /* 16-float vectors: a zmm */
 #endif
 
 #endif

@@ -1,6 +1,8 @@
-/* The body of the CPU decode kernel (attend.h), written with GCC vector types of 16 floats so that each ISA file
- * that includes it (with its -m flags and -ffp-contract=fast) gets full-width loads and FMAs. Define
- * FA_DEC_ATTEND_NAME before including. docs/decoding.md explains the loop order and the measurements behind it. */
+/* The body of the CPU decode kernel (attend.h), written with GCC vector types of VW floats — the ISA's register
+ * width: 16 (a zmm; the scalar build takes 16 too, as generic vectors), 8 on AVX2 (a ymm: 16-float vectors there
+ * would be register pairs and spill) — so that each ISA file that includes it (with its -m flags and
+ * -ffp-contract=fast) gets full-width loads and FMAs. Define FA_DEC_KERNEL_NAME before including.
+ * docs/decoding.md explains the loop order and the measurements behind it. */
 #include "cpu/decode/attend.h"
 
 #include "core/half.h"
@@ -12,91 +14,85 @@
 #include <immintrin.h>
 #endif
 
-/* AVX2 has 16 ymm registers and a v16f takes two: there PV's pieces of d are narrower (PV_WIDTH), so that its
- * accumulators stay in registers. */
 #if defined(__AVX2__) && !defined(__AVX512F__)
-#define FA_DEC_NARROW 1
+#define VW 8
 #else
-#define FA_DEC_NARROW 0
+#define VW 16
 #endif
+#define FA_DEC_GROUP (2 * VW) /* the bf16 lane group of fa_dec_lane: VW even elements, then VW odd ones */
 
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-typedef uint32_t v16u __attribute__((vector_size(64)));
-typedef uint16_t v16h __attribute__((vector_size(32)));
+typedef float vf __attribute__((vector_size(4 * VW)));
+typedef int32_t vi __attribute__((vector_size(4 * VW)));
+typedef uint32_t vu __attribute__((vector_size(4 * VW)));
+typedef uint16_t vh __attribute__((vector_size(2 * VW)));
 
-#define LD(p) (*(const v16f *)(p))
+#define LD(p) (*(const vf *)(p))
+#define ST(p, x) (*(vf *)(p) = (x))
 
-/* x in every lane. Without AVX-512, GCC builds `scalar * v16f` from four 128-bit pieces stored and reloaded through
- * the stack (store-forwarding stalls in the PV loop); a 256-bit broadcast into both halves avoids it. */
-static inline __attribute__((always_inline)) v16f vbcast(float x) {
-#if defined(__AVX2__) && !defined(__AVX512F__)
-    const __m256 b = _mm256_set1_ps(x);
-    v16f r;
-    __builtin_memcpy(&r, &b, 32);
-    __builtin_memcpy((char *)&r + 32, &b, 32);
-    return r;
-#else
-    const v16f z = {0};
+static inline __attribute__((always_inline)) vf vbcast(float x) { /* x in every lane */
+    const vf z = {0};
     return z + x;
-#endif
 }
-#define ST(p, x) (*(v16f *)(p) = (x))
 #define AI static inline __attribute__((always_inline))
 
 /* How a row's elements become fp32 vectors: a compile-time constant of the loops below */
 enum { M_F32, M_BF16, M_F16, M_ANY };
 
-static inline float hsum16(v16f x) {
-    x += __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-    x += __builtin_shufflevector(x, x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
-    x += __builtin_shufflevector(x, x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
-    x += __builtin_shufflevector(x, x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
-    return x[0];
+/* Halves folded onto each other: after it, every lane of the low half holds op over both halves. */
+#if VW == 16
+#define FOLD(x, OP)                                                                                                    \
+    x = OP(x, __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));                   \
+    x = OP(x, __builtin_shufflevector(x, x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));                   \
+    x = OP(x, __builtin_shufflevector(x, x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13))
+#else
+#define FOLD(x, OP)                                                                                                    \
+    x = OP(x, __builtin_shufflevector(x, x, 4, 5, 6, 7, 0, 1, 2, 3));                                                  \
+    x = OP(x, __builtin_shufflevector(x, x, 2, 3, 0, 1, 6, 7, 4, 5))
+#endif
+#define VADD(a, b) ((a) + (b))
+
+static inline float hsum(vf x) {
+    FOLD(x, VADD);
+    return x[0] + x[1];
 }
 
-/* 32 bf16 -> their 16 even elements and their 16 odd ones in fp32 (exact): a 32-bit lane holds a pair, so one shift
- * and one mask convert it, with no widening shuffle (the lane order of fa_dec_lane) */
-AI void bf16x32(const char *s, v16f *even, v16f *odd) {
-    v16u u;
-    memcpy(&u, s, 64);
-    const v16u e = u << 16, o = u & 0xffff0000u;
-    memcpy(even, &e, 64);
-    memcpy(odd, &o, 64);
+/* 2·VW bf16 -> their VW even elements and their VW odd ones in fp32 (exact): a 32-bit lane holds a pair, so one
+ * shift and one mask convert it, with no widening shuffle (the lane order of fa_dec_lane) */
+AI void bf16_pairs(const char *s, vf *even, vf *odd) {
+    vu u;
+    memcpy(&u, s, sizeof u);
+    const vu e = u << 16, o = u & 0xffff0000u;
+    memcpy(even, &e, sizeof e);
+    memcpy(odd, &o, sizeof o);
 }
-static inline v16f bf16x16(const uint16_t *s) {
-    v16h h;
-    memcpy(&h, s, 32);
-    v16u u = __builtin_convertvector(h, v16u) << 16;
-    v16f f;
-    memcpy(&f, &u, 64);
+static inline vf bf16_vec(const uint16_t *s) { /* VW bf16 -> fp32, in order */
+    vh h;
+    memcpy(&h, s, sizeof h);
+    vu u = __builtin_convertvector(h, vu) << 16;
+    vf f;
+    memcpy(&f, &u, sizeof f);
     return f;
 }
-/* 16 fp16 -> fp32 (exact; subnormals and inf/NaN included) */
-static inline v16f f16x16(const uint16_t *s) {
+/* VW fp16 -> fp32 (exact; subnormals and inf/NaN included) */
+static inline vf f16_vec(const uint16_t *s) {
 #ifdef __AVX512F__
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)s)); /* one vcvtph2ps instead of the bit algebra below */
-#elif defined(__F16C__)
-    const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s)),
-                 hi = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s + 1));
-    v16f c;
-    memcpy(&c, &lo, 32);
-    memcpy((char *)&c + 32, &hi, 32);
-    return c;
+#elif defined(__F16C__) && VW == 8
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s));
 #else
-    v16h h;
-    memcpy(&h, s, 32);
-    v16u u = __builtin_convertvector(h, v16u);
-    v16u em = u & 0x7fffu, bits = em << 13;
-    v16f f;
-    memcpy(&f, &bits, 64);
+    vh h;
+    memcpy(&h, s, sizeof h);
+    vu u = __builtin_convertvector(h, vu);
+    vu em = u & 0x7fffu, bits = em << 13;
+    vf f;
+    memcpy(&f, &bits, sizeof f);
     f *= 0x1p112f; /* rebias the exponent; subnormals come out exact */
-    v16u fb;
-    memcpy(&fb, &f, 64);
-    v16u special = (v16u)(em >= 0x7c00u); /* inf / NaN: all exponent bits set, mantissa kept */
+    vu fb;
+    memcpy(&fb, &f, sizeof fb);
+    vu special = (vu)(em >= 0x7c00u); /* inf / NaN: all exponent bits set, mantissa kept */
     fb = (fb & ~special) | ((bits | 0x7f800000u) & special);
     fb |= (u & 0x8000u) << 16;
-    memcpy(&f, &fb, 64);
+    memcpy(&f, &fb, sizeof f);
     return f;
 #endif
 }
@@ -105,78 +101,76 @@ static inline v16f f16x16(const uint16_t *s) {
 static void row_to_f32(float *restrict dst, const char *src, fa_dtype dt, int d, int dp) {
     int i = 0;
     if (dt == FA_DTYPE_F32) {
-        for (; i + 16 <= d; i += 16) memcpy(dst + i, (const float *)src + i, 64);
+        for (; i + VW <= d; i += VW) memcpy(dst + i, (const float *)src + i, 4 * VW);
     } else if (dt == FA_DTYPE_BF16) {
-        for (; i + 16 <= d; i += 16) ST(dst + i, bf16x16((const uint16_t *)src + i));
+        for (; i + VW <= d; i += VW) ST(dst + i, bf16_vec((const uint16_t *)src + i));
     } else {
-        for (; i + 16 <= d; i += 16) ST(dst + i, f16x16((const uint16_t *)src + i));
+        for (; i + VW <= d; i += VW) ST(dst + i, f16_vec((const uint16_t *)src + i));
     }
     for (; i < d; i++) dst[i] = fa_load_elem(src, (int)dt, i);
     for (; i < dp; i++) dst[i] = 0;
 }
 
 /* Vectors [v0, v0 + nv) of one K or V row in the kernel's lane order (M_BF16: v0 and nv even). */
-AI void row_vecs(v16f *x, const char *src, int v0, int nv, const int MODE, const fa_dec_args *a, float *tmp) {
+AI void row_vecs(vf *x, const char *src, int v0, int nv, const int MODE, const fa_dec_args *a, float *tmp) {
     if (MODE == M_BF16) {
 #pragma GCC unroll 16
-        for (int i = 0; i < nv; i += 2) bf16x32(src + 32 * (v0 + i), &x[i], &x[i + 1]);
+        for (int i = 0; i < nv; i += 2) bf16_pairs(src + 2 * VW * (v0 + i), &x[i], &x[i + 1]);
     } else if (MODE == M_F16) {
 #pragma GCC unroll 16
-        for (int i = 0; i < nv; i++) x[i] = f16x16((const uint16_t *)src + 16 * (v0 + i));
+        for (int i = 0; i < nv; i++) x[i] = f16_vec((const uint16_t *)src + VW * (v0 + i));
     } else if (MODE == M_F32) {
 #pragma GCC unroll 16
-        for (int i = 0; i < nv; i++) memcpy(&x[i], (const float *)src + 16 * (v0 + i), 64);
+        for (int i = 0; i < nv; i++) memcpy(&x[i], (const float *)src + VW * (v0 + i), 4 * VW);
     } else {
         row_to_f32(tmp, src, a->dtype, a->d, a->dp);
-        for (int i = 0; i < nv; i++) x[i] = LD(tmp + 16 * (v0 + i));
+        for (int i = 0; i < nv; i++) x[i] = LD(tmp + VW * (v0 + i));
     }
 }
 
 #define FA_DEC_SAT 0x1p126f /* scores saturate here (the numerics contract: finite inputs never give NaN) */
 
-static inline v16f vsel(v16i m, v16f a, v16f b) { /* m ? a : b, lane by lane (m all ones or zero) */
-    v16i x;
-    memcpy(&x, &a, 64);
-    v16i y;
-    memcpy(&y, &b, 64);
+static inline vf vsel(vi m, vf a, vf b) { /* m ? a : b, lane by lane (m all ones or zero) */
+    vi x;
+    memcpy(&x, &a, sizeof x);
+    vi y;
+    memcpy(&y, &b, sizeof y);
     x = (x & m) | (y & ~m);
-    v16f r;
-    memcpy(&r, &x, 64);
+    vf r;
+    memcpy(&r, &x, sizeof r);
     return r;
 }
 
 /* 2^x lane by lane: fa_port_exp2's reduction and polynomial (simd/portable.h), so every ISA gets the same values. */
-static inline v16f vexp2(v16f x) {
-    const v16f z = {0}, lo = z - 126.0f, hi = z + 127.0f;
-    v16f y = vsel(x > -126.0f, x, lo);
+static inline vf vexp2(vf x) {
+    const vf z = {0}, lo = z - 126.0f, hi = z + 127.0f;
+    vf y = vsel(x > -126.0f, x, lo);
     y = vsel(y < 127.0f, y, hi);
-    const v16f n = (y + 12582912.0f) - 12582912.0f;
-    const v16f f = y - n;
-    v16f p = f * 1.338130212e-03f + 9.666368365e-03f;
+    const vf n = (y + 12582912.0f) - 12582912.0f;
+    const vf f = y - n;
+    vf p = f * 1.338130212e-03f + 9.666368365e-03f;
     p = p * f + 5.550381169e-02f;
     p = p * f + 2.402234972e-01f;
     p = p * f + 6.931471825e-01f;
     p = p * f + 1.0f;
-    const v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
-    v16f sc;
-    memcpy(&sc, &e, 64);
+    const vi e = (__builtin_convertvector(n, vi) + 127) << 23;
+    vf sc;
+    memcpy(&sc, &e, sizeof sc);
     return vsel(x > -126.0f, p * sc, z);
 }
 
-static inline float hmax16(v16f x) { /* a shuffle tree (a NaN lane may or may not win: the row is NaN anyway) */
-    v16f y = __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-    x = vsel(x > y, x, y);
-    y = __builtin_shufflevector(x, x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
-    x = vsel(x > y, x, y);
-    y = __builtin_shufflevector(x, x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
-    x = vsel(x > y, x, y);
+#define VMAX(a, b) vsel((a) > (b), (a), (b))
+static inline float hmax(vf x) { /* a shuffle tree (a NaN lane may or may not win: the row is NaN anyway) */
+    FOLD(x, VMAX);
     return x[0] > x[1] ? x[0] : x[1];
 }
 
-/* Sixteen lane sums at once: lane L of the result is the sum of the lanes of x[4 (L % 4) + L / 4] (30 shuffles and
- * 15 adds: two per dot product, where one sum at a time takes four and an extraction). */
-AI v16f sum16(const v16f *x) {
-    v16f y[8], z[4], w[2];
+#if VW == 16
+/* Sixteen lane sums at once: lane L of the result is the sum of the lanes of x[SUM_SRC(L)] (30 shuffles and 15 adds:
+ * two per dot product, where one sum at a time takes four and an extraction). */
+#define SUM_SRC(L) (4 * ((L) & 3) + ((L) >> 2))
+AI vf sum_lanes(const vf *x) {
+    vf y[8], z[4], w[2];
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++)
         y[k] = __builtin_shufflevector(x[2 * k], x[2 * k + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
@@ -192,29 +186,46 @@ AI v16f sum16(const v16f *x) {
     return __builtin_shufflevector(w[0], w[1], 0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30) +
            __builtin_shufflevector(w[0], w[1], 1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31);
 }
+#else
+/* Eight lane sums at once: lane L of the result is the sum of the lanes of x[SUM_SRC(L)] (L's 3 bits reversed). */
+#define SUM_SRC(L) (((L) & 1) << 2 | ((L) & 2) | ((L) >> 2 & 1))
+AI vf sum_lanes(const vf *x) {
+    vf y[4], z[2];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        y[k] = __builtin_shufflevector(x[2 * k], x[2 * k + 1], 0, 1, 2, 3, 8, 9, 10, 11) +
+               __builtin_shufflevector(x[2 * k], x[2 * k + 1], 4, 5, 6, 7, 12, 13, 14, 15);
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; k++)
+        z[k] = __builtin_shufflevector(y[2 * k], y[2 * k + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
+               __builtin_shufflevector(y[2 * k], y[2 * k + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+    return __builtin_shufflevector(z[0], z[1], 0, 8, 2, 10, 4, 12, 6, 14) +
+           __builtin_shufflevector(z[0], z[1], 1, 9, 3, 11, 5, 13, 7, 15);
+}
+#endif
 
-/* S = Qi Kjᵀ for rows [r0, r0 + NR) of head hh and the chunk's keys: NR·NK = 16 raw dots per group of NK keys,
- * each key's vectors converted once for the NR rows, the group's 16 sums in one sum16. */
+/* S = Qi Kjᵀ for rows [r0, r0 + NR) of head hh and the chunk's keys: NR·NK = VW raw dots per group of NK keys,
+ * each key's vectors converted once for the NR rows, the group's VW sums in one sum_lanes. */
 AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const int NR, const int MODE, float *tmp) {
-    const int NK = 16 / NR, NV = a->dp / 16, dp = a->dp, STEP = MODE == M_BF16 ? 2 : 1;
+    const int NK = VW / NR, NV = a->dp / VW, dp = a->dp, STEP = MODE == M_BF16 ? 2 : 1;
     const float *q = a->qs + ((size_t)hh * a->R + r0) * dp;
     float *S = a->S + ((size_t)hh * a->R + r0) * FA_DEC_BC;
     for (int j0 = 0; j0 < FA_DEC_BC; j0 += NK) {
-        v16f acc[16] = {{0}}; /* acc[r·NK + j]: row r0 + r, key j0 + j */
+        vf acc[VW] = {{0}}; /* acc[r·NK + j]: row r0 + r, key j0 + j */
 #ifdef __AVX512BF16__
         if (MODE == M_BF16) { /* bf16 K rows as they are: one vdpbf16ps per row and 32 elements (two with hi + lo) */
             const uint16_t *qb = a->qb + ((size_t)hh * a->R + r0) * 2 * dp;
             for (int i = 0; i < NV; i += 2)
 #pragma GCC unroll 16
                 for (int j = 0; j < NK; j++) {
-                    const __m512bh k = (__m512bh)_mm512_loadu_si512(kr[j0 + j] + hh * a->k_sh + 32 * i);
+                    const __m512bh k = (__m512bh)_mm512_loadu_si512(kr[j0 + j] + hh * a->k_sh + 2 * VW * i);
 #pragma GCC unroll 16
                     for (int r = 0; r < NR; r++) {
-                        const uint16_t *q0 = qb + (size_t)r * 2 * dp + 16 * i;
+                        const uint16_t *q0 = qb + (size_t)r * 2 * dp + VW * i;
                         __m512 x = (__m512)acc[r * NK + j];
                         x = _mm512_dpbf16_ps(x, (__m512bh)_mm512_loadu_si512(q0), k);
                         if (a->qb_parts == 2) x = _mm512_dpbf16_ps(x, (__m512bh)_mm512_loadu_si512(q0 + dp), k);
-                        acc[r * NK + j] = (v16f)x;
+                        acc[r * NK + j] = (vf)x;
                     }
                 }
         } else
@@ -224,24 +235,24 @@ AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const in
                 row_to_f32(tmp, kr[j0 + j] + hh * a->k_sh, a->dtype, a->d, dp);
                 for (int i = 0; i < NV; i++)
 #pragma GCC unroll 16
-                    for (int r = 0; r < NR; r++) acc[r * NK + j] += LD(q + r * dp + 16 * i) * LD(tmp + 16 * i);
+                    for (int r = 0; r < NR; r++) acc[r * NK + j] += LD(q + r * dp + VW * i) * LD(tmp + VW * i);
             }
         } else {
-            for (int i = 0; i < NV; i += STEP) /* a loop, not unrolled: the 16 sums stay in registers */
+            for (int i = 0; i < NV; i += STEP) /* a loop, not unrolled: the VW sums stay in registers */
 #pragma GCC unroll 16
                 for (int j = 0; j < NK; j++) {
-                    v16f k[2];
+                    vf k[2];
                     row_vecs(k, kr[j0 + j] + hh * a->k_sh, i, STEP, MODE, a, tmp);
 #pragma GCC unroll 16
                     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 2
-                        for (int s = 0; s < STEP; s++) acc[r * NK + j] += LD(q + r * dp + 16 * (i + s)) * k[s];
+                        for (int s = 0; s < STEP; s++) acc[r * NK + j] += LD(q + r * dp + VW * (i + s)) * k[s];
                 }
         }
-        v16f x[16];
+        vf x[VW];
 #pragma GCC unroll 16
-        for (int L = 0; L < 16; L++) x[4 * (L & 3) + (L >> 2)] = acc[L];
-        v16f w = sum16(x);
+        for (int L = 0; L < VW; L++) x[SUM_SRC(L)] = acc[L];
+        vf w = sum_lanes(x);
 #ifdef __AVX512BF16__
         if (MODE == M_BF16) w *= a->qb_mul;
 #endif
@@ -250,51 +261,51 @@ AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const in
     }
 }
 
-/* The online softmax of row `row` on its FA_DEC_BC scores, 16 at a time. A non-finite visible dot (a NaN/inf in the
+/* The online softmax of row `row` on its FA_DEC_BC scores, VW at a time. A non-finite visible dot (a NaN/inf in the
  * key row, or q·k beyond fp32) makes l NaN, so the row's state fails the contract's check and is recomputed; then
  * softcap, saturation, q's NaN flag and −inf for the keys the row does not see; m_new = max(m, rowmax(S));
  * P = 2^(S − m_new); l = 2^(m − m_new) l + rowsum(P), kept by lane in Lv (summed once, at the end of the item);
  * O = 2^(m − m_new) O. S is left holding P. */
 AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n) {
-    const int NV = a->dp / 16;
-    const int r = row % a->R, NS = FA_DEC_BC / 16;
+    const int r = row % a->R, NS = FA_DEC_BC / VW;
     const int64_t lo = a->lo[r] > j0 ? a->lo[r] : j0, hi = a->hi[r] < j0 + n ? a->hi[r] : j0 + n;
-    const v16f z = {0};
+    const vf z = {0};
     if (hi <= lo) { /* P = 0: the rows of a group share pv's key loop */
-        for (int s = 0; s < NS; s++) ST(a->S + (size_t)row * FA_DEC_BC + 16 * s, z);
+        for (int s = 0; s < NS; s++) ST(a->S + (size_t)row * FA_DEC_BC + VW * s, z);
         return;
     }
-    const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    vi lane;
+    for (int i = 0; i < VW; i++) lane[i] = i;
     float *S = a->S + (size_t)row * FA_DEC_BC, *Lv = a->Lv + (size_t)row * 16;
-    v16f Sv[FA_DEC_BC / 16], nan = z, mxv = z - INFINITY;
-    const v16f qbad = vbcast(a->qbad[row]);
+    vf Sv[FA_DEC_BC / VW], nan = z, mxv = z - INFINITY;
+    const vf qbad = vbcast(a->qbad[row]);
 #pragma GCC unroll 4
     for (int s = 0; s < NS; s++) {
-        v16f x = LD(S + 16 * s);
-        const v16i vis = (lane + 16 * s >= (int)(lo - j0)) & (lane + 16 * s < (int)(hi - j0));
+        vf x = LD(S + VW * s);
+        const vi vis = (lane + VW * s >= (int)(lo - j0)) & (lane + VW * s < (int)(hi - j0));
         nan += vsel(vis, x * 0.0f, z);
         if (a->softcap_mul != 0)
-            for (int jj = 0; jj < 16; jj++) x[jj] = a->softcap_mul * tanhf(x[jj]);
+            for (int jj = 0; jj < VW; jj++) x[jj] = a->softcap_mul * tanhf(x[jj]);
         x = vsel(x > FA_DEC_SAT, z + FA_DEC_SAT, vsel(x < -FA_DEC_SAT, z - FA_DEC_SAT, x)) + qbad;
         Sv[s] = vsel(vis, x, z - INFINITY);
         mxv = vsel(Sv[s] > mxv, Sv[s], mxv);
     }
-    const float mx = hmax16(mxv);
-    v16f lv = LD(Lv) + nan;
+    const float mx = hmax(mxv);
+    vf lv = LD(Lv) + nan;
     if (mx > a->m[row]) {
         const float alpha = fa_port_exp2(a->m[row] - mx);
-        const v16f av = vbcast(alpha);
+        const vf av = vbcast(alpha);
         lv *= av;
-        float *o = a->O + (size_t)row * 16 * NV;
-        for (int i = 0; i < NV; i++) ST(o + 16 * i, LD(o + 16 * i) * av);
+        float *o = a->O + (size_t)row * a->dp;
+        for (int i = 0; i < a->dp; i += VW) ST(o + i, LD(o + i) * av);
         a->m[row] = mx;
     }
-    const v16f mv = vbcast(a->m[row]);
+    const vf mv = vbcast(a->m[row]);
 #pragma GCC unroll 4
     for (int s = 0; s < NS; s++) {
-        const v16f P = vexp2(Sv[s] - mv);
+        const vf P = vexp2(Sv[s] - mv);
         lv += P;
-        ST(S + 16 * s, P);
+        ST(S + VW * s, P);
     }
     ST(Lv, lv);
 }
@@ -317,15 +328,15 @@ AI void pf_lines(const fa_dec_args *a, pf_rows *pf, int hh, int count) {
 /* O_r += p_r,j v_j for keys [ja, jb) and the NW-vector piece at v0 of rows r0.. of A. A key row r does not see has
  * p_r,j = 0 (its score is −inf); a NaN or inf in such a v_j still makes that row's O NaN, which the state check
  * after the kernel finds and recomputes (cpu/algo/decode.c), so the loop needs no visibility test. */
-AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float *P, v16f (*A)[16], int ja, int jb,
+AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float *P, vf (*A)[16], int ja, int jb,
                 int v0, const int NR, const int NW, const int MODE, float *tmp, pf_rows *pf) {
     for (int jj = ja; jj < jb; jj++) {
         if (pf) pf_lines(a, pf, hh, pf->per);
-        v16f v[16];
+        vf v[16];
         row_vecs(v, vr[jj] + hh * a->v_sh, v0, NW, MODE, a, tmp);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            const v16f p = vbcast(P[r * FA_DEC_BC + jj]);
+            const vf p = vbcast(P[r * FA_DEC_BC + jj]);
 #pragma GCC unroll 16
             for (int i = 0; i < NW; i++) A[r][i] += p * v[i];
         }
@@ -338,28 +349,28 @@ AI void pv_span(const fa_dec_args *a, const char *const *vr, int hh, const float
                 int v0, int v1, const int NR, const int NW, const int MODE, float *tmp, pf_rows *pf) {
     const int dp = a->dp;
     for (; v0 + NW <= v1; v0 += NW) {
-        v16f A[4][16];
+        vf A[4][16];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 16
-            for (int i = 0; i < NW; i++) A[r][i] = LD(O + r * dp + 16 * (v0 + i));
+            for (int i = 0; i < NW; i++) A[r][i] = LD(O + r * dp + VW * (v0 + i));
         pv_keys(a, vr, hh, P, A, ja, jb, v0, NR, NW, MODE, tmp, pf);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 16
-            for (int i = 0; i < NW; i++) ST(O + r * dp + 16 * (v0 + i), A[r][i]);
+            for (int i = 0; i < NW; i++) ST(O + r * dp + VW * (v0 + i), A[r][i]);
     }
 }
 
-/* Vectors of d per piece of PV for a group of NR rows: 16 accumulators for 4 rows, 8 for 1 or 2; in the narrow
- * form 4 for fp32 and f16 rows (bf16 rows, converted in pairs, measured faster with the wide pieces there too). */
-#define PV_WIDTH(NR, MODE) (FA_DEC_NARROW && (MODE) != M_BF16 ? 4 / (NR) : (NR) == 4 ? 4 : 8)
+/* Vectors of d per piece of PV for a group of NR rows: with 32 zmm, 16 accumulators for 4 rows and 8 for 1 or 2;
+ * with 16 ymm, 8 accumulators whatever NR (with the V vectors and p, the register file is full). */
+#define PV_WIDTH(NR) (VW == 16 ? ((NR) == 4 ? 4 : 8) : 8 / (NR))
 
 /* O += P Vj for rows [r0, r0 + NR) of head hh over the keys any of them sees: their O in registers over W vectors
  * of d at a time (PV_WIDTH), so each V row is converted once per group of rows. */
 AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t j0, int n, const int NR,
            const int MODE, float *tmp, pf_rows *pf) {
-    const int W = PV_WIDTH(NR, MODE), NV = a->dp / 16, dp = a->dp;
+    const int W = PV_WIDTH(NR), NV = a->dp / VW, dp = a->dp;
     int ja = FA_DEC_BC, jb = 0;
     for (int r = 0; r < NR; r++) {
         const int64_t l = a->lo[r0 + r] - j0, h = a->hi[r0 + r] - j0;
@@ -374,7 +385,7 @@ AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t 
     if (NV % W == 0) {
         pv_span(a, vr, hh, P, O, ja, jb, 0, NV, NR, W, MODE, tmp, pf);
     } else {
-        const int P4 = FA_DEC_NARROW && MODE != M_BF16 ? W : 4, n4 = NV / P4 * P4;
+        const int P4 = VW == 16 ? 4 : 2, n4 = NV / P4 * P4;
         pv_span(a, vr, hh, P, O, ja, jb, 0, n4, NR, P4, MODE, tmp, pf);
         pv_span(a, vr, hh, P, O, ja, jb, n4, NV, NR, MODE == M_BF16 ? 2 : 1, MODE, tmp, pf);
     }
@@ -386,10 +397,10 @@ AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t 
  * The row format MODE is a compile-time constant after inlining; d is not (only the piece widths of pv are). */
 AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, const char *const *vr,
               const char *const *kn, const char *const *vn, int nn, const int MODE) {
-    const int NV = a->dp / 16;
+    const int NV = a->dp / VW;
     const int R = a->R, row_bytes = a->d * (int)fa_dtype_size(a->dtype);
     /* PV key steps of a head: (groups of rows) x (pieces of d) x keys */
-    const int groups = R / 4 + (R % 4) / 2 + (R % 2), W = PV_WIDTH(R >= 4 ? 4 : R >= 2 ? 2 : 1, MODE);
+    const int groups = R / 4 + (R % 4) / 2 + (R % 2), W = PV_WIDTH(R >= 4 ? 4 : R >= 2 ? 2 : 1);
     const int sites = groups * ((NV + W - 1) / W) * FA_DEC_BC;
     _Alignas(64) float tmp[256];
     for (int hh = 0; hh < a->nh; hh++) {
@@ -428,9 +439,9 @@ static inline void key_rows(const fa_dec_args *a, int64_t j0, int n, const char 
 /* The keys of the item chunk by chunk, with the row format and vector count fixed at compile time. */
 AI void walk(const fa_dec_args *a, const int MODE) {
     const char *kr[FA_DEC_BC], *vr[FA_DEC_BC], *kp[FA_DEC_BC], *vp[FA_DEC_BC]; /* this chunk, the next one */
-    const v16f z = {0};
+    const vf z = {0};
     for (int row = 0; row < a->R * a->nh; row++) {
-        v16f l = z;
+        vf l = z;
         l[0] = a->l[row];
         ST(a->Lv + (size_t)row * 16, l);
     }
@@ -442,7 +453,7 @@ AI void walk(const fa_dec_args *a, const int MODE) {
         if (np) key_rows(a, jp, np, kp, vp);
         chunk(a, j0, n, kr, vr, kp, vp, np, MODE);
     }
-    for (int row = 0; row < a->R * a->nh; row++) a->l[row] = hsum16(LD(a->Lv + (size_t)row * 16));
+    for (int row = 0; row < a->R * a->nh; row++) a->l[row] = hsum(LD(a->Lv + (size_t)row * 16));
 }
 
 /* One function per row format (MODE a constant in each), not one function holding all four. */
@@ -452,10 +463,12 @@ FA_DEC_NOINLINE void walk_bf16(const fa_dec_args *a) { walk(a, M_BF16); }
 FA_DEC_NOINLINE void walk_f16(const fa_dec_args *a) { walk(a, M_F16); }
 FA_DEC_NOINLINE void walk_any(const fa_dec_args *a) { walk(a, M_ANY); }
 
-void FA_DEC_ATTEND_NAME(const fa_dec_args *a) {
+static void attend(const fa_dec_args *a) {
     /* fp32, bf16 and f16 rows converted by whole vectors; any other d through M_ANY */
-    if (a->d % 16 == 0 && a->dtype == FA_DTYPE_F32) walk_f32(a);
-    else if (a->d % 16 == 0 && a->dtype == FA_DTYPE_F16) walk_f16(a);
-    else if (a->d % 32 == 0 && a->dtype == FA_DTYPE_BF16) walk_bf16(a);
+    if (a->d % VW == 0 && a->dtype == FA_DTYPE_F32) walk_f32(a);
+    else if (a->d % VW == 0 && a->dtype == FA_DTYPE_F16) walk_f16(a);
+    else if (a->d % FA_DEC_GROUP == 0 && a->dtype == FA_DTYPE_BF16) walk_bf16(a);
     else walk_any(a);
 }
+
+const fa_dec_kernel FA_DEC_KERNEL_NAME = {attend, FA_DEC_GROUP};

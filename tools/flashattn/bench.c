@@ -618,9 +618,9 @@ int cmd_bench(int argc, char **argv) {
         if (pk.bf16 > 0) fprintf(f, ", bf16 %s %.1f", pk.isa && !strcmp(pk.isa, "amx") ? "tiles" : "dot", pk.bf16);
         if (pk.blas > 0) fprintf(f, ", BLAS sgemm 4096^3 %.1f", pk.blas);
         else fprintf(f, ", BLAS: not linked");
-        fprintf(f, "\nceiling assumed: %d fp32 lanes x %d FMA units (inferred from the 1-thread rate) x 2 x %.2f GHz "
-                   "(clock read) x %d threads = %.1f GFLOP/s fp32", pk.lanes, pk.fma_units, pk.ghz, pk.threads,
-                pk.fp32_theory);
+        fprintf(f, "\nceiling assumed: %d fp32 lanes x %d FMA units (register-only FMAs: %.1f GFLOP/s on 1 thread) x 2 "
+                   "x %.2f GHz (dependent adds) x %d threads = %.1f GFLOP/s fp32", pk.lanes, pk.fma_units, pk.fma_1t,
+                pk.ghz, pk.threads, pk.fp32_theory);
         if (pk.bf16_theory > 0) fprintf(f, ", %.1f bf16", pk.bf16_theory);
         if (pk.fp32_theory > 0) fprintf(f, "; micro-kernel at %.0f%% of it", 100.0 * pk.fp32 / pk.fp32_theory);
         fprintf(f, "\nBLAS: %s\n\n", pk.blas_info);

@@ -11,9 +11,11 @@ typedef struct fa_cpu_peak {
     double bf16;       /* bf16 dot-product kernel on all threads, 0 when the CPU has none */
     double blas;       /* system sgemm 4096³, 0 when no BLAS is linked */
     /* The theoretical ceiling the rates are read against: clock (GHz, a chain of dependent integer adds on one
-     * core, under load), fp32 lanes of the table's vectors, FMA units per core (the whole number nearest the 1-thread
-     * micro-kernel rate / (2 · lanes · clock): inferred, not looked up), and the products of these. */
+     * core, under load), fp32 lanes of the table's vectors, FMA units per core (the whole number nearest the rate of
+     * register-only FMAs on one thread / (2 · lanes · clock): measured, not looked up; without such a loop, the
+     * 1-thread micro-kernel rate), and the products of these. */
     double ghz;
+    double fma_1t;       /* GFLOP/s of register-only FMAs of the table's width, one thread (0: not measured) */
     int lanes, fma_units;
     double fp32_theory;  /* 2 · lanes · units · ghz · threads */
     double bf16_theory;  /* bf16 at twice the fp32 rate (vdpbf16ps), 1024 flop/cycle/core with AMX tiles; 0 = none */

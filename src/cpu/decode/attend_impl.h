@@ -342,8 +342,10 @@ AI void pf_lines(const fa_dec_args *a, pf_rows *pf, int hh, int count) {
  * no visibility test. */
 AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float *P, vf (*A)[16], int ja, int jb,
                 int v0, const int NR, const int NW, const int MODE, float *tmp, pf_rows *pf, int ph) {
+    pf_rows c = pf ? *pf : (pf_rows){0}; /* the cursor in registers over the loop (through memory, each step would
+                                            wait for the last one's store) */
     for (int jj = ja; jj < jb; jj++) {
-        if (pf) pf_lines(a, pf, ph, pf->per);
+        if (pf) pf_lines(a, &c, ph, c.per);
         vf v[16];
         row_vecs(v, vr[jj] + hh * a->v_sh, v0, NW, MODE, a, tmp);
 #pragma GCC unroll 4
@@ -353,6 +355,7 @@ AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float
             for (int i = 0; i < NW; i++) A[r][i] += p * v[i];
         }
     }
+    if (pf) *pf = c;
 }
 
 /* The pieces [v0, v1) of d, NW vectors each (a compile-time width, so that the accumulators are registers):

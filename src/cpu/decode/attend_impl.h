@@ -323,6 +323,9 @@ AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n) {
  * loads behind it wait). Where the item's heads are adjacent in memory, the whole rows (all heads) in address order,
  * spread over every head's PV loop: head by head, each head's slice of rows 2 KB apart defeats the hardware
  * prefetchers (AVX2, Zen 3, 8 heads of d = 128 bf16: MHA 8.6 -> 13 GB/s); else head hh's rows over its own loop. */
+#ifndef FA_DEC_PF_LOCALITY /* prefetcht0 on AVX2 (Zen 3: GQA 32/8 bf16 6.1 -> 8.3 GB/s over prefetcht1), t1 else */
+#define FA_DEC_PF_LOCALITY (VW == 8 ? 3 : 2)
+#endif
 typedef struct pf_rows {
     const char *const *k, *const *v;
     int n, bytes, per; /* keys, bytes of a row, lines per call */
@@ -330,8 +333,8 @@ typedef struct pf_rows {
 } pf_rows;
 AI void pf_lines(const fa_dec_args *a, pf_rows *pf, int hh, int count) {
     for (int i = 0; i < count && pf->key < pf->n; i++) {
-        __builtin_prefetch(pf->k[pf->key] + hh * a->k_sh + pf->c, 0, 2);
-        __builtin_prefetch(pf->v[pf->key] + hh * a->v_sh + pf->c, 0, 2);
+        __builtin_prefetch(pf->k[pf->key] + hh * a->k_sh + pf->c, 0, FA_DEC_PF_LOCALITY);
+        __builtin_prefetch(pf->v[pf->key] + hh * a->v_sh + pf->c, 0, FA_DEC_PF_LOCALITY);
         if ((pf->c += 64) >= pf->bytes) pf->c = 0, pf->key++;
     }
 }

@@ -20,6 +20,8 @@ double t_ceiling(fa_dtype dt, int is_grad, double refmax, double relax) {
     return rel * (relax > 0 ? relax : 1) * refmax + (dt == FA_DTYPE_F32 ? 0 : t_atol(dt, refmax));
 }
 
+double t_std_atol(fa_dtype dt, double refmax, double relax) { return t_atol(dt, refmax) * (relax > 1 ? relax : 1); }
+
 static double ratio_of(double err, double allowed) {
     if (allowed > 0) return err / allowed;
     return err > 0 || isnan(err) ? INFINITY : 0;
@@ -37,7 +39,7 @@ static t_verdict verdict(double err, double ceiling, int use_std, double std_bou
 }
 
 t_verdict t_judge(fa_dtype dt, int is_standard, int is_grad, double err, double err_std, double refmax, double relax) {
-    return verdict(err, t_ceiling(dt, is_grad, refmax, relax), !is_standard, 2 * err_std + t_atol(dt, refmax));
+    return verdict(err, t_ceiling(dt, is_grad, refmax, relax), !is_standard, 2 * err_std + t_std_atol(dt, refmax, relax));
 }
 
 t_verdict t_judge_lse(int is_standard, double err, double err_std, double scale) {
@@ -53,7 +55,7 @@ double t_lse_scale(const double *lse_ref, int64_t n) {
 
 int t_check_err(const char *what, fa_algo algo, fa_dtype dt, double err, double err_std, double refmax,
                 int is_grad, double relax) {
-    double ceiling = t_ceiling(dt, is_grad, refmax, relax), atol = t_atol(dt, refmax);
+    double ceiling = t_ceiling(dt, is_grad, refmax, relax), atol = t_std_atol(dt, refmax, relax);
     int ok = 1;
     t_checks++;
     if (!(err <= ceiling)) {

@@ -12,6 +12,9 @@
 
 double t_atol(fa_dtype dt, double refmax);
 /* The ceiling on max abs err for any algorithm; relax (0 = 1) multiplies its relative part. */
+/* The absolute slack of the 2 × standard rule: t_atol, times relax where relax > 1 (a case whose rounding every
+ * implementation suffers, e.g. logits of 1e4, where STANDARD's own error depends on its summation order). */
+double t_std_atol(fa_dtype dt, double refmax, double relax);
 double t_ceiling(fa_dtype dt, int is_grad, double refmax, double relax);
 
 typedef struct t_verdict {

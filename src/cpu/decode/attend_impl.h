@@ -487,10 +487,11 @@ FA_DEC_NOINLINE void walk_f16(const fa_dec_args *a) { walk(a, M_F16); }
 FA_DEC_NOINLINE void walk_any(const fa_dec_args *a) { walk(a, M_ANY); }
 
 static void attend(const fa_dec_args *a) {
-    /* fp32, bf16 and f16 rows converted by whole vectors; any other d through M_ANY */
-    if (a->d % VW == 0 && a->dtype == FA_DTYPE_F32) walk_f32(a);
-    else if (a->d % VW == 0 && a->dtype == FA_DTYPE_F16) walk_f16(a);
-    else if (a->d % FA_DEC_GROUP == 0 && a->dtype == FA_DTYPE_BF16) walk_bf16(a);
+    /* fp32, bf16 and f16 rows converted by whole vectors where d is its padded width (the loops run to dp: a row
+     * of d % 16 != 0 would be read past its end); any other d through M_ANY */
+    if (a->d == a->dp && a->dtype == FA_DTYPE_F32) walk_f32(a);
+    else if (a->d == a->dp && a->dtype == FA_DTYPE_F16) walk_f16(a);
+    else if (a->d % FA_DEC_GROUP == 0 && a->d == a->dp && a->dtype == FA_DTYPE_BF16) walk_bf16(a);
     else walk_any(a);
 }
 

@@ -68,9 +68,10 @@ int main(void) {
     c.opts.scale = 0.3f;
     t_run_forward(ctx, &c, ALL);
     /* wide logits (c·S spans ~±60 in log2 units) over many K/V blocks: FLASH2's lazily raised maximum rises
-     * inside and across blocks (kernels.h qk_softmax_t) */
+     * inside and across blocks (kernels.h qk_softmax_t). Scores of |s| ~ 50 carry an fp32 rounding that moves P by
+     * ~1e-5: STANDARD itself reached 1.1e-5 relative on a seed (376778866915), so the f32 bound is relaxed 4x. */
     c = t_case_laid(1, 150, 300, 2, 2, 64, F32, T_BSHD, T_BSHD, T_BSHD);
-    c.opts.scale = 0.5f, c.opts.block_k = 16, c.sigma = 2;
+    c.opts.scale = 0.5f, c.opts.block_k = 16, c.sigma = 2, c.relax = 4;
     t_run_forward(ctx, &c, ALL);
     c = t_case_laid(1, 65, 77, 2, 2, 16, BF16, T_BSHD, T_BSHD, T_BSHD);
     c.opts.scale = -0.2f;

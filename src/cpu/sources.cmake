@@ -13,17 +13,21 @@ set(FA_CPU_SOURCES
 # KV-cache decoding: the entry points (src/core/kvcache.c), the CPU plan and run (algo/decode.c), and its kernel
 # once per ISA (decode/attend_*.c, the body in decode/attend_impl.h). -ffp-contract=fast lets the vector code fuse
 # its multiply-adds; -Wno-psabi: its 64-byte vector types only cross static inline functions, no ABI boundary.
+# FA_DECODE_KERNEL_FLAGS adds options to those files alone: the fuzz build (tests/fuzz/build.sh) gives -O0, since
+# clang's inliner spends minutes on their always-inline vector code under ASan (attend_avx512.c: 8 min at -O2).
+set(FA_DECODE_KERNEL_FLAGS "" CACHE STRING "Extra compile options for the CPU decode kernels (src/cpu/decode/attend_*.c)")
 list(APPEND FA_CPU_SOURCES src/core/kvcache.c src/cpu/algo/decode.c src/cpu/decode/attend_scalar.c)
-set_source_files_properties(src/cpu/decode/attend_scalar.c PROPERTIES COMPILE_OPTIONS "-ffp-contract=fast;-Wno-psabi")
+set_source_files_properties(src/cpu/decode/attend_scalar.c PROPERTIES
+  COMPILE_OPTIONS "-ffp-contract=fast;-Wno-psabi;${FA_DECODE_KERNEL_FLAGS}")
 
 # Each ISA file gets its own flags; the dispatcher and everything that runs before the CPUID check stay at the
 # baseline ISA, so one binary runs on any x86-64.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i.86)$" AND CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
   list(APPEND FA_CPU_SOURCES src/cpu/simd/avx2.c src/cpu/simd/avx512.c src/cpu/simd/amx.c)
   list(APPEND FA_CPU_SOURCES src/cpu/decode/attend_avx2.c src/cpu/decode/attend_avx512.c)
-  set_source_files_properties(src/cpu/decode/attend_avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-ffp-contract=fast;-Wno-psabi")
+  set_source_files_properties(src/cpu/decode/attend_avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-ffp-contract=fast;-Wno-psabi;${FA_DECODE_KERNEL_FLAGS}")
   set_source_files_properties(src/cpu/decode/attend_avx512.c PROPERTIES
-    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma;-ffp-contract=fast")
+    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma;-ffp-contract=fast;${FA_DECODE_KERNEL_FLAGS}")
   set_source_files_properties(src/cpu/simd/avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
   set_source_files_properties(src/cpu/simd/avx512.c PROPERTIES
     COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma")

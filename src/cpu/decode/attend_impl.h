@@ -421,12 +421,13 @@ AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, co
     const int groups = R / 4 + (R % 4) / 2 + (R % 2), W = PV_WIDTH(R >= 4 ? 4 : R >= 2 ? 2 : 1);
     const int sites = groups * ((NV + W - 1) / W) * FA_DEC_BC;
     _Alignas(64) float tmp[256];
-    /* the prefetch of the next chunk: whole rows over all heads, or per head (pf_rows) */
-    const int whole = a->nh > 1 && a->k_sh == row_bytes && a->v_sh == row_bytes, wb = row_bytes * a->nh;
-    pf_rows pfw = {kn, vn, nn, wb, (nn * ((wb + 63) / 64) + sites * a->nh - 1) / (sites * a->nh), 0, 0};
+    /* the prefetch of the next chunk (pf_rows): whole rows (all heads) over every head's PV steps, or each head's
+     * own rows over its own steps, the cursor restarting per head */
+    const int whole = a->nh > 1 && a->k_sh == row_bytes && a->v_sh == row_bytes;
+    const int bytes = whole ? row_bytes * a->nh : row_bytes, steps = whole ? sites * a->nh : sites;
+    pf_rows pf = {kn, vn, nn, bytes, (nn * ((bytes + 63) / 64) + steps - 1) / steps, 0, 0};
     for (int hh = 0; hh < a->nh; hh++) {
-        pf_rows pfh = {kn, vn, nn, row_bytes, (nn * ((row_bytes + 63) / 64) + sites - 1) / sites, 0, 0};
-        pf_rows *pp = whole ? &pfw : &pfh;
+        if (!whole) pf.key = 0, pf.c = 0;
         const int ph = whole ? 0 : hh;
         for (int r = 0; r < R;) {
             if (R - r >= 4) qk(a, kr, hh, r, 4, MODE, tmp), r += 4;
@@ -435,11 +436,11 @@ AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, co
         }
         for (int r = 0; r < R; r++) softmax_row(a, hh * R + r, j0, n);
         for (int r = 0; r < R;) {
-            if (R - r >= 4) pv(a, vr, hh, r, j0, n, 4, MODE, tmp, pp, ph), r += 4;
-            else if (R - r >= 2) pv(a, vr, hh, r, j0, n, 2, MODE, tmp, pp, ph), r += 2;
-            else pv(a, vr, hh, r, j0, n, 1, MODE, tmp, pp, ph), r += 1;
+            if (R - r >= 4) pv(a, vr, hh, r, j0, n, 4, MODE, tmp, &pf, ph), r += 4;
+            else if (R - r >= 2) pv(a, vr, hh, r, j0, n, 2, MODE, tmp, &pf, ph), r += 2;
+            else pv(a, vr, hh, r, j0, n, 1, MODE, tmp, &pf, ph), r += 1;
         }
-        if (!whole || hh == a->nh - 1) pf_lines(a, pp, ph, pp->n * (pp->bytes / 64 + 1));
+        if (!whole || hh == a->nh - 1) pf_lines(a, &pf, ph, pf.n * (pf.bytes / 64 + 1));
     }
 }
 

@@ -44,8 +44,9 @@ static inline int64_t fa_kv_row(const fa_kv_problem *p, int64_t b) { return p->b
 
 /* The split count: with `items` independent work items (sequence x K/V head) on `workers` SMs or threads, each
  * over `blocks` key blocks, the fewest splits (<= max_splits) whose waves of items x splits fill the workers within
- * 85 % of the best efficiency; 1 when the items alone fill 80 % of the workers. docs/decoding.md. */
-int fa_kv_split_heuristic(int64_t items, int workers, int64_t blocks, int max_splits);
+ * `fill` of the best efficiency (counts that give each split as many blocks as the count before are skipped); 1 when
+ * the items alone fill 80 % of the workers. Each backend passes its own fill. docs/decoding.md. */
+int fa_kv_split_heuristic(int64_t items, int workers, int64_t blocks, int max_splits, double fill);
 
 /* Tensor validation shared with api.c (the same rules as fa_forward's); fills the byte span [*lo, *hi). */
 fa_status fa_check_tensor(fa_context *ctx, const char *name, const fa_tensor *t, int is_output, uintptr_t *lo,

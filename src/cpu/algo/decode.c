@@ -114,7 +114,7 @@ fa_status fa_cpu_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan 
         ns = p->num_splits < most ? p->num_splits : (int)most;
     } else {
         ns = fa_kv_split_heuristic(p->batch * (p->hk / hpi), ctx->threads, (p->capacity + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS,
-                                   MAX_SPLITS);
+                                   MAX_SPLITS, 0.85);
     }
     plan->aux[FA_KV_AUX_SPLITS] = ns < 1 ? 1 : ns;
     fa_arena a = fa_arena_dry();

@@ -1,14 +1,16 @@
 /* Split-KV decode attention on the tensor cores (mma.sync m16n8k16). One CTA per (split, K/V head x tile of 16
  * query rows, sequence): the rows that read one K/V head (GQA group x new rows, padded to 16) are the M of the
  * products, so each K/V row is read from HBM once per K/V head, and the products run on the tensor cores (on CUDA
- * cores, a GQA group's FMAs and lane-shuffle reductions cannot keep up with HBM). Each of the 4 warps streams its own tiles of
- * 16 keys (tile w, w + 4, ...) through a 3-stage cp.async ring in shared memory, rows swizzled by 16-byte chunk
- * (chunk ^ row % 8) so the ldmatrix reads are conflict-free; S = Q Kᵀ, the online softmax in log2 units and
- * O += P V as in the FLASH2 forward (P reused from registers as the A operand); the 4 warps' states merge in shared
- * memory. Keys outside a row's visible range are masked; keys outside every row's range are zero-filled, never
- * read. Each row's state is held to the numerics contract (a row that fails it is recomputed in float64). One
- * split writes out and LSE; several write fp32 partials, and the last CTA of the row tile merges them
- * (finish.cuh). docs/decoding.md. */
+ * cores, a GQA group's FMAs and lane-shuffle reductions cannot keep up with HBM). Each of the 4 warps streams its
+ * own tiles of 16 keys (tile w, w + 4, ...) through a 3-stage cp.async ring in shared memory, rows swizzled by
+ * 16-byte chunk (chunk ^ row % 8) so the ldmatrix reads are conflict-free; S = Q Kᵀ, the online softmax in log2
+ * units and O += P V as in the FLASH2 forward (P reused from registers as the A operand); the 4 warps' states merge
+ * in shared memory. Keys outside a row's visible range are masked; keys outside every row's range are zero-filled,
+ * never read. The loop is kept short, since at batch 1 two warps per scheduler are bound by instruction latency
+ * before HBM is: copy offsets fixed per CTA, Q in registers (d ≤ 128), no mask on tiles every row sees in full, and
+ * O rescaled only when a row's max moved. Each row's state is held to the numerics contract (a row that fails it is
+ * recomputed in float64). One split writes out and LSE; several write fp32 partials, and the last CTA of the row
+ * tile merges them (finish.cuh). docs/decoding.md. */
 #include "../sm80/mma.cuh"
 #include "decode.h"
 #include "finish.cuh"
@@ -69,11 +71,13 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
     /* each row's visible keys inside the split; this thread's rows g and g + 8; the union over the tile */
     __shared__ int s_lo[16], s_hi[16];
     int klo = s1, khi = s0, lo[2] = {0, 0}, hi[2] = {0, 0};
+    int kin_lo = s0, kin_hi = s1; /* the keys that every row of the tile sees: tiles inside need no mask */
     for (int r = 0; r < R; r++) {
         int a, z;
         fa_visible_keys32((r0 + r) / p.group, p.sq, L, p.wl, p.wr, &a, &z);
         a = max(a, s0), z = max(a, min(z, s1));
         if (z > a) klo = min(klo, a), khi = max(khi, z);
+        kin_lo = max(kin_lo, a), kin_hi = min(kin_hi, z);
         if (r == g) lo[0] = a, hi[0] = z;
         if (r == g + 8) lo[1] = a, hi[1] = z;
         if (threadIdx.x == 0) s_lo[r] = a, s_hi[r] = z;
@@ -82,6 +86,89 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
      * waits before its copies of the tile that reaches them, by then long done) */
     const int fresh = p.append ? L - p.sq : INT_MAX;
     if (p.qrot) fa_dec_wait_first(p);
+    const int kbase = klo & ~(DEC_KT - 1);
+    const int ntiles = khi > klo ? (khi - kbase + DEC_KT - 1) / DEC_KT : 0;
+    const int mine = ntiles > warp ? (ntiles - warp + DEC_NW - 1) / DEC_NW : 0; /* tiles warp, warp + NW, ... */
+    T *ring = (T *)(smem + dec_mma_smem<D>::q) + warp * DEC_NST * 2 * DEC_KT * D;
+    const T *kc = (const T *)p.kc, *vc = (const T *)p.vc;
+    /* paged: lane k (k < 16) looks up the page and in-page row of key k of a tile one tile ahead of its copies,
+     * so the block-table read is off the copies' critical path; the copies take them by shuffle */
+    int pg_next = 0, ip_next = 0;
+    auto lookup = [&](int it) {
+        if (p.paged && it < mine) {
+            const int t = min(kbase + (warp + it * DEC_NW) * DEC_KT + (lane & 15), khi - 1);
+            const int pg = p.block_table[(int64_t)row * p.bt_stride + t / p.page_size];
+            pg_next = pg < 0 ? 0 : pg >= p.num_pages ? p.num_pages - 1 : pg;
+            ip_next = t % p.page_size;
+        }
+    };
+    /* this lane's copies of a tile: 16-byte chunk lane % CH of rows lane / CH + RP·i, i < NIT; their element
+     * offsets from the tile's first key and their ring offsets are fixed per CTA, so a tile costs one base
+     * offset and NIT pairs of copies */
+    constexpr int RP = 32 / CH, NIT = DEC_KT * CH / 32;
+    const int64_t lk = (int64_t)hk * p.k_sh + (int64_t)(lane / CH) * p.k_ss + (lane % CH) * 8,
+                  lv = (int64_t)hk * p.v_sh + (int64_t)(lane / CH) * p.v_ss + (lane % CH) * 8;
+    const int64_t stk = (int64_t)RP * p.k_ss, stv = (int64_t)RP * p.v_ss;
+    const uint32_t ring_a = fa_smem_addr(ring);
+    /* pages of a multiple of 16 keys hold a whole tile: its page and first row, once per tile */
+    const bool tile_rows = !p.paged || p.page_size % DEC_KT == 0;
+    auto load = [&](int it) { /* this warp's it-th tile into stage it % NST; every lane commits one group */
+        if (it < mine) {
+            const int base = kbase + (warp + it * DEC_NW) * DEC_KT, pg = pg_next, ip = ip_next;
+            lookup(it + 1);
+            const uint32_t sk = ring_a + (it % DEC_NST) * 2 * DEC_KT * D * 2, sv = sk + DEC_KT * D * 2;
+            if (base + DEC_KT > fresh) fa_dec_wait_first(p);
+            if (tile_rows) {
+                int64_t tk, tv; /* the tile's first key */
+                if (p.paged) {
+                    const int64_t pg0 = __shfl_sync(0xffffffffu, pg, 0), ip0 = __shfl_sync(0xffffffffu, ip, 0);
+                    tk = pg0 * p.k_sb + ip0 * p.k_ss, tv = pg0 * p.v_sb + ip0 * p.v_ss;
+                } else {
+                    tk = (int64_t)row * p.k_sb + (int64_t)base * p.k_ss;
+                    tv = (int64_t)row * p.v_sb + (int64_t)base * p.v_ss;
+                }
+                const T *ks = kc + tk + lk, *vs = vc + tv + lv;
+                if (base >= klo && base + DEC_KT <= khi) {
+#pragma unroll
+                    for (int i = 0; i < NIT; i++) {
+                        const uint32_t so = swz<D>(lane / CH + RP * i, lane % CH);
+                        fa_cp_async16_at(sk + so, ks + i * stk, 16);
+                        fa_cp_async16_at(sv + so, vs + i * stv, 16);
+                    }
+                } else { /* keys outside every row's range: zero-filled, never read */
+#pragma unroll
+                    for (int i = 0; i < NIT; i++) {
+                        const int kr = lane / CH + RP * i;
+                        const bool ok = base + kr >= klo && base + kr < khi;
+                        const uint32_t so = swz<D>(kr, lane % CH);
+                        fa_cp_async16_at(sk + so, ok ? (const void *)(ks + i * stk) : kc, ok ? 16 : 0);
+                        fa_cp_async16_at(sv + so, ok ? (const void *)(vs + i * stv) : vc, ok ? 16 : 0);
+                    }
+                }
+            } else { /* pages that split a tile: each row's page by shuffle */
+#pragma unroll
+                for (int c = lane; c < DEC_KT * CH; c += 32) {
+                    const int kr = c / CH, cc = c % CH, t = base + kr;
+                    const bool ok = t >= klo && t < khi;
+                    const int64_t pk = __shfl_sync(0xffffffffu, pg, kr), ik = __shfl_sync(0xffffffffu, ip, kr);
+                    int64_t ko = pk * p.k_sb + ik * p.k_ss + (int64_t)hk * p.k_sh;
+                    int64_t vo = pk * p.v_sb + ik * p.v_ss + (int64_t)hk * p.v_sh;
+                    if (!ok) ko = vo = 0;
+                    fa_cp_async16_at(sk + swz<D>(kr, cc), kc + ko + cc * 8, ok ? 16 : 0);
+                    fa_cp_async16_at(sv + swz<D>(kr, cc), vc + vo + cc * 8, ok ? 16 : 0);
+                }
+            }
+        }
+        fa_cp_async_commit();
+    };
+    lookup(0);
+
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    /* the first tiles' copies go out before Q's load, so the two round trips overlap */
+#pragma unroll
+    for (int it = 0; it < DEC_NST - 1; it++) load(it);
     /* Q: 16 rows (zero beyond R) to shared memory in the dtype. With rotary, q is the fp32 rotated q: it goes in as
      * hi + lo (two tiles of the dtype, S = hi·Kᵀ + lo·Kᵀ), as exact as fp32 for the scores and the LSE */
     T *sq_lo = sq + 16 * D;
@@ -108,103 +195,69 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
     }
     __syncthreads();
 
-    const int kbase = klo & ~(DEC_KT - 1);
-    const int ntiles = khi > klo ? (khi - kbase + DEC_KT - 1) / DEC_KT : 0;
-    const int mine = ntiles > warp ? (ntiles - warp + DEC_NW - 1) / DEC_NW : 0; /* tiles warp, warp + NW, ... */
-    T *ring = (T *)(smem + dec_mma_smem<D>::q) + warp * DEC_NST * 2 * DEC_KT * D;
-    const T *kc = (const T *)p.kc, *vc = (const T *)p.vc;
-    /* paged: lane k (k < 16) looks up the page and in-page row of key k of a tile one tile ahead of its copies,
-     * so the block-table read is off the copies' critical path; the copies take them by shuffle */
-    int pg_next = 0, ip_next = 0;
-    auto lookup = [&](int it) {
-        if (p.paged && it < mine) {
-            const int t = min(kbase + (warp + it * DEC_NW) * DEC_KT + (lane & 15), khi - 1);
-            const int pg = p.block_table[(int64_t)row * p.bt_stride + t / p.page_size];
-            pg_next = pg < 0 ? 0 : pg >= p.num_pages ? p.num_pages - 1 : pg;
-            ip_next = t % p.page_size;
-        }
-    };
-    auto load = [&](int it) { /* this warp's it-th tile into stage it % NST; every lane commits one group */
-        if (it < mine) {
-            const int base = kbase + (warp + it * DEC_NW) * DEC_KT, pg = pg_next, ip = ip_next;
-            lookup(it + 1);
-            T *sk = ring + (it % DEC_NST) * 2 * DEC_KT * D, *sv = sk + DEC_KT * D;
-            if (base + DEC_KT > fresh) fa_dec_wait_first(p);
-            /* pages of a multiple of 16 keys hold a whole tile: its page and first row, once per tile */
-            const bool one_page = p.page_size % DEC_KT == 0;
-            const int pg0 = __shfl_sync(0xffffffffu, pg, 0), ip0 = __shfl_sync(0xffffffffu, ip, 0);
-#pragma unroll
-            for (int c = lane; c < DEC_KT * CH; c += 32) {
-                const int kr = c / CH, cc = c % CH, tk = base + kr;
-                const bool ok = tk >= klo && tk < khi;
-                int64_t ko, vo;
-                if (p.paged) {
-                    int64_t pk = pg0, ik = ip0 + kr;
-                    if (!one_page) pk = __shfl_sync(0xffffffffu, pg, kr), ik = __shfl_sync(0xffffffffu, ip, kr);
-                    ko = pk * p.k_sb + ik * p.k_ss + (int64_t)hk * p.k_sh;
-                    vo = pk * p.v_sb + ik * p.v_ss + (int64_t)hk * p.v_sh;
-                } else {
-                    ko = (int64_t)row * p.k_sb + (int64_t)tk * p.k_ss + (int64_t)hk * p.k_sh;
-                    vo = (int64_t)row * p.v_sb + (int64_t)tk * p.v_ss + (int64_t)hk * p.v_sh;
-                }
-                if (!ok) ko = vo = 0;
-                fa_cp_async16((unsigned char *)sk + swz<D>(kr, cc), kc + ko + cc * 8, ok ? 16 : 0);
-                fa_cp_async16((unsigned char *)sv + swz<D>(kr, cc), vc + vo + cc * 8, ok ? 16 : 0);
-            }
-        }
-        fa_cp_async_commit();
-    };
-    lookup(0);
-
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[D / 8][4];
-#pragma unroll
-    for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     const uint32_t qa = fa_smem_addr(sq);
+    /* Q's A fragments stay in registers up to d = 128 (d = 256 would spill): the loop reads only K and V */
+    constexpr int QR = D <= 128 ? D / 16 : 1;
+    uint32_t qf[QR][4];
+    if (D <= 128)
 #pragma unroll
-    for (int it = 0; it < DEC_NST - 1; it++) load(it);
+        for (int j = 0; j < QR; j++)
+            fa_ldmatrix_x4(qf[j], qa + swz<D>(((lane >> 3) & 1) * 8 + (lane & 7), j * 2 + (lane >> 4)));
     for (int it = 0; it < mine; it++) {
         fa_cp_async_wait<DEC_NST - 2>();
         __syncwarp();
         load(it + DEC_NST - 1);
-        const uint32_t ka = fa_opaque(fa_smem_addr(ring + (it % DEC_NST) * 2 * DEC_KT * D)),
-                       va = ka + DEC_KT * D * 2;
-        /* S = Q Kᵀ: 16 rows x 16 keys, two n-tiles of 8 keys */
+        const uint32_t ka = fa_opaque(ring_a + (it % DEC_NST) * 2 * DEC_KT * D * 2), va = ka + DEC_KT * D * 2;
+        /* S = Q Kᵀ: 16 rows x 16 keys, two n-tiles of 8 keys; even and odd k-steps in separate accumulators (two
+         * chains of dependent products instead of one) */
         float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        float sd[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
         for (int j = 0; j < D / 16; j++) {
             uint32_t a[4], bk[4];
-            fa_ldmatrix_x4(a, qa + swz<D>(((lane >> 3) & 1) * 8 + (lane & 7), j * 2 + (lane >> 4)));
+            float(*acc)[4] = j % 2 ? sd : sc;
+            if (D <= 128) a[0] = qf[j % QR][0], a[1] = qf[j % QR][1], a[2] = qf[j % QR][2], a[3] = qf[j % QR][3];
+            else fa_ldmatrix_x4(a, qa + swz<D>(((lane >> 3) & 1) * 8 + (lane & 7), j * 2 + (lane >> 4)));
             fa_ldmatrix_x4(bk, ka + swz<D>((lane >> 4) * 8 + (lane & 7), j * 2 + ((lane >> 3) & 1)));
-            fa_mma<T>(sc[0], a, bk[0], bk[1]);
-            fa_mma<T>(sc[1], a, bk[2], bk[3]);
+            fa_mma_free<T>(acc[0], a, bk[0], bk[1]);
+            fa_mma_free<T>(acc[1], a, bk[2], bk[3]);
             if (p.qrot) {
                 fa_ldmatrix_x4(a, qa + 16 * D * 2 + swz<D>(((lane >> 3) & 1) * 8 + (lane & 7), j * 2 + (lane >> 4)));
-                fa_mma<T>(sc[0], a, bk[0], bk[1]);
-                fa_mma<T>(sc[1], a, bk[2], bk[3]);
+                fa_mma_free<T>(acc[0], a, bk[0], bk[1]);
+                fa_mma_free<T>(acc[1], a, bk[2], bk[3]);
             }
         }
-        /* scores in log2 units, masked; m_new = max(m, rowmax); P = 2^(S − m_new); l, O rescaled by 2^(m − m_new) */
+        /* scores in log2 units, masked (tiles that every row sees in full need no mask); m_new = max(m, rowmax);
+         * P = 2^(S − m_new); l, O rescaled by 2^(m − m_new) */
         const int base = kbase + (warp + it * DEC_NW) * DEC_KT;
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float mx = -INFINITY;
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) sc[nt][e] = (sc[nt][e] + sd[nt][e]) * p.qmul;
+        if (p.softcap_mul != 0.f)
 #pragma unroll
             for (int nt = 0; nt < 2; nt++)
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    float x = sc[nt][2 * h + e] * p.qmul;
-                    if (p.softcap_mul != 0.f) x = p.softcap_mul * tanhf(x);
-                    const int key = base + nt * 8 + 2 * t4 + e;
-                    x = key >= lo[h] && key < hi[h] ? x : -INFINITY;
-                    sc[nt][2 * h + e] = x;
-                    mx = fmaxf(mx, x);
-                }
-            mx = fmaxf(m[h], fa_quad_max(mx));
-            const float mu = mx == -INFINITY ? 0.f : mx, alpha = fa_exp2(m[h] - mu);
-            m[h] = mx;
-            l[h] *= alpha;
+                for (int e = 0; e < 4; e++) sc[nt][e] = p.softcap_mul * tanhf(sc[nt][e]);
+        if (base < kin_lo || base + DEC_KT > kin_hi)
 #pragma unroll
-            for (int n = 0; n < D / 8; n++) o[n][2 * h] *= alpha, o[n][2 * h + 1] *= alpha;
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int key = base + nt * 8 + 2 * t4 + e;
+                        if (key < lo[h] || key >= hi[h]) sc[nt][2 * h + e] = -INFINITY;
+                    }
+        float alpha[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float mx = fmaxf(fmaxf(sc[0][2 * h], sc[0][2 * h + 1]), fmaxf(sc[1][2 * h], sc[1][2 * h + 1]));
+            mx = fmaxf(m[h], fa_quad_max(mx));
+            const float mu = mx == -INFINITY ? 0.f : mx;
+            alpha[h] = fa_exp2(m[h] - mu);
+            m[h] = mx;
+            l[h] *= alpha[h];
 #pragma unroll
             for (int nt = 0; nt < 2; nt++)
 #pragma unroll
@@ -214,6 +267,11 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
                     l[h] += pe;
                 }
         }
+        /* once the maxima settle, alpha is 1 for every row of the warp: O needs no rescaling */
+        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+                o[n][0] *= alpha[0], o[n][1] *= alpha[0], o[n][2] *= alpha[1], o[n][3] *= alpha[1];
         /* O += P V: P (16 rows x 16 keys) is the A operand straight from the score registers */
         const uint32_t pa[4] = {fa_pack2<T>(sc[0][0], sc[0][1]), fa_pack2<T>(sc[0][2], sc[0][3]),
                                 fa_pack2<T>(sc[1][0], sc[1][1]), fa_pack2<T>(sc[1][2], sc[1][3])};
@@ -221,8 +279,8 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
         for (int np = 0; np < D / 16; np++) {
             uint32_t bv[4];
             fa_ldmatrix_x4_trans(bv, va + swz<D>(((lane >> 3) & 1) * 8 + (lane & 7), np * 2 + (lane >> 4)));
-            fa_mma<T>(o[2 * np], pa, bv[0], bv[1]);
-            fa_mma<T>(o[2 * np + 1], pa, bv[2], bv[3]);
+            fa_mma_free<T>(o[2 * np], pa, bv[0], bv[1]);
+            fa_mma_free<T>(o[2 * np + 1], pa, bv[2], bv[3]);
         }
         __syncwarp();
     }

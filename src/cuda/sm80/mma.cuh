@@ -20,11 +20,12 @@
 
 FA_DEV uint32_t fa_smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
-/* 16-byte global -> shared copy through L2 only; src_bytes < 16 zero-fills the rest (0 = pure zero fill). */
-FA_DEV void fa_cp_async16(void *smem, const void *gmem, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(fa_smem_addr(smem)), "l"(gmem),
-                 "r"(src_bytes));
+/* 16-byte global -> shared copy through L2 only; src_bytes < 16 zero-fills the rest (0 = pure zero fill). The _at
+ * form takes the shared-space address, for loops that form their offsets once instead of per copy. */
+FA_DEV void fa_cp_async16_at(uint32_t smem, const void *gmem, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes));
 }
+FA_DEV void fa_cp_async16(void *smem, const void *gmem, int src_bytes) { fa_cp_async16_at(fa_smem_addr(smem), gmem, src_bytes); }
 /* 4-byte global -> shared copy (through L1); src_bytes 0 = zero fill. */
 FA_DEV void fa_cp_async4(void *smem, const void *gmem, int src_bytes) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(fa_smem_addr(smem)), "l"(gmem),
@@ -93,6 +94,20 @@ template <> FA_DEV void fa_mma<__half>(float c[4], const uint32_t a[4], uint32_t
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* fa_mma without volatile: the product has no side effect, so the compiler may interleave it with the work around
+ * it (the decode kernel's copies and softmax); fa_mma keeps program order. */
+template <typename T> FA_DEV void fa_mma_free(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+template <> FA_DEV void fa_mma_free<__nv_bfloat16>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <> FA_DEV void fa_mma_free<__half>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* (lo, hi) -> one 32-bit register of two 16-bit values, round to nearest even. */

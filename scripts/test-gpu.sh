@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU tests of the CUDA backend (needs an H200 / sm_90 GPU): build with CUDA, run tests/gpu/test_gpu (every
 # algorithm against the float64 oracle, poisoned outputs), tests/gpu/test_gpu_kvcache (KV-cache decoding, with memcheck
-# on small shapes), `flashattn check --device cuda` (random cases), then
+# and racecheck on small shapes), `flashattn check --device cuda` (random cases), then
 # compute-sanitizer memcheck and racecheck on small shapes, tests/gpu/test_gpu_nonfinite (the numerics contract), and
 # memcheck over `flashattn check --device cuda` on MEMCHECK_COUNT (default 200) random cases; tests/gpu/test_gpu_ring
 # runs ring attention (the one-GPU loopback; 2 ranks over NCCL when 2 GPUs are present, NCCL_NVLS_ENABLE=0).
@@ -61,14 +61,16 @@ if command -v compute-sanitizer >/dev/null; then
       grep -E "=========|FAIL" "$LOG_DIR/sanitizer-$tool.log" | head -30
     fi
   done
-  echo "== compute-sanitizer --tool memcheck: test_gpu_kvcache (small shapes)"
-  if FA_GPU_TEST_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/gpu/test_gpu_kvcache" \
-       >"$LOG_DIR/sanitizer-memcheck-kvcache.log" 2>&1; then
-    grep -E "ERROR SUMMARY" "$LOG_DIR/sanitizer-memcheck-kvcache.log" | tail -1
-  else
-    status=1
-    grep -E "=========|FAIL" "$LOG_DIR/sanitizer-memcheck-kvcache.log" | head -30
-  fi
+  for tool in ${SANITIZERS-memcheck racecheck}; do
+    echo "== compute-sanitizer --tool $tool: test_gpu_kvcache (small shapes)"
+    if FA_GPU_TEST_SMALL=1 compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/gpu/test_gpu_kvcache" \
+         >"$LOG_DIR/sanitizer-$tool-kvcache.log" 2>&1; then
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG_DIR/sanitizer-$tool-kvcache.log" | tail -2
+    else
+      status=1
+      grep -E "=========|FAIL" "$LOG_DIR/sanitizer-$tool-kvcache.log" | head -30
+    fi
+  done
   echo "== compute-sanitizer --tool memcheck: flashattn check --device cuda (${MEMCHECK_COUNT:-200} random cases)"
   if compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/flashattn" check --device cuda \
        --count "${MEMCHECK_COUNT:-200}" >"$LOG_DIR/sanitizer-memcheck-check.log" 2>&1; then

@@ -51,25 +51,17 @@ else
 fi
 
 if command -v compute-sanitizer >/dev/null; then
-  for tool in ${SANITIZERS-memcheck racecheck}; do
-    echo "== compute-sanitizer --tool $tool (small shapes)"
-    if FA_GPU_TEST_SMALL=1 compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/gpu/test_gpu" \
-         >"$LOG_DIR/sanitizer-$tool.log" 2>&1; then
-      grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG_DIR/sanitizer-$tool.log" | tail -2
-    else
-      status=1
-      grep -E "=========|FAIL" "$LOG_DIR/sanitizer-$tool.log" | head -30
-    fi
-  done
-  for tool in ${SANITIZERS-memcheck racecheck}; do
-    echo "== compute-sanitizer --tool $tool: test_gpu_kvcache (small shapes)"
-    if FA_GPU_TEST_SMALL=1 compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/gpu/test_gpu_kvcache" \
-         >"$LOG_DIR/sanitizer-$tool-kvcache.log" 2>&1; then
-      grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG_DIR/sanitizer-$tool-kvcache.log" | tail -2
-    else
-      status=1
-      grep -E "=========|FAIL" "$LOG_DIR/sanitizer-$tool-kvcache.log" | head -30
-    fi
+  for t in test_gpu test_gpu_kvcache; do
+    for tool in ${SANITIZERS-memcheck racecheck}; do
+      echo "== compute-sanitizer --tool $tool: $t (small shapes)"
+      if FA_GPU_TEST_SMALL=1 compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/gpu/$t" \
+           >"$LOG_DIR/sanitizer-$tool-$t.log" 2>&1; then
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG_DIR/sanitizer-$tool-$t.log" | tail -2
+      else
+        status=1
+        grep -E "=========|FAIL" "$LOG_DIR/sanitizer-$tool-$t.log" | head -30
+      fi
+    done
   done
   echo "== compute-sanitizer --tool memcheck: flashattn check --device cuda (${MEMCHECK_COUNT:-200} random cases)"
   if compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/flashattn" check --device cuda \

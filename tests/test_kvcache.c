@@ -7,6 +7,8 @@
 #include "testlib.h"
 #include "kvcase.h"
 
+#include "core/kvcache.h" /* the split heuristic, an internal of the static library */
+
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -97,6 +99,22 @@ static void masks(fa_context *ctx) {
 }
 
 /* Splits 1..many against no split: each passes the oracle, and they agree with each other. */
+/* The split heuristic (fewest splits within `fill` of the best wave; counts that give each split as many key blocks
+ * as the count before are skipped, and the best is taken over the counts it considers). */
+static void heuristic(void) {
+    snprintf(t_case_label, sizeof t_case_label, "split heuristic");
+    /* one item on 3 threads over 4 blocks: 3 splits fill the threads but give 2 blocks each, as 2 do */
+    CHECK_MSG(fa_kv_split_heuristic(1, 3, 4, 64, 0.85) == 2, "1 item, 3 workers, 4 blocks: %d splits, want 2",
+              fa_kv_split_heuristic(1, 3, 4, 64, 0.85));
+    CHECK_MSG(fa_kv_split_heuristic(1, 2, 128, 64, 0.85) == 2, "1 item on 2 threads: %d splits, want 2",
+              fa_kv_split_heuristic(1, 2, 128, 64, 0.85));
+    CHECK_MSG(fa_kv_split_heuristic(4, 4, 128, 64, 0.85) == 1, "items filling the workers: %d splits, want 1",
+              fa_kv_split_heuristic(4, 4, 128, 64, 0.85));
+    /* 8 items on 264 CTA slots over 512 blocks: 33 splits (one wave) give 16 blocks each, as 32 do */
+    CHECK_MSG(fa_kv_split_heuristic(8, 264, 512, 128, 0.97) == 32, "8 items, 264 workers: %d splits, want 32",
+              fa_kv_split_heuristic(8, 264, 512, 128, 0.97));
+}
+
 static void splits(fa_context *ctx) {
     static const int ns[] = {1, 2, 3, 7, 64, 1024};
     for (int page = 0; page <= 3; page += 3) {
@@ -418,6 +436,7 @@ static void randoms(fa_context *ctx) {
 
 int main(void) {
     t_rng_seed(&R, t_init("test_kvcache"));
+    heuristic();
     fa_context *ctx = t_cpu_ctx();
     errors(ctx);
     nonfinite(ctx);

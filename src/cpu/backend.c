@@ -70,7 +70,7 @@ static fa_cpu_entry pick_entry(const fa_problem *p, const fa_cpu_kernels *kr) {
 static void plan_kv_pack(const fa_problem *p, fa_plan *pl) {
     const int bc = pl->block_k;
     int group, seg;
-    fa_cpu_kv_pack(p, (p->sq_max + pl->block_q - 1) / pl->block_q, bc, &group, &seg);
+    fa_cpu_kv_pack(p, (p->sq_max + pl->block_q - 1) / pl->block_q, bc, pl->threads, &group, &seg);
     const int64_t sk_tiles = (p->sk_max + bc - 1) / bc * bc;
     const int64_t kvrows =
         seg <= bc || (p->wl < 0 && p->wr < 0 && sk_tiles > seg) ? bc : seg < sk_tiles ? seg : sk_tiles;

@@ -52,9 +52,10 @@ extern const fa_cpu_algo fa_cpu_flash2_bf16_fwd, fa_cpu_flash2_amx_fwd;
 /* The tile table (tiles/tile_table.c), read by the plan only: Br x Bc for the call, opts overriding, clipped to
  * the sequences. */
 void fa_cpu_tiles(const fa_problem *p, int *br, int *bc);
-/* FLASH2 forward K/V packing for tr Q blocks of Bc-key tiles: *group = Q blocks per work item (they share one
- * packed copy of the K/V rows they visit), *seg = most keys packed at once (a multiple of bc; 0 with group = 1). */
-void fa_cpu_kv_pack(const fa_problem *p, int64_t tr, int bc, int *group, int *seg);
+/* FLASH2 forward K/V packing for tr Q blocks of Bc-key tiles on `threads` threads: *group = Q blocks per work item
+ * (they share one packed copy of the K/V rows they visit), *seg = most keys packed at once (a multiple of bc; 0 with
+ * group = 1). */
+void fa_cpu_kv_pack(const fa_problem *p, int64_t tr, int bc, int threads, int *group, int *seg);
 
 /* The modelled slow-memory traffic of the plan (traffic.c); the run reports the counted bytes instead. */
 void fa_cpu_plan_traffic(const fa_problem *p, fa_plan *pl);

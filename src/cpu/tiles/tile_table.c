@@ -68,11 +68,12 @@ void fa_cpu_tiles(const fa_problem *p, int *br, int *bc) {
 }
 
 /* A work item is `group` Q blocks of one head sharing one packed fp32 copy of their K/V rows: strided BSHD rows
- * cost a TLB miss each when copied per block. group <= 16 keeps >= 16 items to balance; K + V packed take at most
- * 2 MiB per thread, so the workspace stays flat in N (the report's memory claim). */
-void fa_cpu_kv_pack(const fa_problem *p, int64_t tr, int bc, int *group, int *seg) {
-    const int64_t blocks = p->batch * p->hq * tr;
-    int64_t g = blocks / 16;
+ * cost a TLB miss each when copied per block. group <= 16, and at least 16 items and 4 per thread to balance (with
+ * 16 items on 16 threads one slow item holds up the call); K + V packed take at most 2 MiB per thread, so the
+ * workspace stays flat in N (the report's memory claim). */
+void fa_cpu_kv_pack(const fa_problem *p, int64_t tr, int bc, int threads, int *group, int *seg) {
+    const int64_t blocks = p->batch * p->hq * tr, items = 4 * (int64_t)threads > 16 ? 4 * (int64_t)threads : 16;
+    int64_t g = blocks / items;
     *group = (int)(g < 1 ? 1 : g > 16 ? 16 : g);
     const int64_t keys = ((int64_t)2 << 20) / (2 * p->d * 4) / bc * bc;
     *seg = *group > 1 ? (int)(keys < bc ? bc : keys) : 0;

@@ -105,9 +105,6 @@ extern "C" {
 cudaError_t fa_dec_first_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
 /* The attention kernel, launched as the first kernel's programmatic dependent when p->after_first. */
 cudaError_t fa_dec_attend_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
-/* Resident CTAs per SM of the attention kernel at head dim d (its shared memory decides): the split heuristic's
- * workers are the SMs times this. */
-int fa_dec_ctas_per_sm(int d);
 
 typedef struct fa_merge_params {
     int n, heads, seqlen, d;

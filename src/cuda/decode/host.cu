@@ -74,11 +74,13 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
         const int64_t most = (p->capacity + 15) / 16;
         ns = p->num_splits < most ? p->num_splits : (int)most;
     } else {
-        const int workers = fa_cuda_tuning_of(ctx)->sm_count * fa_dec_ctas_per_sm((int)p->d);
-        /* within 3 % of the best wave, not the CPU's 85 %: at batch 1 that rule leaves SMs with one CTA beside SMs
-         * with two, idle for part of a bandwidth-bound call (64k keys: 29 splits 3.02-3.13 TB/s, 32 3.13-3.25) */
-        ns = fa_kv_split_heuristic(p->batch * p->hk * tiles, workers, (p->capacity + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS,
-                                   FA_DEC_MAX_SPLITS, 0.97);
+        /* One CTA per SM is the worker: its 4 warps' cp.async rings keep enough bytes in flight for the SM's share
+         * of HBM bandwidth, and a second split per SM only adds partials to merge (GQA 32/8, bf16, d 128: batch 1
+         * with 8k / 64k keys 16 splits 1.33 / 3.22 TB/s against 32 splits 1.19 / 3.13; batch 16 with 1k / 8k no
+         * split 2.2 / 3.93 against 2 splits 2.0 / 3.79). Within 3 % of the best wave, not the CPU's 85 %: at batch
+         * 1 that rule leaves SMs idle for part of a bandwidth-bound call. */
+        ns = fa_kv_split_heuristic(p->batch * p->hk * tiles, fa_cuda_tuning_of(ctx)->sm_count,
+                                   (p->capacity + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS, FA_DEC_MAX_SPLITS, 0.97);
     }
     if (ns < 1) ns = 1;
     plan->aux[FA_KV_AUX_SPLITS] = ns;

@@ -412,23 +412,3 @@ template <typename T> static cudaError_t launch_mma_t(const fa_dec_params *p, cu
 extern "C" cudaError_t fa_dec_attend_launch(const fa_dec_params *p, int dtype, cudaStream_t st) {
     return dtype == 1 ? launch_mma_t<__half>(p, st) : launch_mma_t<__nv_bfloat16>(p, st);
 }
-
-template <int D> static int ctas_per_sm() {
-    constexpr int smem = dec_mma_smem<D>::total;
-    int n = 0;
-    if (cudaFuncSetAttribute(splitkv_mma_kernel<D, __nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
-            cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, splitkv_mma_kernel<D, __nv_bfloat16>, FA_DEC_THREADS, smem) !=
-            cudaSuccess) {
-        cudaGetLastError();
-        n = 1;
-    }
-    return n < 1 ? 1 : n;
-}
-
-extern "C" int fa_dec_ctas_per_sm(int d) {
-    static int cached[3] = {0, 0, 0}; /* queried once per head dim (a host-side query: graph capture is unaffected) */
-    const int k = d == 64 ? 0 : d == 128 ? 1 : 2;
-    if (!cached[k]) cached[k] = k == 0 ? ctas_per_sm<64>() : k == 1 ? ctas_per_sm<128>() : ctas_per_sm<256>();
-    return cached[k];
-}

@@ -81,34 +81,23 @@ FA_DEV void fa_ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
                  : "r"(addr));
 }
 
-/* c += a · b, m16n8k16, fp32 accumulators. T = __nv_bfloat16 or __half. */
+/* c += a · b, m16n8k16, fp32 accumulators. T = __nv_bfloat16 or __half. fa_mma keeps program order (volatile);
+ * fa_mma_free does not: the product has no side effect, so the compiler may interleave it with the work around it
+ * (the decode kernel's copies and softmax). */
+#define FA_MMA_DEF(NAME, T, TY, QUAL)                                                                                \
+    template <> FA_DEV void NAME<T>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {                    \
+        asm QUAL("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "  \
+                 "{%0,%1,%2,%3};\n"                                                                                 \
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                                  \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                                \
+    }
 template <typename T> FA_DEV void fa_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
-template <> FA_DEV void fa_mma<__nv_bfloat16>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <> FA_DEV void fa_mma<__half>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* fa_mma without volatile: the product has no side effect, so the compiler may interleave it with the work around
- * it (the decode kernel's copies and softmax); fa_mma keeps program order. */
 template <typename T> FA_DEV void fa_mma_free(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
-template <> FA_DEV void fa_mma_free<__nv_bfloat16>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <> FA_DEV void fa_mma_free<__half>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+FA_MMA_DEF(fa_mma, __nv_bfloat16, "bf16", volatile)
+FA_MMA_DEF(fa_mma, __half, "f16", volatile)
+FA_MMA_DEF(fa_mma_free, __nv_bfloat16, "bf16", )
+FA_MMA_DEF(fa_mma_free, __half, "f16", )
+#undef FA_MMA_DEF
 
 /* (lo, hi) -> one 32-bit register of two 16-bit values, round to nearest even. */
 template <typename T> FA_DEV uint32_t fa_pack2(float lo, float hi);

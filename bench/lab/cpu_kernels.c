@@ -305,17 +305,20 @@ static void check_bf16(const fa_cpu_kernels *K) {
     }
 
     /* softmax_rows_bf16 over two blocks (m rises in the second, one row fully masked, odd cols) */
-    {
-        const int rows = 7, cols = 45, lds = 48, ldp = 24;
-        float *S1 = fbuf((size_t)rows * lds), m[8], l[8], al[8];
+    /* 7 rows: the row-by-row path; 37: two blocks of 16 rows (a masked row in one) and 5 more */
+    for (int rows = 7; rows <= 37; rows += 30) {
+        const int cols = 45, lds = 48, ldp = 24;
+        float *S1 = fbuf((size_t)rows * lds), m[40], l[40], al[40];
         uint32_t *P = malloc(4 * (size_t)rows * ldp);
-        double L[8], Mx[8], ep = 0, el = 0, ea = 0;
+        double L[40], Mx[40], ep = 0, el = 0, ea = 0;
         const float c = 1.3f;
         for (int r = 0; r < rows; r++) m[r] = -INFINITY, l[r] = 0, L[r] = 0, Mx[r] = -INFINITY;
         for (int blk = 0; blk < 2; blk++) {
             for (int i = 0; i < rows * lds; i++) S1[i] = frand() * (blk ? 8.0f : 1.0f);
             for (int j = 0; j < cols; j++) S1[3 * lds + j] = -INFINITY;
-            double mold[8];
+            if (rows > 20)
+                for (int j = 0; j < cols; j++) S1[20 * lds + j] = -INFINITY;
+            double mold[40];
             for (int r = 0; r < rows; r++) mold[r] = m[r];
             K->softmax_rows_bf16(rows, cols, S1, lds, c, m, l, al, P, ldp);
             for (int r = 0; r < rows; r++) {
@@ -406,6 +409,38 @@ static double time_bf16(const fa_cpu_kernels *K, int threads, int m, int n, int 
         if (g > best) best = g;
     }
     return best;
+}
+
+/* The bf16 FLASH2 forward step of algo/flash2_amx.c on one thread, piece by piece, ns per call: S = Qi Kjᵀ,
+ * softmax_rows_bf16, scale_rows (O = diag(α) O), O += P Vj — where the step's time goes at each tile size. */
+static void time_bf16_step(const fa_cpu_kernels *K, int br, int bc, int d, double seconds) {
+    const int dp = d / 2, bcw = (bc + 1) / 2;
+    uint32_t *Q = calloc((size_t)br * dp, 4), *KT = calloc((size_t)dp * bc, 4), *VP = calloc((size_t)bcw * d, 4);
+    uint32_t *P = calloc((size_t)br * bcw, 4);
+    float *S = fbuf((size_t)br * bc), *O = fbuf((size_t)br * d), *m = fbuf(br), *l = fbuf(br), *al = fbuf(br);
+    float *half = fbuf(br);
+    for (int i = 0; i < br; i++) al[i] = 1.0f, half[i] = 0.5f;
+    double ns[4] = {0};
+    for (int piece = 0; piece < 4; piece++) {
+        long reps = 0;
+        const double t0 = fa_cpu_seconds(), end = t0 + seconds;
+        while (fa_cpu_seconds() < end) {
+            for (int r = 0; r < 8; r++) {
+                if (piece == 0) K->gemm_bf16(br, bc, dp, Q, dp, 1, KT, bc, S, bc, 0);
+                else if (piece == 1) {
+                    for (int i = 0; i < br; i++) m[i] = 4.0f, l[i] = 1.0f;
+                    K->softmax_rows_bf16(br, bc, S, bc, 1.0f, m, l, al, P, bcw);
+                } else if (piece == 2) K->scale_rows(br, d, O, d, half); /* every row rescaled: the worst case */
+                else K->gemm_bf16(br, d, bcw, P, bcw, 1, VP, d, O, d, 1);
+            }
+            reps += 8;
+        }
+        ns[piece] = (fa_cpu_seconds() - t0) / (double)reps * 1e9;
+    }
+    const double total = ns[0] + ns[1] + ns[2] + ns[3], flops = 4.0 * br * bc * d;
+    printf("  %-7s bf16 step Br %3d Bc %3d d %3d: QK %7.0f  softmax %7.0f  scale %6.0f  PV %7.0f ns -> %6.1f GFLOP/s\n",
+           K->isa, br, bc, d, ns[0], ns[1], ns[2], ns[3], flops / total);
+    free(Q), free(KT), free(VP), free(P), free(S), free(O), free(m), free(l), free(al), free(half);
 }
 
 static double time_exp(const fa_cpu_kernels *K, double seconds) {
@@ -510,6 +545,12 @@ int main(int argc, char **argv) {
             printf("  %-7s %-40s %9.1f %9.1f\n", K->isa, "bf16 64x64, d=128", time_bf16(K, 1, 64, 64, 64, dur),
                    time_bf16(K, T, 64, 64, 64, dur));
         printf("  %-7s %-40s %9.3f ns/score\n", K->isa, "softmax_step_t 64x64 (max+exp2+sum)", time_exp(K, dur));
+        if (K->bf16_dot) {
+            static const int steps[][3] = {{256, 128, 128}, {128, 128, 128}, {256, 256, 128}, {128, 256, 128},
+                                           {64, 64, 128}, {256, 128, 64}};
+            for (size_t s = 0; s < sizeof steps / sizeof steps[0]; s++)
+                time_bf16_step(K, steps[s][0], steps[s][1], steps[s][2], dur / 2);
+        }
     }
     return failures ? 1 : 0;
 }

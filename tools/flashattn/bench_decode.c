@@ -17,7 +17,7 @@
 
 typedef struct dec_args {
     int_list dev, batch, cache, page, hq, hk, sq, dtype, splits;
-    int64_t d, threads, reps, warmup, split_size, ragged;
+    int64_t d, threads, reps, warmup, split_size, ragged, append;
     int csv;
 } dec_args;
 
@@ -34,6 +34,8 @@ static void usage(void) {
            "  --splits N,..           num_splits, 0 = the heuristic (default 0)\n"
            "  --split-size N          fixed split size in keys (batch-invariant mode; default off)\n"
            "  --ragged 1              lengths drawn in [cache/2, cache] instead of all equal\n"
+           "  --append 0|1            1: the call appends the new rows (k_new, v_new; default); 0: the cache already\n"
+           "                          holds every key and nothing is appended (as PyTorch's SDPA is timed)\n"
            "  --threads N             CPU threads (default 0 = all)\n"
            "  --reps N --warmup N     (default 20 / 3)\n"
            "  --csv                   CSV rows\n");
@@ -51,7 +53,7 @@ static int parse(int argc, char **argv, dec_args *a) {
     a->sq = (int_list){1, {1}};
     a->dtype = (int_list){1, {FA_DTYPE_BF16}};
     a->splits = (int_list){1, {0}};
-    a->d = 128, a->reps = 20, a->warmup = 3;
+    a->d = 128, a->reps = 20, a->warmup = 3, a->append = 1;
     for (int i = 0; i < argc; i++) {
         const char *x = argv[i], *v;
 #define LIST(name, field, lo, hi)                                                                                   \
@@ -95,6 +97,7 @@ static int parse(int argc, char **argv, dec_args *a) {
         ONE("--head-dim", d, 1, 256)
         ONE("--split-size", split_size, 0, 1 << 30)
         ONE("--ragged", ragged, 0, 1)
+        ONE("--append", append, 0, 1)
         ONE("--threads", threads, 0, 1024)
         ONE("--reps", reps, 1, 100000)
         ONE("--warmup", warmup, 0, 1000)
@@ -141,10 +144,12 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
     double kv_bytes = 0;
     for (int64_t b = 0; b < B; b++) {
         lens[b] = (int32_t)(s->ragged ? cap / 2 + rng_int(&rng, 0, (int)(cap - cap / 2 - s->sq)) : cap - s->sq);
-        kv_bytes += 2.0 * (double)(lens[b] + s->sq) * (double)s->hk * (double)d * (double)es;
-        res->keys += lens[b] + s->sq;
-        res->paged_rows[0] += (lens[b] + s->sq + 15) / 16 * 16;
-        res->paged_rows[1] += (lens[b] + s->sq + 255) / 256 * 256;
+        if (s->no_append) lens[b] += (int32_t)s->sq; /* the same keys, all already in the cache */
+        const int64_t keys = lens[b] + (s->no_append ? 0 : s->sq);
+        kv_bytes += 2.0 * (double)keys * (double)s->hk * (double)d * (double)es;
+        res->keys += keys;
+        res->paged_rows[0] += (keys + 15) / 16 * 16;
+        res->paged_rows[1] += (keys + 255) / 256 * 256;
     }
     res->contiguous_rows = B * cap;
     const int64_t pages_per = s->page ? (cap + s->page - 1) / s->page : 0, npages = B * pages_per;
@@ -215,7 +220,8 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
         else dev_sync(s->dev);
         dev_timer_start(tm);
         const double h0 = now_ms();
-        st = fa_forward_kvcache(ctx, &opts, &ko, &tq, &cache, &tkn, &tvn, &to, NULL);
+        st = fa_forward_kvcache(ctx, &opts, &ko, &tq, &cache, s->no_append ? NULL : &tkn, s->no_append ? NULL : &tvn,
+                                &to, NULL);
         const double h1 = now_ms(), t = dev_timer_stop(tm);
         if (r >= 0) ms[r] = t, host[r] = h1 - h0;
     }
@@ -240,14 +246,15 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
 
 void bench_decode_csv_header(FILE *f) {
     fprintf(f, "device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,kv_gbs,memcpy_gbs,"
-               "read_gbs,status,host_ms\n");
+               "read_gbs,status,host_ms,append\n");
 }
 
 void bench_decode_csv_row(FILE *f, const dec_shape *s, const dec_result *r) {
-    fprintf(f, "%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%.4f,%.2f,%.2f,%.2f,%s,%.4f\n", fa_backend_name(s->dev),
+    fprintf(f, "%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%.4f,%.2f,%.2f,%.2f,%s,%.4f,%d\n", fa_backend_name(s->dev),
             fa_dtype_name(s->dt), (long long)s->b, (long long)s->cache, (long long)s->page, (long long)s->hq,
             (long long)s->hk, (long long)s->sq, (long long)s->d, (long long)s->ns, r->kernel, r->ms, r->gbs,
-            r->memcpy_gbs, r->read_gbs, r->status == FA_OK ? "ok" : fa_status_string(r->status), r->host_ms);
+            r->memcpy_gbs, r->read_gbs, r->status == FA_OK ? "ok" : fa_status_string(r->status), r->host_ms,
+            !s->no_append);
 }
 
 static int run_one(const dec_args *A, const dec_shape *s, fa_context *ctx) {
@@ -258,9 +265,9 @@ static int run_one(const dec_args *A, const dec_shape *s, fa_context *ctx) {
         bench_decode_csv_row(stdout, s, &r);
     } else if (ok) {
         printf("%-4s %-4s b=%-3lld cache=%-6lld page=%-4lld hq/hk=%lld/%lld new=%lld d=%lld splits=%-3lld  %9.3f ms  "
-               "%7.2f GB/s K+V", fa_backend_name(s->dev), fa_dtype_name(s->dt), (long long)s->b, (long long)s->cache,
+               "%7.2f GB/s K+V%s", fa_backend_name(s->dev), fa_dtype_name(s->dt), (long long)s->b, (long long)s->cache,
                (long long)s->page, (long long)s->hq, (long long)s->hk, (long long)s->sq, (long long)s->d,
-               (long long)s->ns, r.ms, r.gbs);
+               (long long)s->ns, r.ms, r.gbs, s->no_append ? " (no append)" : "");
         if (s->dev == FA_BACKEND_CPU)
             printf("  | memcpy %.2f GB/s (%.0f %%), read %.2f GB/s (%.0f %%)", r.memcpy_gbs, 100 * r.gbs / r.memcpy_gbs,
                    r.read_gbs, 100 * r.gbs / r.read_gbs);
@@ -302,7 +309,7 @@ int cmd_bench_decode(int argc, char **argv) {
                                         const dec_shape sh = {dev, (fa_dtype)A.dtype.v[a], A.batch.v[b], A.cache.v[c],
                                                               A.page.v[p], A.hq.v[h], A.hk.v[k], A.sq.v[s],
                                                               A.splits.v[n], A.d, A.split_size, (int)A.ragged,
-                                                              (int)A.reps, (int)A.warmup, 1};
+                                                              (int)A.reps, (int)A.warmup, 1, !A.append};
                                         if (sh.sq > sh.cache || sh.hq % sh.hk) continue;
                                         failures += run_one(&A, &sh, ctx) != 0;
                                     }

@@ -59,6 +59,7 @@ typedef struct dec_shape {
     int64_t b, cache, page, hq, hk, sq, ns, d, split_size; /* ns: num_splits (0 = heuristic); page 0 = contiguous */
     int ragged, reps, warmup;
     int anchors; /* CPU: measure memcpy and a read-only pass beside it */
+    int no_append; /* 1: no k_new / v_new (the cache already holds every key), as PyTorch's SDPA is timed */
 } dec_shape;
 typedef struct dec_result {
     fa_status status;

@@ -14,7 +14,8 @@ extern "C" {
 #include <stdlib.h>
 #include <string.h>
 
-#define MIN_SPLIT_KEYS 128 /* keys below which a split is not worth its merge */
+#define MIN_SPLIT_KEYS 128    /* keys below which a split is not worth its merge */
+#define PAGED_SPLIT_KEYS 1024 /* paged caches: keys below which a second CTA per SM costs more than it hides */
 
 static int aligned16(const fa_tensor *t) {
     return ((uintptr_t)t->data % 16) == 0 && t->stride_batch % 8 == 0 && t->stride_seq % 8 == 0 && t->stride_head % 8 == 0;
@@ -79,8 +80,20 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
          * with 8k / 64k keys 16 splits 1.33 / 3.22 TB/s against 32 splits 1.19 / 3.13; batch 16 with 1k / 8k no
          * split 2.2 / 3.93 against 2 splits 2.0 / 3.79). Within 3 % of the best wave, not the CPU's 85 %: at batch
          * 1 that rule leaves SMs idle for part of a bandwidth-bound call. */
-        ns = fa_kv_split_heuristic(p->batch * p->hk * tiles, fa_cuda_tuning_of(ctx)->sm_count,
-                                   (p->capacity + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS, FA_DEC_MAX_SPLITS, 0.97);
+        const int sms = fa_cuda_tuning_of(ctx)->sm_count;
+        const int64_t items = p->batch * p->hk * tiles;
+        ns = fa_kv_split_heuristic(items, sms, (p->capacity + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS,
+                                   FA_DEC_MAX_SPLITS, 0.97);
+        /* Paged: a tile's copies wait for its block-table entry, which one CTA's 4 warps do not hide; two CTAs per
+         * SM where each split still has PAGED_SPLIT_KEYS keys (forced counts, pages of 16, GQA 32/8: batch 16
+         * with 8k / 64k keys 2 splits 3.75 / 4.37 TB/s against 1 split 3.17 / 3.45; batch 4 / 64k 8 against 4
+         * splits 4.02 / 3.32; batch 1 / 64k 32 against 16 splits 3.07 / 2.87; batch 1 / 8k: 16 splits 1.25 against
+         * 32 splits 1.18, hence the floor on the keys). */
+        if (p->paged) {
+            const int np = fa_kv_split_heuristic(items, 2 * sms, p->capacity / PAGED_SPLIT_KEYS, FA_DEC_MAX_SPLITS,
+                                                 0.97);
+            if (np > ns) ns = np;
+        }
     }
     if (ns < 1) ns = 1;
     plan->aux[FA_KV_AUX_SPLITS] = ns;

@@ -343,7 +343,7 @@ AI void pf_lines(const fa_dec_args *a, pf_rows *pf, int hh, int count) {
  * head ph. A key row r does not see has p_r,j = 0 (its score is −inf); a NaN or inf in such a v_j still makes that
  * row's O NaN, which the state check after the kernel finds and recomputes (cpu/algo/decode.c), so the loop needs
  * no visibility test. */
-AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float *P, vf (*A)[16], int ja, int jb,
+AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float *P, vf *A, int ja, int jb,
                 int v0, const int NR, const int NW, const int MODE, float *tmp, pf_rows *pf, int ph) {
     pf_rows c = pf ? *pf : (pf_rows){0}; /* the cursor in registers over the loop (through memory, each step would
                                             wait for the last one's store) */
@@ -355,7 +355,7 @@ AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float
         for (int r = 0; r < NR; r++) {
             const vf p = vbcast(P[r * FA_DEC_BC + jj]);
 #pragma GCC unroll 16
-            for (int i = 0; i < NW; i++) A[r][i] += p * v[i];
+            for (int i = 0; i < NW; i++) A[r * NW + i] += p * v[i];
         }
     }
     if (pf) *pf = c;
@@ -367,16 +367,16 @@ AI void pv_span(const fa_dec_args *a, const char *const *vr, int hh, const float
                 int v0, int v1, const int NR, const int NW, const int MODE, float *tmp, pf_rows *pf, int ph) {
     const int dp = a->dp;
     for (; v0 + NW <= v1; v0 += NW) {
-        vf A[4][16];
+        vf A[16]; /* NR x NW <= 16 accumulators, flat: an array of 64 vectors was kept on the stack (spilled) */
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 16
-            for (int i = 0; i < NW; i++) A[r][i] = LD(O + r * dp + VW * (v0 + i));
+            for (int i = 0; i < NW; i++) A[r * NW + i] = LD(O + r * dp + VW * (v0 + i));
         pv_keys(a, vr, hh, P, A, ja, jb, v0, NR, NW, MODE, tmp, pf, ph);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 16
-            for (int i = 0; i < NW; i++) ST(O + r * dp + VW * (v0 + i), A[r][i]);
+            for (int i = 0; i < NW; i++) ST(O + r * dp + VW * (v0 + i), A[r * NW + i]);
     }
 }
 

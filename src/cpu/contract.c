@@ -21,34 +21,49 @@ typedef struct rows_view { const void *base; int64_t ld, rows; } rows_view;
 
 /* max |x| over rows (meaningful only where all are finite); *bad |= 1 if any element is NaN or ±inf. On the bit
  * patterns: |x| orders as its bits with the sign cleared, and NaN/inf sit above every finite value; integer max
- * loops the compiler vectorises (the scan runs on every call). */
+ * loops the compiler vectorises (the scan runs on every call). With the sign cleared the bits fit a signed int of
+ * the same width, whose max the baseline ISA has (SSE2: pmaxsw, pcmpgtd) where the unsigned one is emulated. */
 static double scan(const fa_problem *p, rows_view r, int *bad) {
     const int64_t d = p->d;
     if (p->dtype == FA_DTYPE_F32) {
-        uint32_t mx = 0;
+        int32_t acc[16] = {0}, mx = 0; /* 16 lanes: several independent vector maxima, not one dependent chain */
         for (int64_t i = 0; i < r.rows; i++) {
-            const uint32_t *row = (const uint32_t *)r.base + i * r.ld;
-            for (int64_t x = 0; x < d; x++) {
-                const uint32_t a = row[x] & 0x7fffffffu;
+            const int32_t *row = (const int32_t *)r.base + i * r.ld;
+            int64_t x = 0;
+            for (; x + 16 <= d; x += 16)
+                for (int k = 0; k < 16; k++) {
+                    const int32_t a = row[x + k] & 0x7fffffff;
+                    acc[k] = a > acc[k] ? a : acc[k];
+                }
+            for (; x < d; x++) {
+                const int32_t a = row[x] & 0x7fffffff;
                 mx = a > mx ? a : mx;
             }
         }
-        if (mx >= 0x7f800000u) *bad = 1;
+        for (int k = 0; k < 16; k++) mx = acc[k] > mx ? acc[k] : mx;
+        if (mx >= 0x7f800000) *bad = 1;
         float f;
         memcpy(&f, &mx, 4);
         return f;
     }
-    uint16_t mx = 0;
+    int16_t acc[32] = {0}, mx = 0;
     for (int64_t i = 0; i < r.rows; i++) {
-        const uint16_t *row = (const uint16_t *)r.base + i * r.ld;
-        for (int64_t x = 0; x < d; x++) {
-            const uint16_t a = row[x] & 0x7fffu;
+        const int16_t *row = (const int16_t *)r.base + i * r.ld;
+        int64_t x = 0;
+        for (; x + 32 <= d; x += 32)
+            for (int k = 0; k < 32; k++) {
+                const int16_t a = (int16_t)(row[x + k] & 0x7fff);
+                acc[k] = a > acc[k] ? a : acc[k];
+            }
+        for (; x < d; x++) {
+            const int16_t a = (int16_t)(row[x] & 0x7fff);
             mx = a > mx ? a : mx;
         }
     }
+    for (int k = 0; k < 32; k++) mx = acc[k] > mx ? acc[k] : mx;
     const int f16 = p->dtype == FA_DTYPE_F16;
-    if (mx >= (f16 ? 0x7c00u : 0x7f80u)) *bad = 1;
-    return f16 ? fa_f16_to_f32(mx) : fa_bf16_to_f32(mx);
+    if (mx >= (f16 ? 0x7c00 : 0x7f80)) *bad = 1;
+    return f16 ? fa_f16_to_f32((uint16_t)mx) : fa_bf16_to_f32((uint16_t)mx);
 }
 
 static double at(const fa_problem *p, rows_view r, int64_t i, int64_t x) {

@@ -32,12 +32,13 @@ for r in $(seq 1 "$ROUNDS"); do
       --causal "$CAUSAL" --dtype "$DTYPE" --threads "$THREADS" --reps "$REPS" >"$OUT/torch-$r.log" 2>&1
     python3 - "$OUT/torch-$r.csv" "$BATCH" "$SEQLEN" >>"$OUT/rows.csv" <<'EOF'
 import csv, sys
+sys.path.insert(0, "scripts")
+from bench_cpu_torch import flops  # the protocol's FLOP count, as the PyTorch script's own table uses
 b, s = int(sys.argv[2]), int(sys.argv[3])
 for r in csv.DictReader(open(sys.argv[1])):
     if r["pass"] == "fwd":
         d, c, h = int(r["d"]), int(r["causal"]), int(r["heads"])
-        f = 4.0 * b * h * s * s * d / (2 if c else 1)
-        print("torch,%s,%d,%d,%.1f,sdpa" % (r["dtype"], d, c, f / float(r["ms"]) / 1e6))
+        print("torch,%s,%d,%d,%.1f,sdpa" % (r["dtype"], d, c, flops(b, h, s, d, c) / float(r["ms"]) / 1e6))
 EOF
   fi
 done

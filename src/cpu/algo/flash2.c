@@ -126,8 +126,9 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
         float *Qi = t.Qi, *QiT = t.QiT, *O = t.O, *Kp = t.Kp, *Vp = t.Vp, *ST = t.ST;
         float *m = t.m, *l = t.l, *alpha = t.alpha, *lse = t.lse;
         fa_io *io = &w.io[th];
-        /* last Q blocks first: under a causal mask they are the longest (load balance) */
-        const int64_t b = it / (p->hq * tg), h = (it / tg) % p->hq, g = tg - 1 - it % tg;
+        int64_t bh, g;
+        fa_cpu_fwd_item(it, p->batch * p->hq, tg, &bh, &g);
+        const int64_t b = bh / p->hq, h = bh % p->hq;
         fa_head hd;
         fa_cpu_head(p, b, h, &hd);
         const int64_t ib = g * group, ie = (hd.sq + br - 1) / br < ib + group ? (hd.sq + br - 1) / br : ib + group;

@@ -88,8 +88,9 @@ static void run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl
         thread_layout(&slice, p, pl, &t);
         float *S = t.S, *O = t.O, *m = t.m, *l = t.l, *alpha = t.alpha, *lse = t.lse;
         fa_io *io = &w.io[th];
-        /* last Q blocks first: under a causal mask they are the longest (load balance) */
-        const int64_t b = it / (p->hq * tg), h = (it / tg) % p->hq, g = tg - 1 - it % tg;
+        int64_t bh, g;
+        fa_cpu_fwd_item(it, p->batch * p->hq, tg, &bh, &g);
+        const int64_t b = bh / p->hq, h = bh % p->hq;
         fa_head hd;
         fa_cpu_head(p, b, h, &hd);
         const int64_t ib = g * group, nb = (hd.sq + br - 1) / br, ie = nb < ib + group ? nb : ib + group;

@@ -72,7 +72,9 @@ static void run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl
         uint32_t *QiT = t.QiT, *Vp = t.Vp, *Pp = t.Pp;
         float *ST = t.ST, *O = t.O, *m = t.m, *l = t.l, *alpha = t.alpha, *lse = t.lse;
         fa_io *io = &w.io[th];
-        const int64_t b = it / (p->hq * tr), h = (it / tr) % p->hq, i = tr - 1 - it % tr;
+        int64_t bh, i;
+        fa_cpu_fwd_item(it, p->batch * p->hq, tr, &bh, &i);
+        const int64_t b = bh / p->hq, h = bh % p->hq;
         fa_head hd;
         fa_cpu_head(p, b, h, &hd);
         const int64_t i0 = i * br;

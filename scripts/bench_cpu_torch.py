@@ -4,7 +4,8 @@ or the tests).
 
   bench_cpu_torch.py run --out torch.csv [--batch 4] [--seqlen 4096] [--d 64,128] [--causal 0,1]
                          [--dtype f32,bf16] [--threads 16] [--reps 3]
-  bench_cpu_torch.py merge ours.csv torch.csv   -> one table: GFLOP/s forward, ms forward+backward, the ratios
+  bench_cpu_torch.py merge ours.csv[,...] torch.csv[,...]   -> one table: GFLOP/s forward, ms forward+backward, the
+                         ratios (several CSVs per side: rounds of the same command, their medians)
 
 Protocol of docs/benchmarks.md: heads = 2048/d, layout [B, H, S, D]; warm-up, then the median of --reps runs.
 Forward FLOPs 4*B*H*S*S*D (halved when causal). "fwdbwd" is one forward plus one backward, timed together as a
@@ -70,27 +71,35 @@ def run(args):
     write_csv(opts["out"], ["algo", "dtype", "d", "seqlen", "causal", "pass", "batch", "heads", "ms", "gflops"], rows)
 
 
-def merge(ours_csv, torch_csv):
-    ms, shape = {}, {}  # (who, dtype, d, seqlen, causal, pass) -> ms; (dtype, d, seqlen, causal) -> (batch, heads)
-    with open(ours_csv) as f:
-        for r in csv.DictReader(f):
-            try:
-                key = (r["dtype"], int(r["head_dim"]), int(r["seqlen_q"]), int(r["causal"]))
-                ms[("ours",) + key + (r["pass"],)] = float(r["ms"])
-                shape[key] = (int(r["batch"]), int(r["heads"]))
-            except (ValueError, KeyError):
-                pass
-    for key in list(ms):
-        if key[5] == "fwd" and key[:5] + ("bwd",) in ms:
-            ms[key[:5] + ("fwdbwd",)] = ms[key] + ms[key[:5] + ("bwd",)]
-    with open(torch_csv) as f:
-        for r in csv.DictReader(f):
-            try:
-                key = (r["dtype"], int(r["d"]), int(r["seqlen"]), int(r["causal"]))
-                ms[("torch",) + key + (r["pass"],)] = float(r["ms"])
-                shape[key] = (int(r["batch"]), int(r["heads"]))
-            except ValueError:
-                pass
+def merge(ours_csvs, torch_csvs):
+    """Each argument one CSV or several, comma-separated (rounds of the same command): the median over them."""
+    runs, shape = {}, {}  # (who, dtype, d, seqlen, causal, pass) -> [ms]; (dtype, d, seqlen, causal) -> (batch, heads)
+    for path in ours_csvs.split(","):
+        one = {}
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                try:
+                    key = (r["dtype"], int(r["head_dim"]), int(r["seqlen_q"]), int(r["causal"]))
+                    one[("ours",) + key + (r["pass"],)] = float(r["ms"])
+                    shape[key] = (int(r["batch"]), int(r["heads"]))
+                except (ValueError, KeyError):
+                    pass
+        for key in list(one):  # fwd + bwd of the same round
+            if key[5] == "fwd" and key[:5] + ("bwd",) in one:
+                one[key[:5] + ("fwdbwd",)] = one[key] + one[key[:5] + ("bwd",)]
+        for key, x in one.items():
+            runs.setdefault(key, []).append(x)
+    for path in torch_csvs.split(","):
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                try:
+                    key = (r["dtype"], int(r["d"]), int(r["seqlen"]), int(r["causal"]))
+                    runs.setdefault(("torch",) + key + (r["pass"],), []).append(float(r["ms"]))
+                    shape[key] = (int(r["batch"]), int(r["heads"]))
+                except ValueError:
+                    pass
+    ms = {k: statistics.median(v) for k, v in runs.items()}
+    print("medians over %d round(s) of ours and %d of PyTorch" % (len(ours_csvs.split(",")), len(torch_csvs.split(","))))
     keys = sorted({k[1:5] for k in ms})
     print("| dtype | d | seqlen | causal | fwd GFLOP/s ours | torch | ours/torch | fwd+bwd ms ours | torch | "
           "torch/ours |")

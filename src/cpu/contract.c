@@ -23,12 +23,17 @@ typedef struct rows_view { const void *base; int64_t ld, rows; } rows_view;
  * patterns: |x| orders as its bits with the sign cleared, and NaN/inf sit above every finite value; integer max
  * loops the compiler vectorises (the scan runs on every call). With the sign cleared the bits fit a signed int of
  * the same width, whose max the baseline ISA has (SSE2: pmaxsw, pcmpgtd) where the unsigned one is emulated. */
+/* rows prefetched ahead: a head's rows sit heads·d elements apart (BSHD), a page or more, which the hardware
+ * prefetchers do not follow (AVX2 backward at N 128, d 128, Zen 5: 8-10 % faster for every algorithm) */
+#define AHEAD 8
 static double scan(const fa_problem *p, rows_view r, int *bad) {
     const int64_t d = p->d;
     if (p->dtype == FA_DTYPE_F32) {
         int32_t acc[16] = {0}, mx = 0; /* 16 lanes: several independent vector maxima, not one dependent chain */
         for (int64_t i = 0; i < r.rows; i++) {
             const int32_t *row = (const int32_t *)r.base + i * r.ld;
+            if (i + AHEAD < r.rows)
+                for (int64_t x = 0; x < d; x += 16) __builtin_prefetch(row + AHEAD * r.ld + x);
             int64_t x = 0;
             for (; x + 16 <= d; x += 16)
                 for (int k = 0; k < 16; k++) {
@@ -49,6 +54,8 @@ static double scan(const fa_problem *p, rows_view r, int *bad) {
     int16_t acc[32] = {0}, mx = 0;
     for (int64_t i = 0; i < r.rows; i++) {
         const int16_t *row = (const int16_t *)r.base + i * r.ld;
+        if (i + AHEAD < r.rows)
+            for (int64_t x = 0; x < d; x += 32) __builtin_prefetch(row + AHEAD * r.ld + x);
         int64_t x = 0;
         for (; x + 32 <= d; x += 32)
             for (int k = 0; k < 32; k++) {

@@ -226,10 +226,9 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
                     if (!fa_cpu_block_sees(p, sq, sk, i0, rows, j0, cols)) continue;
                     fa_cpu_bwd_load_q(p, &hq, i0, rows, &t, io);
                     fa_tile_load(t.Oi, d, (const char *)hq.o + i0 * hq.ldo * es, p->dtype, hq.ldo, rows, d, io);
-                    for (int r = 0; r < rows; r++)                          /* Di = rowsum(dOi ∘ Oi), every step */
-                        t.D_i[r] = fa_cpu_rowdot(d, t.dOi + (int64_t)r * d, t.Oi + (int64_t)r * d);
+                    kr->rowdots(rows, d, t.dOi, d, t.Oi, d, t.D_i);         /* Di = rowsum(dOi ∘ Oi), every step */
                     float *dq_slow = acc_in_place ? (float *)hq.dq + i0 * hq.lddq : dQall + (g * sq + i0) * d;
-                    fa_cpu_bwd_step(p, kr, sq, sk, i0, rows, j0, cols, dq_slow, acc_in_place ? hq.lddq : d, &t, io);
+                    fa_cpu_bwd_step(p, kr, sq, sk, i0, rows, j0, cols, dq_slow, acc_in_place ? hq.lddq : d, 0, &t, io);
                 }
             }
             fa_cpu_bwd_kv_end(p, &hd, j0, cols, &t, io);

@@ -202,13 +202,14 @@ const fa_cpu_algo fa_cpu_flash2_fwd = {fwd_workspace, fwd_run};
 typedef struct bwd_ws {
     fa_cpu_ws w;
     int nsplit, acc_in_place;
+    int one_block;       /* every head's keys in one K/V block, dQ in place: no pre-pass (below) */
     size_t sQ;           /* floats of one dQ accumulator, group · sq_max · d, padded to 64 bytes */
     float *Dall, *dQparts;
 } bwd_ws;
 
 static void bwd_thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, const bwd_ws *w,
                               fa_cpu_bwd_tiles *t, float **dQacc) {
-    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, 0, pl->aux[FA_CPU_AUX_BF16T], t);
+    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, w->one_block, pl->aux[FA_CPU_AUX_BF16T], t);
     *dQacc = w->nsplit == 1 && !w->acc_in_place ? fa_take_f32(a, w->sQ) : NULL;
 }
 
@@ -217,6 +218,10 @@ static void bwd_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, bwd_
     w->nsplit = pl->aux[FA_CPU_AUX_SPLIT];
     /* dQ accumulates in place for f32 without split; else in fp32 partials: per thread (no split) or per item */
     w->acc_in_place = p->dtype == FA_DTYPE_F32 && w->nsplit == 1;
+    /* one K/V block per head: each Q block meets it once, so D is computed there from Oi (dOi is in the tiles) and
+     * dQ written once, instead of a pre-pass reading O and dO and zeroing dQ in slow memory (as FLASH1 does; AVX2,
+     * N 128, d 128: the pre-pass cost ~10 % of the call) */
+    w->one_block = w->acc_in_place && p->sk_max <= pl->block_k;
     w->sQ = ((size_t)(p->hq / p->hk * p->sq_max * p->d) + 15) & ~(size_t)15;
     fa_arena one = fa_arena_dry();
     fa_cpu_bwd_tiles t;
@@ -247,7 +252,7 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
     /* pre-pass, per (sequence, query head): D = rowsum(dO ∘ O) (the FMA order of the tile products, so that
      * dP − D is exactly 0 where it should be); zero the dQ accumulators */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(w->threads)
-    for (int64_t bh = 0; bh < p->batch * p->hq; bh++) {
+    for (int64_t bh = 0; bh < (W.one_block ? 0 : p->batch * p->hq); bh++) {
         const int th = fa_thread_id();
         fa_arena slice = fa_cpu_ws_thread(w, th);
         fa_cpu_bwd_tiles t;
@@ -263,7 +268,7 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
             const int rows = (int)(hq.sq - i0 < br ? hq.sq - i0 : br);
             fa_tile_load(Oi, d, (const char *)hq.o + i0 * hq.ldo * es, p->dtype, hq.ldo, rows, d, io);
             fa_tile_load(dOi, d, (const char *)hq.dout + i0 * hq.lddo * es, p->dtype, hq.lddo, rows, d, io);
-            for (int r = 0; r < rows; r++) D_i[r] = fa_cpu_rowdot(d, dOi + (int64_t)r * d, Oi + (int64_t)r * d);
+            kr->rowdots(rows, d, dOi, d, Oi, d, D_i);
             fa_vec_store(Dall + bh * sq_max + i0, D_i, rows, io);
             if (acc_in_place)
                 fa_tile_store((char *)hq.dq + i0 * hq.lddq * es, FA_DTYPE_F32, hq.lddq, Z, d, rows, d, io);
@@ -300,14 +305,36 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
                 fa_cpu_head(p, b, hk * group + g, &hq);
                 for (int64_t i0 = 0; i0 < sq; i0 += br) {
                     const int rows = (int)(sq - i0 < br ? sq - i0 : br);
-                    if (!fa_cpu_block_sees(p, sq, sk, i0, rows, j0, cols)) continue; /* block (i, j) fully masked */
-                    fa_cpu_bwd_load_q(p, &hq, i0, rows, &t, io);
-                    fa_vec_load(t.D_i, Dall + ((b * p->hq) + hk * group + g) * sq_max + i0, rows, io);
                     float *dq_slow = acc_in_place ? (float *)hq.dq + i0 * hq.lddq : dQacc + (g * sq + i0) * d;
-                    fa_cpu_bwd_step(p, kr, sq, sk, i0, rows, j0, cols, dq_slow, acc_in_place ? hq.lddq : d, &t, io);
+                    if (!fa_cpu_block_sees(p, sq, sk, i0, rows, j0, cols)) { /* block (i, j) fully masked */
+                        if (W.one_block) { /* no other block: dQi = 0 */
+                            memset(t.dQi, 0, (size_t)rows * d * 4);
+                            fa_tile_store(dq_slow, FA_DTYPE_F32, hq.lddq, t.dQi, d, rows, d, io);
+                        }
+                        continue;
+                    }
+                    fa_cpu_bwd_load_q(p, &hq, i0, rows, &t, io);
+                    if (W.one_block) {
+                        fa_tile_load(t.Oi, d, (const char *)hq.o + i0 * hq.ldo * es, p->dtype, hq.ldo, rows, d, io);
+                        kr->rowdots(rows, d, t.dOi, d, t.Oi, d, t.D_i);
+                    } else {
+                        fa_vec_load(t.D_i, Dall + ((b * p->hq) + hk * group + g) * sq_max + i0, rows, io);
+                    }
+                    fa_cpu_bwd_step(p, kr, sq, sk, i0, rows, j0, cols, dq_slow, acc_in_place ? hq.lddq : d,
+                                    W.one_block, &t, io);
                 }
             }
             fa_cpu_bwd_kv_end(p, &hd, j0, cols, &t, io);
+        }
+        if (W.one_block && sk == 0) { /* a sequence without keys (varlen): no block to write its dQ = 0 */
+            memset(t.dQi, 0, (size_t)br * d * 4);
+            for (int64_t g = 0; g < group; g++) {
+                fa_head hq;
+                fa_cpu_head(p, b, hk * group + g, &hq);
+                for (int64_t i0 = 0; i0 < sq; i0 += br)
+                    fa_tile_store((char *)hq.dq + i0 * hq.lddq * es, FA_DTYPE_F32, hq.lddq, t.dQi, d,
+                                  (int)(sq - i0 < br ? sq - i0 : br), d, io);
+            }
         }
         if (nsplit == 1 && !acc_in_place)                                   /* dQ = dQacc rounded to the dtype */
             for (int64_t g = 0; g < group; g++) {

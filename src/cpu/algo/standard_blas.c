@@ -254,7 +254,7 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
             if (conv) { /* f16/bf16: D = rowsum(dO ∘ O) from the rounded output, as FLASH1/FLASH2 must (below) */
                 int64_t ldo;
                 const float *O = head_f32(p, hq.o, hq.ldo, sq, Ob, &ldo, io);
-                for (int64_t r = 0; r < sq; r++) Dr[r] = fa_cpu_rowdot(d, dO + r * lddo, O + r * ldo);
+                kr->rowdots((int)sq, d, dO, (int)lddo, O, (int)ldo, Dr);
                 io->read += sq * d * (int64_t)es;
             }
             float *dQ = conv ? dQb : (float *)hq.dq;

@@ -341,6 +341,7 @@ const fa_cpu_kernels fa_cpu_kernels_avx2 = {
     .exp_rows = exp_rows,
     .scale_rows = scale_rows,
     .ds_rows = port_ds_rows,
+    .rowdots = port_rowdots,
     .bf16_dot = 0,
     FA_PORTABLE_BF16_ENTRIES,
 };

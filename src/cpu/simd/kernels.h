@@ -45,6 +45,9 @@ typedef struct fa_cpu_kernels {
     void (*ds_rows)(int rows, int cols, const float *P, int ldp, float *dP, int ldd, const float *D, float scale);
     /* O[r][j] *= alpha[r] */
     void (*scale_rows)(int rows, int cols, float *O, int ldo, const float *alpha);
+    /* D[r] = Σ_x a[r·lda + x]·b[r·ldb + x] for r < rows, as one FMA chain per row in x order (backward: D =
+     * rowsum(dO ∘ O) with the rounding of the tile products' dot products, so that dP − D is exactly 0 where O = V) */
+    void (*rowdots)(int rows, int n, const float *a, int lda, const float *b, int ldb, float *D);
 
     /* bf16: operands are 32-bit words holding two bf16 along the reduction dimension (low half first).
      * bf16_dot = 1 when gemm_bf16 is a hardware dot product (vdpbf16ps); the portable one emulates it. */

@@ -197,6 +197,24 @@ static inline void port_rows_f32_bf16(int rows, int cols, const float *src, int 
         }
 }
 
+/* kernels.h's rowdots: 8 rows' chains interleaved, so that they overlap (one chain waits an FMA's latency per
+ * element); fmaf is one instruction where the table's flags have FMA, a libm call in the baseline build. */
+static inline void port_rowdots(int rows, int n, const float *a, int lda, const float *b, int ldb, float *D) {
+    int r = 0;
+    for (; r + 8 <= rows; r += 8) {
+        float s[8] = {0};
+        for (int x = 0; x < n; x++)
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) s[i] = fmaf(a[(ptrdiff_t)(r + i) * lda + x], b[(ptrdiff_t)(r + i) * ldb + x], s[i]);
+        for (int i = 0; i < 8; i++) D[r + i] = s[i];
+    }
+    for (; r < rows; r++) {
+        float s = 0;
+        for (int x = 0; x < n; x++) s = fmaf(a[(ptrdiff_t)r * lda + x], b[(ptrdiff_t)r * ldb + x], s);
+        D[r] = s;
+    }
+}
+
 /* Initialiser lines for the entries a table takes from this header: the bf16 ones, and all. */
 #define FA_PORTABLE_BF16_ENTRIES                                                                              \
     .gemm_bf16 = port_gemm_bf16, .pack_t32 = port_pack_t32, .pairs_f32_bf16 = port_pairs_f32_bf16,          \
@@ -204,6 +222,6 @@ static inline void port_rows_f32_bf16(int rows, int cols, const float *src, int 
     .rows_f32_bf16 = port_rows_f32_bf16
 #define FA_PORTABLE_ENTRIES                                                                                   \
     .pack_t = port_pack_t, .softmax_step_t = port_softmax_step_t, .exp_rows = port_exp_rows,               \
-    .ds_rows = port_ds_rows, .scale_rows = port_scale_rows, FA_PORTABLE_BF16_ENTRIES
+    .ds_rows = port_ds_rows, .scale_rows = port_scale_rows, .rowdots = port_rowdots, FA_PORTABLE_BF16_ENTRIES
 
 #endif

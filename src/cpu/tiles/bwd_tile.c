@@ -179,9 +179,11 @@ static void tile_bf16(const fa_problem *p, const fa_cpu_kernels *kr, int64_t sq,
 }
 
 void fa_cpu_bwd_step(const fa_problem *p, const fa_cpu_kernels *kr, int64_t sq, int64_t sk, int64_t i0, int rows,
-                     int64_t j0, int cols, float *dq, int64_t ld_dq, const fa_cpu_bwd_tiles *t, fa_io *io) {
+                     int64_t j0, int cols, float *dq, int64_t ld_dq, int dq_fresh, const fa_cpu_bwd_tiles *t,
+                     fa_io *io) {
     const int d = (int)p->d;
-    fa_tile_load(t->dQi, d, dq, FA_DTYPE_F32, ld_dq, rows, d, io);
+    if (dq_fresh) memset(t->dQi, 0, (size_t)rows * d * 4);
+    else fa_tile_load(t->dQi, d, dq, FA_DTYPE_F32, ld_dq, rows, d, io);
     if (p->softcap > 0) tile_softcap(p, kr, sq, sk, i0, rows, j0, cols, t);
     else if (t->Qw) tile_bf16(p, kr, sq, sk, i0, rows, j0, cols, t);
     else tile(p, kr, sq, sk, i0, rows, j0, cols, t);

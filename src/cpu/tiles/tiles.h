@@ -59,14 +59,6 @@ int fa_cpu_tile_needs_mask(const fa_problem *p, int64_t sq, int64_t sk, int64_t 
 int64_t fa_cpu_scores(const fa_problem *p, float *S, ptrdiff_t rs, ptrdiff_t cs, int rows, int cols, int64_t i0,
                       int64_t j0, int64_t sq, int64_t sk, float mul, float inv_cap);
 
-/* Σ_x a[x]·b[x] as one FMA chain in x order: the rounding of the tile products' dot products (so that
- * D = rowsum(dO ∘ O) equals dP = dO·Vᵀ bit for bit where O = V). */
-static inline float fa_cpu_rowdot(int n, const float *a, const float *b) {
-    float acc = 0;
-    for (int x = 0; x < n; x++) acc = fmaf(a[x], b[x], acc);
-    return acc;
-}
-
 /* ---- backward (FLASH1 and FLASH2) ---- */
 
 /* A thread's fast tiles for the backward: Br x d rows, Bc x d K/V rows, d x pad16(Bc) packed Kjᵀ Vjᵀ, Br x
@@ -99,8 +91,9 @@ void fa_cpu_bwd_kv_end(const fa_problem *p, const fa_head *hd, int64_t j0, int c
 void fa_cpu_bwd_load_q(const fa_problem *p, const fa_head *hq, int64_t i0, int rows, const fa_cpu_bwd_tiles *t,
                        fa_io *io);
 /* One (Qi, Kj) step once Qi, dOi, LSEi and Di are in the tiles: load the fp32 dQi accumulator (dq, row stride
- * ld_dq, slow memory), the tile step, store dQi back. */
+ * ld_dq, slow memory; from 0 instead when dq_fresh: the only step of these rows), the tile step, store dQi back. */
 void fa_cpu_bwd_step(const fa_problem *p, const fa_cpu_kernels *kr, int64_t sq, int64_t sk, int64_t i0, int rows,
-                     int64_t j0, int cols, float *dq, int64_t ld_dq, const fa_cpu_bwd_tiles *t, fa_io *io);
+                     int64_t j0, int cols, float *dq, int64_t ld_dq, int dq_fresh, const fa_cpu_bwd_tiles *t,
+                     fa_io *io);
 
 #endif

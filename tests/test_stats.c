@@ -85,12 +85,12 @@ static io flash2_fwd(const fa_attn_opts *o, int64_t N, int64_t d, int64_t e, int
     return x;
 }
 static io flash2_bwd(int64_t N, int64_t d, int64_t e, int64_t Tc, int64_t g) {
-    /* per K/V head, no mask: pre-pass per query head reads O, dO and writes D and the zeroed fp32 dQ; per K/V block
-     * Kj, Vj once, then per (query head, Q block) Qi, dOi, LSEi, Di and dQi (fp32) read, dQi written; dKj, dVj
-     * written; (f16/bf16) dQ converted at the end. */
+    /* per K/V head, no mask, no split: per K/V block Kj, Vj once, then per (query head, Q block) Qi, dOi, LSEi read;
+     * at a Q block's first K/V block Oi read (D computed, written for the later blocks) and dQi started at 0, at the
+     * others Di and dQi (fp32) read; dQi written; dKj, dVj written; (f16/bf16) dQ converted at the end. */
     int f32 = e == 4;
-    io x = {g * 2 * N * d * e + 2 * N * d * e + Tc * g * N * (2 * d * e + 8 + 4 * d),
-            g * (4 * N + 4 * N * d) + Tc * g * 4 * N * d + 2 * N * d * e};
+    io x = {2 * N * d * e + g * N * (Tc * (2 * d * e + 4) + (Tc - 1) * (4 * d + 4) + d * e),
+            Tc * g * 4 * N * d + (Tc > 1 ? g * 4 * N : 0) + 2 * N * d * e};
     if (!f32) x.r += g * 4 * N * d, x.w += g * N * d * e;
     return x;
 }

@@ -33,9 +33,15 @@ static void sequence(const fa_problem *p, const fa_plan *pl, double sq, double s
         if (!p->is_backward) { /* Qi and Oi once, Kj and Vj once per (Q block, K/V block) */
             *r = sq * d * e + 2 * tr * sk * d * e;
             *w = sq * d * e + lse;
-        } else { /* the D pre-pass, then Qi, dOi, LSEi, Di, dQi read and dQi written per step */
+        } else if (pl->aux[FA_CPU_AUX_SPLIT] > 1) { /* the D pre-pass, then Qi, dOi, LSEi, Di, dQi read and dQi
+                                                       written per step */
             *r = g * 2 * sq * d * e + 2 * sk * d * e + tc * g * sq * (2 * d * e + 8 + 4 * d) + conv * g * 4 * sq * d;
             *w = g * (4 * sq + 4 * sq * d) + tc * g * 4 * sq * d + 2 * sk * d * e + conv * g * sq * d * e;
+        } else { /* Qi, dOi, LSEi per step; the first K/V block of a Q block reads Oi (D computed, stored for the
+                    others) and starts dQi at 0, the others read Di and dQi; dQi written per step */
+            *r = 2 * sk * d * e + g * sq * (tc * (2 * d * e + 4) + (tc - 1) * (4 * d + 4) + d * e) +
+                 conv * g * 4 * sq * d;
+            *w = tc * g * 4 * sq * d + (tc > 1 ? g * 4 * sq : 0) + 2 * sk * d * e + conv * g * sq * d * e;
         }
         return;
     }

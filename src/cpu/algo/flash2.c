@@ -202,14 +202,14 @@ const fa_cpu_algo fa_cpu_flash2_fwd = {fwd_workspace, fwd_run};
 typedef struct bwd_ws {
     fa_cpu_ws w;
     int nsplit, acc_in_place;
-    int one_block;       /* every head's keys in one K/V block, dQ in place: no pre-pass (below) */
+    int fused;           /* no split: D and the start of dQ where a Q block meets its first K/V block (below) */
     size_t sQ;           /* floats of one dQ accumulator, group · sq_max · d, padded to 64 bytes */
     float *Dall, *dQparts;
 } bwd_ws;
 
 static void bwd_thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, const bwd_ws *w,
                               fa_cpu_bwd_tiles *t, float **dQacc) {
-    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, w->one_block, pl->aux[FA_CPU_AUX_BF16T], t);
+    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, w->fused, pl->aux[FA_CPU_AUX_BF16T], t);
     *dQacc = w->nsplit == 1 && !w->acc_in_place ? fa_take_f32(a, w->sQ) : NULL;
 }
 
@@ -218,10 +218,11 @@ static void bwd_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, bwd_
     w->nsplit = pl->aux[FA_CPU_AUX_SPLIT];
     /* dQ accumulates in place for f32 without split; else in fp32 partials: per thread (no split) or per item */
     w->acc_in_place = p->dtype == FA_DTYPE_F32 && w->nsplit == 1;
-    /* one K/V block per head: each Q block meets it once, so D is computed there from Oi (dOi is in the tiles) and
-     * dQ written once, instead of a pre-pass reading O and dO and zeroing dQ in slow memory (as FLASH1 does; AVX2,
-     * N 128, d 128: the pre-pass cost ~10 % of the call) */
-    w->one_block = w->acc_in_place && p->sk_max <= pl->block_k;
+    /* without a split, a Q block's first K/V block computes its D from Oi (dOi is in the tiles, and D is stored
+     * for the later blocks) and starts its dQ at 0, instead of a pre-pass reading O and dO and zeroing dQ in slow
+     * memory (AVX2, N 128, d 128: the pre-pass was ~10 % of the call); with a split the parts run at once, so D
+     * comes from the pre-pass */
+    w->fused = w->nsplit == 1;
     w->sQ = ((size_t)(p->hq / p->hk * p->sq_max * p->d) + 15) & ~(size_t)15;
     fa_arena one = fa_arena_dry();
     fa_cpu_bwd_tiles t;
@@ -252,7 +253,7 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
     /* pre-pass, per (sequence, query head): D = rowsum(dO ∘ O) (the FMA order of the tile products, so that
      * dP − D is exactly 0 where it should be); zero the dQ accumulators */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(w->threads)
-    for (int64_t bh = 0; bh < (W.one_block ? 0 : p->batch * p->hq); bh++) {
+    for (int64_t bh = 0; bh < (W.fused ? 0 : p->batch * p->hq); bh++) {
         const int th = fa_thread_id();
         fa_arena slice = fa_cpu_ws_thread(w, th);
         fa_cpu_bwd_tiles t;
@@ -290,11 +291,26 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
         fa_head hd;
         fa_cpu_head(p, b, hk * group, &hd);
         const int64_t sq = hd.sq, sk = hd.sk;
-        if (!acc_in_place) { /* zero this item's fp32 dQ partial */
+        const int64_t ld_dq = acc_in_place ? -1 : d; /* -1: the query head's own dq stride */
+        if (!W.fused) { /* zero this item's fp32 dQ partial */
             memset(t.dQi, 0, (size_t)br * d * 4);
             for (int64_t r0 = 0; r0 < group * sq; r0 += br) {
                 const int rows = (int)(group * sq - r0 < br ? group * sq - r0 : br);
                 fa_tile_store(dQacc + r0 * d, FA_DTYPE_F32, d, t.dQi, d, rows, d, io);
+            }
+        } else { /* dQ = 0 for the Q blocks that see no key (no K/V block will start them) */
+            memset(t.dQi, 0, (size_t)br * d * 4);
+            for (int64_t g = 0; g < group; g++) {
+                fa_head hq;
+                fa_cpu_head(p, b, hk * group + g, &hq);
+                for (int64_t i0 = 0; i0 < sq; i0 += br) {
+                    const int rows = (int)(sq - i0 < br ? sq - i0 : br);
+                    int64_t lo, hi;
+                    fa_cpu_block_keys(p, sq, sk, i0, i0 + rows, &lo, &hi);
+                    if (hi > lo) continue;
+                    float *dq_slow = acc_in_place ? (float *)hq.dq + i0 * hq.lddq : dQacc + (g * sq + i0) * d;
+                    fa_tile_store(dq_slow, FA_DTYPE_F32, ld_dq < 0 ? hq.lddq : ld_dq, t.dQi, d, rows, d, io);
+                }
             }
         }
         for (int64_t j0 = part * bc; j0 < sk; j0 += (int64_t)nsplit * bc) {
@@ -305,36 +321,26 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
                 fa_cpu_head(p, b, hk * group + g, &hq);
                 for (int64_t i0 = 0; i0 < sq; i0 += br) {
                     const int rows = (int)(sq - i0 < br ? sq - i0 : br);
+                    if (!fa_cpu_block_sees(p, sq, sk, i0, rows, j0, cols)) continue; /* block (i, j) fully masked */
                     float *dq_slow = acc_in_place ? (float *)hq.dq + i0 * hq.lddq : dQacc + (g * sq + i0) * d;
-                    if (!fa_cpu_block_sees(p, sq, sk, i0, rows, j0, cols)) { /* block (i, j) fully masked */
-                        if (W.one_block) { /* no other block: dQi = 0 */
-                            memset(t.dQi, 0, (size_t)rows * d * 4);
-                            fa_tile_store(dq_slow, FA_DTYPE_F32, hq.lddq, t.dQi, d, rows, d, io);
-                        }
-                        continue;
-                    }
+                    float *D_slow = Dall + ((b * p->hq) + hk * group + g) * sq_max + i0;
+                    int64_t lo, hi;
+                    fa_cpu_block_keys(p, sq, sk, i0, i0 + rows, &lo, &hi);
+                    const int first = W.fused && j0 == lo / bc * bc; /* the first K/V block this Q block sees */
                     fa_cpu_bwd_load_q(p, &hq, i0, rows, &t, io);
-                    if (W.one_block) {
+                    if (first) { /* D = rowsum(dO ∘ O) (the FMA order of the tile products: dP − D is exactly 0
+                                    where it should be), kept for the later blocks */
                         fa_tile_load(t.Oi, d, (const char *)hq.o + i0 * hq.ldo * es, p->dtype, hq.ldo, rows, d, io);
                         kr->rowdots(rows, d, t.dOi, d, t.Oi, d, t.D_i);
+                        if (j0 + bc < hi) fa_vec_store(D_slow, t.D_i, rows, io);
                     } else {
-                        fa_vec_load(t.D_i, Dall + ((b * p->hq) + hk * group + g) * sq_max + i0, rows, io);
+                        fa_vec_load(t.D_i, D_slow, rows, io);
                     }
-                    fa_cpu_bwd_step(p, kr, sq, sk, i0, rows, j0, cols, dq_slow, acc_in_place ? hq.lddq : d,
-                                    W.one_block, &t, io);
+                    fa_cpu_bwd_step(p, kr, sq, sk, i0, rows, j0, cols, dq_slow, ld_dq < 0 ? hq.lddq : ld_dq, first,
+                                    &t, io);
                 }
             }
             fa_cpu_bwd_kv_end(p, &hd, j0, cols, &t, io);
-        }
-        if (W.one_block && sk == 0) { /* a sequence without keys (varlen): no block to write its dQ = 0 */
-            memset(t.dQi, 0, (size_t)br * d * 4);
-            for (int64_t g = 0; g < group; g++) {
-                fa_head hq;
-                fa_cpu_head(p, b, hk * group + g, &hq);
-                for (int64_t i0 = 0; i0 < sq; i0 += br)
-                    fa_tile_store((char *)hq.dq + i0 * hq.lddq * es, FA_DTYPE_F32, hq.lddq, t.dQi, d,
-                                  (int)(sq - i0 < br ? sq - i0 : br), d, io);
-            }
         }
         if (nsplit == 1 && !acc_in_place)                                   /* dQ = dQacc rounded to the dtype */
             for (int64_t g = 0; g < group; g++) {

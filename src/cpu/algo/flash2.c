@@ -9,9 +9,9 @@
  *   O /= ℓ once at the end; store O and LSE = m + log ℓ (no separate ℓ, m in slow memory).
  *   Slow-memory traffic per head: Q and O once, K and V once per (Q block, visible K/V block), LSE once.
  *
- * Backward: D = rowsum(dO ∘ O) in a pre-pass; then per K/V block j (outer loop) dKj, dVj accumulate in fast
- *   memory while the inner loop over Q blocks recomputes P = exp(S − LSE) and adds dS Kj into an fp32 dQ
- *   accumulator in slow memory. One work item per (sequence, K/V head), so dQ, dK, dV have one writer each:
+ * Backward: per K/V block j (outer loop) dKj, dVj accumulate in fast memory while the inner loop over Q blocks
+ *   recomputes P = exp(S − LSE) and adds dS Kj into an fp32 dQ accumulator in slow memory; D = rowsum(dO ∘ O) is
+ *   computed where a Q block meets its first K/V block (a pre-pass when a head's K/V blocks are split into parts). One work item per (sequence, K/V head), so dQ, dK, dV have one writer each:
  *   race-free and deterministic without atomics.
  * bf16 storage with a bf16 dot-product kernel runs the forward in flash2_bf16.c. */
 #include "cpu/cpu.h"

@@ -410,9 +410,11 @@ AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t 
 }
 
 /* One chunk of n <= FA_DEC_BC keys from j0 (kr, vr: FA_DEC_BC row addresses, the ones past n repeat a valid row;
- * kn, vn: the nn rows of the next chunk), head by head: S = Qi Kjᵀ, the online softmax, O += P Vj, rows in groups of
- * 4, 2, 1. A head's K and V rows of the chunk (8 KB each at d = 128 bf16) are used while they are in L1.
- * The row format MODE is a compile-time constant after inlining; d is not (only the piece widths of pv are). */
+ * kn, vn: the nn rows of the next chunk): S = Qi Kjᵀ and the online softmax for every head, then O += P Vj for every
+ * head, rows in groups of 4, 2, 1. K's rows of the chunk are all read before V's: with each head's PV right after its
+ * QKᵀ, the V loads of one head between the K loads of the next cost a fifth of the DRAM rate (Zen 5, 2 threads, bf16,
+ * 32k cache: 27.6–29.5 -> 33.1–37.5 GB/s; docs/decoding.md). The row format MODE is a compile-time constant after
+ * inlining; d is not (only the piece widths of pv are). */
 AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, const char *const *vr,
               const char *const *kn, const char *const *vn, int nn, const int MODE) {
     const int NV = a->dp / VW;
@@ -427,14 +429,16 @@ AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, co
     const int bytes = whole ? row_bytes * a->nh : row_bytes, steps = whole ? sites * a->nh : sites;
     pf_rows pf = {kn, vn, nn, bytes, (nn * ((bytes + 63) / 64) + steps - 1) / steps, 0, 0};
     for (int hh = 0; hh < a->nh; hh++) {
-        if (!whole) pf.key = 0, pf.c = 0;
-        const int ph = whole ? 0 : hh;
         for (int r = 0; r < R;) {
             if (R - r >= 4) qk(a, kr, hh, r, 4, MODE, tmp), r += 4;
             else if (R - r >= 2) qk(a, kr, hh, r, 2, MODE, tmp), r += 2;
             else qk(a, kr, hh, r, 1, MODE, tmp), r += 1;
         }
         for (int r = 0; r < R; r++) softmax_row(a, hh * R + r, j0, n);
+    }
+    for (int hh = 0; hh < a->nh; hh++) {
+        if (!whole) pf.key = 0, pf.c = 0;
+        const int ph = whole ? 0 : hh;
         for (int r = 0; r < R;) {
             if (R - r >= 4) pv(a, vr, hh, r, j0, n, 4, MODE, tmp, &pf, ph), r += 4;
             else if (R - r >= 2) pv(a, vr, hh, r, j0, n, 2, MODE, tmp, &pf, ph), r += 2;

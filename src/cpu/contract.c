@@ -34,16 +34,7 @@ static double scan(const fa_problem *p, rows_view r, int *bad) {
             const int32_t *row = (const int32_t *)r.base + i * r.ld;
             if (i + AHEAD < r.rows)
                 for (int64_t x = 0; x < d; x += 16) __builtin_prefetch(row + AHEAD * r.ld + x);
-            int64_t x = 0;
-            for (; x + 16 <= d; x += 16)
-                for (int k = 0; k < 16; k++) {
-                    const int32_t a = row[x + k] & 0x7fffffff;
-                    acc[k] = a > acc[k] ? a : acc[k];
-                }
-            for (; x < d; x++) {
-                const int32_t a = row[x] & 0x7fffffff;
-                mx = a > mx ? a : mx;
-            }
+            fa_absmax_bits(row, d, acc, &mx);
         }
         for (int k = 0; k < 16; k++) mx = acc[k] > mx ? acc[k] : mx;
         if (mx >= 0x7f800000) *bad = 1;

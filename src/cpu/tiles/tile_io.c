@@ -40,23 +40,10 @@ void fa_tile_load(float *dst, int ld_dst, const void *src, fa_dtype dt, int64_t 
 void fa_tile_load_max(float *dst, int ld_dst, const void *src, fa_dtype dt, int64_t ld_src, int rows, int cols,
                       fa_io *io, uint32_t *maxbits) {
     fa_tile_load(dst, ld_dst, src, dt, ld_src, rows, cols, io);
-    /* |x| orders as its bits with the sign cleared, NaN and inf above every finite; with the sign cleared the bits
-     * fit a signed int, whose max the baseline ISA has (the unsigned one is emulated), in 16 independent lanes (one
-     * dependent chain took a quarter of a FLASH2 forward at N 128) */
+    /* 16 independent lanes: one dependent chain of unsigned maxima took a quarter of a FLASH2 forward at N 128 */
     int32_t acc[16] = {0}, mx = (int32_t)*maxbits;
-    for (int r = 0; r < rows; r++) {
-        const int32_t *row = (const int32_t *)(const void *)(dst + (int64_t)r * ld_dst);
-        int c = 0;
-        for (; c + 16 <= cols; c += 16)
-            for (int k = 0; k < 16; k++) {
-                const int32_t a = row[c + k] & 0x7fffffff;
-                acc[k] = a > acc[k] ? a : acc[k];
-            }
-        for (; c < cols; c++) {
-            const int32_t a = row[c] & 0x7fffffff;
-            mx = a > mx ? a : mx;
-        }
-    }
+    for (int r = 0; r < rows; r++)
+        fa_absmax_bits((const int32_t *)(const void *)(dst + (int64_t)r * ld_dst), cols, acc, &mx);
     for (int k = 0; k < 16; k++) mx = acc[k] > mx ? acc[k] : mx;
     *maxbits = (uint32_t)mx;
 }

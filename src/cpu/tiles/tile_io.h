@@ -17,6 +17,22 @@ typedef struct fa_io {
     char pad[40]; /* one counter set per cache line: threads keep their own */
 } fa_io;
 
+/* The bits of |x| for the n fp32 elements of row folded into acc (16 lanes) and *mx (the tail) by maximum. |x| orders
+ * as its bits with the sign cleared, NaN and inf above every finite value; cleared, the bits fit a signed int, whose
+ * max the baseline ISA has (the unsigned one is emulated), and the 16 lanes are independent chains. */
+static inline void fa_absmax_bits(const int32_t *row, int64_t n, int32_t acc[16], int32_t *mx) {
+    int64_t x = 0;
+    for (; x + 16 <= n; x += 16)
+        for (int k = 0; k < 16; k++) {
+            const int32_t a = row[x + k] & 0x7fffffff;
+            acc[k] = a > acc[k] ? a : acc[k];
+        }
+    for (; x < n; x++) {
+        const int32_t a = row[x] & 0x7fffffff;
+        *mx = a > *mx ? a : *mx;
+    }
+}
+
 /* dst[r][c] = (float) src[r · ld_src + c] for r < rows, c < cols; ld_dst/ld_src in elements. */
 void fa_tile_load(float *dst, int ld_dst, const void *src, fa_dtype dt, int64_t ld_src, int rows, int cols, fa_io *io);
 /* fa_tile_load, and *maxbits = max(*maxbits, the fp32 bits of max |dst|): ≥ 0x7f800000 when an element is NaN/inf. */

@@ -11,8 +11,9 @@
  *
  * Backward: per K/V block j (outer loop) dKj, dVj accumulate in fast memory while the inner loop over Q blocks
  *   recomputes P = exp(S − LSE) and adds dS Kj into an fp32 dQ accumulator in slow memory; D = rowsum(dO ∘ O) is
- *   computed where a Q block meets its first K/V block (a pre-pass when a head's K/V blocks are split into parts). One work item per (sequence, K/V head), so dQ, dK, dV have one writer each:
- *   race-free and deterministic without atomics.
+ *   computed where a Q block meets its first K/V block (a pre-pass when a head's K/V blocks are split into parts).
+ *   One work item per (sequence, K/V head), so dQ, dK, dV have one writer each: race-free and deterministic
+ *   without atomics.
  * bf16 storage with a bf16 dot-product kernel runs the forward in flash2_bf16.c. */
 #include "cpu/cpu.h"
 
@@ -291,7 +292,6 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
         fa_head hd;
         fa_cpu_head(p, b, hk * group, &hd);
         const int64_t sq = hd.sq, sk = hd.sk;
-        const int64_t ld_dq = acc_in_place ? -1 : d; /* -1: the query head's own dq stride */
         if (!W.fused) { /* zero this item's fp32 dQ partial */
             memset(t.dQi, 0, (size_t)br * d * 4);
             for (int64_t r0 = 0; r0 < group * sq; r0 += br) {
@@ -309,7 +309,7 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
                     fa_cpu_block_keys(p, sq, sk, i0, i0 + rows, &lo, &hi);
                     if (hi > lo) continue;
                     float *dq_slow = acc_in_place ? (float *)hq.dq + i0 * hq.lddq : dQacc + (g * sq + i0) * d;
-                    fa_tile_store(dq_slow, FA_DTYPE_F32, ld_dq < 0 ? hq.lddq : ld_dq, t.dQi, d, rows, d, io);
+                    fa_tile_store(dq_slow, FA_DTYPE_F32, acc_in_place ? hq.lddq : d, t.dQi, d, rows, d, io);
                 }
             }
         }
@@ -336,7 +336,7 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
                     } else {
                         fa_vec_load(t.D_i, D_slow, rows, io);
                     }
-                    fa_cpu_bwd_step(p, kr, sq, sk, i0, rows, j0, cols, dq_slow, ld_dq < 0 ? hq.lddq : ld_dq, first,
+                    fa_cpu_bwd_step(p, kr, sq, sk, i0, rows, j0, cols, dq_slow, acc_in_place ? hq.lddq : d, first,
                                     &t, io);
                 }
             }

@@ -20,23 +20,23 @@
 typedef struct rows_view { const void *base; int64_t ld, rows; } rows_view;
 
 /* max |x| over rows (meaningful only where all are finite); *bad |= 1 if any element is NaN or ±inf. On the bit
- * patterns: |x| orders as its bits with the sign cleared, and NaN/inf sit above every finite value; integer max
- * loops the compiler vectorises (the scan runs on every call). With the sign cleared the bits fit a signed int of
- * the same width, whose max the baseline ISA has (SSE2: pmaxsw, pcmpgtd) where the unsigned one is emulated. */
-/* rows prefetched ahead: a head's rows sit heads·d elements apart (BSHD), a page or more, which the hardware
- * prefetchers do not follow (AVX2 backward at N 128, d 128, Zen 5: 8-10 % faster for every algorithm) */
-#define AHEAD 8
+ * patterns, as fa_absmax_bits (tile_io.h): signed integer maxima over independent lanes, which the compiler
+ * vectorises on the baseline ISA (the scan runs on every call); 16-bit types the same way over 32 lanes. The rows
+ * are prefetched FA_PF_ROWS ahead, as the tile loads do (AVX2 backward at N 128, d 128, Zen 5: 8-10 % faster for
+ * every algorithm). */
 static double scan(const fa_problem *p, rows_view r, int *bad) {
-    const int64_t d = p->d;
+    /* in unsigned arithmetic, as the tile loads: a one-row view may have any stride */
+    const int64_t d = p->d, ld_bytes = (int64_t)((uint64_t)r.ld * fa_dtype_size(p->dtype));
+    const size_t row_bytes = (size_t)d * fa_dtype_size(p->dtype);
+    fa_prefetch_rows(r.base, ld_bytes, 0, r.rows < FA_PF_ROWS ? r.rows : FA_PF_ROWS, row_bytes, 0);
     if (p->dtype == FA_DTYPE_F32) {
-        int32_t acc[16] = {0}, mx = 0; /* 16 lanes: several independent vector maxima, not one dependent chain */
+        int32_t acc[16] = {0}, mx = 0;
         for (int64_t i = 0; i < r.rows; i++) {
-            const int32_t *row = (const int32_t *)r.base + i * r.ld;
-            if (i + AHEAD < r.rows)
-                for (int64_t x = 0; x < d; x += 16) __builtin_prefetch(row + AHEAD * r.ld + x);
-            fa_absmax_bits(row, d, acc, &mx);
+            if (i + FA_PF_ROWS < r.rows)
+                fa_prefetch_rows(r.base, ld_bytes, i + FA_PF_ROWS, i + FA_PF_ROWS + 1, row_bytes, 0);
+            fa_absmax_bits((const int32_t *)r.base + i * r.ld, d, acc, &mx);
         }
-        for (int k = 0; k < 16; k++) mx = acc[k] > mx ? acc[k] : mx;
+        mx = fa_absmax_fold(acc, mx);
         if (mx >= 0x7f800000) *bad = 1;
         float f;
         memcpy(&f, &mx, 4);
@@ -45,8 +45,8 @@ static double scan(const fa_problem *p, rows_view r, int *bad) {
     int16_t acc[32] = {0}, mx = 0;
     for (int64_t i = 0; i < r.rows; i++) {
         const int16_t *row = (const int16_t *)r.base + i * r.ld;
-        if (i + AHEAD < r.rows)
-            for (int64_t x = 0; x < d; x += 32) __builtin_prefetch(row + AHEAD * r.ld + x);
+        if (i + FA_PF_ROWS < r.rows)
+            fa_prefetch_rows(r.base, ld_bytes, i + FA_PF_ROWS, i + FA_PF_ROWS + 1, row_bytes, 0);
         int64_t x = 0;
         for (; x + 32 <= d; x += 32)
             for (int k = 0; k < 32; k++) {

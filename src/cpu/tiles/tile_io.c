@@ -5,25 +5,15 @@
 
 #include <string.h>
 
-/* Rows of a strided tensor are often a page apart (BSHD: heads·d elements), each a TLB miss and a DRAM access
- * the hardware prefetchers do not follow: touch the rows PF_ROWS ahead (docs/cpu-kernels.md). */
-#define PF_ROWS 8
-static void prefetch_rows(const char *p, int64_t ld_bytes, int from, int to, size_t bytes, int rw) {
-    for (int r = from; r < to; r++)
-        for (size_t x = 0; x < bytes; x += 64) {
-            if (rw) __builtin_prefetch(p + r * ld_bytes + x, 1);
-            else __builtin_prefetch(p + r * ld_bytes + x, 0);
-        }
-}
-
 void fa_tile_load(float *dst, int ld_dst, const void *src, fa_dtype dt, int64_t ld_src, int rows, int cols, fa_io *io) {
     const size_t es = fa_dtype_size(dt);
     /* in unsigned arithmetic: a one-row view may have any stride (2^62 included); rows > 1 fit by validation */
     const int64_t ld_bytes = (int64_t)((uint64_t)ld_src * es);
-    prefetch_rows(src, ld_bytes, 0, rows < PF_ROWS ? rows : PF_ROWS, (size_t)cols * es, 0);
+    fa_prefetch_rows(src, ld_bytes, 0, rows < FA_PF_ROWS ? rows : FA_PF_ROWS, (size_t)cols * es, 0);
     for (int r = 0; r < rows; r++) {
         float *d = dst + (int64_t)r * ld_dst;
-        if (r + PF_ROWS < rows) prefetch_rows(src, ld_bytes, r + PF_ROWS, r + PF_ROWS + 1, (size_t)cols * es, 0);
+        if (r + FA_PF_ROWS < rows)
+            fa_prefetch_rows(src, ld_bytes, r + FA_PF_ROWS, r + FA_PF_ROWS + 1, (size_t)cols * es, 0);
         if (dt == FA_DTYPE_F32) {
             memcpy(d, (const float *)src + r * ld_src, (size_t)cols * sizeof(float));
         } else if (dt == FA_DTYPE_BF16) {
@@ -44,18 +34,18 @@ void fa_tile_load_max(float *dst, int ld_dst, const void *src, fa_dtype dt, int6
     int32_t acc[16] = {0}, mx = (int32_t)*maxbits;
     for (int r = 0; r < rows; r++)
         fa_absmax_bits((const int32_t *)(const void *)(dst + (int64_t)r * ld_dst), cols, acc, &mx);
-    for (int k = 0; k < 16; k++) mx = acc[k] > mx ? acc[k] : mx;
-    *maxbits = (uint32_t)mx;
+    *maxbits = (uint32_t)fa_absmax_fold(acc, mx);
 }
 
 void fa_tile_store(void *dst, fa_dtype dt, int64_t ld_dst, const float *src, int ld_src, int rows, int cols, fa_io *io) {
     const size_t es = fa_dtype_size(dt);
     /* in unsigned arithmetic: a one-row view may have any stride (2^62 included); rows > 1 fit by validation */
     const int64_t ld_bytes = (int64_t)((uint64_t)ld_dst * es);
-    prefetch_rows(dst, ld_bytes, 0, rows < PF_ROWS ? rows : PF_ROWS, (size_t)cols * es, 1);
+    fa_prefetch_rows(dst, ld_bytes, 0, rows < FA_PF_ROWS ? rows : FA_PF_ROWS, (size_t)cols * es, 1);
     for (int r = 0; r < rows; r++) {
         const float *s = src + (int64_t)r * ld_src;
-        if (r + PF_ROWS < rows) prefetch_rows(dst, ld_bytes, r + PF_ROWS, r + PF_ROWS + 1, (size_t)cols * es, 1);
+        if (r + FA_PF_ROWS < rows)
+            fa_prefetch_rows(dst, ld_bytes, r + FA_PF_ROWS, r + FA_PF_ROWS + 1, (size_t)cols * es, 1);
         if (dt == FA_DTYPE_F32) {
             memcpy((float *)dst + r * ld_dst, s, (size_t)cols * sizeof(float));
         } else if (dt == FA_DTYPE_BF16) {

@@ -6,6 +6,7 @@
 
 #include "flashattn.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* scanned, unscanned_ok: a run whose tile loads bounded every input it read (fa_tile_load_max) sets scanned and
@@ -16,6 +17,17 @@ typedef struct fa_io {
     int32_t scanned, uncertified;
     char pad[40]; /* one counter set per cache line: threads keep their own */
 } fa_io;
+
+/* Rows of a strided tensor are often a page apart (BSHD: heads·d elements), each a TLB miss and a DRAM access the
+ * hardware prefetchers do not follow: readers touch the rows FA_PF_ROWS ahead (docs/cpu-kernels.md). */
+#define FA_PF_ROWS 8
+static inline void fa_prefetch_rows(const char *p, int64_t ld_bytes, int64_t from, int64_t to, size_t bytes, int rw) {
+    for (int64_t r = from; r < to; r++)
+        for (size_t x = 0; x < bytes; x += 64) {
+            if (rw) __builtin_prefetch(p + r * ld_bytes + x, 1);
+            else __builtin_prefetch(p + r * ld_bytes + x, 0);
+        }
+}
 
 /* The bits of |x| for the n fp32 elements of row folded into acc (16 lanes) and *mx (the tail) by maximum. |x| orders
  * as its bits with the sign cleared, NaN and inf above every finite value; cleared, the bits fit a signed int, whose
@@ -31,6 +43,11 @@ static inline void fa_absmax_bits(const int32_t *row, int64_t n, int32_t acc[16]
         const int32_t a = row[x] & 0x7fffffff;
         *mx = a > *mx ? a : *mx;
     }
+}
+/* The maximum of fa_absmax_bits' lanes and its tail. */
+static inline int32_t fa_absmax_fold(const int32_t acc[16], int32_t mx) {
+    for (int k = 0; k < 16; k++) mx = acc[k] > mx ? acc[k] : mx;
+    return mx;
 }
 
 /* dst[r][c] = (float) src[r · ld_src + c] for r < rows, c < cols; ld_dst/ld_src in elements. */

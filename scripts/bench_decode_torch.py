@@ -2,14 +2,15 @@
 """PyTorch SDPA decode timings for scripts/bench-decode-gpu.sh (benchmark only: never used by the library or tests).
 
   bench_decode_torch.py run --out torch.csv [--batch 1,16,64] [--cache 1024,8192,65536] [--heads 8/8,32/8]
-                            [--d 128] [--reps 20]
+                            [--d 128] [--reps 20] [--flush read|write]
   bench_decode_torch.py merge ours.csv torch.csv   -> one table: TB/s of K+V read, ours (contiguous and paged)
                                                       against cuDNN and torch-flash, and the ratios
 
 One new query row per sequence against a cache of `cache` keys, bf16, q [B, Hq, 1, D], K/V [B, Hk, L, D]
 (contiguous, SDPA's own layout), no mask (a single new row sees every key), GQA through enable_gqa=True. Each
-repetition first writes a 256 MB buffer (beyond the H200's L2, as `flashattn bench --mode decode` does), then times
-the call with CUDA events; the median of --reps. GB/s counts K and V once (2 * B * L * Hk * D * 2 bytes), the same
+repetition first reads a 256 MB buffer (beyond the H200's L2, as `flashattn bench --mode decode` does; --flush write:
+writes it, which leaves dirty lines for the timed call to write back, as `--flush write` there), then times the call
+with CUDA events; the median of --reps. GB/s counts K and V once (2 * B * L * Hk * D * 2 bytes), the same
 count as our CLI."""
 import csv
 
@@ -21,7 +22,8 @@ def run(args):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    opts = dict(batch="1,16,64", cache="1024,8192,65536", heads="8/8,32/8", d="128", reps="20", out="torch.csv")
+    opts = dict(batch="1,16,64", cache="1024,8192,65536", heads="8/8,32/8", d="128", reps="20", out="torch.csv",
+                flush="read")
     i = 0
     while i < len(args):
         opts[args[i].lstrip("-")] = args[i + 1]
@@ -29,6 +31,8 @@ def run(args):
     reps, d = int(opts["reps"]), int(opts["d"])
     backends = [("torch-cudnn", SDPBackend.CUDNN_ATTENTION), ("torch-flash", SDPBackend.FLASH_ATTENTION)]
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    flush.fill_(1)
+    before = (lambda: flush.fill_(1)) if opts["flush"] == "write" else (lambda: flush.sum())
     rows = []
     for hs in opts["heads"].split(","):
         hq, hk = map(int, hs.split("/"))
@@ -42,7 +46,7 @@ def run(args):
                     try:
                         with sdpa_kernel([be]):
                             ms = cuda_median_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=hq != hk),
-                                                reps, before=lambda: flush.fill_(1))
+                                                reps, before=before)
                         rows.append([name, b, L, hq, hk, d, "%.4f" % ms, "%.1f" % (kv_bytes / ms / 1e6)])
                     except Exception as ex:  # a backend that refuses a shape
                         rows.append([name, b, L, hq, hk, d, "error", str(ex).split("\n")[0][:60]])

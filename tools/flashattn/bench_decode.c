@@ -18,7 +18,7 @@
 typedef struct dec_args {
     int_list dev, batch, cache, page, hq, hk, sq, dtype, splits;
     int64_t d, threads, reps, warmup, split_size, ragged, append;
-    int csv;
+    int csv, flush_read;
 } dec_args;
 
 static void usage(void) {
@@ -36,6 +36,8 @@ static void usage(void) {
            "  --ragged 1              lengths drawn in [cache/2, cache] instead of all equal\n"
            "  --append 0|1            1: the call appends the new rows (k_new, v_new; default); 0: the cache already\n"
            "                          holds every key and nothing is appended (as PyTorch's SDPA is timed)\n"
+           "  --flush read|write      CUDA: evict the L2 between calls by reading 256 MB (default: no dirty lines\n"
+           "                          left to write back during the timed call) or by writing it\n"
            "  --threads N             CPU threads (default 0 = all)\n"
            "  --reps N --warmup N     (default 20 / 3)\n"
            "  --csv                   CSV rows\n");
@@ -53,7 +55,7 @@ static int parse(int argc, char **argv, dec_args *a) {
     a->sq = (int_list){1, {1}};
     a->dtype = (int_list){1, {FA_DTYPE_BF16}};
     a->splits = (int_list){1, {0}};
-    a->d = 128, a->reps = 20, a->warmup = 3, a->append = 1;
+    a->d = 128, a->reps = 20, a->warmup = 3, a->append = 1, a->flush_read = 1;
     for (int i = 0; i < argc; i++) {
         const char *x = argv[i], *v;
 #define LIST(name, field, lo, hi)                                                                                   \
@@ -81,6 +83,13 @@ static int parse(int argc, char **argv, dec_args *a) {
         }
         if (opt_is(x, "--dtype")) {
             if (!(v = opt_value(S, argc, argv, &i, "--dtype")) || parse_dtype_list(S, "--dtype", v, &a->dtype)) return -1;
+            continue;
+        }
+        if (opt_is(x, "--flush")) {
+            if (!(v = opt_value(S, argc, argv, &i, "--flush"))) return -1;
+            if (strcmp(v, "write") && strcmp(v, "read"))
+                return cli_usage_error(S, "--flush: '%s' (read or write)", v), -1;
+            a->flush_read = !strcmp(v, "read");
             continue;
         }
         if (!strcmp(x, "--csv")) {
@@ -135,6 +144,14 @@ static void cpu_anchor(size_t n, int threads, double *copy_gbs, double *read_gbs
     free(a), free(b);
 }
 
+/* Between timed calls: on CUDA the L2 evicted by writing 256 MB, or by reading it (s->flush_read: no dirty lines
+ * left to write back while the next call runs); on the CPU a synchronisation only (the cache is beyond the LLC). */
+static void flush_caches(const dec_shape *s, dev_buf *flush, dev_buf *sink) {
+    if (!flush->ptr) dev_sync(s->dev);
+    else if (s->flush_read) dev_read(flush, sink);
+    else dev_fill_nan(flush);
+}
+
 int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
     const int64_t d = s->d, es = (int64_t)fa_dtype_size(s->dt), B = s->b, cap = s->cache;
     const int threads = s->dev == FA_BACKEND_CPU ? fa_context_threads(ctx) : 0;
@@ -164,8 +181,9 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
             bt[i] = bt[j], bt[j] = t;
         }
     }
-    dev_buf kc, vc, q, kn, vn, o, dl, dbt, flush = {s->dev, NULL, 0};
-    int fail = dev_alloc(&kc, s->dev, (size_t)(n_cache * es)) || dev_alloc(&vc, s->dev, (size_t)(n_cache * es)) ||
+    /* K and V in one allocation, so the read-only anchor passes over both in one launch */
+    dev_buf kv, kc, vc, q, kn, vn, o, dl, dbt, flush = {s->dev, NULL, 0}, sink = {s->dev, NULL, 0};
+    int fail = dev_alloc(&kv, s->dev, (size_t)(2 * n_cache * es)) ||
                dev_alloc(&q, s->dev, (size_t)(B * s->sq * s->hq * d * es)) ||
                dev_alloc(&kn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
                dev_alloc(&vn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
@@ -176,6 +194,9 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
         fprintf(stderr, "bench decode: cannot allocate the cache (%.2f GB)\n", 2e-9 * (double)(n_cache * es));
         return -1;
     }
+    kc = kv, vc = kv;
+    kc.bytes = vc.bytes = (size_t)(n_cache * es);
+    vc.ptr = (char *)kv.ptr + kc.bytes;
     {
         /* the cache: copies of a random block of up to 32 MB (the speed does not depend on the values; a host
          * buffer and a random fill of a many-GB cache would take longer than the measurement) */
@@ -193,7 +214,8 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
     }
     dev_upload(&dl, lens, dl.bytes);
     if (bt) dev_upload(&dbt, bt, sizeof(int32_t) * (size_t)npages);
-    if (s->dev == FA_BACKEND_CUDA) dev_alloc(&flush, s->dev, (size_t)256 << 20); /* several times the H200's L2 */
+    if (s->dev == FA_BACKEND_CUDA) /* several times the H200's L2 */
+        dev_alloc(&flush, s->dev, (size_t)256 << 20), dev_alloc(&sink, s->dev, 64);
     fa_kvcache cache;
     memset(&cache, 0, sizeof cache);
     cache.k = s->page ? fa_tensor_bshd(kc.ptr, s->dt, npages, s->page, s->hk, d) : fa_tensor_bshd(kc.ptr, s->dt, B, cap, s->hk, d);
@@ -216,8 +238,7 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
     for (int64_t r = -s->warmup; r < s->reps && st == FA_OK; r++) {
         /* CUDA: the L2 flush is queued and not waited for, so the call is enqueued while it runs (as the PyTorch
          * script does): the time is the GPU's; host_ms gives the enqueueing on its own */
-        if (flush.ptr) dev_fill_nan(&flush);
-        else dev_sync(s->dev);
+        flush_caches(s, &flush, &sink);
         dev_timer_start(tm);
         const double h0 = now_ms();
         st = fa_forward_kvcache(ctx, &opts, &ko, &tq, &cache, s->no_append ? NULL : &tkn, s->no_append ? NULL : &tvn,
@@ -233,28 +254,37 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
     double copy = 0, rd = 0;
     if (s->anchors && s->dev == FA_BACKEND_CPU && st == FA_OK)
         cpu_anchor((size_t)(kv_bytes > 64e6 ? kv_bytes : 64e6), threads, &copy, &rd);
+    if (s->anchors && s->dev == FA_BACKEND_CUDA && st == FA_OK) { /* the cache read once, after the same flush */
+        for (int64_t r = 0; r < s->reps; r++) {
+            flush_caches(s, &flush, &sink);
+            dev_timer_start(tm);
+            dev_read(&kv, &sink);
+            ms[r] = dev_timer_stop(tm);
+        }
+        rd = (double)kv.bytes / (median_of(ms, (int)s->reps) * 1e6);
+    }
     res->status = st;
     res->ms = med, res->gbs = gbs, res->host_ms = host_med, res->memcpy_gbs = copy, res->read_gbs = rd;
     snprintf(res->kernel, sizeof res->kernel, "%s", st == FA_OK && stats.kernel ? stats.kernel : "-");
     snprintf(res->error, sizeof res->error, "%s", st == FA_OK ? "" : fa_context_last_error(ctx));
     dev_timer_destroy(tm);
     free(ms), free(lens), free(bt);
-    dev_buf *all[] = {&kc, &vc, &q, &kn, &vn, &o, &dl, &dbt, &flush};
+    dev_buf *all[] = {&kv, &q, &kn, &vn, &o, &dl, &dbt, &flush, &sink};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dev_free(all[i]);
     return st == FA_OK ? 0 : -1;
 }
 
 void bench_decode_csv_header(FILE *f) {
     fprintf(f, "device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,kv_gbs,memcpy_gbs,"
-               "read_gbs,status,host_ms,append\n");
+               "read_gbs,status,host_ms,append,flush\n");
 }
 
 void bench_decode_csv_row(FILE *f, const dec_shape *s, const dec_result *r) {
-    fprintf(f, "%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%.4f,%.2f,%.2f,%.2f,%s,%.4f,%d\n", fa_backend_name(s->dev),
+    fprintf(f, "%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%.4f,%.2f,%.2f,%.2f,%s,%.4f,%d,%s\n", fa_backend_name(s->dev),
             fa_dtype_name(s->dt), (long long)s->b, (long long)s->cache, (long long)s->page, (long long)s->hq,
             (long long)s->hk, (long long)s->sq, (long long)s->d, (long long)s->ns, r->kernel, r->ms, r->gbs,
             r->memcpy_gbs, r->read_gbs, r->status == FA_OK ? "ok" : fa_status_string(r->status), r->host_ms,
-            !s->no_append);
+            !s->no_append, s->dev == FA_BACKEND_CPU ? "-" : s->flush_read ? "read" : "write");
 }
 
 static int run_one(const dec_args *A, const dec_shape *s, fa_context *ctx) {
@@ -271,6 +301,8 @@ static int run_one(const dec_args *A, const dec_shape *s, fa_context *ctx) {
         if (s->dev == FA_BACKEND_CPU)
             printf("  | memcpy %.2f GB/s (%.0f %%), read %.2f GB/s (%.0f %%)", r.memcpy_gbs, 100 * r.gbs / r.memcpy_gbs,
                    r.read_gbs, 100 * r.gbs / r.read_gbs);
+        else if (r.read_gbs > 0)
+            printf("  | read %.2f GB/s (%.0f %%)", r.read_gbs, 100 * r.gbs / r.read_gbs);
         printf("  [%s]\n", r.kernel);
     } else {
         printf("%-4s b=%lld cache=%lld page=%lld: %s: %s\n", fa_backend_name(s->dev), (long long)s->b,
@@ -309,7 +341,8 @@ int cmd_bench_decode(int argc, char **argv) {
                                         const dec_shape sh = {dev, (fa_dtype)A.dtype.v[a], A.batch.v[b], A.cache.v[c],
                                                               A.page.v[p], A.hq.v[h], A.hk.v[k], A.sq.v[s],
                                                               A.splits.v[n], A.d, A.split_size, (int)A.ragged,
-                                                              (int)A.reps, (int)A.warmup, 1, !A.append};
+                                                              (int)A.reps, (int)A.warmup, 1, !A.append,
+                                                              A.flush_read};
                                         if (sh.sq > sh.cache || sh.hq % sh.hk) continue;
                                         failures += run_one(&A, &sh, ctx) != 0;
                                     }

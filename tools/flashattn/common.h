@@ -50,6 +50,8 @@ int dev_upload(dev_buf *b, const void *host, size_t bytes);
 int dev_upload_tiled(dev_buf *b, const void *host, size_t block);
 int dev_download(const dev_buf *b, void *host, size_t bytes);
 int dev_fill_nan(dev_buf *b);   /* poison (0xFF bytes: NaN in f32, f16 and bf16) */
+/* CUDA: read every byte of b once (queued on the default stream; device_read.cu). -1 on the CPU. */
+int dev_read(const dev_buf *b, dev_buf *sink);
 int dev_sync(fa_backend dev);
 int cuda_tools_built(void);
 /* ---- one decode measurement (`flashattn bench --mode decode`, bench_decode.c; also the report's decoding section) */
@@ -60,6 +62,7 @@ typedef struct dec_shape {
     int ragged, reps, warmup;
     int anchors; /* CPU: measure memcpy and a read-only pass beside it */
     int no_append; /* 1: no k_new / v_new (the cache already holds every key), as PyTorch's SDPA is timed */
+    int flush_read; /* CUDA: evict the L2 between calls by reading 256 MB (clean lines; else by writing it) */
 } dec_shape;
 typedef struct dec_result {
     fa_status status;

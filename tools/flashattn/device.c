@@ -109,6 +109,20 @@ int dev_fill_nan(dev_buf *b) {
 #endif
 }
 
+#ifdef FA_TOOLS_CUDA
+int dev_read_all(const void *ptr, size_t bytes, void *sink4); /* device_read.cu */
+#endif
+
+int dev_read(const dev_buf *b, dev_buf *sink) {
+#ifdef FA_TOOLS_CUDA
+    if (b->dev == FA_BACKEND_CUDA && sink->dev == FA_BACKEND_CUDA && sink->bytes >= 4)
+        return dev_read_all(b->ptr, b->bytes, sink->ptr);
+#else
+    (void)b, (void)sink;
+#endif
+    return -1;
+}
+
 int dev_sync(fa_backend dev) {
     if (dev == FA_BACKEND_CPU) return 0;
 #ifdef FA_TOOLS_CUDA

@@ -69,12 +69,19 @@ void fa_cpu_tiles(const fa_problem *p, int *br, int *bc) {
 
 /* A work item is `group` Q blocks of one head sharing one packed fp32 copy of their K/V rows: strided BSHD rows
  * cost a TLB miss each when copied per block. group <= 16, and at least 16 items and 4 per thread to balance (with
- * 16 items on 16 threads one slow item holds up the call); K + V packed take at most 2 MiB per thread, so the
- * workspace stays flat in N (the report's memory claim). */
+ * 16 items on 16 threads one slow item holds up the call). K + V packed take at most 2 MiB per thread on up to 4
+ * threads, so the workspace stays flat in N (the report's memory claim), and 512 KiB per thread beyond, up to 8 MiB
+ * at 16 threads: the per-block copies cost more when many cores share the memory system (16-core Xeon, N 4096, d 128:
+ * a whole head packed ran 1.01-1.13x the 2 MiB pack; 2 threads: the same within the noise). */
+#define FA_PACK_MIN ((int64_t)2 << 20)
+#define FA_PACK_PER_THREAD ((int64_t)512 << 10)
+#define FA_PACK_MAX ((int64_t)8 << 20)
 void fa_cpu_kv_pack(const fa_problem *p, int64_t tr, int bc, int threads, int *group, int *seg) {
     const int64_t blocks = p->batch * p->hq * tr, items = 4 * (int64_t)threads > 16 ? 4 * (int64_t)threads : 16;
     int64_t g = blocks / items;
     *group = (int)(g < 1 ? 1 : g > 16 ? 16 : g);
-    const int64_t keys = ((int64_t)2 << 20) / (2 * p->d * 4) / bc * bc;
+    int64_t bytes = FA_PACK_PER_THREAD * threads;
+    bytes = bytes < FA_PACK_MIN ? FA_PACK_MIN : bytes > FA_PACK_MAX ? FA_PACK_MAX : bytes;
+    const int64_t keys = bytes / (2 * p->d * 4) / bc * bc;
     *seg = *group > 1 ? (int)(keys < bc ? bc : keys) : 0;
 }

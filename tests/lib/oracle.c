@@ -215,6 +215,11 @@ static double ds_of(const fa_attn_opts *o, double p, double s, double dp, double
 
 fa_status t_oracle_backward(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                             const fa_tensor *dout, double *dq, double *dk, double *dv) {
+    return t_oracle_backward_mag(opts, q, k, v, dout, dq, dk, dv, NULL);
+}
+
+fa_status t_oracle_backward_mag(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
+                                const fa_tensor *dout, double *dq, double *dk, double *dv, double *dv_mag) {
     if (!q || !k || !v || !dout || !dq || !dk || !dv) return FA_ERR_INVALID_ARGUMENT;
     fa_attn_opts o = opts ? *opts : fa_attn_opts_default();
     const int64_t d = q->head_dim, H = q->heads, Hk = k->heads, group = H / Hk, Sq = q->seqlen, Sk = k->seqlen;
@@ -295,6 +300,13 @@ fa_status t_oracle_backward(const fa_attn_opts *opts, const fa_tensor *q, const 
                 }
                 axpys(cnt, P, idx, drow(&dO, r.b, h, r.q0), d, dvj);
                 axpys(cnt, C, idx, drow(&Q, r.b, h, r.q0), d, dkj);
+                if (dv_mag) {
+                    double *mj = dv_mag + ((r.b * Sk + row) * Hk + hk) * d;
+                    if (h == hk * group) memset(mj, 0, sizeof(double) * (size_t)d);
+                    const double *dob = drow(&dO, r.b, h, r.q0);
+                    for (int64_t c = 0; c < cnt; c++)
+                        for (int64_t x = 0; x < d; x++) mj[x] += P[c] * fabs(dob[idx[c] * d + x]);
+                }
             }
         }
         free(S);

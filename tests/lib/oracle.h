@@ -15,5 +15,9 @@ fa_status t_oracle_forward(const fa_attn_opts *opts, const fa_tensor *q, const f
  * (GQA: summed over the query heads sharing a K/V head). */
 fa_status t_oracle_backward(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                             const fa_tensor *dout, double *dq, double *dk, double *dv);
+/* The same, and (dv_mag non-NULL) dv's magnitude: dv_mag = Σ_i P_ij |dO_i| in dv's layout, the size of the terms
+ * dv sums. Where they cancel, max|dv| can be far below it, and so can a relative bound on it. */
+fa_status t_oracle_backward_mag(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
+                                const fa_tensor *dout, double *dq, double *dk, double *dv, double *dv_mag);
 
 #endif

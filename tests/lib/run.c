@@ -136,11 +136,11 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
 
     int64_t nq = c->b * c->sq * c->hq * c->d, nk = c->b * c->sk * c->hk * c->d, n_lse = c->b * c->hq * c->sq;
     double *rdq = xmalloc(sizeof(double) * (size_t)nq), *rdk = xmalloc(sizeof(double) * (size_t)nk),
-           *rdv = xmalloc(sizeof(double) * (size_t)nk);
+           *rdv = xmalloc(sizeof(double) * (size_t)nk), *rdvm = xmalloc(sizeof(double) * (size_t)nk);
     float *lse = xmalloc(sizeof(float) * (size_t)n_lse);
     fa_attn_opts opts = c->opts;
-    CHECK_STATUS(t_oracle_backward(&opts, &q.t, &k.t, &v.t, &dout.t, rdq, rdk, rdv), FA_OK);
-    double mq = t_max_abs(rdq, nq), mk = t_max_abs(rdk, nk), mv = t_max_abs(rdv, nk);
+    CHECK_STATUS(t_oracle_backward_mag(&opts, &q.t, &k.t, &v.t, &dout.t, rdq, rdk, rdv, rdvm), FA_OK);
+    double mq = t_max_abs(rdq, nq), mk = t_max_abs(rdk, nk), mv = t_max_abs(rdv, nk), mvm = t_max_abs(rdvm, nk);
 
     double sq_ = 0, sk_ = 0, sv_ = 0;
     algos |= T_ALGO_BIT(FA_ALGO_STANDARD);
@@ -182,7 +182,10 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
         } else {
             t_check_err("dq", a, c->dt, eq, sq_, gm, 1, c->relax);
             t_check_err("dk", a, c->dt, ek, sk_, gm, 1, c->relax);
-            t_check_err("dv", a, c->dt, ev, sv_, gm, 1, c->relax);
+            /* dV = Σ_i P_ij dO_i over every query row of the K/V head: when its terms nearly cancel (one key, a
+             * few hundred rows), max|dV| is far below the terms and their fp32 rounding; dV is held relative to
+             * the size of its terms, Σ_i P_ij |dO_i|, where that is larger */
+            t_check_err("dv", a, c->dt, ev, sv_, gm > mvm ? gm : mvm, 1, c->relax);
         }
         printf(" %s %.1e/%.1e/%.1e", fa_algo_name(a), eq, ek, ev);
     }
@@ -190,7 +193,7 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
     check_unchanged(&q, q0, "q"), check_unchanged(&k, k0, "k"), check_unchanged(&v, v0, "v");
     check_unchanged(&dout, do0, "dout");
 
-    free(rdq), free(rdk), free(rdv), free(lse);
+    free(rdq), free(rdk), free(rdv), free(rdvm), free(lse);
     t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&o);
     t_buf_free(&dout), t_buf_free(&dq), t_buf_free(&dk), t_buf_free(&dv);
     t_case_label[0] = 0;

@@ -5,9 +5,9 @@
 # fp32 and bf16, forward and forward+backward, THREADS threads) and FLASH2's 1-thread vs THREADS-thread scaling.
 # Exits non-zero when a test fails; the benchmark gates nothing. Runs in about 5 minutes on that host.
 # Usage: scripts/test-cpu-device.sh LOG_DIR   Env: BUILD (default build-cpu-device), THREADS (default: nproc),
-# REPS (default 3), CMP_ROUNDS (3: rounds of the comparison, ours and PyTorch alternating), SCALE_ROUNDS (3: rounds
-# of the scaling, 1 and THREADS threads alternating), BATCH (4) and SEQLEN (4096) of the comparison (smaller for a
-# smoke run), SKIP_TESTS=1 / SKIP_BENCH=1.
+# REPS (default 3), CMP_ROUNDS (3: rounds of the comparison, ours and PyTorch alternating; 0 skips it),
+# SCALE_ROUNDS (3: rounds of the scaling, 1 and THREADS threads alternating), BATCH (4) and SEQLEN (4096) of the
+# comparison (smaller for a smoke run), SKIP_TESTS=1 / SKIP_BENCH=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=${1:?usage: $0 LOG_DIR}
@@ -66,6 +66,8 @@ fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   echo; echo "== peak (flashattn bench --peak; $THREADS threads)"
   "$FA" bench --peak --threads "$THREADS" --algo flash2 --batch 1 --heads 1 --seqlen 256 --reps 1 2>&1 | tee "$LOG/peak.txt" | head -4
+  [ "$CMP_ROUNDS" -gt 0 ] || echo "== CMP_ROUNDS=0: no comparison with PyTorch"
+  if [ "$CMP_ROUNDS" -gt 0 ]; then
   echo; echo "== ours: FLASH2, B=$BATCH N=$SEQLEN, fp32 and bf16, fwd and bwd, $THREADS threads; PyTorch's CPU SDPA on the" \
     "same shapes; $CMP_ROUNDS rounds alternating (medians)"
   "$FA" bench --algo flash2 --batch "$BATCH" --seqlen "$SEQLEN" --d 64,128 --causal 0 --dtype bf16 --pass fwd,bwd \
@@ -86,6 +88,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     python3 scripts/bench_cpu_torch.py merge "$(IFS=,; echo "${ours[*]}")" "$(IFS=,; echo "${theirs[*]}")" | tee "$LOG/vs-torch.md"
   else
     echo "(no PyTorch here: our rows only)"; cat "${ours[@]}"
+  fi
   fi
   echo; echo "== FLASH2 scaling: 1 vs $THREADS threads, fp32 fwd, B=1 N=$SEQLEN (heads 2048/d), $SCALE_ROUNDS rounds alternating"
   : >"$LOG/scaling.jsonl"; : >"$LOG/scaling-peak.txt"

@@ -9,14 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CK(x)                                                                                                      \
-    do {                                                                                                           \
-        cudaError_t e_ = (x);                                                                                      \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                                              \
-            exit(1);                                                                                               \
-        }                                                                                                          \
-    } while (0)
+#include "../cuda_check.h"
 
 /* contiguous: CTA c reads its own contiguous range (as a decode split does), four loads in flight per thread */
 __global__ void read_chunk(const uint4 *__restrict__ p, size_t n, unsigned *sink) {

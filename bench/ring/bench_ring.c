@@ -16,17 +16,10 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "../cuda_check.h"
 #include "flashattn_ring.h"
 
 #define MAX_W 8
-#define CK(x)                                                                                                  \
-    do {                                                                                                       \
-        cudaError_t e_ = (x);                                                                                  \
-        if (e_ != cudaSuccess) {                                                                               \
-            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                                           \
-            exit(1);                                                                                           \
-        }                                                                                                      \
-    } while (0)
 #define FA(ctx, x)                                                                                             \
     do {                                                                                                       \
         fa_status s_ = (x);                                                                                    \

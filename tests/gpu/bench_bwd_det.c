@@ -6,15 +6,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "../../bench/cuda_check.h"
 #include "flashattn.h"
-
-#define CK(x)                                                                                                  \
-    do {                                                                                                       \
-        if ((x) != cudaSuccess) {                                                                              \
-            fprintf(stderr, "%s failed\n", #x);                                                                \
-            return 1;                                                                                          \
-        }                                                                                                      \
-    } while (0)
 
 static int cmp(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;

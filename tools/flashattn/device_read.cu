@@ -18,10 +18,12 @@ __global__ void read_all_kernel(const uint4 *__restrict__ p, size_t n, unsigned 
 }
 
 extern "C" int dev_read_all(const void *ptr, size_t bytes, void *sink4) {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        return -1;
+    static int sms_of[64]; /* SMs per device, asked once: this runs before every timed call */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return -1;
+    int sms = dev < 64 ? sms_of[dev] : 0;
+    if (!sms && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return -1;
+    if (dev < 64) sms_of[dev] = sms;
     /* four CTAs of 512 threads per SM: a full SM, 128 KB of loads in flight on each */
     read_all_kernel<<<sms * 4, 512>>>((const uint4 *)ptr, bytes / 16, (unsigned *)sink4);
     return cudaGetLastError() == cudaSuccess ? 0 : -1;

@@ -15,6 +15,7 @@
 
 #include "core/visible.h"
 #include "cuda/sm90/flash3.h"
+#include "../../cuda_check.h"
 
 #define NSCHED 4 /* fa3_fwd_schedule 0..3; NSCHED itself stands for fa3_fwd (the default choice) */
 
@@ -22,14 +23,6 @@ static cudaError_t run_fa3(const fa3_params *p, int sched) {
     return sched == NSCHED ? fa3_fwd(p, 0) : fa3_fwd_schedule(p, sched, 0);
 }
 
-#define CK(x)                                                                                                          \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                        \
-            exit(2);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
 
 static float h2f(uint16_t x, int dtype) {
     if (dtype == FA3_FP16) {

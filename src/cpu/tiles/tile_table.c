@@ -68,8 +68,9 @@ void fa_cpu_tiles(const fa_problem *p, int *br, int *bc) {
 }
 
 /* A work item is `group` Q blocks of one head sharing one packed fp32 copy of their K/V rows: strided BSHD rows
- * cost a TLB miss each when copied per block. group <= 16, and at least 16 items and 4 per thread to balance (with
- * 16 items on 16 threads one slow item holds up the call). K + V packed take at most 2 MiB per thread on up to 4
+ * cost a TLB miss each when copied per block. group <= 16, and at least 16 items and 8 per thread to balance (with
+ * 16 items on 16 threads one slow item holds up the call; 16-core Xeon, N 4096: 8 per thread ran 1.07-1.11x 4 per
+ * thread at B 1, 0.97-1.14x at B 4, the extra packs included). K + V packed take at most 2 MiB per thread on up to 4
  * threads, so the workspace stays flat in N (the report's memory claim), and 512 KiB per thread beyond, up to 8 MiB
  * at 16 threads: the per-block copies cost more when many cores share the memory system (16-core Xeon, N 4096, d 128:
  * a whole head packed ran 1.01-1.13x the 2 MiB pack; 2 threads: the same within the noise). */
@@ -77,7 +78,7 @@ void fa_cpu_tiles(const fa_problem *p, int *br, int *bc) {
 #define FA_PACK_PER_THREAD ((int64_t)512 << 10)
 #define FA_PACK_MAX ((int64_t)8 << 20)
 void fa_cpu_kv_pack(const fa_problem *p, int64_t tr, int bc, int threads, int *group, int *seg) {
-    const int64_t blocks = p->batch * p->hq * tr, items = 4 * (int64_t)threads > 16 ? 4 * (int64_t)threads : 16;
+    const int64_t blocks = p->batch * p->hq * tr, items = 8 * (int64_t)threads > 16 ? 8 * (int64_t)threads : 16;
     int64_t g = blocks / items;
     *group = (int)(g < 1 ? 1 : g > 16 ? 16 : g);
     int64_t bytes = FA_PACK_PER_THREAD * threads;

@@ -60,12 +60,15 @@ static io flash1_fwd(const fa_attn_opts *o, int64_t N, int64_t d, int64_t e, int
     if (lse) x.r += 8 * N, x.w += 4 * N;
     return x;
 }
-static io flash2_fwd(const fa_attn_opts *o, int64_t N, int64_t d, int64_t e, int Br, int Bc, int lse, int64_t heads) {
+static io flash2_fwd(const fa_attn_opts *o, int64_t N, int64_t d, int64_t e, int Br, int Bc, int lse, int64_t heads,
+                     int threads) {
     /* per Q block: Qi once, then Kj, Vj for every K/V block from the first to the last it can see; O (+LSE) once.
-     * With ≥ 32 Q blocks in the call (heads = batch·Hq of them per head) the f32 path groups G = min(16, blocks/16) Q
-     * blocks per work item and packs the K/V rows they visit once per group (read in the dtype, written as fp32;
-     * the Kj, Vj reads are then fp32 too), here always within the 4 MiB pack limit. */
-    const int64_t Tr = (N + Br - 1) / Br, G = heads * Tr / 16 > 16 ? 16 : heads * Tr / 16;
+     * With blocks = heads·Tr Q blocks in the call (heads = batch·Hq) and items = max(16, 8·threads) work items, the
+     * f32 path groups G = min(16, blocks/items) Q blocks per work item and packs the K/V rows they visit once per
+     * group (read in the dtype, written as fp32; the Kj, Vj reads are then fp32 too), here always within the pack
+     * limit. */
+    const int64_t items = 8 * (int64_t)threads > 16 ? 8 * (int64_t)threads : 16;
+    const int64_t Tr = (N + Br - 1) / Br, G = heads * Tr / items > 16 ? 16 : heads * Tr / items;
     const int64_t ekv = G > 1 ? 4 : e;
     io x = {N * d * e, N * d * e + (lse ? 4 * N : 0)};
     for (int64_t i0 = 0; i0 < N; i0 += Br) {
@@ -212,7 +215,7 @@ static void forward_models(fa_dtype dt, int64_t b, int64_t n, int64_t hq, int64_
     o.algo = FA_ALGO_FLASH2;
     s = forward(&r, &o, with_lse);
     check_common(&s, FA_ALGO_FLASH2, 0, br < n ? br : (int)n, bc < n ? bc : (int)n, flops);
-    m = flash2_fwd(&o, n, d, e, br, bc, with_lse, b * hq);
+    m = flash2_fwd(&o, n, d, e, br, bc, with_lse, b * hq, fa_context_threads(ctx));
     m.r *= heads, m.w *= heads;
     check_io("flash2", &s, m);
     teardown(&r);
@@ -261,9 +264,10 @@ static void ordering(int64_t n, int64_t d) {
          * models hold with the tile sizes the call reports */
         if (s.block_q >= 1 && s.block_k >= 1) {
             const int64_t Tr = (n + s.block_q - 1) / s.block_q;
+            const int th = fa_context_threads(ctx);
             io m = algos[i] == FA_ALGO_STANDARD ? standard_fwd(n, d, 4, Tr, 1)
                  : algos[i] == FA_ALGO_FLASH1   ? flash1_fwd(&o, n, d, 4, s.block_q, s.block_k, 1)
-                                                : flash2_fwd(&o, n, d, 4, s.block_q, s.block_k, 1, 2);
+                                                : flash2_fwd(&o, n, d, 4, s.block_q, s.block_k, 1, 2, th);
             m.r *= 2, m.w *= 2;
             check_io(fa_algo_name(algos[i]), &s, m);
         }

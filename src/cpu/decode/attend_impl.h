@@ -213,14 +213,15 @@ AI vf sum_lanes(const vf *x) {
 }
 #endif
 
-/* The next chunk's rows, prefetched into L2 a few lines at a time (a burst of them makes the demand loads behind it
+/* The next chunk's rows, prefetched a few lines at a time (a burst of them makes the demand loads behind it
  * wait). Where the item's heads are adjacent in memory, the whole rows (all heads) in address order: head by head,
  * each head's slice of rows 2 KB apart defeats the hardware prefetchers (AVX2, Zen 3, 8 heads of d = 128 bf16: MHA
  * 8.6 -> 13 GB/s). K's rows first, spread over the QKᵀ steps, then V's over the PV steps: K and V lines at the same
  * offset back to back fall on one DRAM bank wherever the two tensors lie a power of two apart (Zen 4, 2 threads,
  * batch 4, a 32k cache in one allocation: 1.13-1.32x), and QKᵀ without prefetches left the memory idle for part of
- * the chunk (AVX-512 only; chunk() says why). Else head hh's K and V rows over its own PV loop. */
-#ifndef FA_DEC_PF_LOCALITY /* prefetcht0 on AVX2 (Zen 3: GQA 32/8 bf16 6.1 -> 8.3 GB/s over prefetcht1), t1 else */
+ * the chunk. Else head hh's K and V rows over its own PV loop. */
+#ifndef FA_DEC_PF_LOCALITY /* of the PV steps' lines: prefetcht0 on AVX2 (Zen 3: GQA 32/8 bf16 6.1 -> 8.3 GB/s
+                              * over prefetcht1), t1 else; the QKᵀ steps' go to L2 (t1) */
 #define FA_DEC_PF_LOCALITY (VW == 8 ? 3 : 2)
 #endif
 typedef struct pf_rows {
@@ -228,13 +229,15 @@ typedef struct pf_rows {
     int n, bytes, per; /* keys, bytes of a row, lines per call */
     int key, c;        /* the cursor: row (K's n rows, then V's), then byte offset */
 } pf_rows;
-AI void pf_lines(const fa_dec_args *a, pf_rows *pf, int hh, int count) {
+AI void pf_lines_at(const fa_dec_args *a, pf_rows *pf, int hh, int count, const int L2) { /* L2: t1 always */
     for (int i = 0; i < count && pf->key < 2 * pf->n; i++) {
         const char *row = pf->key < pf->n ? pf->k[pf->key] + hh * a->k_sh : pf->v[pf->key - pf->n] + hh * a->v_sh;
-        __builtin_prefetch(row + pf->c, 0, FA_DEC_PF_LOCALITY);
+        if (L2) __builtin_prefetch(row + pf->c, 0, 2);
+        else __builtin_prefetch(row + pf->c, 0, FA_DEC_PF_LOCALITY);
         if ((pf->c += 64) >= pf->bytes) pf->c = 0, pf->key++;
     }
 }
+AI void pf_lines(const fa_dec_args *a, pf_rows *pf, int hh, int count) { pf_lines_at(a, pf, hh, count, 0); }
 
 /* S = Qi Kjᵀ for rows [r0, r0 + NR) of head hh and the chunk's keys: NR·NK = VW raw dots per group of NK keys,
  * each key's vectors converted once for the NR rows, the group's VW sums in one sum_lanes. */
@@ -244,7 +247,7 @@ AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const in
     const float *q = a->qs + ((size_t)hh * a->R + r0) * dp;
     float *S = a->S + ((size_t)hh * a->R + r0) * FA_DEC_BC;
     for (int j0 = 0; j0 < FA_DEC_BC; j0 += NK) {
-        if (cnt) pf_lines(a, pf, 0, cnt);
+        if (cnt) pf_lines_at(a, pf, 0, cnt, 1);
         vf acc[VW] = {{0}}; /* acc[r·NK + j]: row r0 + r, key j0 + j */
 #ifdef __AVX512BF16__
         if (MODE == M_BF16) { /* bf16 K rows as they are: one vdpbf16ps per row and 32 elements (two with hi + lo) */
@@ -428,19 +431,17 @@ AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, co
     const int groups = R / 4 + (R % 4) / 2 + (R % 2), W = PV_WIDTH(R >= 4 ? 4 : R >= 2 ? 2 : 1);
     const int sites = groups * ((NV + W - 1) / W) * FA_DEC_BC;
     _Alignas(64) float tmp[256];
-    /* the prefetch of the next chunk (pf_rows): whole rows (all heads), K's spread over every head's QKᵀ steps and
-     * V's over every head's PV steps (AVX2: both over the PV steps); or each head's own K and V rows over its own PV
-     * steps, the cursor restarting per head */
+    /* the prefetch of the next chunk (pf_rows): whole rows (all heads), K's spread over every head's QKᵀ steps, into
+     * L2 on every ISA (into L1, as the PV steps' on AVX2, the lines per QKᵀ step, 32 at MHA, held up the demand
+     * loads: Zen 4 at FA_CPU_ISA=avx2, MHA 0.78-0.82x; into L2 1.04-1.10x), and V's over every head's PV steps; or
+     * each head's own K and V rows over its own PV steps, the cursor restarting per head */
     const int whole = a->nh > 1 && a->k_sh == row_bytes && a->v_sh == row_bytes;
     const int bytes = whole ? row_bytes * a->nh : row_bytes, steps = whole ? sites * a->nh : sites;
     const int lines = nn * ((bytes + 63) / 64); /* of K, and as many of V */
-    /* K's lines over the QKᵀ steps on AVX-512 only: AVX2 prefetches into L1, and the lines per QKᵀ step there (32 at
-     * MHA) held up the demand loads (Zen 4 at FA_CPU_ISA=avx2: MHA 0.78-0.82x) */
-    const int qk_pf = whole && VW == 16;
-    pf_rows pf = {kn, vn, nn, bytes, ((qk_pf ? 1 : 2) * lines + steps - 1) / steps, 0, 0};
+    pf_rows pf = {kn, vn, nn, bytes, ((whole ? 1 : 2) * lines + steps - 1) / steps, 0, 0};
     /* QKᵀ steps of all heads: (groups of NR rows) x (key groups of VW / NR) */
     const int qsteps = a->nh * (FA_DEC_BC / VW) * ((R / 4) * 4 + ((R % 4) / 2) * 2 + (R % 2));
-    const int qc = qk_pf ? (lines + qsteps - 1) / qsteps : 0;
+    const int qc = whole ? (lines + qsteps - 1) / qsteps : 0;
     for (int hh = 0; hh < a->nh; hh++) {
         for (int r = 0; r < R;) {
             if (R - r >= 4) qk(a, kr, hh, r, 4, MODE, tmp, &pf, qc), r += 4;

@@ -69,8 +69,8 @@ void fa_cpu_tiles(const fa_problem *p, int *br, int *bc) {
 
 /* A work item is `group` Q blocks of one head sharing one packed fp32 copy of their K/V rows: strided BSHD rows
  * cost a TLB miss each when copied per block. group <= 16, and at least 16 items and 8 per thread to balance (with
- * 16 items on 16 threads one slow item holds up the call; 16-core Xeon, N 4096: 8 per thread ran 1.07-1.11x 4 per
- * thread at B 1, 0.97-1.14x at B 4, the extra packs included). K + V packed take at most 2 MiB per thread on up to 4
+ * 16 items on 16 threads one slow item holds up the call; 16-core Xeon, N 4096: 8 per thread ran 1.06-1.11x 4 per
+ * thread at B 1 in 7 of 8 rows, 0.97-1.14x at B 4, the extra packs included). K + V packed take at most 2 MiB per thread on up to 4
  * threads, so the workspace stays flat in N (the report's memory claim), and 512 KiB per thread beyond, up to 8 MiB
  * at 16 threads: the per-block copies cost more when many cores share the memory system (16-core Xeon, N 4096, d 128:
  * a whole head packed ran 1.01-1.13x the 2 MiB pack; 2 threads: the same within the noise). */

@@ -439,8 +439,8 @@ AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, co
     const int bytes = whole ? row_bytes * a->nh : row_bytes, steps = whole ? sites * a->nh : sites;
     const int lines = nn * ((bytes + 63) / 64); /* of K, and as many of V */
     pf_rows pf = {kn, vn, nn, bytes, ((whole ? 1 : 2) * lines + steps - 1) / steps, 0, 0};
-    /* QKᵀ steps of all heads: (groups of NR rows) x (key groups of VW / NR) */
-    const int qsteps = a->nh * (FA_DEC_BC / VW) * ((R / 4) * 4 + ((R % 4) / 2) * 2 + (R % 2));
+    /* QKᵀ steps of all heads: a group of NR rows takes FA_DEC_BC / (VW / NR) steps, so R rows FA_DEC_BC · R / VW */
+    const int qsteps = a->nh * R * (FA_DEC_BC / VW);
     const int qc = whole ? (lines + qsteps - 1) / qsteps : 0;
     for (int hh = 0; hh < a->nh; hh++) {
         for (int r = 0; r < R;) {

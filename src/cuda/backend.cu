@@ -18,6 +18,8 @@ typedef struct fa_cuda_state {
     size_t ws_size;
     int *cu_dev;       /* device copy of cu_seqlens_q then cu_seqlens_k */
     size_t cu_cap;     /* entries */
+    int *counters;     /* decoding's split counters, zero between calls (fa_cuda_counters_of) */
+    size_t counters_n; /* entries */
 } fa_cuda_state;
 
 #define FA_CUDA_TRY(ctx, call)                                                                             \
@@ -84,6 +86,7 @@ extern "C" void fa_cuda_destroy(fa_context *ctx) {
     cudaSetDevice(s->device);
     if (s->ws) cudaFree(s->ws);
     if (s->cu_dev) cudaFree(s->cu_dev);
+    if (s->counters) cudaFree(s->counters);
     if (s->blas) cublasDestroy(s->blas);
     cudaSetDevice(prev);
     (void)cudaGetLastError();
@@ -127,6 +130,30 @@ fa_status fa_cuda_workspace_of(fa_context *ctx, size_t bytes, void **ws) {
     fa_status rc = fa_cuda_ws_grow(ctx, s, bytes);
     *ws = s->ws;
     return rc;
+}
+
+/* Counters that every kernel using them leaves at zero: zeroed (on the stream) when allocated or grown, never
+ * shrunk, apart from the workspace, which other calls overwrite. */
+fa_status fa_cuda_counters_of(fa_context *ctx, size_t n, int **out) {
+    fa_cuda_state *s = (fa_cuda_state *)ctx->cuda;
+    if (n > s->counters_n) {
+        if (s->counters) {
+            FA_CUDA_TRY(ctx, cudaStreamSynchronize(s->stream));
+            cudaFree(s->counters);
+            s->counters = NULL;
+            s->counters_n = 0;
+        }
+        if (cudaMalloc(&s->counters, n * sizeof(int)) != cudaSuccess) {
+            (void)cudaGetLastError();
+            s->counters = NULL;
+            return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "CUDA split counters: cudaMalloc of %zu bytes failed",
+                           n * sizeof(int));
+        }
+        FA_CUDA_TRY(ctx, cudaMemsetAsync(s->counters, 0, n * sizeof(int), s->stream));
+        s->counters_n = n;
+    }
+    *out = s->counters;
+    return FA_OK;
 }
 
 static void fa_fill_strides(const fa_tensor *t, int64_t *sb, int64_t *ss, int64_t *sh) {

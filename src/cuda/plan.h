@@ -26,6 +26,8 @@ const fa_cuda_tuning *fa_cuda_tuning_of(const fa_context *ctx); /* backend.cu */
  * to at least bytes (an allocation and a stream sync when it grows). */
 cudaStream_t fa_cuda_stream_of(const fa_context *ctx);
 fa_status fa_cuda_workspace_of(fa_context *ctx, size_t bytes, void **ws);
+/* The context's split counters (n ints, zero between calls: every kernel that counts leaves them at zero). */
+fa_status fa_cuda_counters_of(fa_context *ctx, size_t n, int **out);
 
 /* plan->aux of a FLASH1/FLASH2 backward. */
 enum {

@@ -1,7 +1,8 @@
 /* KV-cache decoding on CUDA against the float64 oracle (tests/lib/kvcase.h): contiguous and paged caches (page
  * sizes 1, 3, 16, 64, 256), ragged lengths with 0 and the capacity, seqlen_new 1, 4, 17, GQA 1, 4, 8 and 32/8, the
  * mask options, append with and without rotary, batch_idx, splits 1..many (beyond 128) and the fixed-split mode;
- * the numerics contract against the CPU; check_indices
+ * the append's and the split counters' paths (aligned and unaligned new rows, the context's counters and a caller's
+ * workspace, 4 and 8 warps per CTA); the numerics contract against the CPU; check_indices
  * rejecting a bad length with nothing written; fa_merge_states; and a CUDA graph captured once and replayed at a
  * different cache length. Run by scripts/test-gpu.sh. FA_GPU_TEST_SMALL=1 keeps the shapes small (sanitizers). */
 #include "testlib.h"
@@ -154,6 +155,55 @@ static void splits(fa_context *ctx, fa_context *cpu, int small) {
         s.append = 1;
         s.kv.num_splits = ns[i];
         run(ctx, cpu, &s, "splits");
+    }
+}
+
+/* A device copy of the new rows one element past a 16-byte boundary (the first kernel's element-wise append). */
+static void misalign(void **dev, fa_tensor *t, const t_buf *host) {
+    char *m = NULL;
+    CU(cudaMalloc((void **)&m, host->mem_bytes + 16));
+    CU(cudaMemcpy(m + 2, host->mem, host->mem_bytes, cudaMemcpyHostToDevice));
+    cudaFree(*dev);
+    *dev = m;
+    *t = moved(&host->t, host->mem, m + 2);
+}
+
+/* The append's paths and the split counters': aligned new rows (16 bytes a thread) and unaligned ones (element by
+ * element); the context's counters (zero between calls) and a caller's workspace filled with 0xff (the first
+ * kernel zeroes its counters); 4 warps (contiguous) and 8 (paged, 512 keys or more a split) per CTA, one split and
+ * several (the 8-warp merge). */
+static void paths(fa_context *ctx, fa_context *cpu, int small) {
+    for (int i = 0; i < 12; i++) {
+        const int unaligned = i & 1, user_ws = (i >> 1) & 1;
+        t_kv_spec s = spec(i % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 2, i % 4 < 2 ? 1 : 4, 32, 8, i % 3 ? 128 : 64,
+                           small ? 2048 : 4096, (int[]){0, 16, 3}[i / 4]);
+        s.append = 1;
+        s.opts.causal = 1;
+        s.kv.num_splits = i % 3 == 2 ? 1 : 4;
+        t_kv_case *c = t_kv_new(&s, &R);
+        snprintf(t_case_label, sizeof t_case_label, "paths: page %d d%d sq%d splits %d, new rows %s, %s",
+                 s.page_size, s.d, s.sq, s.kv.num_splits, unaligned ? "unaligned" : "aligned",
+                 user_ws ? "caller's workspace" : "context's counters");
+        dev_case d = to_dev(c);
+        if (unaligned) misalign(&d.kn, &d.knt, &c->kn), misalign(&d.vn, &d.vnt, &c->vn);
+        fa_kv_opts wo = fa_kv_opts_default();
+        if (user_ws) {
+            fa_kvcache kc = t_kv_cache(c, d.kc, d.vc, d.seqlens, d.bt, d.bidx);
+            fa_kv_opts ko = t_kv_opts(c, d.cos, d.sin);
+            CHECK_STATUS(fa_kvcache_workspace_size(ctx, &c->s.opts, &ko, &d.qt, &kc, &d.knt, &wo.workspace_bytes),
+                         FA_OK);
+            if (wo.workspace_bytes) {
+                CU(cudaMalloc(&wo.workspace, wo.workspace_bytes));
+                CU(cudaMemset(wo.workspace, 0xff, wo.workspace_bytes));
+            }
+        }
+        const fa_status st = call(ctx, c, &d, &wo);
+        CHECK_MSG(st == FA_OK, "%s: %s: %s", t_case_label, fa_status_string(st), fa_context_last_error(ctx));
+        CU(cudaDeviceSynchronize());
+        if (st == FA_OK) fetch_verify(c, &d, cpu);
+        cudaFree(wo.workspace);
+        free_dev(&d);
+        t_kv_free(c);
     }
 }
 
@@ -395,6 +445,7 @@ int main(void) {
     check_indices(ctx);
     grid(ctx, cpu, small);
     splits(ctx, cpu, small);
+    paths(ctx, cpu, small);
     many_splits(ctx, cpu, small);
     contract(ctx, cpu);
     graph(ctx, cpu, small);

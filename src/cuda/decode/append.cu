@@ -1,8 +1,9 @@
-/* The decode call's first kernel: append the new K/V rows into the cache at each sequence's current length,
- * rotating k (and writing the rotated q to the workspace) first when rotary is on, and zero the sequence's split
- * counters. One CTA per (new row i, sequence b). A position at or past the capacity is skipped, so a bad seqlen
- * never writes out of bounds. The attention kernel is launched as its programmatic dependent: it starts at once
- * and waits for this kernel only where it reads what this one writes. */
+/* The decode call's first kernel, where one is needed: append the new K/V rows into the cache at each sequence's
+ * current length, rotating k (and writing the rotated q to the workspace) first when rotary is on, and zero the
+ * sequence's split counters when they lie in a caller's workspace (the context's stay zero between calls). One CTA
+ * per (new row i, sequence b). A position at or past the capacity is skipped, so a bad seqlen never writes out of
+ * bounds. The attention kernel is launched as its programmatic dependent: it starts at once and waits for this
+ * kernel only where it reads what this one writes. */
 #include "../convert.cuh"
 #include "decode.h"
 
@@ -37,7 +38,7 @@ template <typename T>
 __global__ void __launch_bounds__(FA_DEC_THREADS) first_kernel(const fa_dec_params p) {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int i = blockIdx.x, b = blockIdx.y;
-    if (p.arrived && i == 0) {
+    if (p.zero_arrived && i == 0) {
         const int n = p.hk * p.row_tiles;
         for (int e = threadIdx.x; e < n; e += blockDim.x) p.arrived[(int64_t)b * n + e] = 0;
     }

@@ -1,8 +1,8 @@
-/* The CUDA decode path's parameter block and launchers (src/cuda/decode/): the call's first kernel — append +
- * rotary, and the zeroing of the split counters (append.cu) —, the split-KV attention over a contiguous or paged
- * cache, whose last CTA per row tile merges the splits (splitkv.cu), and fa_merge_states (merge.cu); host.cu plans
- * and runs them. Every length and index read on the device is clamped to the cache, so a
- * bad value never reads or writes out of bounds. docs/decoding.md. */
+/* The CUDA decode path's parameter block and launchers (src/cuda/decode/): the first kernel where one is needed —
+ * append + rotary, the zeroing of the split counters of a caller's workspace (append.cu) —, the split-KV attention
+ * over a contiguous or paged cache, whose last CTA per row tile merges the splits (splitkv.cu), and
+ * fa_merge_states (merge.cu); host.cu plans and runs them. Every length and index read on the device is clamped to
+ * the cache, so a bad value never reads or writes out of bounds. docs/decoding.md. */
 #ifndef FA_CUDA_DECODE_H
 #define FA_CUDA_DECODE_H
 
@@ -10,7 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#define FA_DEC_THREADS 128 /* 4 warps per CTA */
+#define FA_DEC_THREADS 128 /* 4 warps per CTA (the attention kernel: fa_dec_params.warps) */
 #define FA_DEC_ROWS 16     /* query rows per CTA of the attention kernel (the M of its m16n8k16 products) */
 #define FA_DEC_KEYS 16     /* keys per tile of the attention kernel */
 #define FA_MERGE_MAX 32
@@ -41,8 +41,10 @@ typedef struct fa_dec_params {
     int wl, wr;
     int nsplit, fixed, chunk;/* splits of the grid; fixed: split of `chunk` keys */
     int row_tiles;           /* tiles of FA_DEC_ROWS query rows per K/V head */
+    int warps;               /* of the attention kernel's CTA: 4, or 8 (d <= 128) */
     float *part_o, *part_lse;/* [b, hq, sq, nsplit] x (d | 1), or NULL with one split */
-    int *arrived;            /* [b, hk x row_tiles]: CTAs of the row tile done (zeroed by the first kernel), or NULL */
+    int *arrived;            /* [b, hk x row_tiles]: CTAs of the row tile done, zero between calls, or NULL */
+    int zero_arrived;        /* the first kernel zeroes arrived (a caller's workspace: its counters' state unknown) */
     int after_first;         /* the attention kernel follows the first kernel by programmatic dependent launch */
 } fa_dec_params;
 
@@ -101,7 +103,8 @@ static __device__ __forceinline__ int64_t fa_dec_key(const fa_dec_params &p, int
 extern "C" {
 #endif
 /* dtype 1 = f16, 2 = bf16 (merge: 0 = f32 too). */
-/* The first kernel: append (p->append), rotated q (p->qrot), zeroed counters (p->arrived); needed when any is. */
+/* The first kernel: append (p->append), rotated q (p->qrot), zeroed counters (p->zero_arrived); needed when any
+ * is. */
 cudaError_t fa_dec_first_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
 /* The attention kernel, launched as the first kernel's programmatic dependent when p->after_first. */
 cudaError_t fa_dec_attend_launch(const fa_dec_params *p, int dtype, cudaStream_t st);

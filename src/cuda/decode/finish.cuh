@@ -94,17 +94,17 @@ __device__ void fa_dec_exact_row(const fa_dec_params &p, int b, int row, int hk,
  * wrote them) come into shared memory by cp.async, as many splits at once as it holds, so the merge costs about
  * one L2 round trip per chunk instead of one per split; the first 128 weights stay in shared memory. With fewer
  * than 128 float4 columns in the tile, groups of threads take every sg-th split and add up at the end. */
-template <int D, typename T>
+template <int D, typename T, int NT>
 __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, int smem_bytes, int b, int hk, int r0,
                                   int R, int ns) {
-    constexpr int C4 = D / 4, UPT = (16 * C4 + FA_DEC_THREADS - 1) / FA_DEC_THREADS, WCH = FA_DEC_MAX_SPLITS;
+    constexpr int C4 = D / 4, UPT = (16 * C4 + NT - 1) / NT, WCH = FA_DEC_MAX_SPLITS;
     __shared__ float s_M[16], s_inv[16];
     __shared__ int64_t s_pr[16]; /* row r's first partial */
     float *w_s = (float *)smem;                                  /* [16][WCH]: weights of splits < WCH */
     float4 *part = (float4 *)(smem + 16 * WCH * sizeof(float));  /* [sg][units] when sg > 1 */
-    float4 *stage = part + FA_DEC_THREADS;                       /* [R][nc][C4] */
+    float4 *stage = part + NT;                                   /* [R][nc][C4] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int r = warp; r < R; r += FA_DEC_THREADS / 32) {
+    for (int r = warp; r < R; r += NT / 32) {
         const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
         const int64_t rr = ((int64_t)b * p.hq + hq) * p.sq + i;
         const float *pl = p.part_lse + rr * p.nsplit;
@@ -135,9 +135,9 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
             if (p.lse) p.lse[rr] = nan ? NAN : M == -INFINITY ? -INFINITY : M + logf(sum);
         }
     }
-    const int units = R * C4, sg = units >= FA_DEC_THREADS ? 1 : FA_DEC_THREADS / units;
+    const int units = R * C4, sg = units >= NT ? 1 : NT / units;
     const int gi = threadIdx.x / units; /* this thread's split group (sg > 1: one unit per thread) */
-    const int room = (smem_bytes - (int)(16 * WCH * sizeof(float)) - FA_DEC_THREADS * 16) / (R * D * 4);
+    const int room = (smem_bytes - (int)(16 * WCH * sizeof(float)) - NT * 16) / (R * D * 4);
     const int step = room < 1 ? 1 : room;
     float4 acc[UPT];
 #pragma unroll
@@ -145,7 +145,7 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
     for (int c0 = 0; c0 < ns; c0 += step) {
         const int nc = min(step, ns - c0);
         __syncthreads(); /* the weights written; the previous chunk read */
-        for (int e = threadIdx.x; e < R * nc * C4; e += FA_DEC_THREADS) {
+        for (int e = threadIdx.x; e < R * nc * C4; e += NT) {
             const int r = e / (nc * C4), j = e / C4 % nc, c4 = e % C4;
             fa_cp_async16(stage + e, p.part_o + (s_pr[r] + c0 + j) * D + c4 * 4, 16);
         }
@@ -154,7 +154,7 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < UPT; k++) {
-            const int u = sg > 1 ? threadIdx.x % units : threadIdx.x + k * FA_DEC_THREADS;
+            const int u = sg > 1 ? threadIdx.x % units : threadIdx.x + k * NT;
             if (u >= units || gi >= sg || (sg > 1 && k > 0)) continue;
             const int r = u / C4, c4 = u % C4;
             float4 a = acc[k];
@@ -180,7 +180,7 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
     }
 #pragma unroll
     for (int k = 0; k < UPT; k++) {
-        const int u = threadIdx.x + k * FA_DEC_THREADS;
+        const int u = threadIdx.x + k * NT;
         if (u >= units || (sg > 1 && k > 0)) continue;
         const int r = u / C4, c4 = u % C4, gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
         uint2 v;

@@ -1,6 +1,6 @@
-/* The CUDA decode path, host side: the plan (support, split count, launch shape, workspace, modelled traffic) and
- * the run (the first kernel: append + rotary + the split counters; the split-KV attention, whose last CTA per row
- * tile merges the splits), and fa_merge_states. No host synchronisation
+/* The CUDA decode path, host side: the plan (support, split count, warps, launch shape, workspace, modelled
+ * traffic) and the run (a first kernel where needed: append + rotary, a caller's workspace's split counters; the
+ * split-KV attention, whose last CTA per row tile merges the splits), and fa_merge_states. No host synchronisation
  * and no allocation once the workspace is large enough (kv_opts.workspace, or the context's cached one); the launch
  * shape depends on the shapes and the capacity only, so a captured graph replays at any cache length. */
 #include "decode.h"
@@ -16,6 +16,17 @@ extern "C" {
 
 #define MIN_SPLIT_KEYS 128    /* keys below which a split is not worth its merge */
 #define PAGED_SPLIT_KEYS 1024 /* paged caches: keys below which a second CTA per SM costs more than it hides */
+/* paged: keys per split from which 8 warps per CTA beat 4 (4 tiles of 16 keys a warp; GQA 32/8 and 8/8, pages of
+ * 16 / 256: batch 16 with 1k keys and batch 1 with 8k 1.05-1.09x, batch 1 and 4 with 1k keys, 128-256 keys a
+ * split, 0.96-0.98x) */
+#define WARP8_SPLIT_KEYS 512
+/* paged: keys per split from which one 8-warp CTA per SM beats two 4-warp CTAs per SM (pages of 16 / 256, GQA
+ * 32/8: batch 1 with 64k keys 1.06 / 1.04x, batch 16 with 8k 1.02 / 1.03x, batch 4 with 64k 0.99 / 1.01x; batch
+ * 4 with 8k, 2048 keys a split, 0.97 / 1.00x) */
+#define WARP8_ONLY_KEYS 4096
+#ifndef FA_DEC_FORCE_WARPS
+#define FA_DEC_FORCE_WARPS 0 /* 0: the plan's rule; 4 or 8: every d <= 128 call (a build option for measuring) */
+#endif
 
 static int aligned16(const fa_tensor *t) {
     return ((uintptr_t)t->data % 16) == 0 && t->stride_batch % 8 == 0 && t->stride_seq % 8 == 0 && t->stride_head % 8 == 0;
@@ -88,8 +99,10 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
          * SM where each split still has PAGED_SPLIT_KEYS keys (forced counts, pages of 16, GQA 32/8: batch 16
          * with 8k / 64k keys 2 splits 3.75 / 4.37 TB/s against 1 split 3.17 / 3.45; batch 4 / 64k 8 against 4
          * splits 4.02 / 3.32; batch 1 / 64k 32 against 16 splits 3.07 / 2.87; batch 1 / 8k: 16 splits 1.25 against
-         * 32 splits 1.18, hence the floor on the keys). */
-        if (p->paged) {
+         * 32 splits 1.18, hence the floor on the keys) — unless one CTA per SM holds WARP8_ONLY_KEYS keys a split:
+         * there one CTA of 8 warps per SM (the warps rule below) reads faster, with fewer splits to merge. */
+        const bool one8 = p->d <= 128 && ns * items <= sms && p->capacity / ns >= WARP8_ONLY_KEYS;
+        if (p->paged && !one8) {
             const int np = fa_kv_split_heuristic(items, 2 * sms, p->capacity / PAGED_SPLIT_KEYS, FA_DEC_MAX_SPLITS,
                                                  0.97);
             if (np > ns) ns = np;
@@ -97,11 +110,22 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
     }
     if (ns < 1) ns = 1;
     plan->aux[FA_KV_AUX_SPLITS] = ns;
+    /* Paged with at most one CTA per SM and splits of at least WARP8_SPLIT_KEYS keys: 8 warps, so that the
+     * block-table reads of twice as many warps hide each other (no split added for it: the merge would cost more).
+     * d = 256 keeps 4 (shared memory); so does the fixed-split mode, whose sums must not depend on the batch (the
+     * warps' order of keys would). */
+    int warps = 4;
+    if (p->d <= 128 && !p->split_size) {
+        const int64_t ctas = (int64_t)ns * p->batch * p->hk * tiles;
+        if (FA_DEC_FORCE_WARPS) warps = FA_DEC_FORCE_WARPS;
+        else if (p->paged && ctas <= fa_cuda_tuning_of(ctx)->sm_count && p->capacity / ns >= WARP8_SPLIT_KEYS)
+            warps = 8;
+    }
     static const char *const kn[3] = {"cuda.decode.mma.d64", "cuda.decode.mma.d128", "cuda.decode.mma.d256"};
     plan->kernel = kn[p->d == 64 ? 0 : p->d == 128 ? 1 : 2];
     plan->block_q = rpc;
     plan->block_k = FA_DEC_KEYS;
-    plan->threads = FA_DEC_THREADS;
+    plan->threads = 32 * warps;
     plan->grid[0] = ns, plan->grid[1] = (int)(p->hk * tiles), plan->grid[2] = (int)p->batch;
     fa_arena a = fa_arena_dry();
     dec_ws w;
@@ -182,10 +206,18 @@ extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, con
         c.wl = p->wl, c.wr = p->wr;
         c.nsplit = ns, c.fixed = plan->aux[FA_KV_AUX_FIXED], c.chunk = plan->aux[FA_KV_AUX_CHUNK];
         c.row_tiles = (int)row_tiles_of(p);
+        c.warps = plan->threads / 32;
         c.part_o = w.part_o, c.part_lse = w.part_lse, c.arrived = w.arrived;
+        /* the split counters: the context's, which stay zero between calls; in a caller's workspace, whose state is
+         * not known, the first kernel zeroes them */
+        if (c.arrived && !p->workspace) {
+            const size_t n = (size_t)(p->batch * p->hk) * (size_t)c.row_tiles;
+            if ((rc = fa_cuda_counters_of(ctx, n, &c.arrived)) != FA_OK) break;
+        }
+        c.zero_arrived = c.arrived && p->workspace;
         const int dt = (int)p->dtype;
         cudaError_t e;
-        c.after_first = p->append || c.arrived;
+        c.after_first = p->append || c.zero_arrived;
         if (c.after_first && (e = fa_dec_first_launch(&c, dt, stream)) != cudaSuccess) {
             rc = cuda_err(ctx, "decode append launch", e);
             break;

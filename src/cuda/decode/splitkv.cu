@@ -1,16 +1,17 @@
 /* Split-KV decode attention on the tensor cores (mma.sync m16n8k16). One CTA per (split, K/V head x tile of 16
  * query rows, sequence): the rows that read one K/V head (GQA group x new rows, padded to 16) are the M of the
  * products, so each K/V row is read from HBM once per K/V head, and the products run on the tensor cores (on CUDA
- * cores, a GQA group's FMAs and lane-shuffle reductions cannot keep up with HBM). Each of the 4 warps streams its
- * own tiles of 16 keys (tile w, w + 4, ...) through a 3-stage cp.async ring in shared memory, rows swizzled by
- * 16-byte chunk (chunk ^ row % 8) so the ldmatrix reads are conflict-free; S = Q Kᵀ, the online softmax in log2
- * units and O += P V as in the FLASH2 forward (P reused from registers as the A operand); the 4 warps' states merge
- * in shared memory. Keys outside a row's visible range are masked; keys outside every row's range are zero-filled,
- * never read. The loop is kept short, since at batch 1 two warps per scheduler are bound by instruction latency
- * before HBM is: copy offsets fixed per CTA, Q in registers (d ≤ 128), no mask on tiles every row sees in full, and
- * O rescaled only when a row's max moved. Each row's state is held to the numerics contract (a row that fails it is
- * recomputed in float64). One split writes out and LSE; several write fp32 partials, and the last CTA of the row
- * tile merges them (finish.cuh). docs/decoding.md. */
+ * cores, a GQA group's FMAs and lane-shuffle reductions cannot keep up with HBM). Each of the NW warps (4, or 8
+ * where the plan says so) streams its own tiles of 16 keys (tile w, w + NW, ...) through a 3-stage cp.async ring in
+ * shared memory, rows swizzled by 16-byte chunk (chunk ^ row % 8) so the ldmatrix reads are conflict-free; S = Q
+ * Kᵀ, the online softmax in log2 units and O += P V as in the FLASH2 forward (P reused from registers as the A
+ * operand); the warps' states merge in shared memory. Keys outside a row's visible range are masked; keys outside
+ * every row's range are zero-filled, never read. The loop is kept short, since at batch 1 two warps per scheduler
+ * are bound by instruction latency before HBM is: copy offsets fixed per CTA, Q in registers (d ≤ 128), no mask on
+ * tiles every row sees in full, and O rescaled only when a row's max moved. Each row's state is held to the
+ * numerics contract (a row that fails it is recomputed in float64). One split writes out and LSE; several write
+ * fp32 partials, and the last CTA of the row tile merges them (finish.cuh) and zeroes the tile's counter for the
+ * next call. docs/decoding.md. */
 #include "../sm80/mma.cuh"
 #include "decode.h"
 #include "finish.cuh"
@@ -20,7 +21,6 @@
 #include <limits.h>
 #include <math.h>
 
-#define DEC_NW (FA_DEC_THREADS / 32)
 #ifndef FA_DEC_STAGES
 #define FA_DEC_STAGES 3 /* stages of each warp's K/V ring (a build option for measuring others) */
 #endif
@@ -28,11 +28,11 @@
 #define DEC_KT FA_DEC_KEYS
 static_assert(FA_DEC_ROWS == 16 && FA_DEC_KEYS == 16, "one m16n8k16 M of rows, two n8 tiles of keys");
 
-template <int D> struct dec_mma_smem {
-    static constexpr int q = 2 * 16 * D * 2;                         /* Q tile, bf16/f16 (rotary: hi and lo parts) */
-    static constexpr int ring = DEC_NW * DEC_NST * 2 * DEC_KT * D * 2; /* per warp: stages x (K tile, V tile) */
+template <int D, int NW> struct dec_mma_smem {
+    static constexpr int q = 2 * 16 * D * 2;                       /* Q tile, bf16/f16 (rotary: hi and lo parts) */
+    static constexpr int ring = NW * DEC_NST * 2 * DEC_KT * D * 2; /* per warp: stages x (K tile, V tile) */
     static constexpr int total = q + ring;
-    static_assert(DEC_NW * 16 * D * 4 + 2 * DEC_NW * 16 * 4 <= ring, "the warps' merge reuses the ring");
+    static_assert(NW * 16 * D * 4 + 2 * NW * 16 * 4 <= ring, "the warps' merge reuses the ring");
 };
 
 /* Byte offset of element (row, 8·chunk) in a [rows][D] tile of 16-bit values, chunks swizzled by row. */
@@ -54,9 +54,10 @@ __device__ __forceinline__ void merge_state8(float &m, float &l, float *o, float
     m = mn;
 }
 
-template <int D, typename T>
-__global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_dec_params p) {
-    constexpr int CH = D / 8; /* 16-byte chunks per row */
+/* 8 warps ask for one CTA per SM (else ptxas caps them at 128 registers and d = 64 spills); 4 leave ptxas free. */
+template <int D, int NW, typename T>
+__global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_dec_params p) {
+    constexpr int CH = D / 8, NT = NW * 32; /* 16-byte chunks per row; threads */
     extern __shared__ __align__(128) unsigned char smem[];
     T *sq = (T *)smem;
     const int s = blockIdx.x, hk = blockIdx.y / p.row_tiles, tile = blockIdx.y % p.row_tiles, b = blockIdx.z;
@@ -88,15 +89,15 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
     if (p.qrot) fa_dec_wait_first(p);
     const int kbase = klo & ~(DEC_KT - 1);
     const int ntiles = khi > klo ? (khi - kbase + DEC_KT - 1) / DEC_KT : 0;
-    const int mine = ntiles > warp ? (ntiles - warp + DEC_NW - 1) / DEC_NW : 0; /* tiles warp, warp + NW, ... */
-    T *ring = (T *)(smem + dec_mma_smem<D>::q) + warp * DEC_NST * 2 * DEC_KT * D;
+    const int mine = ntiles > warp ? (ntiles - warp + NW - 1) / NW : 0; /* tiles warp, warp + NW, ... */
+    T *ring = (T *)(smem + dec_mma_smem<D, NW>::q) + warp * DEC_NST * 2 * DEC_KT * D;
     const T *kc = (const T *)p.kc, *vc = (const T *)p.vc;
     /* paged: lane k (k < 16) looks up the page and in-page row of key k of a tile one tile ahead of its copies,
      * so the block-table read is off the copies' critical path; the copies take them by shuffle */
     int pg_next = 0, ip_next = 0;
     auto lookup = [&](int it) {
         if (p.paged && it < mine) {
-            const int t = min(kbase + (warp + it * DEC_NW) * DEC_KT + (lane & 15), khi - 1);
+            const int t = min(kbase + (warp + it * NW) * DEC_KT + (lane & 15), khi - 1);
             const int pg = p.block_table[(int64_t)row * p.bt_stride + t / p.page_size];
             pg_next = pg < 0 ? 0 : pg >= p.num_pages ? p.num_pages - 1 : pg;
             ip_next = t % p.page_size;
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
     const bool tile_rows = !p.paged || p.page_size % DEC_KT == 0;
     auto load = [&](int it) { /* this warp's it-th tile into stage it % NST; every lane commits one group */
         if (it < mine) {
-            const int base = kbase + (warp + it * DEC_NW) * DEC_KT, pg = pg_next, ip = ip_next;
+            const int base = kbase + (warp + it * NW) * DEC_KT, pg = pg_next, ip = ip_next;
             lookup(it + 1);
             const uint32_t sk = ring_a + (it % DEC_NST) * 2 * DEC_KT * D * 2, sv = sk + DEC_KT * D * 2;
             if (base + DEC_KT > fresh) fa_dec_wait_first(p);
@@ -172,7 +173,7 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
     /* Q: 16 rows (zero beyond R) to shared memory in the dtype. With rotary, q is the fp32 rotated q: it goes in as
      * hi + lo (two tiles of the dtype, S = hi·Kᵀ + lo·Kᵀ), as exact as fp32 for the scores and the LSE */
     T *sq_lo = sq + 16 * D;
-    for (int c = threadIdx.x; c < 16 * CH; c += FA_DEC_THREADS) {
+    for (int c = threadIdx.x; c < 16 * CH; c += NT) {
         const int r = c / CH, cc = c % CH;
         uint4 u = make_uint4(0, 0, 0, 0), v = u;
         if (r < R) {
@@ -229,7 +230,7 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
         }
         /* scores in log2 units, masked (tiles that every row sees in full need no mask); m_new = max(m, rowmax);
          * P = 2^(S − m_new); l, O rescaled by 2^(m − m_new) */
-        const int base = kbase + (warp + it * DEC_NW) * DEC_KT;
+        const int base = kbase + (warp + it * NW) * DEC_KT;
 #pragma unroll
         for (int nt = 0; nt < 2; nt++)
 #pragma unroll
@@ -289,8 +290,8 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
 
     /* the warps' states through shared memory (the ring is free once every warp is done) */
     __syncthreads();
-    float *sm_o = (float *)(smem + dec_mma_smem<D>::q); /* [NW][16][D] */
-    float *sm_m = sm_o + DEC_NW * 16 * D, *sm_l = sm_m + DEC_NW * 16;
+    float *sm_o = (float *)(smem + dec_mma_smem<D, NW>::q); /* [NW][16][D] */
+    float *sm_m = sm_o + NW * 16 * D, *sm_l = sm_m + NW * 16;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int r = g + 8 * h;
@@ -307,7 +308,7 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
         M = -INFINITY, Lr = 0.f;
 #pragma unroll
         for (int e = 0; e < 8; e++) O[e] = 0.f;
-        for (int w = 0; w < DEC_NW; w++) {
+        for (int w = 0; w < NW; w++) {
             const float4 a = *(const float4 *)(sm_o + (w * 16 + r) * D + pt * 8),
                          c = *(const float4 *)(sm_o + (w * 16 + r) * D + pt * 8 + 4);
             const float o2[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
@@ -315,7 +316,7 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
         }
     };
     /* the numerics contract: rows whose state does not stand are recomputed in float64 below */
-    for (int idx = threadIdx.x; idx < R * CH; idx += FA_DEC_THREADS) {
+    for (int idx = threadIdx.x; idx < R * CH; idx += NT) {
         const int r = idx / CH;
         float M, Lr, O[8];
         state(r, idx % CH, M, Lr, O);
@@ -338,7 +339,7 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
             if (pt == 0) p.part_lse[pr] = lse;
         }
     };
-    for (int idx = threadIdx.x; idx < R * CH; idx += FA_DEC_THREADS) {
+    for (int idx = threadIdx.x; idx < R * CH; idx += NT) {
         const int r = idx / CH, pt = idx % CH;
         if (s_bad[r]) continue;
         float M, Lr, O[8];
@@ -349,7 +350,7 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
         for (int e = 0; e < 8; e++) O[e] = any ? O[e] * inv : 0.f;
         put(r, pt, O, any ? (M + log2f(Lr)) * 0.6931471805599453f : -INFINITY);
     }
-    for (int r = warp; r < R; r += DEC_NW) {
+    for (int r = warp; r < R; r += NW) {
         if (!s_bad[r]) continue;
         const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
         double x[D / 32], lse;
@@ -368,29 +369,31 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) splitkv_mma_kernel(const fa_de
         }
     }
     if (ns == 1) return;
-    /* the last CTA of this row tile to finish merges the splits (the counter was zeroed by the first kernel) */
+    /* the last CTA of this row tile to finish merges the splits (the counter is zero between calls) */
     __shared__ int s_last;
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
         fa_dec_wait_first(p);
-        s_last = atomicAdd(p.arrived + (int64_t)b * gridDim.y + blockIdx.y, 1) == ns - 1;
+        int *const cnt = p.arrived + (int64_t)b * gridDim.y + blockIdx.y;
+        s_last = atomicAdd(cnt, 1) == ns - 1;
+        if (s_last) *cnt = 0; /* every split has counted: zero again for the next call */
     }
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    fa_dec_merge_tile<D, T>(p, smem + dec_mma_smem<D>::q, dec_mma_smem<D>::ring, b, hk, r0, R, ns);
+    fa_dec_merge_tile<D, T, NW * 32>(p, smem + dec_mma_smem<D, NW>::q, dec_mma_smem<D, NW>::ring, b, hk, r0, R, ns);
 }
 
-template <int D, typename T> static cudaError_t launch_mma_d(const fa_dec_params *p, cudaStream_t st) {
-    constexpr int smem = dec_mma_smem<D>::total;
+template <int D, int NW, typename T> static cudaError_t launch_mma_d(const fa_dec_params *p, cudaStream_t st) {
+    constexpr int smem = dec_mma_smem<D, NW>::total;
     static unsigned char ready[64];
-    const cudaError_t e = fa_dec_func_attr_once(ready, (const void *)splitkv_mma_kernel<D, T>,
+    const cudaError_t e = fa_dec_func_attr_once(ready, (const void *)splitkv_mma_kernel<D, NW, T>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(p->nsplit, p->hk * p->row_tiles, p->batch);
-    cfg.blockDim = dim3(FA_DEC_THREADS);
+    cfg.blockDim = dim3(NW * 32);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cudaLaunchAttribute at[1];
@@ -398,14 +401,16 @@ template <int D, typename T> static cudaError_t launch_mma_d(const fa_dec_params
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = p->after_first ? 1 : 0; /* start while the first kernel runs; it waits where it reads its writes */
-    return cudaLaunchKernelEx(&cfg, splitkv_mma_kernel<D, T>, *p);
+    return cudaLaunchKernelEx(&cfg, splitkv_mma_kernel<D, NW, T>, *p);
 }
 
+/* 8 warps: d <= 128 only (d = 256's rings for 8 warps exceed shared memory; the plan never asks for it). */
 template <typename T> static cudaError_t launch_mma_t(const fa_dec_params *p, cudaStream_t st) {
+    const bool w8 = p->warps == 8;
     switch (p->d) {
-    case 64: return launch_mma_d<64, T>(p, st);
-    case 128: return launch_mma_d<128, T>(p, st);
-    default: return launch_mma_d<256, T>(p, st);
+    case 64: return w8 ? launch_mma_d<64, 8, T>(p, st) : launch_mma_d<64, 4, T>(p, st);
+    case 128: return w8 ? launch_mma_d<128, 8, T>(p, st) : launch_mma_d<128, 4, T>(p, st);
+    default: return launch_mma_d<256, 4, T>(p, st);
     }
 }
 

@@ -46,6 +46,7 @@ typedef struct fa_dec_params {
     int *arrived;            /* [b, hk x row_tiles]: CTAs of the row tile done, zero between calls, or NULL */
     int zero_arrived;        /* the first kernel zeroes arrived (a caller's workspace: its counters' state unknown) */
     int after_first;         /* the attention kernel follows the first kernel by programmatic dependent launch */
+    int cluster;             /* the splits of a row tile are one thread-block cluster and merge in it (no partials) */
 } fa_dec_params;
 
 /* Keys of sequence b after the append, clamped into [0, capacity] (device and host). */
@@ -108,6 +109,8 @@ extern "C" {
 cudaError_t fa_dec_first_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
 /* The attention kernel, launched as the first kernel's programmatic dependent when p->after_first. */
 cudaError_t fa_dec_attend_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
+/* Clusters of p's launch shape (p->nsplit CTAs each) that the GPU holds at once; 0 when it holds none. */
+int fa_dec_active_clusters(const fa_dec_params *p, int dtype);
 
 typedef struct fa_merge_params {
     int n, heads, seqlen, d;

@@ -7,6 +7,7 @@
 #include "../sm80/mma.cuh"
 #include "decode.h"
 
+#include <cooperative_groups.h>
 #include <math.h>
 
 #define FA_DEC_LOGIT_SAT 0x1p126 /* |logit| saturates here (the contract) */
@@ -187,6 +188,49 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
         v.x = fa_pack2<T>(acc[k].x, acc[k].y), v.y = fa_pack2<T>(acc[k].z, acc[k].w);
         *(uint2 *)((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c4 * 4) = v;
     }
+}
+
+/* The merge of a cluster's splits (one cluster per row tile, CTA rank = split): every CTA's normalised O [16][D]
+ * and LSE [16] (natural log) lie in its shared memory; after a cluster barrier each CTA merges a share of the tile's
+ * float4 columns, reading the others' states through distributed shared memory, and a second barrier keeps those
+ * states alive until every CTA has read them. The same weights as fa_dec_merge_tile: NaN in any LSE makes the row
+ * NaN, a split of LSE −inf adds nothing. */
+template <int D, typename T, int NT>
+__device__ void fa_dec_cluster_merge(const fa_dec_params &p, const float *o_s, const float *lse_s, int b, int hk,
+                                     int r0, int R) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    constexpr int C4 = D / 4;
+    const int nb = (int)cl.num_blocks(), rank = (int)cl.block_rank();
+    cl.sync(); /* every split's state written */
+    for (int u = threadIdx.x * nb + rank; u < R * C4; u += NT * nb) {
+        const int r = u / C4, c4 = u % C4;
+        float M = -INFINITY;
+        bool nan = false;
+        for (int j = 0; j < nb; j++) {
+            const float x = cl.map_shared_rank(lse_s, j)[r];
+            nan |= isnan(x), M = fmaxf(M, x);
+        }
+        float sum = 0.f;
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (M != -INFINITY)
+            for (int j = 0; j < nb; j++) {
+                const float x = cl.map_shared_rank(lse_s, j)[r];
+                if (x == -INFINITY) continue;
+                const float e = expf(x - M);
+                if (e == 0.f) continue; /* weight 0 adds nothing (its state may be 0 / inf) */
+                const float4 v = *(const float4 *)(cl.map_shared_rank(o_s, j) + r * D + c4 * 4);
+                sum += e, a.x += e * v.x, a.y += e * v.y, a.z += e * v.z, a.w += e * v.w;
+            }
+        const float inv = nan ? NAN : M == -INFINITY ? 0.f : 1.f / sum;
+        const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
+        uint2 v;
+        v.x = fa_pack2<T>(a.x * inv, a.y * inv), v.y = fa_pack2<T>(a.z * inv, a.w * inv);
+        *(uint2 *)((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c4 * 4) = v;
+        if (p.lse && c4 == 0)
+            p.lse[((int64_t)b * p.hq + hq) * p.sq + i] = nan ? NAN : M == -INFINITY ? -INFINITY : M + logf(sum);
+    }
+    cl.sync(); /* the states stay until every CTA has read them */
 }
 
 #endif

@@ -25,6 +25,7 @@
 #define FA_DEC_STAGES 3 /* stages of each warp's K/V ring (a build option for measuring others) */
 #endif
 #define DEC_NST FA_DEC_STAGES
+#define FA_DEC_CLUSTER_SMEM (120 * 1024) /* > half of the SM's 228 KB: one cluster CTA per SM */
 #define DEC_KT FA_DEC_KEYS
 static_assert(FA_DEC_ROWS == 16 && FA_DEC_KEYS == 16, "one m16n8k16 M of rows, two n8 tiles of keys");
 
@@ -55,7 +56,7 @@ __device__ __forceinline__ void merge_state8(float &m, float &l, float *o, float
 }
 
 /* 8 warps ask for one CTA per SM (else ptxas caps them at 128 registers and d = 64 spills); 4 leave ptxas free. */
-template <int D, int NW, typename T>
+template <int D, int NW, typename T, bool CL>
 __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_dec_params p) {
     constexpr int CH = D / 8, NT = NW * 32; /* 16-byte chunks per row; threads */
     extern __shared__ __align__(128) unsigned char smem[];
@@ -65,8 +66,10 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     const int L = fa_dec_len(p, b), row = fa_dec_row(p, b);
     int chunk, ns;
     fa_dec_split(p, L, &chunk, &ns);
-    if (s >= ns) return;
-    const int s0 = s * chunk, s1 = min(L, s0 + chunk);
+    /* a split past the sequence's end: done, or (cluster merge) an empty state that takes part in the merge */
+    const bool idle = s >= ns;
+    if (!CL && idle) return;
+    const int s0 = idle ? L : s * chunk, s1 = idle ? L : min(L, s0 + chunk);
     const int r0 = tile * 16, R = min(16, p.group * p.sq - r0);
 
     /* each row's visible keys inside the split; this thread's rows g and g + 8; the union over the tile */
@@ -323,9 +326,18 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
         if (s_hi[r] > s_lo[r] && !fa_dec_stands(M, Lr, O)) s_bad[r] = 1;
     }
     __syncthreads();
+    /* cluster merge: the split's normalised O and LSE per row, after the warps' states in the ring */
+    float *cl_o = sm_l + NW * 16, *cl_lse = cl_o + 16 * D;
+    static_assert(NW * 16 * D * 4 + 2 * NW * 16 * 4 + 16 * D * 4 + 16 * 4 <= dec_mma_smem<D, NW>::ring,
+                  "the cluster's state fits in the ring");
     auto put = [&](int r, int pt, const float *O, float lse) { /* 8 columns of row r: out (one split) or the partial */
         const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
-        if (ns == 1) {
+        if (CL) { /* this split's state, for the cluster's merge */
+            float *co = cl_o + r * D + pt * 8;
+#pragma unroll
+            for (int e = 0; e < 8; e++) co[e] = O[e];
+            if (pt == 0) cl_lse[r] = lse;
+        } else if (ns == 1) {
             uint4 u;
             u.x = fa_pack2<T>(O[0], O[1]), u.y = fa_pack2<T>(O[2], O[3]);
             u.z = fa_pack2<T>(O[4], O[5]), u.w = fa_pack2<T>(O[6], O[7]);
@@ -360,13 +372,19 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
 #pragma unroll
         for (int j = 0; j < D / 32; j++) { /* lane: columns lane + 32 j */
             const int c = lane + 32 * j;
-            if (ns == 1) fa_st((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c, (float)x[j]);
+            if (CL) cl_o[r * D + c] = (float)x[j];
+            else if (ns == 1) fa_st((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c, (float)x[j]);
             else p.part_o[(rr * p.nsplit + s) * D + c] = (float)x[j];
         }
         if (lane == 0) {
-            if (ns > 1) p.part_lse[rr * p.nsplit + s] = (float)lse;
+            if (CL) cl_lse[r] = (float)lse;
+            else if (ns > 1) p.part_lse[rr * p.nsplit + s] = (float)lse;
             else if (p.lse) p.lse[rr] = (float)lse;
         }
+    }
+    if (CL) { /* the splits of this row tile are one cluster: merge through distributed shared memory */
+        fa_dec_cluster_merge<D, T, NW * 32>(p, cl_o, cl_lse, b, hk, r0, R);
+        return;
     }
     if (ns == 1) return;
     /* the last CTA of this row tile to finish merges the splits (the counter is zero between calls) */
@@ -385,35 +403,79 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     fa_dec_merge_tile<D, T, NW * 32>(p, smem + dec_mma_smem<D, NW>::q, dec_mma_smem<D, NW>::ring, b, hk, r0, R, ns);
 }
 
-template <int D, int NW, typename T> static cudaError_t launch_mma_d(const fa_dec_params *p, cudaStream_t st) {
-    constexpr int smem = dec_mma_smem<D, NW>::total;
-    static unsigned char ready[64];
-    const cudaError_t e = fa_dec_func_attr_once(ready, (const void *)splitkv_mma_kernel<D, NW, T>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(p->nsplit, p->hk * p->row_tiles, p->batch);
-    cfg.blockDim = dim3(NW * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = p->after_first ? 1 : 0; /* start while the first kernel runs; it waits where it reads its writes */
-    return cudaLaunchKernelEx(&cfg, splitkv_mma_kernel<D, NW, T>, *p);
+/* The launch configuration of a call (cluster: the splits of a row tile are one cluster of nsplit CTAs). */
+template <int D, int NW, typename T, bool CL> static cudaError_t config(const fa_dec_params *p, cudaStream_t st,
+                                                                         cudaLaunchConfig_t *cfg,
+                                                                         cudaLaunchAttribute at[2]) {
+    /* a cluster's CTAs each take more than half an SM's shared memory, so that no two share an SM: packed two to an
+     * SM, a cluster of 4-warp CTAs left half its SMs idle (batch 1 / 64k contiguous 0.86x) */
+    constexpr int smem = CL && dec_mma_smem<D, NW>::total < FA_DEC_CLUSTER_SMEM ? FA_DEC_CLUSTER_SMEM
+                                                                                : dec_mma_smem<D, NW>::total;
+    static unsigned char ready[64], wide[64];
+    const void *fn = (const void *)splitkv_mma_kernel<D, NW, T, CL>;
+    cudaError_t e = fa_dec_func_attr_once(ready, fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess && CL) e = fa_dec_func_attr_once(wide, fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    *cfg = cudaLaunchConfig_t{};
+    cfg->gridDim = dim3(p->nsplit, p->hk * p->row_tiles, p->batch);
+    cfg->blockDim = dim3(NW * 32);
+    cfg->dynamicSmemBytes = smem;
+    cfg->stream = st;
+    int n = 0;
+    if (p->after_first) { /* start while the first kernel runs; it waits where it reads its writes */
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (CL) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = p->nsplit, at[n].val.clusterDim.y = 1, at[n++].val.clusterDim.z = 1;
+    }
+    cfg->attrs = at;
+    cfg->numAttrs = n;
+    return e;
+}
+
+template <int D, int NW, typename T, bool CL> static cudaError_t launch_mma_d(const fa_dec_params *p, cudaStream_t st) {
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute at[2];
+    const cudaError_t e = config<D, NW, T, CL>(p, st, &cfg, at);
+    return e != cudaSuccess ? e : cudaLaunchKernelEx(&cfg, splitkv_mma_kernel<D, NW, T, CL>, *p);
+}
+
+/* Clusters of this call's shape that the GPU runs at once (0: none, or the query failed). */
+template <int D, int NW, typename T> static int clusters_d(const fa_dec_params *p) {
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute at[2];
+    int n = 0;
+    if (config<D, NW, T, true>(p, 0, &cfg, at) != cudaSuccess ||
+        cudaOccupancyMaxActiveClusters(&n, splitkv_mma_kernel<D, NW, T, true>, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
 }
 
 /* 8 warps: d <= 128 only (d = 256's rings for 8 warps exceed shared memory; the plan never asks for it). */
-template <typename T> static cudaError_t launch_mma_t(const fa_dec_params *p, cudaStream_t st) {
+template <typename T, bool CL> static cudaError_t launch_mma_t(const fa_dec_params *p, cudaStream_t st) {
     const bool w8 = p->warps == 8;
     switch (p->d) {
-    case 64: return w8 ? launch_mma_d<64, 8, T>(p, st) : launch_mma_d<64, 4, T>(p, st);
-    case 128: return w8 ? launch_mma_d<128, 8, T>(p, st) : launch_mma_d<128, 4, T>(p, st);
-    default: return launch_mma_d<256, 4, T>(p, st);
+    case 64: return w8 ? launch_mma_d<64, 8, T, CL>(p, st) : launch_mma_d<64, 4, T, CL>(p, st);
+    case 128: return w8 ? launch_mma_d<128, 8, T, CL>(p, st) : launch_mma_d<128, 4, T, CL>(p, st);
+    default: return launch_mma_d<256, 4, T, CL>(p, st);
     }
 }
 
 extern "C" cudaError_t fa_dec_attend_launch(const fa_dec_params *p, int dtype, cudaStream_t st) {
-    return dtype == 1 ? launch_mma_t<__half>(p, st) : launch_mma_t<__nv_bfloat16>(p, st);
+    if (p->cluster) return dtype == 1 ? launch_mma_t<__half, true>(p, st) : launch_mma_t<__nv_bfloat16, true>(p, st);
+    return dtype == 1 ? launch_mma_t<__half, false>(p, st) : launch_mma_t<__nv_bfloat16, false>(p, st);
+}
+
+extern "C" int fa_dec_active_clusters(const fa_dec_params *p, int dtype) {
+    const bool w8 = p->warps == 8;
+    if (dtype == 1)
+        return p->d == 64 ? (w8 ? clusters_d<64, 8, __half>(p) : clusters_d<64, 4, __half>(p))
+             : p->d == 128 ? (w8 ? clusters_d<128, 8, __half>(p) : clusters_d<128, 4, __half>(p))
+                           : clusters_d<256, 4, __half>(p);
+    return p->d == 64 ? (w8 ? clusters_d<64, 8, __nv_bfloat16>(p) : clusters_d<64, 4, __nv_bfloat16>(p))
+         : p->d == 128 ? (w8 ? clusters_d<128, 8, __nv_bfloat16>(p) : clusters_d<128, 4, __nv_bfloat16>(p))
+                       : clusters_d<256, 4, __nv_bfloat16>(p);
 }

@@ -39,11 +39,13 @@ static int64_t row_tiles_of(const fa_kv_problem *p) {
 
 typedef struct dec_ws { float *part_o, *part_lse, *qrot; int *arrived; } dec_ws;
 
-static void layout(fa_arena *a, const fa_kv_problem *p, int nsplit, dec_ws *w) {
+/* The workspace: fp32 partials and split counters where the splits merge through global memory (several splits,
+ * no cluster), and the rotated q with rotary. */
+static void layout(fa_arena *a, const fa_kv_problem *p, int nsplit, int cluster, dec_ws *w) {
     const size_t rows = (size_t)(p->batch * p->hq * p->sq);
     w->part_o = w->part_lse = w->qrot = NULL;
     w->arrived = NULL;
-    if (nsplit > 1) {
+    if (nsplit > 1 && !cluster) {
         const size_t tiles = (size_t)row_tiles_of(p);
         w->part_o = (float *)fa_arena_take(a, rows * (size_t)nsplit * (size_t)p->d * sizeof(float), 256);
         w->part_lse = (float *)fa_arena_take(a, rows * (size_t)nsplit * sizeof(float), 256);
@@ -156,7 +158,7 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
     plan->grid[0] = ns, plan->grid[1] = (int)(p->hk * tiles), plan->grid[2] = (int)p->batch;
     fa_arena a = fa_arena_dry();
     dec_ws w;
-    layout(&a, p, ns, &w);
+    layout(&a, p, ns, plan->aux[FA_KV_AUX_CLUSTER], &w);
     plan->workspace_bytes = a.size;
     /* modelled at full capacity (the lengths are on the device) */
     const double e = (double)fa_dtype_size(p->dtype), rowb = (double)p->d * e;
@@ -204,7 +206,7 @@ extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, con
         fa_arena a = fa_arena_over(base, cap);
         dec_ws w;
         const int ns = plan->aux[FA_KV_AUX_SPLITS];
-        layout(&a, p, ns, &w);
+        layout(&a, p, ns, plan->aux[FA_KV_AUX_CLUSTER], &w);
         fa_dec_params c;
         memset(&c, 0, sizeof c);
         c.q = p->q.data, c.q_sb = p->q.stride_batch, c.q_ss = p->q.stride_seq, c.q_sh = p->q.stride_head;
@@ -236,7 +238,6 @@ extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, con
         c.warps = plan->threads / 32;
         c.cluster = plan->aux[FA_KV_AUX_CLUSTER];
         c.part_o = w.part_o, c.part_lse = w.part_lse, c.arrived = w.arrived;
-        if (c.cluster) c.arrived = NULL, c.part_o = c.part_lse = NULL; /* merged in the cluster */
         /* the split counters: the context's, which stay zero between calls; in a caller's workspace, whose state is
          * not known, the first kernel zeroes them */
         if (c.arrived && !p->workspace) {

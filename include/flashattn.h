@@ -288,8 +288,9 @@ typedef struct fa_kv_opts {
     int64_t rotary_seqlen;
     int rotary_dim;
     int rotary_interleaved;
-    /* Workspace for the split partial results: NULL = the context's (grown when too small: on CUDA that is an
-     * allocation, so before a graph capture make one call of the largest shape or pass a buffer here); else
+    /* Workspace for the split partial results: NULL = the context's (grown when too small, as are its CUDA split
+     * counters: on CUDA that is an allocation, so before a graph capture make one call of the largest shape or pass
+     * a buffer here); else
      * workspace_bytes >= fa_kvcache_workspace_size(...) bytes of host (CPU) or device (CUDA) memory, 256-aligned. */
     void *workspace;
     size_t workspace_bytes;
@@ -332,7 +333,8 @@ FA_API fa_status fa_forward_kvcache(fa_context *ctx, const fa_attn_opts *opts, c
                                     const fa_tensor *v_new, const fa_tensor *out, float *lse);
 
 /* The workspace bytes the same fa_forward_kvcache call would take (CPU: split partials and per-thread scratch; CUDA:
- * split partials and, with rotary, the rotated q — 0 without either). Validates the shapes as the call does; the
+ * split partials and counters unless the splits merge in a thread-block cluster, and with rotary the rotated q — 0
+ * without either). Validates the shapes as the call does; the
  * index arrays are not read. docs/decoding.md. */
 FA_API fa_status fa_kvcache_workspace_size(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_opts *kv_opts,
                                            const fa_tensor *q, const fa_kvcache *cache, const fa_tensor *k_new,

@@ -33,7 +33,7 @@ template <int D, int NW> struct dec_mma_smem {
     static constexpr int q = 2 * 16 * D * 2;                       /* Q tile, bf16/f16 (rotary: hi and lo parts) */
     static constexpr int ring = NW * DEC_NST * 2 * DEC_KT * D * 2; /* per warp: stages x (K tile, V tile) */
     static constexpr int total = q + ring;
-    static_assert(NW * 16 * D * 4 + 2 * NW * 16 * 4 <= ring, "the warps' merge reuses the ring");
+    static_assert(NW * 16 * (D + 8) * 4 + 2 * NW * 16 * 4 <= ring, "the warps' merge reuses the ring");
 };
 
 /* Byte offset of element (row, 8·chunk) in a [rows][D] tile of 16-bit values, chunks swizzled by row. */
@@ -207,6 +207,9 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
 #pragma unroll
         for (int j = 0; j < QR; j++)
             fa_ldmatrix_x4(qf[j], qa + swz<D>(((lane >> 3) & 1) * 8 + (lane & 7), j * 2 + (lane >> 4)));
+    /* a tile of at most 8 rows (GQA group x new rows <= 8) leaves rows 8-15 of the products unused: their softmax
+     * is skipped (their P and O rows are garbage, never read) */
+    const bool rows_hi = R > 8;
     for (int it = 0; it < mine; it++) {
         fa_cp_async_wait<DEC_NST - 2>();
         __syncwarp();
@@ -253,9 +256,10 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
                         const int key = base + nt * 8 + 2 * t4 + e;
                         if (key < lo[h] || key >= hi[h]) sc[nt][2 * h + e] = -INFINITY;
                     }
-        float alpha[2];
+        float alpha[2] = {1.f, 1.f};
 #pragma unroll
         for (int h = 0; h < 2; h++) {
+            if (h == 1 && !rows_hi) continue;
             float mx = fmaxf(fmaxf(sc[0][2 * h], sc[0][2 * h + 1]), fmaxf(sc[1][2 * h], sc[1][2 * h + 1]));
             mx = fmaxf(m[h], fa_quad_max(mx));
             const float mu = mx == -INFINITY ? 0.f : mx;
@@ -293,15 +297,18 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
 
     /* the warps' states through shared memory (the ring is free once every warp is done) */
     __syncthreads();
-    float *sm_o = (float *)(smem + dec_mma_smem<D, NW>::q); /* [NW][16][D] */
-    float *sm_m = sm_o + NW * 16 * D, *sm_l = sm_m + NW * 16;
+    /* rows of D + 8 floats: a warp's float2 stores of rows g = 0..3 fall on distinct banks */
+    constexpr int DP = D + 8;
+    float *sm_o = (float *)(smem + dec_mma_smem<D, NW>::q); /* [NW][16][DP], rows < R only */
+    float *sm_m = sm_o + NW * 16 * DP, *sm_l = sm_m + NW * 16;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int r = g + 8 * h;
+        if (r >= R) continue;
         if (t4 == 0) sm_m[warp * 16 + r] = m[h], sm_l[warp * 16 + r] = l[h];
 #pragma unroll
         for (int n = 0; n < D / 8; n++)
-            *(float2 *)(sm_o + (warp * 16 + r) * D + n * 8 + 2 * t4) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+            *(float2 *)(sm_o + (warp * 16 + r) * DP + n * 8 + 2 * t4) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
     }
     __shared__ int s_bad[16];
     if (threadIdx.x < 16) s_bad[threadIdx.x] = 0;
@@ -312,24 +319,16 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
 #pragma unroll
         for (int e = 0; e < 8; e++) O[e] = 0.f;
         for (int w = 0; w < NW; w++) {
-            const float4 a = *(const float4 *)(sm_o + (w * 16 + r) * D + pt * 8),
-                         c = *(const float4 *)(sm_o + (w * 16 + r) * D + pt * 8 + 4);
+            const float4 a = *(const float4 *)(sm_o + (w * 16 + r) * DP + pt * 8),
+                         c = *(const float4 *)(sm_o + (w * 16 + r) * DP + pt * 8 + 4);
             const float o2[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
             merge_state8(M, Lr, O, sm_m[w * 16 + r], sm_l[w * 16 + r], o2);
         }
     };
-    /* the numerics contract: rows whose state does not stand are recomputed in float64 below */
-    for (int idx = threadIdx.x; idx < R * CH; idx += NT) {
-        const int r = idx / CH;
-        float M, Lr, O[8];
-        state(r, idx % CH, M, Lr, O);
-        if (s_hi[r] > s_lo[r] && !fa_dec_stands(M, Lr, O)) s_bad[r] = 1;
-    }
-    __syncthreads();
     /* cluster merge: the split's normalised O and LSE per row, after the warps' states in the ring */
     float *cl_o = sm_l + NW * 16, *cl_lse = cl_o + 16 * D;
-    static_assert(NW * 16 * D * 4 + 2 * NW * 16 * 4 + 16 * D * 4 + 16 * 4 <= dec_mma_smem<D, NW>::ring,
-                  "the cluster's state fits in the ring");
+    static_assert(NW * 16 * DP * 4 + 2 * NW * 16 * 4 + 16 * D * 4 + 16 * 4 <= dec_mma_smem<D, NW>::ring,
+                  "the warps' and the cluster's states fit in the ring");
     auto put = [&](int r, int pt, const float *O, float lse) { /* 8 columns of row r: out (one split) or the partial */
         const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
         if (CL) { /* this split's state, for the cluster's merge */
@@ -351,17 +350,20 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
             if (pt == 0) p.part_lse[pr] = lse;
         }
     };
+    /* each row's state written as it stands; the numerics contract: a row whose state does not stand is written
+     * again below, from float64 */
     for (int idx = threadIdx.x; idx < R * CH; idx += NT) {
         const int r = idx / CH, pt = idx % CH;
-        if (s_bad[r]) continue;
         float M, Lr, O[8];
         state(r, pt, M, Lr, O);
         const bool any = s_hi[r] > s_lo[r]; /* a row that sees no key here: O = 0, LSE = −inf (a masked 0·inf aside) */
+        if (any && !fa_dec_stands(M, Lr, O)) s_bad[r] = 1;
         const float inv = any ? 1.f / Lr : 0.f;
 #pragma unroll
         for (int e = 0; e < 8; e++) O[e] = any ? O[e] * inv : 0.f;
         put(r, pt, O, any ? (M + log2f(Lr)) * 0.6931471805599453f : -INFINITY);
     }
+    __syncthreads(); /* s_bad is complete, and a bad row's first write comes before its rewrite */
     for (int r = warp; r < R; r += NW) {
         if (!s_bad[r]) continue;
         const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;

@@ -117,6 +117,25 @@ static int parse(int argc, char **argv, dec_args *a) {
     return 0;
 }
 
+/* The sum of n bytes as 64-bit words: four independent 64-byte accumulators, so that the loop is bound by the
+ * loads (one scalar sum is bound by its adds: about 28 GB/s on two Zen 4 cores, below what they read). */
+typedef uint64_t fa_v8u64 __attribute__((vector_size(64)));
+static uint64_t read_sum(const char *p, size_t n) {
+    fa_v8u64 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, x;
+    size_t i = 0;
+    for (; i + 256 <= n; i += 256) {
+        memcpy(&x, p + i, 64), s0 += x;
+        memcpy(&x, p + i + 64, 64), s1 += x;
+        memcpy(&x, p + i + 128, 64), s2 += x;
+        memcpy(&x, p + i + 192, 64), s3 += x;
+    }
+    s0 += s1 + s2 + s3;
+    uint64_t t = 0;
+    for (int k = 0; k < 8; k++) t += s0[k];
+    for (; i < n; i++) t += (unsigned char)p[i];
+    return t;
+}
+
 /* memcpy (read + write bytes / s) and a read-only sum over n bytes, median of 5, on the CPU's threads. */
 static void cpu_anchor(size_t n, int threads, double *copy_gbs, double *read_gbs) {
     char *a = malloc(n), *b = malloc(n);
@@ -134,7 +153,10 @@ static void cpu_anchor(size_t n, int threads, double *copy_gbs, double *read_gbs
         t0 = now_ms();
         uint64_t total = 0;
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : total)
-        for (size_t i = 0; i < n / 8; i++) total += ((const uint64_t *)a)[i];
+        for (int t = 0; t < threads; t++) {
+            const size_t lo = n / (size_t)threads * (size_t)t, hi = t == threads - 1 ? n : n / (size_t)threads * (size_t)(t + 1);
+            total += read_sum(a + lo, hi - lo);
+        }
         tr[r] = now_ms() - t0;
         sink += total;
     }

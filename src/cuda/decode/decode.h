@@ -15,6 +15,7 @@
 #define FA_DEC_KEYS 16     /* keys per tile of the attention kernel */
 #define FA_MERGE_MAX 32
 #define FA_DEC_MAX_SPLITS 128 /* the last CTA's merge keeps R x splits weights in shared memory */
+#define FA_DEC_CLUSTER_MAX 16 /* splits that merge in a cluster: the largest (non-portable) cluster */
 
 typedef struct fa_dec_params {
     const void *q;           /* [b, sq, hq, d] in the dtype */

@@ -205,23 +205,29 @@ __device__ void fa_dec_cluster_merge(const fa_dec_params &p, const float *o_s, c
     cl.sync(); /* every split's state written */
     for (int u = threadIdx.x * nb + rank; u < R * C4; u += NT * nb) {
         const int r = u / C4, c4 = u % C4;
+        /* every split's LSE and columns asked for at once: one round trip through the cluster, not one per split */
+        float x[FA_DEC_CLUSTER_MAX];
+        float4 ov[FA_DEC_CLUSTER_MAX];
+#pragma unroll
+        for (int j = 0; j < FA_DEC_CLUSTER_MAX; j++)
+            if (j < nb) {
+                x[j] = cl.map_shared_rank(lse_s, j)[r];
+                ov[j] = *(const float4 *)(cl.map_shared_rank(o_s, j) + r * D + c4 * 4);
+            }
         float M = -INFINITY;
         bool nan = false;
-        for (int j = 0; j < nb; j++) {
-            const float x = cl.map_shared_rank(lse_s, j)[r];
-            nan |= isnan(x), M = fmaxf(M, x);
-        }
+#pragma unroll
+        for (int j = 0; j < FA_DEC_CLUSTER_MAX; j++)
+            if (j < nb) nan |= isnan(x[j]), M = fmaxf(M, x[j]);
         float sum = 0.f;
         float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (M != -INFINITY)
-            for (int j = 0; j < nb; j++) {
-                const float x = cl.map_shared_rank(lse_s, j)[r];
-                if (x == -INFINITY) continue;
-                const float e = expf(x - M);
-                if (e == 0.f) continue; /* weight 0 adds nothing (its state may be 0 / inf) */
-                const float4 v = *(const float4 *)(cl.map_shared_rank(o_s, j) + r * D + c4 * 4);
-                sum += e, a.x += e * v.x, a.y += e * v.y, a.z += e * v.z, a.w += e * v.w;
-            }
+#pragma unroll
+        for (int j = 0; j < FA_DEC_CLUSTER_MAX; j++) {
+            if (j >= nb || M == -INFINITY || x[j] == -INFINITY) continue;
+            const float e = expf(x[j] - M);
+            if (e == 0.f) continue; /* weight 0 adds nothing (its state may be 0 / inf) */
+            sum += e, a.x += e * ov[j].x, a.y += e * ov[j].y, a.z += e * ov[j].z, a.w += e * ov[j].w;
+        }
         const float inv = nan ? NAN : M == -INFINITY ? 0.f : 1.f / sum;
         const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
         uint2 v;

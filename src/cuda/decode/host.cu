@@ -24,6 +24,9 @@ extern "C" {
  * 32/8: batch 1 with 64k keys 1.06 / 1.04x, batch 16 with 8k 1.02 / 1.03x, batch 4 with 64k 0.99 / 1.01x; batch
  * 4 with 8k, 2048 keys a split, 0.97 / 1.00x) */
 #define WARP8_ONLY_KEYS 4096
+/* contiguous: keys per split up to which 8 warps beat 4 where the grid holds at most one CTA per SM (GQA 32/8: batch
+ * 1 with 8k keys, 512 a split, 1.06x; batch 4 with 8k, 2048 a split, 1.01x; 4096-65536 keys a split 0.99-1.00x) */
+#define WARP8_CONTIG_KEYS 2048
 #ifndef FA_DEC_FORCE_WARPS
 #define FA_DEC_FORCE_WARPS 0 /* 0: the plan's rule; 4 or 8: every d <= 128 call (a build option for measuring) */
 #endif
@@ -132,15 +135,17 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
     }
     if (ns < 1) ns = 1;
     plan->aux[FA_KV_AUX_SPLITS] = ns;
-    /* Paged with at most one CTA per SM and splits of at least WARP8_SPLIT_KEYS keys: 8 warps, so that the
-     * block-table reads of twice as many warps hide each other (no split added for it: the merge would cost more).
+    /* At most one CTA per SM and splits of at least WARP8_SPLIT_KEYS keys: 8 warps. Paged, so that the block-table
+     * reads of twice as many warps hide each other (no split added for it: the merge would cost more); contiguous,
+     * up to WARP8_CONTIG_KEYS keys a split (longer ones read the same on 4).
      * d = 256 keeps 4 (shared memory); so does the fixed-split mode, whose sums must not depend on the batch (the
      * warps' order of keys would). */
     int warps = 4;
     if (p->d <= 128 && !p->split_size) {
-        const int64_t ctas = (int64_t)ns * p->batch * p->hk * tiles;
+        const int64_t ctas = (int64_t)ns * p->batch * p->hk * tiles, keys = p->capacity / ns;
         if (FA_DEC_FORCE_WARPS) warps = FA_DEC_FORCE_WARPS;
-        else if (p->paged && ctas <= fa_cuda_tuning_of(ctx)->sm_count && p->capacity / ns >= WARP8_SPLIT_KEYS)
+        else if (ctas <= fa_cuda_tuning_of(ctx)->sm_count && keys >= WARP8_SPLIT_KEYS &&
+                 (p->paged || keys <= WARP8_CONTIG_KEYS))
             warps = 8;
     }
     /* Several splits (at most 16, a cluster's limit) and not the fixed-split mode (whose sums must not depend on
@@ -148,7 +153,7 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
      * shared memory — no partials, fences or counters in global memory — where the GPU holds every cluster of
      * the grid at once (GQA 32/8, bf16, d 128: batch 1 with 1k keys 1.13x, the other split rows 0.99-1.01x). */
     plan->aux[FA_KV_AUX_CLUSTER] = 0;
-    if (ns >= 2 && ns <= 16 && !p->split_size && FA_DEC_CLUSTER)
+    if (ns >= 2 && ns <= FA_DEC_CLUSTER_MAX && !p->split_size && FA_DEC_CLUSTER)
         plan->aux[FA_KV_AUX_CLUSTER] = active_clusters(p, warps, ns) >= p->batch * p->hk * tiles;
     static const char *const kn[3] = {"cuda.decode.mma.d64", "cuda.decode.mma.d128", "cuda.decode.mma.d256"};
     plan->kernel = kn[p->d == 64 ? 0 : p->d == 128 ? 1 : 2];

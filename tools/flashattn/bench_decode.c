@@ -132,6 +132,9 @@ static uint64_t read_sum(const char *p, size_t n) {
     return t;
 }
 
+/* Where thread t's share of n bytes begins (t = threads: n). */
+static size_t share(size_t n, int threads, int t) { return t == threads ? n : n / (size_t)threads * (size_t)t; }
+
 /* memcpy (read + write bytes / s) and a read-only sum over n bytes, median of 5, on the CPU's threads. */
 static void cpu_anchor(size_t n, int threads, double *copy_gbs, double *read_gbs) {
     char *a = malloc(n), *b = malloc(n);
@@ -142,7 +145,7 @@ static void cpu_anchor(size_t n, int threads, double *copy_gbs, double *read_gbs
         double t0 = now_ms();
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (int t = 0; t < threads; t++) {
-            const size_t lo = n / (size_t)threads * (size_t)t, hi = t == threads - 1 ? n : n / (size_t)threads * (size_t)(t + 1);
+            const size_t lo = share(n, threads, t), hi = share(n, threads, t + 1);
             memcpy(b + lo, a + lo, hi - lo);
         }
         tc[r] = now_ms() - t0;
@@ -150,7 +153,7 @@ static void cpu_anchor(size_t n, int threads, double *copy_gbs, double *read_gbs
         uint64_t total = 0;
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : total)
         for (int t = 0; t < threads; t++) {
-            const size_t lo = n / (size_t)threads * (size_t)t, hi = t == threads - 1 ? n : n / (size_t)threads * (size_t)(t + 1);
+            const size_t lo = share(n, threads, t), hi = share(n, threads, t + 1);
             total += read_sum(a + lo, hi - lo);
         }
         tr[r] = now_ms() - t0;

@@ -15,6 +15,7 @@ extern "C" {
 #include <string.h>
 
 #define MIN_SPLIT_KEYS 128    /* keys below which a split is not worth its merge */
+#define SPLIT_KEYS 512        /* keys a split holds where the grid still fills half the SMs (see the plan) */
 #define PAGED_SPLIT_KEYS 1024 /* paged caches: keys below which a second CTA per SM costs more than it hides */
 /* paged: keys per split from which 8 warps per CTA beat 4 (4 tiles of 16 keys a warp; GQA 32/8 and 8/8, pages of
  * 16 / 256: batch 16 with 1k keys and batch 1 with 8k 1.05-1.09x, batch 1 and 4 with 1k keys, 128-256 keys a
@@ -118,8 +119,17 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
          * 1 that rule leaves SMs idle for part of a bandwidth-bound call. */
         const int sms = fa_cuda_tuning_of(ctx)->sm_count;
         const int64_t items = p->batch * p->hk * tiles;
-        ns = fa_kv_split_heuristic(items, sms, (p->capacity + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS,
-                                   FA_DEC_MAX_SPLITS, 0.97);
+        /* Splits of at least SPLIT_KEYS keys (8 warps each, below), down to MIN_SPLIT_KEYS where that leaves fewer
+         * CTAs than half the SMs: fewer, longer splits have fewer CTAs to start and merge (forced counts, GQA 32/8:
+         * batch 1 with 2k / 4k keys 8 splits 658 / 1121 GB/s against 16 splits 560 / 986; batch 2 with 1k / 2k 4
+         * against 8 splits 664 / 1139 against 597 / 1046; batch 4 with 1k 2 against 4 splits 1150 against 1083;
+         * batch 1 with 1k keys 2 splits 314 against 8 splits 390). */
+        ns = fa_kv_split_heuristic(items, sms, (p->capacity + SPLIT_KEYS - 1) / SPLIT_KEYS, FA_DEC_MAX_SPLITS, 0.97);
+        if (ns * items < sms / 2) {
+            const int64_t most = (p->capacity + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS, fill = sms / 2 / items;
+            const int64_t more = most < fill ? most : fill;
+            if (more > ns) ns = (int)more;
+        }
         /* Paged: a tile's copies wait for its block-table entry, which one CTA's 4 warps do not hide; two CTAs per
          * SM where each split still has PAGED_SPLIT_KEYS keys (forced counts, pages of 16, GQA 32/8: batch 16
          * with 8k / 64k keys 2 splits 3.75 / 4.37 TB/s against 1 split 3.17 / 3.45; batch 4 / 64k 8 against 4

@@ -122,7 +122,7 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
         /* Splits of at least SPLIT_KEYS keys (8 warps each, below), down to MIN_SPLIT_KEYS where that leaves fewer
          * CTAs than half the SMs: fewer, longer splits have fewer CTAs to start and merge (forced counts, GQA 32/8:
          * batch 1 with 2k / 4k keys 8 splits 658 / 1121 GB/s against 16 splits 560 / 986; batch 2 with 1k / 2k 4
-         * splits 664 / 1139 against 8 splits 597 / 1046; batch 4 with 1k 2 against 4 splits 1150 against 1083;
+         * splits 664 / 1139 against 8 splits 597 / 1046; batch 4 with 1k 2 splits 1150 against 4 splits 1083;
          * batch 1 with 1k keys 2 splits 314 against 8 splits 390). */
         ns = fa_kv_split_heuristic(items, sms, (p->capacity + SPLIT_KEYS - 1) / SPLIT_KEYS, FA_DEC_MAX_SPLITS, 0.97);
         if (ns * items < sms / 2) {

@@ -90,6 +90,15 @@ __device__ void fa_dec_exact_row(const fa_dec_params &p, int b, int row, int hk,
     *lse = m + log(l);
 }
 
+/* A merged state of max LSE M and sum Σ e^(lse − M): the scale of its weighted sum (NaN if any state is NaN, 0 if
+ * every state is empty) and its LSE (natural log). */
+__device__ __forceinline__ float fa_dec_merged_inv(bool nan, float M, float sum) {
+    return nan ? NAN : M == -INFINITY ? 0.f : 1.f / sum;
+}
+__device__ __forceinline__ float fa_dec_merged_lse(bool nan, float M, float sum) {
+    return nan ? NAN : M == -INFINITY ? -INFINITY : M + logf(sum);
+}
+
 /* The last CTA of a row tile merges the splits' partials by their LSEs: w_s = e^(lse_s − M) / Σ e^(lse − M). A row
  * whose splits are all empty gives 0 / −inf; a NaN LSE makes the row NaN. The partials (L2-resident: other SMs
  * wrote them) come into shared memory by cp.async, as many splits at once as it holds, so the merge costs about
@@ -127,13 +136,13 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
             }
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        const float inv = nan ? NAN : M == -INFINITY ? 0.f : 1.f / sum;
+        const float inv = fa_dec_merged_inv(nan, M, sum);
         for (int s = lane; s < ns && s < WCH; s += 32) {
             wr[s] = fa_dec_weight(wr[s], M, inv);
         }
         if (lane == 0) {
             s_M[r] = M, s_inv[r] = inv, s_pr[r] = rr * p.nsplit;
-            if (p.lse) p.lse[rr] = nan ? NAN : M == -INFINITY ? -INFINITY : M + logf(sum);
+            if (p.lse) p.lse[rr] = fa_dec_merged_lse(nan, M, sum);
         }
     }
     const int units = R * C4, sg = units >= NT ? 1 : NT / units;
@@ -228,13 +237,13 @@ __device__ void fa_dec_cluster_merge(const fa_dec_params &p, const float *o_s, c
             if (e == 0.f) continue; /* weight 0 adds nothing (its state may be 0 / inf) */
             sum += e, a.x += e * ov[j].x, a.y += e * ov[j].y, a.z += e * ov[j].z, a.w += e * ov[j].w;
         }
-        const float inv = nan ? NAN : M == -INFINITY ? 0.f : 1.f / sum;
+        const float inv = fa_dec_merged_inv(nan, M, sum);
         const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
         uint2 v;
         v.x = fa_pack2<T>(a.x * inv, a.y * inv), v.y = fa_pack2<T>(a.z * inv, a.w * inv);
         *(uint2 *)((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c4 * 4) = v;
         if (p.lse && c4 == 0)
-            p.lse[((int64_t)b * p.hq + hq) * p.sq + i] = nan ? NAN : M == -INFINITY ? -INFINITY : M + logf(sum);
+            p.lse[((int64_t)b * p.hq + hq) * p.sq + i] = fa_dec_merged_lse(nan, M, sum);
     }
     cl.sync(); /* the states stay until every CTA has read them */
 }

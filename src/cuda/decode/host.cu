@@ -96,7 +96,7 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
                      "aligned and the strides multiples of 8 elements", names[i]);
             return FA_ERR_UNSUPPORTED;
         }
-    const int rpc = FA_DEC_ROWS;
+    const int rpc = FA_DEC_ROWS, sms = fa_cuda_tuning_of(ctx)->sm_count;
     const int64_t tiles = row_tiles_of(p);
     if (p->batch > 65535 || p->hk * tiles > 65535) {
         snprintf(why, why_len, "batch / heads: the grid (%lld sequences, %lld K/V head tiles) is above 65535",
@@ -117,7 +117,6 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
          * with 8k / 64k keys 16 splits 1.33 / 3.22 TB/s against 32 splits 1.19 / 3.13; batch 16 with 1k / 8k no
          * split 2.2 / 3.93 against 2 splits 2.0 / 3.79). Within 3 % of the best wave, not the CPU's 85 %: at batch
          * 1 that rule leaves SMs idle for part of a bandwidth-bound call. */
-        const int sms = fa_cuda_tuning_of(ctx)->sm_count;
         const int64_t items = p->batch * p->hk * tiles;
         /* Splits of at least SPLIT_KEYS keys (8 warps each, below), down to MIN_SPLIT_KEYS where that leaves fewer
          * CTAs than half the SMs: fewer, longer splits have fewer CTAs to start and merge (forced counts, GQA 32/8:
@@ -154,7 +153,7 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
     if (p->d <= 128 && !p->split_size) {
         const int64_t ctas = (int64_t)ns * p->batch * p->hk * tiles, keys = p->capacity / ns;
         if (FA_DEC_FORCE_WARPS) warps = FA_DEC_FORCE_WARPS;
-        else if (ctas <= fa_cuda_tuning_of(ctx)->sm_count && keys >= WARP8_SPLIT_KEYS &&
+        else if (ctas <= sms && keys >= WARP8_SPLIT_KEYS &&
                  (p->paged || keys <= WARP8_CONTIG_KEYS))
             warps = 8;
     }

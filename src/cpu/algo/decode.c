@@ -280,7 +280,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_dec_kernel 
                     bad += x[c] * 0.0f;
                 }
                 if (p->rot_cos) rotate(p, x, p->seqlens[b] + i);
-                for (int64_t c = 0; c < d; c++) q[fa_dec_lane(p->dtype, d, c, kern->group)] = x[c] * qmul;
+                for (int64_t c = 0; c < d; c++) q[fa_dec_lane(kern, p->dtype, d, c)] = x[c] * qmul;
                 for (int64_t c = d; c < dp; c++) q[c] = 0;
                 if (t->qb) { /* the raw bf16 q (exact; qmul applied to the sums), or with rotary qmul·q as hi + lo */
                     uint16_t *qb = t->qb + r * 2 * dp;
@@ -328,7 +328,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_dec_kernel 
                 float lse = l == 0 ? -INFINITY : (float)((t->m[r] + log2f(l)) * LN2), o[256];
                 const float *so = t->O + r * dp;
                 if (row_stands(t, r, dp, d)) {
-                    for (int64_t c = 0; c < d; c++) o[c] = so[fa_dec_lane(p->dtype, d, c, kern->group)] * inv;
+                    for (int64_t c = 0; c < d; c++) o[c] = so[fa_dec_lane(kern, p->dtype, d, c)] * inv;
                 } else {
                     double x[256];
                     lse = (float)exact_row(p, b, i, hq, t->lo[r], t->hi[r], x);

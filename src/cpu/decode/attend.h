@@ -13,14 +13,6 @@
 #define FA_DEC_BC 32    /* keys per chunk: two score vectors per row */
 #define FA_DEC_LANES 16 /* fp32 rows are padded to a multiple of 16 (one zmm) */
 
-/* Where element c of a row sits in the kernel's fp32 rows (qs and O): bf16 rows with d % g == 0, g the kernel's
- * group (fa_dec_kernel.group: twice its vector width), keep each g elements as their g/2 even ones, then their g/2
- * odd ones (a 32-bit lane holds a bf16 pair, converted by one shift or one mask); every other row in order. */
-static inline int64_t fa_dec_lane(fa_dtype dt, int64_t d, int64_t c, int g) {
-    if (dt != FA_DTYPE_BF16 || d % g) return c;
-    return (c & ~(int64_t)(g - 1)) | (c & 1) * (g / 2) | (c & (g - 1)) >> 1;
-}
-
 typedef struct fa_dec_args {
     int R, nh, d, dp;           /* rows per head, K/V heads, head_dim, padded head_dim */
     fa_dtype dtype;
@@ -46,11 +38,23 @@ typedef struct fa_dec_args {
                                    l = 0 at the start) */
 } fa_dec_args;
 
-/* One ISA's kernel: the function, and the bf16 lane group its rows use (fa_dec_lane). */
+/* One ISA's kernel: the function, and the order of the bf16 lanes of its fp32 rows (fa_dec_lane). */
 typedef struct fa_dec_kernel {
     void (*attend)(const fa_dec_args *a);
-    int group;
+    int group;    /* elements per lane group: twice the vector width */
+    int keypairs; /* 1: O += P V by vdpbf16ps on V rows interleaved by pairs of keys (the vpunpck{l,h}wd order) */
 } fa_dec_kernel;
+
+/* Where element c of a row sits in kernel k's fp32 rows (qs and O). bf16 rows with d % group == 0: each group of
+ * elements is two vectors, the even elements then the odd ones (a 32-bit lane holds a bf16 pair, converted by one
+ * shift or one mask); with keypairs (group 32) the vectors of vpunpcklwd and vpunpckhwd instead, elements 0-3,
+ * 8-11, 16-19, 24-27 then the other fours. Every other row in order. */
+static inline int64_t fa_dec_lane(const fa_dec_kernel *k, fa_dtype dt, int64_t d, int64_t c) {
+    const int64_t g = k->group, w = c & (g - 1), base = c & ~(g - 1);
+    if (dt != FA_DTYPE_BF16 || d % g) return c;
+    if (k->keypairs) return base | (w >> 2 & 1) * 16 | (w >> 3) * 4 | (w & 3);
+    return base | (w & 1) * (g / 2) | w >> 1;
+}
 extern const fa_dec_kernel fa_dec_kernel_scalar;
 #if defined(__x86_64__) || defined(__i386__)
 extern const fa_dec_kernel fa_dec_kernel_avx2;   /* 8-float vectors: a ymm */

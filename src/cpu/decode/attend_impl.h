@@ -19,7 +19,17 @@
 #else
 #define VW 16
 #endif
-#define FA_DEC_GROUP (2 * VW) /* the bf16 lane group of fa_dec_lane: VW even elements, then VW odd ones */
+#define FA_DEC_GROUP (2 * VW) /* the bf16 lane group of fa_dec_lane: two vectors */
+/* bf16 rows on AVX-512 BF16: O += P V by vdpbf16ps, P rounded to bf16 (as a bf16 tensor-core product takes it; l sums
+ * the fp32 P) against V rows interleaved by pairs of keys, half the instructions of converting V to fp32 */
+#ifndef FA_DEC_KEYPAIRS
+#define FA_DEC_KEYPAIRS 1 /* 0: V converted to fp32 as on the other ISAs (a build option for measuring) */
+#endif
+#if defined(__AVX512BF16__) && FA_DEC_KEYPAIRS
+#define KEYPAIRS 1
+#else
+#define KEYPAIRS 0
+#endif
 
 typedef float vf __attribute__((vector_size(4 * VW)));
 typedef int32_t vi __attribute__((vector_size(4 * VW)));
@@ -224,20 +234,46 @@ AI vf sum_lanes(const vf *x) {
                               * over prefetcht1), t1 else; the QKᵀ steps' go to L2 (t1) */
 #define FA_DEC_PF_LOCALITY (VW == 8 ? 3 : 2)
 #endif
+/* The next chunk's rows as runs of rows adjacent in memory (K's runs, then V's; a contiguous cache's chunk is one
+ * run of each), walked a line at a time by a cursor of one pointer: a line costs a prefetch, an add and a compare
+ * (per row and line, the cursor's bookkeeping took a tenth of the GQA 32/8 kernel's time). */
+typedef struct pf_run { const char *a, *z; } pf_run;
 typedef struct pf_rows {
-    const char *const *k, *const *v;
-    int n, bytes, per; /* keys, bytes of a row, lines per call */
-    int key, c;        /* the cursor: row (K's n rows, then V's), then byte offset */
+    const pf_run *run;
+    int n, nk;       /* runs; the first nk are K's */
+    int per;         /* lines per PV key step */
+    int i;           /* the cursor: run i (n: done), at p, up to z */
+    const char *p, *z;
+    int64_t ok, ov;  /* the offset of the head it prefetches in K's and V's rows */
 } pf_rows;
-AI void pf_lines_at(const fa_dec_args *a, pf_rows *pf, int hh, int count, const int L2) { /* L2: t1 always */
-    for (int i = 0; i < count && pf->key < 2 * pf->n; i++) {
-        const char *row = pf->key < pf->n ? pf->k[pf->key] + hh * a->k_sh : pf->v[pf->key - pf->n] + hh * a->v_sh;
-        if (L2) __builtin_prefetch(row + pf->c, 0, 2);
-        else __builtin_prefetch(row + pf->c, 0, FA_DEC_PF_LOCALITY);
-        if ((pf->c += 64) >= pf->bytes) pf->c = 0, pf->key++;
+AI void pf_next(pf_rows *pf) { /* the cursor to the start of the next run (or done) */
+    if (++pf->i < pf->n) {
+        const int64_t o = pf->i < pf->nk ? pf->ok : pf->ov;
+        pf->p = pf->run[pf->i].a + o, pf->z = pf->run[pf->i].z + o;
     }
 }
-AI void pf_lines(const fa_dec_args *a, pf_rows *pf, int hh, int count) { pf_lines_at(a, pf, hh, count, 0); }
+AI void pf_lines_at(pf_rows *pf, int count, const int L2) { /* L2: t1 always */
+    for (int i = 0; i < count && pf->p < pf->z; i++) {
+        if (L2) __builtin_prefetch(pf->p, 0, 2);
+        else __builtin_prefetch(pf->p, 0, FA_DEC_PF_LOCALITY);
+        if ((pf->p += 64) >= pf->z) pf_next(pf);
+    }
+}
+AI void pf_lines(pf_rows *pf, int count) { pf_lines_at(pf, count, 0); }
+/* The cursor at the start of head hh's runs (hh = 0: whole rows). */
+AI void pf_start(pf_rows *pf, const fa_dec_args *a, int hh) {
+    pf->ok = hh * a->k_sh, pf->ov = hh * a->v_sh, pf->i = -1, pf->p = pf->z = NULL;
+    pf_next(pf);
+}
+/* Rows of `bytes` at rows[0..n) merged into runs at out; returns their count. */
+static inline int pf_runs(const char *const *rows, int n, int bytes, pf_run *out) {
+    int m = 0;
+    for (int j = 0; j < n; j++) {
+        if (m && out[m - 1].z == rows[j]) out[m - 1].z += bytes;
+        else out[m].a = rows[j], out[m].z = rows[j] + bytes, m++;
+    }
+    return m;
+}
 
 /* S = Qi Kjᵀ for rows [r0, r0 + NR) of head hh and the chunk's keys: NR·NK = VW raw dots per group of NK keys,
  * each key's vectors converted once for the NR rows, the group's VW sums in one sum_lanes. */
@@ -247,7 +283,7 @@ AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const in
     const float *q = a->qs + ((size_t)hh * a->R + r0) * dp;
     float *S = a->S + ((size_t)hh * a->R + r0) * FA_DEC_BC;
     for (int j0 = 0; j0 < FA_DEC_BC; j0 += NK) {
-        if (cnt) pf_lines_at(a, pf, 0, cnt, 1);
+        if (cnt) pf_lines_at(pf, cnt, 1);
         vf acc[VW] = {{0}}; /* acc[r·NK + j]: row r0 + r, key j0 + j */
 #ifdef __AVX512BF16__
         if (MODE == M_BF16) { /* bf16 K rows as they are: one vdpbf16ps per row and 32 elements (two with hi + lo) */
@@ -303,7 +339,7 @@ AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const in
  * softcap, saturation, q's NaN flag and −inf for the keys the row does not see; m_new = max(m, rowmax(S));
  * P = 2^(S − m_new); l = 2^(m − m_new) l + rowsum(P), kept by lane in Lv (summed once, at the end of the item);
  * O = 2^(m − m_new) O. S is left holding P. */
-AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n) {
+AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n, const int MODE) {
     const int r = row % a->R, NS = FA_DEC_BC / VW;
     const int64_t lo = a->lo[r] > j0 ? a->lo[r] : j0, hi = a->hi[r] < j0 + n ? a->hi[r] : j0 + n;
     const vf z = {0};
@@ -338,25 +374,55 @@ AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n) {
         a->m[row] = mx;
     }
     const vf mv = vbcast(a->m[row]);
+    (void)MODE;
+    vf P[FA_DEC_BC / VW];
 #pragma GCC unroll 4
     for (int s = 0; s < NS; s++) {
-        const vf P = vexp2(Sv[s] - mv);
-        lv += P;
-        ST(S + VW * s, P);
+        P[s] = vexp2(Sv[s] - mv);
+        lv += P[s];
+        ST(S + VW * s, P[s]);
     }
+#if KEYPAIRS
+    if (MODE == M_BF16) /* the row's P as bf16, in key order: one 32-bit pair per pair of keys, over S's first half */
+        _mm512_store_si512(S, (__m512i)_mm512_cvtne2ps_pbh((__m512)P[1], (__m512)P[0]));
+#endif
     ST(Lv, lv);
 }
 
-/* O_r += p_r,j v_j for keys [ja, jb) and the NW-vector piece at v0 of rows r0.. of A, prefetching pf's lines of
- * head ph. A key row r does not see has p_r,j = 0 (its score is −inf); a NaN or inf in such a v_j still makes that
+/* O_r += p_r,j v_j for keys [ja, jb) and the NW-vector piece at v0 of rows r0.. of A, prefetching pf's next lines.
+ * A key row r does not see has p_r,j = 0 (its score is −inf); a NaN or inf in such a v_j still makes that
  * row's O NaN, which the state check after the kernel finds and recomputes (cpu/algo/decode.c), so the loop needs
  * no visibility test. */
 AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float *P, vf *A, int ja, int jb,
-                int v0, const int NR, const int NW, const int MODE, float *tmp, pf_rows *pf, int ph) {
+                int v0, const int NR, const int NW, const int MODE, float *tmp, pf_rows *pf) {
     pf_rows c = pf ? *pf : (pf_rows){0}; /* the cursor in registers over the loop (through memory, each step would
                                             wait for the last one's store) */
+#if KEYPAIRS
+    if (MODE == M_BF16) { /* keys j, j + 1 at once (from an even j: a key outside [ja, jb) has p = 0) */
+        const uint32_t *Pb = (const uint32_t *)P; /* pair j / 2 of row r: Pb[r · FA_DEC_BC + j / 2] */
+        for (int jj = ja & ~1; jj < jb; jj += 2) {
+            if (pf) pf_lines(&c, 2 * c.per);
+            const char *x0 = vr[jj] + hh * a->v_sh + 2 * VW * v0, *x1 = vr[jj + 1] + hh * a->v_sh + 2 * VW * v0;
+            vf v[16];
+#pragma GCC unroll 8
+            for (int i = 0; i < NW; i += 2) { /* 32 elements of rows j and j + 1: (v_j, v_j+1) pairs in two vectors */
+                const __m512i x = _mm512_loadu_si512(x0 + 2 * VW * i), y = _mm512_loadu_si512(x1 + 2 * VW * i);
+                v[i] = (vf)_mm512_unpacklo_epi16(x, y);
+                v[i + 1] = (vf)_mm512_unpackhi_epi16(x, y);
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                const __m512bh p = (__m512bh)_mm512_set1_epi32((int)Pb[r * FA_DEC_BC + jj / 2]);
+#pragma GCC unroll 16
+                for (int i = 0; i < NW; i++) A[r * NW + i] = (vf)_mm512_dpbf16_ps((__m512)A[r * NW + i], p, (__m512bh)v[i]);
+            }
+        }
+        if (pf) *pf = c;
+        return;
+    }
+#endif
     for (int jj = ja; jj < jb; jj++) {
-        if (pf) pf_lines(a, &c, ph, c.per);
+        if (pf) pf_lines(&c, c.per);
         vf v[16];
         row_vecs(v, vr[jj] + hh * a->v_sh, v0, NW, MODE, a, tmp);
 #pragma GCC unroll 4
@@ -372,7 +438,7 @@ AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float
 /* The pieces [v0, v1) of d, NW vectors each (a compile-time width, so that the accumulators are registers):
  * rows r0.. of O loaded, the keys added, stored back. */
 AI void pv_span(const fa_dec_args *a, const char *const *vr, int hh, const float *P, float *O, int ja, int jb,
-                int v0, int v1, const int NR, const int NW, const int MODE, float *tmp, pf_rows *pf, int ph) {
+                int v0, int v1, const int NR, const int NW, const int MODE, float *tmp, pf_rows *pf) {
     const int dp = a->dp;
     for (; v0 + NW <= v1; v0 += NW) {
         vf A[16]; /* NR x NW <= 16 accumulators, flat: an array of 64 vectors was kept on the stack (spilled) */
@@ -380,7 +446,7 @@ AI void pv_span(const fa_dec_args *a, const char *const *vr, int hh, const float
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 16
             for (int i = 0; i < NW; i++) A[r * NW + i] = LD(O + r * dp + VW * (v0 + i));
-        pv_keys(a, vr, hh, P, A, ja, jb, v0, NR, NW, MODE, tmp, pf, ph);
+        pv_keys(a, vr, hh, P, A, ja, jb, v0, NR, NW, MODE, tmp, pf);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 16
@@ -395,7 +461,7 @@ AI void pv_span(const fa_dec_args *a, const char *const *vr, int hh, const float
 /* O += P Vj for rows [r0, r0 + NR) of head hh over the keys any of them sees: their O in registers over W vectors
  * of d at a time (PV_WIDTH), so each V row is converted once per group of rows. */
 AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t j0, int n, const int NR,
-           const int MODE, float *tmp, pf_rows *pf, int ph) {
+           const int MODE, float *tmp, pf_rows *pf) {
     const int W = PV_WIDTH(NR), NV = a->dp / VW, dp = a->dp;
     int ja = FA_DEC_BC, jb = 0;
     for (int r = 0; r < NR; r++) {
@@ -409,11 +475,11 @@ AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t 
     float *O = a->O + ((size_t)hh * a->R + r0) * dp;
     /* pieces of W (or 4) vectors where they divide d's vector count, then 2 (bf16 pairs) or 1 for the rest */
     if (NV % W == 0) {
-        pv_span(a, vr, hh, P, O, ja, jb, 0, NV, NR, W, MODE, tmp, pf, ph);
+        pv_span(a, vr, hh, P, O, ja, jb, 0, NV, NR, W, MODE, tmp, pf);
     } else {
         const int P4 = VW == 16 ? 4 : 2, n4 = NV / P4 * P4;
-        pv_span(a, vr, hh, P, O, ja, jb, 0, n4, NR, P4, MODE, tmp, pf, ph);
-        pv_span(a, vr, hh, P, O, ja, jb, n4, NV, NR, MODE == M_BF16 ? 2 : 1, MODE, tmp, pf, ph);
+        pv_span(a, vr, hh, P, O, ja, jb, 0, n4, NR, P4, MODE, tmp, pf);
+        pv_span(a, vr, hh, P, O, ja, jb, n4, NV, NR, MODE == M_BF16 ? 2 : 1, MODE, tmp, pf);
     }
 }
 
@@ -438,7 +504,11 @@ AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, co
     const int whole = a->nh > 1 && a->k_sh == row_bytes && a->v_sh == row_bytes;
     const int bytes = whole ? row_bytes * a->nh : row_bytes, steps = whole ? sites * a->nh : sites;
     const int lines = nn * ((bytes + 63) / 64); /* of K, and as many of V */
-    pf_rows pf = {kn, vn, nn, bytes, ((whole ? 1 : 2) * lines + steps - 1) / steps, 0, 0};
+    pf_run runs[2 * FA_DEC_BC];
+    const int nk = pf_runs(kn, nn, bytes, runs);
+    pf_rows pf = {runs, nk + pf_runs(vn, nn, bytes, runs + nk), nk, ((whole ? 1 : 2) * lines + steps - 1) / steps,
+                  0, NULL, NULL, 0, 0};
+    pf_start(&pf, a, 0);
     /* QKᵀ steps of all heads: a group of NR rows takes FA_DEC_BC / (VW / NR) steps, so R rows FA_DEC_BC · R / VW */
     const int qsteps = a->nh * R * (FA_DEC_BC / VW);
     const int qc = whole ? (lines + qsteps - 1) / qsteps : 0;
@@ -448,17 +518,16 @@ AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, co
             else if (R - r >= 2) qk(a, kr, hh, r, 2, MODE, tmp, &pf, qc), r += 2;
             else qk(a, kr, hh, r, 1, MODE, tmp, &pf, qc), r += 1;
         }
-        for (int r = 0; r < R; r++) softmax_row(a, hh * R + r, j0, n);
+        for (int r = 0; r < R; r++) softmax_row(a, hh * R + r, j0, n, MODE);
     }
     for (int hh = 0; hh < a->nh; hh++) {
-        if (!whole) pf.key = 0, pf.c = 0;
-        const int ph = whole ? 0 : hh;
+        if (!whole) pf_start(&pf, a, hh);
         for (int r = 0; r < R;) {
-            if (R - r >= 4) pv(a, vr, hh, r, j0, n, 4, MODE, tmp, &pf, ph), r += 4;
-            else if (R - r >= 2) pv(a, vr, hh, r, j0, n, 2, MODE, tmp, &pf, ph), r += 2;
-            else pv(a, vr, hh, r, j0, n, 1, MODE, tmp, &pf, ph), r += 1;
+            if (R - r >= 4) pv(a, vr, hh, r, j0, n, 4, MODE, tmp, &pf), r += 4;
+            else if (R - r >= 2) pv(a, vr, hh, r, j0, n, 2, MODE, tmp, &pf), r += 2;
+            else pv(a, vr, hh, r, j0, n, 1, MODE, tmp, &pf), r += 1;
         }
-        if (!whole || hh == a->nh - 1) pf_lines(a, &pf, ph, 2 * pf.n * (pf.bytes / 64 + 1));
+        if (!whole || hh == a->nh - 1) pf_lines(&pf, 1 << 30);
     }
 }
 
@@ -514,4 +583,4 @@ static void attend(const fa_dec_args *a) {
     else walk_any(a);
 }
 
-const fa_dec_kernel FA_DEC_KERNEL_NAME = {attend, FA_DEC_GROUP};
+const fa_dec_kernel FA_DEC_KERNEL_NAME = {attend, FA_DEC_GROUP, KEYPAIRS};

@@ -6,7 +6,9 @@
 # Env: BUILD (default build-cuda), OUT_DIR (CSV + logs, default $BUILD/bench-decode), BATCH, CACHE, HEADS_Q, HEADS_K
 #      (lists), PAGES (default 0,16,256), REPS (default 20), APPEND (default 1: our call appends the new row; 0: the
 #      cache already holds every key, as PyTorch's calls are timed), FLUSH (read, the default, or write: how the L2 is
-#      evicted between calls on both sides; a write leaves dirty lines that the timed call then writes back).
+#      evicted between calls on both sides; a write leaves dirty lines that the timed call then writes back), LAYOUT
+#      (bshd, the default: our cache as [.., seq, heads, d], flash-attn's layout; bhsd: [.., heads, seq, d], the
+#      layout PyTorch's calls read).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-cuda}
@@ -19,6 +21,7 @@ PAGES=${PAGES:-0,16,256}
 REPS=${REPS:-20}
 APPEND=${APPEND:-1}
 FLUSH=${FLUSH:-read}
+LAYOUT=${LAYOUT:-bshd}
 mkdir -p "$OUT_DIR"
 if [ ! -x "$BUILD/flashattn" ]; then
   cmake -S . -B "$BUILD" -DFA_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -27,7 +30,7 @@ fi
 FA=$BUILD/flashattn
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
 "$FA" bench --mode decode --device cuda --dtype bf16 --head-dim 128 --batch "$BATCH" --cache "$CACHE" --page "$PAGES" \
-  --heads-q "$HEADS_Q" --heads-k "$HEADS_K" --reps "$REPS" --warmup 3 --append "$APPEND" --flush "$FLUSH" --csv >"$OUT_DIR/ours.csv" 2>"$OUT_DIR/ours.err" || true
+  --heads-q "$HEADS_Q" --heads-k "$HEADS_K" --reps "$REPS" --warmup 3 --append "$APPEND" --flush "$FLUSH" --layout "$LAYOUT" --csv >"$OUT_DIR/ours.csv" 2>"$OUT_DIR/ours.err" || true
 heads=$(for q in ${HEADS_Q//,/ }; do for k in ${HEADS_K//,/ }; do echo "$q/$k"; done; done | paste -sd, -)
 PYTHONUNBUFFERED=1 python3 scripts/bench_decode_torch.py run --out "$OUT_DIR/torch.csv" --batch "$BATCH" \
   --cache "$CACHE" --heads "$heads" --d 128 --reps "$REPS" --flush "$FLUSH" >"$OUT_DIR/torch.log" 2>&1 || true

@@ -58,10 +58,11 @@ def run(args):
 
 def merge(ours_csv, torch_csv):
     val = {}  # (impl, batch, cache, hq, hk) -> GB/s or None
-    appends = set()
+    appends, layouts = set(), set()
     with open(ours_csv) as f:
         for r in csv.DictReader(f):
             appends.add(r.get("append", "1"))
+            layouts.add(r.get("layout", "bshd"))
             try:
                 g = float(r["kv_gbs"]) if r["status"] == "ok" else None
             except (ValueError, KeyError):
@@ -84,6 +85,8 @@ def merge(ours_csv, torch_csv):
     print("TB/s of K+V read, bf16, d = 128, one new row per sequence (one run; ratios from the same run); ours %s"
           % ("appends the new row in the call" if appends == {"1"} else "appends nothing (--append 0)"
              if appends == {"0"} else "mixed --append"))
+    print("Our cache's layout: %s; PyTorch's K and V: [batch, heads, seq, d]"
+          % " ".join("[.., heads, seq, d]" if x == "bhsd" else "[.., seq, heads, d]" for x in sorted(layouts)))
     print("| batch | cache | hq/hk | ours | ours page 16 | ours page 256 | cuDNN | torch-flash | ours/cuDNN "
           "| ours/torch-flash | p16/contig | p256/contig |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")

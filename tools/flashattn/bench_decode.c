@@ -18,7 +18,7 @@
 typedef struct dec_args {
     int_list dev, batch, cache, page, hq, hk, sq, dtype, splits;
     int64_t d, threads, reps, warmup, split_size, ragged, append;
-    int csv, flush_read;
+    int csv, flush_read, bhsd;
 } dec_args;
 
 static void usage(void) {
@@ -38,6 +38,8 @@ static void usage(void) {
            "                          holds every key and nothing is appended (as PyTorch's SDPA is timed)\n"
            "  --flush read|write      CUDA: evict the L2 between calls by reading 256 MB (default: no dirty lines\n"
            "                          left to write back during the timed call) or by writing it\n"
+           "  --layout bshd|bhsd      the cache (and its pages): [.., seq, heads, d] as flash-attn (default) or\n"
+           "                          [.., heads, seq, d] as PyTorch's SDPA\n"
            "  --threads N             CPU threads (default 0 = all)\n"
            "  --reps N --warmup N     (default 20 / 3)\n"
            "  --csv                   CSV rows\n");
@@ -90,6 +92,13 @@ static int parse(int argc, char **argv, dec_args *a) {
             if (strcmp(v, "write") && strcmp(v, "read"))
                 return cli_usage_error(S, "--flush: '%s' (read or write)", v), -1;
             a->flush_read = !strcmp(v, "read");
+            continue;
+        }
+        if (opt_is(x, "--layout")) {
+            if (!(v = opt_value(S, argc, argv, &i, "--layout"))) return -1;
+            if (strcmp(v, "bshd") && strcmp(v, "bhsd"))
+                return cli_usage_error(S, "--layout: '%s' (bshd or bhsd)", v), -1;
+            a->bhsd = !strcmp(v, "bhsd");
             continue;
         }
         if (!strcmp(x, "--csv")) {
@@ -239,7 +248,8 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
         dev_alloc(&flush, s->dev, (size_t)256 << 20), dev_alloc(&sink, s->dev, 64);
     fa_kvcache cache;
     memset(&cache, 0, sizeof cache);
-    cache.k = s->page ? fa_tensor_bshd(kc.ptr, s->dt, npages, s->page, s->hk, d) : fa_tensor_bshd(kc.ptr, s->dt, B, cap, s->hk, d);
+    const int64_t rows = s->page ? npages : B, keys = s->page ? s->page : cap;
+    cache.k = s->bhsd ? fa_tensor_bhsd(kc.ptr, s->dt, rows, s->hk, keys, d) : fa_tensor_bshd(kc.ptr, s->dt, rows, keys, s->hk, d);
     cache.v = cache.k;
     cache.v.data = vc.ptr;
     cache.seqlens = dl.ptr;
@@ -297,15 +307,15 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
 
 void bench_decode_csv_header(FILE *f) {
     fprintf(f, "device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,kv_gbs,memcpy_gbs,"
-               "read_gbs,status,host_ms,append,flush\n");
+               "read_gbs,status,host_ms,append,flush,layout\n");
 }
 
 void bench_decode_csv_row(FILE *f, const dec_shape *s, const dec_result *r) {
-    fprintf(f, "%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%.4f,%.2f,%.2f,%.2f,%s,%.4f,%d,%s\n", fa_backend_name(s->dev),
+    fprintf(f, "%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%.4f,%.2f,%.2f,%.2f,%s,%.4f,%d,%s,%s\n", fa_backend_name(s->dev),
             fa_dtype_name(s->dt), (long long)s->b, (long long)s->cache, (long long)s->page, (long long)s->hq,
             (long long)s->hk, (long long)s->sq, (long long)s->d, (long long)s->ns, r->kernel, r->ms, r->gbs,
             r->memcpy_gbs, r->read_gbs, r->status == FA_OK ? "ok" : fa_status_string(r->status), r->host_ms,
-            !s->no_append, s->dev == FA_BACKEND_CPU ? "-" : s->flush_read ? "read" : "write");
+            !s->no_append, s->dev == FA_BACKEND_CPU ? "-" : s->flush_read ? "read" : "write", s->bhsd ? "bhsd" : "bshd");
 }
 
 static int run_one(const dec_args *A, const dec_shape *s, fa_context *ctx) {
@@ -363,7 +373,7 @@ int cmd_bench_decode(int argc, char **argv) {
                                                               A.page.v[p], A.hq.v[h], A.hk.v[k], A.sq.v[s],
                                                               A.splits.v[n], A.d, A.split_size, (int)A.ragged,
                                                               (int)A.reps, (int)A.warmup, 1, !A.append,
-                                                              A.flush_read};
+                                                              A.flush_read, A.bhsd};
                                         if (sh.sq > sh.cache || sh.hq % sh.hk) continue;
                                         failures += run_one(&A, &sh, ctx) != 0;
                                     }

@@ -63,6 +63,7 @@ typedef struct dec_shape {
     int anchors; /* CPU: measure memcpy and a read-only pass beside it */
     int no_append; /* 1: no k_new / v_new (the cache already holds every key), as PyTorch's SDPA is timed */
     int flush_read; /* CUDA: evict the L2 between calls by reading 256 MB (clean lines; else by writing it) */
+    int bhsd;       /* the cache's layout: 0 [.., seq, heads, d] (flash-attn's), 1 [.., heads, seq, d] (PyTorch's) */
 } dec_shape;
 typedef struct dec_result {
     fa_status status;

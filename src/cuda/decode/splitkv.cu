@@ -95,15 +95,16 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     const int mine = ntiles > warp ? (ntiles - warp + NW - 1) / NW : 0; /* tiles warp, warp + NW, ... */
     T *ring = (T *)(smem + dec_mma_smem<D, NW>::q) + warp * DEC_NST * 2 * DEC_KT * D;
     const T *kc = (const T *)p.kc, *vc = (const T *)p.vc;
-    /* paged: lane k (k < 16) looks up the page and in-page row of key k of a tile one tile ahead of its copies,
-     * so the block-table read is off the copies' critical path; the copies take them by shuffle */
-    int pg_next = 0, ip_next = 0;
+    /* paged: lane k looks up the page and in-page row of key k % 16 of tile it + k / 16 for a pair of tiles
+     * (it, it + 1), two tiles ahead of their copies, so the block-table reads are off the copies' critical path
+     * and the prologue's two tiles wait for one round trip, not two; the copies take them by shuffle */
+    int pg_cur = 0, ip_cur = 0, pg_nxt = 0, ip_nxt = 0;
     auto lookup = [&](int it) {
         if (p.paged && it < mine) {
-            const int t = min(kbase + (warp + it * NW) * DEC_KT + (lane & 15), khi - 1);
+            const int t = min(kbase + (warp + (it + (lane >> 4)) * NW) * DEC_KT + (lane & 15), khi - 1);
             const int pg = p.block_table[(int64_t)row * p.bt_stride + t / p.page_size];
-            pg_next = pg < 0 ? 0 : pg >= p.num_pages ? p.num_pages - 1 : pg;
-            ip_next = t % p.page_size;
+            pg_nxt = pg < 0 ? 0 : pg >= p.num_pages ? p.num_pages - 1 : pg;
+            ip_nxt = t % p.page_size;
         }
     };
     /* this lane's copies of a tile: 16-byte chunk lane % CH of rows lane / CH + RP·i, i < NIT; their element
@@ -118,14 +119,18 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     const bool tile_rows = !p.paged || p.page_size % DEC_KT == 0;
     auto load = [&](int it) { /* this warp's it-th tile into stage it % NST; every lane commits one group */
         if (it < mine) {
-            const int base = kbase + (warp + it * NW) * DEC_KT, pg = pg_next, ip = ip_next;
-            lookup(it + 1);
+            const int base = kbase + (warp + it * NW) * DEC_KT, half = (it & 1) * 16;
+            if (p.paged && !(it & 1)) { /* a new pair: its entries, and the next pair's read */
+                pg_cur = pg_nxt, ip_cur = ip_nxt;
+                lookup(it + 2);
+            }
             const uint32_t sk = ring_a + (it % DEC_NST) * 2 * DEC_KT * D * 2, sv = sk + DEC_KT * D * 2;
             if (base + DEC_KT > fresh) fa_dec_wait_first(p);
             if (tile_rows) {
                 int64_t tk, tv; /* the tile's first key */
                 if (p.paged) {
-                    const int64_t pg0 = __shfl_sync(0xffffffffu, pg, 0), ip0 = __shfl_sync(0xffffffffu, ip, 0);
+                    const int64_t pg0 = __shfl_sync(0xffffffffu, pg_cur, half),
+                                  ip0 = __shfl_sync(0xffffffffu, ip_cur, half);
                     tk = pg0 * p.k_sb + ip0 * p.k_ss, tv = pg0 * p.v_sb + ip0 * p.v_ss;
                 } else {
                     tk = (int64_t)row * p.k_sb + (int64_t)base * p.k_ss;
@@ -154,7 +159,8 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
                 for (int c = lane; c < DEC_KT * CH; c += 32) {
                     const int kr = c / CH, cc = c % CH, t = base + kr;
                     const bool ok = t >= klo && t < khi;
-                    const int64_t pk = __shfl_sync(0xffffffffu, pg, kr), ik = __shfl_sync(0xffffffffu, ip, kr);
+                    const int64_t pk = __shfl_sync(0xffffffffu, pg_cur, half + kr),
+                                  ik = __shfl_sync(0xffffffffu, ip_cur, half + kr);
                     int64_t ko = pk * p.k_sb + ik * p.k_ss + (int64_t)hk * p.k_sh;
                     int64_t vo = pk * p.v_sb + ik * p.v_ss + (int64_t)hk * p.v_sh;
                     if (!ok) ko = vo = 0;

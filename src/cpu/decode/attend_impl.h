@@ -236,7 +236,7 @@ AI vf sum_lanes(const vf *x) {
 #endif
 /* The next chunk's rows as runs of rows adjacent in memory (K's runs, then V's; a contiguous cache's chunk is one
  * run of each), walked a line at a time by a cursor of one pointer: a line costs a prefetch, an add and a compare
- * (per row and line, the cursor's bookkeeping took a tenth of the GQA 32/8 kernel's time). */
+ * (per row and line, its bookkeeping drew about a tenth of a GQA 32/8 profile's samples). */
 typedef struct pf_run { const char *a, *z; } pf_run;
 typedef struct pf_rows {
     const pf_run *run;
@@ -374,7 +374,6 @@ AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n, const int 
         a->m[row] = mx;
     }
     const vf mv = vbcast(a->m[row]);
-    (void)MODE;
     vf P[FA_DEC_BC / VW];
 #pragma GCC unroll 4
     for (int s = 0; s < NS; s++) {
@@ -382,7 +381,9 @@ AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n, const int 
         lv += P[s];
         ST(S + VW * s, P[s]);
     }
-#if KEYPAIRS
+#if !KEYPAIRS
+    (void)MODE;
+#else
     if (MODE == M_BF16) /* the row's P as bf16, in key order: one 32-bit pair per pair of keys, over S's first half */
         _mm512_store_si512(S, (__m512i)_mm512_cvtne2ps_pbh((__m512)P[1], (__m512)P[0]));
 #endif

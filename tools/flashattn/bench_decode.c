@@ -87,20 +87,15 @@ static int parse(int argc, char **argv, dec_args *a) {
             if (!(v = opt_value(S, argc, argv, &i, "--dtype")) || parse_dtype_list(S, "--dtype", v, &a->dtype)) return -1;
             continue;
         }
-        if (opt_is(x, "--flush")) {
-            if (!(v = opt_value(S, argc, argv, &i, "--flush"))) return -1;
-            if (strcmp(v, "write") && strcmp(v, "read"))
-                return cli_usage_error(S, "--flush: '%s' (read or write)", v), -1;
-            a->flush_read = !strcmp(v, "read");
-            continue;
-        }
-        if (opt_is(x, "--layout")) {
-            if (!(v = opt_value(S, argc, argv, &i, "--layout"))) return -1;
-            if (strcmp(v, "bshd") && strcmp(v, "bhsd"))
-                return cli_usage_error(S, "--layout: '%s' (bshd or bhsd)", v), -1;
-            a->bhsd = !strcmp(v, "bhsd");
-            continue;
-        }
+#define CHOICE(name, no, yes, field)                                                                               \
+    if (opt_is(x, name)) { /* field = 1 for `yes`, 0 for `no` */                                                  \
+        if (!(v = opt_value(S, argc, argv, &i, name))) return -1;                                                 \
+        if (strcmp(v, no) && strcmp(v, yes)) return cli_usage_error(S, name ": '%s' (" no " or " yes ")", v), -1; \
+        a->field = !strcmp(v, yes);                                                                               \
+        continue;                                                                                                 \
+    }
+        CHOICE("--flush", "write", "read", flush_read)
+        CHOICE("--layout", "bshd", "bhsd", bhsd)
         if (!strcmp(x, "--csv")) {
             a->csv = 1;
             continue;
@@ -121,6 +116,7 @@ static int parse(int argc, char **argv, dec_args *a) {
         ONE("--warmup", warmup, 0, 1000)
 #undef LIST
 #undef ONE
+#undef CHOICE
         return cli_usage_error(S, "unknown argument '%s' for --mode decode", x), -1;
     }
     return 0;

@@ -385,7 +385,8 @@ AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n, const int 
     (void)MODE;
 #else
     if (MODE == M_BF16) /* the row's P as bf16, in key order: one 32-bit pair per pair of keys, over S's first half */
-        _mm512_store_si512(S, (__m512i)_mm512_cvtne2ps_pbh((__m512)P[1], (__m512)P[0]));
+        for (int s = 0; s < NS; s += 2)
+            _mm512_store_si512(S + s / 2 * VW, (__m512i)_mm512_cvtne2ps_pbh((__m512)P[s + 1], (__m512)P[s]));
 #endif
     ST(Lv, lv);
 }

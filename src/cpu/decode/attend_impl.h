@@ -338,7 +338,7 @@ AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const in
  * key row, or q·k beyond fp32) makes l NaN, so the row's state fails the contract's check and is recomputed; then
  * softcap, saturation, q's NaN flag and −inf for the keys the row does not see; m_new = max(m, rowmax(S));
  * P = 2^(S − m_new); l = 2^(m − m_new) l + rowsum(P), kept by lane in Lv (summed once, at the end of the item);
- * O = 2^(m − m_new) O. S is left holding P. */
+ * O = 2^(m − m_new) O. S is left holding P (as bf16 pairs where PV takes them so). */
 AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n, const int MODE) {
     const int r = row % a->R, NS = FA_DEC_BC / VW;
     const int64_t lo = a->lo[r] > j0 ? a->lo[r] : j0, hi = a->hi[r] < j0 + n ? a->hi[r] : j0 + n;
@@ -374,17 +374,16 @@ AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n, const int 
         a->m[row] = mx;
     }
     const vf mv = vbcast(a->m[row]);
+    const int pairs = KEYPAIRS && MODE == M_BF16; /* PV takes P as bf16 pairs (pv_keys) */
     vf P[FA_DEC_BC / VW];
 #pragma GCC unroll 4
     for (int s = 0; s < NS; s++) {
         P[s] = vexp2(Sv[s] - mv);
         lv += P[s];
-        ST(S + VW * s, P[s]);
+        if (!pairs) ST(S + VW * s, P[s]);
     }
-#if !KEYPAIRS
-    (void)MODE;
-#else
-    if (MODE == M_BF16) /* the row's P as bf16, in key order: one 32-bit pair per pair of keys, over S's first half */
+#if KEYPAIRS
+    if (pairs) /* the row's P as bf16, in key order: one 32-bit pair per pair of keys, over S's first half */
         for (int s = 0; s < NS; s += 2)
             _mm512_store_si512(S + s / 2 * VW, (__m512i)_mm512_cvtne2ps_pbh((__m512)P[s + 1], (__m512)P[s]));
 #endif

@@ -50,10 +50,9 @@ typedef struct fa_dec_params {
     int cluster;             /* the splits of a row tile are one thread-block cluster and merge in it (no partials) */
 } fa_dec_params;
 
-/* Keys of sequence b after the append, clamped into [0, capacity] (device and host). */
+/* Keys of a sequence after the append, from its seqlens entry, clamped into [0, capacity]. */
 #ifdef __CUDACC__
-static __device__ __forceinline__ int fa_dec_len(const fa_dec_params &p, int b) {
-    int len = p.seqlens[b];
+static __device__ __forceinline__ int fa_dec_len(const fa_dec_params &p, int len) {
     len = len < 0 ? 0 : len;
     len += p.append ? p.sq : 0;
     return len < p.capacity ? len : p.capacity;

@@ -8,7 +8,8 @@
  * operand); the warps' states merge in shared memory. Keys outside a row's visible range are masked; keys outside
  * every row's range are zero-filled, never read. The loop is kept short, since at batch 1 two warps per scheduler
  * are bound by instruction latency before HBM is: copy offsets fixed per CTA, Q in registers (d ≤ 128), no mask on
- * tiles every row sees in full, and O rescaled only when a row's max moved. Each row's state is held to the
+ * tiles every row sees in full, and O rescaled only when a row's max moved; the first split's first copies go out
+ * before the sequence's length comes back (they do not depend on it). Each row's state is held to the
  * numerics contract (a row that fails it is recomputed in float64). One split writes out and LSE; several write
  * fp32 partials, and the last CTA of the row tile merges them (finish.cuh) and zeroes the tile's counter for the
  * next call. docs/decoding.md. */
@@ -25,6 +26,9 @@
 #define FA_DEC_STAGES 3 /* stages of each warp's K/V ring (a build option for measuring others) */
 #endif
 #define DEC_NST FA_DEC_STAGES
+#ifndef FA_DEC_SPECULATE
+#define FA_DEC_SPECULATE 1 /* 0: every copy waits for the sequence's length (a build option for measuring) */
+#endif
 #define FA_DEC_CLUSTER_SMEM (120 * 1024) /* > half of the SM's 228 KB: one cluster CTA per SM */
 #define DEC_KT FA_DEC_KEYS
 static_assert(FA_DEC_ROWS == 16 && FA_DEC_KEYS == 16, "one m16n8k16 M of rows, two n8 tiles of keys");
@@ -63,38 +67,15 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     T *sq = (T *)smem;
     const int s = blockIdx.x, hk = blockIdx.y / p.row_tiles, tile = blockIdx.y % p.row_tiles, b = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    const int L = fa_dec_len(p, b), row = fa_dec_row(p, b);
-    int chunk, ns;
-    fa_dec_split(p, L, &chunk, &ns);
-    /* a split past the sequence's end: done, or (cluster merge) an empty state that takes part in the merge */
-    const bool idle = s >= ns;
-    if (!CL && idle) return;
-    const int s0 = idle ? L : s * chunk, s1 = idle ? L : min(L, s0 + chunk);
-    const int r0 = tile * 16, R = min(16, p.group * p.sq - r0);
-
-    /* each row's visible keys inside the split; this thread's rows g and g + 8; the union over the tile */
-    __shared__ int s_lo[16], s_hi[16];
-    int klo = s1, khi = s0, lo[2] = {0, 0}, hi[2] = {0, 0};
-    int kin_lo = s0, kin_hi = s1; /* the keys that every row of the tile sees: tiles inside need no mask */
-    for (int r = 0; r < R; r++) {
-        int a, z;
-        fa_visible_keys32((r0 + r) / p.group, p.sq, L, p.wl, p.wr, &a, &z);
-        a = max(a, s0), z = max(a, min(z, s1));
-        if (z > a) klo = min(klo, a), khi = max(khi, z);
-        kin_lo = max(kin_lo, a), kin_hi = min(kin_hi, z);
-        if (r == g) lo[0] = a, hi[0] = z;
-        if (r == g + 8) lo[1] = a, hi[1] = z;
-        if (threadIdx.x == 0) s_lo[r] = a, s_hi[r] = z;
-    }
-    /* the first kernel writes the rotated q (wait for it here) and the appended rows (keys >= fresh: each warp
-     * waits before its copies of the tile that reaches them, by then long done) */
-    const int fresh = p.append ? L - p.sq : INT_MAX;
-    if (p.qrot) fa_dec_wait_first(p);
-    const int kbase = klo & ~(DEC_KT - 1);
-    const int ntiles = khi > klo ? (khi - kbase + DEC_KT - 1) / DEC_KT : 0;
-    const int mine = ntiles > warp ? (ntiles - warp + NW - 1) / NW : 0; /* tiles warp, warp + NW, ... */
+    /* The first split's first tiles are keys 0, 16, ... whatever the sequence's length, where no append, window or
+     * batch_idx moves them: their copies (and a paged cache's block-table entries) go out before the length comes
+     * back, as if the sequence filled the cache, and the rows past its end are zeroed once they land. */
+    const bool spec = FA_DEC_SPECULATE && s == 0 && !p.append && !p.batch_idx && p.wl < 0;
+    const int len = p.seqlens[b]; /* its load first: the speculated copies wait for nothing it gives */
     T *ring = (T *)(smem + dec_mma_smem<D, NW>::q) + warp * DEC_NST * 2 * DEC_KT * D;
     const T *kc = (const T *)p.kc, *vc = (const T *)p.vc;
+    /* the keys this warp copies: tiles warp, warp + NW, ... of 16 from kbase, the ones inside [klo, khi) */
+    int klo = 0, khi = p.capacity, kbase = 0, mine = 0, row = b, fresh = INT_MAX;
     /* paged: lane k looks up the page and in-page row of key k % 16 of tile it + k / 16 for a pair of tiles
      * (it, it + 1), two tiles ahead of their copies, so the block-table reads are off the copies' critical path
      * and the prologue's two tiles wait for one round trip, not two; the copies take them by shuffle */
@@ -171,14 +152,56 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
         }
         fa_cp_async_commit();
     };
-    lookup(0);
+    /* speculated: the tiles of keys [0, capacity) (the lookups of later pairs too: a key below the real end gets
+     * the same entry; one past it is zero-filled or zeroed, never read) */
+    if (spec) {
+        const int nt = (p.capacity + DEC_KT - 1) / DEC_KT;
+        mine = nt > warp ? (nt - warp + NW - 1) / NW : 0;
+        lookup(0);
+#pragma unroll
+        for (int it = 0; it < DEC_NST - 1; it++) load(it);
+    }
+    const int L = fa_dec_len(p, len);
+    row = fa_dec_row(p, b);
+    int chunk, ns;
+    fa_dec_split(p, L, &chunk, &ns);
+    /* a split past the sequence's end: done, or (cluster merge) an empty state that takes part in the merge */
+    const bool idle = s >= ns;
+    if (!CL && idle) return;
+    const int s0 = idle ? L : s * chunk, s1 = idle ? L : min(L, s0 + chunk);
+    const int r0 = tile * 16, R = min(16, p.group * p.sq - r0);
+
+    /* each row's visible keys inside the split; this thread's rows g and g + 8; the union over the tile */
+    __shared__ int s_lo[16], s_hi[16];
+    klo = s1, khi = s0;
+    int lo[2] = {0, 0}, hi[2] = {0, 0};
+    int kin_lo = s0, kin_hi = s1; /* the keys that every row of the tile sees: tiles inside need no mask */
+    for (int r = 0; r < R; r++) {
+        int a, z;
+        fa_visible_keys32((r0 + r) / p.group, p.sq, L, p.wl, p.wr, &a, &z);
+        a = max(a, s0), z = max(a, min(z, s1));
+        if (z > a) klo = min(klo, a), khi = max(khi, z);
+        kin_lo = max(kin_lo, a), kin_hi = min(kin_hi, z);
+        if (r == g) lo[0] = a, hi[0] = z;
+        if (r == g + 8) lo[1] = a, hi[1] = z;
+        if (threadIdx.x == 0) s_lo[r] = a, s_hi[r] = z;
+    }
+    /* the first kernel writes the rotated q (wait for it here) and the appended rows (keys >= fresh: each warp
+     * waits before its copies of the tile that reaches them, by then long done) */
+    fresh = p.append ? L - p.sq : INT_MAX;
+    if (p.qrot) fa_dec_wait_first(p);
+    kbase = klo & ~(DEC_KT - 1);
+    const int ntiles = khi > klo ? (khi - kbase + DEC_KT - 1) / DEC_KT : 0;
+    mine = ntiles > warp ? (ntiles - warp + NW - 1) / NW : 0; /* tiles warp, warp + NW, ... */
+    if (!spec) lookup(0);
 
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     /* the first tiles' copies go out before Q's load, so the two round trips overlap */
+    if (!spec)
 #pragma unroll
-    for (int it = 0; it < DEC_NST - 1; it++) load(it);
+        for (int it = 0; it < DEC_NST - 1; it++) load(it);
     /* Q: 16 rows (zero beyond R) to shared memory in the dtype. With rotary, q is the fp32 rotated q: it goes in as
      * hi + lo (two tiles of the dtype, S = hi·Kᵀ + lo·Kᵀ), as exact as fp32 for the scores and the LSE */
     T *sq_lo = sq + 16 * D;
@@ -219,6 +242,14 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     for (int it = 0; it < mine; it++) {
         fa_cp_async_wait<DEC_NST - 2>();
         __syncwarp();
+        if (spec && it < DEC_NST - 1) { /* a speculated tile past the end: V's rows there zeroed (0 · NaN is NaN) */
+            const int z0 = khi - (kbase + (warp + it * NW) * DEC_KT);
+            if (z0 < DEC_KT) {
+                const uint32_t sv = ring_a + (it % DEC_NST) * 2 * DEC_KT * D * 2 + DEC_KT * D * 2;
+                for (int c = lane; c < (DEC_KT - z0) * CH; c += 32) fa_st_shared_zero16(sv + swz<D>(z0 + c / CH, c % CH));
+                __syncwarp();
+            }
+        }
         load(it + DEC_NST - 1);
         const uint32_t ka = fa_opaque(ring_a + (it % DEC_NST) * 2 * DEC_KT * D * 2), va = ka + DEC_KT * D * 2;
         /* S = Q Kᵀ: 16 rows x 16 keys, two n-tiles of 8 keys; even and odd k-steps in separate accumulators (two

@@ -42,6 +42,9 @@ FA_DEV void fa_bulk_reduce_add_f32(float *gdst, uint32_t ssrc, uint32_t bytes) {
                  "r"(bytes)
                  : "memory");
 }
+FA_DEV void fa_st_shared_zero16(uint32_t addr) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
+}
 FA_DEV void fa_st_shared_f2(uint32_t addr, float a, float b) {
     asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
 }

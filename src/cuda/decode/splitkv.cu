@@ -76,13 +76,15 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     const T *kc = (const T *)p.kc, *vc = (const T *)p.vc;
     /* the keys this warp copies: tiles warp, warp + NW, ... of 16 from kbase, the ones inside [klo, khi) */
     int klo = 0, khi = p.capacity, kbase = 0, mine = 0, row = b, fresh = INT_MAX;
+    auto key0 = [&](int it) { return kbase + (warp + it * NW) * DEC_KT; }; /* the first key of its it-th tile */
+    auto tiles = [&](int ntiles) { return ntiles > warp ? (ntiles - warp + NW - 1) / NW : 0; }; /* its share */
     /* paged: lane k looks up the page and in-page row of key k % 16 of tile it + k / 16 for a pair of tiles
      * (it, it + 1), two tiles ahead of their copies, so the block-table reads are off the copies' critical path
      * and the prologue's two tiles wait for one round trip, not two; the copies take them by shuffle */
     int pg_cur = 0, ip_cur = 0, pg_nxt = 0, ip_nxt = 0;
     auto lookup = [&](int it) {
         if (p.paged && it < mine) {
-            const int t = min(kbase + (warp + (it + (lane >> 4)) * NW) * DEC_KT + (lane & 15), khi - 1);
+            const int t = min(key0(it + (lane >> 4)) + (lane & 15), khi - 1);
             const int pg = p.block_table[(int64_t)row * p.bt_stride + t / p.page_size];
             pg_nxt = pg < 0 ? 0 : pg >= p.num_pages ? p.num_pages - 1 : pg;
             ip_nxt = t % p.page_size;
@@ -100,7 +102,7 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     const bool tile_rows = !p.paged || p.page_size % DEC_KT == 0;
     auto load = [&](int it) { /* this warp's it-th tile into stage it % NST; every lane commits one group */
         if (it < mine) {
-            const int base = kbase + (warp + it * NW) * DEC_KT, half = (it & 1) * 16;
+            const int base = key0(it), half = (it & 1) * 16;
             if (p.paged && !(it & 1)) { /* a new pair: its entries, and the next pair's read */
                 pg_cur = pg_nxt, ip_cur = ip_nxt;
                 lookup(it + 2);
@@ -152,14 +154,16 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
         }
         fa_cp_async_commit();
     };
-    /* speculated: the tiles of keys [0, capacity) (the lookups of later pairs too: a key below the real end gets
-     * the same entry; one past it is zero-filled or zeroed, never read) */
-    if (spec) {
-        const int nt = (p.capacity + DEC_KT - 1) / DEC_KT;
-        mine = nt > warp ? (nt - warp + NW - 1) / NW : 0;
+    auto first_copies = [&] { /* the first pair's entries (paged) and the copies of the first NST - 1 tiles */
         lookup(0);
 #pragma unroll
         for (int it = 0; it < DEC_NST - 1; it++) load(it);
+    };
+    /* speculated: the tiles of keys [0, capacity) (the lookups of later pairs too: a key below the real end gets
+     * the same entry; one past it is zero-filled or zeroed, never read) */
+    if (spec) {
+        mine = tiles((p.capacity + DEC_KT - 1) / DEC_KT);
+        first_copies();
     }
     const int L = fa_dec_len(p, len);
     row = fa_dec_row(p, b);
@@ -192,16 +196,13 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     if (p.qrot) fa_dec_wait_first(p);
     kbase = klo & ~(DEC_KT - 1);
     const int ntiles = khi > klo ? (khi - kbase + DEC_KT - 1) / DEC_KT : 0;
-    mine = ntiles > warp ? (ntiles - warp + NW - 1) / NW : 0; /* tiles warp, warp + NW, ... */
-    if (!spec) lookup(0);
+    mine = tiles(ntiles); /* tiles warp, warp + NW, ... */
 
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     /* the first tiles' copies go out before Q's load, so the two round trips overlap */
-    if (!spec)
-#pragma unroll
-        for (int it = 0; it < DEC_NST - 1; it++) load(it);
+    if (!spec) first_copies();
     /* Q: 16 rows (zero beyond R) to shared memory in the dtype. With rotary, q is the fp32 rotated q: it goes in as
      * hi + lo (two tiles of the dtype, S = hi·Kᵀ + lo·Kᵀ), as exact as fp32 for the scores and the LSE */
     T *sq_lo = sq + 16 * D;
@@ -243,7 +244,7 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
         fa_cp_async_wait<DEC_NST - 2>();
         __syncwarp();
         if (spec && it < DEC_NST - 1) { /* a speculated tile past the end: V's rows there zeroed (0 · NaN is NaN) */
-            const int z0 = khi - (kbase + (warp + it * NW) * DEC_KT);
+            const int z0 = khi - key0(it);
             if (z0 < DEC_KT) {
                 const uint32_t sv = ring_a + (it % DEC_NST) * 2 * DEC_KT * D * 2 + DEC_KT * D * 2;
                 for (int c = lane; c < (DEC_KT - z0) * CH; c += 32) fa_st_shared_zero16(sv + swz<D>(z0 + c / CH, c % CH));
@@ -273,7 +274,7 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
         }
         /* scores in log2 units, masked (tiles that every row sees in full need no mask); m_new = max(m, rowmax);
          * P = 2^(S − m_new); l, O rescaled by 2^(m − m_new) */
-        const int base = kbase + (warp + it * NW) * DEC_KT;
+        const int base = key0(it);
 #pragma unroll
         for (int nt = 0; nt < 2; nt++)
 #pragma unroll

@@ -73,7 +73,7 @@ typedef struct fa_plan {
     double read_bytes;        /* modelled slow-memory traffic; the CPU replaces it with the counted bytes */
     double write_bytes;
     int entry;                /* backend-private: the row of the backend's kernel table that runs */
-    int aux[4];               /* backend-private: further choices of that row (e.g. a split count) */
+    int aux[6];               /* backend-private: further choices of that row (e.g. a split count) */
 } fa_plan;
 /* The context. State lives here, never in globals. */
 #define FA_ERR_LEN 512

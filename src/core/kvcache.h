@@ -70,7 +70,7 @@ typedef struct fa_merge_problem {
 /* ---- Backends ----
  * kv_plan fills plan (kernel name, splits in aux[FA_KV_AUX_SPLITS], split size in keys in aux[FA_KV_AUX_CHUNK],
  * workspace, modelled traffic); kv_run executes it. merge runs fa_merge_states. */
-enum { FA_KV_AUX_SPLITS = 0, FA_KV_AUX_CHUNK = 1, FA_KV_AUX_FIXED = 2, FA_KV_AUX_CLUSTER = 3 };
+enum { FA_KV_AUX_SPLITS = 0, FA_KV_AUX_CHUNK = 1, FA_KV_AUX_FIXED = 2, FA_KV_AUX_CLUSTER = 3, FA_KV_AUX_PLAIN = 4 };
 
 fa_status fa_cpu_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan *plan, char *why, size_t why_len);
 fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *plan, fa_stats *st);

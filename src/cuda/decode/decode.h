@@ -48,6 +48,7 @@ typedef struct fa_dec_params {
     int zero_arrived;        /* the first kernel zeroes arrived (a caller's workspace: its counters' state unknown) */
     int after_first;         /* the attention kernel follows the first kernel by programmatic dependent launch */
     int cluster;             /* the splits of a row tile are one thread-block cluster and merge in it (no partials) */
+    int plain;               /* no rotary q, no softcap, whole tiles per page: the kernel built without their code */
 } fa_dec_params;
 
 /* Keys of a sequence after the append, from its seqlens entry, clamped into [0, capacity]. */

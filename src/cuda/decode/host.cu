@@ -164,6 +164,9 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
     plan->aux[FA_KV_AUX_CLUSTER] = 0;
     if (ns >= 2 && ns <= FA_DEC_CLUSTER_MAX && !p->split_size && FA_DEC_CLUSTER)
         plan->aux[FA_KV_AUX_CLUSTER] = active_clusters(p, warps, ns) >= p->batch * p->hk * tiles;
+    /* no rotary q, no softcap and a tile's keys in one page: the kernel instance without the code of those
+     * (instruction fetch is a third of a short call's stalls) */
+    plan->aux[FA_KV_AUX_PLAIN] = !p->rot_cos && !(p->softcap > 0) && (!p->paged || p->page_size % FA_DEC_KEYS == 0);
     static const char *const kn[3] = {"cuda.decode.mma.d64", "cuda.decode.mma.d128", "cuda.decode.mma.d256"};
     plan->kernel = kn[p->d == 64 ? 0 : p->d == 128 ? 1 : 2];
     plan->block_q = rpc;
@@ -251,6 +254,7 @@ extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, con
         c.row_tiles = (int)row_tiles_of(p);
         c.warps = plan->threads / 32;
         c.cluster = plan->aux[FA_KV_AUX_CLUSTER];
+        c.plain = plan->aux[FA_KV_AUX_PLAIN];
         c.part_o = w.part_o, c.part_lse = w.part_lse, c.arrived = w.arrived;
         /* the split counters: the context's, which stay zero between calls; in a caller's workspace, whose state is
          * not known, the first kernel zeroes them */

@@ -59,8 +59,9 @@ __device__ __forceinline__ void merge_state8(float &m, float &l, float *o, float
     m = mn;
 }
 
-/* 8 warps ask for one CTA per SM (else ptxas caps them at 128 registers and d = 64 spills); 4 leave ptxas free. */
-template <int D, int NW, typename T, bool CL>
+/* 8 warps ask for one CTA per SM (else ptxas caps them at 128 registers and d = 64 spills); 4 leave ptxas free.
+ * PLAIN (p.plain): built without the code of rotary q, softcap and tiles that span pages. */
+template <int D, int NW, typename T, bool CL, bool PLAIN>
 __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_dec_params p) {
     constexpr int CH = D / 8, NT = NW * 32; /* 16-byte chunks per row; threads */
     extern __shared__ __align__(128) unsigned char smem[];
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     const int64_t stk = (int64_t)RP * p.k_ss, stv = (int64_t)RP * p.v_ss;
     const uint32_t ring_a = fa_smem_addr(ring);
     /* pages of a multiple of 16 keys hold a whole tile: its page and first row, once per tile */
-    const bool tile_rows = !p.paged || p.page_size % DEC_KT == 0;
+    const bool tile_rows = PLAIN || !p.paged || p.page_size % DEC_KT == 0;
     auto load = [&](int it) { /* this warp's it-th tile into stage it % NST; every lane commits one group */
         if (it < mine) {
             const int base = key0(it), half = (it & 1) * 16;
@@ -193,7 +194,8 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     /* the first kernel writes the rotated q (wait for it here) and the appended rows (keys >= fresh: each warp
      * waits before its copies of the tile that reaches them, by then long done) */
     fresh = p.append ? L - p.sq : INT_MAX;
-    if (p.qrot) fa_dec_wait_first(p);
+    const bool qrot = !PLAIN && p.qrot;
+    if (qrot) fa_dec_wait_first(p);
     kbase = klo & ~(DEC_KT - 1);
     const int ntiles = khi > klo ? (khi - kbase + DEC_KT - 1) / DEC_KT : 0;
     mine = tiles(ntiles); /* tiles warp, warp + NW, ... */
@@ -211,7 +213,7 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
         uint4 u = make_uint4(0, 0, 0, 0), v = u;
         if (r < R) {
             const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
-            if (p.qrot) {
+            if (qrot) {
                 const float *x = p.qrot + (((int64_t)b * p.sq + i) * p.hq + hq) * D + cc * 8;
                 float hi[8], lo[8];
 #pragma unroll
@@ -225,7 +227,7 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
             }
         }
         *(uint4 *)((unsigned char *)sq + swz<D>(r, cc)) = u;
-        if (p.qrot) *(uint4 *)((unsigned char *)sq_lo + swz<D>(r, cc)) = v;
+        if (qrot) *(uint4 *)((unsigned char *)sq_lo + swz<D>(r, cc)) = v;
     }
     __syncthreads();
 
@@ -266,7 +268,7 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
             fa_ldmatrix_x4(bk, ka + swz<D>((lane >> 4) * 8 + (lane & 7), j * 2 + ((lane >> 3) & 1)));
             fa_mma_free<T>(acc[0], a, bk[0], bk[1]);
             fa_mma_free<T>(acc[1], a, bk[2], bk[3]);
-            if (p.qrot) {
+            if (qrot) {
                 fa_ldmatrix_x4(a, qa + 16 * D * 2 + swz<D>(((lane >> 3) & 1) * 8 + (lane & 7), j * 2 + (lane >> 4)));
                 fa_mma_free<T>(acc[0], a, bk[0], bk[1]);
                 fa_mma_free<T>(acc[1], a, bk[2], bk[3]);
@@ -279,7 +281,7 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
         for (int nt = 0; nt < 2; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) sc[nt][e] = (sc[nt][e] + sd[nt][e]) * p.qmul;
-        if (p.softcap_mul != 0.f)
+        if (!PLAIN && p.softcap_mul != 0.f)
 #pragma unroll
             for (int nt = 0; nt < 2; nt++)
 #pragma unroll
@@ -444,15 +446,14 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
 }
 
 /* The launch configuration of a call (cluster: the splits of a row tile are one cluster of nsplit CTAs). */
-template <int D, int NW, typename T, bool CL> static cudaError_t config(const fa_dec_params *p, cudaStream_t st,
-                                                                         cudaLaunchConfig_t *cfg,
-                                                                         cudaLaunchAttribute at[2]) {
+template <int D, int NW, typename T, bool CL, bool PLAIN>
+static cudaError_t config(const fa_dec_params *p, cudaStream_t st, cudaLaunchConfig_t *cfg, cudaLaunchAttribute at[2]) {
     /* a cluster's CTAs each take more than half an SM's shared memory, so that no two share an SM: packed two to an
      * SM, a cluster of 4-warp CTAs left half its SMs idle (batch 1 / 64k contiguous 0.86x) */
     constexpr int smem = CL && dec_mma_smem<D, NW>::total < FA_DEC_CLUSTER_SMEM ? FA_DEC_CLUSTER_SMEM
                                                                                 : dec_mma_smem<D, NW>::total;
     static unsigned char ready[64], wide[64];
-    const void *fn = (const void *)splitkv_mma_kernel<D, NW, T, CL>;
+    const void *fn = (const void *)splitkv_mma_kernel<D, NW, T, CL, PLAIN>;
     cudaError_t e = fa_dec_func_attr_once(ready, fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e == cudaSuccess && CL) e = fa_dec_func_attr_once(wide, fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     *cfg = cudaLaunchConfig_t{};
@@ -474,20 +475,22 @@ template <int D, int NW, typename T, bool CL> static cudaError_t config(const fa
     return e;
 }
 
-template <int D, int NW, typename T, bool CL> static cudaError_t launch_mma_d(const fa_dec_params *p, cudaStream_t st) {
+template <int D, int NW, typename T, bool CL, bool PLAIN>
+static cudaError_t launch_mma_d(const fa_dec_params *p, cudaStream_t st) {
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute at[2];
-    const cudaError_t e = config<D, NW, T, CL>(p, st, &cfg, at);
-    return e != cudaSuccess ? e : cudaLaunchKernelEx(&cfg, splitkv_mma_kernel<D, NW, T, CL>, *p);
+    const cudaError_t e = config<D, NW, T, CL, PLAIN>(p, st, &cfg, at);
+    return e != cudaSuccess ? e : cudaLaunchKernelEx(&cfg, splitkv_mma_kernel<D, NW, T, CL, PLAIN>, *p);
 }
 
-/* Clusters of this call's shape that the GPU runs at once (0: none, or the query failed). */
+/* Clusters of this call's shape that the GPU runs at once (0: none, or the query failed); asked of the general
+ * kernel, whose registers and shared memory bound the plain one's. */
 template <int D, int NW, typename T> static int clusters_d(const fa_dec_params *p) {
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute at[2];
     int n = 0;
-    if (config<D, NW, T, true>(p, 0, &cfg, at) != cudaSuccess ||
-        cudaOccupancyMaxActiveClusters(&n, splitkv_mma_kernel<D, NW, T, true>, &cfg) != cudaSuccess) {
+    if (config<D, NW, T, true, false>(p, 0, &cfg, at) != cudaSuccess ||
+        cudaOccupancyMaxActiveClusters(&n, splitkv_mma_kernel<D, NW, T, true, false>, &cfg) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
@@ -495,18 +498,22 @@ template <int D, int NW, typename T> static int clusters_d(const fa_dec_params *
 }
 
 /* 8 warps: d <= 128 only (d = 256's rings for 8 warps exceed shared memory; the plan never asks for it). */
-template <typename T, bool CL> static cudaError_t launch_mma_t(const fa_dec_params *p, cudaStream_t st) {
+template <typename T, bool CL, bool PLAIN> static cudaError_t launch_mma_t(const fa_dec_params *p, cudaStream_t st) {
     const bool w8 = p->warps == 8;
     switch (p->d) {
-    case 64: return w8 ? launch_mma_d<64, 8, T, CL>(p, st) : launch_mma_d<64, 4, T, CL>(p, st);
-    case 128: return w8 ? launch_mma_d<128, 8, T, CL>(p, st) : launch_mma_d<128, 4, T, CL>(p, st);
-    default: return launch_mma_d<256, 4, T, CL>(p, st);
+    case 64: return w8 ? launch_mma_d<64, 8, T, CL, PLAIN>(p, st) : launch_mma_d<64, 4, T, CL, PLAIN>(p, st);
+    case 128: return w8 ? launch_mma_d<128, 8, T, CL, PLAIN>(p, st) : launch_mma_d<128, 4, T, CL, PLAIN>(p, st);
+    default: return launch_mma_d<256, 4, T, CL, PLAIN>(p, st);
     }
 }
 
+template <typename T> static cudaError_t launch_mma_c(const fa_dec_params *p, cudaStream_t st) {
+    if (p->cluster) return p->plain ? launch_mma_t<T, true, true>(p, st) : launch_mma_t<T, true, false>(p, st);
+    return p->plain ? launch_mma_t<T, false, true>(p, st) : launch_mma_t<T, false, false>(p, st);
+}
+
 extern "C" cudaError_t fa_dec_attend_launch(const fa_dec_params *p, int dtype, cudaStream_t st) {
-    if (p->cluster) return dtype == 1 ? launch_mma_t<__half, true>(p, st) : launch_mma_t<__nv_bfloat16, true>(p, st);
-    return dtype == 1 ? launch_mma_t<__half, false>(p, st) : launch_mma_t<__nv_bfloat16, false>(p, st);
+    return dtype == 1 ? launch_mma_c<__half>(p, st) : launch_mma_c<__nv_bfloat16>(p, st);
 }
 
 extern "C" int fa_dec_active_clusters(const fa_dec_params *p, int dtype) {

@@ -230,6 +230,13 @@ AI vf sum_lanes(const vf *x) {
  * offset back to back fall on one DRAM bank wherever the two tensors lie a power of two apart (Zen 4, 2 threads,
  * batch 4, a 32k cache in one allocation: 1.13-1.32x), and QKᵀ without prefetches left the memory idle for part of
  * the chunk. Else head hh's K and V rows over its own PV loop. */
+/* Most of the next chunk's K lines a QKᵀ step prefetches; the rest go over the PV steps, before V's. MHA has a
+ * quarter of GQA 32/8's QKᵀ steps, so its K lines came 64 a step on AVX-512, a burst that held up the demand loads
+ * (Zen 5, 2 threads, 32k cache, MHA bf16 and f16, batch 1 and 4, 8 rounds: 0.81-0.91 -> 0.86-0.96 of memcpy;
+ * GQA 32/8 takes 16 a step either way). A build option for measuring others. */
+#ifndef FA_DEC_QK_PF_MAX
+#define FA_DEC_QK_PF_MAX 16
+#endif
 #ifndef FA_DEC_PF_LOCALITY /* of the PV steps' lines: prefetcht0 on AVX2 (Zen 3: GQA 32/8 bf16 6.1 -> 8.3 GB/s
                               * over prefetcht1), t1 else; the QKᵀ steps' go to L2 (t1) */
 #define FA_DEC_PF_LOCALITY (VW == 8 ? 3 : 2)
@@ -505,14 +512,16 @@ AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, co
     const int whole = a->nh > 1 && a->k_sh == row_bytes && a->v_sh == row_bytes;
     const int bytes = whole ? row_bytes * a->nh : row_bytes, steps = whole ? sites * a->nh : sites;
     const int lines = nn * ((bytes + 63) / 64); /* of K, and as many of V */
-    pf_run runs[2 * FA_DEC_BC];
-    const int nk = pf_runs(kn, nn, bytes, runs);
-    pf_rows pf = {runs, nk + pf_runs(vn, nn, bytes, runs + nk), nk, ((whole ? 1 : 2) * lines + steps - 1) / steps,
-                  0, NULL, NULL, 0, 0};
-    pf_start(&pf, a, 0);
     /* QKᵀ steps of all heads: a group of NR rows takes FA_DEC_BC / (VW / NR) steps, so R rows FA_DEC_BC · R / VW */
     const int qsteps = a->nh * R * (FA_DEC_BC / VW);
-    const int qc = whole ? (lines + qsteps - 1) / qsteps : 0;
+    int qc = whole ? (lines + qsteps - 1) / qsteps : 0;
+    if (qc > FA_DEC_QK_PF_MAX) qc = FA_DEC_QK_PF_MAX;
+    const int left = whole && lines > qc * qsteps ? lines - qc * qsteps : 0; /* K's lines the QKᵀ steps leave */
+    pf_run runs[2 * FA_DEC_BC];
+    const int nk = pf_runs(kn, nn, bytes, runs);
+    pf_rows pf = {runs, nk + pf_runs(vn, nn, bytes, runs + nk), nk, ((whole ? 1 : 2) * lines + left + steps - 1) / steps,
+                  0, NULL, NULL, 0, 0};
+    pf_start(&pf, a, 0);
     for (int hh = 0; hh < a->nh; hh++) {
         for (int r = 0; r < R;) {
             if (R - r >= 4) qk(a, kr, hh, r, 4, MODE, tmp, &pf, qc), r += 4;

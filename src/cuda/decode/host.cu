@@ -167,8 +167,10 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
     /* no rotary q, no softcap and a tile's keys in one page: the kernel instance without the code of those
      * (instruction fetch is a third of a short call's stalls) */
     plan->aux[FA_KV_AUX_PLAIN] = !p->rot_cos && !(p->softcap > 0) && (!p->paged || p->page_size % FA_DEC_KEYS == 0);
-    static const char *const kn[3] = {"cuda.decode.mma.d64", "cuda.decode.mma.d128", "cuda.decode.mma.d256"};
-    plan->kernel = kn[p->d == 64 ? 0 : p->d == 128 ? 1 : 2];
+    static const char *const kn[2][3] = {{"cuda.decode.mma.d64", "cuda.decode.mma.d128", "cuda.decode.mma.d256"},
+                                         {"cuda.decode.mma.plain.d64", "cuda.decode.mma.plain.d128",
+                                          "cuda.decode.mma.plain.d256"}};
+    plan->kernel = kn[plan->aux[FA_KV_AUX_PLAIN]][p->d == 64 ? 0 : p->d == 128 ? 1 : 2];
     plan->block_q = rpc;
     plan->block_k = FA_DEC_KEYS;
     plan->threads = 32 * warps;

@@ -28,6 +28,7 @@ extern "C" {
 /* contiguous: keys per split up to which 8 warps beat 4 where the grid holds at most one CTA per SM (GQA 32/8: batch
  * 1 with 8k keys, 512 a split, 1.06x; batch 4 with 8k, 2048 a split, 1.01x; 4096-65536 keys a split 0.99-1.00x) */
 #define WARP8_CONTIG_KEYS 2048
+#define LONG_KEYS 32768 /* contiguous: capacity from which a long call's CTAs start at thirds (see the plan) */
 #ifndef FA_DEC_FORCE_WARPS
 #define FA_DEC_FORCE_WARPS 0 /* 0: the plan's rule; 4 or 8: every d <= 128 call (a build option for measuring) */
 #endif
@@ -141,6 +142,12 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
                                                  0.97);
             if (np > ns) ns = np;
         }
+        /* Contiguous, more than one wave of two CTAs per SM and long sequences: 3 splits instead of 1. One split
+         * starts every CTA of a wave at key 0 of its sequence, 2 or 4 splits at offsets a power of two apart, and
+         * sequences of a power-of-two capacity then meet in the same DRAM channels (the likely cause); thirds do
+         * not (forced counts, bf16, GQA 8/8 and 32/8, 3 rounds: batch 64 with 32k / 64k keys 3 splits
+         * 1.013-1.019x one split, 2 and 4 splits 0.990-1.000x; batch 16-64 with 8k keys and batch 16 none faster) */
+        if (!p->paged && p->d <= 128 && ns == 1 && items > 2 * (int64_t)sms && p->capacity >= LONG_KEYS) ns = 3;
     }
     if (ns < 1) ns = 1;
     plan->aux[FA_KV_AUX_SPLITS] = ns;

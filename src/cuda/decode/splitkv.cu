@@ -59,8 +59,10 @@ __device__ __forceinline__ void merge_state8(float &m, float &l, float *o, float
     m = mn;
 }
 
-/* 8 warps ask for one CTA per SM (else ptxas caps them at 128 registers and d = 64 spills); 4 leave ptxas free.
- * PLAIN (p.plain): built without the code of rotary q, softcap and tiles that span pages. */
+/* 8 warps ask for one CTA per SM (else ptxas caps them at 128 registers and d = 64 spills); 4 leave ptxas free: it
+ * then spills 4-48 bytes in three 4-warp instances, and asking for two CTAs per SM (no spills, more registers) read
+ * 0.975-0.99x at batch 1 and 4 with 1k keys. PLAIN (p.plain): built without the code of rotary q, softcap and tiles
+ * that span pages. */
 template <int D, int NW, typename T, bool CL, bool PLAIN>
 __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_dec_params p) {
     constexpr int CH = D / 8, NT = NW * 32; /* 16-byte chunks per row; threads */
@@ -99,6 +101,8 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
                   lv = (int64_t)hk * p.v_sh + (int64_t)(lane / CH) * p.v_ss + (lane % CH) * 8;
     const int64_t stk = (int64_t)RP * p.k_ss, stv = (int64_t)RP * p.v_ss;
     const uint32_t ring_a = fa_smem_addr(ring);
+    constexpr uint32_t TILE_B = DEC_KT * D * 2; /* bytes of a K or V tile; a stage holds K's, then V's */
+    auto stage = [&](int it) { return ring_a + (it % DEC_NST) * 2 * TILE_B; }; /* the stage of the it-th tile */
     /* pages of a multiple of 16 keys hold a whole tile: its page and first row, once per tile */
     const bool tile_rows = PLAIN || !p.paged || p.page_size % DEC_KT == 0;
     auto load = [&](int it) { /* this warp's it-th tile into stage it % NST; every lane commits one group */
@@ -108,7 +112,7 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
                 pg_cur = pg_nxt, ip_cur = ip_nxt;
                 lookup(it + 2);
             }
-            const uint32_t sk = ring_a + (it % DEC_NST) * 2 * DEC_KT * D * 2, sv = sk + DEC_KT * D * 2;
+            const uint32_t sk = stage(it), sv = sk + TILE_B;
             if (base + DEC_KT > fresh) fa_dec_wait_first(p);
             if (tile_rows) {
                 int64_t tk, tv; /* the tile's first key */
@@ -248,13 +252,13 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
         if (spec && it < DEC_NST - 1) { /* a speculated tile past the end: V's rows there zeroed (0 · NaN is NaN) */
             const int z0 = khi - key0(it);
             if (z0 < DEC_KT) {
-                const uint32_t sv = ring_a + (it % DEC_NST) * 2 * DEC_KT * D * 2 + DEC_KT * D * 2;
+                const uint32_t sv = stage(it) + TILE_B;
                 for (int c = lane; c < (DEC_KT - z0) * CH; c += 32) fa_st_shared_zero16(sv + swz<D>(z0 + c / CH, c % CH));
                 __syncwarp();
             }
         }
         load(it + DEC_NST - 1);
-        const uint32_t ka = fa_opaque(ring_a + (it % DEC_NST) * 2 * DEC_KT * D * 2), va = ka + DEC_KT * D * 2;
+        const uint32_t ka = fa_opaque(stage(it)), va = ka + TILE_B;
         /* S = Q Kᵀ: 16 rows x 16 keys, two n-tiles of 8 keys; even and odd k-steps in separate accumulators (two
          * chains of dependent products instead of one) */
         float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};

@@ -22,9 +22,10 @@ extern "C" {
  * split, 0.96-0.98x) */
 #define WARP8_SPLIT_KEYS 512
 /* paged: keys per split from which one 8-warp CTA per SM beats two 4-warp CTAs per SM (pages of 16 / 256, GQA
- * 32/8: batch 1 with 64k keys 1.06 / 1.04x, batch 16 with 8k 1.02 / 1.03x, batch 4 with 64k 0.99 / 1.01x; batch
- * 4 with 8k, 2048 keys a split, 0.97 / 1.00x) */
-#define WARP8_ONLY_KEYS 4096
+ * 32/8: batch 1 with 64k keys 1.06 / 1.04x, batch 16 with 8k 1.02 / 1.03x, batch 4 with 64k 0.99 / 1.01x; at 2048
+ * keys a split, GQA 8/8 and 32/8: batch 1 with 32k keys 1.04-1.08 / 1.02-1.08x, batch 2 / 16k 1.02-1.03 /
+ * 1.01-1.05x, batch 4 / 8k 1.01-1.02 / 1.00-1.03x, batch 8 / 4k 1.05 / 1.04x, batch 16 / 2k 1.07 / 1.08x) */
+#define WARP8_ONLY_KEYS 2048
 /* contiguous: keys per split up to which 8 warps beat 4 where the grid holds at most one CTA per SM (GQA 32/8: batch
  * 1 with 8k keys, 512 a split, 1.06x; batch 4 with 8k, 2048 a split, 1.01x; 4096-65536 keys a split 0.99-1.00x) */
 #define WARP8_CONTIG_KEYS 2048

@@ -70,6 +70,8 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     T *sq = (T *)smem;
     const int s = blockIdx.x, hk = blockIdx.y / p.row_tiles, tile = blockIdx.y % p.row_tiles, b = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+    FA_DEC_STAMP(FA_DEC_ST_START);
+    FA_DEC_STAMP(FA_DEC_ST_SM);
     /* The first split's first tiles are keys 0, 16, ... whatever the sequence's length, where no append, window or
      * batch_idx moves them: their copies (and a paged cache's block-table entries) go out before the length comes
      * back, as if the sequence filled the cache, and the rows past its end are zeroed once they land. */
@@ -246,9 +248,11 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     /* a tile of at most 8 rows (GQA group x new rows <= 8) leaves rows 8-15 of the products unused: their softmax
      * is skipped (their P and O rows are garbage, never read) */
     const bool rows_hi = R > 8;
+    FA_DEC_STAMP(FA_DEC_ST_Q);
     for (int it = 0; it < mine; it++) {
         fa_cp_async_wait<DEC_NST - 2>();
         __syncwarp();
+        if (it == 0) FA_DEC_STAMP(FA_DEC_ST_TILE0);
         if (spec && it < DEC_NST - 1) { /* a speculated tile past the end: V's rows there zeroed (0 · NaN is NaN) */
             const int z0 = khi - key0(it);
             if (z0 < DEC_KT) {
@@ -337,6 +341,7 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
         __syncwarp();
     }
     fa_cp_async_wait<0>();
+    FA_DEC_STAMP(FA_DEC_ST_LOOP);
     l[0] = fa_quad_sum(l[0]), l[1] = fa_quad_sum(l[1]);
 
     /* the warps' states through shared memory (the ring is free once every warp is done) */
@@ -428,11 +433,16 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
             else if (p.lse) p.lse[rr] = (float)lse;
         }
     }
+    FA_DEC_STAMP(FA_DEC_ST_STATE);
     if (CL) { /* the splits of this row tile are one cluster: merge through distributed shared memory */
         fa_dec_cluster_merge<D, T, NW * 32>(p, cl_o, cl_lse, b, hk, r0, R);
+        FA_DEC_STAMP(FA_DEC_ST_EXIT);
         return;
     }
-    if (ns == 1) return;
+    if (ns == 1) {
+        FA_DEC_STAMP(FA_DEC_ST_EXIT);
+        return;
+    }
     /* the last CTA of this row tile to finish merges the splits (the counter is zero between calls) */
     __shared__ int s_last;
     __threadfence();
@@ -444,9 +454,14 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
         if (s_last) *cnt = 0; /* every split has counted: zero again for the next call */
     }
     __syncthreads();
-    if (!s_last) return;
+    FA_DEC_STAMP(FA_DEC_ST_COUNTED);
+    if (!s_last) {
+        FA_DEC_STAMP(FA_DEC_ST_EXIT);
+        return;
+    }
     __threadfence();
     fa_dec_merge_tile<D, T, NW * 32>(p, smem + dec_mma_smem<D, NW>::q, dec_mma_smem<D, NW>::ring, b, hk, r0, R, ns);
+    FA_DEC_STAMP(FA_DEC_ST_EXIT);
 }
 
 /* The launch configuration of a call (cluster: the splits of a row tile are one cluster of nsplit CTAs). */
@@ -517,7 +532,11 @@ template <typename T> static cudaError_t launch_mma_c(const fa_dec_params *p, cu
 }
 
 extern "C" cudaError_t fa_dec_attend_launch(const fa_dec_params *p, int dtype, cudaStream_t st) {
-    return dtype == 1 ? launch_mma_c<__half>(p, st) : launch_mma_c<__nv_bfloat16>(p, st);
+    const cudaError_t e = dtype == 1 ? launch_mma_c<__half>(p, st) : launch_mma_c<__nv_bfloat16>(p, st);
+#ifdef FA_DEC_STAMPS
+    if (e == cudaSuccess) fa_dec_stamps_dump(p, st);
+#endif
+    return e;
 }
 
 extern "C" int fa_dec_active_clusters(const fa_dec_params *p, int dtype) {

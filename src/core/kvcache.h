@@ -68,9 +68,16 @@ typedef struct fa_merge_problem {
 } fa_merge_problem;
 
 /* ---- Backends ----
- * kv_plan fills plan (kernel name, splits in aux[FA_KV_AUX_SPLITS], split size in keys in aux[FA_KV_AUX_CHUNK],
- * workspace, modelled traffic); kv_run executes it. merge runs fa_merge_states. */
-enum { FA_KV_AUX_SPLITS = 0, FA_KV_AUX_CHUNK = 1, FA_KV_AUX_FIXED = 2, FA_KV_AUX_CLUSTER = 3, FA_KV_AUX_PLAIN = 4 };
+ * kv_plan fills plan (kernel name, the choices below in aux[], workspace, modelled traffic); kv_run executes it.
+ * merge runs fa_merge_states. Entries from 3 on are a backend's own (the CPU keeps its heads per work item in
+ * aux[3]). */
+enum {
+    FA_KV_AUX_SPLITS = 0,  /* splits of the grid */
+    FA_KV_AUX_CHUNK = 1,   /* keys per split in the fixed-split mode */
+    FA_KV_AUX_FIXED = 2,   /* the fixed-split mode (split_size) */
+    FA_KV_AUX_CLUSTER = 3, /* CUDA: the splits of a row tile merge in a thread-block cluster */
+    FA_KV_AUX_PLAIN = 4    /* CUDA: the kernel instance without rotary q, softcap and tiles that span pages */
+};
 
 fa_status fa_cpu_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan *plan, char *why, size_t why_len);
 fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *plan, fa_stats *st);

@@ -72,6 +72,7 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
     FA_DEC_STAMP(FA_DEC_ST_START);
     FA_DEC_STAMP(FA_DEC_ST_SM);
+    FA_DEC_STAMP_AT_EXIT();
     /* The first split's first tiles are keys 0, 16, ... whatever the sequence's length, where no append, window or
      * batch_idx moves them: their copies (and a paged cache's block-table entries) go out before the length comes
      * back, as if the sequence filled the cache, and the rows past its end are zeroed once they land. */
@@ -436,13 +437,9 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     FA_DEC_STAMP(FA_DEC_ST_STATE);
     if (CL) { /* the splits of this row tile are one cluster: merge through distributed shared memory */
         fa_dec_cluster_merge<D, T, NW * 32>(p, cl_o, cl_lse, b, hk, r0, R);
-        FA_DEC_STAMP(FA_DEC_ST_EXIT);
         return;
     }
-    if (ns == 1) {
-        FA_DEC_STAMP(FA_DEC_ST_EXIT);
-        return;
-    }
+    if (ns == 1) return;
     /* the last CTA of this row tile to finish merges the splits (the counter is zero between calls) */
     __shared__ int s_last;
     __threadfence();
@@ -455,13 +452,9 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     }
     __syncthreads();
     FA_DEC_STAMP(FA_DEC_ST_COUNTED);
-    if (!s_last) {
-        FA_DEC_STAMP(FA_DEC_ST_EXIT);
-        return;
-    }
+    if (!s_last) return;
     __threadfence();
     fa_dec_merge_tile<D, T, NW * 32>(p, smem + dec_mma_smem<D, NW>::q, dec_mma_smem<D, NW>::ring, b, hk, r0, R, ns);
-    FA_DEC_STAMP(FA_DEC_ST_EXIT);
 }
 
 /* The launch configuration of a call (cluster: the splits of a row tile are one cluster of nsplit CTAs). */

@@ -42,6 +42,11 @@ __device__ __forceinline__ void fa_dec_stamp(int i) {
     fa_dec_stamps[c][i] = t;
 }
 #define FA_DEC_STAMP(i) fa_dec_stamp(i)
+/* FA_DEC_ST_EXIT at every return of the kernel: a local whose destructor stamps it */
+struct fa_dec_exit_stamp {
+    __device__ ~fa_dec_exit_stamp() { fa_dec_stamp(FA_DEC_ST_EXIT); }
+};
+#define FA_DEC_STAMP_AT_EXIT() const fa_dec_exit_stamp fa_dec_exit_stamp_
 
 /* After a launch: the stamps of its CTAs appended to $FA_DEC_STAMPS_FILE, a header line first. */
 static void fa_dec_stamps_dump(const fa_dec_params *p, cudaStream_t st) {
@@ -66,5 +71,6 @@ static void fa_dec_stamps_dump(const fa_dec_params *p, cudaStream_t st) {
 }
 #else
 #define FA_DEC_STAMP(i) ((void)0)
+#define FA_DEC_STAMP_AT_EXIT() ((void)0)
 #endif
 #endif

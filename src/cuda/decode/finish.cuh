@@ -19,6 +19,13 @@ __device__ __forceinline__ void fa_dec_wait_first(const fa_dec_params &p) {
     if (p.after_first) asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
+/* *cnt += 1 with release and acquire semantics at GPU scope; the value before. */
+__device__ __forceinline__ int fa_dec_count_acq_rel(int *cnt) {
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n" : "=r"(old) : "l"(cnt) : "memory");
+    return old;
+}
+
 /* Does a row's fp32 state stand? (Rows that see keys:) its max m finite with |m| ≤ LOGIT_MAX (log2 units),
  * 0 < ℓ < ∞ and O finite — the CPU's rule. Otherwise a NaN/inf input, q·k or scale beyond fp32, or a 0·inf of a
  * masked key reached it, and the row is recomputed in float64. */
@@ -100,11 +107,12 @@ __device__ __forceinline__ float fa_dec_merged_lse(bool nan, float M, float sum)
     return nan ? NAN : M == -INFINITY ? -INFINITY : M + logf(sum);
 }
 
-/* The last CTA of a row tile merges the splits' partials by their LSEs: w_s = e^(lse_s − M) / Σ e^(lse − M). A row
- * whose splits are all empty gives 0 / −inf; a NaN LSE makes the row NaN. The partials (L2-resident: other SMs
- * wrote them) come into shared memory by cp.async, as many splits at once as it holds, so the merge costs about
- * one L2 round trip per chunk instead of one per split; the first 128 weights stay in shared memory. With fewer
- * than 128 float4 columns in the tile, groups of threads take every sg-th split and add up at the end. */
+/* The last CTA of a row tile merges more than FA_DEC_CLUSTER_MAX splits' partials by their LSEs (fewer:
+ * fa_dec_merge_regs): w_s = e^(lse_s − M) / Σ e^(lse − M). A row whose splits are all empty gives 0 / −inf; a NaN
+ * LSE makes the row NaN. The partials (L2-resident: other SMs wrote them) come into shared memory by cp.async, as
+ * many splits at once as it holds, so the merge costs about one L2 round trip per chunk instead of one per split;
+ * the first 128 weights stay in shared memory. With fewer than 128 float4 columns in the tile, groups of threads
+ * take every sg-th split and add up at the end. */
 template <int D, typename T, int NT>
 __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, int smem_bytes, int b, int hk, int r0,
                                   int R, int ns) {
@@ -202,11 +210,71 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
     }
 }
 
+/* The merge of up to FA_DEC_CLUSTER_MAX states of one float4 column (LSE x[j], normalised O ov[j], j < n): the
+ * merged column scaled for out, and the merged LSE. NaN in any LSE makes the row NaN; a state of LSE −inf, or of
+ * weight 0, adds nothing (its O may be 0 or inf). The one rule of the cluster and the register merges. */
+__device__ __forceinline__ float4 fa_dec_merge_column(const float (&x)[FA_DEC_CLUSTER_MAX],
+                                                      const float4 (&ov)[FA_DEC_CLUSTER_MAX], int n, float *lse) {
+    float M = -INFINITY;
+    bool nan = false;
+#pragma unroll
+    for (int j = 0; j < FA_DEC_CLUSTER_MAX; j++)
+        if (j < n) nan |= isnan(x[j]), M = fmaxf(M, x[j]);
+    float sum = 0.f;
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int j = 0; j < FA_DEC_CLUSTER_MAX; j++) {
+        if (j >= n || M == -INFINITY || x[j] == -INFINITY) continue;
+        const float e = expf(x[j] - M);
+        if (e == 0.f) continue;
+        sum += e, a.x += e * ov[j].x, a.y += e * ov[j].y, a.z += e * ov[j].z, a.w += e * ov[j].w;
+    }
+    const float inv = fa_dec_merged_inv(nan, M, sum);
+    *lse = fa_dec_merged_lse(nan, M, sum);
+    return make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv);
+}
+
+/* Column c4 (4 values) of query row r of the tile written to out, and its LSE by the thread of column 0. */
+template <int D, typename T>
+__device__ __forceinline__ void fa_dec_put_column(const fa_dec_params &p, int b, int hk, int r0, int r, int c4,
+                                                  float4 v, float lse) {
+    const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
+    uint2 u;
+    u.x = fa_pack2<T>(v.x, v.y), u.y = fa_pack2<T>(v.z, v.w);
+    *(uint2 *)((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c4 * 4) = u;
+    if (p.lse && c4 == 0) p.lse[((int64_t)b * p.hq + hq) * p.sq + i] = lse;
+}
+
+/* The last CTA's merge of at most FA_DEC_CLUSTER_MAX splits through registers: each thread loads every split's LSE
+ * and float4 of its columns at once (one L2 round trip; the partials lie in the L2, written by other SMs) and
+ * weighs them itself — no shared memory, no barrier, a short chain of instructions: at batch 1 the merge is the
+ * call's tail, run by one CTA per row tile while the other SMs idle. */
+template <int D, typename T, int NT>
+__device__ void fa_dec_merge_regs(const fa_dec_params &p, int b, int hk, int r0, int R, int ns) {
+    constexpr int C4 = D / 4;
+#pragma unroll 1
+    for (int u = threadIdx.x; u < R * C4; u += NT) {
+        const int r = u / C4, c4 = u % C4, gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
+        const int64_t pr = (((int64_t)b * p.hq + hq) * p.sq + i) * p.nsplit;
+        float x[FA_DEC_CLUSTER_MAX];
+        float4 ov[FA_DEC_CLUSTER_MAX];
+#pragma unroll
+        for (int j = 0; j < FA_DEC_CLUSTER_MAX; j++)
+            if (j < ns) {
+                x[j] = __ldcg(p.part_lse + pr + j);
+                ov[j] = __ldcg((const float4 *)(p.part_o + (pr + j) * D) + c4);
+            }
+        float lse;
+        const float4 v = fa_dec_merge_column(x, ov, ns, &lse);
+        if (u == 0) FA_DEC_STAMP(FA_DEC_ST_LSE), FA_DEC_STAMP(FA_DEC_ST_PARTS);
+        fa_dec_put_column<D, T>(p, b, hk, r0, r, c4, v, lse);
+    }
+}
+
 /* The merge of a cluster's splits (one cluster per row tile, CTA rank = split): every CTA's normalised O [16][D]
  * and LSE [16] (natural log) lie in its shared memory; after a cluster barrier each CTA merges a share of the tile's
  * float4 columns, reading the others' states through distributed shared memory, and a second barrier keeps those
- * states alive until every CTA has read them. The same weights as fa_dec_merge_tile: NaN in any LSE makes the row
- * NaN, a split of LSE −inf adds nothing. */
+ * states alive until every CTA has read them. */
 template <int D, typename T, int NT>
 __device__ void fa_dec_cluster_merge(const fa_dec_params &p, const float *o_s, const float *lse_s, int b, int hk,
                                      int r0, int R) {
@@ -226,27 +294,9 @@ __device__ void fa_dec_cluster_merge(const fa_dec_params &p, const float *o_s, c
                 x[j] = cl.map_shared_rank(lse_s, j)[r];
                 ov[j] = *(const float4 *)(cl.map_shared_rank(o_s, j) + r * D + c4 * 4);
             }
-        float M = -INFINITY;
-        bool nan = false;
-#pragma unroll
-        for (int j = 0; j < FA_DEC_CLUSTER_MAX; j++)
-            if (j < nb) nan |= isnan(x[j]), M = fmaxf(M, x[j]);
-        float sum = 0.f;
-        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-        for (int j = 0; j < FA_DEC_CLUSTER_MAX; j++) {
-            if (j >= nb || M == -INFINITY || x[j] == -INFINITY) continue;
-            const float e = expf(x[j] - M);
-            if (e == 0.f) continue; /* weight 0 adds nothing (its state may be 0 / inf) */
-            sum += e, a.x += e * ov[j].x, a.y += e * ov[j].y, a.z += e * ov[j].z, a.w += e * ov[j].w;
-        }
-        const float inv = fa_dec_merged_inv(nan, M, sum);
-        const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
-        uint2 v;
-        v.x = fa_pack2<T>(a.x * inv, a.y * inv), v.y = fa_pack2<T>(a.z * inv, a.w * inv);
-        *(uint2 *)((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c4 * 4) = v;
-        if (p.lse && c4 == 0)
-            p.lse[((int64_t)b * p.hq + hq) * p.sq + i] = fa_dec_merged_lse(nan, M, sum);
+        float lse;
+        const float4 v = fa_dec_merge_column(x, ov, nb, &lse);
+        fa_dec_put_column<D, T>(p, b, hk, r0, r, c4, v, lse);
     }
     cl.sync(); /* the states stay until every CTA has read them */
 }

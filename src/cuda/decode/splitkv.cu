@@ -8,8 +8,8 @@
  * operand); the warps' states merge in shared memory. Keys outside a row's visible range are masked; keys outside
  * every row's range are zero-filled, never read. The loop is kept short, since at batch 1 two warps per scheduler
  * are bound by instruction latency before HBM is: copy offsets fixed per CTA, Q in registers (d ≤ 128), no mask on
- * tiles every row sees in full, and O rescaled only when a row's max moved; the first split's first copies go out
- * before the sequence's length comes back (they do not depend on it). Each row's state is held to the
+ * tiles every row sees in full, and O rescaled only when a row's max moved; Q's rows and the first split's first
+ * copies go out before the sequence's length comes back (they do not depend on it). Each row's state is held to the
  * numerics contract (a row that fails it is recomputed in float64). One split writes out and LSE; several write
  * fp32 partials, and the last CTA of the row tile merges them (finish.cuh) and zeroes the tile's counter for the
  * next call. docs/decoding.md. */
@@ -59,12 +59,13 @@ __device__ __forceinline__ void merge_state8(float &m, float &l, float *o, float
     m = mn;
 }
 
-/* 8 warps ask for one CTA per SM (else ptxas caps them at 128 registers and d = 64 spills); 4 leave ptxas free: it
- * then spills 4-48 bytes in three 4-warp instances, and asking for two CTAs per SM (no spills, more registers) read
- * 0.975-0.99x at batch 1 and 4 with 1k keys. PLAIN (p.plain): built without the code of rotary q, softcap and tiles
- * that span pages. */
+/* Registers: 8 warps ask for one CTA per SM (else ptxas caps them at 128 registers and d = 64 spills); 4 warps
+ * outside a cluster ask for two (left free, ptxas kept them at 168 registers and spilled in the key loop once the
+ * register merge was added; asking for two: batch 16-64 with 1k keys 1.01-1.02x, no spills). Cluster CTAs, one per
+ * SM by their shared memory, are left free (asking for two read 0.97-0.98x at batch 1 with 1k keys). PLAIN
+ * (p.plain): built without the code of rotary q, softcap and tiles that span pages. */
 template <int D, int NW, typename T, bool CL, bool PLAIN>
-__global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_dec_params p) {
+__global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma_kernel(const fa_dec_params p) {
     constexpr int CH = D / 8, NT = NW * 32; /* 16-byte chunks per row; threads */
     extern __shared__ __align__(128) unsigned char smem[];
     T *sq = (T *)smem;
@@ -77,6 +78,20 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
      * batch_idx moves them: their copies (and a paged cache's block-table entries) go out before the length comes
      * back, as if the sequence filled the cache, and the rows past its end are zeroed once they land. */
     const bool spec = FA_DEC_SPECULATE && s == 0 && !p.append && !p.batch_idx && p.wl < 0;
+    /* Q's rows first, by cp.async into the Q tile as the first group (zero beyond R): they do not depend on the
+     * length, and the first tiles' copies go out behind them, not before (a CTA's copies ahead of its Q delayed
+     * Q by the time they took). With rotary the first kernel writes q: it is read after that kernel, below. */
+    const int r0 = tile * 16, R = min(16, p.group * p.sq - r0);
+    const bool qrot = !PLAIN && p.qrot;
+    if (!qrot)
+        for (int c = threadIdx.x; c < 16 * CH; c += NT) {
+            const int r = c / CH, cc = c % CH, gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
+            const bool ok = r < R;
+            fa_cp_async16_at(fa_smem_addr(sq) + swz<D>(r, cc),
+                             ok ? (const void *)((const T *)p.q + b * p.q_sb + i * p.q_ss + hq * p.q_sh + cc * 8) : p.q,
+                             ok ? 16 : 0);
+        }
+    fa_cp_async_commit();
     const int len = p.seqlens[b]; /* its load first: the speculated copies wait for nothing it gives */
     T *ring = (T *)(smem + dec_mma_smem<D, NW>::q) + warp * DEC_NST * 2 * DEC_KT * D;
     const T *kc = (const T *)p.kc, *vc = (const T *)p.vc;
@@ -179,9 +194,11 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     fa_dec_split(p, L, &chunk, &ns);
     /* a split past the sequence's end: done, or (cluster merge) an empty state that takes part in the merge */
     const bool idle = s >= ns;
-    if (!CL && idle) return;
+    if (!CL && idle) {
+        fa_cp_async_wait<0>(); /* Q's copies land before the CTA leaves */
+        return;
+    }
     const int s0 = idle ? L : s * chunk, s1 = idle ? L : min(L, s0 + chunk);
-    const int r0 = tile * 16, R = min(16, p.group * p.sq - r0);
 
     /* each row's visible keys inside the split; this thread's rows g and g + 8; the union over the tile */
     __shared__ int s_lo[16], s_hi[16];
@@ -201,7 +218,6 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     /* the first kernel writes the rotated q (wait for it here) and the appended rows (keys >= fresh: each warp
      * waits before its copies of the tile that reaches them, by then long done) */
     fresh = p.append ? L - p.sq : INT_MAX;
-    const bool qrot = !PLAIN && p.qrot;
     if (qrot) fa_dec_wait_first(p);
     kbase = klo & ~(DEC_KT - 1);
     const int ntiles = khi > klo ? (khi - kbase + DEC_KT - 1) / DEC_KT : 0;
@@ -210,32 +226,28 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-    /* the first tiles' copies go out before Q's load, so the two round trips overlap */
     if (!spec) first_copies();
-    /* Q: 16 rows (zero beyond R) to shared memory in the dtype. With rotary, q is the fp32 rotated q: it goes in as
-     * hi + lo (two tiles of the dtype, S = hi·Kᵀ + lo·Kᵀ), as exact as fp32 for the scores and the LSE */
+    /* With rotary, q is the fp32 rotated q: it goes in as hi + lo (two tiles of the dtype, S = hi·Kᵀ + lo·Kᵀ), as
+     * exact as fp32 for the scores and the LSE, 16 rows, zero beyond R */
     T *sq_lo = sq + 16 * D;
-    for (int c = threadIdx.x; c < 16 * CH; c += NT) {
+    for (int c = threadIdx.x; qrot && c < 16 * CH; c += NT) {
         const int r = c / CH, cc = c % CH;
         uint4 u = make_uint4(0, 0, 0, 0), v = u;
         if (r < R) {
             const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
-            if (qrot) {
-                const float *x = p.qrot + (((int64_t)b * p.sq + i) * p.hq + hq) * D + cc * 8;
-                float hi[8], lo[8];
+            const float *x = p.qrot + (((int64_t)b * p.sq + i) * p.hq + hq) * D + cc * 8;
+            float hi[8], lo[8];
 #pragma unroll
-                for (int e = 0; e < 8; e++) hi[e] = round_to<T>(x[e]), lo[e] = x[e] - hi[e];
-                u.x = fa_pack2<T>(hi[0], hi[1]), u.y = fa_pack2<T>(hi[2], hi[3]);
-                u.z = fa_pack2<T>(hi[4], hi[5]), u.w = fa_pack2<T>(hi[6], hi[7]);
-                v.x = fa_pack2<T>(lo[0], lo[1]), v.y = fa_pack2<T>(lo[2], lo[3]);
-                v.z = fa_pack2<T>(lo[4], lo[5]), v.w = fa_pack2<T>(lo[6], lo[7]);
-            } else {
-                u = *(const uint4 *)((const T *)p.q + b * p.q_sb + i * p.q_ss + hq * p.q_sh + cc * 8);
-            }
+            for (int e = 0; e < 8; e++) hi[e] = round_to<T>(x[e]), lo[e] = x[e] - hi[e];
+            u.x = fa_pack2<T>(hi[0], hi[1]), u.y = fa_pack2<T>(hi[2], hi[3]);
+            u.z = fa_pack2<T>(hi[4], hi[5]), u.w = fa_pack2<T>(hi[6], hi[7]);
+            v.x = fa_pack2<T>(lo[0], lo[1]), v.y = fa_pack2<T>(lo[2], lo[3]);
+            v.z = fa_pack2<T>(lo[4], lo[5]), v.w = fa_pack2<T>(lo[6], lo[7]);
         }
         *(uint4 *)((unsigned char *)sq + swz<D>(r, cc)) = u;
-        if (qrot) *(uint4 *)((unsigned char *)sq_lo + swz<D>(r, cc)) = v;
+        *(uint4 *)((unsigned char *)sq_lo + swz<D>(r, cc)) = v;
     }
+    fa_cp_async_wait<DEC_NST - 1>(); /* Q's group: the first of 1 + (NST - 1) */
     __syncthreads();
 
     const uint32_t qa = fa_smem_addr(sq);
@@ -440,21 +452,23 @@ __global__ void __launch_bounds__(NW * 32, NW / 8) splitkv_mma_kernel(const fa_d
         return;
     }
     if (ns == 1) return;
-    /* the last CTA of this row tile to finish merges the splits (the counter is zero between calls) */
+    /* the last CTA of this row tile to finish merges the splits (the counter is zero between calls). One thread
+     * counts with release and acquire semantics at GPU scope, between two barriers: the barrier before orders the
+     * CTA's partials before its release, the one after orders the last CTA's reads of the others' partials after
+     * its acquire — no fence by every thread */
     __shared__ int s_last;
-    __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
         fa_dec_wait_first(p);
         int *const cnt = p.arrived + (int64_t)b * gridDim.y + blockIdx.y;
-        s_last = atomicAdd(cnt, 1) == ns - 1;
+        s_last = fa_dec_count_acq_rel(cnt) == ns - 1;
         if (s_last) *cnt = 0; /* every split has counted: zero again for the next call */
     }
     __syncthreads();
     FA_DEC_STAMP(FA_DEC_ST_COUNTED);
     if (!s_last) return;
-    __threadfence();
-    fa_dec_merge_tile<D, T, NW * 32>(p, smem + dec_mma_smem<D, NW>::q, dec_mma_smem<D, NW>::ring, b, hk, r0, R, ns);
+    if (ns <= FA_DEC_CLUSTER_MAX) fa_dec_merge_regs<D, T, NW * 32>(p, b, hk, r0, R, ns);
+    else fa_dec_merge_tile<D, T, NW * 32>(p, smem + dec_mma_smem<D, NW>::q, dec_mma_smem<D, NW>::ring, b, hk, r0, R, ns);
 }
 
 /* The launch configuration of a call (cluster: the splits of a row tile are one cluster of nsplit CTAs). */

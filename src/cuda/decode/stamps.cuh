@@ -16,8 +16,8 @@ enum {
     FA_DEC_ST_STATE,   /* the CTA's state written (out, the partial, or the cluster's copy) */
     FA_DEC_ST_EXIT,    /* the CTA's last instruction */
     FA_DEC_ST_COUNTED, /* global merge: the arrival count back */
-    FA_DEC_ST_LSE,     /* global merge, the last CTA: the splits' LSEs and weights */
-    FA_DEC_ST_PARTS,   /* global merge, the last CTA: the partials in shared memory */
+    FA_DEC_ST_LSE,     /* global merge, the last CTA: the splits' LSEs and weights (register merge: everything in) */
+    FA_DEC_ST_PARTS,   /* global merge, the last CTA: the partials in shared memory (register merge: = LSE) */
     FA_DEC_ST_SM,      /* not a time: the SM the CTA ran on */
     FA_DEC_ST_N
 };

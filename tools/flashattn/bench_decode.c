@@ -17,8 +17,8 @@
 
 typedef struct dec_args {
     int_list dev, batch, cache, page, hq, hk, sq, dtype, splits;
-    int64_t d, threads, reps, warmup, split_size, ragged, append;
-    int csv, flush_read, bhsd;
+    int64_t d, threads, reps, warmup, split_size, ragged, append, warm_table;
+    int csv, flush_read, bhsd, pages_in_order;
 } dec_args;
 
 static void usage(void) {
@@ -40,6 +40,10 @@ static void usage(void) {
            "                          left to write back during the timed call) or by writing it\n"
            "  --layout bshd|bhsd      the cache (and its pages): [.., seq, heads, d] as flash-attn (default) or\n"
            "                          [.., heads, seq, d] as PyTorch's SDPA\n"
+           "  --page-order shuffled|in-order   paged: pages in a shuffled order, as an allocator hands them out\n"
+           "                          (default), or page i of the cache at block-table entry i\n"
+           "  --warm-table 0|1        CUDA: 1 reads the lengths and the block table back into the L2 after each\n"
+           "                          flush (what a paged call's first lookups cost; default 0)\n"
            "  --threads N             CPU threads (default 0 = all)\n"
            "  --reps N --warmup N     (default 20 / 3)\n"
            "  --csv                   CSV rows\n");
@@ -96,6 +100,7 @@ static int parse(int argc, char **argv, dec_args *a) {
     }
         CHOICE("--flush", "write", "read", flush_read)
         CHOICE("--layout", "bshd", "bhsd", bhsd)
+        CHOICE("--page-order", "shuffled", "in-order", pages_in_order)
         if (!strcmp(x, "--csv")) {
             a->csv = 1;
             continue;
@@ -111,6 +116,7 @@ static int parse(int argc, char **argv, dec_args *a) {
         ONE("--split-size", split_size, 0, 1 << 30)
         ONE("--ragged", ragged, 0, 1)
         ONE("--append", append, 0, 1)
+        ONE("--warm-table", warm_table, 0, 1)
         ONE("--threads", threads, 0, 1024)
         ONE("--reps", reps, 1, 100000)
         ONE("--warmup", warmup, 0, 1000)
@@ -201,7 +207,7 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
     if (s->page) { /* pages in a shuffled order, as a paged allocator hands them out */
         bt = malloc(sizeof(int32_t) * (size_t)npages);
         for (int64_t i = 0; i < npages; i++) bt[i] = (int32_t)i;
-        for (int64_t i = npages - 1; i > 0; i--) {
+        for (int64_t i = npages - 1; i > 0 && !s->pages_in_order; i--) {
             int64_t j = rng_int(&rng, 0, (int)i);
             int32_t t = bt[i];
             bt[i] = bt[j], bt[j] = t;
@@ -266,6 +272,10 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
         /* CUDA: the L2 flush is queued and not waited for, so the call is enqueued while it runs (as the PyTorch
          * script does): the time is the GPU's; host_ms gives the enqueueing on its own */
         flush_caches(s, &flush, &sink);
+        if (s->warm_table && flush.ptr) {
+            dev_read(&dl, &sink);
+            if (bt) dev_read(&dbt, &sink);
+        }
         dev_timer_start(tm);
         const double h0 = now_ms();
         st = fa_forward_kvcache(ctx, &opts, &ko, &tq, &cache, s->no_append ? NULL : &tkn, s->no_append ? NULL : &tvn,
@@ -303,15 +313,16 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
 
 void bench_decode_csv_header(FILE *f) {
     fprintf(f, "device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,kv_gbs,memcpy_gbs,"
-               "read_gbs,status,host_ms,append,flush,layout\n");
+               "read_gbs,status,host_ms,append,flush,layout,page_order,warm_table\n");
 }
 
 void bench_decode_csv_row(FILE *f, const dec_shape *s, const dec_result *r) {
-    fprintf(f, "%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%.4f,%.2f,%.2f,%.2f,%s,%.4f,%d,%s,%s\n", fa_backend_name(s->dev),
+    fprintf(f, "%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%.4f,%.2f,%.2f,%.2f,%s,%.4f,%d,%s,%s,%s,%d\n", fa_backend_name(s->dev),
             fa_dtype_name(s->dt), (long long)s->b, (long long)s->cache, (long long)s->page, (long long)s->hq,
             (long long)s->hk, (long long)s->sq, (long long)s->d, (long long)s->ns, r->kernel, r->ms, r->gbs,
             r->memcpy_gbs, r->read_gbs, r->status == FA_OK ? "ok" : fa_status_string(r->status), r->host_ms,
-            !s->no_append, s->dev == FA_BACKEND_CPU ? "-" : s->flush_read ? "read" : "write", s->bhsd ? "bhsd" : "bshd");
+            !s->no_append, s->dev == FA_BACKEND_CPU ? "-" : s->flush_read ? "read" : "write", s->bhsd ? "bhsd" : "bshd",
+            s->pages_in_order ? "in-order" : "shuffled", s->warm_table);
 }
 
 static int run_one(const dec_args *A, const dec_shape *s, fa_context *ctx) {
@@ -369,7 +380,8 @@ int cmd_bench_decode(int argc, char **argv) {
                                                               A.page.v[p], A.hq.v[h], A.hk.v[k], A.sq.v[s],
                                                               A.splits.v[n], A.d, A.split_size, (int)A.ragged,
                                                               (int)A.reps, (int)A.warmup, 1, !A.append,
-                                                              A.flush_read, A.bhsd};
+                                                              A.flush_read, A.bhsd, A.pages_in_order,
+                                                              (int)A.warm_table};
                                         if (sh.sq > sh.cache || sh.hq % sh.hk) continue;
                                         failures += run_one(&A, &sh, ctx) != 0;
                                     }

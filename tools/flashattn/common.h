@@ -64,6 +64,8 @@ typedef struct dec_shape {
     int no_append; /* 1: no k_new / v_new (the cache already holds every key), as PyTorch's SDPA is timed */
     int flush_read; /* CUDA: evict the L2 between calls by reading 256 MB (clean lines; else by writing it) */
     int bhsd;       /* the cache's layout: 0 [.., seq, heads, d] (flash-attn's), 1 [.., heads, seq, d] (PyTorch's) */
+    int pages_in_order; /* paged: block table i -> page i (else a shuffled order, as an allocator hands pages out) */
+    int warm_table;     /* CUDA: the lengths and the block table read back into the L2 after each flush */
 } dec_shape;
 typedef struct dec_result {
     fa_status status;

@@ -42,10 +42,10 @@ void report_measure_decode(report *R, fa_backend dev, dev_data *D) {
     int n = 0;
     for (int b = 0; b < 2; b++)
         for (int ns = 1; ns >= 0; ns--)
-            list[n++] = (dec_shape){dev, FA_DTYPE_BF16, batch[b], cache, 0, hq, hk, 1, ns, 128, 0, 0, reps, 2, 0, 0, 1, 0};
+            list[n++] = (dec_shape){dev, FA_DTYPE_BF16, batch[b], cache, 0, hq, hk, 1, ns, 128, 0, 0, reps, 2, 0, 0, 1, 0, 0, 0};
     for (int p = 0; p < 3; p++)
         list[n++] = (dec_shape){dev, FA_DTYPE_BF16, batch[1], cache, p == 0 ? 0 : p == 1 ? 16 : 256, hq, hk, 1, 0, 128,
-                                0, 1, reps, 2, 0, 0, 1, 0};
+                                0, 1, reps, 2, 0, 0, 1, 0, 0, 0};
     for (int i = 0; i < n; i++) {
         const dec_shape *s = &list[i];
         char what[96];

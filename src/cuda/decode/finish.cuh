@@ -107,6 +107,17 @@ __device__ __forceinline__ float fa_dec_merged_lse(bool nan, float M, float sum)
     return nan ? NAN : M == -INFINITY ? -INFINITY : M + logf(sum);
 }
 
+/* Column c4 (4 values) of query row r of the tile written to out, and its LSE by the thread of column 0. */
+template <int D, typename T>
+__device__ __forceinline__ void fa_dec_put_column(const fa_dec_params &p, int b, int hk, int r0, int r, int c4,
+                                                  float4 v, float lse) {
+    const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
+    uint2 u;
+    u.x = fa_pack2<T>(v.x, v.y), u.y = fa_pack2<T>(v.z, v.w);
+    *(uint2 *)((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c4 * 4) = u;
+    if (p.lse && c4 == 0) p.lse[((int64_t)b * p.hq + hq) * p.sq + i] = lse;
+}
+
 /* The last CTA of a row tile merges more than FA_DEC_CLUSTER_MAX splits' partials by their LSEs (fewer:
  * fa_dec_merge_regs): w_s = e^(lse_s − M) / Σ e^(lse − M). A row whose splits are all empty gives 0 / −inf; a NaN
  * LSE makes the row NaN. The partials (L2-resident: other SMs wrote them) come into shared memory by cp.async, as
@@ -117,7 +128,7 @@ template <int D, typename T, int NT>
 __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, int smem_bytes, int b, int hk, int r0,
                                   int R, int ns) {
     constexpr int C4 = D / 4, UPT = (16 * C4 + NT - 1) / NT, WCH = FA_DEC_MAX_SPLITS;
-    __shared__ float s_M[16], s_inv[16];
+    __shared__ float s_M[16], s_inv[16], s_lse[16];
     __shared__ int64_t s_pr[16]; /* row r's first partial */
     float *w_s = (float *)smem;                                  /* [16][WCH]: weights of splits < WCH */
     float4 *part = (float4 *)(smem + 16 * WCH * sizeof(float));  /* [sg][units] when sg > 1 */
@@ -150,8 +161,7 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
             wr[s] = fa_dec_weight(wr[s], M, inv);
         }
         if (lane == 0) {
-            s_M[r] = M, s_inv[r] = inv, s_pr[r] = rr * p.nsplit;
-            if (p.lse) p.lse[rr] = fa_dec_merged_lse(nan, M, sum);
+            s_M[r] = M, s_inv[r] = inv, s_lse[r] = fa_dec_merged_lse(nan, M, sum), s_pr[r] = rr * p.nsplit;
         }
     }
     const int units = R * C4, sg = units >= NT ? 1 : NT / units;
@@ -203,10 +213,7 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
     for (int k = 0; k < UPT; k++) {
         const int u = threadIdx.x + k * NT;
         if (u >= units || (sg > 1 && k > 0)) continue;
-        const int r = u / C4, c4 = u % C4, gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
-        uint2 v;
-        v.x = fa_pack2<T>(acc[k].x, acc[k].y), v.y = fa_pack2<T>(acc[k].z, acc[k].w);
-        *(uint2 *)((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c4 * 4) = v;
+        fa_dec_put_column<D, T>(p, b, hk, r0, u / C4, u % C4, acc[k], s_lse[u / C4]);
     }
 }
 
@@ -232,17 +239,6 @@ __device__ __forceinline__ float4 fa_dec_merge_column(const float (&x)[FA_DEC_CL
     const float inv = fa_dec_merged_inv(nan, M, sum);
     *lse = fa_dec_merged_lse(nan, M, sum);
     return make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv);
-}
-
-/* Column c4 (4 values) of query row r of the tile written to out, and its LSE by the thread of column 0. */
-template <int D, typename T>
-__device__ __forceinline__ void fa_dec_put_column(const fa_dec_params &p, int b, int hk, int r0, int r, int c4,
-                                                  float4 v, float lse) {
-    const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
-    uint2 u;
-    u.x = fa_pack2<T>(v.x, v.y), u.y = fa_pack2<T>(v.z, v.w);
-    *(uint2 *)((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c4 * 4) = u;
-    if (p.lse && c4 == 0) p.lse[((int64_t)b * p.hq + hq) * p.sq + i] = lse;
 }
 
 /* The last CTA's merge of at most FA_DEC_CLUSTER_MAX splits through registers: each thread loads every split's LSE

@@ -204,7 +204,7 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
     const int64_t pages_per = s->page ? (cap + s->page - 1) / s->page : 0, npages = B * pages_per;
     const int64_t n_cache = s->page ? npages * s->page * s->hk * d : B * cap * s->hk * d;
     int32_t *bt = NULL;
-    if (s->page) { /* pages in a shuffled order, as a paged allocator hands them out */
+    if (s->page) { /* pages in a shuffled order, as a paged allocator hands them out (or in order: --page-order) */
         bt = malloc(sizeof(int32_t) * (size_t)npages);
         for (int64_t i = 0; i < npages; i++) bt[i] = (int32_t)i;
         for (int64_t i = npages - 1; i > 0 && !s->pages_in_order; i--) {

@@ -1,7 +1,9 @@
 /* flashattn bench --mode decode: fa_forward_kvcache timed on a cache larger than the last-level cache (docs/decoding.md).
  * Reports GB/s of K+V read (the keys each sequence has, K and V, every K/V head once), and in the same command the
  * memcpy bandwidth (bytes read + written per second, the STREAM Copy convention) and a read-only pass over a buffer
- * of the cache's size, so the figure has its anchor beside it. Comma lists expand to a Cartesian product. */
+ * of the cache's size, so the figure has its anchor beside it (CPU: one of each after every timed call, medians over
+ * the same reps; their 64 MB or more also leave the LLC cold for the next call). Comma lists expand to a Cartesian
+ * product. */
 #include "common.h"
 
 #include <math.h>
@@ -146,34 +148,57 @@ static uint64_t read_sum(const char *p, size_t n) {
 /* Where thread t's share of n bytes begins (t = threads: n). */
 static size_t share(size_t n, int threads, int t) { return t == threads ? n : n / (size_t)threads * (size_t)t; }
 
-/* memcpy (read + write bytes / s) and a read-only sum over n bytes, median of 5, on the CPU's threads. */
-static void cpu_anchor(size_t n, int threads, double *copy_gbs, double *read_gbs) {
-    char *a = malloc(n), *b = malloc(n);
-    memset(a, 1, n), memset(b, 2, n);
-    double tc[5], tr[5];
-    volatile uint64_t sink = 0;
-    for (int r = 0; r < 5; r++) {
-        double t0 = now_ms();
+/* The CPU anchors: memcpy (read + write bytes / s, between two buffers of n bytes) and a read-only sum over n bytes,
+ * one of each after every timed call, so that the call and its anchors see the same machine (a shared VM's memory
+ * bandwidth moves between runs by up to 2x; anchors measured after all the calls gave ratios of a different state). */
+typedef struct cpu_anchors {
+    char *a, *b;
+    size_t n;
+    int threads;
+    double *tc, *tr; /* per rep, ms */
+    uint64_t sink;
+} cpu_anchors;
+
+static int cpu_anchors_init(cpu_anchors *c, size_t n, int threads, int64_t reps) {
+    memset(c, 0, sizeof *c);
+    c->a = malloc(n), c->b = malloc(n), c->tc = malloc(sizeof(double) * 2 * (size_t)reps);
+    if (!c->a || !c->b || !c->tc) return free(c->a), free(c->b), free(c->tc), memset(c, 0, sizeof *c), 0;
+    c->tr = c->tc + reps, c->n = n, c->threads = threads;
+    memset(c->a, 1, n), memset(c->b, 2, n);
+    return 1;
+}
+
+static void cpu_anchors_rep(cpu_anchors *c, int64_t r) {
+    const size_t n = c->n;
+    const int threads = c->threads;
+    double t0 = now_ms();
 #pragma omp parallel for num_threads(threads) schedule(static)
-        for (int t = 0; t < threads; t++) {
-            const size_t lo = share(n, threads, t), hi = share(n, threads, t + 1);
-            memcpy(b + lo, a + lo, hi - lo);
-        }
-        tc[r] = now_ms() - t0;
-        t0 = now_ms();
-        uint64_t total = 0;
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : total)
-        for (int t = 0; t < threads; t++) {
-            const size_t lo = share(n, threads, t), hi = share(n, threads, t + 1);
-            total += read_sum(a + lo, hi - lo);
-        }
-        tr[r] = now_ms() - t0;
-        sink += total;
+    for (int t = 0; t < threads; t++) {
+        const size_t lo = share(n, threads, t), hi = share(n, threads, t + 1);
+        memcpy(c->b + lo, c->a + lo, hi - lo);
     }
+    c->tc[r] = now_ms() - t0;
+    t0 = now_ms();
+    uint64_t total = 0;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : total)
+    for (int t = 0; t < threads; t++) {
+        const size_t lo = share(n, threads, t), hi = share(n, threads, t + 1);
+        total += read_sum(c->a + lo, hi - lo);
+    }
+    c->tr[r] = now_ms() - t0;
+    c->sink += total;
+}
+
+/* GB/s of the medians; the buffers freed. */
+static void cpu_anchors_done(cpu_anchors *c, int64_t reps, double *copy_gbs, double *read_gbs) {
+    if (c->tc && reps > 0) {
+        *copy_gbs = 2.0 * (double)c->n / (median_of(c->tc, (int)reps) * 1e6);
+        *read_gbs = (double)c->n / (median_of(c->tr, (int)reps) * 1e6);
+    }
+    volatile uint64_t sink = c->sink;
     (void)sink;
-    *copy_gbs = 2.0 * (double)n / (median_of(tc, 5) * 1e6);
-    *read_gbs = (double)n / (median_of(tr, 5) * 1e6);
-    free(a), free(b);
+    free(c->a), free(c->b), free(c->tc);
+    memset(c, 0, sizeof *c);
 }
 
 /* Between timed calls: on CUDA the L2 evicted by writing 256 MB, or by reading it (s->flush_read: no dirty lines
@@ -268,6 +293,9 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
     dev_timer *tm = dev_timer_create(s->dev);
     double *ms = malloc(sizeof(double) * 2 * (size_t)s->reps), *host = ms + s->reps;
     fa_status st = FA_OK;
+    cpu_anchors anc = {0};
+    if (s->anchors && s->dev == FA_BACKEND_CPU)
+        cpu_anchors_init(&anc, (size_t)(kv_bytes > 64e6 ? kv_bytes : 64e6), threads, s->reps);
     for (int64_t r = -s->warmup; r < s->reps && st == FA_OK; r++) {
         /* CUDA: the L2 flush is queued and not waited for, so the call is enqueued while it runs (as the PyTorch
          * script does): the time is the GPU's; host_ms gives the enqueueing on its own */
@@ -282,6 +310,7 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
                                 &to, NULL);
         const double h1 = now_ms(), t = dev_timer_stop(tm);
         if (r >= 0) ms[r] = t, host[r] = h1 - h0;
+        if (r >= 0 && anc.a) cpu_anchors_rep(&anc, r);
     }
     fa_stats stats;
     memset(&stats, 0, sizeof stats);
@@ -289,8 +318,7 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
     const double med = st == FA_OK ? median_of(ms, (int)s->reps) : NAN, gbs = kv_bytes / (med * 1e6);
     const double host_med = st == FA_OK ? median_of(host, (int)s->reps) : NAN; /* the call's own time (on CUDA: enqueueing) */
     double copy = 0, rd = 0;
-    if (s->anchors && s->dev == FA_BACKEND_CPU && st == FA_OK)
-        cpu_anchor((size_t)(kv_bytes > 64e6 ? kv_bytes : 64e6), threads, &copy, &rd);
+    cpu_anchors_done(&anc, st == FA_OK ? s->reps : 0, &copy, &rd);
     if (s->anchors && s->dev == FA_BACKEND_CUDA && st == FA_OK) { /* the cache read once, after the same flush */
         for (int64_t r = 0; r < s->reps; r++) {
             flush_caches(s, &flush, &sink);

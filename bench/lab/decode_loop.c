@@ -3,6 +3,7 @@
  * arithmetic. Prints the median call and the time per K/V head and key (per thread: threads x time / (batch x
  * cache x heads_k)), the figure to set against the FMAs a head and key costs.
  * Usage: decode_loop <bf16|f16|f32> <batch> <cache> <heads_q> <heads_k> <threads> <reps>  (head_dim 128) */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "flashattn.h"
 
 #include <stdint.h>

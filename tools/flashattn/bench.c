@@ -164,8 +164,8 @@ void bench_run_group(fa_context *ctx, const bench_config *c, const fa_algo *algo
     }
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < n_algo; k++) {
-            /* each rep starts one algorithm later: the one that always ran last measured up to 8 % slower (Zen 5,
-             * AVX2 backward at N = 128), a bias of its place in the order, not of the algorithm */
+            /* each rep starts one algorithm later: the one that always runs last can measure slower (up to 8 %),
+             * a bias of its place in the order, not of the algorithm */
             const int a = (k + r) % n_algo;
             if (!live[a]) continue;
             dev_timer_start(tm);

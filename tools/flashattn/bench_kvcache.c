@@ -166,7 +166,7 @@ static size_t share(size_t n, int threads, int t) { return t == threads ? n : n 
 
 /* The CPU anchors: memcpy (read + write bytes / s, between two buffers of n bytes) and a read-only sum over n bytes,
  * one of each after every timed call, so that the call and its anchors see the same machine (a shared VM's memory
- * bandwidth moves between runs by up to 2x; anchors measured after all the calls gave ratios of a different state). */
+ * bandwidth moves between runs by up to 2x). */
 typedef struct cpu_anchors {
     char *a, *b;
     size_t n;

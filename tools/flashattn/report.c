@@ -120,14 +120,7 @@ static void report_io(report *R, io_rows_t *dst, FILE *csv, const char *csvname,
         report_progress(R, what);
         io_row r;
         io_run(ctx, &c, (fa_algo)algos.v[a], &r);
-        if (dst->n == dst->cap) {
-            int cap = dst->cap ? 2 * dst->cap : 32;
-            io_row *v = realloc(dst->v, (size_t)cap * sizeof *v);
-            if (!v) break;
-            dst->v = v;
-            dst->cap = cap;
-        }
-        dst->v[dst->n++] = r;
+        if (io_rows_push(dst, &r)) break;
         if (csv) io_csv_row(csv, &r);
         R->work_done += est / algos.n;
     }

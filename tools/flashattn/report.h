@@ -91,7 +91,8 @@ typedef struct report {
 } report;
 
 /* ---- report_util.c ---- */
-void rows_push(rows_t *r, const bench_row *x);
+void rows_push(rows_t *r, const bench_row *x);            /* dropped when out of memory */
+int io_rows_push(io_rows_t *r, const io_row *x);          /* 0, or -1 when out of memory */
 /* `flashattn bench ARGV` into rows (no CSV, no progress). */
 void report_bench_rows(int argc, char **argv, rows_t *rows);
 /* DIR/name opened for writing with the header of its kind: 0 bench columns, 1 io columns, 2 ncu columns,

@@ -36,15 +36,29 @@ void report_progress(report *R, const char *what) {
 /* ---------------------------------------------------------------------------------------------------------
  * Rows and CSV files
  * ------------------------------------------------------------------------------------------------------- */
+/* v (n elements of `size` bytes used of *cap) with room for one more: v itself, a larger block, or NULL when out of
+ * memory (v then unchanged). */
+static void *grow(void *v, int n, int *cap, size_t size) {
+    if (n < *cap) return v;
+    const int c = *cap ? 2 * *cap : 64;
+    void *p = realloc(v, (size_t)c * size);
+    if (p) *cap = c;
+    return p;
+}
+
 void rows_push(rows_t *r, const bench_row *x) {
-    if (r->n == r->cap) {
-        int cap = r->cap ? 2 * r->cap : 64;
-        bench_row *v = realloc(r->v, (size_t)cap * sizeof *v);
-        if (!v) return;
-        r->v = v;
-        r->cap = cap;
-    }
+    bench_row *v = grow(r->v, r->n, &r->cap, sizeof *x);
+    if (!v) return;
+    r->v = v;
     r->v[r->n++] = *x;
+}
+
+int io_rows_push(io_rows_t *r, const io_row *x) {
+    io_row *v = grow(r->v, r->n, &r->cap, sizeof *x);
+    if (!v) return -1;
+    r->v = v;
+    r->v[r->n++] = *x;
+    return 0;
 }
 
 static void push_row(const bench_row *r, void *user) { rows_push(user, r); }

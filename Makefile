@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all build demo test bench test-gpu bench-gpu bench-decode-gpu bench-ring test-cpu-device install clean
+.PHONY: all build demo test bench test-gpu bench-gpu bench-kvcache-gpu bench-decode-gpu bench-ring test-cpu-device clean
 
 all: build
 
@@ -11,7 +11,8 @@ build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: measure standard vs FlashAttention-1 vs FlashAttention-2 on this machine (CPU; GPU when present).
+# The main job: measure standard vs FlashAttention-1 vs FlashAttention-2, and KV-cache decoding, on this machine
+# (CPU; GPU when present).
 demo: build
 	$(BUILD)/flashattn report --quick --out report
 
@@ -31,8 +32,11 @@ test-gpu:
 bench-gpu:
 	BUILD=$(BUILD_GPU) scripts/bench-gpu.sh
 
-bench-decode-gpu:
-	BUILD=$(BUILD_GPU) scripts/bench-decode-gpu.sh
+# KV-cache decoding on the GPU against PyTorch's SDPA (bench-decode-gpu: its former name).
+bench-kvcache-gpu:
+	BUILD=$(BUILD_GPU) scripts/bench-kvcache-gpu.sh
+
+bench-decode-gpu: bench-kvcache-gpu
 
 # GPUs (two or more H200s of one host): ring attention over NCCL against one GPU (scripts/bench-ring.sh, docs/ring.md).
 bench-ring:

@@ -1,4 +1,4 @@
-/* For the standalone CUDA benchmark programs (bench/, bench/lab/, tests/gpu/bench_bwd_det.c); not part of the
+/* For the standalone CUDA benchmark programs (bench/, bench/lab/); not part of the
  * library. CK(x): a CUDA runtime call that must succeed; on failure the call, its place and the error go to stderr
  * and the program exits with status 1. */
 #ifndef FA_BENCH_CUDA_CHECK_H

@@ -8,8 +8,9 @@
 # links the OpenMP build of OpenBLAS when it is the system's libopenblas (update-alternatives).
 #
 # Env: BUILD (default build-cpu-bench), OUT_DIR (default $BUILD/bench-cpu), REPS (default 4) x ROUNDS (default 3)
-# = 12 timed reps per configuration, QUICK=1 (d=64 only, 3 x 2), TOKENS (batch·seqlen, default 16384), MEM_SEQLEN (default 65536); smaller values are for smoke runs. A full run takes ~15 min on the 2-core VM (seqlen 2k for the fp32/bf16/backward rows, 4k for the
-# FLASH2 >= FLASH1 >= STANDARD row, 64k for the memory row).
+# = 12 timed reps per configuration, QUICK=1 (d=64 only, 3 x 2), TOKENS (batch·seqlen, default 16384), MEM_SEQLEN
+# (default 65536); smaller values are for smoke runs. A full run takes about 15 minutes on 2 cores (seqlen 2k for
+# the fp32/bf16/backward rows, 4k for the FLASH2 >= FLASH1 >= STANDARD row, 64k for the memory row).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-cpu-bench}

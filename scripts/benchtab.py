@@ -1,4 +1,4 @@
-"""Shared by the PyTorch reference scripts (bench_gpu_torch.py, bench_decode_torch.py, bench_cpu_torch.py): the
+"""Shared by the PyTorch reference scripts (bench_gpu_torch.py, bench_kvcache_torch.py, bench_cpu_torch.py): the
 `run` / `merge` command line and the ratio and worst-ratio helpers of their tables (benchmark only)."""
 import csv
 import statistics

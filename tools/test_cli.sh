@@ -25,6 +25,10 @@ expect_usage "--dtype" bench --dtype f64
 expect_usage "--causal" bench --causal 2
 expect_usage "--reps" bench --reps 0
 expect_usage "--frobnicate" bench --frobnicate
+expect_usage "--mode" bench --mode bogus
+expect_usage "--seqlen-k" bench --mode kvcache --seqlen-k 0
+expect_usage "--heads-q" bench --mode decode --heads-q 0   # a former spelling: the message names it as given
+expect_usage "--algo" bench --mode kvcache --algo flash2
 expect_usage "--d" io --seqlen 64
 expect_usage "--seqlen" io --d 64
 expect_usage "--sram" io --seqlen 64 --d 64 --sram 1K --block-q 16
@@ -43,6 +47,23 @@ for c in "" bench check io report; do
     # shellcheck disable=SC2086
     "$BIN" $c --help >/dev/null || fail "flashattn $c --help exited $?"
 done
+h=$("$BIN" --help)
+for w in FLASH3 KV-cache; do echo "$h" | grep -q "$w" || fail "flashattn --help does not mention $w"; done
+h=$("$BIN" bench --help)
+for w in "--mode attention" "--mode kvcache" "--seqlen-k LIST" "--heads-k LIST" "--page LIST" "--algo LIST"; do
+    echo "$h" | grep -q -- "$w" || fail "flashattn bench --help does not list '$w'"
+done
+"$BIN" bench --mode kvcache --help >/dev/null || fail "bench --mode kvcache --help exited $?"
+
+# --mode kvcache: the attention mode's spellings, and the former ones (--mode decode) give the same rows
+kv_new=$("$BIN" bench --mode kvcache --device cpu --dtype f32 --d 16 --batch 2 --seqlen-k 64 --heads 4 --heads-k 2 \
+    --seqlen 1,2 --reps 1 --warmup 0 --threads 1 --csv) || fail "bench --mode kvcache exited $?"
+kv_old=$("$BIN" bench --mode decode --device cpu --dtype f32 --head-dim 16 --batch 2 --cache 64 --heads-q 4 --heads-k 2 \
+    --seqlen-new 1,2 --reps 1 --warmup 0 --threads 1 --csv) || fail "bench --mode decode exited $?"
+[ "$(echo "$kv_new" | wc -l)" -eq 3 ] || fail "bench --mode kvcache: expected a header and 2 rows: $kv_new"
+echo "$kv_new" | tail -n +2 | grep -q ',ok,' || fail "bench --mode kvcache: no ok row: $kv_new"
+[ "$(echo "$kv_new" | cut -d, -f1-11)" = "$(echo "$kv_old" | cut -d, -f1-11)" ] ||
+    fail "--mode decode with the former flags differs from --mode kvcache: $kv_old vs $kv_new"
 
 hdr=$("$BIN" bench --seqlen 32 --tokens 64 --heads 2 --d 16 --reps 2 --csv | head -1)
 [ "$hdr" = "device,algo,dtype,batch,heads,seqlen_q,seqlen_k,head_dim,causal,pass,ms,gflops,peak_extra_mb,slow_read_mb,slow_write_mb" ] ||

@@ -50,9 +50,9 @@ while read -r csv; do
             ;;
         esac
         # bench columns: configuration 1-10 and counted bytes 13-15 exact, ms (11) within noise or the same status;
-        # bench --mode decode columns: 1-11 (configuration, kernel) and the status (16) exact, ms (12) within noise
+        # bench --mode kvcache columns: 1-11 (configuration, kernel) and the status (16) exact, ms (12) within noise
         case "$csv" in
-        decode_*) same="1 2 3 4 5 6 7 8 9 10 11 16" ms=12 ;;
+        kvcache_*) same="1 2 3 4 5 6 7 8 9 10 11 16" ms=12 ;;
         *) same="1 2 3 4 5 6 7 8 9 10 13 14 15" ms=11 ;;
         esac
         paste -d'|' "$OUT/$csv.report" "$OUT/$csv.again" | awk -F'|' -v f="$csv" -v same="$same" -v ms="$ms" '

@@ -1,4 +1,4 @@
-/* What the lab's ggml anchors (ggml_fa.c, ggml_decode.c) share: timing one ggml_flash_attn_ext node — its graph
+/* What the lab's ggml anchors (ggml_fa.c, ggml_kvcache.c) share: timing one ggml_flash_attn_ext node — its graph
  * built, one warm-up run, then the median of `reps` runs, in seconds. */
 #ifndef FA_LAB_GGML_H
 #define FA_LAB_GGML_H

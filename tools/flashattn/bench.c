@@ -164,8 +164,8 @@ void bench_run_group(fa_context *ctx, const bench_config *c, const fa_algo *algo
     }
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < n_algo; k++) {
-            /* each rep starts one algorithm later: the one that always ran last measured up to 8 % slower (Zen 5,
-             * AVX2 backward at N = 128), a bias of its place in the order, not of the algorithm */
+            /* each rep starts one algorithm later: the one that always runs last can measure slower (up to 8 %),
+             * a bias of its place in the order, not of the algorithm */
             const int a = (k + r) % n_algo;
             if (!live[a]) continue;
             dev_timer_start(tm);
@@ -307,14 +307,19 @@ static void table_row(FILE *f, const bench_row *r, const double peak[2]) {
  * ------------------------------------------------------------------------------------------------------- */
 static void bench_help(void) {
     printf(
-        "usage: flashattn bench [options]    (lists are comma-separated; lists expand to their Cartesian product)\n"
+        "usage: flashattn bench [--mode attention|kvcache] [options]    (comma lists expand to their Cartesian product)\n"
+        "\n"
+        "  --mode attention  (the default) fa_forward / fa_backward of every algorithm, the options below\n"
+        "  --mode kvcache    fa_forward_kvcache, KV-cache decoding (also --mode decode): its options further below\n"
+        "\n"
+        "flashattn bench [--mode attention] [options]\n"
         "\n"
         "Times attention with the protocol of docs/benchmarks.md: model dim 2048 (heads = 2048/d), batch*seqlen = --tokens,\n"
         "warm-up, then the median of --reps runs; the algorithms of one configuration run interleaved.\n"
         "\n"
         "  --device LIST     cpu, cuda                                   (default cpu)\n"
         "  --algo LIST       standard, flash1, flash2, flash3, auto      (default standard,flash1,flash2; CUDA +flash3)\n"
-        "  --d LIST          head_dim, 1..256                            (default 64)\n"
+        "  --d LIST          head_dim, 1..256 (also --head-dim)          (default 64)\n"
         "  --seqlen LIST     query length                                (default 1024)\n"
         "  --seqlen-k LIST   key length                                  (default = seqlen)\n"
         "  --causal LIST     0, 1                                        (default 0)\n"
@@ -342,7 +347,8 @@ static void bench_help(void) {
         "ms is the median; spread = (max-min)/median. MB = 10^6 bytes. gflops = fa_last_stats flops / median time\n"
         "(4*B*H*Sq*Sk_visible*d, x2.5 for bwd). peak_extra_mb = memory the call needed beyond its inputs and outputs.\n"
         "A configuration that cannot run prints a row with the reason (skip / oom / error) and the run continues;\n"
-        "in CSV the ms field holds that status and the reason goes to stderr.\n");
+        "in CSV the ms field holds that status and the reason goes to stderr.\n\n");
+    bench_kvcache_help();
 }
 
 typedef struct bench_args {
@@ -385,6 +391,11 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         if (strcmp(x, "--help") == 0 || strcmp(x, "-h") == 0) {
             bench_help();
             return 1;
+        }
+        if (opt_is(x, "--mode")) { /* cmd_bench sent any other mode to its own parser */
+            if (!(v = opt_value(S, argc, argv, &i, "--mode"))) return -1;
+            if (strcmp(v, "attention")) return cli_usage_error(S, "--mode: '%s' (attention or kvcache)", v), -1;
+            continue;
         }
         if (strcmp(x, "--csv") == 0) { a->csv = 1; continue; }
         if (strcmp(x, "--peak") == 0) { a->peak = 1; continue; }
@@ -605,8 +616,13 @@ static void print_row(const bench_row *r, void *user) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    for (int i = 0; i < argc; i++) /* KV-cache decoding has its own options (bench_decode.c) */
-        if (opt_is(argv[i], "--mode")) return cmd_bench_decode(argc, argv);
+    for (int i = 0; i < argc; i++) /* --mode kvcache has its own options (bench_kvcache.c) */
+        if (opt_is(argv[i], "--mode")) {
+            const char *v = opt_value("bench", argc, argv, &i, "--mode");
+            if (!v) return CLI_EXIT_USAGE;
+            if (bench_mode_is_kvcache(v)) return cmd_bench_kvcache(argc, argv);
+            if (strcmp(v, "attention")) return cli_usage_error("bench", "--mode: '%s' (attention or kvcache)", v);
+        }
     bench_args A;
     int rc = bench_parse(argc, argv, &A);
     if (rc) return rc > 0 ? 0 : CLI_EXIT_USAGE;

@@ -212,6 +212,7 @@ static void check_help(void) {
            "Pass: max|x-ref| <= 2*max|standard-ref| + ulp(dtype)*max|ref|, under a ceiling (f32: max|x-ref|/max|ref| <=\n"
            "1e-5; f16/bf16: a few ulps). Outputs are poisoned with NaN before every call; an element left unwritten or\n"
            "written outside its view fails. The rule and the cases are the tests' own (docs/testing.md).\n"
+           "KV-cache decoding is checked by the test suite (tests/test_kvcache.c; on CUDA tests/gpu/test_gpu_kvcache.c).\n"
            "Exit status 0 only if every case passes.\n"
            "\n"
            "  --seed S       base seed (default: fresh each run, printed); case i uses (S, i)\n"

@@ -54,8 +54,8 @@ int dev_fill_nan(dev_buf *b);   /* poison (0xFF bytes: NaN in f32, f16 and bf16)
 int dev_read(const dev_buf *b, dev_buf *sink);
 int dev_sync(fa_backend dev);
 int cuda_tools_built(void);
-/* ---- one decode measurement (`flashattn bench --mode decode`, bench_decode.c; also the report's decoding section) */
-typedef struct dec_shape {
+/* ---- one KV-cache measurement (`flashattn bench --mode kvcache`, bench_kvcache.c; also the report's decoding section) */
+typedef struct kv_shape {
     fa_backend dev;
     fa_dtype dt;
     int64_t b, cache, page, hq, hk, sq, ns, d, split_size; /* ns: num_splits (0 = heuristic); page 0 = contiguous */
@@ -66,18 +66,18 @@ typedef struct dec_shape {
     int bhsd;       /* the cache's layout: 0 [.., seq, heads, d] (flash-attn's), 1 [.., heads, seq, d] (PyTorch's) */
     int pages_in_order; /* paged: block table i -> page i (else a shuffled order, as an allocator hands pages out) */
     int warm_table;     /* CUDA: the lengths and the block table read back into the L2 after each flush */
-} dec_shape;
-typedef struct dec_result {
+} kv_shape;
+typedef struct kv_result {
     fa_status status;
     double ms, gbs, host_ms, memcpy_gbs, read_gbs;
     int64_t keys, contiguous_rows, paged_rows[2]; /* cache rows used; allocated contiguous / in pages of 16, 256 */
     char kernel[64], error[256];
-} dec_result;
+} kv_result;
 /* 0 on success; the figures in *res (res->status and res->error on failure). */
-int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res);
-/* Its CSV (the columns of `flashattn bench --mode decode --csv`). */
-void bench_decode_csv_header(FILE *f);
-void bench_decode_csv_row(FILE *f, const dec_shape *s, const dec_result *r);
+int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res);
+/* Its CSV (the columns of `flashattn bench --mode kvcache --csv`). */
+void bench_kvcache_csv_header(FILE *f);
+void bench_kvcache_csv_row(FILE *f, const kv_shape *s, const kv_result *r);
 /* Device description ("AMD EPYC, 2 threads" / "NVIDIA H200 (132 SMs)"). */
 void device_describe(fa_backend dev, int threads, char *buf, size_t len);
 /* Bytes of fast memory per core/SM this device has: L1d, L2 (CPU); shared memory per SM (CUDA). 0 if unknown. */
@@ -140,8 +140,11 @@ void bench_run_group(fa_context *ctx, const bench_config *cfg, const fa_algo *al
 void bench_csv_header(FILE *f, int with_extra);
 void bench_csv_row(FILE *f, const bench_row *r, int with_extra);
 int cmd_bench(int argc, char **argv);
-/* flashattn bench --mode decode (bench_decode.c) */
-int cmd_bench_decode(int argc, char **argv);
+/* flashattn bench --mode kvcache (bench_kvcache.c); its options (printed under bench --help too); 1 if a --mode
+ * value names it (kvcache, or its former name decode) */
+int cmd_bench_kvcache(int argc, char **argv);
+void bench_kvcache_help(void);
+int bench_mode_is_kvcache(const char *mode);
 /* `flashattn bench ARGS` without the printing: the same parsing and product; the sink sees every device, every
  * configuration before it runs, and every row. Returns 0, 1 (no row measured) or CLI_EXIT_USAGE. */
 typedef struct bench_sink {

@@ -1,4 +1,4 @@
-/* flashattn CLI: a read-only pass over device memory, the CUDA anchor of `bench --mode decode` (the rate a kernel
+/* flashattn CLI: a read-only pass over device memory, the CUDA anchor of `bench --mode kvcache` (the rate a kernel
  * that only reads reaches on a buffer of the cache's size) and its read flush (evicts the L2 without leaving dirty
  * lines to write back during the timed call). Built only with the CUDA tools (FA_TOOLS_CUDA). */
 #include <cuda_runtime.h>

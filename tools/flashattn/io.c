@@ -121,6 +121,7 @@ static void io_help(void) {
            "Runs each algorithm once on the CPU (fp32) and prints the slow-memory bytes it moved (counted by the\n"
            "library's tile transfers, fa_last_stats) next to the FlashAttention paper's bounds (Theorem 2):\n"
            "standard Θ(Nd + N²), flash Θ(N²d²/M), and next to the algorithm's transfers as the paper writes them.\n"
+           "(FLASH3 runs on CUDA only; KV-cache decoding's bytes are in `flashattn bench --mode kvcache`.)\n"
            "\n"
            "  --seqlen N        sequence length (queries = keys)            (required)\n"
            "  --d D             head_dim, 1..256                            (required)\n"

@@ -27,47 +27,8 @@ static double load_avg(void) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------
- * Progress bar (stderr)
- * ------------------------------------------------------------------------------------------------------- */
-static void progress(report *R, const char *what) {
-    double frac = R->work_total > 0 ? R->work_done / R->work_total : 0;
-    if (frac > 1) frac = 1;
-    double el = (now_ms() - R->t0) / 1e3;
-    int w = 30, fill = (int)(frac * w + 0.5);
-    char bar[64];
-    for (int i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
-    bar[w] = 0;
-    /* on a terminal: one line redrawn; otherwise a line per section (the words before " cpu"/" cuda"/" N=") */
-    char section[128];
-    snprintf(section, sizeof section, "%s", what);
-    char *cut = strstr(section, " cpu");
-    if (!cut) cut = strstr(section, " cuda");
-    if (!cut) cut = strstr(section, " N=");
-    if (cut) *cut = 0;
-    if (R->tty)
-        fprintf(stderr, "\r[%s] %3.0f%% %5.0fs  %-48.48s", bar, 100 * frac, el, what);
-    else if (section[0] && strcmp(section, R->last_section) != 0)
-        fprintf(stderr, "[%s] %3.0f%% %5.0fs  %s\n", bar, 100 * frac, el, section);
-    snprintf(R->last_section, sizeof R->last_section, "%s", section);
-    fflush(stderr);
-}
-
-void report_progress(report *R, const char *what) { progress(R, what); }
-
-/* ---------------------------------------------------------------------------------------------------------
  * Running bench / io with argument strings
  * ------------------------------------------------------------------------------------------------------- */
-void rows_push(rows_t *r, const bench_row *x) {
-    if (r->n == r->cap) {
-        int cap = r->cap ? 2 * r->cap : 64;
-        bench_row *v = realloc(r->v, (size_t)cap * sizeof *v);
-        if (!v) return;
-        r->v = v;
-        r->cap = cap;
-    }
-    r->v[r->n++] = *x;
-}
-
 typedef struct run_ctx {
     report *R;
     rows_t *dst;
@@ -81,7 +42,7 @@ static void on_group(const bench_config *c, void *user) {
     char what[128];
     snprintf(what, sizeof what, "%s %s d=%lld N=%lld %s%s", x->label, fa_backend_name(c->dev), (long long)c->head_dim,
              (long long)c->seqlen_q, c->backward ? "bwd" : "fwd", c->causal ? " causal" : "");
-    progress(x->R, what);
+    report_progress(x->R, what);
 }
 
 static void on_row(const bench_row *r, void *user) {
@@ -94,34 +55,11 @@ static void on_row(const bench_row *r, void *user) {
     x->R->work_done += x->work_per_group;
 }
 
-static void push_row(const bench_row *r, void *user) { rows_push(user, r); }
-
-void report_bench_rows(int argc, char **argv, rows_t *rows) {
-    bench_sink sink = {NULL, NULL, push_row, NULL, rows};
-    bench_run_args(argc, argv, &sink);
-}
-
 /* Split a command line on spaces (no quoting needed: our arguments have none). */
 static int split_args(char *s, char **argv, int max) {
     int n = 0;
     for (char *t = strtok(s, " "); t && n < max; t = strtok(NULL, " ")) argv[n++] = t;
     return n;
-}
-
-FILE *report_csv(report *R, const char *name, int kind) {
-    char path[2048];
-    snprintf(path, sizeof path, "%s/%s", R->out, name);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "flashattn report: cannot write %s: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    if (kind == 0) bench_csv_header(f, 1);
-    else if (kind == 1) io_csv_header(f);
-    else if (kind == 3) bench_decode_csv_header(f);
-    else fprintf(f, "algo,batch,heads,seqlen,head_dim,kernels,dram_read_bytes,dram_write_bytes,model_read_bytes,"
-                    "model_write_bytes,compulsory_bytes\n");
-    return f;
 }
 
 /* Run `flashattn bench ARGS` (printf-style) into dst and csv; est = estimated work units of the whole command,
@@ -148,7 +86,7 @@ static void report_bench(report *R, rows_t *dst, FILE *csv, const char *csvname,
     int rc = bench_run_args(argc, argv, &sink);
     if (rc == CLI_EXIT_USAGE) fprintf(stderr, "flashattn report: internal: bad bench arguments: %s\n", args);
     R->work_done = before + est;
-    progress(R, label);
+    report_progress(R, label);
 }
 
 /* Run `flashattn io ARGS` (without --csv) into dst and csv. */
@@ -179,17 +117,10 @@ static void report_io(report *R, io_rows_t *dst, FILE *csv, const char *csvname,
         char what[96];
         snprintf(what, sizeof what, "io N=%lld d=%lld %s", (long long)c.seqlen, (long long)c.head_dim,
                  fa_algo_name((fa_algo)algos.v[a]));
-        progress(R, what);
+        report_progress(R, what);
         io_row r;
         io_run(ctx, &c, (fa_algo)algos.v[a], &r);
-        if (dst->n == dst->cap) {
-            int cap = dst->cap ? 2 * dst->cap : 32;
-            io_row *v = realloc(dst->v, (size_t)cap * sizeof *v);
-            if (!v) break;
-            dst->v = v;
-            dst->cap = cap;
-        }
-        dst->v[dst->n++] = r;
+        if (io_rows_push(dst, &r)) break;
         if (csv) io_csv_row(csv, &r);
         R->work_done += est / algos.n;
     }
@@ -425,10 +356,12 @@ static void preset_size_cpu(report *R, const char *mode) {
 static void report_help(void) {
     printf("usage: flashattn report [--quick | --full] [--out DIR] [--threads T] [--no-plots] [--no-gpu] [--no-cpu]\n"
            "\n"
-           "Measures the FlashAttention claims on this machine (CPU; the CUDA device too when present) and writes\n"
-           "DIR/index.md (default DIR = report) with PNG plots (gnuplot), the CSV behind each plot, reproduce.txt\n"
-           "(the `flashattn bench`/`flashattn io` command behind every CSV row) and a claims table whose verdicts\n"
-           "are computed from the measurements. A progress bar goes to stderr; a summary to stdout.\n"
+           "Measures the FlashAttention claims on this machine (CPU; the CUDA device too when present): STANDARD,\n"
+           "FLASH1 and FLASH2 forward and backward, and KV-cache decoding (split-KV, paged caches); FLASH3 is timed by\n"
+           "`flashattn bench --device cuda`. Writes DIR/index.md (default DIR = report) with PNG plots (gnuplot), the\n"
+           "CSV behind each plot, reproduce.txt (the `flashattn bench`/`flashattn io` command behind every CSV row) and\n"
+           "a claims table whose verdicts are computed from the measurements. A progress bar goes to stderr; a summary\n"
+           "to stdout.\n"
            "\n"
            "  --quick      small problems (model dim 256, 2048 tokens): under 3 minutes on a 2-core CPU (default);\n"
            "               on a faster CPU the tokens grow with its measured peak, so that calls stay milliseconds\n"
@@ -512,23 +445,23 @@ int cmd_report(int argc, char **argv) {
         R.work_total = (no_cpu ? 0 : w) + (R.cuda ? 150 : 0);
     }
     R.load_start = load_avg();
-    progress(&R, "start");
+    report_progress(&R, "start");
     if (!no_cpu) {
         measure_device(&R, FA_BACKEND_CPU, &R.cpu);
-        report_measure_decode(&R, FA_BACKEND_CPU, &R.cpu);
+        report_measure_kvcache(&R, FA_BACKEND_CPU, &R.cpu);
         measure_io(&R);
     }
     if (R.cuda) {
         measure_device(&R, FA_BACKEND_CUDA, &R.gpu);
-        report_measure_decode(&R, FA_BACKEND_CUDA, &R.gpu);
-        progress(&R, "ncu DRAM bytes");
+        report_measure_kvcache(&R, FA_BACKEND_CUDA, &R.gpu);
+        report_progress(&R, "ncu DRAM bytes");
         report_ncu(&R);
-        progress(&R, "PyTorch SDPA");
+        report_progress(&R, "PyTorch SDPA");
         report_torch(&R);
     }
     fclose(R.repro);
     R.work_done = R.work_total;
-    progress(&R, "writing the report");
+    report_progress(&R, "writing the report");
     if (R.tty) fprintf(stderr, "\n");
     R.seconds = (now_ms() - R.t0) / 1e3;
     R.load_end = load_avg();

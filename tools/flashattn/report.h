@@ -1,4 +1,6 @@
-/* flashattn report: shared between the measuring (report.c) and the writing (report_write.c) halves. */
+/* flashattn report: what its parts share. report.c drives them; calls go one way (report.c -> report_gpu.c,
+ * report_kvcache.c, report_write.c -> report_claims.c -> report_kvcache.c), and every part uses report_util.c,
+ * which calls none of them. */
 #ifndef FA_CLI_REPORT_H
 #define FA_CLI_REPORT_H
 
@@ -37,17 +39,17 @@ typedef struct preset {
     int n_srams;
 } preset;
 
-typedef struct dec_row {
-    dec_shape s;
-    dec_result r;
-} dec_row;
+typedef struct kv_row {
+    kv_shape s;
+    kv_result r;
+} kv_row;
 
 typedef struct dev_data {
     fa_backend dev;
     int present;
     rows_t speed, par, blocks, mem;
-    dec_row dec[8]; /* the decoding section (report_decode.c) */
-    int n_dec;
+    kv_row kv[8]; /* the decoding section (report_kvcache.c) */
+    int n_kv;
     int64_t probe_n;       /* the length at which STANDARD was predicted not to fit (0 = not probed) */
     double probe_need, probe_limit;
 } dev_data;
@@ -88,14 +90,20 @@ typedef struct report {
     char torch_status[300];
 } report;
 
-void rows_push(rows_t *r, const bench_row *x);
+/* ---- report_util.c ---- */
+void rows_push(rows_t *r, const bench_row *x);            /* dropped when out of memory */
+int io_rows_push(io_rows_t *r, const io_row *x);          /* 0, or -1 when out of memory */
 /* `flashattn bench ARGV` into rows (no CSV, no progress). */
 void report_bench_rows(int argc, char **argv, rows_t *rows);
+/* DIR/name opened for writing with the header of its kind: 0 bench columns, 1 io columns, 2 ncu columns,
+ * 3 kvcache columns. NULL (after a message) when it cannot be written. */
+FILE *report_csv(report *R, const char *name, int kind);
+/* The progress bar (stderr: one line redrawn on a terminal, else a line per section). */
+void report_progress(report *R, const char *what);
+
 /* GPU extras (report_gpu.c): ncu DRAM bytes and the PyTorch SDPA reference; each sets its *_status line. */
 void report_ncu(report *R);
 void report_torch(report *R);
-/* kind 0: bench columns, 1: io columns, 2: ncu columns, 3: decode columns. */
-FILE *report_csv(report *R, const char *name, int kind);
 typedef struct claim {
     const char *claim;
     char measured[512];
@@ -112,13 +120,11 @@ double median_n(const double *x, int n);
 /* Fast-memory working set of one FLASH2 step (fp32): Qi, Kj, Vj, S/P, Oi. */
 double tile_bytes(int br, int bc, int d);
 
-/* The progress bar (stderr, on a terminal). */
-void report_progress(report *R, const char *what);
-/* report_decode.c: the decoding measurements of one device, its two claims (written into cl[0..1]; returns how
+/* report_kvcache.c: the decoding measurements of one device, its two claims (written into cl[0..1]; returns how
  * many), and its markdown section. */
-void report_measure_decode(report *R, fa_backend dev, dev_data *D);
-int report_decode_claims(const dev_data *D, claim *cl);
-void report_md_decode(FILE *f, const dev_data *D);
+void report_measure_kvcache(report *R, fa_backend dev, dev_data *D);
+int report_kvcache_claims(const dev_data *D, claim *cl);
+void report_md_kvcache(FILE *f, const dev_data *D);
 
 /* Writes index.md, the plots, and prints the summary. Returns the exit status. */
 int report_write(report *R);

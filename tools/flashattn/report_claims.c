@@ -510,7 +510,7 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
     }
     n++;
     /* 8, 9. decoding: split-KV and the paged cache */
-    n += report_decode_claims(D, cl + n);
+    n += report_kvcache_claims(D, cl + n);
     free(both.v);
     *ncl = n;
     return n;

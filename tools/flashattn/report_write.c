@@ -313,8 +313,8 @@ static void md_device(report *R, FILE *f, const dev_data *D, const char *pngs_pr
         fprintf(f, "\nThe last STANDARD row is the first power-of-two length at which its fitted extra memory (%.1f GB) "
                    "exceeds the %.1f GB this run may use; the flash algorithms are not timed there in this preset.\n",
                 D->probe_need / 1e9, D->probe_limit / 1e9);
-    report_md_decode(f, D);
-    if (D->n_dec) fprintf(f, "\nData: [decode_%s.csv](decode_%s.csv)\n", dn, dn);
+    report_md_kvcache(f, D);
+    if (D->n_kv) fprintf(f, "\nData: [kvcache_%s.csv](kvcache_%s.csv)\n", dn, dn);
 }
 
 static void md_cpu(report *R, FILE *f) {
@@ -394,7 +394,7 @@ int report_write(report *R) {
     time_t now = time(NULL);
     char date[64];
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    fprintf(f, "# flashattn report: standard vs FlashAttention-1 vs FlashAttention-2 on this machine\n\n");
+    fprintf(f, "# flashattn report: standard vs FlashAttention-1 vs FlashAttention-2, and KV-cache decoding, on this machine\n\n");
     fprintf(f, "- flashattn %s, `flashattn report --%s`, %s, %.0f s\n", fa_version_string(), R->p.name, date, R->seconds);
     fprintf(f, "- CPU: %s; L1d %lld KiB, L2 %lld KiB, L3 %lld KiB (per the OS)\n", desc,
             (long long)cpu_cache_bytes(1) / 1024, (long long)cpu_cache_bytes(2) / 1024, (long long)cpu_cache_bytes(3) / 1024);

@@ -1,4 +1,4 @@
-/* flashattn bench --mode decode: fa_forward_kvcache timed on a cache larger than the last-level cache (docs/decoding.md).
+/* flashattn bench --mode kvcache: fa_forward_kvcache timed on a cache larger than the last-level cache (docs/decoding.md).
  * Reports GB/s of K+V read (the keys each sequence has, K and V, every K/V head once), and in the same command the
  * memcpy bandwidth (bytes read + written per second, the STREAM Copy convention) and a read-only pass over a buffer
  * of the cache's size, so the figure has its anchor beside it (CPU: one of each after every timed call, medians over
@@ -17,72 +17,94 @@
 #include <omp.h>
 #endif
 
-typedef struct dec_args {
-    int_list dev, batch, cache, page, hq, hk, sq, dtype, splits;
-    int64_t d, threads, reps, warmup, split_size, ragged, append, warm_table;
+typedef struct kv_args {
+    int_list dev, batch, seqlen_k, page, heads, heads_k, seqlen, dtype, splits, d;
+    int64_t threads, reps, warmup, split_size, ragged, append, warm_table;
     int csv, flush_read, bhsd, pages_in_order;
-} dec_args;
+} kv_args;
 
-static void usage(void) {
-    printf("usage: flashattn bench --mode decode [options]    (lists are comma-separated)\n"
-           "  --device cpu|cuda       (default cpu)\n"
-           "  --batch N,..            sequences (default 1)\n"
-           "  --cache N,..            keys in each sequence's cache (default 32768)\n"
-           "  --page N,..             page size, 0 = contiguous (default 0)\n"
-           "  --heads-q N,.. --heads-k N,..   query / K/V heads (default 32 / 8)\n"
-           "  --seqlen-new N,..       new query rows per sequence (default 1)\n"
-           "  --head-dim N            (default 128)\n"
-           "  --dtype bf16,f16,f32    (default bf16)\n"
-           "  --splits N,..           num_splits, 0 = the heuristic (default 0)\n"
-           "  --split-size N          fixed split size in keys (batch-invariant mode; default off)\n"
-           "  --ragged 1              lengths drawn in [cache/2, cache] instead of all equal\n"
-           "  --append 0|1            1: the call appends the new rows (k_new, v_new; default); 0: the cache already\n"
-           "                          holds every key and nothing is appended (as PyTorch's SDPA is timed)\n"
-           "  --flush read|write      CUDA: evict the L2 between calls by reading 256 MB (default: no dirty lines\n"
-           "                          left to write back during the timed call) or by writing it\n"
-           "  --layout bshd|bhsd      the cache (and its pages): [.., seq, heads, d] as flash-attn (default) or\n"
-           "                          [.., heads, seq, d] as PyTorch's SDPA\n"
+void bench_kvcache_help(void) {
+    printf("flashattn bench --mode kvcache [options]    (comma lists expand to their Cartesian product)\n"
+           "\n"
+           "Times fa_forward_kvcache (decoding against a KV cache) on a cache larger than the last-level cache: GB/s of\n"
+           "K+V read, with memcpy and a read-only pass of the cache's size measured beside it (docs/decoding.md).\n"
+           "The flags the attention mode has keep its spelling; the old spellings in brackets are still accepted.\n"
+           "\n"
+           "  --device LIST      cpu, cuda                                  (default cpu)\n"
+           "  --dtype LIST       bf16, f16, f32                             (default bf16)\n"
+           "  --d LIST           head_dim, 1..256 [--head-dim]              (default 128)\n"
+           "  --batch LIST       sequences                                  (default 1)\n"
+           "  --seqlen LIST      new query rows per sequence [--seqlen-new] (default 1)\n"
+           "  --seqlen-k LIST    keys of each sequence, the new rows included [--cache]  (default 32768)\n"
+           "  --heads LIST       query heads [--heads-q]                    (default 32)\n"
+           "  --heads-k LIST     K/V heads (must divide --heads)            (default 8)\n"
+           "  --page LIST        page size, 0 = contiguous                  (default 0)\n"
+           "  --splits LIST      num_splits, 0 = the heuristic              (default 0)\n"
+           "  --split-size N     fixed split size in keys (batch-invariant mode; default off)\n"
+           "  --ragged 0|1       1: lengths drawn in [seqlen-k/2, seqlen-k] instead of all equal\n"
+           "  --append 0|1       1: the call appends the new rows (k_new, v_new; default); 0: the cache already\n"
+           "                     holds every key and nothing is appended (as PyTorch's SDPA is timed)\n"
+           "  --flush read|write CUDA: evict the L2 between calls by reading 256 MB (default: no dirty lines left\n"
+           "                     to write back during the timed call) or by writing it\n"
+           "  --layout bshd|bhsd the cache (and its pages): [.., seq, heads, d] as flash-attn (default) or\n"
+           "                     [.., heads, seq, d] as PyTorch's SDPA\n"
            "  --page-order shuffled|in-order   paged: pages in a shuffled order, as an allocator hands them out\n"
-           "                          (default), or page i of the cache at block-table entry i\n"
-           "  --warm-table 0|1        CUDA: 1 reads the lengths and the block table back into the L2 after each\n"
-           "                          flush (what a paged call's first lookups cost; default 0)\n"
-           "  --threads N             CPU threads (default 0 = all)\n"
-           "  --reps N --warmup N     (default 20 / 3)\n"
-           "  --csv                   CSV rows\n");
+           "                     (default), or page i of the cache at block-table entry i\n"
+           "  --warm-table 0|1   CUDA: 1 reads the lengths and the block table back into the L2 after each flush\n"
+           "                     (what a paged call's first lookups cost; default 0)\n"
+           "  --threads N        CPU threads, 0 = all                       (default 0)\n"
+           "  --reps N           timed repetitions                          (default 20)\n"
+           "  --warmup N         warm-up calls                              (default 3)\n"
+           "  --csv              CSV with the columns\n"
+           "                     device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,\n"
+           "                     kv_gbs,memcpy_gbs,read_gbs,status,host_ms,append,flush,layout,page_order,warm_table\n");
 }
 
-static int parse(int argc, char **argv, dec_args *a) {
+/* 1 if the value of --mode names this mode (kvcache, or its former name decode). */
+int bench_mode_is_kvcache(const char *v) { return !strcmp(v, "kvcache") || !strcmp(v, "decode"); }
+
+static int parse(int argc, char **argv, kv_args *a) {
     const char *S = "bench";
     memset(a, 0, sizeof *a);
     a->dev = (int_list){1, {FA_BACKEND_CPU}};
     a->batch = (int_list){1, {1}};
-    a->cache = (int_list){1, {32768}};
+    a->seqlen_k = (int_list){1, {32768}};
     a->page = (int_list){1, {0}};
-    a->hq = (int_list){1, {32}};
-    a->hk = (int_list){1, {8}};
-    a->sq = (int_list){1, {1}};
+    a->heads = (int_list){1, {32}};
+    a->heads_k = (int_list){1, {8}};
+    a->seqlen = (int_list){1, {1}};
     a->dtype = (int_list){1, {FA_DTYPE_BF16}};
     a->splits = (int_list){1, {0}};
-    a->d = 128, a->reps = 20, a->warmup = 3, a->append = 1, a->flush_read = 1;
+    a->d = (int_list){1, {128}};
+    a->reps = 20, a->warmup = 3, a->append = 1, a->flush_read = 1;
     for (int i = 0; i < argc; i++) {
-        const char *x = argv[i], *v;
-#define LIST(name, field, lo, hi)                                                                                   \
-    if (opt_is(x, name)) {                                                                                          \
-        if (!(v = opt_value(S, argc, argv, &i, name)) || parse_int_list(S, name, v, lo, hi, &a->field)) return -1; \
-        continue;                                                                                                   \
+        const char *x = argv[i], *v, *nm;
+/* NAME, or its former spelling ALIAS (NULL: none); the message names the spelling given */
+#define MATCH(name, alias) (nm = opt_is(x, name) ? name : (alias) && opt_is(x, alias) ? (const char *)(alias) : NULL)
+#define LIST(name, alias, field, lo, hi)                                                                          \
+    if (MATCH(name, alias)) {                                                                                     \
+        if (!(v = opt_value(S, argc, argv, &i, nm)) || parse_int_list(S, nm, v, lo, hi, &a->field)) return -1;    \
+        continue;                                                                                                 \
     }
-#define ONE(name, field, lo, hi)                                                                                    \
-    if (opt_is(x, name)) {                                                                                          \
-        if (!(v = opt_value(S, argc, argv, &i, name)) || parse_int(S, name, v, lo, hi, &a->field)) return -1;      \
-        continue;                                                                                                   \
+#define ONE(name, field, lo, hi)                                                                                  \
+    if (opt_is(x, name)) {                                                                                        \
+        if (!(v = opt_value(S, argc, argv, &i, name)) || parse_int(S, name, v, lo, hi, &a->field)) return -1;    \
+        continue;                                                                                                 \
+    }
+#define CHOICE(name, no, yes, field)                                                                               \
+    if (opt_is(x, name)) { /* field = 1 for `yes`, 0 for `no` */                                                  \
+        if (!(v = opt_value(S, argc, argv, &i, name))) return -1;                                                 \
+        if (strcmp(v, no) && strcmp(v, yes)) return cli_usage_error(S, name ": '%s' (" no " or " yes ")", v), -1; \
+        a->field = !strcmp(v, yes);                                                                               \
+        continue;                                                                                                 \
     }
         if (!strcmp(x, "--help") || !strcmp(x, "-h")) {
-            usage();
+            bench_kvcache_help();
             return 1;
         }
         if (opt_is(x, "--mode")) {
             if (!(v = opt_value(S, argc, argv, &i, "--mode"))) return -1;
-            if (strcmp(v, "decode")) return cli_usage_error(S, "--mode: '%s' (only 'decode'; without --mode: attention)", v), -1;
+            if (!bench_mode_is_kvcache(v)) return cli_usage_error(S, "--mode: '%s' (attention or kvcache)", v), -1;
             continue;
         }
         if (opt_is(x, "--device")) {
@@ -93,13 +115,6 @@ static int parse(int argc, char **argv, dec_args *a) {
             if (!(v = opt_value(S, argc, argv, &i, "--dtype")) || parse_dtype_list(S, "--dtype", v, &a->dtype)) return -1;
             continue;
         }
-#define CHOICE(name, no, yes, field)                                                                               \
-    if (opt_is(x, name)) { /* field = 1 for `yes`, 0 for `no` */                                                  \
-        if (!(v = opt_value(S, argc, argv, &i, name))) return -1;                                                 \
-        if (strcmp(v, no) && strcmp(v, yes)) return cli_usage_error(S, name ": '%s' (" no " or " yes ")", v), -1; \
-        a->field = !strcmp(v, yes);                                                                               \
-        continue;                                                                                                 \
-    }
         CHOICE("--flush", "write", "read", flush_read)
         CHOICE("--layout", "bshd", "bhsd", bhsd)
         CHOICE("--page-order", "shuffled", "in-order", pages_in_order)
@@ -107,14 +122,14 @@ static int parse(int argc, char **argv, dec_args *a) {
             a->csv = 1;
             continue;
         }
-        LIST("--batch", batch, 1, 1 << 16)
-        LIST("--cache", cache, 1, (int64_t)1 << 30)
-        LIST("--page", page, 0, 1 << 20)
-        LIST("--heads-q", hq, 1, 1024)
-        LIST("--heads-k", hk, 1, 1024)
-        LIST("--seqlen-new", sq, 1, 4096)
-        LIST("--splits", splits, 0, 1024)
-        ONE("--head-dim", d, 1, 256)
+        LIST("--d", "--head-dim", d, 1, 256)
+        LIST("--batch", NULL, batch, 1, 1 << 16)
+        LIST("--seqlen", "--seqlen-new", seqlen, 1, 4096)
+        LIST("--seqlen-k", "--cache", seqlen_k, 1, (int64_t)1 << 30)
+        LIST("--heads", "--heads-q", heads, 1, 1024)
+        LIST("--heads-k", NULL, heads_k, 1, 1024)
+        LIST("--page", NULL, page, 0, 1 << 20)
+        LIST("--splits", NULL, splits, 0, 1024)
         ONE("--split-size", split_size, 0, 1 << 30)
         ONE("--ragged", ragged, 0, 1)
         ONE("--append", append, 0, 1)
@@ -122,10 +137,11 @@ static int parse(int argc, char **argv, dec_args *a) {
         ONE("--threads", threads, 0, 1024)
         ONE("--reps", reps, 1, 100000)
         ONE("--warmup", warmup, 0, 1000)
+#undef MATCH
 #undef LIST
 #undef ONE
 #undef CHOICE
-        return cli_usage_error(S, "unknown argument '%s' for --mode decode", x), -1;
+        return cli_usage_error(S, "unknown argument '%s' for --mode kvcache", x), -1;
     }
     return 0;
 }
@@ -150,7 +166,7 @@ static size_t share(size_t n, int threads, int t) { return t == threads ? n : n 
 
 /* The CPU anchors: memcpy (read + write bytes / s, between two buffers of n bytes) and a read-only sum over n bytes,
  * one of each after every timed call, so that the call and its anchors see the same machine (a shared VM's memory
- * bandwidth moves between runs by up to 2x; anchors measured after all the calls gave ratios of a different state). */
+ * bandwidth moves between runs by up to 2x). */
 typedef struct cpu_anchors {
     char *a, *b;
     size_t n;
@@ -203,13 +219,13 @@ static void cpu_anchors_done(cpu_anchors *c, int64_t reps, double *copy_gbs, dou
 
 /* Between timed calls: on CUDA the L2 evicted by writing 256 MB, or by reading it (s->flush_read: no dirty lines
  * left to write back while the next call runs); on the CPU a synchronisation only (the cache is beyond the LLC). */
-static void flush_caches(const dec_shape *s, dev_buf *flush, dev_buf *sink) {
+static void flush_caches(const kv_shape *s, dev_buf *flush, dev_buf *sink) {
     if (!flush->ptr) dev_sync(s->dev);
     else if (s->flush_read) dev_read(flush, sink);
     else dev_fill_nan(flush);
 }
 
-int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
+int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
     const int64_t d = s->d, es = (int64_t)fa_dtype_size(s->dt), B = s->b, cap = s->cache;
     const int threads = s->dev == FA_BACKEND_CPU ? fa_context_threads(ctx) : 0;
     memset(res, 0, sizeof *res);
@@ -248,7 +264,7 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
                dev_alloc(&dl, s->dev, sizeof(int32_t) * (size_t)B) ||
                dev_alloc(&dbt, s->dev, sizeof(int32_t) * (size_t)(npages ? npages : 1));
     if (fail) {
-        fprintf(stderr, "bench decode: cannot allocate the cache (%.2f GB)\n", 2e-9 * (double)(n_cache * es));
+        fprintf(stderr, "bench kvcache: cannot allocate the cache (%.2f GB)\n", 2e-9 * (double)(n_cache * es));
         return -1;
     }
     kc = kv, vc = kv;
@@ -339,12 +355,12 @@ int bench_decode_one(fa_context *ctx, const dec_shape *s, dec_result *res) {
     return st == FA_OK ? 0 : -1;
 }
 
-void bench_decode_csv_header(FILE *f) {
+void bench_kvcache_csv_header(FILE *f) {
     fprintf(f, "device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,kv_gbs,memcpy_gbs,"
                "read_gbs,status,host_ms,append,flush,layout,page_order,warm_table\n");
 }
 
-void bench_decode_csv_row(FILE *f, const dec_shape *s, const dec_result *r) {
+void bench_kvcache_csv_row(FILE *f, const kv_shape *s, const kv_result *r) {
     fprintf(f, "%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%.4f,%.2f,%.2f,%.2f,%s,%.4f,%d,%s,%s,%s,%d\n", fa_backend_name(s->dev),
             fa_dtype_name(s->dt), (long long)s->b, (long long)s->cache, (long long)s->page, (long long)s->hq,
             (long long)s->hk, (long long)s->sq, (long long)s->d, (long long)s->ns, r->kernel, r->ms, r->gbs,
@@ -353,14 +369,14 @@ void bench_decode_csv_row(FILE *f, const dec_shape *s, const dec_result *r) {
             s->pages_in_order ? "in-order" : "shuffled", s->warm_table);
 }
 
-static int run_one(const dec_args *A, const dec_shape *s, fa_context *ctx) {
-    dec_result r;
-    const int rc = bench_decode_one(ctx, s, &r);
+static int run_one(const kv_args *A, const kv_shape *s, fa_context *ctx) {
+    kv_result r;
+    const int rc = bench_kvcache_one(ctx, s, &r);
     const int ok = r.status == FA_OK;
     if (A->csv) {
-        bench_decode_csv_row(stdout, s, &r);
+        bench_kvcache_csv_row(stdout, s, &r);
     } else if (ok) {
-        printf("%-4s %-4s b=%-3lld cache=%-6lld page=%-4lld hq/hk=%lld/%lld new=%lld d=%lld splits=%-3lld  %9.3f ms  "
+        printf("%-4s %-4s b=%-3lld seqlen_k=%-6lld page=%-4lld heads=%lld/%lld seqlen=%lld d=%lld splits=%-3lld  %9.3f ms  "
                "%7.2f GB/s K+V%s", fa_backend_name(s->dev), fa_dtype_name(s->dt), (long long)s->b, (long long)s->cache,
                (long long)s->page, (long long)s->hq, (long long)s->hk, (long long)s->sq, (long long)s->d,
                (long long)s->ns, r.ms, r.gbs, s->no_append ? " (no append)" : "");
@@ -371,24 +387,24 @@ static int run_one(const dec_args *A, const dec_shape *s, fa_context *ctx) {
             printf("  | read %.2f GB/s (%.0f %%)", r.read_gbs, 100 * r.gbs / r.read_gbs);
         printf("  [%s]\n", r.kernel);
     } else {
-        printf("%-4s b=%lld cache=%lld page=%lld: %s: %s\n", fa_backend_name(s->dev), (long long)s->b,
+        printf("%-4s b=%lld seqlen_k=%lld page=%lld: %s: %s\n", fa_backend_name(s->dev), (long long)s->b,
                (long long)s->cache, (long long)s->page, fa_status_string(r.status), r.error);
     }
     fflush(stdout);
     return rc;
 }
 
-int cmd_bench_decode(int argc, char **argv) {
-    dec_args A;
+int cmd_bench_kvcache(int argc, char **argv) {
+    kv_args A;
     int rc = parse(argc, argv, &A);
     if (rc) return rc > 0 ? 0 : CLI_EXIT_USAGE;
-    if (A.csv) bench_decode_csv_header(stdout);
+    if (A.csv) bench_kvcache_csv_header(stdout);
     int failures = 0;
     for (int di = 0; di < A.dev.n; di++) {
         const fa_backend dev = (fa_backend)A.dev.v[di];
         fa_context *ctx = NULL;
         if (fa_context_create(&ctx, dev, dev == FA_BACKEND_CPU ? (int)A.threads : 0) != FA_OK) {
-            fprintf(stderr, "bench decode: %s: %s\n", fa_backend_name(dev), fa_create_error());
+            fprintf(stderr, "bench kvcache: %s: %s\n", fa_backend_name(dev), fa_create_error());
             failures++;
             continue;
         }
@@ -397,22 +413,21 @@ int cmd_bench_decode(int argc, char **argv) {
         device_describe(dev, threads, desc, sizeof desc);
         if (!A.csv) printf("device: %s; build %s\n", desc, fa_version_string());
         for (int a = 0; a < A.dtype.n; a++)
-            for (int b = 0; b < A.batch.n; b++)
-                for (int c = 0; c < A.cache.n; c++)
-                    for (int p = 0; p < A.page.n; p++)
-                        for (int h = 0; h < A.hq.n; h++)
-                            for (int k = 0; k < A.hk.n; k++)
-                                for (int s = 0; s < A.sq.n; s++)
-                                    for (int n = 0; n < A.splits.n; n++) {
-                                        const dec_shape sh = {dev, (fa_dtype)A.dtype.v[a], A.batch.v[b], A.cache.v[c],
-                                                              A.page.v[p], A.hq.v[h], A.hk.v[k], A.sq.v[s],
-                                                              A.splits.v[n], A.d, A.split_size, (int)A.ragged,
-                                                              (int)A.reps, (int)A.warmup, 1, !A.append,
-                                                              A.flush_read, A.bhsd, A.pages_in_order,
-                                                              (int)A.warm_table};
-                                        if (sh.sq > sh.cache || sh.hq % sh.hk) continue;
-                                        failures += run_one(&A, &sh, ctx) != 0;
-                                    }
+        for (int e = 0; e < A.d.n; e++)
+        for (int b = 0; b < A.batch.n; b++)
+        for (int c = 0; c < A.seqlen_k.n; c++)
+        for (int p = 0; p < A.page.n; p++)
+        for (int h = 0; h < A.heads.n; h++)
+        for (int k = 0; k < A.heads_k.n; k++)
+        for (int s = 0; s < A.seqlen.n; s++)
+        for (int n = 0; n < A.splits.n; n++) {
+            const kv_shape sh = {dev, (fa_dtype)A.dtype.v[a], A.batch.v[b], A.seqlen_k.v[c], A.page.v[p], A.heads.v[h],
+                                 A.heads_k.v[k], A.seqlen.v[s], A.splits.v[n], A.d.v[e], A.split_size, (int)A.ragged,
+                                 (int)A.reps, (int)A.warmup, 1, !A.append, A.flush_read, A.bhsd, A.pages_in_order,
+                                 (int)A.warm_table};
+            if (sh.sq > sh.cache || sh.hq % sh.hk) continue;
+            failures += run_one(&A, &sh, ctx) != 0;
+        }
         fa_context_destroy(ctx);
     }
     return failures ? 1 : 0;

@@ -1,8 +1,8 @@
-/* The CPU decode kernel's compute rate: fa_forward_kvcache called back to back on the same contiguous cache, no
+/* The CPU KV-cache kernel's compute rate: fa_forward_kvcache called back to back on the same contiguous cache, no
  * flush and no anchors in between, so a cache that fits the L2/L3 is read from there and the time is the kernel's
  * arithmetic. Prints the median call and the time per K/V head and key (per thread: threads x time / (batch x
  * cache x heads_k)), the figure to set against the FMAs a head and key costs.
- * Usage: decode_loop <bf16|f16|f32> <batch> <cache> <heads_q> <heads_k> <threads> <reps>  (head_dim 128) */
+ * Usage: kvcache_loop <bf16|f16|f32> <batch> <cache> <heads_q> <heads_k> <threads> <reps>  (head_dim 128) */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "flashattn.h"
 

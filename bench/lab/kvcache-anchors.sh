@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# CPU decoding against its anchors, interleaved in one command: `flashattn bench --mode decode` of BUILD (and of
+# CPU decoding against its anchors, interleaved in one command: `flashattn bench --mode kvcache` of BUILD (and of
 # OLD_BUILD, e.g. the base of a change), the memcpy and read-only passes that bench measures beside each row, and
-# ggml's ggml_flash_attn_ext on the same shapes (bench/lab/ggml_decode.c, f16 and bf16 K/V). Every round runs every
+# ggml's ggml_flash_attn_ext on the same shapes (bench/lab/ggml_kvcache.c, f16 and bf16 K/V). Every round runs every
 # row once, the tools alternating; the table gives the median and the range over ROUNDS of GB/s of K+V read.
-# Usage: bench/lab/decode-anchors.sh BUILD OUT_DIR
+# Usage: bench/lab/kvcache-anchors.sh BUILD OUT_DIR
 # Env: DTYPES (bf16,f16), HEADS (32/8 8/8: heads_q/heads_k), BATCH (1,4), CACHE (32768), ROUNDS (3), REPS (10),
-# THREADS (all cores), OLD_BUILD, GGML_DECODE (its binary) or GGML_DIR + GGML_BUILD (a ggml source tree and its
-# CPU build, to build it).
+# THREADS (all cores), OLD_BUILD, GGML_KVCACHE (its binary) or GGML_DIR + GGML_BUILD (a ggml source tree and its
+# CPU build, to build it). OLD_BUILD must know `--mode kvcache` and its flags (older builds: `--mode decode`).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:?usage: $0 BUILD OUT_DIR}
@@ -15,15 +15,15 @@ DTYPES=${DTYPES:-bf16,f16}; HEADS=${HEADS:-32/8 8/8}; BATCH=${BATCH:-1,4}; CACHE
 ROUNDS=${ROUNDS:-3}; REPS=${REPS:-10}; THREADS=${THREADS:-$(nproc)}
 mkdir -p "$OUT"
 : >"$OUT/rows.csv"
-if [ -z "${GGML_DECODE:-}" ] && [ -n "${GGML_DIR:-}" ] && [ -n "${GGML_BUILD:-}" ]; then
-  GGML_DECODE=$OUT/ggml_decode
-  cc -O2 -std=c11 -I"$GGML_DIR/include" bench/lab/ggml_decode.c -o "$GGML_DECODE" "$GGML_BUILD/src/libggml.a" \
+if [ -z "${GGML_KVCACHE:-}" ] && [ -n "${GGML_DIR:-}" ] && [ -n "${GGML_BUILD:-}" ]; then
+  GGML_KVCACHE=$OUT/ggml_kvcache
+  cc -O2 -std=c11 -I"$GGML_DIR/include" bench/lab/ggml_kvcache.c -o "$GGML_KVCACHE" "$GGML_BUILD/src/libggml.a" \
     "$GGML_BUILD/src/libggml-cpu.a" "$GGML_BUILD/src/libggml-base.a" -lstdc++ -lgomp -lm -lpthread || exit 1
 fi
 echo "== $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, $THREADS threads;" \
   "load $(cut -d' ' -f1-3 /proc/loadavg)"
 fa() { # tag, binary, dtype, batch, cache, hq, hk: appends "tag,dtype,batch,cache,hq,hk,gbs" and the anchors
-  "$2/flashattn" bench --mode decode --dtype "$3" --batch "$4" --cache "$5" --heads-q "$6" --heads-k "$7" \
+  "$2/flashattn" bench --mode kvcache --dtype "$3" --batch "$4" --seqlen-k "$5" --heads "$6" --heads-k "$7" \
     --threads "$THREADS" --reps "$REPS" --csv 2>/dev/null | awk -F, -v t="$1" 'NR > 1 && $16 == "ok" {
       k = $2 "," $3 "," $4 "," $6 "," $7; print t "," k "," $13; print "memcpy," k "," $14; print "read," k "," $15 }' \
     >>"$OUT/rows.csv"
@@ -36,8 +36,8 @@ for r in $(seq 1 "$ROUNDS"); do
           hq=${h%/*} hk=${h#*/}
           fa new "$BUILD" "$dt" "$b" "$n" "$hq" "$hk"
           [ -n "${OLD_BUILD:-}" ] && fa old "$OLD_BUILD" "$dt" "$b" "$n" "$hq" "$hk"
-          if [ -n "${GGML_DECODE:-}" ]; then
-            "$GGML_DECODE" "$dt" "$b" "$n" "$hq" "$hk" "$REPS" "$THREADS" | sed 's/.*, \([0-9.]*\) GB\/s.*/\1/' |
+          if [ -n "${GGML_KVCACHE:-}" ]; then
+            "$GGML_KVCACHE" "$dt" "$b" "$n" "$hq" "$hk" "$REPS" "$THREADS" | sed 's/.*, \([0-9.]*\) GB\/s.*/\1/' |
               awk -v k="$dt,$b,$n,$hq,$hk" '{ print "ggml," k "," $1 }' >>"$OUT/rows.csv"
           fi
         done

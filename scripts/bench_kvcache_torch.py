@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""PyTorch SDPA decode timings for scripts/bench-decode-gpu.sh (benchmark only: never used by the library or tests).
+"""PyTorch SDPA decoding timings for scripts/bench-kvcache-gpu.sh (benchmark only: never used by the library or tests).
 
-  bench_decode_torch.py run --out torch.csv [--batch 1,16,64] [--cache 1024,8192,65536] [--heads 8/8,32/8]
-                            [--d 128] [--reps 20] [--flush read|write]
-  bench_decode_torch.py merge ours.csv torch.csv   -> one table: TB/s of K+V read, ours (contiguous and paged)
-                                                      against cuDNN and torch-flash, and the ratios
+  bench_kvcache_torch.py run --out torch.csv [--batch 1,16,64] [--cache 1024,8192,65536] [--heads 8/8,32/8]
+                             [--d 128] [--reps 20] [--flush read|write]
+  bench_kvcache_torch.py merge ours.csv torch.csv   -> one table: TB/s of K+V read, ours (contiguous and paged)
+                                                       against cuDNN and torch-flash, and the ratios
 
 One new query row per sequence against a cache of `cache` keys, bf16, q [B, Hq, 1, D], K/V [B, Hk, L, D]
 (contiguous, SDPA's own layout), no mask (a single new row sees every key), GQA through enable_gqa=True. Each
-repetition first reads a 256 MB buffer (beyond the H200's L2, as `flashattn bench --mode decode` does; --flush write:
+repetition first reads a 256 MB buffer (beyond the H200's L2, as `flashattn bench --mode kvcache` does; --flush write:
 writes it, which leaves dirty lines for the timed call to write back, as `--flush write` there), then times the call
 with CUDA events; the median of --reps. GB/s counts K and V once (2 * B * L * Hk * D * 2 bytes), the same
 count as our CLI."""

@@ -1,5 +1,5 @@
 /* flashattn report: the decoding section (docs/decoding.md). Measures fa_forward_kvcache on one device the way
- * `flashattn bench --mode decode` does, for two claims: split-KV (FlashDecoding) pays off when the batch leaves
+ * `flashattn bench --mode kvcache` does, for two claims: split-KV (FlashDecoding) pays off when the batch leaves
  * the processors idle, and a paged cache (PagedAttention) keeps the speed of a contiguous one while a contiguous
  * max-length allocation wastes memory on ragged lengths. */
 #include "report.h"
@@ -8,7 +8,7 @@
 #include <string.h>
 
 /* The shapes of one device: the batch that leaves workers idle (1) and one that fills them; cache lengths by preset. */
-static void decode_plan(const report *R, fa_backend dev, int threads, int64_t *cache, int64_t batch[2], int64_t *hq,
+static void kvcache_plan(const report *R, fa_backend dev, int threads, int64_t *cache, int64_t batch[2], int64_t *hq,
                         int64_t *hk) {
     const int cuda = dev == FA_BACKEND_CUDA, smoke = strcmp(R->p.name, "smoke") == 0, full = strcmp(R->p.name, "full") == 0;
     *cache = smoke ? 1024 : cuda || full ? 32768 : 8192;
@@ -18,68 +18,68 @@ static void decode_plan(const report *R, fa_backend dev, int threads, int64_t *c
     *hk = 8;
 }
 
-static void push(dev_data *D, const dec_shape *s, const dec_result *r) {
-    if (D->n_dec >= (int)(sizeof D->dec / sizeof D->dec[0])) return;
-    D->dec[D->n_dec].s = *s;
-    D->dec[D->n_dec].r = *r;
-    D->n_dec++;
+static void push(dev_data *D, const kv_shape *s, const kv_result *r) {
+    if (D->n_kv >= (int)(sizeof D->kv / sizeof D->kv[0])) return;
+    D->kv[D->n_kv].s = *s;
+    D->kv[D->n_kv].r = *r;
+    D->n_kv++;
 }
 
-void report_measure_decode(report *R, fa_backend dev, dev_data *D) {
+void report_measure_kvcache(report *R, fa_backend dev, dev_data *D) {
     const int cuda = dev == FA_BACKEND_CUDA;
     char name[64];
     fa_context *ctx = NULL;
     if (fa_context_create(&ctx, dev, cuda ? 0 : R->threads) != FA_OK) return;
     const int threads = cuda ? 0 : fa_context_threads(ctx);
     int64_t cache, batch[2], hq, hk;
-    decode_plan(R, dev, threads, &cache, batch, &hq, &hk);
-    snprintf(name, sizeof name, "decode_%s.csv", fa_backend_name(dev));
+    kvcache_plan(R, dev, threads, &cache, batch, &hq, &hk);
+    snprintf(name, sizeof name, "kvcache_%s.csv", fa_backend_name(dev));
     FILE *csv = report_csv(R, name, 3);
     const int reps = strcmp(R->p.name, "smoke") == 0 ? 3 : 10;
     /* split vs none at both batches (contiguous, equal lengths); then pages of 16 and 256 vs contiguous on ragged
      * lengths at the larger batch */
-    dec_shape list[7];
+    kv_shape list[7];
     int n = 0;
     for (int b = 0; b < 2; b++)
         for (int ns = 1; ns >= 0; ns--)
-            list[n++] = (dec_shape){dev, FA_DTYPE_BF16, batch[b], cache, 0, hq, hk, 1, ns, 128, 0, 0, reps, 2, 0, 0, 1, 0, 0, 0};
+            list[n++] = (kv_shape){dev, FA_DTYPE_BF16, batch[b], cache, 0, hq, hk, 1, ns, 128, 0, 0, reps, 2, 0, 0, 1, 0, 0, 0};
     for (int p = 0; p < 3; p++)
-        list[n++] = (dec_shape){dev, FA_DTYPE_BF16, batch[1], cache, p == 0 ? 0 : p == 1 ? 16 : 256, hq, hk, 1, 0, 128,
+        list[n++] = (kv_shape){dev, FA_DTYPE_BF16, batch[1], cache, p == 0 ? 0 : p == 1 ? 16 : 256, hq, hk, 1, 0, 128,
                                 0, 1, reps, 2, 0, 0, 1, 0, 0, 0};
     for (int i = 0; i < n; i++) {
-        const dec_shape *s = &list[i];
+        const kv_shape *s = &list[i];
         char what[96];
-        snprintf(what, sizeof what, "decode b=%lld cache=%lld page=%lld splits=%s", (long long)s->b, (long long)s->cache,
+        snprintf(what, sizeof what, "kvcache b=%lld cache=%lld page=%lld splits=%s", (long long)s->b, (long long)s->cache,
                  (long long)s->page, s->ns ? "1" : "auto");
         report_progress(R, what);
-        dec_result r;
-        bench_decode_one(ctx, s, &r);
+        kv_result r;
+        bench_kvcache_one(ctx, s, &r);
         push(D, s, &r);
         if (R->repro)
-            fprintf(R->repro, "%s\tbench --mode decode --device %s --dtype bf16 --head-dim 128 --batch %lld --cache %lld "
-                              "--page %lld --heads-q %lld --heads-k %lld --splits %lld --ragged %d --reps %d --threads %d\n",
+            fprintf(R->repro, "%s\tbench --mode kvcache --device %s --dtype bf16 --d 128 --batch %lld --seqlen-k %lld "
+                              "--page %lld --heads %lld --heads-k %lld --splits %lld --ragged %d --reps %d --threads %d\n",
                     name, fa_backend_name(dev), (long long)s->b, (long long)s->cache, (long long)s->page,
                     (long long)s->hq, (long long)s->hk, (long long)s->ns, s->ragged, s->reps, threads);
-        if (csv) bench_decode_csv_row(csv, s, &r);
+        if (csv) bench_kvcache_csv_row(csv, s, &r);
         R->work_done += 0.2;
     }
     if (csv) fclose(csv);
     fa_context_destroy(ctx);
 }
 
-static const dec_row *find_dec(const dev_data *D, int64_t b, int64_t page, int64_t ns, int ragged) {
-    for (int i = 0; i < D->n_dec; i++) {
-        const dec_row *x = &D->dec[i];
+static const kv_row *find_kv(const dev_data *D, int64_t b, int64_t page, int64_t ns, int ragged) {
+    for (int i = 0; i < D->n_kv; i++) {
+        const kv_row *x = &D->kv[i];
         if (x->s.b == b && x->s.page == page && x->s.ns == ns && x->s.ragged == ragged && x->r.status == FA_OK) return x;
     }
     return NULL;
 }
 
-int report_decode_claims(const dev_data *D, claim *cl) {
-    if (!D->n_dec) return 0;
+int report_kvcache_claims(const dev_data *D, claim *cl) {
+    if (!D->n_kv) return 0;
     /* the batches as measured: the first row's (1) and the last row's (the one that fills the workers) */
-    const dec_shape *s0 = &D->dec[0].s;
-    const int64_t batch[2] = {s0->b, D->dec[D->n_dec - 1].s.b};
+    const kv_shape *s0 = &D->kv[0].s;
+    const int64_t batch[2] = {s0->b, D->kv[D->n_kv - 1].s.b};
     const char *dn = fa_backend_name(D->dev);
 
     /* split-KV */
@@ -88,8 +88,8 @@ int report_decode_claims(const dev_data *D, claim *cl) {
              "fa_forward_kvcache, bf16, d 128, %lld/%lld heads, %lld-key cache, one new row: no split vs the split "
              "heuristic, batch %lld and %lld (%s)",
              (long long)s0->hq, (long long)s0->hk, (long long)s0->cache, (long long)batch[0], (long long)batch[1], dn);
-    const dec_row *a1 = find_dec(D, batch[0], 0, 1, 0), *a0 = find_dec(D, batch[0], 0, 0, 0),
-                  *b1 = find_dec(D, batch[1], 0, 1, 0), *b0 = find_dec(D, batch[1], 0, 0, 0);
+    const kv_row *a1 = find_kv(D, batch[0], 0, 1, 0), *a0 = find_kv(D, batch[0], 0, 0, 0),
+                  *b1 = find_kv(D, batch[1], 0, 1, 0), *b0 = find_kv(D, batch[1], 0, 0, 0);
     if (a1 && a0 && b1 && b0) {
         const double small = a1->r.ms / a0->r.ms, large = b1->r.ms / b0->r.ms;
         snprintf(cl[0].result, sizeof cl[0].result,
@@ -108,7 +108,7 @@ int report_decode_claims(const dev_data *D, claim *cl) {
                      (long long)batch[0]);
     } else {
         snprintf(cl[0].result, sizeof cl[0].result, "-");
-        snprintf(cl[0].verdict, sizeof cl[0].verdict, "not measured (a decode call failed)");
+        snprintf(cl[0].verdict, sizeof cl[0].verdict, "not measured (a fa_forward_kvcache call failed)");
     }
 
     /* paged cache */
@@ -118,8 +118,8 @@ int report_decode_claims(const dev_data *D, claim *cl) {
              "the same call at batch %lld, lengths drawn in [%lld/2, %lld]: pages of 16 and 256 vs contiguous; cache "
              "rows allocated vs used (%s)",
              (long long)batch[1], (long long)s0->cache, (long long)s0->cache, dn);
-    const dec_row *c = find_dec(D, batch[1], 0, 0, 1), *p16 = find_dec(D, batch[1], 16, 0, 1),
-                  *p256 = find_dec(D, batch[1], 256, 0, 1);
+    const kv_row *c = find_kv(D, batch[1], 0, 0, 1), *p16 = find_kv(D, batch[1], 16, 0, 1),
+                  *p256 = find_kv(D, batch[1], 256, 0, 1);
     if (c && p16 && p256) {
         const double r16 = c->r.ms / p16->r.ms, r256 = c->r.ms / p256->r.ms, used = (double)c->r.keys;
         const double w_c = 1 - used / (double)c->r.contiguous_rows, w16 = 1 - used / (double)c->r.paged_rows[0],
@@ -138,21 +138,21 @@ int report_decode_claims(const dev_data *D, claim *cl) {
                      100 * (w_c - w16), r16, r256);
     } else {
         snprintf(cl[1].result, sizeof cl[1].result, "-");
-        snprintf(cl[1].verdict, sizeof cl[1].verdict, "not measured (a decode call failed)");
+        snprintf(cl[1].verdict, sizeof cl[1].verdict, "not measured (a fa_forward_kvcache call failed)");
     }
     return 2;
 }
 
-void report_md_decode(FILE *f, const dev_data *D) {
-    if (!D->n_dec) return;
-    fprintf(f, "\n## Decoding (%s)\n\n`fa_forward_kvcache` as `flashattn bench --mode decode` measures it (the call "
+void report_md_kvcache(FILE *f, const dev_data *D) {
+    if (!D->n_kv) return;
+    fprintf(f, "\n## KV-cache decoding (%s)\n\n`fa_forward_kvcache` as `flashattn bench --mode kvcache` measures it (the call "
                "includes the append of the new row; GB/s counts K and V once per K/V head; docs/decoding.md). splits "
-               "1 = no split, auto = the heuristic; ragged: lengths drawn in [cache/2, cache].\n\n",
+               "1 = no split, auto = the heuristic; ragged: lengths drawn in [seqlen_k/2, seqlen_k].\n\n",
             fa_backend_name(D->dev));
-    fprintf(f, "| batch | cache | heads q/k | page | splits | ragged | ms | GB/s K+V | kernel |\n"
+    fprintf(f, "| batch | seqlen_k | heads q/k | page | splits | ragged | ms | GB/s K+V | kernel |\n"
                "|---|---|---|---|---|---|---|---|---|\n");
-    for (int i = 0; i < D->n_dec; i++) {
-        const dec_row *x = &D->dec[i];
+    for (int i = 0; i < D->n_kv; i++) {
+        const kv_row *x = &D->kv[i];
         if (x->r.status != FA_OK) {
             fprintf(f, "| %lld | %lld | %lld/%lld | %lld | %s | %d | - | - | %s |\n", (long long)x->s.b,
                     (long long)x->s.cache, (long long)x->s.hq, (long long)x->s.hk, (long long)x->s.page,

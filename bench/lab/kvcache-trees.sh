@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The same-command speed check of a CUDA decode change against its base (H200): `flashattn bench --mode decode` of
+# The same-command speed check of a CUDA KV-cache change against its base (H200): `flashattn bench --mode kvcache` of
 # two builds of the CLI, the builds alternating over ROUNDS, then one table of GB/s of K+V read per shape, median
-# (min-max) over the rounds, new/old, and the read-only anchor the CLI measures beside each row.
-# Usage: bench/lab/decode-trees.sh OLD_BUILD NEW_BUILD OUT_DIR
+# (min-max) over the rounds, new/old, and the read-only anchor the CLI measures beside each row. Both builds must
+# know `--mode kvcache` and its flags (a base from before that rename knows `--mode decode --cache --heads-q`).
+# Usage: bench/lab/kvcache-trees.sh OLD_BUILD NEW_BUILD OUT_DIR
 # Env: BATCH (1,16,64), CACHE (1024,8192,65536), PAGES (0,16,256), HEADS_Q (32), HEADS_K (8), ROUNDS (3),
 #      REPS (20), FLUSH (read), APPEND (1).
 set -uo pipefail
@@ -11,8 +12,8 @@ OLD=${1:?usage: $0 OLD_BUILD NEW_BUILD OUT_DIR}
 NEW=${2:?usage: $0 OLD_BUILD NEW_BUILD OUT_DIR}
 OUT=${3:?usage: $0 OLD_BUILD NEW_BUILD OUT_DIR}
 mkdir -p "$OUT"
-args=(bench --mode decode --device cuda --dtype bf16 --head-dim 128 --batch "${BATCH:-1,16,64}"
-      --cache "${CACHE:-1024,8192,65536}" --page "${PAGES:-0,16,256}" --heads-q "${HEADS_Q:-32}"
+args=(bench --mode kvcache --device cuda --dtype bf16 --d 128 --batch "${BATCH:-1,16,64}"
+      --seqlen-k "${CACHE:-1024,8192,65536}" --page "${PAGES:-0,16,256}" --heads "${HEADS_Q:-32}"
       --heads-k "${HEADS_K:-8}" --reps "${REPS:-20}" --warmup 3 --append "${APPEND:-1}" --flush "${FLUSH:-read}" --csv)
 for r in $(seq 1 "${ROUNDS:-3}"); do
   "$OLD/flashattn" "${args[@]}" >"$OUT/r$r-old.csv" 2>>"$OUT/old.err"

@@ -6,7 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "../../bench/cuda_check.h"
+#include "cuda_check.h"
 #include "flashattn.h"
 
 static int cmp(const void *a, const void *b) {

@@ -1,11 +1,11 @@
-/* The ggml anchor of `flashattn bench --mode decode` on the CPU: times ggml's ggml_flash_attn_ext with one query row
+/* The ggml anchor of `flashattn bench --mode kvcache` on the CPU: times ggml's ggml_flash_attn_ext with one query row
  * per sequence against a K/V cache of `cache` keys, in llama.cpp's cache layout ([seq, heads_k, d] per sequence, seen
  * through a permuted view), GQA through ggml's head broadcast, f32 accumulation (GGML_PREC_F32), and prints GB/s of
  * K+V read with the byte count flashattn bench uses (every key of every K/V head once, K and V). No mask: the causal
  * mask of the one new row hides nothing. f16 is ggml's usual cache type; bf16 runs its generic per-row path.
- * Not built by default: it needs a ggml build (bench/lab/README.md; bench/lab/decode-anchors.sh builds it).
+ * Not built by default: it needs a ggml build (bench/lab/README.md; bench/lab/kvcache-anchors.sh builds it).
  *
- *   ggml_decode <f16|bf16> <batch> <cache> <heads_q> <heads_k> <reps> [threads] [head_dim] */
+ *   ggml_kvcache <f16|bf16> <batch> <cache> <heads_q> <heads_k> <reps> [threads] [head_dim] */
 #define _POSIX_C_SOURCE 200809L
 #include "ggml-cpu.h"
 #include "ggml.h"

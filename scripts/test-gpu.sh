@@ -29,7 +29,7 @@ echo "== test_gpu"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 tail -3 "$LOG_DIR/test_gpu.log"
 
-echo "== test_gpu_kvcache (KV-cache decoding, docs/decoding.md)"
+echo "== test_gpu_kvcache (KV-cache decoding, docs/kvcache.md)"
 "$BUILD/tests/gpu/test_gpu_kvcache" 2>&1 | tee "$LOG_DIR/test_gpu_kvcache.log" | grep -E "FAIL|checks|seed" | head -40 || true
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 

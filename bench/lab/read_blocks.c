@@ -1,7 +1,7 @@
 /* Memory-system lab: GB/s of a plain read over a 512 MB buffer in blocks of a given size, in address order and in a
  * shuffled order (as a paged KV cache's pages come from an allocator), on all OpenMP threads; optionally with a
  * software prefetch (into L2) of the block `ahead` blocks later, line by line beside the reads. The anchor for CPU
- * decoding over small pages (docs/decoding.md): what scattered blocks cost the machine before any kernel runs.
+ * decoding over small pages (docs/kvcache.md): what scattered blocks cost the machine before any kernel runs.
  *
  *   read_blocks [block_kb=32] [ahead=0]
  *

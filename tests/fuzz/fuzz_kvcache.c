@@ -1,7 +1,7 @@
 /* libFuzzer harness over fa_forward_kvcache (CPU), built with ASan + UBSan by tests/fuzz/build.sh fuzz_kvcache.
  * The input's first bytes pick the call (dtype, contiguous or paged cache with page sizes 1..64, block tables and
  * batch_idx valid or not, lengths 0..capacity and beyond, seqlen_new 1..5, append on/off, GQA, causal/window/softcap,
- * splits, NULLs, out overlapping q, injected NaN/±inf); the rest seeds the values. Properties (docs/decoding.md):
+ * splits, NULLs, out overlapping q, injected NaN/±inf); the rest seeds the values. Properties (docs/kvcache.md):
  *   error:   every buffer (q, k_new, v_new, the whole K and V cache, out, lse) byte-identical, a message set; an
  *            index the harness made invalid (length past capacity, row or used page out of range) is an error;
  *   success: out (poisoned first) and lse fully written; with append the cache changed only in the appended rows,

@@ -1,4 +1,4 @@
-/* flashattn bench --mode kvcache: fa_forward_kvcache timed on a cache larger than the last-level cache (docs/decoding.md).
+/* flashattn bench --mode kvcache: fa_forward_kvcache timed on a cache larger than the last-level cache (docs/kvcache.md).
  * Reports GB/s of K+V read (the keys each sequence has, K and V, every K/V head once), and in the same command the
  * memcpy bandwidth (bytes read + written per second, the STREAM Copy convention) and a read-only pass over a buffer
  * of the cache's size, so the figure has its anchor beside it (CPU: one of each after every timed call, medians over
@@ -27,7 +27,7 @@ void bench_kvcache_help(void) {
     printf("flashattn bench --mode kvcache [options]    (comma lists expand to their Cartesian product)\n"
            "\n"
            "Times fa_forward_kvcache (decoding against a KV cache) on a cache larger than the last-level cache: GB/s of\n"
-           "K+V read, with memcpy and a read-only pass of the cache's size measured beside it (docs/decoding.md).\n"
+           "K+V read, with memcpy and a read-only pass of the cache's size measured beside it (docs/kvcache.md).\n"
            "The flags the attention mode has keep its spelling; the old spellings in brackets are still accepted.\n"
            "\n"
            "  --device LIST      cpu, cuda                                  (default cpu)\n"

@@ -1,4 +1,4 @@
-/* flashattn report: the decoding section (docs/decoding.md). Measures fa_forward_kvcache on one device the way
+/* flashattn report: the decoding section (docs/kvcache.md). Measures fa_forward_kvcache on one device the way
  * `flashattn bench --mode kvcache` does, for two claims: split-KV (FlashDecoding) pays off when the batch leaves
  * the processors idle, and a paged cache (PagedAttention) keeps the speed of a contiguous one while a contiguous
  * max-length allocation wastes memory on ragged lengths. */
@@ -146,7 +146,7 @@ int report_kvcache_claims(const dev_data *D, claim *cl) {
 void report_md_kvcache(FILE *f, const dev_data *D) {
     if (!D->n_kv) return;
     fprintf(f, "\n## KV-cache decoding (%s)\n\n`fa_forward_kvcache` as `flashattn bench --mode kvcache` measures it (the call "
-               "includes the append of the new row; GB/s counts K and V once per K/V head; docs/decoding.md). splits "
+               "includes the append of the new row; GB/s counts K and V once per K/V head; docs/kvcache.md). splits "
                "1 = no split, auto = the heuristic; ragged: lengths drawn in [seqlen_k/2, seqlen_k].\n\n",
             fa_backend_name(D->dev));
     fprintf(f, "| batch | seqlen_k | heads q/k | page | splits | ragged | ms | GB/s K+V | kernel |\n"

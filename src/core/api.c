@@ -162,14 +162,7 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
     if (q->head_dim > 256)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "head_dim: %lld is above the supported maximum 256",
                        (long long)q->head_dim);
-    if (!isfinite(opts.scale)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.scale: %g is not finite", opts.scale);
-    if (!isfinite(opts.softcap) || opts.softcap < 0)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.softcap: %g must be finite and >= 0", opts.softcap);
-    if (opts.window_left < -1 || opts.window_right < -1)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.window_left/right: (%d, %d), each must be >= -1",
-                       opts.window_left, opts.window_right);
-    if (opts.causal != 0 && opts.causal != 1)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.causal: %d must be 0 or 1", opts.causal);
+    if ((st = fa_entry_check_opts(ctx, &opts))) return st;
     if ((int)opts.algo < FA_ALGO_AUTO || opts.algo > FA_ALGO_FLASH3)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.algo: %d is not a fa_algo", (int)opts.algo);
     if (opts.block_q < 0 || opts.block_q > 4096 || opts.block_k < 0 || opts.block_k > 4096)

@@ -61,6 +61,18 @@ fa_status fa_entry_kv_opts(fa_context *ctx, const fa_kv_opts *in, fa_kv_opts *o)
     return read_ext(ctx, "kv_opts", "fa_kv_opts", in, o, sizeof *o, sizeof o->struct_size);
 }
 
+fa_status fa_entry_check_opts(fa_context *ctx, const fa_attn_opts *o) {
+    if (!isfinite(o->scale)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.scale: %g is not finite", o->scale);
+    if (!isfinite(o->softcap) || o->softcap < 0)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.softcap: %g must be finite and >= 0", o->softcap);
+    if (o->window_left < -1 || o->window_right < -1)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.window_left/right: (%d, %d), each must be >= -1",
+                       o->window_left, o->window_right);
+    if (o->causal != 0 && o->causal != 1)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.causal: %d must be 0 or 1", o->causal);
+    return FA_OK;
+}
+
 fa_status fa_entry_tensor(fa_context *ctx, const char *name, const fa_tensor *t, int is_output, fa_span *sp) {
     if (!t) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: NULL tensor", name);
     if (!t->data) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: data is NULL", name);

@@ -19,6 +19,9 @@ static inline int fa_span_overlap(fa_span a, fa_span b) { return a.lo < b.hi && 
  * defaults. */
 FA_HIDDEN fa_status fa_entry_attn_opts(fa_context *ctx, const fa_attn_opts *in, fa_attn_opts *o);
 FA_HIDDEN fa_status fa_entry_kv_opts(fa_context *ctx, const fa_kv_opts *in, fa_kv_opts *o);
+/* The options every attention entry point takes alike: a finite scale, a finite softcap >= 0, windows >= -1,
+ * causal 0 or 1. */
+FA_HIDDEN fa_status fa_entry_check_opts(fa_context *ctx, const fa_attn_opts *o);
 
 /* One tensor on its own: pointer, dtype, positive dims, non-negative strides, the extent in int64 and in the
  * address space; an output's elements must also be distinct. Fills its byte span. */

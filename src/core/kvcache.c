@@ -31,14 +31,7 @@ static fa_status check_attn_opts(fa_context *ctx, const fa_attn_opts *in, fa_kv_
                        o.block_q, o.block_k);
     if (o.cu_seqlens_q || o.cu_seqlens_k)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.cu_seqlens_q/k: set; the cache's seqlens give the lengths");
-    if (!isfinite(o.scale)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.scale: %g is not finite", o.scale);
-    if (!isfinite(o.softcap) || o.softcap < 0)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.softcap: %g must be finite and >= 0", o.softcap);
-    if (o.window_left < -1 || o.window_right < -1)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.window_left/right: (%d, %d), each must be >= -1",
-                       o.window_left, o.window_right);
-    if (o.causal != 0 && o.causal != 1)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.causal: %d must be 0 or 1", o.causal);
+    if ((st = fa_entry_check_opts(ctx, &o))) return st;
     p->scale = o.scale;
     p->softcap = o.softcap;
     p->wl = o.window_left;

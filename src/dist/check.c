@@ -32,8 +32,7 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
                        "window (leave both at -1)", opts->window_left, opts->window_right);
     if (opts->cu_seqlens_q || opts->cu_seqlens_k)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.cu_seqlens_q/k: ring attention takes no varlen batches");
-    if (opts->causal != 0 && opts->causal != 1)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.causal: %d must be 0 or 1", opts->causal);
+    if ((st = fa_entry_check_opts(ctx, opts))) return st;
 
     const int is_bwd = grads != NULL;
     /* STANDARD's backward forms D = rowsum(P ∘ dP) over the keys it is given, which is the row's D only when they

@@ -121,7 +121,6 @@ fa_status fa_last_stats(const fa_context *ctx, fa_stats *s) {
 /* ---------------------------------------------------------------------------------------------------------
  * Validation
  * ------------------------------------------------------------------------------------------------------- */
-typedef struct span { uintptr_t lo, hi; } span; /* byte range [lo, hi) */
 static fa_status check_varlen(fa_context *ctx, const char *name, const int32_t *cu, int64_t n, int64_t total) {
     if (cu[0] != 0) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s[0] = %d, must be 0", name, cu[0]);
     for (int64_t s = 0; s < n; s++)

@@ -4,25 +4,28 @@
 
 #include <string.h>
 
-fa_status fa_attn_opts_init(fa_attn_opts *opts, size_t struct_size) {
-    if (!opts || struct_size < sizeof opts->struct_size) return FA_ERR_INVALID_ARGUMENT;
-    fa_attn_opts o;
-    memset(&o, 0, sizeof o);
-    o.window_left = -1;
-    o.window_right = -1;
-    o.algo = FA_ALGO_AUTO;
-    memcpy(opts, &o, struct_size < sizeof o ? struct_size : sizeof o);
-    opts->struct_size = struct_size;
+/* The first struct_size bytes of an extensible options struct from the defaults d (this library's size bytes), and
+ * its struct_size field (always the first) set to the caller's. */
+static fa_status init_ext(void *opts, const void *d, size_t size, size_t struct_size) {
+    if (!opts || struct_size < sizeof(size_t)) return FA_ERR_INVALID_ARGUMENT;
+    memcpy(opts, d, struct_size < size ? struct_size : size);
+    *(size_t *)opts = struct_size;
     return FA_OK;
 }
 
+fa_status fa_attn_opts_init(fa_attn_opts *opts, size_t struct_size) {
+    fa_attn_opts d;
+    memset(&d, 0, sizeof d);
+    d.window_left = -1;
+    d.window_right = -1;
+    d.algo = FA_ALGO_AUTO;
+    return init_ext(opts, &d, sizeof d, struct_size);
+}
+
 fa_status fa_kv_opts_init(fa_kv_opts *opts, size_t struct_size) {
-    if (!opts || struct_size < sizeof opts->struct_size) return FA_ERR_INVALID_ARGUMENT;
-    fa_kv_opts o;
-    memset(&o, 0, sizeof o);
-    memcpy(opts, &o, struct_size < sizeof o ? struct_size : sizeof o);
-    opts->struct_size = struct_size;
-    return FA_OK;
+    fa_kv_opts d;
+    memset(&d, 0, sizeof d);
+    return init_ext(opts, &d, sizeof d, struct_size);
 }
 
 /* An extensible options struct (its first field the caller's struct_size) over defaults `o` of this library's

@@ -527,6 +527,44 @@ static void test_opts_abi(fa_context *ctx) {
     t_case_label[0] = 0;
 }
 
+/* fa_kv_opts follows the fa_attn_opts rule through the same reader: any prefix from struct_size on is read (the rest
+ * keeps the defaults), size 0 is rejected, a larger struct is accepted while its unknown bytes are 0. */
+static void test_kv_opts_abi(fa_context *ctx) {
+    snprintf(t_case_label, sizeof t_case_label, "fa_kv_opts struct_size");
+    args a;
+    base_args(&a, ctx);
+    fill_arena();
+    const int32_t seqlens[B] = {2, 7};
+    fa_kvcache cache;
+    memset(&cache, 0, sizeof cache);
+    cache.k = a.k, cache.v = a.v, cache.seqlens = seqlens;
+    fa_kv_opts kv = fa_kv_opts_default();
+    CHECK_STATUS(fa_forward_kvcache(ctx, NULL, &kv, &a.q, &cache, NULL, NULL, &a.o, a.lse), FA_OK);
+    fa_stats s; /* every query row sees all of its sequence's keys: 4·D per pair per query head */
+    CHECK_STATUS(fa_last_stats(ctx, &s), FA_OK);
+    CHECK_MSG(s.algo == FA_ALGO_FLASH2 && s.flops == 4.0 * D * HQ * SQ * (2 + 7), "algo %d, flops %.0f",
+              (int)s.algo, s.flops);
+    kv.num_splits = 1;
+    kv.struct_size = sizeof kv.struct_size; /* an old caller that knows no field: num_splits is not read */
+    CHECK_STATUS(fa_forward_kvcache(ctx, NULL, &kv, &a.q, &cache, NULL, NULL, &a.o, a.lse), FA_OK);
+    kv.struct_size = 0;
+    memcpy(arena_copy, arena, sizeof arena);
+    CHECK_STATUS(fa_forward_kvcache(ctx, NULL, &kv, &a.q, &cache, NULL, NULL, &a.o, a.lse), FA_ERR_INVALID_ARGUMENT);
+    CHECK_MSG(has_words(fa_context_last_error(ctx), "kv_opts.struct_size&fa_kv_opts_default"), "\"%s\"",
+              fa_context_last_error(ctx));
+    CHECK_MSG(memcmp(arena_copy, arena, sizeof arena) == 0, "a rejected kv_opts wrote to a buffer");
+    struct { fa_kv_opts o; unsigned char newer[16]; } big;
+    memset(&big, 0, sizeof big);
+    big.o = fa_kv_opts_default();
+    big.o.struct_size = sizeof big;
+    CHECK_STATUS(fa_forward_kvcache(ctx, NULL, &big.o, &a.q, &cache, NULL, NULL, &a.o, a.lse), FA_OK);
+    big.newer[5] = 1;
+    CHECK_STATUS(fa_forward_kvcache(ctx, NULL, &big.o, &a.q, &cache, NULL, NULL, &a.o, a.lse), FA_ERR_UNSUPPORTED);
+    CHECK_MSG(has_words(fa_context_last_error(ctx), "kv_opts:&fa_kv_opts&flashattn"), "\"%s\"",
+              fa_context_last_error(ctx));
+    t_case_label[0] = 0;
+}
+
 /* Contexts are independent: an error on one leaves the other's message and stats alone, and interleaved calls on
  * two contexts give the same results as calls on one. */
 static void test_two_contexts(void) {
@@ -571,6 +609,7 @@ int main(void) {
     fa_context *ctx = t_cpu_ctx();
     test_accepted(ctx);
     test_opts_abi(ctx);
+    test_kv_opts_abi(ctx);
     run_rows(ctx);
     printf("%zu rows in the bad-input table\n", sizeof rows / sizeof rows[0]);
     fa_context_destroy(ctx);

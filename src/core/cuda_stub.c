@@ -1,5 +1,5 @@
 /* The CUDA backend entry points when flashattn is built without CUDA: every one says so. */
-#include "core/internal.h"
+#include "core/kvcache.h"
 
 #include <stdio.h>
 
@@ -22,5 +22,18 @@ fa_status fa_cuda_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan
 }
 fa_status fa_cuda_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st) {
     (void)p, (void)plan, (void)st;
+    return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
+}
+fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan *plan, char *why, size_t why_len) {
+    (void)ctx, (void)p, (void)plan;
+    snprintf(why, why_len, "CUDA is not built into this library");
+    return FA_ERR_BACKEND_UNAVAILABLE;
+}
+fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *plan, fa_stats *st) {
+    (void)p, (void)plan, (void)st;
+    return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
+}
+fa_status fa_cuda_merge(fa_context *ctx, const fa_merge_problem *m) {
+    (void)m;
     return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
 }

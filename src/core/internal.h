@@ -1,6 +1,7 @@
-/* Internal interface between src/core/api.c (validation, stats) and the backends (src/cpu, src/cuda).
- * Not installed. Backends receive a fully validated fa_problem, make its one plan, run it, and never print.
- * docs/architecture.md draws the layers. */
+/* What the backends (src/cpu, src/cuda) share with the entry layer above them: the validated problem, the plan, the
+ * context, and the helpers that sit below both (names.c, status.c, workspace.c). Not installed. The entry files
+ * (api.c, kvcache.c, src/dist) fill the problem and ask a backend for its plan; a backend runs it, never prints
+ * and never calls up into an entry file. The entry layer's own steps are in entry.h. docs/architecture.md. */
 #ifndef FA_INTERNAL_H
 #define FA_INTERNAL_H
 
@@ -13,6 +14,10 @@
 #include <stdint.h>
 
 #define FA_HIDDEN __attribute__((visibility("hidden")))
+
+#define FA_STR_(x) #x
+#define FA_STR(x) FA_STR_(x)
+#define FA_VERSION_TEXT FA_STR(FA_VERSION_MAJOR) "." FA_STR(FA_VERSION_MINOR) "." FA_STR(FA_VERSION_PATCH)
 
 /* A validated attention call. api.c fills it; backends only read it. */
 typedef struct fa_problem {
@@ -60,8 +65,8 @@ static inline void fa_key_range(const fa_problem *p, int64_t sq, int64_t sk, int
 }
 
 /* The plan of one call: what a backend will run for a validated problem. The backend's plan function is the one
- * place that decides it (support, kernel, tiles, launch shape, workspace, modelled traffic); api.c, the backend's
- * run, fa_last_stats and the CLI (through fa_stats) read it, and nothing else decides. */
+ * place that decides it (support, kernel, tiles, launch shape, workspace, modelled traffic); the entry layer, the
+ * backend's run, fa_last_stats and the CLI (through fa_stats) read it, and nothing else decides. */
 typedef struct fa_plan {
     fa_algo algo;             /* what runs: p->algo, or where p->algo_auto a faster algorithm the plan chose */
     const char *kernel;       /* static name of what runs, e.g. "cuda.flash2.fwd.mma_sync.d128" */
@@ -90,13 +95,13 @@ struct fa_context {
     void *cuda;            /* CUDA backend state (src/cuda), NULL on CPU */
 };
 
-/* Record a message on ctx and return status. printf-style. */
+/* ---- Below the backends: any layer may call these ---- */
+/* Record a message on ctx and return status. printf-style. (status.c) */
 FA_HIDDEN fa_status fa_fail(fa_context *ctx, fa_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* CPU workspace of at least bytes (64-byte aligned), or NULL after fa_fail(FA_ERR_OUT_OF_MEMORY). */
+/* CPU workspace of at least bytes (64-byte aligned), or NULL after fa_fail(FA_ERR_OUT_OF_MEMORY). (workspace.c) */
 FA_HIDDEN void *fa_workspace(fa_context *ctx, size_t bytes);
-/* Matmul FLOPs of the problem (4·D per visible (query, key) pair per head; x2.5 for backward). */
-FA_HIDDEN double fa_problem_flops(const fa_problem *p);
+/* So are the public fa_dtype_size, fa_dtype_name, fa_algo_name, fa_backend_name and fa_status_string (names.c). */
 
 /* ---- Backends ----
  * Each backend provides plan and run. plan: FA_OK with *plan filled, or FA_ERR_UNSUPPORTED (or another status)
@@ -109,7 +114,7 @@ FA_HIDDEN fa_status fa_cpu_init(fa_context *ctx);
 FA_HIDDEN fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan, char *why, size_t why_len);
 FA_HIDDEN fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st);
 
-/* ---- CUDA backend (src/cuda/, built when FA_HAVE_CUDA; stubs in src/cuda_stub.c otherwise) ---- */
+/* ---- CUDA backend (src/cuda/, built when FA_HAVE_CUDA; stubs in src/core/cuda_stub.c otherwise) ---- */
 FA_HIDDEN int fa_cuda_built(void);
 FA_HIDDEN int fa_cuda_device_count(void);
 FA_HIDDEN fa_status fa_cuda_create(fa_context *ctx, int device);

@@ -1,54 +1,10 @@
 /* KV-cache decoding entry points: fa_forward_kvcache, fa_kvcache_workspace_size, fa_merge_states. Every argument is
- * checked here (shapes, strides, overlaps; on the CPU also every length, page and row index) before a backend plans
- * and runs the call; nothing is written on error. docs/decoding.md. */
-#include "core/kvcache.h"
+ * checked here (shapes, strides, overlaps through entry.c; on the CPU also every length, page and row index, through
+ * kv_indices.c) before a backend plans and runs the call; nothing is written on error. docs/decoding.md. */
+#include "core/entry.h"
 
 #include <stdio.h>
 #include <string.h>
-
-fa_status fa_kv_opts_init(fa_kv_opts *opts, size_t struct_size) {
-    if (!opts || struct_size < sizeof opts->struct_size) return FA_ERR_INVALID_ARGUMENT;
-    fa_kv_opts o;
-    memset(&o, 0, sizeof o);
-    memcpy(opts, &o, struct_size < sizeof o ? struct_size : sizeof o);
-    opts->struct_size = struct_size;
-    return FA_OK;
-}
-
-/* The caller's kv options as this library's struct (the fa_attn_opts rule: known bytes copied, defaults after). */
-static fa_status read_kv_opts(fa_context *ctx, const fa_kv_opts *in, fa_kv_opts *o) {
-    fa_kv_opts_init(o, sizeof *o);
-    if (!in) return FA_OK;
-    const size_t n = in->struct_size;
-    if (n < sizeof in->struct_size)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.struct_size: %zu is too small: initialise kv_opts with "
-                       "fa_kv_opts_default()", n);
-    if (n > sizeof *o) {
-        const unsigned char *extra = (const unsigned char *)in + sizeof *o;
-        for (size_t i = 0; i < n - sizeof *o; i++)
-            if (extra[i])
-                return fa_fail(ctx, FA_ERR_UNSUPPORTED, "kv_opts: fields beyond this library's fa_kv_opts (%zu of %zu "
-                               "bytes) are set", sizeof *o, n);
-    }
-    memcpy(o, in, n < sizeof *o ? n : sizeof *o);
-    o->struct_size = sizeof *o;
-    return FA_OK;
-}
-
-typedef struct span { uintptr_t lo, hi; } span;
-static int overlap(span a, span b) { return a.lo < b.hi && b.lo < a.hi; }
-
-static fa_status tensor(fa_context *ctx, const char *name, const fa_tensor *t, int is_output, span *sp) {
-    return fa_check_tensor(ctx, name, t, is_output, &sp->lo, &sp->hi);
-}
-
-static fa_status fp32_span(fa_context *ctx, const char *name, const void *ptr, int64_t n, span *sp) {
-    int64_t bytes;
-    sp->lo = (uintptr_t)ptr;
-    if (__builtin_mul_overflow(n, (int64_t)sizeof(float), &bytes) || __builtin_add_overflow(sp->lo, (uintptr_t)bytes, &sp->hi))
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: extent overflows the address space", name);
-    return FA_OK;
-}
 
 /* shape [b, s, h, d] and dtype of t against the expected ones */
 static fa_status shape(fa_context *ctx, const char *name, const fa_tensor *t, fa_dtype dt, int64_t b, int64_t s,
@@ -65,7 +21,7 @@ static fa_status shape(fa_context *ctx, const char *name, const fa_tensor *t, fa
 
 static fa_status check_attn_opts(fa_context *ctx, const fa_attn_opts *in, fa_kv_problem *p) {
     fa_attn_opts o;
-    fa_status st = fa_read_opts(ctx, in, &o);
+    fa_status st = fa_entry_attn_opts(ctx, in, &o);
     if (st != FA_OK) return st;
     if (o.algo != FA_ALGO_AUTO)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.algo: %s; decoding has its own kernel, leave it FA_ALGO_AUTO",
@@ -75,14 +31,7 @@ static fa_status check_attn_opts(fa_context *ctx, const fa_attn_opts *in, fa_kv_
                        o.block_q, o.block_k);
     if (o.cu_seqlens_q || o.cu_seqlens_k)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.cu_seqlens_q/k: set; the cache's seqlens give the lengths");
-    if (!isfinite(o.scale)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.scale: %g is not finite", o.scale);
-    if (!isfinite(o.softcap) || o.softcap < 0)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.softcap: %g must be finite and >= 0", o.softcap);
-    if (o.window_left < -1 || o.window_right < -1)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.window_left/right: (%d, %d), each must be >= -1",
-                       o.window_left, o.window_right);
-    if (o.causal != 0 && o.causal != 1)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.causal: %d must be 0 or 1", o.causal);
+    if ((st = fa_entry_check_opts(ctx, &o))) return st;
     p->scale = o.scale;
     p->softcap = o.softcap;
     p->wl = o.window_left;
@@ -92,7 +41,7 @@ static fa_status check_attn_opts(fa_context *ctx, const fa_attn_opts *in, fa_kv_
 
 static fa_status check_kv_opts(fa_context *ctx, const fa_kv_opts *in, fa_kv_problem *p) {
     fa_kv_opts o;
-    fa_status st = read_kv_opts(ctx, in, &o);
+    fa_status st = fa_entry_kv_opts(ctx, in, &o);
     if (st != FA_OK) return st;
     if (o.num_splits < 0 || o.num_splits > 1024)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.num_splits: %d must be in 0..1024", o.num_splits);
@@ -135,10 +84,11 @@ static fa_status check_kv_opts(fa_context *ctx, const fa_kv_opts *in, fa_kv_prob
 }
 
 /* The cache descriptor's shapes (not its index arrays). */
-static fa_status check_cache(fa_context *ctx, const fa_kvcache *c, fa_kv_problem *p, span *sk, span *sv) {
+static fa_status check_cache(fa_context *ctx, const fa_kvcache *c, fa_kv_problem *p, fa_span *sk, fa_span *sv) {
     if (!c) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache: NULL");
     fa_status st;
-    if ((st = tensor(ctx, "cache.k", &c->k, p->append, sk)) || (st = tensor(ctx, "cache.v", &c->v, p->append, sv)))
+    if ((st = fa_entry_tensor(ctx, "cache.k", &c->k, p->append, sk)) ||
+        (st = fa_entry_tensor(ctx, "cache.v", &c->v, p->append, sv)))
         return st;
     if ((st = shape(ctx, "cache.k", &c->k, p->dtype, c->k.batch, c->k.seqlen, c->k.heads, p->d)) ||
         (st = shape(ctx, "cache.v", &c->v, p->dtype, c->k.batch, c->k.seqlen, c->k.heads, p->d)))
@@ -199,9 +149,9 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
                        const fa_kvcache *cache, const fa_tensor *k_new, const fa_tensor *v_new, const fa_tensor *out,
                        float *lse, int check_out, fa_kv_problem *p) {
     memset(p, 0, sizeof *p);
-    span sq, sk, sv, skn = {0, 0}, svn = {0, 0}, so = {0, 0}, sl = {0, 0};
+    fa_span sq, sk, sv, skn = {0, 0}, svn = {0, 0}, so = {0, 0}, sl = {0, 0};
     fa_status st;
-    if ((st = tensor(ctx, "q", q, 0, &sq))) return st;
+    if ((st = fa_entry_tensor(ctx, "q", q, 0, &sq))) return st;
     if (q->head_dim > 256)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "head_dim: %lld is above the supported maximum 256", (long long)q->head_dim);
     p->dtype = q->dtype;
@@ -225,7 +175,8 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.split_size: %d cuts the capacity of %lld keys into more "
                        "than 65535 splits", p->split_size, (long long)p->capacity);
     if (p->append) {
-        if ((st = tensor(ctx, "k_new", k_new, 0, &skn)) || (st = tensor(ctx, "v_new", v_new, 0, &svn))) return st;
+        if ((st = fa_entry_tensor(ctx, "k_new", k_new, 0, &skn)) || (st = fa_entry_tensor(ctx, "v_new", v_new, 0, &svn)))
+            return st;
         if ((st = shape(ctx, "k_new", k_new, p->dtype, p->batch, p->sq, p->hk, p->d)) ||
             (st = shape(ctx, "v_new", v_new, p->dtype, p->batch, p->sq, p->hk, p->d)))
             return st;
@@ -234,84 +185,33 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
         p->k_new = &p->kn;
         p->v_new = &p->vn;
         /* the cache is written: it must not overlap what is read while writing it */
-        if (overlap(sk, sv)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.v: memory overlaps cache.k (appended to)");
-        const span ins[3] = {sq, skn, svn};
+        if (fa_span_overlap(sk, sv)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.v: memory overlaps cache.k (appended to)");
+        const fa_span ins[3] = {sq, skn, svn};
         static const char *const in_names[3] = {"q", "k_new", "v_new"};
         for (int i = 0; i < 3; i++)
-            if (overlap(sk, ins[i]) || overlap(sv, ins[i]))
+            if (fa_span_overlap(sk, ins[i]) || fa_span_overlap(sv, ins[i]))
                 return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache: memory overlaps %s (the cache is appended to)",
                                in_names[i]);
     }
     if (check_out) {
-        if ((st = tensor(ctx, "out", out, 1, &so))) return st;
+        if ((st = fa_entry_tensor(ctx, "out", out, 1, &so))) return st;
         if ((st = shape(ctx, "out", out, p->dtype, p->batch, p->sq, p->hq, p->d))) return st;
         p->o = *out;
-        const span all[5] = {sq, sk, sv, skn, svn};
-        static const char *const names[5] = {"q", "cache.k", "cache.v", "k_new", "v_new"};
-        for (int i = 0; i < 5; i++)
-            if (overlap(so, all[i])) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "out: memory overlaps %s", names[i]);
-        if (lse) {
-            if ((st = fp32_span(ctx, "lse", lse, p->batch * p->hq * p->sq, &sl))) return st;
-            if (overlap(sl, so)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: memory overlaps out");
-            for (int i = 0; i < 5; i++)
-                if (overlap(sl, all[i])) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: memory overlaps %s", names[i]);
-        }
+        /* lse against out first, then both against every input, in one list */
+        const fa_span all[6] = {so, sq, sk, sv, skn, svn};
+        static const char *const names[6] = {"out", "q", "cache.k", "cache.v", "k_new", "v_new"};
+        if ((st = fa_entry_disjoint(ctx, "out", so, names + 1, all + 1, 5))) return st;
+        if (lse && ((st = fa_entry_f32(ctx, "lse", lse, p->batch, p->hq, p->sq, &sl)) ||
+                    (st = fa_entry_disjoint(ctx, "lse", sl, names, all, 6))))
+            return st;
         p->lse = lse;
     }
-    p->max_len = p->capacity;
     return FA_OK;
-}
-
-fa_status fa_kv_check_indices(fa_context *ctx, const fa_kv_problem *p, const int32_t *seqlens,
-                              const int32_t *block_table, const int32_t *batch_idx) {
-    const int64_t add = p->append ? p->sq : 0;
-    for (int64_t b = 0; b < p->batch; b++) {
-        const int64_t row = batch_idx ? batch_idx[b] : b;
-        if (batch_idx && (row < 0 || row >= p->cache_rows))
-            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.batch_idx[%lld] = %lld is outside 0..%lld", (long long)b,
-                           (long long)row, (long long)p->cache_rows - 1);
-        const int64_t len = seqlens[b];
-        if (len < 0 || len + add > p->capacity)
-            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.seqlens[%lld] = %lld: with %lld new keys it must be in "
-                           "0..%lld (the capacity is %lld)", (long long)b, (long long)len, (long long)add,
-                           (long long)(p->capacity - add), (long long)p->capacity);
-        if (p->rot_cos && len + p->sq > p->rot_seqlen)
-            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.rotary_seqlen: %lld positions, sequence %lld needs "
-                           "%lld", (long long)p->rot_seqlen, (long long)b, (long long)(len + p->sq));
-        if (p->paged) {
-            const int64_t used = (len + add + p->page_size - 1) / p->page_size;
-            for (int64_t j = 0; j < used; j++) {
-                const int32_t pg = block_table[row * p->bt_stride + j];
-                if (pg < 0 || pg >= p->num_pages)
-                    return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.block_table[%lld][%lld] = %d is outside "
-                                   "0..%lld (sequence %lld)", (long long)row, (long long)j, pg,
-                                   (long long)p->num_pages - 1, (long long)b);
-            }
-        }
-    }
-    return FA_OK;
-}
-
-int fa_kv_split_heuristic(int64_t items, int workers, int64_t blocks, int max_splits, double fill) {
-    if (items <= 0 || workers <= 0 || blocks <= 1) return 1;
-    if ((double)items >= 0.8 * workers) return 1;
-    if (max_splits > blocks) max_splits = (int)blocks;
-    if (max_splits > 1024) max_splits = 1024;
-    double eff[1025] = {0}, best = 0;
-    for (int n = 1; n <= max_splits; n++) {
-        /* a count that gives each split as many blocks as the one before it is no better: skip it */
-        if (n > 1 && (blocks + n - 1) / n == (blocks + n - 2) / (n - 1)) continue;
-        const double waves = (double)items * n / workers;
-        eff[n] = waves / ceil(waves);
-        if (eff[n] > best) best = eff[n];
-    }
-    for (int n = 1; n <= max_splits; n++)
-        if (eff[n] > 0 && eff[n] >= fill * best) return n;
-    return 1;
 }
 
 static fa_status plan_of(fa_context *ctx, const fa_kv_problem *p, fa_plan *plan) {
     memset(plan, 0, sizeof *plan);
+    plan->algo = FA_ALGO_FLASH2; /* decoding is FLASH2's loop order: what fa_stats.algo reports */
     char why[256] = "";
     const int cuda = ctx->backend == FA_BACKEND_CUDA;
     fa_status st = cuda ? fa_cuda_kv_plan(ctx, p, plan, why, sizeof why) : fa_cpu_kv_plan(ctx, p, plan, why, sizeof why);
@@ -335,21 +235,11 @@ fa_status fa_forward_kvcache(fa_context *ctx, const fa_attn_opts *opts, const fa
     if (p.workspace && p.workspace_bytes < plan.workspace_bytes)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.workspace_bytes: %zu, the call needs %zu "
                        "(fa_kvcache_workspace_size)", p.workspace_bytes, plan.workspace_bytes);
-    fa_stats s;
-    memset(&s, 0, sizeof s);
-    s.backend = ctx->backend;
-    s.algo = FA_ALGO_FLASH2;
-    s.kernel = plan.kernel;
-    s.block_q = plan.block_q;
-    s.block_k = plan.block_k;
-    s.threads = ctx->backend == FA_BACKEND_CUDA ? 0 : plan.threads;
-    s.slow_read_bytes = (int64_t)plan.read_bytes;
-    s.slow_write_bytes = (int64_t)plan.write_bytes;
-    s.extra_bytes = (int64_t)plan.workspace_bytes;
+    fa_stats s = fa_entry_stats(ctx, &plan, 0);
     st = ctx->backend == FA_BACKEND_CUDA ? fa_cuda_kv_run(ctx, &p, &plan, &s) : fa_cpu_kv_run(ctx, &p, &plan, &s);
     if (st != FA_OK) return st;
-    ctx->stats = s;
-    ctx->has_stats = 1;
+    /* CPU: the pairs under the caller's lengths; CUDA: modelled at the capacity (its lengths are on the device) */
+    fa_entry_done(ctx, &s, fa_kv_problem_flops(&p, ctx->backend == FA_BACKEND_CPU ? p.seqlens : NULL));
     return FA_OK;
 }
 
@@ -377,49 +267,31 @@ fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *outs, const f
     if (!outs) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "outs: NULL");
     if (!lses) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lses: NULL");
     fa_status st;
-    span so, sl = {0, 0}, si[32], sli[32];
-    if ((st = tensor(ctx, "out", out, 1, &so))) return st;
+    fa_span so, sl = {0, 0}, si[32], sli[32];
+    if ((st = fa_entry_tensor(ctx, "out", out, 1, &so))) return st;
     if (out->head_dim > 256)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "out: head_dim %lld is above the supported maximum 256",
                        (long long)out->head_dim);
-    const int64_t rows = out->batch * out->heads * out->seqlen;
-    if (lse && (st = fp32_span(ctx, "lse", lse, rows, &sl))) return st;
-    if (lse && overlap(sl, so)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: memory overlaps out");
+    if (lse && (st = fa_entry_f32(ctx, "lse", lse, out->batch, out->heads, out->seqlen, &sl))) return st;
+    if (lse && fa_span_overlap(sl, so)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: memory overlaps out");
     for (int i = 0; i < n; i++) {
         char name[32];
         snprintf(name, sizeof name, "outs[%d]", i);
-        if ((st = tensor(ctx, name, &outs[i], 0, &si[i]))) return st;
+        if ((st = fa_entry_tensor(ctx, name, &outs[i], 0, &si[i]))) return st;
         if ((st = shape(ctx, name, &outs[i], out->dtype, out->batch, out->seqlen, out->heads, out->head_dim))) return st;
         if (!lses[i]) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lses[%d]: NULL", i);
         snprintf(name, sizeof name, "lses[%d]", i);
-        if ((st = fp32_span(ctx, name, lses[i], rows, &sli[i]))) return st;
+        if ((st = fa_entry_f32(ctx, name, lses[i], out->batch, out->heads, out->seqlen, &sli[i]))) return st;
         const int same_out = i == 0 && outs[0].data == out->data && outs[0].stride_batch == out->stride_batch &&
                              outs[0].stride_seq == out->stride_seq && outs[0].stride_head == out->stride_head;
         const int same_lse = i == 0 && lse && lses[0] == lse;
-        if (!same_out && overlap(si[i], so))
+        if (!same_out && fa_span_overlap(si[i], so))
             return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "out: memory overlaps outs[%d]", i);
-        if (overlap(sli[i], so)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "out: memory overlaps lses[%d]", i);
-        if (lse && !same_lse && overlap(sli[i], sl))
+        if (fa_span_overlap(sli[i], so)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "out: memory overlaps lses[%d]", i);
+        if (lse && !same_lse && fa_span_overlap(sli[i], sl))
             return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: memory overlaps lses[%d]", i);
-        if (lse && overlap(si[i], sl)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: memory overlaps outs[%d]", i);
+        if (lse && fa_span_overlap(si[i], sl)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: memory overlaps outs[%d]", i);
     }
     fa_merge_problem m = {n, outs, lses, *out, lse};
     return ctx->backend == FA_BACKEND_CUDA ? fa_cuda_merge(ctx, &m) : fa_cpu_merge(ctx, &m);
 }
-
-#ifndef FA_HAVE_CUDA
-/* Without the CUDA backend no CUDA context exists; these keep the link whole. */
-fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan *plan, char *why, size_t why_len) {
-    (void)ctx, (void)p, (void)plan;
-    snprintf(why, why_len, "CUDA is not built into this library");
-    return FA_ERR_BACKEND_UNAVAILABLE;
-}
-fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *plan, fa_stats *st) {
-    (void)p, (void)plan, (void)st;
-    return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
-}
-fa_status fa_cuda_merge(fa_context *ctx, const fa_merge_problem *m) {
-    (void)m;
-    return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
-}
-#endif

@@ -1,6 +1,7 @@
-/* Internal interface of KV-cache decoding between src/core/kvcache.c (validation, the split heuristic, stats) and
- * the backends' decode paths (src/cpu/algo/decode.c, src/cuda/decode/). Backends receive a validated
- * fa_kv_problem, make its plan and run it. docs/decoding.md describes the whole path. */
+/* What the backends' KV-cache paths (src/cpu/algo/decode.c, src/cuda/decode/) share with the entry file above them
+ * (kvcache.c): the validated fa_kv_problem, the plan's aux slots, and the helpers below both (the split heuristic,
+ * kv_split.c; the index checks, kv_indices.c). Backends receive a validated problem, plan it and run it.
+ * docs/decoding.md describes the whole path. */
 #ifndef FA_CORE_KVCACHE_H
 #define FA_CORE_KVCACHE_H
 
@@ -36,7 +37,6 @@ typedef struct fa_kv_problem {
     void *workspace;           /* caller's, or NULL */
     size_t workspace_bytes;
     int check_indices;
-    int64_t max_len;           /* CPU: the longest sequence after the append (seqlens read); CUDA: the capacity */
 } fa_kv_problem;
 
 /* Cache row of sequence b (batch_idx or b). Host arrays only. */
@@ -47,12 +47,6 @@ static inline int64_t fa_kv_row(const fa_kv_problem *p, int64_t b) { return p->b
  * `fill` of the best efficiency (counts that give each split as many blocks as the count before are skipped); 1 when
  * the items alone fill 80 % of the workers. Each backend passes its own fill. docs/decoding.md. */
 int fa_kv_split_heuristic(int64_t items, int workers, int64_t blocks, int max_splits, double fill);
-
-/* Tensor validation shared with api.c (the same rules as fa_forward's); fills the byte span [*lo, *hi). */
-fa_status fa_check_tensor(fa_context *ctx, const char *name, const fa_tensor *t, int is_output, uintptr_t *lo,
-                          uintptr_t *hi);
-/* fa_attn_opts as this library's struct (api.c's read_opts). */
-fa_status fa_read_opts(fa_context *ctx, const fa_attn_opts *in, fa_attn_opts *o);
 
 /* The cache validation of the CPU, on host copies of the index arrays (CUDA's check_indices uses it too). */
 fa_status fa_kv_check_indices(fa_context *ctx, const fa_kv_problem *p, const int32_t *seqlens,

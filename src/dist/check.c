@@ -1,16 +1,8 @@
-/* The ring's argument checks on one rank (fa_forward's own tensor rules on the local shapes, through the same
- * helpers as api.c) and the ranks' agreement on the outcome, so that a call fails on every rank or on none. */
+/* The ring's argument checks on one rank (fa_forward's own tensor, option and overlap rules on the local shapes,
+ * through the entry layer's steps, core/entry.h) and the ranks' agreement on the outcome, so that a call fails on
+ * every rank or on none. */
 #include "dist/ring.h"
-#include "core/kvcache.h"
-
-
-typedef struct span {
-    uintptr_t lo, hi;
-} span;
-
-static fa_status tensor(fa_context *ctx, const char *name, const fa_tensor *t, int is_output, span *sp) {
-    return fa_check_tensor(ctx, name, t, is_output, &sp->lo, &sp->hi);
-}
+#include "core/entry.h"
 
 /* t has the shape [B, S, H, D] and dtype of `like`, except heads (checked by the caller). */
 static fa_status same_shape(fa_context *ctx, const char *name, const fa_tensor *t, const char *lname,
@@ -28,26 +20,19 @@ static fa_status same_shape(fa_context *ctx, const char *name, const fa_tensor *
     return FA_OK;
 }
 
-static fa_status disjoint(fa_context *ctx, const char *name, span o, const char *const *names, const span *sp, int n) {
-    for (int i = 0; i < n; i++)
-        if (o.lo < sp[i].hi && sp[i].lo < o.hi) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: memory overlaps %s", name, names[i]);
-    return FA_OK;
-}
-
 fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn_opts *opts_in, fa_attn_opts *opts,
                         const fa_tensor *q, const fa_tensor *k, const fa_tensor *v, const fa_tensor *out,
                         const float *lse, int lse_required, const fa_tensor *const *grads, fa_ring_shape *s) {
     fa_status st;
     if (!comm) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "comm: NULL");
     if ((st = comm->tr->vt->check_ctx(comm->tr, ctx)) != FA_OK) return st;
-    if ((st = fa_read_opts(ctx, opts_in, opts)) != FA_OK) return st;
+    if ((st = fa_entry_attn_opts(ctx, opts_in, opts)) != FA_OK) return st;
     if (opts->window_left != -1 || opts->window_right != -1)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.window_left/right: (%d, %d): ring attention has no sliding "
                        "window (leave both at -1)", opts->window_left, opts->window_right);
     if (opts->cu_seqlens_q || opts->cu_seqlens_k)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.cu_seqlens_q/k: ring attention takes no varlen batches");
-    if (opts->causal != 0 && opts->causal != 1)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.causal: %d must be 0 or 1", opts->causal);
+    if ((st = fa_entry_check_opts(ctx, opts))) return st;
 
     const int is_bwd = grads != NULL;
     /* STANDARD's backward forms D = rowsum(P ∘ dP) over the keys it is given, which is the row's D only when they
@@ -58,10 +43,10 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
                        "gradient needs all of a row's keys at once); use flash1, flash2 or auto");
     if (is_bwd && opts->algo == FA_ALGO_AUTO) opts->algo = FA_ALGO_FLASH2;
     static const char *const names[9] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"};
-    span sp[9];
+    fa_span sp[9];
     const fa_tensor *t[4] = {q, k, v, out};
     for (int i = 0; i < 4; i++)
-        if ((st = tensor(ctx, names[i], t[i], i == 3 && !is_bwd, &sp[i])) != FA_OK) return st;
+        if ((st = fa_entry_tensor(ctx, names[i], t[i], i == 3 && !is_bwd, &sp[i])) != FA_OK) return st;
     if ((st = same_shape(ctx, "k", k, "q", q, k->heads)) || (st = same_shape(ctx, "v", v, "k", k, k->heads)) ||
         (st = same_shape(ctx, "out", out, "q", q, q->heads)))
         return st;
@@ -75,26 +60,25 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: NULL (the backward needs the forward's LSE)");
     int n = 4;
     if (lse) {
-        sp[4].lo = (uintptr_t)lse;
-        sp[4].hi = sp[4].lo + sizeof(float) * (uintptr_t)(q->batch * q->heads * q->seqlen);
-        if (sp[4].hi < sp[4].lo) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: extent overflows the address space");
-        if ((st = disjoint(ctx, "lse", sp[4], names, sp, is_bwd ? 3 : 4))) return st;
+        if ((st = fa_entry_f32(ctx, "lse", lse, q->batch, q->heads, q->seqlen, &sp[4])) ||
+            (st = fa_entry_disjoint(ctx, "lse", sp[4], names, sp, is_bwd ? 3 : 4)))
+            return st;
         n = 5;
     } else {
         sp[4].lo = sp[4].hi = 0;
     }
     if (!is_bwd) {
-        if ((st = disjoint(ctx, "out", sp[3], names, sp, 3))) return st;
+        if ((st = fa_entry_disjoint(ctx, "out", sp[3], names, sp, 3))) return st;
     } else {
         for (int i = 0; i < 4; i++) {
             const fa_tensor *g = grads[i], *like = i < 2 ? q : k;
-            if ((st = tensor(ctx, names[5 + i], g, i > 0, &sp[5 + i])) ||
+            if ((st = fa_entry_tensor(ctx, names[5 + i], g, i > 0, &sp[5 + i])) ||
                 (st = same_shape(ctx, names[5 + i], g, i < 2 ? "q" : "k", like, like->heads)))
                 return st;
         }
         n = 9;
         for (int i = 6; i < n; i++)
-            if ((st = disjoint(ctx, names[i], sp[i], names, sp, i))) return st;
+            if ((st = fa_entry_disjoint(ctx, names[i], sp[i], names, sp, i))) return st;
     }
     s->B = q->batch, s->S = q->seqlen, s->Hq = q->heads, s->Hk = k->heads, s->D = q->head_dim, s->dt = q->dtype;
     s->causal = opts->causal, s->is_backward = is_bwd;

@@ -1,20 +1,8 @@
-/* Ring communicators: construction over a transport, the constructor's message, and the ring's buffers. */
+/* Ring communicators: construction over a transport, and the ring's buffers. */
 #include "dist/ring.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-
-static _Thread_local char create_err[FA_ERR_LEN];
-
-const char *fa_ring_create_error(void) { return create_err; }
-
-fa_status fa_ring_create_fail(fa_status status, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(create_err, sizeof create_err, fmt, ap);
-    va_end(ap);
-    return status;
-}
 
 static fa_status make_comm(fa_ring_comm **c, fa_status st, fa_ring_transport *t) {
     if (st != FA_OK) return st;
@@ -29,7 +17,7 @@ static fa_status make_comm(fa_ring_comm **c, fa_status st, fa_ring_transport *t)
     m->world = t->world;
     m->tr = t;
     *c = m;
-    create_err[0] = 0;
+    fa_ring_create_ok();
     return FA_OK;
 }
 

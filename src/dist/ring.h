@@ -56,8 +56,9 @@ struct fa_ring_comm {
 FA_HIDDEN const fa_ring_ops *fa_ring_ops_of(const fa_context *ctx);
 /* comm's buffers for ctx, at least bytes (an allocation, after a sync, when it grows). */
 FA_HIDDEN fa_status fa_ring_workspace(fa_context *ctx, fa_ring_comm *comm, size_t bytes, void **ws);
-/* Set the thread's constructor message and return status. */
+/* Set the thread's constructor message and return status; clear it after a constructor succeeded. (create_error.c) */
 FA_HIDDEN fa_status fa_ring_create_fail(fa_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+FA_HIDDEN void fa_ring_create_ok(void);
 
 /* What rank `rank` computes at step s of a ring of `world` ranks over shards of S rows: it holds the K/V block
  * of rank src and attends its query rows [q0, q0 + nq) to the block's keys [0, nk), causal or not. Causal uses

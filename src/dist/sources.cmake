@@ -3,7 +3,7 @@
 # CUDA contexts); the CUDA element operations with the CUDA backend; the NCCL transport only where NCCL is found
 # (FA_NCCL=AUTO), required (ON) or never (OFF). stubs.c stands in for the parts a build leaves out.
 find_package(Threads REQUIRED)
-set(FA_DIST_SOURCES src/dist/comm.c src/dist/check.c src/dist/transport_thread.c src/dist/ops_cpu.c
+set(FA_DIST_SOURCES src/dist/create_error.c src/dist/comm.c src/dist/check.c src/dist/transport_thread.c src/dist/ops_cpu.c
     src/dist/ring_fwd.c src/dist/ring_bwd.c src/dist/stubs.c)
 set(FA_DIST_LIBS Threads::Threads)
 set(FA_HAVE_NCCL OFF)

@@ -1,0 +1,50 @@
+/* The entry layer's shared steps: what fa_forward and fa_backward (api.c), the KV-cache entry points (kvcache.c)
+ * and the ring's entry points (src/dist/check.c) each do around a backend: read the caller's options, validate a
+ * tensor and take its byte span, reject overlaps, count the FLOPs, fill fa_stats from the plan. Only entry files
+ * include it; the backends see internal.h and kvcache.h. */
+#ifndef FA_CORE_ENTRY_H
+#define FA_CORE_ENTRY_H
+
+#include "core/kvcache.h"
+
+/* Bytes [lo, hi) of the caller's memory that an argument covers. */
+typedef struct fa_span {
+    uintptr_t lo, hi;
+} fa_span;
+
+static inline int fa_span_overlap(fa_span a, fa_span b) { return a.lo < b.hi && b.lo < a.hi; }
+
+/* The caller's options as this library's struct: the struct_size bytes its header knows, the defaults after them;
+ * a size below the first release's, or set bytes beyond this library's struct, fail with a message. NULL in = the
+ * defaults. */
+FA_HIDDEN fa_status fa_entry_attn_opts(fa_context *ctx, const fa_attn_opts *in, fa_attn_opts *o);
+FA_HIDDEN fa_status fa_entry_kv_opts(fa_context *ctx, const fa_kv_opts *in, fa_kv_opts *o);
+/* The options every attention entry point takes alike: a finite scale, a finite softcap >= 0, windows >= -1,
+ * causal 0 or 1. */
+FA_HIDDEN fa_status fa_entry_check_opts(fa_context *ctx, const fa_attn_opts *o);
+
+/* One tensor on its own: pointer, dtype, positive dims, non-negative strides, the extent in int64 and in the
+ * address space; an output's elements must also be distinct. Fills its byte span. */
+FA_HIDDEN fa_status fa_entry_tensor(fa_context *ctx, const char *name, const fa_tensor *t, int is_output,
+                                    fa_span *sp);
+/* The span of a contiguous fp32 [a, b, c] array (an LSE), its extent checked for overflow. */
+FA_HIDDEN fa_status fa_entry_f32(fa_context *ctx, const char *name, const float *x, int64_t a, int64_t b, int64_t c,
+                                 fa_span *sp);
+/* "<name>: memory overlaps <names[i]>" for the first of the n spans that o overlaps; FA_OK if none. */
+FA_HIDDEN fa_status fa_entry_disjoint(fa_context *ctx, const char *name, fa_span o, const char *const *names,
+                                      const fa_span *sp, int n);
+
+/* fa_stats.flops, one formula for every entry point: 4·D per visible (query, key) pair per query head (QKᵀ and PV,
+ * 2·D each), x2.5 for the backward. */
+FA_HIDDEN double fa_problem_flops(const fa_problem *p);
+/* Decoding's pairs are over each sequence's keys after the append; seqlens NULL (CUDA: the lengths are on the
+ * device) counts every sequence at the cache's capacity, the model the CUDA plan's traffic uses. */
+FA_HIDDEN double fa_kv_problem_flops(const fa_kv_problem *p, const int32_t *host_seqlens);
+
+/* The stats of a call about to run plan: the plan's algorithm, kernel, tiles, threads (CPU), workspace and modelled
+ * traffic. The backend's run may refine the traffic; fa_entry_done records them. */
+FA_HIDDEN fa_stats fa_entry_stats(const fa_context *ctx, const fa_plan *plan, int is_backward);
+/* A call succeeded: s with its FLOPs becomes what fa_last_stats reports. */
+FA_HIDDEN void fa_entry_done(fa_context *ctx, fa_stats *s, double flops);
+
+#endif

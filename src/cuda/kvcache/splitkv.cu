@@ -14,7 +14,7 @@
  * fp32 partials, and the last CTA of the row tile merges them (finish.cuh) and zeroes the tile's counter for the
  * next call. docs/decoding.md. */
 #include "../sm80/mma.cuh"
-#include "decode.h"
+#include "kvcache.h"
 #include "finish.cuh"
 
 #include "core/visible.h"

@@ -3,7 +3,7 @@
  * split-KV attention, whose last CTA per row tile merges the splits), and fa_merge_states. No host synchronisation
  * and no allocation once the workspace is large enough (kv_opts.workspace, or the context's cached one); the launch
  * shape depends on the shapes and the capacity only, so a captured graph replays at any cache length. */
-#include "decode.h"
+#include "kvcache.h"
 #include "cuda/plan.h"
 
 extern "C" {

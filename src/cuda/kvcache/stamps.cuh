@@ -6,7 +6,7 @@
 #ifndef FA_CUDA_DECODE_STAMPS_CUH
 #define FA_CUDA_DECODE_STAMPS_CUH
 
-#include "decode.h"
+#include "kvcache.h"
 
 enum {
     FA_DEC_ST_START,   /* the CTA's first instruction */

@@ -2,7 +2,7 @@
  * last CTA per row tile: finish.cuh). One warp per row: every lane forms the weights w_s = e^(lse_s − M) /
  * Σ e^(lse − M) (natural log), then sums its columns. A row whose states are all empty gives 0 / −inf; a NaN LSE makes the row NaN. */
 #include "../convert.cuh"
-#include "decode.h"
+#include "kvcache.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -5,7 +5,7 @@
  * bounds. The attention kernel is launched as its programmatic dependent: it starts at once and waits for this
  * kernel only where it reads what this one writes. */
 #include "../convert.cuh"
-#include "decode.h"
+#include "kvcache.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -5,7 +5,7 @@
 
 #include "../convert.cuh"
 #include "../sm80/mma.cuh"
-#include "decode.h"
+#include "kvcache.h"
 #include "stamps.cuh"
 
 #include <cooperative_groups.h>

@@ -6,7 +6,6 @@
 #include "../convert.cuh"
 #include "../sm80/mma.cuh"
 #include "kvcache.h"
-#include "stamps.cuh"
 
 #include <cooperative_groups.h>
 #include <math.h>
@@ -174,7 +173,6 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
     for (int c0 = 0; c0 < ns; c0 += step) {
         const int nc = min(step, ns - c0);
         __syncthreads(); /* the weights written; the previous chunk read */
-        if (c0 == 0) FA_DEC_STAMP(FA_DEC_ST_LSE);
         for (int e = threadIdx.x; e < R * nc * C4; e += NT) {
             const int r = e / (nc * C4), j = e / C4 % nc, c4 = e % C4;
             fa_cp_async16(stage + e, p.part_o + (s_pr[r] + c0 + j) * D + c4 * 4, 16);
@@ -182,7 +180,6 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
         fa_cp_async_commit();
         fa_cp_async_wait<0>();
         __syncthreads();
-        if (c0 == 0) FA_DEC_STAMP(FA_DEC_ST_PARTS);
 #pragma unroll
         for (int k = 0; k < UPT; k++) {
             const int u = sg > 1 ? threadIdx.x % units : threadIdx.x + k * NT;
@@ -266,7 +263,6 @@ __device__ void fa_dec_merge_regs(const fa_dec_params &p, int b, int hk, int r0,
         }
         float lse;
         const float4 v = fa_dec_merge_column(x, ov, ns, &lse);
-        if (u == 0) FA_DEC_STAMP(FA_DEC_ST_LSE), FA_DEC_STAMP(FA_DEC_ST_PARTS);
         fa_dec_put_column<D, T>(p, b, hk, r0, r, c4, v, lse);
     }
 }

@@ -71,9 +71,6 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
     T *sq = (T *)smem;
     const int s = blockIdx.x, hk = blockIdx.y / p.row_tiles, tile = blockIdx.y % p.row_tiles, b = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    FA_DEC_STAMP(FA_DEC_ST_START);
-    FA_DEC_STAMP(FA_DEC_ST_SM);
-    FA_DEC_STAMP_AT_EXIT();
     /* The first split's first tiles are keys 0, 16, ... whatever the sequence's length, where no append, window or
      * batch_idx moves them: their copies (and a paged cache's block-table entries) go out before the length comes
      * back, as if the sequence filled the cache, and the rows past its end are zeroed once they land. */
@@ -261,11 +258,9 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
     /* a tile of at most 8 rows (GQA group x new rows <= 8) leaves rows 8-15 of the products unused: their softmax
      * is skipped (their P and O rows are garbage, never read) */
     const bool rows_hi = R > 8;
-    FA_DEC_STAMP(FA_DEC_ST_Q);
     for (int it = 0; it < mine; it++) {
         fa_cp_async_wait<DEC_NST - 2>();
         __syncwarp();
-        if (it == 0) FA_DEC_STAMP(FA_DEC_ST_TILE0);
         if (spec && it < DEC_NST - 1) { /* a speculated tile past the end: V's rows there zeroed (0 · NaN is NaN) */
             const int z0 = khi - key0(it);
             if (z0 < DEC_KT) {
@@ -354,7 +349,6 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
         __syncwarp();
     }
     fa_cp_async_wait<0>();
-    FA_DEC_STAMP(FA_DEC_ST_LOOP);
     l[0] = fa_quad_sum(l[0]), l[1] = fa_quad_sum(l[1]);
 
     /* the warps' states through shared memory (the ring is free once every warp is done) */
@@ -446,7 +440,6 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
             else if (p.lse) p.lse[rr] = (float)lse;
         }
     }
-    FA_DEC_STAMP(FA_DEC_ST_STATE);
     if (CL) { /* the splits of this row tile are one cluster: merge through distributed shared memory */
         fa_dec_cluster_merge<D, T, NW * 32>(p, cl_o, cl_lse, b, hk, r0, R);
         return;
@@ -465,7 +458,6 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
         if (s_last) *cnt = 0; /* every split has counted: zero again for the next call */
     }
     __syncthreads();
-    FA_DEC_STAMP(FA_DEC_ST_COUNTED);
     if (!s_last) return;
     if (ns <= FA_DEC_CLUSTER_MAX) fa_dec_merge_regs<D, T, NW * 32>(p, b, hk, r0, R, ns);
     else fa_dec_merge_tile<D, T, NW * 32>(p, smem + dec_mma_smem<D, NW>::q, dec_mma_smem<D, NW>::ring, b, hk, r0, R, ns);
@@ -539,11 +531,7 @@ template <typename T> static cudaError_t launch_mma_c(const fa_dec_params *p, cu
 }
 
 extern "C" cudaError_t fa_dec_attend_launch(const fa_dec_params *p, int dtype, cudaStream_t st) {
-    const cudaError_t e = dtype == 1 ? launch_mma_c<__half>(p, st) : launch_mma_c<__nv_bfloat16>(p, st);
-#ifdef FA_DEC_STAMPS
-    if (e == cudaSuccess) fa_dec_stamps_dump(p, st);
-#endif
-    return e;
+    return dtype == 1 ? launch_mma_c<__half>(p, st) : launch_mma_c<__nv_bfloat16>(p, st);
 }
 
 extern "C" int fa_dec_active_clusters(const fa_dec_params *p, int dtype) {

@@ -17,10 +17,11 @@
 #define FA_KV_MAX_SPLITS 128 /* the last CTA's merge keeps R x splits weights in shared memory */
 #define FA_KV_CLUSTER_MAX 16 /* splits that merge in a cluster: the largest (non-portable) cluster */
 
-/* The split-KV kernel's instances, as data: one row per (head dim, warps per CTA). The plan (host.cu) picks the row
- * of the call's head dim and its warps rule into plan->entry; splitkv.cu reaches the row's template instance
- * through a switch on that index, which fails for any other. The head dims CUDA builds are the ones listed here;
- * each has a 4-warp row, the default. d = 256 has no 8-warp row: its rings would exceed shared memory. */
+/* The split-KV kernel's instances, as data: one row per (head dim, warps per CTA). The plan (host.cu) puts the
+ * row of the call's head dim and of the warps its rule gives into plan->entry; splitkv.cu reaches the row's
+ * template instance through a switch on that index, which fails for any other. The head dims CUDA builds are the
+ * ones listed here, each with a 4-warp row (the default); d = 256 has no 8-warp row: its rings would exceed shared
+ * memory. */
 struct fa_kv_inst {
     int d, nw;
     const char *kernel, *kernel_plain; /* the general instance's name, and the one built without rotary q, softcap

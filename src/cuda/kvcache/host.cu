@@ -9,6 +9,7 @@
 #include "cuda/plan.h"
 
 extern "C" {
+#include "core/arena.h"
 #include "core/kvcache.h"
 }
 

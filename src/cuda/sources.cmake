@@ -8,7 +8,7 @@ set(CMAKE_CUDA_STANDARD 17)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 # backend.cu: context and run; plan.cu: the one decision; contract.cu: the numerics contract (scan, fix-up);
 # standard.cu: cuBLAS; sm80/: the mma.sync / ldmatrix / cp.async kernels (docs/cuda-kernels.md); sm90/: FLASH3
-# (wgmma, TMA); kvcache/: KV-cache attention (docs/decoding.md). The kernel files first: they take the longest to
+# (wgmma, TMA); kvcache/: KV-cache attention (docs/kvcache.md). The kernel files first: they take the longest to
 # compile.
 set(FA_CUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/sm90/flash3_fwd.cu

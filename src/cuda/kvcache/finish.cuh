@@ -1,5 +1,5 @@
 /* The end of a KV-cache attention CTA (splitkv.cu): the numerics contract on each row's split state and the merge of
- * the splits by the last CTA of a row tile to finish. docs/decoding.md, docs/numerics.md. */
+ * the splits by the last CTA of a row tile to finish. docs/kvcache.md, docs/numerics.md. */
 #ifndef FA_CUDA_KVCACHE_FINISH_CUH
 #define FA_CUDA_KVCACHE_FINISH_CUH
 

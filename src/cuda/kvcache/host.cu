@@ -4,7 +4,7 @@
  * the split-KV attention, whose last CTA per row tile merges the splits); and fa_merge_states. No host
  * synchronisation and no allocation once the workspace is large enough (kv_opts.workspace, or the context's cached
  * one); the launch shape depends on the shapes and the capacity only, so a captured graph replays at any cache
- * length. The measurements behind each number: docs/decoding.md ("Splits", "8 warps per CTA", "Thirds"). */
+ * length. The measurements behind each number: docs/kvcache.md ("Splits and the merge"). */
 #include "kvcache.h"
 #include "cuda/plan.h"
 
@@ -107,7 +107,7 @@ static int pick_splits(const fa_kv_problem *p, int sms, fa_plan *plan) {
     }
     /* Contiguous, more than one wave of two CTAs per SM and long sequences (measured at d <= 128): 3 splits instead
      * of 1, so that a wave's CTAs do not all start a power of two apart, where they meet in the same DRAM channels
-     * (the likely cause; batch 64-128 with 32k-64k keys 1.01-1.04x). */
+     * (the likely cause; batch 128 with 32k-64k keys 1.01-1.04x). */
     if (!p->paged && p->d <= 128 && ns == 1 && items > 2 * (int64_t)sms && p->capacity >= LONG_KEYS) ns = 3;
     return ns;
 }

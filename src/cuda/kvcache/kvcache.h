@@ -2,7 +2,7 @@
  * where one is needed — append + rotary, the zeroing of the split counters of a caller's workspace (append.cu) —,
  * the split-KV attention over a contiguous or paged cache, whose last CTA per row tile merges the splits
  * (splitkv.cu), and fa_merge_states (merge.cu); host.cu plans and runs them. Every length and index read on the
- * device is clamped to the cache, so a bad value never reads or writes out of bounds. docs/decoding.md. */
+ * device is clamped to the cache, so a bad value never reads or writes out of bounds. docs/kvcache.md. */
 #ifndef FA_CUDA_KVCACHE_H
 #define FA_CUDA_KVCACHE_H
 

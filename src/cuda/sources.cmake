@@ -8,7 +8,7 @@ set(CMAKE_CUDA_STANDARD 17)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 # backend.cu: context and run; plan.cu: the one decision; contract.cu: the numerics contract (scan, fix-up);
 # standard.cu: cuBLAS; sm80/: the mma.sync / ldmatrix / cp.async kernels (docs/cuda-kernels.md); sm90/: FLASH3
-# (wgmma, TMA); decode/: KV-cache decoding (docs/decoding.md). The kernel files first: they take the longest to
+# (wgmma, TMA); kvcache/: KV-cache attention (docs/kvcache.md). The kernel files first: they take the longest to
 # compile.
 set(FA_CUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/sm90/flash3_fwd.cu
@@ -20,10 +20,10 @@ set(FA_CUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/backend.cu
     ${CMAKE_CURRENT_LIST_DIR}/plan.cu
     ${CMAKE_CURRENT_LIST_DIR}/standard.cu
-    ${CMAKE_CURRENT_LIST_DIR}/decode/splitkv.cu
-    ${CMAKE_CURRENT_LIST_DIR}/decode/append.cu
-    ${CMAKE_CURRENT_LIST_DIR}/decode/merge.cu
-    ${CMAKE_CURRENT_LIST_DIR}/decode/host.cu)
+    ${CMAKE_CURRENT_LIST_DIR}/kvcache/splitkv.cu
+    ${CMAKE_CURRENT_LIST_DIR}/kvcache/append.cu
+    ${CMAKE_CURRENT_LIST_DIR}/kvcache/merge.cu
+    ${CMAKE_CURRENT_LIST_DIR}/kvcache/host.cu)
 # Host code warnings-clean; device code: report spills (-Xptxas -warn-spills) so a shipped tile that spills shows.
 set_source_files_properties(${FA_CUDA_SOURCES} PROPERTIES COMPILE_OPTIONS
     "-Xcompiler=-Wall,-Wextra;-Xptxas=-warn-spills;--expt-relaxed-constexpr")

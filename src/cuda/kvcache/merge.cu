@@ -1,8 +1,8 @@
-/* fa_merge_states on CUDA: n caller states merged by their LSEs (a decode call's own splits are merged by its
+/* fa_merge_states on CUDA: n caller states merged by their LSEs (a KV-cache call's own splits are merged by its
  * last CTA per row tile: finish.cuh). One warp per row: every lane forms the weights w_s = e^(lse_s − M) /
  * Σ e^(lse − M) (natural log), then sums its columns. A row whose states are all empty gives 0 / −inf; a NaN LSE makes the row NaN. */
 #include "../convert.cuh"
-#include "decode.h"
+#include "kvcache.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -34,15 +34,15 @@ __device__ __forceinline__ float merge_lse(const float *const *lse, int64_t idx,
 }
 
 template <typename T>
-__global__ void __launch_bounds__(FA_DEC_THREADS) merge_states_kernel(const fa_merge_params p) {
-    const int64_t r = (int64_t)blockIdx.x * (FA_DEC_THREADS / 32) + threadIdx.x / 32;
+__global__ void __launch_bounds__(FA_KV_THREADS) merge_states_kernel(const fa_merge_params p) {
+    const int64_t r = (int64_t)blockIdx.x * (FA_KV_THREADS / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
     if (r >= p.rows) return;
     const int b = (int)(r / ((int64_t)p.heads * p.seqlen)), h = (int)(r / p.seqlen % p.heads), i = (int)(r % p.seqlen);
     float M, inv;
     const float lse = merge_lse(p.lse_in, r, p.n, &M, &inv);
     float w[FA_MERGE_MAX];
-    for (int s = 0; s < p.n; s++) w[s] = fa_dec_weight(p.lse_in[s][r], M, inv);
+    for (int s = 0; s < p.n; s++) w[s] = fa_kv_weight(p.lse_in[s][r], M, inv);
     /* each lane reads its columns of every state before writing them: out may be in[0] */
     T *o = (T *)p.out + b * p.o_sb + i * p.o_ss + h * p.o_sh;
     for (int c = lane; c < p.d; c += 32) {
@@ -57,10 +57,10 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) merge_states_kernel(const fa_m
 }
 
 extern "C" cudaError_t fa_merge_states_launch(const fa_merge_params *p, int dtype, cudaStream_t st) {
-    const int per = FA_DEC_THREADS / 32;
+    const int per = FA_KV_THREADS / 32;
     const unsigned grid = (unsigned)((p->rows + per - 1) / per);
-    if (dtype == 0) merge_states_kernel<float><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
-    else if (dtype == 1) merge_states_kernel<__half><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
-    else merge_states_kernel<__nv_bfloat16><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
+    if (dtype == 0) merge_states_kernel<float><<<grid, FA_KV_THREADS, 0, st>>>(*p);
+    else if (dtype == 1) merge_states_kernel<__half><<<grid, FA_KV_THREADS, 0, st>>>(*p);
+    else merge_states_kernel<__nv_bfloat16><<<grid, FA_KV_THREADS, 0, st>>>(*p);
     return cudaGetLastError();
 }

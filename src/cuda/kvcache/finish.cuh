@@ -1,26 +1,25 @@
-/* The end of a decode attention CTA (splitkv.cu): the numerics contract on each row's split state and the merge of
- * the splits by the last CTA of a row tile to finish. docs/decoding.md, docs/numerics.md. */
-#ifndef FA_CUDA_DECODE_FINISH_CUH
-#define FA_CUDA_DECODE_FINISH_CUH
+/* The end of a KV-cache attention CTA (splitkv.cu): the numerics contract on each row's split state and the merge of
+ * the splits by the last CTA of a row tile to finish. docs/kvcache.md, docs/numerics.md. */
+#ifndef FA_CUDA_KVCACHE_FINISH_CUH
+#define FA_CUDA_KVCACHE_FINISH_CUH
 
 #include "../convert.cuh"
 #include "../sm80/mma.cuh"
-#include "decode.h"
-#include "stamps.cuh"
+#include "kvcache.h"
 
 #include <cooperative_groups.h>
 #include <math.h>
 
-#define FA_DEC_LOGIT_SAT 0x1p126 /* |logit| saturates here (the contract) */
-#define FA_DEC_LOGIT_MAX 0x1p16f /* fp32 exp2(S − m) loses no more than 2^-8 of a weight up to here (log2 units) */
+#define FA_KV_LOGIT_SAT 0x1p126 /* |logit| saturates here (the contract) */
+#define FA_KV_LOGIT_MAX 0x1p16f /* fp32 exp2(S − m) loses no more than 2^-8 of a weight up to here (log2 units) */
 
 /* Wait for the first kernel (programmatic dependent launch): a no-op when the grid does not follow it. */
-__device__ __forceinline__ void fa_dec_wait_first(const fa_dec_params &p) {
+__device__ __forceinline__ void fa_kv_wait_first(const fa_kv_params &p) {
     if (p.after_first) asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
 /* *cnt += 1 with release and acquire semantics at GPU scope; the value before. */
-__device__ __forceinline__ int fa_dec_count_acq_rel(int *cnt) {
+__device__ __forceinline__ int fa_kv_count_acq_rel(int *cnt) {
     int old;
     asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n" : "=r"(old) : "l"(cnt) : "memory");
     return old;
@@ -29,18 +28,18 @@ __device__ __forceinline__ int fa_dec_count_acq_rel(int *cnt) {
 /* Does a row's fp32 state stand? (Rows that see keys:) its max m finite with |m| ≤ LOGIT_MAX (log2 units),
  * 0 < ℓ < ∞ and O finite — the CPU's rule. Otherwise a NaN/inf input, q·k or scale beyond fp32, or a 0·inf of a
  * masked key reached it, and the row is recomputed in float64. */
-__device__ __forceinline__ bool fa_dec_stands(float m, float l, const float *o8) {
+__device__ __forceinline__ bool fa_kv_stands(float m, float l, const float *o8) {
     float z = 0.f;
 #pragma unroll
     for (int e = 0; e < 8; e++) z += o8[e] * 0.f; /* NaN iff some o is NaN or inf */
-    return fabsf(m) <= FA_DEC_LOGIT_MAX && l > 0.f && l < INFINITY && z == 0.f;
+    return fabsf(m) <= FA_KV_LOGIT_MAX && l > 0.f && l < INFINITY && z == 0.f;
 }
 
 /* Query row i of head hq over keys [lo, hi) from the definition, in float64, by one warp (lane: columns
  * lane + 32 j): o and the natural-log LSE. NaN/inf in q or a visible key makes the row NaN; logits saturate at
  * ±2^126. The same rules as the CPU's exact_row. */
 template <int D, typename T>
-__device__ void fa_dec_exact_row(const fa_dec_params &p, int b, int row, int hk, int i, int hq, int lo, int hi,
+__device__ void fa_kv_exact_row(const fa_kv_params &p, int b, int row, int hk, int i, int hq, int lo, int hi,
                                  double (&o)[D / 32], double *lse) {
     const int lane = threadIdx.x & 31;
     double q[D / 32];
@@ -55,7 +54,7 @@ __device__ void fa_dec_exact_row(const fa_dec_params &p, int b, int row, int hk,
     }
     const T *kc = (const T *)p.kc, *vc = (const T *)p.vc;
     for (int t = lo; t < hi && !__any_sync(0xffffffffu, bad); t++) {
-        const T *k = kc + fa_dec_key(p, row, t, hk, p.k_sb, p.k_ss, p.k_sh);
+        const T *k = kc + fa_kv_key(p, row, t, hk, p.k_sb, p.k_ss, p.k_sh);
 #pragma unroll
         for (int j = 0; j < D / 32; j++) bad |= !isfinite(fa_ld(k + lane + 32 * j));
     }
@@ -67,8 +66,8 @@ __device__ void fa_dec_exact_row(const fa_dec_params &p, int b, int row, int hk,
     }
     double m = -INFINITY, l = 0.0;
     for (int t = lo; t < hi; t++) {
-        const T *k = kc + fa_dec_key(p, row, t, hk, p.k_sb, p.k_ss, p.k_sh);
-        const T *v = vc + fa_dec_key(p, row, t, hk, p.v_sb, p.v_ss, p.v_sh);
+        const T *k = kc + fa_kv_key(p, row, t, hk, p.k_sb, p.k_ss, p.k_sh);
+        const T *v = vc + fa_kv_key(p, row, t, hk, p.v_sb, p.v_ss, p.v_sh);
         double s = 0.0;
 #pragma unroll
         for (int j = 0; j < D / 32; j++) s += q[j] * (double)fa_ld(k + lane + 32 * j);
@@ -76,7 +75,7 @@ __device__ void fa_dec_exact_row(const fa_dec_params &p, int b, int row, int hk,
         for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
         s *= (double)p.scale;
         if (p.softcap > 0.f) s = (double)p.softcap * tanh(s / (double)p.softcap);
-        s = s > FA_DEC_LOGIT_SAT ? FA_DEC_LOGIT_SAT : s < -FA_DEC_LOGIT_SAT ? -FA_DEC_LOGIT_SAT : s;
+        s = s > FA_KV_LOGIT_SAT ? FA_KV_LOGIT_SAT : s < -FA_KV_LOGIT_SAT ? -FA_KV_LOGIT_SAT : s;
         if (s > m) {
             const double f = exp(m - s);
             l *= f;
@@ -100,16 +99,16 @@ __device__ void fa_dec_exact_row(const fa_dec_params &p, int b, int row, int hk,
 
 /* A merged state of max LSE M and sum Σ e^(lse − M): the scale of its weighted sum (NaN if any state is NaN, 0 if
  * every state is empty) and its LSE (natural log). */
-__device__ __forceinline__ float fa_dec_merged_inv(bool nan, float M, float sum) {
+__device__ __forceinline__ float fa_kv_merged_inv(bool nan, float M, float sum) {
     return nan ? NAN : M == -INFINITY ? 0.f : 1.f / sum;
 }
-__device__ __forceinline__ float fa_dec_merged_lse(bool nan, float M, float sum) {
+__device__ __forceinline__ float fa_kv_merged_lse(bool nan, float M, float sum) {
     return nan ? NAN : M == -INFINITY ? -INFINITY : M + logf(sum);
 }
 
 /* Column c4 (4 values) of query row r of the tile written to out, and its LSE by the thread of column 0. */
 template <int D, typename T>
-__device__ __forceinline__ void fa_dec_put_column(const fa_dec_params &p, int b, int hk, int r0, int r, int c4,
+__device__ __forceinline__ void fa_kv_put_column(const fa_kv_params &p, int b, int hk, int r0, int r, int c4,
                                                   float4 v, float lse) {
     const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
     uint2 u;
@@ -118,16 +117,16 @@ __device__ __forceinline__ void fa_dec_put_column(const fa_dec_params &p, int b,
     if (p.lse && c4 == 0) p.lse[((int64_t)b * p.hq + hq) * p.sq + i] = lse;
 }
 
-/* The last CTA of a row tile merges more than FA_DEC_CLUSTER_MAX splits' partials by their LSEs (fewer:
- * fa_dec_merge_regs): w_s = e^(lse_s − M) / Σ e^(lse − M). A row whose splits are all empty gives 0 / −inf; a NaN
+/* The last CTA of a row tile merges more than FA_KV_CLUSTER_MAX splits' partials by their LSEs (fewer:
+ * fa_kv_merge_regs): w_s = e^(lse_s − M) / Σ e^(lse − M). A row whose splits are all empty gives 0 / −inf; a NaN
  * LSE makes the row NaN. The partials (L2-resident: other SMs wrote them) come into shared memory by cp.async, as
  * many splits at once as it holds, so the merge costs about one L2 round trip per chunk instead of one per split;
  * the first 128 weights stay in shared memory. With fewer than 128 float4 columns in the tile, groups of threads
  * take every sg-th split and add up at the end. */
 template <int D, typename T, int NT>
-__device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, int smem_bytes, int b, int hk, int r0,
+__device__ void fa_kv_merge_tile(const fa_kv_params &p, unsigned char *smem, int smem_bytes, int b, int hk, int r0,
                                   int R, int ns) {
-    constexpr int C4 = D / 4, UPT = (16 * C4 + NT - 1) / NT, WCH = FA_DEC_MAX_SPLITS;
+    constexpr int C4 = D / 4, UPT = (16 * C4 + NT - 1) / NT, WCH = FA_KV_MAX_SPLITS;
     __shared__ float s_M[16], s_inv[16], s_lse[16];
     __shared__ int64_t s_pr[16]; /* row r's first partial */
     float *w_s = (float *)smem;                                  /* [16][WCH]: weights of splits < WCH */
@@ -156,12 +155,12 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
             }
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        const float inv = fa_dec_merged_inv(nan, M, sum);
+        const float inv = fa_kv_merged_inv(nan, M, sum);
         for (int s = lane; s < ns && s < WCH; s += 32) {
-            wr[s] = fa_dec_weight(wr[s], M, inv);
+            wr[s] = fa_kv_weight(wr[s], M, inv);
         }
         if (lane == 0) {
-            s_M[r] = M, s_inv[r] = inv, s_lse[r] = fa_dec_merged_lse(nan, M, sum), s_pr[r] = rr * p.nsplit;
+            s_M[r] = M, s_inv[r] = inv, s_lse[r] = fa_kv_merged_lse(nan, M, sum), s_pr[r] = rr * p.nsplit;
         }
     }
     const int units = R * C4, sg = units >= NT ? 1 : NT / units;
@@ -174,7 +173,6 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
     for (int c0 = 0; c0 < ns; c0 += step) {
         const int nc = min(step, ns - c0);
         __syncthreads(); /* the weights written; the previous chunk read */
-        if (c0 == 0) FA_DEC_STAMP(FA_DEC_ST_LSE);
         for (int e = threadIdx.x; e < R * nc * C4; e += NT) {
             const int r = e / (nc * C4), j = e / C4 % nc, c4 = e % C4;
             fa_cp_async16(stage + e, p.part_o + (s_pr[r] + c0 + j) * D + c4 * 4, 16);
@@ -182,7 +180,6 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
         fa_cp_async_commit();
         fa_cp_async_wait<0>();
         __syncthreads();
-        if (c0 == 0) FA_DEC_STAMP(FA_DEC_ST_PARTS);
 #pragma unroll
         for (int k = 0; k < UPT; k++) {
             const int u = sg > 1 ? threadIdx.x % units : threadIdx.x + k * NT;
@@ -192,7 +189,7 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
             for (int j = gi; j < nc; j += sg) {
                 const int sj = c0 + j;
                 const float w = sj < WCH ? w_s[r * WCH + sj]
-                                         : fa_dec_weight(__ldcg(p.part_lse + s_pr[r] + sj), s_M[r], s_inv[r]);
+                                         : fa_kv_weight(__ldcg(p.part_lse + s_pr[r] + sj), s_M[r], s_inv[r]);
                 const float4 x = stage[(r * nc + j) * C4 + c4];
                 if (w != 0.f || isnan(w)) /* a split of weight 0 adds nothing (its partial may be 0 / −inf) */
                     a.x += w * x.x, a.y += w * x.y, a.z += w * x.z, a.w += w * x.w;
@@ -213,61 +210,60 @@ __device__ void fa_dec_merge_tile(const fa_dec_params &p, unsigned char *smem, i
     for (int k = 0; k < UPT; k++) {
         const int u = threadIdx.x + k * NT;
         if (u >= units || (sg > 1 && k > 0)) continue;
-        fa_dec_put_column<D, T>(p, b, hk, r0, u / C4, u % C4, acc[k], s_lse[u / C4]);
+        fa_kv_put_column<D, T>(p, b, hk, r0, u / C4, u % C4, acc[k], s_lse[u / C4]);
     }
 }
 
-/* The merge of up to FA_DEC_CLUSTER_MAX states of one float4 column (LSE x[j], normalised O ov[j], j < n): the
+/* The merge of up to FA_KV_CLUSTER_MAX states of one float4 column (LSE x[j], normalised O ov[j], j < n): the
  * merged column scaled for out, and the merged LSE. NaN in any LSE makes the row NaN; a state of LSE −inf, or of
  * weight 0, adds nothing (its O may be 0 or inf). The one rule of the cluster and the register merges. */
-__device__ __forceinline__ float4 fa_dec_merge_column(const float (&x)[FA_DEC_CLUSTER_MAX],
-                                                      const float4 (&ov)[FA_DEC_CLUSTER_MAX], int n, float *lse) {
+__device__ __forceinline__ float4 fa_kv_merge_column(const float (&x)[FA_KV_CLUSTER_MAX],
+                                                      const float4 (&ov)[FA_KV_CLUSTER_MAX], int n, float *lse) {
     float M = -INFINITY;
     bool nan = false;
 #pragma unroll
-    for (int j = 0; j < FA_DEC_CLUSTER_MAX; j++)
+    for (int j = 0; j < FA_KV_CLUSTER_MAX; j++)
         if (j < n) nan |= isnan(x[j]), M = fmaxf(M, x[j]);
     float sum = 0.f;
     float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-    for (int j = 0; j < FA_DEC_CLUSTER_MAX; j++) {
+    for (int j = 0; j < FA_KV_CLUSTER_MAX; j++) {
         if (j >= n || M == -INFINITY || x[j] == -INFINITY) continue;
         const float e = expf(x[j] - M);
         if (e == 0.f) continue;
         sum += e, a.x += e * ov[j].x, a.y += e * ov[j].y, a.z += e * ov[j].z, a.w += e * ov[j].w;
     }
-    const float inv = fa_dec_merged_inv(nan, M, sum);
-    *lse = fa_dec_merged_lse(nan, M, sum);
+    const float inv = fa_kv_merged_inv(nan, M, sum);
+    *lse = fa_kv_merged_lse(nan, M, sum);
     return make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv);
 }
 
-/* The last CTA's merge of at most FA_DEC_CLUSTER_MAX splits through registers: each thread loads every split's LSE
+/* The last CTA's merge of at most FA_KV_CLUSTER_MAX splits through registers: each thread loads every split's LSE
  * and float4 of its columns at once (one L2 round trip; the partials lie in the L2, written by other SMs) and
  * weighs them itself — no shared memory, no barrier, a short chain of instructions: at batch 1 the merge is the
  * call's tail, run by one CTA per row tile while the other SMs idle. */
 template <int D, typename T, int NT>
-__device__ void fa_dec_merge_regs(const fa_dec_params &p, int b, int hk, int r0, int R, int ns) {
+__device__ void fa_kv_merge_regs(const fa_kv_params &p, int b, int hk, int r0, int R, int ns) {
     constexpr int C4 = D / 4;
 #pragma unroll 1
     for (int u = threadIdx.x; u < R * C4; u += NT) {
         const int r = u / C4, c4 = u % C4, gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
         const int64_t pr = (((int64_t)b * p.hq + hq) * p.sq + i) * p.nsplit;
-        float x[FA_DEC_CLUSTER_MAX];
-        float4 ov[FA_DEC_CLUSTER_MAX];
+        float x[FA_KV_CLUSTER_MAX];
+        float4 ov[FA_KV_CLUSTER_MAX];
         /* every load unconditional (splits past ns read the last one again, never used), so that ptxas puts all
          * of them in flight before the first is used (conditional, they went out in three waves, each waiting for
-         * the one before: 1.9-2.1 against 1.6-1.7 us for 16 splits at batch 1). The cluster merge keeps its loads
-         * conditional: there 16 loads for clusters of 2-8 CTAs read 0.95-0.97x at batch 1 and 4 with 1k keys. */
+         * the one before). The cluster merge keeps its loads conditional: there 16 loads read slower for clusters
+         * of 2-8 CTAs. */
 #pragma unroll
-        for (int j = 0; j < FA_DEC_CLUSTER_MAX; j++) {
+        for (int j = 0; j < FA_KV_CLUSTER_MAX; j++) {
             const int64_t sj = pr + min(j, ns - 1);
             x[j] = __ldcg(p.part_lse + sj);
             ov[j] = __ldcg((const float4 *)(p.part_o + sj * D) + c4);
         }
         float lse;
-        const float4 v = fa_dec_merge_column(x, ov, ns, &lse);
-        if (u == 0) FA_DEC_STAMP(FA_DEC_ST_LSE), FA_DEC_STAMP(FA_DEC_ST_PARTS);
-        fa_dec_put_column<D, T>(p, b, hk, r0, r, c4, v, lse);
+        const float4 v = fa_kv_merge_column(x, ov, ns, &lse);
+        fa_kv_put_column<D, T>(p, b, hk, r0, r, c4, v, lse);
     }
 }
 
@@ -276,7 +272,7 @@ __device__ void fa_dec_merge_regs(const fa_dec_params &p, int b, int hk, int r0,
  * float4 columns, reading the others' states through distributed shared memory, and a second barrier keeps those
  * states alive until every CTA has read them. */
 template <int D, typename T, int NT>
-__device__ void fa_dec_cluster_merge(const fa_dec_params &p, const float *o_s, const float *lse_s, int b, int hk,
+__device__ void fa_kv_cluster_merge(const fa_kv_params &p, const float *o_s, const float *lse_s, int b, int hk,
                                      int r0, int R) {
     namespace cg = cooperative_groups;
     cg::cluster_group cl = cg::this_cluster();
@@ -286,17 +282,17 @@ __device__ void fa_dec_cluster_merge(const fa_dec_params &p, const float *o_s, c
     for (int u = threadIdx.x * nb + rank; u < R * C4; u += NT * nb) {
         const int r = u / C4, c4 = u % C4;
         /* every split's LSE and columns asked for at once: one round trip through the cluster, not one per split */
-        float x[FA_DEC_CLUSTER_MAX];
-        float4 ov[FA_DEC_CLUSTER_MAX];
+        float x[FA_KV_CLUSTER_MAX];
+        float4 ov[FA_KV_CLUSTER_MAX];
 #pragma unroll
-        for (int j = 0; j < FA_DEC_CLUSTER_MAX; j++)
+        for (int j = 0; j < FA_KV_CLUSTER_MAX; j++)
             if (j < nb) {
                 x[j] = cl.map_shared_rank(lse_s, j)[r];
                 ov[j] = *(const float4 *)(cl.map_shared_rank(o_s, j) + r * D + c4 * 4);
             }
         float lse;
-        const float4 v = fa_dec_merge_column(x, ov, nb, &lse);
-        fa_dec_put_column<D, T>(p, b, hk, r0, r, c4, v, lse);
+        const float4 v = fa_kv_merge_column(x, ov, nb, &lse);
+        fa_kv_put_column<D, T>(p, b, hk, r0, r, c4, v, lse);
     }
     cl.sync(); /* the states stay until every CTA has read them */
 }

@@ -1,11 +1,11 @@
-/* The decode call's first kernel, where one is needed: append the new K/V rows into the cache at each sequence's
+/* The KV-cache call's first kernel, where one is needed: append the new K/V rows into the cache at each sequence's
  * current length, rotating k (and writing the rotated q to the workspace) first when rotary is on, and zero the
  * sequence's split counters when they lie in a caller's workspace (the context's stay zero between calls). One CTA
  * per (new row i, sequence b). A position at or past the capacity is skipped, so a bad seqlen never writes out of
  * bounds. The attention kernel is launched as its programmatic dependent: it starts at once and waits for this
  * kernel only where it reads what this one writes. */
 #include "../convert.cuh"
-#include "decode.h"
+#include "kvcache.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -13,7 +13,7 @@
 
 /* Element c of a row x[] rotated at position pos (the pair partner read from the same row). */
 template <typename T>
-__device__ __forceinline__ float rotated(const fa_dec_params &p, const T *x, int c, int pos) {
+__device__ __forceinline__ float rotated(const fa_kv_params &p, const T *x, int c, int pos) {
     const float xc = fa_to_f32(x[c]);
     if (c >= p.rot_dim) return xc;
     const int half = p.rot_dim / 2;
@@ -35,7 +35,7 @@ __device__ __forceinline__ float rotated(const fa_dec_params &p, const T *x, int
 }
 
 template <typename T>
-__global__ void __launch_bounds__(FA_DEC_THREADS) first_kernel(const fa_dec_params p) {
+__global__ void __launch_bounds__(FA_KV_THREADS) first_kernel(const fa_kv_params p) {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int i = blockIdx.x, b = blockIdx.y;
     if (p.zero_arrived && i == 0) {
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) first_kernel(const fa_dec_para
     if (!p.append) return;
     int len = p.seqlens[b];
     len = len < 0 ? 0 : len;
-    const int t = len + i, row = fa_dec_row(p, b);
+    const int t = len + i, row = fa_kv_cache_row(p, b);
     const int rot = p.rcos != nullptr && t < p.rot_seqlen;
     if (p.qrot) { /* rotated q, fp32, for the attention kernel */
         for (int e = threadIdx.x; e < p.hq * p.d; e += blockDim.x) {
@@ -61,8 +61,8 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) first_kernel(const fa_dec_para
             const int h = e / ch, c = e % ch * 8;
             const T *kx = (const T *)p.kn + b * p.kn_sb + i * p.kn_ss + h * p.kn_sh + c;
             const T *vx = (const T *)p.vn + b * p.vn_sb + i * p.vn_ss + h * p.vn_sh + c;
-            *(uint4 *)((T *)p.kc + fa_dec_key(p, row, t, h, p.k_sb, p.k_ss, p.k_sh) + c) = *(const uint4 *)kx;
-            *(uint4 *)((T *)p.vc + fa_dec_key(p, row, t, h, p.v_sb, p.v_ss, p.v_sh) + c) = *(const uint4 *)vx;
+            *(uint4 *)((T *)p.kc + fa_kv_key(p, row, t, h, p.k_sb, p.k_ss, p.k_sh) + c) = *(const uint4 *)kx;
+            *(uint4 *)((T *)p.vc + fa_kv_key(p, row, t, h, p.v_sb, p.v_ss, p.v_sh) + c) = *(const uint4 *)vx;
         }
         return;
     }
@@ -70,22 +70,22 @@ __global__ void __launch_bounds__(FA_DEC_THREADS) first_kernel(const fa_dec_para
         const int h = e / p.d, c = e % p.d;
         const T *kx = (const T *)p.kn + b * p.kn_sb + i * p.kn_ss + h * p.kn_sh;
         const T *vx = (const T *)p.vn + b * p.vn_sb + i * p.vn_ss + h * p.vn_sh;
-        T *kd = (T *)p.kc + fa_dec_key(p, row, t, h, p.k_sb, p.k_ss, p.k_sh);
-        T *vd = (T *)p.vc + fa_dec_key(p, row, t, h, p.v_sb, p.v_ss, p.v_sh);
+        T *kd = (T *)p.kc + fa_kv_key(p, row, t, h, p.k_sb, p.k_ss, p.k_sh);
+        T *vd = (T *)p.vc + fa_kv_key(p, row, t, h, p.v_sb, p.v_ss, p.v_sh);
         kd[c] = rot ? fa_from_f32<T>(rotated(p, kx, c, t)) : kx[c];
         vd[c] = vx[c];
     }
 }
 
-extern "C" cudaError_t fa_dec_first_launch(const fa_dec_params *p, int dtype, cudaStream_t st) {
+extern "C" cudaError_t fa_kv_first_launch(const fa_kv_params *p, int dtype, cudaStream_t st) {
     const dim3 grid(p->append ? p->sq : 1, p->batch);
     /* the attention kernel's shared-memory carveout, so that SMs need no reconfiguring between the two kernels */
     static unsigned char ready[2][64];
-    const cudaError_t e = fa_dec_func_attr_once(
+    const cudaError_t e = fa_kv_func_attr_once(
         ready[dtype == 1], dtype == 1 ? (const void *)first_kernel<__half> : (const void *)first_kernel<__nv_bfloat16>,
         cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess) return e;
-    if (dtype == 1) first_kernel<__half><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
-    else first_kernel<__nv_bfloat16><<<grid, FA_DEC_THREADS, 0, st>>>(*p);
+    if (dtype == 1) first_kernel<__half><<<grid, FA_KV_THREADS, 0, st>>>(*p);
+    else first_kernel<__nv_bfloat16><<<grid, FA_KV_THREADS, 0, st>>>(*p);
     return cudaGetLastError();
 }

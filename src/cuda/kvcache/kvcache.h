@@ -1,23 +1,40 @@
-/* The CUDA decode path's parameter block and launchers (src/cuda/decode/): the first kernel where one is needed —
- * append + rotary, the zeroing of the split counters of a caller's workspace (append.cu) —, the split-KV attention
- * over a contiguous or paged cache, whose last CTA per row tile merges the splits (splitkv.cu), and
- * fa_merge_states (merge.cu); host.cu plans and runs them. Every length and index read on the device is clamped to
- * the cache, so a bad value never reads or writes out of bounds. docs/decoding.md. */
-#ifndef FA_CUDA_DECODE_H
-#define FA_CUDA_DECODE_H
+/* The CUDA KV-cache path's parameter block, instance table and launchers (src/cuda/kvcache/): the first kernel
+ * where one is needed — append + rotary, the zeroing of the split counters of a caller's workspace (append.cu) —,
+ * the split-KV attention over a contiguous or paged cache, whose last CTA per row tile merges the splits
+ * (splitkv.cu), and fa_merge_states (merge.cu); host.cu plans and runs them. Every length and index read on the
+ * device is clamped to the cache, so a bad value never reads or writes out of bounds. docs/kvcache.md. */
+#ifndef FA_CUDA_KVCACHE_H
+#define FA_CUDA_KVCACHE_H
 
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
 
-#define FA_DEC_THREADS 128 /* 4 warps per CTA (the attention kernel: fa_dec_params.warps) */
-#define FA_DEC_ROWS 16     /* query rows per CTA of the attention kernel (the M of its m16n8k16 products) */
-#define FA_DEC_KEYS 16     /* keys per tile of the attention kernel */
+#define FA_KV_THREADS 128 /* threads per CTA of the first kernel and the merge (the attention kernel's: its row) */
+#define FA_KV_ROWS 16     /* query rows per CTA of the attention kernel (the M of its m16n8k16 products) */
+#define FA_KV_KEYS 16     /* keys per tile of the attention kernel */
 #define FA_MERGE_MAX 32
-#define FA_DEC_MAX_SPLITS 128 /* the last CTA's merge keeps R x splits weights in shared memory */
-#define FA_DEC_CLUSTER_MAX 16 /* splits that merge in a cluster: the largest (non-portable) cluster */
+#define FA_KV_MAX_SPLITS 128 /* the last CTA's merge keeps R x splits weights in shared memory */
+#define FA_KV_CLUSTER_MAX 16 /* splits that merge in a cluster: the largest (non-portable) cluster */
 
-typedef struct fa_dec_params {
+/* The split-KV kernel's instances, as data: one row per (head dim, warps per CTA). The plan (host.cu) puts the
+ * row of the call's head dim and of the warps its rule gives into plan->entry; splitkv.cu reaches the row's
+ * template instance through a switch on that index, which fails for any other. The head dims CUDA builds are the
+ * ones listed here, each with a 4-warp row (the default); d = 256 has no 8-warp row: its rings would exceed shared
+ * memory. */
+struct fa_kv_inst {
+    int d, nw;
+    const char *kernel, *kernel_plain; /* the general instance's name, and the one built without rotary q, softcap
+                                        * and tiles that span pages (fa_kv_params.plain) */
+};
+#define FA_KV_INST(D, NW) {D, NW, "cuda.kvcache.mma.d" #D, "cuda.kvcache.mma.plain.d" #D}
+static constexpr fa_kv_inst fa_kv_insts[] = {
+    FA_KV_INST(64, 4), FA_KV_INST(64, 8), FA_KV_INST(128, 4), FA_KV_INST(128, 8), FA_KV_INST(256, 4),
+};
+#undef FA_KV_INST
+#define FA_KV_NINST ((int)(sizeof fa_kv_insts / sizeof fa_kv_insts[0]))
+
+typedef struct fa_kv_params {
     const void *q;           /* [b, sq, hq, d] in the dtype */
     float *qrot;             /* rotary: q rotated, fp32 contiguous [b, sq, hq, d]; else NULL */
     int64_t q_sb, q_ss, q_sh;
@@ -41,25 +58,25 @@ typedef struct fa_dec_params {
     float softcap_mul;       /* 0 = off; else s = softcap_mul · tanh(q·k) */
     int wl, wr;
     int nsplit, fixed, chunk;/* splits of the grid; fixed: split of `chunk` keys */
-    int row_tiles;           /* tiles of FA_DEC_ROWS query rows per K/V head */
-    int warps;               /* of the attention kernel's CTA: 4, or 8 (d <= 128) */
+    int row_tiles;           /* tiles of FA_KV_ROWS query rows per K/V head */
+    int warps;               /* of the attention kernel's CTA: its row's of fa_kv_insts */
     float *part_o, *part_lse;/* [b, hq, sq, nsplit] x (d | 1), or NULL with one split */
     int *arrived;            /* [b, hk x row_tiles]: CTAs of the row tile done, zero between calls, or NULL */
     int zero_arrived;        /* the first kernel zeroes arrived (a caller's workspace: its counters' state unknown) */
     int after_first;         /* the attention kernel follows the first kernel by programmatic dependent launch */
     int cluster;             /* the splits of a row tile are one thread-block cluster and merge in it (no partials) */
     int plain;               /* no rotary q, no softcap, whole tiles per page: the kernel built without their code */
-} fa_dec_params;
+} fa_kv_params;
 
 /* Keys of a sequence after the append, from its seqlens entry, clamped into [0, capacity]. */
 #ifdef __CUDACC__
-static __device__ __forceinline__ int fa_dec_len(const fa_dec_params &p, int len) {
+static __device__ __forceinline__ int fa_kv_len(const fa_kv_params &p, int len) {
     len = len < 0 ? 0 : len;
     len += p.append ? p.sq : 0;
     return len < p.capacity ? len : p.capacity;
 }
 /* Keys per split and the non-empty splits of a sequence of L keys (host/plan: the same rule as the CPU's). */
-static __device__ __forceinline__ void fa_dec_split(const fa_dec_params &p, int L, int *chunk, int *ns) {
+static __device__ __forceinline__ void fa_kv_split(const fa_kv_params &p, int L, int *chunk, int *ns) {
     int c;
     if (p.fixed) c = p.chunk;
     else {
@@ -71,11 +88,11 @@ static __device__ __forceinline__ void fa_dec_split(const fa_dec_params &p, int 
     *ns = n < 1 ? 1 : n;
 }
 /* The merge weight of a state of LSE lse, with M = max lse and inv = 1 / Σ e^(lse − M) (NaN: a NaN state). */
-static __device__ __forceinline__ float fa_dec_weight(float lse, float M, float inv) {
+static __device__ __forceinline__ float fa_kv_weight(float lse, float M, float inv) {
     return isnan(inv) ? NAN : lse == -INFINITY ? 0.f : expf(lse - M) * inv;
 }
 /* Once per device (ready: the caller's static flags): cudaFuncSetAttribute costs host time on every call. */
-static inline cudaError_t fa_dec_func_attr_once(unsigned char ready[64], const void *fn, cudaFuncAttribute attr,
+static inline cudaError_t fa_kv_func_attr_once(unsigned char ready[64], const void *fn, cudaFuncAttribute attr,
                                                 int value) {
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
@@ -84,13 +101,14 @@ static inline cudaError_t fa_dec_func_attr_once(unsigned char ready[64], const v
     if (e == cudaSuccess && dev < 64) ready[dev] = 1;
     return e;
 }
-static __device__ __forceinline__ int fa_dec_row(const fa_dec_params &p, int b) {
+/* Cache row of sequence b (batch_idx or b), clamped to the cache: core's fa_kv_row on the device. */
+static __device__ __forceinline__ int fa_kv_cache_row(const fa_kv_params &p, int b) {
     if (!p.batch_idx) return b;
     int r = p.batch_idx[b];
     return r < 0 ? 0 : r >= p.cache_rows ? p.cache_rows - 1 : r;
 }
 /* Element offset of key t of K/V head h in a cache tensor with strides (sb, ss, sh). */
-static __device__ __forceinline__ int64_t fa_dec_key(const fa_dec_params &p, int row, int t, int h, int64_t sb,
+static __device__ __forceinline__ int64_t fa_kv_key(const fa_kv_params &p, int row, int t, int h, int64_t sb,
                                                      int64_t ss, int64_t sh) {
     if (p.paged) {
         int pg = p.block_table[(int64_t)row * p.bt_stride + t / p.page_size];
@@ -107,11 +125,13 @@ extern "C" {
 /* dtype 1 = f16, 2 = bf16 (merge: 0 = f32 too). */
 /* The first kernel: append (p->append), rotated q (p->qrot), zeroed counters (p->zero_arrived); needed when any
  * is. */
-cudaError_t fa_dec_first_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
-/* The attention kernel, launched as the first kernel's programmatic dependent when p->after_first. */
-cudaError_t fa_dec_attend_launch(const fa_dec_params *p, int dtype, cudaStream_t st);
-/* Clusters of p's launch shape (p->nsplit CTAs each) that the GPU holds at once; 0 when it holds none. */
-int fa_dec_active_clusters(const fa_dec_params *p, int dtype);
+cudaError_t fa_kv_first_launch(const fa_kv_params *p, int dtype, cudaStream_t st);
+/* The attention kernel of row inst of fa_kv_insts (whose d and warps must be p's: cudaErrorInvalidValue
+ * otherwise), launched as the first kernel's programmatic dependent when p->after_first. */
+cudaError_t fa_kv_attend_launch(const fa_kv_params *p, int inst, int dtype, cudaStream_t st);
+/* Clusters of p's launch shape (p->nsplit CTAs each) of row inst that the GPU holds at once; 0 when it holds none
+ * (or inst is not p's row). */
+int fa_kv_active_clusters(const fa_kv_params *p, int inst, int dtype);
 
 typedef struct fa_merge_params {
     int n, heads, seqlen, d;

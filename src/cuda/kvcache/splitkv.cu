@@ -1,4 +1,4 @@
-/* Split-KV decode attention on the tensor cores (mma.sync m16n8k16). One CTA per (split, K/V head x tile of 16
+/* Split-KV attention over a KV cache on the tensor cores (mma.sync m16n8k16). One CTA per (split, K/V head x tile of 16
  * query rows, sequence): the rows that read one K/V head (GQA group x new rows, padded to 16) are the M of the
  * products, so each K/V row is read from HBM once per K/V head, and the products run on the tensor cores (on CUDA
  * cores, a GQA group's FMAs and lane-shuffle reductions cannot keep up with HBM). Each of the NW warps (4, or 8
@@ -12,9 +12,9 @@
  * copies go out before the sequence's length comes back (they do not depend on it). Each row's state is held to the
  * numerics contract (a row that fails it is recomputed in float64). One split writes out and LSE; several write
  * fp32 partials, and the last CTA of the row tile merges them (finish.cuh) and zeroes the tile's counter for the
- * next call. docs/decoding.md. */
+ * next call. docs/kvcache.md ("The CUDA kernels"). */
 #include "../sm80/mma.cuh"
-#include "decode.h"
+#include "kvcache.h"
 #include "finish.cuh"
 
 #include "core/visible.h"
@@ -22,20 +22,14 @@
 #include <limits.h>
 #include <math.h>
 
-#ifndef FA_DEC_STAGES
-#define FA_DEC_STAGES 3 /* stages of each warp's K/V ring (a build option for measuring others) */
-#endif
-#define DEC_NST FA_DEC_STAGES
-#ifndef FA_DEC_SPECULATE
-#define FA_DEC_SPECULATE 1 /* 0: every copy waits for the sequence's length (a build option for measuring) */
-#endif
-#define FA_DEC_CLUSTER_SMEM (120 * 1024) /* > half of the SM's 228 KB: one cluster CTA per SM */
-#define DEC_KT FA_DEC_KEYS
-static_assert(FA_DEC_ROWS == 16 && FA_DEC_KEYS == 16, "one m16n8k16 M of rows, two n8 tiles of keys");
+#define FA_KV_STAGES 3                  /* stages of each warp's K/V ring */
+#define FA_KV_CLUSTER_SMEM (120 * 1024) /* > half of the SM's 228 KB: one cluster CTA per SM */
+#define KV_KT FA_KV_KEYS
+static_assert(FA_KV_ROWS == 16 && FA_KV_KEYS == 16, "one m16n8k16 M of rows, two n8 tiles of keys");
 
-template <int D, int NW> struct dec_mma_smem {
+template <int D, int NW> struct kv_mma_smem {
     static constexpr int q = 2 * 16 * D * 2;                       /* Q tile, bf16/f16 (rotary: hi and lo parts) */
-    static constexpr int ring = NW * DEC_NST * 2 * DEC_KT * D * 2; /* per warp: stages x (K tile, V tile) */
+    static constexpr int ring = NW * FA_KV_STAGES * 2 * KV_KT * D * 2; /* per warp: stages x (K tile, V tile) */
     static constexpr int total = q + ring;
     static_assert(NW * 16 * (D + 8) * 4 + 2 * NW * 16 * 4 <= ring, "the warps' merge reuses the ring");
 };
@@ -60,24 +54,20 @@ __device__ __forceinline__ void merge_state8(float &m, float &l, float *o, float
 }
 
 /* Registers: 8 warps ask for one CTA per SM (else ptxas caps them at 128 registers and d = 64 spills); 4 warps
- * outside a cluster ask for two (left free, ptxas kept them at 168 registers and spilled in the key loop once the
- * register merge was added; asking for two: batch 16-64 with 1k keys 1.01-1.02x, no spills). Cluster CTAs, one per
- * SM by their shared memory, are left free (asking for two read 0.97-0.98x at batch 1 with 1k keys). PLAIN
- * (p.plain): built without the code of rotary q, softcap and tiles that span pages. */
+ * outside a cluster ask for two (left free, ptxas spilled in the key loop once the register merge was added).
+ * Cluster CTAs, one per SM by their shared memory, are left free (asking for two read slower). PLAIN (p.plain):
+ * built without the code of rotary q, softcap and tiles that span pages. */
 template <int D, int NW, typename T, bool CL, bool PLAIN>
-__global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma_kernel(const fa_dec_params p) {
+__global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma_kernel(const fa_kv_params p) {
     constexpr int CH = D / 8, NT = NW * 32; /* 16-byte chunks per row; threads */
     extern __shared__ __align__(128) unsigned char smem[];
     T *sq = (T *)smem;
     const int s = blockIdx.x, hk = blockIdx.y / p.row_tiles, tile = blockIdx.y % p.row_tiles, b = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    FA_DEC_STAMP(FA_DEC_ST_START);
-    FA_DEC_STAMP(FA_DEC_ST_SM);
-    FA_DEC_STAMP_AT_EXIT();
     /* The first split's first tiles are keys 0, 16, ... whatever the sequence's length, where no append, window or
      * batch_idx moves them: their copies (and a paged cache's block-table entries) go out before the length comes
      * back, as if the sequence filled the cache, and the rows past its end are zeroed once they land. */
-    const bool spec = FA_DEC_SPECULATE && s == 0 && !p.append && !p.batch_idx && p.wl < 0;
+    const bool spec = s == 0 && !p.append && !p.batch_idx && p.wl < 0;
     /* Q's rows first, by cp.async into the Q tile as the first group (zero beyond R): they do not depend on the
      * length, and the first tiles' copies go out behind them, not before (a CTA's copies ahead of its Q delayed
      * Q by the time they took). With rotary the first kernel writes q: it is read after that kernel, below. */
@@ -93,11 +83,11 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
         }
     fa_cp_async_commit();
     const int len = p.seqlens[b]; /* its load first: the speculated copies wait for nothing it gives */
-    T *ring = (T *)(smem + dec_mma_smem<D, NW>::q) + warp * DEC_NST * 2 * DEC_KT * D;
+    T *ring = (T *)(smem + kv_mma_smem<D, NW>::q) + warp * FA_KV_STAGES * 2 * KV_KT * D;
     const T *kc = (const T *)p.kc, *vc = (const T *)p.vc;
     /* the keys this warp copies: tiles warp, warp + NW, ... of 16 from kbase, the ones inside [klo, khi) */
     int klo = 0, khi = p.capacity, kbase = 0, mine = 0, row = b, fresh = INT_MAX;
-    auto key0 = [&](int it) { return kbase + (warp + it * NW) * DEC_KT; }; /* the first key of its it-th tile */
+    auto key0 = [&](int it) { return kbase + (warp + it * NW) * KV_KT; }; /* the first key of its it-th tile */
     auto tiles = [&](int ntiles) { return ntiles > warp ? (ntiles - warp + NW - 1) / NW : 0; }; /* its share */
     /* paged: lane k looks up the page and in-page row of key k % 16 of tile it + k / 16 for a pair of tiles
      * (it, it + 1), two tiles ahead of their copies, so the block-table reads are off the copies' critical path
@@ -114,15 +104,15 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
     /* this lane's copies of a tile: 16-byte chunk lane % CH of rows lane / CH + RP·i, i < NIT; their element
      * offsets from the tile's first key and their ring offsets are fixed per CTA, so a tile costs one base
      * offset and NIT pairs of copies */
-    constexpr int RP = 32 / CH, NIT = DEC_KT * CH / 32;
+    constexpr int RP = 32 / CH, NIT = KV_KT * CH / 32;
     const int64_t lk = (int64_t)hk * p.k_sh + (int64_t)(lane / CH) * p.k_ss + (lane % CH) * 8,
                   lv = (int64_t)hk * p.v_sh + (int64_t)(lane / CH) * p.v_ss + (lane % CH) * 8;
     const int64_t stk = (int64_t)RP * p.k_ss, stv = (int64_t)RP * p.v_ss;
     const uint32_t ring_a = fa_smem_addr(ring);
-    constexpr uint32_t TILE_B = DEC_KT * D * 2; /* bytes of a K or V tile; a stage holds K's, then V's */
-    auto stage = [&](int it) { return ring_a + (it % DEC_NST) * 2 * TILE_B; }; /* the stage of the it-th tile */
+    constexpr uint32_t TILE_B = KV_KT * D * 2; /* bytes of a K or V tile; a stage holds K's, then V's */
+    auto stage = [&](int it) { return ring_a + (it % FA_KV_STAGES) * 2 * TILE_B; }; /* the stage of the it-th tile */
     /* pages of a multiple of 16 keys hold a whole tile: its page and first row, once per tile */
-    const bool tile_rows = PLAIN || !p.paged || p.page_size % DEC_KT == 0;
+    const bool tile_rows = PLAIN || !p.paged || p.page_size % KV_KT == 0;
     auto load = [&](int it) { /* this warp's it-th tile into stage it % NST; every lane commits one group */
         if (it < mine) {
             const int base = key0(it), half = (it & 1) * 16;
@@ -131,7 +121,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
                 lookup(it + 2);
             }
             const uint32_t sk = stage(it), sv = sk + TILE_B;
-            if (base + DEC_KT > fresh) fa_dec_wait_first(p);
+            if (base + KV_KT > fresh) fa_kv_wait_first(p);
             if (tile_rows) {
                 int64_t tk, tv; /* the tile's first key */
                 if (p.paged) {
@@ -143,7 +133,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
                     tv = (int64_t)row * p.v_sb + (int64_t)base * p.v_ss;
                 }
                 const T *ks = kc + tk + lk, *vs = vc + tv + lv;
-                if (base >= klo && base + DEC_KT <= khi) {
+                if (base >= klo && base + KV_KT <= khi) {
 #pragma unroll
                     for (int i = 0; i < NIT; i++) {
                         const uint32_t so = swz<D>(lane / CH + RP * i, lane % CH);
@@ -162,7 +152,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
                 }
             } else { /* pages that split a tile: each row's page by shuffle */
 #pragma unroll
-                for (int c = lane; c < DEC_KT * CH; c += 32) {
+                for (int c = lane; c < KV_KT * CH; c += 32) {
                     const int kr = c / CH, cc = c % CH, t = base + kr;
                     const bool ok = t >= klo && t < khi;
                     const int64_t pk = __shfl_sync(0xffffffffu, pg_cur, half + kr),
@@ -180,18 +170,18 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
     auto first_copies = [&] { /* the first pair's entries (paged) and the copies of the first NST - 1 tiles */
         lookup(0);
 #pragma unroll
-        for (int it = 0; it < DEC_NST - 1; it++) load(it);
+        for (int it = 0; it < FA_KV_STAGES - 1; it++) load(it);
     };
     /* speculated: the tiles of keys [0, capacity) (the lookups of later pairs too: a key below the real end gets
      * the same entry; one past it is zero-filled or zeroed, never read) */
     if (spec) {
-        mine = tiles((p.capacity + DEC_KT - 1) / DEC_KT);
+        mine = tiles((p.capacity + KV_KT - 1) / KV_KT);
         first_copies();
     }
-    const int L = fa_dec_len(p, len);
-    row = fa_dec_row(p, b);
+    const int L = fa_kv_len(p, len);
+    row = fa_kv_cache_row(p, b);
     int chunk, ns;
-    fa_dec_split(p, L, &chunk, &ns);
+    fa_kv_split(p, L, &chunk, &ns);
     /* a split past the sequence's end: done, or (cluster merge) an empty state that takes part in the merge */
     const bool idle = s >= ns;
     if (!CL && idle) {
@@ -218,9 +208,9 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
     /* the first kernel writes the rotated q (wait for it here) and the appended rows (keys >= fresh: each warp
      * waits before its copies of the tile that reaches them, by then long done) */
     fresh = p.append ? L - p.sq : INT_MAX;
-    if (qrot) fa_dec_wait_first(p);
-    kbase = klo & ~(DEC_KT - 1);
-    const int ntiles = khi > klo ? (khi - kbase + DEC_KT - 1) / DEC_KT : 0;
+    if (qrot) fa_kv_wait_first(p);
+    kbase = klo & ~(KV_KT - 1);
+    const int ntiles = khi > klo ? (khi - kbase + KV_KT - 1) / KV_KT : 0;
     mine = tiles(ntiles); /* tiles warp, warp + NW, ... */
 
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[D / 8][4];
@@ -247,7 +237,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
         *(uint4 *)((unsigned char *)sq + swz<D>(r, cc)) = u;
         *(uint4 *)((unsigned char *)sq_lo + swz<D>(r, cc)) = v;
     }
-    fa_cp_async_wait<DEC_NST - 1>(); /* Q's group: the first of 1 + (NST - 1) */
+    fa_cp_async_wait<FA_KV_STAGES - 1>(); /* Q's group: the first of 1 + (NST - 1) */
     __syncthreads();
 
     const uint32_t qa = fa_smem_addr(sq);
@@ -261,20 +251,18 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
     /* a tile of at most 8 rows (GQA group x new rows <= 8) leaves rows 8-15 of the products unused: their softmax
      * is skipped (their P and O rows are garbage, never read) */
     const bool rows_hi = R > 8;
-    FA_DEC_STAMP(FA_DEC_ST_Q);
     for (int it = 0; it < mine; it++) {
-        fa_cp_async_wait<DEC_NST - 2>();
+        fa_cp_async_wait<FA_KV_STAGES - 2>();
         __syncwarp();
-        if (it == 0) FA_DEC_STAMP(FA_DEC_ST_TILE0);
-        if (spec && it < DEC_NST - 1) { /* a speculated tile past the end: V's rows there zeroed (0 · NaN is NaN) */
+        if (spec && it < FA_KV_STAGES - 1) { /* a speculated tile past the end: V's rows there zeroed (0 · NaN is NaN) */
             const int z0 = khi - key0(it);
-            if (z0 < DEC_KT) {
+            if (z0 < KV_KT) {
                 const uint32_t sv = stage(it) + TILE_B;
-                for (int c = lane; c < (DEC_KT - z0) * CH; c += 32) fa_st_shared_zero16(sv + swz<D>(z0 + c / CH, c % CH));
+                for (int c = lane; c < (KV_KT - z0) * CH; c += 32) fa_st_shared_zero16(sv + swz<D>(z0 + c / CH, c % CH));
                 __syncwarp();
             }
         }
-        load(it + DEC_NST - 1);
+        load(it + FA_KV_STAGES - 1);
         const uint32_t ka = fa_opaque(stage(it)), va = ka + TILE_B;
         /* S = Q Kᵀ: 16 rows x 16 keys, two n-tiles of 8 keys; even and odd k-steps in separate accumulators (two
          * chains of dependent products instead of one) */
@@ -307,7 +295,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
             for (int nt = 0; nt < 2; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) sc[nt][e] = p.softcap_mul * tanhf(sc[nt][e]);
-        if (base < kin_lo || base + DEC_KT > kin_hi)
+        if (base < kin_lo || base + KV_KT > kin_hi)
 #pragma unroll
             for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -354,14 +342,13 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
         __syncwarp();
     }
     fa_cp_async_wait<0>();
-    FA_DEC_STAMP(FA_DEC_ST_LOOP);
     l[0] = fa_quad_sum(l[0]), l[1] = fa_quad_sum(l[1]);
 
     /* the warps' states through shared memory (the ring is free once every warp is done) */
     __syncthreads();
     /* rows of D + 8 floats: a warp's float2 stores of rows g = 0..3 fall on distinct banks */
     constexpr int DP = D + 8;
-    float *sm_o = (float *)(smem + dec_mma_smem<D, NW>::q); /* [NW][16][DP], rows < R only */
+    float *sm_o = (float *)(smem + kv_mma_smem<D, NW>::q); /* [NW][16][DP], rows < R only */
     float *sm_m = sm_o + NW * 16 * DP, *sm_l = sm_m + NW * 16;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -389,7 +376,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
     };
     /* cluster merge: the split's normalised O and LSE per row, after the warps' states in the ring */
     float *cl_o = sm_l + NW * 16, *cl_lse = cl_o + 16 * D;
-    static_assert(NW * 16 * DP * 4 + 2 * NW * 16 * 4 + 16 * D * 4 + 16 * 4 <= dec_mma_smem<D, NW>::ring,
+    static_assert(NW * 16 * DP * 4 + 2 * NW * 16 * 4 + 16 * D * 4 + 16 * 4 <= kv_mma_smem<D, NW>::ring,
                   "the warps' and the cluster's states fit in the ring");
     auto put = [&](int r, int pt, const float *O, float lse) { /* 8 columns of row r: out (one split) or the partial */
         const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
@@ -419,7 +406,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
         float M, Lr, O[8];
         state(r, pt, M, Lr, O);
         const bool any = s_hi[r] > s_lo[r]; /* a row that sees no key here: O = 0, LSE = −inf (a masked 0·inf aside) */
-        if (any && !fa_dec_stands(M, Lr, O)) s_bad[r] = 1;
+        if (any && !fa_kv_stands(M, Lr, O)) s_bad[r] = 1;
         const float inv = any ? 1.f / Lr : 0.f;
 #pragma unroll
         for (int e = 0; e < 8; e++) O[e] = any ? O[e] * inv : 0.f;
@@ -430,8 +417,8 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
         if (!s_bad[r]) continue;
         const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
         double x[D / 32], lse;
-        fa_dec_wait_first(p); /* it reads the appended rows from the cache */
-        fa_dec_exact_row<D, T>(p, b, row, hk, i, hq, s_lo[r], s_hi[r], x, &lse);
+        fa_kv_wait_first(p); /* it reads the appended rows from the cache */
+        fa_kv_exact_row<D, T>(p, b, row, hk, i, hq, s_lo[r], s_hi[r], x, &lse);
         const int64_t rr = ((int64_t)b * p.hq + hq) * p.sq + i;
 #pragma unroll
         for (int j = 0; j < D / 32; j++) { /* lane: columns lane + 32 j */
@@ -446,9 +433,8 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
             else if (p.lse) p.lse[rr] = (float)lse;
         }
     }
-    FA_DEC_STAMP(FA_DEC_ST_STATE);
     if (CL) { /* the splits of this row tile are one cluster: merge through distributed shared memory */
-        fa_dec_cluster_merge<D, T, NW * 32>(p, cl_o, cl_lse, b, hk, r0, R);
+        fa_kv_cluster_merge<D, T, NW * 32>(p, cl_o, cl_lse, b, hk, r0, R);
         return;
     }
     if (ns == 1) return;
@@ -459,29 +445,28 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
     __shared__ int s_last;
     __syncthreads();
     if (threadIdx.x == 0) {
-        fa_dec_wait_first(p);
+        fa_kv_wait_first(p);
         int *const cnt = p.arrived + (int64_t)b * gridDim.y + blockIdx.y;
-        s_last = fa_dec_count_acq_rel(cnt) == ns - 1;
+        s_last = fa_kv_count_acq_rel(cnt) == ns - 1;
         if (s_last) *cnt = 0; /* every split has counted: zero again for the next call */
     }
     __syncthreads();
-    FA_DEC_STAMP(FA_DEC_ST_COUNTED);
     if (!s_last) return;
-    if (ns <= FA_DEC_CLUSTER_MAX) fa_dec_merge_regs<D, T, NW * 32>(p, b, hk, r0, R, ns);
-    else fa_dec_merge_tile<D, T, NW * 32>(p, smem + dec_mma_smem<D, NW>::q, dec_mma_smem<D, NW>::ring, b, hk, r0, R, ns);
+    if (ns <= FA_KV_CLUSTER_MAX) fa_kv_merge_regs<D, T, NW * 32>(p, b, hk, r0, R, ns);
+    else fa_kv_merge_tile<D, T, NW * 32>(p, smem + kv_mma_smem<D, NW>::q, kv_mma_smem<D, NW>::ring, b, hk, r0, R, ns);
 }
 
 /* The launch configuration of a call (cluster: the splits of a row tile are one cluster of nsplit CTAs). */
 template <int D, int NW, typename T, bool CL, bool PLAIN>
-static cudaError_t config(const fa_dec_params *p, cudaStream_t st, cudaLaunchConfig_t *cfg, cudaLaunchAttribute at[2]) {
+static cudaError_t config(const fa_kv_params *p, cudaStream_t st, cudaLaunchConfig_t *cfg, cudaLaunchAttribute at[2]) {
     /* a cluster's CTAs each take more than half an SM's shared memory, so that no two share an SM: packed two to an
-     * SM, a cluster of 4-warp CTAs left half its SMs idle (batch 1 / 64k contiguous 0.86x) */
-    constexpr int smem = CL && dec_mma_smem<D, NW>::total < FA_DEC_CLUSTER_SMEM ? FA_DEC_CLUSTER_SMEM
-                                                                                : dec_mma_smem<D, NW>::total;
+     * SM, a cluster of 4-warp CTAs left half its SMs idle */
+    constexpr int smem = CL && kv_mma_smem<D, NW>::total < FA_KV_CLUSTER_SMEM ? FA_KV_CLUSTER_SMEM
+                                                                                : kv_mma_smem<D, NW>::total;
     static unsigned char ready[64], wide[64];
     const void *fn = (const void *)splitkv_mma_kernel<D, NW, T, CL, PLAIN>;
-    cudaError_t e = fa_dec_func_attr_once(ready, fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e == cudaSuccess && CL) e = fa_dec_func_attr_once(wide, fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaError_t e = fa_kv_func_attr_once(ready, fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess && CL) e = fa_kv_func_attr_once(wide, fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     *cfg = cudaLaunchConfig_t{};
     cfg->gridDim = dim3(p->nsplit, p->hk * p->row_tiles, p->batch);
     cfg->blockDim = dim3(NW * 32);
@@ -502,7 +487,7 @@ static cudaError_t config(const fa_dec_params *p, cudaStream_t st, cudaLaunchCon
 }
 
 template <int D, int NW, typename T, bool CL, bool PLAIN>
-static cudaError_t launch_mma_d(const fa_dec_params *p, cudaStream_t st) {
+static cudaError_t launch_mma_d(const fa_kv_params *p, cudaStream_t st) {
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute at[2];
     const cudaError_t e = config<D, NW, T, CL, PLAIN>(p, st, &cfg, at);
@@ -511,7 +496,7 @@ static cudaError_t launch_mma_d(const fa_dec_params *p, cudaStream_t st) {
 
 /* Clusters of this call's shape that the GPU runs at once (0: none, or the query failed); asked of the general
  * kernel, whose registers and shared memory bound the plain one's. */
-template <int D, int NW, typename T> static int clusters_d(const fa_dec_params *p) {
+template <int D, int NW, typename T> static int clusters_d(const fa_kv_params *p) {
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute at[2];
     int n = 0;
@@ -523,36 +508,42 @@ template <int D, int NW, typename T> static int clusters_d(const fa_dec_params *
     return n;
 }
 
-/* 8 warps: d <= 128 only (d = 256's rings for 8 warps exceed shared memory; the plan never asks for it). */
-template <typename T, bool CL, bool PLAIN> static cudaError_t launch_mma_t(const fa_dec_params *p, cudaStream_t st) {
-    const bool w8 = p->warps == 8;
-    switch (p->d) {
-    case 64: return w8 ? launch_mma_d<64, 8, T, CL, PLAIN>(p, st) : launch_mma_d<64, 4, T, CL, PLAIN>(p, st);
-    case 128: return w8 ? launch_mma_d<128, 8, T, CL, PLAIN>(p, st) : launch_mma_d<128, 4, T, CL, PLAIN>(p, st);
-    default: return launch_mma_d<256, 4, T, CL, PLAIN>(p, st);
+/* Row I of fa_kv_insts for dtype T: the attention launch (cluster merge or not, plain or general instance) and
+ * the cluster occupancy query. */
+template <int I, typename T> static cudaError_t launch_row(const fa_kv_params *p, cudaStream_t st) {
+    constexpr int D = fa_kv_insts[I].d, NW = fa_kv_insts[I].nw;
+    if (p->cluster)
+        return p->plain ? launch_mma_d<D, NW, T, true, true>(p, st) : launch_mma_d<D, NW, T, true, false>(p, st);
+    return p->plain ? launch_mma_d<D, NW, T, false, true>(p, st) : launch_mma_d<D, NW, T, false, false>(p, st);
+}
+struct kv_row_fns {
+    cudaError_t (*launch)(const fa_kv_params *, cudaStream_t);
+    int (*clusters)(const fa_kv_params *);
+};
+template <int I, typename T> static kv_row_fns row_fns() {
+    return {launch_row<I, T>, clusters_d<fa_kv_insts[I].d, fa_kv_insts[I].nw, T>};
+}
+/* The instances of row inst (dtype 1 = f16, else bf16); none where inst is not a row of the table or not p's. */
+static kv_row_fns row_of(const fa_kv_params *p, int inst, int dtype) {
+    static_assert(FA_KV_NINST == 5, "one case per row of fa_kv_insts");
+    if (inst < 0 || inst >= FA_KV_NINST || fa_kv_insts[inst].d != p->d || fa_kv_insts[inst].nw != p->warps) return {};
+    const bool h = dtype == 1;
+    switch (inst) {
+    case 0: return h ? row_fns<0, __half>() : row_fns<0, __nv_bfloat16>();
+    case 1: return h ? row_fns<1, __half>() : row_fns<1, __nv_bfloat16>();
+    case 2: return h ? row_fns<2, __half>() : row_fns<2, __nv_bfloat16>();
+    case 3: return h ? row_fns<3, __half>() : row_fns<3, __nv_bfloat16>();
+    case 4: return h ? row_fns<4, __half>() : row_fns<4, __nv_bfloat16>();
+    default: return {};
     }
 }
 
-template <typename T> static cudaError_t launch_mma_c(const fa_dec_params *p, cudaStream_t st) {
-    if (p->cluster) return p->plain ? launch_mma_t<T, true, true>(p, st) : launch_mma_t<T, true, false>(p, st);
-    return p->plain ? launch_mma_t<T, false, true>(p, st) : launch_mma_t<T, false, false>(p, st);
+extern "C" cudaError_t fa_kv_attend_launch(const fa_kv_params *p, int inst, int dtype, cudaStream_t st) {
+    const kv_row_fns f = row_of(p, inst, dtype);
+    return f.launch ? f.launch(p, st) : cudaErrorInvalidValue;
 }
 
-extern "C" cudaError_t fa_dec_attend_launch(const fa_dec_params *p, int dtype, cudaStream_t st) {
-    const cudaError_t e = dtype == 1 ? launch_mma_c<__half>(p, st) : launch_mma_c<__nv_bfloat16>(p, st);
-#ifdef FA_DEC_STAMPS
-    if (e == cudaSuccess) fa_dec_stamps_dump(p, st);
-#endif
-    return e;
-}
-
-extern "C" int fa_dec_active_clusters(const fa_dec_params *p, int dtype) {
-    const bool w8 = p->warps == 8;
-    if (dtype == 1)
-        return p->d == 64 ? (w8 ? clusters_d<64, 8, __half>(p) : clusters_d<64, 4, __half>(p))
-             : p->d == 128 ? (w8 ? clusters_d<128, 8, __half>(p) : clusters_d<128, 4, __half>(p))
-                           : clusters_d<256, 4, __half>(p);
-    return p->d == 64 ? (w8 ? clusters_d<64, 8, __nv_bfloat16>(p) : clusters_d<64, 4, __nv_bfloat16>(p))
-         : p->d == 128 ? (w8 ? clusters_d<128, 8, __nv_bfloat16>(p) : clusters_d<128, 4, __nv_bfloat16>(p))
-                       : clusters_d<256, 4, __nv_bfloat16>(p);
+extern "C" int fa_kv_active_clusters(const fa_kv_params *p, int inst, int dtype) {
+    const kv_row_fns f = row_of(p, inst, dtype);
+    return f.clusters ? f.clusters(p) : 0;
 }

@@ -14,7 +14,7 @@
  *      saturate at ±2^126, a row whose q or any visible key is not finite is NaN, a fully masked row is O = 0,
  *      LSE = −∞. With nothing listed the fix-up kernels read one counter and exit. */
 #include "contract.h"
-#include "sm80/common.cuh"
+#include "mma_sync/common.cuh"
 
 #include <string.h>
 

@@ -8,8 +8,8 @@
  *     straight from the S registers (the accumulator layout is the A-operand layout for 16-bit types).
  * Shared tiles are 64-column panels of rows x 128 B in the 128-byte swizzle TMA writes; README.md beside this file
  * has the layouts, the pipeline and the schedules. */
-#ifndef FA_SM90_FLASH3_FWD_CUH
-#define FA_SM90_FLASH3_FWD_CUH
+#ifndef FA_WGMMA_FLASH3_FWD_CUH
+#define FA_WGMMA_FLASH3_FWD_CUH
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

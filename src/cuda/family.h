@@ -16,9 +16,6 @@ extern "C" {
 #include "core/arena.h"
 }
 
-/* The largest head_dim any CUDA kernel is built for (FLASH2's and FLASH3's d = 256 tiles fill shared memory). */
-#define FA_CUDA_MAX_HEAD_DIM 256
-
 /* The device workspace of a plan, described once: a dry run (fa_arena_dry) gives plan->workspace_bytes, the run
  * over the context's cached buffer hands out these pointers (NULL where the plan needs no such part). */
 typedef struct fa_cuda_ws {

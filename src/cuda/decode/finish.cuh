@@ -4,7 +4,7 @@
 #define FA_CUDA_DECODE_FINISH_CUH
 
 #include "../convert.cuh"
-#include "../sm80/mma.cuh"
+#include "../mma_sync/mma.cuh"
 #include "decode.h"
 #include "stamps.cuh"
 

@@ -60,7 +60,7 @@ static int fa3_blocks_of(const fa_cuda_params *p, int Br, int Bc, int mb) {
 
 /* The plan's grid (min(tiles, SMs): persistent), threads and shared memory (this row's fa3_shared + 1024 for the
  * swizzle's alignment). No varlen: the sequences are the tensors' seqlens (total_q, total_k). */
-template <int D, bool WIDE, bool F16, int MODE>
+template <int D, bool WIDE, bool F16>
 static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t stream) {
     using T = fa3_tile<D, WIDE>;
     if (p->batch == 0 || p->total_q == 0) return cudaSuccess;
@@ -87,7 +87,7 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
     kp.cap = p->softcap;
     kp.cap_scale = cap ? p->scale / p->softcap : 0.f; /* IEEE fp32 division, as the other CUDA kernels */
     const size_t smem = plan->smem_bytes;
-    cudaError_t e = cudaFuncSetAttribute(fa3_fwd_kernel<D, WIDE, F16, MODE>,
+    cudaError_t e = cudaFuncSetAttribute(fa3_fwd_kernel<D, WIDE, F16>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
     kp.nmb = (p->total_q + T::Br - 1) / T::Br;
@@ -104,16 +104,15 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
         kp.counter = p->tile_counter;
     }
     /* persistent: one CTA per SM (the register budget allows no second), tiles handed out round-robin */
-    fa3_fwd_kernel<D, WIDE, F16, MODE><<<plan->grid[0], plan->threads, smem, stream>>>(tq, tk, tv, kp);
+    fa3_fwd_kernel<D, WIDE, F16><<<plan->grid[0], plan->threads, smem, stream>>>(tq, tk, tv, kp);
     return cudaGetLastError();
 }
 
-/* The product runs schedule 2 (overlap + ping-pong, README.md). */
 template <int R> static int fa3_fwd_inst(fa_cuda_instance *k) {
     constexpr fa3_fwd_row r = fa3_fwd_rows[R];
     using T = fa3_tile<r.d, (bool)r.wide>;
     static_assert(T::Br == r.bm && T::Bc == r.bn && T::THREADS == r.threads, "the row is its instance's tile");
-    k->f16 = fa3_launch<r.d, (bool)r.wide, true, 2>, k->bf16 = fa3_launch<r.d, (bool)r.wide, false, 2>;
+    k->f16 = fa3_launch<r.d, (bool)r.wide, true>, k->bf16 = fa3_launch<r.d, (bool)r.wide, false>;
     k->smem = sizeof(fa3_shared<r.d, (bool)r.wide>) + 1024;
     return 1;
 }

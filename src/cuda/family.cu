@@ -7,8 +7,8 @@
 
 /* AUTO takes the first row with auto_pick that runs the call: FLASH3, FLASH2, STANDARD. Refusals of the rows before
  * the one of the algorithm api.c resolved AUTO to (FLASH2) stay unreported: the caller did not ask for them. Slots:
- * a FLASH3 backward goes before FLASH2's backward, an FP8 forward before FLASH3's (its pick takes FP8 inputs only). */
-const fa_cuda_family *const fa_cuda_families[FA_CUDA_FAMILIES] = {
+ * a FLASH3 backward goes before FLASH2's backward; an FP8 forward (algo FLASH3, dtypes FP8 only) before FLASH3's. */
+const fa_cuda_family *const fa_cuda_families[] = { /* the count: family.h */
     &fa_cuda_flash3_fwd, &fa_cuda_flash2_fwd, &fa_cuda_flash2_bwd,
     &fa_cuda_standard,   &fa_cuda_flash1_fwd, &fa_cuda_flash1_bwd,
 };

@@ -44,12 +44,15 @@ typedef struct fa_cuda_result {
 } fa_cuda_result;
 
 enum { FA_CUDA_FWD = 1, FA_CUDA_BWD = 2 };
+#define FA_CUDA_DT(dtype) (1u << (dtype))
+#define FA_CUDA_DT_16 (FA_CUDA_DT(FA_DTYPE_F16) | FA_CUDA_DT(FA_DTYPE_BF16))
 
 typedef struct fa_cuda_family {
     const char *name; /* the algorithm as messages name it ("FLASH2") */
     fa_algo algo;
     int passes;       /* FA_CUDA_FWD, FA_CUDA_BWD or both */
     int auto_pick;    /* 1: FA_ALGO_AUTO may pick it (fa_cuda_families' order) */
+    unsigned dtypes;  /* FA_CUDA_DT(dtype) of the inputs it takes: which row of an algorithm a call asks for */
     /* FA_OK with plan's kernel, entry (the tile row), tiles, threads, grid, smem_bytes and aux filled; or
      * FA_ERR_UNSUPPORTED with the reason naming the argument. plan arrives zeroed but for algo and family. */
     fa_status (*pick)(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why, size_t why_len);

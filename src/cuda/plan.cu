@@ -20,16 +20,23 @@ static fa_status fa_try_row(const fa_cuda_tuning *tu, const fa_problem *p, int i
     return rc;
 }
 
-/* An explicit algorithm: its row for the pass, or why there is none. */
+/* An explicit algorithm: its row for the pass and the inputs' dtype (a FLASH3 FP8 row would sit beside the 16-bit
+ * one), else its first row for the pass, whose pick says why; or why there is none. */
 static fa_status fa_plan_explicit(const fa_cuda_tuning *tu, const fa_problem *p, int pass, fa_plan *plan, char *why,
                                   size_t why_len) {
     const char *other = NULL;
+    int first = -1;
     for (int i = 0; i < FA_CUDA_FAMILIES; ++i) {
         const fa_cuda_family *f = fa_cuda_families[i];
         if (f->algo != p->algo) continue;
-        if (f->passes & pass) return fa_try_row(tu, p, i, plan, why, why_len);
-        other = f->name;
+        if (!(f->passes & pass)) {
+            other = f->name;
+            continue;
+        }
+        if (f->dtypes & FA_CUDA_DT(p->dtype)) return fa_try_row(tu, p, i, plan, why, why_len);
+        if (first < 0) first = i;
     }
+    if (first >= 0) return fa_try_row(tu, p, first, plan, why, why_len);
     const char *dir = pass == FA_CUDA_BWD ? "backward" : "forward";
     if (other) /* a forward-only family: the backward of its out and LSE is FLASH2's */
         return fa_cuda_unsupported(why, why_len,

@@ -79,5 +79,5 @@ static fa_cuda_result fa3_run(const fa_cuda_launch *l) {
     return r;
 }
 
-const fa_cuda_family fa_cuda_flash3_fwd = {"FLASH3", FA_ALGO_FLASH3, FA_CUDA_FWD, 1, fa3_pick,
+const fa_cuda_family fa_cuda_flash3_fwd = {"FLASH3", FA_ALGO_FLASH3, FA_CUDA_FWD, 1, FA_CUDA_DT_16, fa3_pick,
                                            fa3_ws, fa_cuda_traffic_q_outer, fa3_run};

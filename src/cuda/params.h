@@ -1,7 +1,6 @@
 /* The one parameter block of every CUDA kernel family (the kernels take it by value; FLASH3's launcher derives its
  * kernel's arguments from it), and the launchers' declarations. Filled by backend.cu from a validated fa_problem and
- * the plan's workspace. Strides are in elements; head_dim is
- * contiguous. */
+ * the plan's workspace. Strides are in elements; head_dim is contiguous. */
 #ifndef FA_CUDA_PARAMS_H
 #define FA_CUDA_PARAMS_H
 

@@ -77,6 +77,7 @@ typedef struct fa_plan {
     size_t workspace_bytes;   /* backend workspace the call takes (from its layout's dry run) */
     double read_bytes;        /* modelled slow-memory traffic; the CPU replaces it with the counted bytes */
     double write_bytes;
+    int family;               /* backend-private: the backend's kernel family that runs (CUDA: its family table's row) */
     int entry;                /* backend-private: the row of the backend's kernel table that runs */
     int aux[6];               /* backend-private: further choices of that row (e.g. a split count) */
 } fa_plan;

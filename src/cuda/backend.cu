@@ -1,34 +1,13 @@
-/* The CUDA backend: context state (device, stream, cuBLAS handle, cached workspace and cu_seqlens) and the run
- * that executes a plan (plan.cu decides; this file only carries it out). Host code only; never prints. */
+/* The CUDA backend: the context's state created and destroyed (state.h), and the run that executes a plan: the
+ * parameter block, then the picked family row's launch inside the numerics contract (plan.cu decides; this file only
+ * carries it out). Host code only; never prints. */
 #include "plan.h"
-#include "standard.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct fa_cuda_state {
-    int device;
-    fa_cuda_tuning tune; /* read at creation, consulted by the plan */
-    cudaStream_t stream;
-    cublasHandle_t blas;
-    void *ws;          /* device workspace, grown, never shrunk */
-    size_t ws_size;
-    int *cu_dev;       /* device copy of cu_seqlens_q then cu_seqlens_k */
-    size_t cu_cap;     /* entries */
-    int *counters;     /* decoding's split counters, zero between calls (fa_cuda_counters_of) */
-    size_t counters_n; /* entries */
-} fa_cuda_state;
-
-#define FA_CUDA_TRY(ctx, call)                                                                             \
-    do {                                                                                                   \
-        cudaError_t fa_e_ = (call);                                                                        \
-        if (fa_e_ != cudaSuccess)                                                                          \
-            return fa_fail(ctx, FA_ERR_DEVICE, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                 \
-                           cudaGetErrorString(fa_e_));                                                     \
-    } while (0)
 
 extern "C" int fa_cuda_built(void) { return 1; }
 
@@ -102,59 +81,7 @@ extern "C" fa_status fa_cuda_set_stream(fa_context *ctx, void *stream) {
     return FA_OK;
 }
 
-const fa_cuda_tuning *fa_cuda_tuning_of(const fa_context *ctx) { return &((const fa_cuda_state *)ctx->cuda)->tune; }
-cudaStream_t fa_cuda_stream_of(const fa_context *ctx) { return ((const fa_cuda_state *)ctx->cuda)->stream; }
-
 /* ---- run ---- */
-
-/* The cached workspace, grown to at least bytes (never shrunk). */
-static fa_status fa_cuda_ws_grow(fa_context *ctx, fa_cuda_state *s, size_t bytes) {
-    if (bytes <= s->ws_size) return FA_OK;
-    if (s->ws) {
-        FA_CUDA_TRY(ctx, cudaStreamSynchronize(s->stream));
-        cudaFree(s->ws);
-        s->ws = NULL;
-        s->ws_size = 0;
-    }
-    if (cudaMalloc(&s->ws, bytes) != cudaSuccess) {
-        (void)cudaGetLastError();
-        s->ws = NULL;
-        return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "CUDA workspace: cudaMalloc of %zu bytes failed", bytes);
-    }
-    s->ws_size = bytes;
-    return FA_OK;
-}
-
-fa_status fa_cuda_workspace_of(fa_context *ctx, size_t bytes, void **ws) {
-    fa_cuda_state *s = (fa_cuda_state *)ctx->cuda;
-    fa_status rc = fa_cuda_ws_grow(ctx, s, bytes);
-    *ws = s->ws;
-    return rc;
-}
-
-/* Counters that every kernel using them leaves at zero: zeroed (on the stream) when allocated or grown, never
- * shrunk, apart from the workspace, which other calls overwrite. */
-fa_status fa_cuda_counters_of(fa_context *ctx, size_t n, int **out) {
-    fa_cuda_state *s = (fa_cuda_state *)ctx->cuda;
-    if (n > s->counters_n) {
-        if (s->counters) {
-            FA_CUDA_TRY(ctx, cudaStreamSynchronize(s->stream));
-            cudaFree(s->counters);
-            s->counters = NULL;
-            s->counters_n = 0;
-        }
-        if (cudaMalloc(&s->counters, n * sizeof(int)) != cudaSuccess) {
-            (void)cudaGetLastError();
-            s->counters = NULL;
-            return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "CUDA split counters: cudaMalloc of %zu bytes failed",
-                           n * sizeof(int));
-        }
-        FA_CUDA_TRY(ctx, cudaMemsetAsync(s->counters, 0, n * sizeof(int), s->stream));
-        s->counters_n = n;
-    }
-    *out = s->counters;
-    return FA_OK;
-}
 
 static void fa_fill_strides(const fa_tensor *t, int64_t *sb, int64_t *ss, int64_t *sh) {
     *sb = t->stride_batch, *ss = t->stride_seq, *sh = t->stride_head;
@@ -187,6 +114,8 @@ static fa_status fa_cuda_prepare(fa_context *ctx, const fa_problem *p, const fa_
     c->wl = p->wl, c->wr = p->wr;
     c->dsum = w->dsum, c->lse2 = w->lse2, c->dq_acc = w->dq_acc, c->dk_acc = w->dk_acc, c->dv_acc = w->dv_acc;
     c->tail_acc = w->tail_acc, c->o_acc = w->o_acc, c->row_m = w->row_m, c->row_l = w->row_l;
+    c->dtype = (int)p->dtype;
+    c->tile_counter = w->tile_counter;
     if (p->cu_q) {
         const size_t n = (size_t)p->batch + 1;
         if (s->cu_cap < 2 * n) {
@@ -215,42 +144,14 @@ static fa_status fa_cuda_err(fa_context *ctx, const char *what, cudaError_t e) {
     return fa_fail(ctx, FA_ERR_DEVICE, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-static fa_status fa_std_err(fa_context *ctx, const char *what, fa_std_status r) {
+/* The picked row's launch. */
+static fa_status fa_cuda_launch_row(fa_context *ctx, const fa_cuda_state *s, const fa_problem *p, const fa_plan *plan,
+                                    const fa_cuda_ws *w, const fa_cuda_params *c) {
+    const fa_cuda_launch l = {p, plan, c, w, s->stream, s->blas};
+    const fa_cuda_result r = fa_cuda_families[plan->family]->launch(&l);
     if (r.blas != CUBLAS_STATUS_SUCCESS)
-        return fa_fail(ctx, FA_ERR_DEVICE, "%s: cuBLAS: %s", what, cublasGetStatusString(r.blas));
-    if (r.cuda != cudaSuccess) return fa_cuda_err(ctx, what, r.cuda);
-    return FA_OK;
-}
-
-/* The plan's algorithm. */
-static fa_status fa_cuda_algo(fa_context *ctx, fa_cuda_state *s, const fa_problem *p, const fa_plan *plan,
-                              const fa_cuda_ws &w, const fa_cuda_params &c) {
-    if (plan->algo == FA_ALGO_FLASH3) { /* its own parameter block (sm90/flash3.h) */
-        fa3_params f;
-        fa_flash3_params(p, plan->grid[0], &f);
-        f.lse = c.lse;
-        f.tile_counter = w.tile_counter;
-        if (w.tile_counter) FA_CUDA_TRY(ctx, cudaMemsetAsync(w.tile_counter, 0, sizeof(int), s->stream));
-        const cudaError_t e = fa3_fwd(&f, s->stream);
-        return e == cudaSuccess ? FA_OK : fa_cuda_err(ctx, "flash3 forward launch", e);
-    }
-    const int dtype = (int)p->dtype;
-    if (plan->algo == FA_ALGO_STANDARD) {
-        const fa_std_status r =
-            p->is_backward
-                ? fa_standard_backward(&c, dtype, p->cu_q, p->cu_k, s->blas, s->stream, w.standard, w.standard_bytes)
-                : fa_standard_forward(&c, dtype, p->cu_q, p->cu_k, s->blas, s->stream, w.standard, w.standard_bytes);
-        return fa_std_err(ctx, p->is_backward ? "standard backward" : "standard forward", r);
-    }
-    cudaError_t e;
-    if (plan->algo == FA_ALGO_FLASH2)
-        e = p->is_backward ? fa_flash2_bwd_launch(&c, plan, dtype, s->stream) : fa_flash2_fwd_launch(&c, plan, dtype, s->stream);
-    else
-        e = p->is_backward ? fa_flash1_bwd_launch(&c, plan, dtype, s->stream) : fa_flash1_fwd_launch(&c, plan, dtype, s->stream);
-    if (e != cudaSuccess)
-        return fa_cuda_err(ctx, !p->is_backward ? (plan->algo == FA_ALGO_FLASH2 ? "flash2 forward launch" : "flash1 forward launch")
-                                                : "flash backward launch",
-                           e);
+        return fa_fail(ctx, FA_ERR_DEVICE, "%s: cuBLAS: %s", plan->kernel, cublasGetStatusString(r.blas));
+    if (r.cuda != cudaSuccess) return fa_cuda_err(ctx, plan->kernel, r.cuda);
     return FA_OK;
 }
 
@@ -258,9 +159,10 @@ static fa_status fa_cuda_algo(fa_context *ctx, fa_cuda_state *s, const fa_proble
  * the numerics contract's scan and fix-up (contract.h). */
 static fa_status fa_cuda_run_on(fa_context *ctx, const fa_problem *p, const fa_plan *plan) {
     fa_cuda_state *s = (fa_cuda_state *)ctx->cuda;
-    fa_status rc = fa_cuda_ws_grow(ctx, s, plan->workspace_bytes);
+    void *ws = NULL;
+    fa_status rc = fa_cuda_workspace_of(ctx, plan->workspace_bytes, &ws);
     if (rc != FA_OK) return rc;
-    fa_arena a = fa_arena_over(s->ws, s->ws_size);
+    fa_arena a = fa_arena_over(ws, s->ws_size);
     fa_cuda_ws w;
     fa_cuda_ws_layout(&a, p, plan, &w);
     fa_cuda_params c;
@@ -268,7 +170,7 @@ static fa_status fa_cuda_run_on(fa_context *ctx, const fa_problem *p, const fa_p
     if (!p->is_backward && !c.lse) c.lse = w.contract.lse; /* the contract's check reads the forward's LSE */
     cudaError_t e = fa_contract_scan(&c, p, &w.contract, s->stream);
     if (e != cudaSuccess) return fa_cuda_err(ctx, "contract scan", e);
-    if ((rc = fa_cuda_algo(ctx, s, p, plan, w, c)) != FA_OK) return rc;
+    if ((rc = fa_cuda_launch_row(ctx, s, p, plan, &w, &c)) != FA_OK) return rc;
     if ((e = fa_contract_fix(&c, p, &w.contract, 2 * s->tune.sm_count, s->stream)) != cudaSuccess)
         return fa_cuda_err(ctx, "contract fix-up", e);
     return FA_OK;

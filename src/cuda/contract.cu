@@ -14,7 +14,7 @@
  *      saturate at ±2^126, a row whose q or any visible key is not finite is NaN, a fully masked row is O = 0,
  *      LSE = −∞. With nothing listed the fix-up kernels read one counter and exit. */
 #include "contract.h"
-#include "sm80/common.cuh"
+#include "mma_sync/common.cuh"
 
 #include <string.h>
 
@@ -26,7 +26,7 @@
 #define FA_SCAN_ILP 4          /* 16-byte loads in flight per scan thread */
 #define FA_NSLOT 5             /* maxima per item: q, k, v, o, dO */
 #define FA_FIX_WARPS 4
-#define FA_DMAX 8 /* head_dim <= 256: 8 elements per lane */
+#define FA_DMAX (FA_CUDA_MAX_HEAD_DIM / 32) /* elements of a row per lane */
 
 enum { SLOT_Q, SLOT_K, SLOT_V, SLOT_O, SLOT_DO };
 

@@ -1,6 +1,6 @@
-/* The one parameter block every CUDA kernel of flashattn takes (by value), and the launchers' declarations.
- * Filled by backend.cu from a validated fa_problem and the plan's workspace. Strides are in elements; head_dim is
- * contiguous. */
+/* The one parameter block of every CUDA kernel family (the kernels take it by value; FLASH3's launcher derives its
+ * kernel's arguments from it), and the launchers' declarations. Filled by backend.cu from a validated fa_problem and
+ * the plan's workspace. Strides are in elements; head_dim is contiguous. */
 #ifndef FA_CUDA_PARAMS_H
 #define FA_CUDA_PARAMS_H
 
@@ -10,6 +10,10 @@
 #include <stdint.h>
 
 #include <cuda_runtime.h>
+
+/* The largest head_dim of any CUDA kernel: FLASH2's and FLASH3's d = 256 tiles fill shared memory, and the numerics
+ * contract's fix-up holds a row in 8 elements per lane. */
+#define FA_CUDA_MAX_HEAD_DIM 256
 
 typedef struct fa_cuda_params {
     const void *q, *k, *v, *o, *dout; /* inputs (o is an input of the backward) */
@@ -33,6 +37,11 @@ typedef struct fa_cuda_params {
     float softcap_scale;    /* scale / softcap (0 when off), divided once on the host: kept in the kernels, the
                              * quotient was a loop-invariant register that ptxas spilled (FLASH1 d = 128) */
     int wl, wr;             /* window, -1 = unbounded; causal folded in as wr = 0 */
+    /* Fields past this point are appended, so that the mma.sync kernels see the offsets above unchanged. */
+    int dtype;              /* fa_dtype of every tensor */
+    int *tile_counter;      /* FLASH3: a device int, zero at launch, for the dynamic scheduler of masked calls; or NULL */
+    const float *q_descale, *k_descale, *v_descale; /* FP8 inputs: [batch][hk] fp32 factors, per (batch, K/V head),
+                                                     * that turn the stored values back into real ones; NULL today */
 } fa_cuda_params;
 
 #ifdef __cplusplus
@@ -40,9 +49,10 @@ extern "C" {
 #endif
 #include "core/internal.h"
 
-/* One launcher per kernel family: runs exactly the plan (plan.cu) — its table row (plan->entry), grid, threads,
- * shared memory and split (plan->aux); dtype 1 = f16, 2 = bf16. Each family's fa_*_instance maps a row to its
- * template instance (a plain switch) and gives that instance's shared memory, which the plan records. */
+/* One launcher per kernel family: runs exactly the plan (plan.cu) — its tile row (plan->entry), grid, threads,
+ * shared memory and split (plan->aux); dtype 1 = f16, 2 = bf16. Each family's fa_*_instance maps a tile row to its
+ * template instance (a plain switch) and gives that instance's shared memory, which the plan records. The family
+ * rows (family.h) call them. */
 typedef cudaError_t (*fa_cuda_launch_fn)(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st);
 typedef struct fa_cuda_instance {
     fa_cuda_launch_fn f16, bf16;
@@ -56,8 +66,10 @@ cudaError_t fa_flash1_fwd_launch(const fa_cuda_params *p, const fa_plan *plan, i
 cudaError_t fa_flash2_fwd_launch(const fa_cuda_params *p, const fa_plan *plan, int dtype, cudaStream_t st);
 cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, const fa_plan *plan, int dtype, cudaStream_t st);
 cudaError_t fa_flash2_bwd_launch(const fa_cuda_params *p, const fa_plan *plan, int dtype, cudaStream_t st);
+int fa_flash3_fwd_instance(int row, fa_cuda_instance *k);
+cudaError_t fa_flash3_fwd_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st);
 
-/* Backward helpers (sm80/bwd_util.cu). */
+/* Backward helpers (mma_sync/bwd_util.cu). */
 /* D = rowsum(dO∘O), and for the flash kernels (p->lse2 set) LSE·log2e; zero_dq: also clear p->dq_acc */
 cudaError_t fa_bwd_dsum_launch(const fa_cuda_params *p, int dtype, int zero_dq, cudaStream_t st);
 cudaError_t fa_bwd_dq_convert_launch(const fa_cuda_params *p, int dtype, cudaStream_t st); /* dq = dq_acc·scale */

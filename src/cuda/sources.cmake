@@ -1,24 +1,29 @@
 # CUDA backend sources (included by the root CMakeLists.txt when a CUDA compiler is found).
-# Built for sm_90a only (H100/H200): the sm80/ kernels' mma.sync/ldmatrix/cp.async run there; the build stays fast.
+# Built for sm_90a only (H100/H200): the mma_sync/ kernels' mma.sync/ldmatrix/cp.async run there; the build stays fast.
 find_package(CUDAToolkit REQUIRED)
 # Always sm_90a (the backend refuses other devices at context creation): shadows the toolkit default that
 # enable_language(CUDA) puts in the cache.
 set(CMAKE_CUDA_ARCHITECTURES 90a)
 set(CMAKE_CUDA_STANDARD 17)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-# backend.cu: context and run; plan.cu: the one decision; contract.cu: the numerics contract (scan, fix-up);
-# standard.cu: cuBLAS; sm80/: the mma.sync / ldmatrix / cp.async kernels (docs/cuda-kernels.md); sm90/: FLASH3
-# (wgmma, TMA); kvcache/: KV-cache attention (docs/kvcache.md). The kernel files first: they take the longest to
-# compile.
+# backend.cu: context and run; plan.cu: the one decision; family.cu: the family table (family.h) and what its rows
+# share; state.cu: the context's state; contract.cu: the numerics contract (scan, fix-up); standard.cu: cuBLAS and
+# its row; mma_sync/: the mma.sync / ldmatrix / cp.async kernels and their rows (docs/cuda-kernels.md); wgmma/:
+# FLASH3 (wgmma, TMA) and its row; kvcache/: KV-cache attention (docs/kvcache.md). The kernel files first: they take
+# the longest to compile.
 set(FA_CUDA_SOURCES
-    ${CMAKE_CURRENT_LIST_DIR}/sm90/flash3_fwd.cu
-    ${CMAKE_CURRENT_LIST_DIR}/sm80/flash2_bwd.cu
-    ${CMAKE_CURRENT_LIST_DIR}/sm80/flash2_fwd.cu
-    ${CMAKE_CURRENT_LIST_DIR}/sm80/flash1.cu
-    ${CMAKE_CURRENT_LIST_DIR}/sm80/bwd_util.cu
+    ${CMAKE_CURRENT_LIST_DIR}/wgmma/flash3_fwd.cu
+    ${CMAKE_CURRENT_LIST_DIR}/mma_sync/flash2_bwd.cu
+    ${CMAKE_CURRENT_LIST_DIR}/mma_sync/flash2_fwd.cu
+    ${CMAKE_CURRENT_LIST_DIR}/mma_sync/flash1.cu
+    ${CMAKE_CURRENT_LIST_DIR}/mma_sync/bwd_util.cu
+    ${CMAKE_CURRENT_LIST_DIR}/mma_sync/family.cu
+    ${CMAKE_CURRENT_LIST_DIR}/wgmma/family.cu
     ${CMAKE_CURRENT_LIST_DIR}/contract.cu
     ${CMAKE_CURRENT_LIST_DIR}/backend.cu
+    ${CMAKE_CURRENT_LIST_DIR}/family.cu
     ${CMAKE_CURRENT_LIST_DIR}/plan.cu
+    ${CMAKE_CURRENT_LIST_DIR}/state.cu
     ${CMAKE_CURRENT_LIST_DIR}/standard.cu
     ${CMAKE_CURRENT_LIST_DIR}/kvcache/splitkv.cu
     ${CMAKE_CURRENT_LIST_DIR}/kvcache/append.cu

@@ -7,8 +7,14 @@
  * Extra memory: Θ(Hq·Sq·Sk) per sequence (S fp32 + P; backward + dP fp32), reused across the sequences of a batch.
  * GQA: the query heads of one K/V head are one strided batch with a K/V stride of 0; dK, dV per query head in
  * fp32 are then summed (bwd_util.cu). */
-#include "sm80/common.cuh"
-#include "standard.h"
+#include "family.h"
+#include "mma_sync/common.cuh"
+
+/* The per-sequence scratch (fa_std_layout; NULL: a part the call does not need). */
+typedef struct fa_std_parts {
+    float *S, *dP, *dkw, *dvw;
+    void *P;
+} fa_std_parts;
 
 static cudaDataType fa_cu_type(int dtype) { return dtype == 0 ? CUDA_R_32F : dtype == 1 ? CUDA_R_16F : CUDA_R_16BF; }
 static size_t fa_esize(int dtype) { return dtype == 0 ? 4 : 2; }
@@ -146,7 +152,9 @@ static void fa_std_layout(fa_arena *a, int hq, int d, int group, int64_t sq, int
     w->dvw = backward && group > 1 ? (float *)fa_arena_take(a, kv, 16) : NULL;
 }
 
-size_t fa_standard_ws_bytes(int hq, int d, int group, int64_t sq, int64_t sk, int dtype, int backward) {
+/* Scratch bytes for a sequence of sq queries and sk keys (the longest of the call; dtype 0 = f32, 1 = f16,
+ * 2 = bf16): the layout's dry run. */
+static size_t fa_standard_ws_bytes(int hq, int d, int group, int64_t sq, int64_t sk, int dtype, int backward) {
     fa_arena a = fa_arena_dry();
     fa_std_parts w;
     fa_std_layout(&a, hq, d, group, sq, sk, fa_esize(dtype), backward, &w);
@@ -167,11 +175,12 @@ static void fa_std_seq(const fa_cuda_params *p, const int *cu_q, const int *cu_k
 }
 #define FA_OFF(P, X, b, row) ((cu_q ? (row) * (P)->X##_ss : (int64_t)(b) * (P)->X##_sb))
 
-fa_std_status fa_standard_forward(const fa_cuda_params *p, int dtype, const int *cu_q, const int *cu_k,
-                                  cublasHandle_t hd, cudaStream_t st, void *ws, size_t ws_bytes) {
+/* cu_q / cu_k: the HOST cu_seqlens (or NULL); ws: ws_bytes >= fa_standard_ws_bytes. */
+static fa_cuda_result fa_standard_forward(const fa_cuda_params *p, int dtype, const int *cu_q, const int *cu_k,
+                                         cublasHandle_t hd, cudaStream_t st, void *ws, size_t ws_bytes) {
     const cudaDataType t = fa_cu_type(dtype);
     const size_t es = fa_esize(dtype);
-    fa_std_status r = {cudaSuccess, CUBLAS_STATUS_SUCCESS};
+    fa_cuda_result r = {cudaSuccess, CUBLAS_STATUS_SUCCESS};
     for (int b = 0; b < p->batch; ++b) {
         int sq, sk;
         int64_t qr, kr, lse0, lse_hs;
@@ -215,11 +224,11 @@ fa_std_status fa_standard_forward(const fa_cuda_params *p, int dtype, const int 
     return r;
 }
 
-fa_std_status fa_standard_backward(const fa_cuda_params *p, int dtype, const int *cu_q, const int *cu_k,
-                                   cublasHandle_t hd, cudaStream_t st, void *ws, size_t ws_bytes) {
+static fa_cuda_result fa_standard_backward(const fa_cuda_params *p, int dtype, const int *cu_q, const int *cu_k,
+                                          cublasHandle_t hd, cudaStream_t st, void *ws, size_t ws_bytes) {
     const cudaDataType t = fa_cu_type(dtype);
     const size_t es = fa_esize(dtype);
-    fa_std_status r = {cudaSuccess, CUBLAS_STATUS_SUCCESS};
+    fa_cuda_result r = {cudaSuccess, CUBLAS_STATUS_SUCCESS};
     r.cuda = fa_bwd_dsum_launch(p, dtype, 0, st);
     if (r.cuda != cudaSuccess) return r;
     for (int b = 0; b < p->batch; ++b) {
@@ -301,3 +310,61 @@ fa_std_status fa_standard_backward(const fa_cuda_params *p, int dtype, const int
     }
     return r;
 }
+
+/* ---- the family row (family.h): cuBLAS's GEMMs over materialised S and P, forward and backward ---- */
+
+/* cuBLAS takes the sequence stride as a leading dimension (int, >= head_dim). */
+static int fa_tensor_blas_ok(const fa_tensor *t) {
+    return (t->seqlen <= 1 || t->stride_seq >= t->head_dim) && t->stride_seq < INT32_MAX && t->stride_head < INT32_MAX;
+}
+
+static fa_status fa_std_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
+    (void)tu;
+    const char *name;
+    const fa_tensor *t = fa_cuda_view_failing(p, fa_tensor_blas_ok, &name);
+    if (t)
+        return fa_cuda_unsupported(why, why_len,
+                                   "%s: CUDA FA_ALGO_STANDARD (cuBLAS) needs stride_seq >= head_dim and strides < 2^31 "
+                                   "(stride_seq %lld, head_dim %lld)",
+                                   name, (long long)t->stride_seq, (long long)t->head_dim);
+    plan->kernel = "cuda.standard.cublas"; /* block_q/block_k: cuBLAS picks its own tiles; ignored as on the CPU */
+    return FA_OK;
+}
+
+/* The backward's D (LSE layout), then the per-sequence scratch. */
+static void fa_std_ws(fa_arena *a, const fa_problem *p, const fa_plan *plan, fa_cuda_ws *w) {
+    (void)plan;
+    if (p->is_backward) w->dsum = (float *)fa_arena_take(a, fa_cuda_stat_rows(p) * sizeof(float), 256);
+    w->standard_bytes = fa_standard_ws_bytes((int)p->hq, (int)p->d, (int)(p->hq / p->hk), p->sq_max, p->sk_max,
+                                             (int)p->dtype, p->is_backward);
+    w->standard = fa_arena_take(a, w->standard_bytes, 256);
+}
+
+static void fa_std_traffic(const fa_problem *p, fa_plan *plan) {
+    const fa_cuda_traffic_in t = fa_cuda_traffic_of(p);
+    const double e = t.e, d = t.d, qrows = t.qrows, kvrows = t.kvrows;
+    double ss = 0;
+    for (int64_t b = 0; b < p->batch; ++b) ss += (double)fa_seqlen_q(p, b) * fa_seqlen_k(p, b);
+    ss *= (double)p->hq;
+    if (!p->is_backward) { /* Q, K, V; S written (fp32) and read by the softmax; P written and read by the PV GEMM; O, LSE */
+        plan->read_bytes = qrows * d * e + 2 * kvrows * d * e + ss * 4 + ss * e;
+        plan->write_bytes = ss * 4 + ss * e + qrows * d * e + (p->lse ? qrows * 4 : 0);
+    } else { /* inputs once (Q, K, V, O, dO, LSE); S, dP (fp32) and P/dS written and read back */
+        plan->read_bytes = 3 * qrows * d * e + 2 * kvrows * d * e + qrows * 4 + ss * (4 + 4 + 4 + 3 * e);
+        plan->write_bytes = ss * (4 + 4 + 2 * e) + qrows * d * e + 2 * kvrows * d * e;
+    }
+}
+
+/* The host cu_seqlens: the sequences' offsets are walked on the host. */
+static fa_cuda_result fa_std_run(const fa_cuda_launch *l) {
+    const fa_problem *p = l->p;
+    const int dtype = (int)p->dtype;
+    return p->is_backward ? fa_standard_backward(l->c, dtype, p->cu_q, p->cu_k, l->blas, l->stream, l->w->standard,
+                                                 l->w->standard_bytes)
+                          : fa_standard_forward(l->c, dtype, p->cu_q, p->cu_k, l->blas, l->stream, l->w->standard,
+                                                l->w->standard_bytes);
+}
+
+const fa_cuda_family fa_cuda_standard = {"STANDARD", FA_ALGO_STANDARD, FA_CUDA_FWD | FA_CUDA_BWD, 1,
+                                         FA_CUDA_DT_16 | FA_CUDA_DT(FA_DTYPE_F32), fa_std_pick,
+                                         fa_std_ws, fa_std_traffic, fa_std_run};

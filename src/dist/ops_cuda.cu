@@ -1,7 +1,7 @@
 /* The ring's element operations on device memory (CUDA contexts), queued on the context's stream. Each is one
  * memory-bound pass over a shard, against the step's quadratic attention. */
 #include "cuda/convert.cuh"
-#include "cuda/plan.h"
+#include "cuda/state.h"
 #include "dist/ring.h"
 
 #include <cuda_bf16.h>

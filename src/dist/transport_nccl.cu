@@ -2,7 +2,7 @@
  * stream, after an event from the context's stream (the send buffers are written, the receive buffers free), and
  * the context's stream waits on an event recorded after it: the attention of the step overlaps the transfer and
  * the host never waits. The agreement's all-gather is the one host sync. */
-#include "cuda/plan.h"
+#include "cuda/state.h"
 #include "dist/ring.h"
 
 #include <cuda_runtime.h>

@@ -4,7 +4,7 @@
 #define FA_CUDA_KVCACHE_FINISH_CUH
 
 #include "../convert.cuh"
-#include "../sm80/mma.cuh"
+#include "../mma_sync/mma.cuh"
 #include "kvcache.h"
 
 #include <cooperative_groups.h>

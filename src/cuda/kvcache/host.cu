@@ -6,7 +6,7 @@
  * one); the launch shape depends on the shapes and the capacity only, so a captured graph replays at any cache
  * length. The measurements behind each number: docs/kvcache.md ("Splits and the merge"). */
 #include "kvcache.h"
-#include "cuda/plan.h"
+#include "cuda/state.h"
 
 extern "C" {
 #include "core/arena.h"

@@ -13,7 +13,7 @@
  * numerics contract (a row that fails it is recomputed in float64). One split writes out and LSE; several write
  * fp32 partials, and the last CTA of the row tile merges them (finish.cuh) and zeroes the tile's counter for the
  * next call. docs/kvcache.md ("The CUDA kernels"). */
-#include "../sm80/mma.cuh"
+#include "../mma_sync/mma.cuh"
 #include "kvcache.h"
 #include "finish.cuh"
 

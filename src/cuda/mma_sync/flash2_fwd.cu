@@ -41,8 +41,9 @@ FA_DEV int fa_tid_here() {
 }
 
 /* Kn-1, Vn-1 -> the other stage (cp.async, one commit group), n = sN[tid] > nb_lo. Every block below the loop's
- * first (the last key block, the only one the seqlen tail can cut) is whole: the loader checks no row (+2 %).
- * Issued at the top of the step, after the barrier: after the QKᵀ GEMM (FA2's place) it was 7-9 % slower. */
+ * first (the last key block, the only one the seqlen tail can cut) is whole: the loader checks no row. Issued at
+ * the top of the step, after the barrier, not after the QKᵀ GEMM (FA2's place): the loads then have a whole step to
+ * land (docs/cuda-kernels.md). */
 template <typename T, int D, int BN, int NTHR>
 FA_DEV void fa2_fwd_prefetch(const fa_fwd_cta *cta, T *sK, T *sV, const int *sN) {
     constexpr int LD = D + 8;
@@ -135,8 +136,8 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
 
     /* Online softmax: m_new = max(m, rowmax S); rescale ℓ and O by exp2((m − m_new)·kl). The new ℓ stays in
      * registers until the PV GEMM is issued: ptxas does not move an ldmatrix of V above a shared store it cannot
-     * prove disjoint, so an ℓ store here held the PV GEMM behind the whole softmax (+2-5 % stored after it). m is
-     * stored here: keeping it too spilled the 3-CTA d=64 tile. */
+     * prove disjoint, so an ℓ store here would hold the PV GEMM behind the whole softmax. m is stored here: keeping
+     * it too spills the 3-CTA d=64 tile. */
     float l_keep[MW][2];
 #pragma unroll
     for (int mi = 0; mi < MW; ++mi)

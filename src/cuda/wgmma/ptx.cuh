@@ -1,8 +1,8 @@
 /* The Hopper (sm_90a) PTX the FLASH3 kernels use, as small inline-asm wrappers: mbarriers, TMA tensor loads, wgmma
  * fences and shared-memory descriptors, setmaxnreg, named barriers, ex2. The wgmma instructions themselves are in
  * wgmma.cuh (generated). */
-#ifndef FA_SM90_PTX_CUH
-#define FA_SM90_PTX_CUH
+#ifndef FA_WGMMA_PTX_CUH
+#define FA_WGMMA_PTX_CUH
 
 #include <cuda.h>
 #include <stdint.h>

@@ -2,8 +2,8 @@
  * ss: A and B from shared-memory descriptors, both K-major (S = Q K^T).
  * rs: A from four 16-bit-pair registers, B from a descriptor, B MN-major (O += P V with V stored [key][d]).
  * scale_d = 0 overwrites d (D = A B), 1 accumulates. */
-#ifndef FA_SM90_WGMMA_CUH
-#define FA_SM90_WGMMA_CUH
+#ifndef FA_WGMMA_WGMMA_CUH
+#define FA_WGMMA_WGMMA_CUH
 
 #include <stdint.h>
 

@@ -3,8 +3,8 @@
  * the row index, so a row's numbers are written once, here. The head dims a family supports are the ones its
  * table lists. Figures: H200, bf16, TFLOP/s "non-causal | causal" at the sequence lengths named, registers from
  * -Xptxas -v (nvcc 13.0); docs/cuda-kernels.md has the sweeps. */
-#ifndef FA_CUDA_SM80_TILES_H
-#define FA_CUDA_SM80_TILES_H
+#ifndef FA_CUDA_MMA_SYNC_TILES_H
+#define FA_CUDA_MMA_SYNC_TILES_H
 
 /* FLASH1 forward: one CTA per (batch, head); Br = 16 query rows per step, NW warps split the Bc keys.
  * minb: CTAs per SM for the launch bounds (0 = none). */
@@ -70,6 +70,13 @@ static constexpr fa_bwd_row fa_bwd_rows[] = {
     {96, 64, 128, 4, 4, 4, 0, 2, 0, FA_BWD_F2, 64, "FA2's sm90 shape, not swept: 0.94 / 1.00x torch at 4k"},
     {96, 64, 64, 4, 4, 4, 0, 2, 0, FA_BWD_F1, 64, "half the dK/dV registers: 64 x 128 spilled 12 B in FLASH1's outer loop"},
     {256, 64, 64, 4, 2, 2, 0, 1, 0, FA_BWD_F2, 32, "FA2's 4/2/2 layout, one Q/dO buffer: 217 of the 227 KB of shared memory"},
+};
+
+/* plan->aux of a FLASH1/FLASH2 backward. */
+enum {
+    FA_CUDA_AUX_DET = 0,    /* 1: FLASH2's deterministic path (dQ by a second kernel) */
+    FA_CUDA_AUX_SPLIT = 1,  /* K/V blocks of FLASH2's split last wave (0: no split) */
+    FA_CUDA_AUX_PIECES = 2, /* CTAs of the split launch */
 };
 
 #endif

@@ -94,8 +94,8 @@ FA_DEV float fa_softcap(float s, float k, float cap) { return cap * tanhf(s * k)
  * tid % CPR of rows tid / CPR + it·RPI (every thread for D = 32, 64, 128, 256; 120 of 128 or 252 of 256 for D = 96,
  * whose 12 chunks do not divide the thread counts). The global row step goes through fa_opaque64, so each row's
  * address is one 64-bit add where it is used: otherwise nvcc hoisted one offset per row (and per tile) out of the
- * kernels' loops into registers of its own, and the FLASH1 backward spilled them. (D = 96 dealing its chunks out in
- * order cost a division and a 64-bit multiply per chunk, 5-6 % of the d=96 forward.)
+ * kernels' loops into registers of its own, and the FLASH1 backward spilled them. Whole rows per pass at D = 96:
+ * dealing its chunks out in order costs a division and a 64-bit multiply per chunk.
  * Otherwise (fewer rows than one pass covers, D a power of two) the chunks are dealt out in order, c = it·NTHR + tid
  * -> row c / CPR, chunk c % CPR. FULL: every row is valid (rows_valid unused): no per-row check or zero-fill
  * select. */

@@ -10,7 +10,6 @@
  *   dQi = scale · Σj dSij Kj — no reduction across CTAs, the same bits every run, at the price of recomputing S and dP (two of
  *   the five backward GEMMs run twice: ≈ 7/5 of the FLOPs). */
 #include "bwd_block.cuh"
-#include "cuda/plan.h"
 
 /* The last wave, split (the plan decides: plan->aux). The kernel runs one CTA per SM, so N equal K/V blocks leave
  * N mod #SMs of them alone in the last wave. The first launch takes whole = N − split blocks, one per CTA; a second

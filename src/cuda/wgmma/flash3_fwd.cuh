@@ -8,8 +8,8 @@
  *     straight from the S registers (the accumulator layout is the A-operand layout for 16-bit types).
  * Shared tiles are 64-column panels of rows x 128 B in the 128-byte swizzle TMA writes; README.md beside this file
  * has the layouts, the pipeline and the schedules. */
-#ifndef FA_SM90_FLASH3_FWD_CUH
-#define FA_SM90_FLASH3_FWD_CUH
+#ifndef FA_WGMMA_FLASH3_FWD_CUH
+#define FA_WGMMA_FLASH3_FWD_CUH
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -208,8 +208,9 @@ template <int Br, int Bc> FA_DEV fa3_work fa3_work_at(int tile, const fa3_kparam
     return w;
 }
 
-/* MODE 0: serial S, softmax, P V; 1: intra-warpgroup overlap; 2: overlap + ping-pong between the warpgroups. */
-template <int D, bool WIDE, bool F16, int MODE>
+/* The schedule: intra-warpgroup overlap plus ping-pong between the warpgroups (README.md; the serial and the
+ * overlap-only schedules measured slower: bench/lab/flash3/results). */
+template <int D, bool WIDE, bool F16>
 __global__ void __launch_bounds__(384, 1)
     fa3_fwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                    const __grid_constant__ CUtensorMap tv, const fa3_kparams p) {
@@ -317,79 +318,56 @@ __global__ void __launch_bounds__(384, 1)
 
         if (nblk == 0) fa3_release(fa3_smem(&sm.empty_q), lane); /* nothing loaded: sm.tile is read */
         if (nblk > 0) {
-            if constexpr (MODE == 0) {
-                /* serial: S, softmax, P V, one block after the other */
-                for (int it = 0; it < nblk; it++) {
-                    const int s = (kv + it) % ST;
-                    const uint32_t ph = ((kv + it) / ST) & 1;
-                    fa3_bar_wait(fa3_smem(&sm.full_k[s]), ph);
-                    fa3_qk<D, Bc, F16>(sacc, q_base, k0 + s * KV_STAGE);
-                    fa3_wgmma_wait<0>();
-                    fa3_fence_regs(sacc);
-                    fa3_release(fa3_smem(&sm.empty_k[s]), lane);
-                    if (it == nblk - 1) fa3_release(fa3_smem(&sm.empty_q), lane);
-                    fa3_softmax<Bc>(sacc, (n_hi - 1 - it) * Bc, R, c0, c1);
-                    fa3_rescale<D>(o, c0, c1);
-                    fa3_pack_p<Bc, F16>(pa, sacc);
-                    fa3_bar_wait(fa3_smem(&sm.full_v[s]), ph);
-                    fa3_pv<D, Bc, F16>(o, pa, v0 + s * KV_STAGE);
-                    fa3_wgmma_wait<0>();
-                    fa3_fence_regs(o);
-                    fa3_release(fa3_smem(&sm.empty_v[s]), lane);
-                }
-            } else {
-                /* overlapped: S_{j+1} = Qi K_{j+1}ᵀ and O += P_j V_j are issued together and the softmax of
-                 * block j+1 runs while P_j V_j is still in the tensor cores. MODE 2 adds ping-pong: the two
-                 * warpgroups take turns to issue their GEMMs (named barriers 1 and 2), so that one's softmax
-                 * runs under the other's GEMMs. */
-                const bool pp = MODE == 2;
-                const int my_turn = 1 + cw, other_turn = 2 - cw;
-                if (pp && cw == 1) fa3_named_arrive(1, 256);
-                if (pp) fa3_named_sync(my_turn, 256);
-                fa3_bar_wait(fa3_smem(&sm.full_k[kv % ST]), (kv / ST) & 1);
-                fa3_qk<D, Bc, F16>(sacc, q_base, k0 + (kv % ST) * KV_STAGE);
-                if (pp) fa3_named_arrive(other_turn, 256);
-                fa3_wgmma_wait<0>();
-                fa3_fence_regs(sacc);
-                fa3_release(fa3_smem(&sm.empty_k[kv % ST]), lane);
-                fa3_softmax<Bc>(sacc, (n_hi - 1) * Bc, R, c0, c1);
-                fa3_pack_p<Bc, F16>(pa, sacc);
-                for (int it = 1; it < nblk; it++) {
-                    const int g = kv + it, s = g % ST, sp = (g - 1) % ST;
-                    const uint32_t ph = (g / ST) & 1, php = ((g - 1) / ST) & 1;
-                    if (pp) fa3_named_sync(my_turn, 256);
-                    fa3_bar_wait(fa3_smem(&sm.full_k[s]), ph);
-                    fa3_qk<D, Bc, F16>(sacc, q_base, k0 + s * KV_STAGE);
-                    fa3_bar_wait(fa3_smem(&sm.full_v[sp]), php);
-                    fa3_fence_regs(o);
-                    fa3_fence_regs(pa);
-                    fa3_pv<D, Bc, F16>(o, pa, v0 + sp * KV_STAGE);
-                    if (pp) fa3_named_arrive(other_turn, 256);
-                    fa3_wgmma_wait<1>();
-                    fa3_fence_regs(sacc);
-                    fa3_release(fa3_smem(&sm.empty_k[s]), lane);
-                    fa3_softmax<Bc>(sacc, (n_hi - 1 - it) * Bc, R, c0, c1);
-                    fa3_wgmma_wait<0>();
-                    fa3_fence_regs(o);
-                    fa3_fence_regs(pa);
-                    fa3_release(fa3_smem(&sm.empty_v[sp]), lane);
-                    fa3_rescale<D>(o, c0, c1);
-                    fa3_pack_p<Bc, F16>(pa, sacc);
-                }
-                /* every S GEMM of the tile has completed: the producer may load the next Qi */
-                fa3_release(fa3_smem(&sm.empty_q), lane);
-                const int g = kv + nblk - 1, s = g % ST;
-                if (pp) fa3_named_sync(my_turn, 256);
-                fa3_bar_wait(fa3_smem(&sm.full_v[s]), (g / ST) & 1);
+            /* overlapped: S_{j+1} = Qi K_{j+1}ᵀ and O += P_j V_j are issued together and the softmax of
+             * block j+1 runs while P_j V_j is still in the tensor cores; ping-pong: the two warpgroups take
+             * turns to issue their GEMMs (named barriers 1 and 2), so that one's softmax runs under the
+             * other's GEMMs. */
+            const int my_turn = 1 + cw, other_turn = 2 - cw;
+            if (cw == 1) fa3_named_arrive(1, 256);
+            fa3_named_sync(my_turn, 256);
+            fa3_bar_wait(fa3_smem(&sm.full_k[kv % ST]), (kv / ST) & 1);
+            fa3_qk<D, Bc, F16>(sacc, q_base, k0 + (kv % ST) * KV_STAGE);
+            fa3_named_arrive(other_turn, 256);
+            fa3_wgmma_wait<0>();
+            fa3_fence_regs(sacc);
+            fa3_release(fa3_smem(&sm.empty_k[kv % ST]), lane);
+            fa3_softmax<Bc>(sacc, (n_hi - 1) * Bc, R, c0, c1);
+            fa3_pack_p<Bc, F16>(pa, sacc);
+            for (int it = 1; it < nblk; it++) {
+                const int g = kv + it, s = g % ST, sp = (g - 1) % ST;
+                const uint32_t ph = (g / ST) & 1, php = ((g - 1) / ST) & 1;
+                fa3_named_sync(my_turn, 256);
+                fa3_bar_wait(fa3_smem(&sm.full_k[s]), ph);
+                fa3_qk<D, Bc, F16>(sacc, q_base, k0 + s * KV_STAGE);
+                fa3_bar_wait(fa3_smem(&sm.full_v[sp]), php);
                 fa3_fence_regs(o);
                 fa3_fence_regs(pa);
-                fa3_pv<D, Bc, F16>(o, pa, v0 + s * KV_STAGE);
-                /* the second warpgroup's last turn of the tile is not passed on: each sync has one arrive */
-                if (pp && cw == 0) fa3_named_arrive(other_turn, 256);
+                fa3_pv<D, Bc, F16>(o, pa, v0 + sp * KV_STAGE);
+                fa3_named_arrive(other_turn, 256);
+                fa3_wgmma_wait<1>();
+                fa3_fence_regs(sacc);
+                fa3_release(fa3_smem(&sm.empty_k[s]), lane);
+                fa3_softmax<Bc>(sacc, (n_hi - 1 - it) * Bc, R, c0, c1);
                 fa3_wgmma_wait<0>();
                 fa3_fence_regs(o);
-                fa3_release(fa3_smem(&sm.empty_v[s]), lane);
+                fa3_fence_regs(pa);
+                fa3_release(fa3_smem(&sm.empty_v[sp]), lane);
+                fa3_rescale<D>(o, c0, c1);
+                fa3_pack_p<Bc, F16>(pa, sacc);
             }
+            /* every S GEMM of the tile has completed: the producer may load the next Qi */
+            fa3_release(fa3_smem(&sm.empty_q), lane);
+            const int g = kv + nblk - 1, s = g % ST;
+            fa3_named_sync(my_turn, 256);
+            fa3_bar_wait(fa3_smem(&sm.full_v[s]), (g / ST) & 1);
+            fa3_fence_regs(o);
+            fa3_fence_regs(pa);
+            fa3_pv<D, Bc, F16>(o, pa, v0 + s * KV_STAGE);
+            /* the second warpgroup's last turn of the tile is not passed on: each sync has one arrive */
+            if (cw == 0) fa3_named_arrive(other_turn, 256);
+            fa3_wgmma_wait<0>();
+            fa3_fence_regs(o);
+            fa3_release(fa3_smem(&sm.empty_v[s]), lane);
             kv += nblk;
         }
         qi++;

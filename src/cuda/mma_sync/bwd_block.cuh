@@ -24,8 +24,8 @@
 
 #include <type_traits>
 
-/* How dQi reaches the fp32 accumulator: bulk reduce-add from a shared staging tile (FLASH2: +8-13 % over per-lane
- * float2 atomics, which shared the LSU/MIO queue with the next GEMMs' ldmatrix traffic), read-modify-write
+/* How dQi reaches the fp32 accumulator: bulk reduce-add from a shared staging tile (FLASH2: the TMA engine adds in
+ * L2, where per-lane atomics would share the LSU/MIO queue with the next GEMMs' ldmatrix traffic), read-modify-write
  * (FLASH1), or not at all (FLASH2 deterministic, whose dQ kernel recomputes it). */
 enum { FA_DQ_REDUCE = 0, FA_DQ_NONE = 1, FA_DQ_RMW = 2 };
 
@@ -71,8 +71,7 @@ struct fa_bwd_addr {
 
 /* The CTA's shared memory: K, V; Q, dO (QSTAGES buffers); Pᵀ, dSᵀ; LSE·log2e and D double-buffered; the block's
  * addresses; for FLASH2, the fp32 dQ staging tile (rows of LQ = D + 8 floats, 8 banks apart, so that the float2
- * stores of a half-warp — 4 rows x 8 floats — hit 32 distinct banks: +2.6-3.5 % over D + 4; 16-byte aligned for
- * the bulk reduce). The launch's dynamic shared memory is its sizeof. */
+ * stores of a half-warp — 4 rows x 8 floats — hit 32 distinct banks; 16-byte aligned for the bulk reduce). The launch's dynamic shared memory is its sizeof. */
 template <class C> struct fa_bwd_smem_base {
     uint16_t K[C::BN * C::LD], V[C::BN * C::LD]; /* 16-bit elements (T) */
     uint16_t Q[C::QSTAGES * C::BM * C::LD], dO[C::QSTAGES * C::BM * C::LD];
@@ -98,7 +97,7 @@ template <class C, int DQ_MODE> FA_DEV float *fa_bwd_staging(fa_bwd_smem_base<C>
 /* Row statistics of query block m -> shared memory with cp.async (part of the caller's commit group): LSE·log2e
  * (+inf for a row that saw no key, so that P = 0 there; written by the D pre-pass) and D. Rows past the end are
  * zero-filled: their Q and dO rows are zero-filled too, so P = 1, dP = 0, dS = 0 and nothing reaches dK, dV or dQ.
- * (A plain load here made the loading warps wait ~a microsecond at every step before their first MMA.) */
+ * Asynchronous: a plain load would stall the loading warps before their first MMA of every step. */
 template <int BM>
 FA_DEV void fa_bwd_copy_stats(const fa_bwd_addr *a, int sq, int m, float *sL, float *sD, int tid) {
     const int i = tid % BM, row = m * BM + i;
@@ -223,7 +222,7 @@ template <int N, int I = 0, class F> FA_DEV void fa_static_for(F f) {
  * sits among the MMAs, and no shared store stands between them: ptxas does not move an ldmatrix above a shared
  * store it cannot prove disjoint — which is what held FA2's order, P stored before the dPᵀ GEMM, behind the exp2s).
  * P is packed to 16 bits as it is computed (Pp, its shared-memory store), dS = P ∘ (dP − D) takes the fp32 P (FA2's
- * numerics, and 0.5 % faster than the packed P), and both go to shared memory. (At d=64, 128 x 128, the fp32 P of
+ * numerics), and both go to shared memory. (At d=64, 128 x 128, the fp32 P of
  * this step spills; the split is off there.) */
 template <typename T, class C, int MS, int QS>
 FA_DEV void fa_bwd_split_step(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const T *sVk, const T *sdOq, float kl,
@@ -302,7 +301,7 @@ FA_DEV void fa_bwd_dq_step(const fa_bwd_addr *sA, const T *sdS, const T *sK, flo
 /* The staged dQ of query block m -> dQacc (rows of D floats): one bulk reduce-add per row, issued by thread `row`
  * (rows < sq). The caller has passed a barrier since the staging stores; the tile is rewritten only after
  * fa_bulk_wait_read. Issued from four warps while the other four run ahead into the next GEMMs, at the top of the
- * step; every other grouping, timing and granularity measured slower (docs/cuda-kernels.md). */
+ * step (the alternatives: docs/cuda-kernels.md). */
 template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const float *sdQ, int m, int sq, int tid) {
     const int row = m * C::BM + tid;
     if (tid < C::BM && row < sq) {
@@ -384,8 +383,8 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
 
         { /* Sᵀ = Kj Qiᵀ, dPᵀ = Vj dOiᵀ on this warp's SK keys x SQ queries; P and dS -> shared memory */
             /* 16 x 16 of P and dS per stmatrix (4 x fewer shared-memory instructions than 32-bit stores: the MIO
-             * queue was the d = 64 kernel's second stall reason); shared-space addresses from one opaque base (a
-             * generic 64-bit pointer kept across the loop for these stores was the d = 128 kernel's last spill) */
+             * queue stalls the d = 64 kernel); shared-space addresses from one opaque base (a generic 64-bit pointer
+             * kept across the loop for these stores spills at d = 128) */
             const uint32_t pa = fa_opaque(fa_smem_addr(sP + (s_key + (lane & 15)) * LDP + s_qry + (lane >> 4) * 8));
             float St[MS][QS][4], dPt[MS][QS][4];
             fa_zero(St);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes wgmma.cuh: one inline-PTX wrapper per (N, operand source, 16-bit type) for wgmma.mma_async m64nNk16
 with fp32 accumulators. The accumulator lists are long (N/2 registers), so they are generated, not typed.
-Run: python3 src/cuda/sm90/gen_wgmma.py > src/cuda/sm90/wgmma.cuh"""
+Run: python3 src/cuda/wgmma/gen_wgmma.py > src/cuda/wgmma/wgmma.cuh"""
 
 NS = (64, 80, 128, 176, 192, 256)
 TYPES = (("bf16", "bf16"), ("f16", "f16"))
@@ -39,7 +39,7 @@ def main():
     print(" * ss: A and B from shared-memory descriptors, both K-major (S = Q K^T).")
     print(" * rs: A from four 16-bit-pair registers, B from a descriptor, B MN-major (O += P V with V stored [key][d]).")
     print(" * scale_d = 0 overwrites d (D = A B), 1 accumulates. */")
-    print("#ifndef FA_SM90_WGMMA_CUH\n#define FA_SM90_WGMMA_CUH\n\n#include <stdint.h>\n")
+    print("#ifndef FA_WGMMA_WGMMA_CUH\n#define FA_WGMMA_WGMMA_CUH\n\n#include <stdint.h>\n")
     print("#ifndef FA_DEV\n#define FA_DEV __device__ __forceinline__\n#endif\n")
     for n in NS:
         for _, ty in TYPES:

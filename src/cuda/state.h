@@ -1,0 +1,51 @@
+/* The CUDA context's state (fa_context.cuda) and its accessors: below the plan, the run and the KV-cache path, which
+ * all read it. backend.cu creates and destroys it. Host code. */
+#ifndef FA_CUDA_STATE_H
+#define FA_CUDA_STATE_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "core/internal.h"
+}
+
+/* Settings read once at context creation and consulted by the plan. */
+typedef struct fa_cuda_tuning {
+    int sm_count;   /* the device's SMs (FLASH3's persistent grid, the FLASH2 backward's last-wave split) */
+    int fwd_warps;  /* FA_CUDA_FLASH2_FWD_WARPS (0 = the table's default): benchmarks only */
+    int split_rows; /* FA_CUDA_BWD_SPLIT_ROWS: split the FLASH2 backward's last wave for walks of at least this many
+                     * query rows; < 0 = never. Tests, benchmarks */
+} fa_cuda_tuning;
+/* The default of split_rows (the split's measurements: docs/cuda-kernels.md). */
+#define FA_CUDA_BWD_SPLIT_ROWS 2048
+
+typedef struct fa_cuda_state {
+    int device;
+    fa_cuda_tuning tune; /* read at creation, consulted by the plan */
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *ws;          /* device workspace, grown, never shrunk */
+    size_t ws_size;
+    int *cu_dev;       /* device copy of cu_seqlens_q then cu_seqlens_k */
+    size_t cu_cap;     /* entries */
+    int *counters;     /* decoding's split counters, zero between calls (fa_cuda_counters_of) */
+    size_t counters_n; /* entries */
+} fa_cuda_state;
+
+#define FA_CUDA_TRY(ctx, call)                                                                             \
+    do {                                                                                                   \
+        cudaError_t fa_e_ = (call);                                                                        \
+        if (fa_e_ != cudaSuccess)                                                                          \
+            return fa_fail(ctx, FA_ERR_DEVICE, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                 \
+                           cudaGetErrorString(fa_e_));                                                     \
+    } while (0)
+
+const fa_cuda_tuning *fa_cuda_tuning_of(const fa_context *ctx);
+cudaStream_t fa_cuda_stream_of(const fa_context *ctx);
+/* The context's cached workspace grown to at least bytes (an allocation and a stream sync when it grows). */
+fa_status fa_cuda_workspace_of(fa_context *ctx, size_t bytes, void **ws);
+/* The context's split counters (n ints, zero between calls: every kernel that counts leaves them at zero). */
+fa_status fa_cuda_counters_of(fa_context *ctx, size_t n, int **out);
+
+#endif

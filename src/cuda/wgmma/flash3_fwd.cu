@@ -1,0 +1,134 @@
+/* FLASH3 forward: the host side. Tensor maps are encoded per call through the driver entry point (nothing links
+ * libcuda); kernel instances per row of tiles.h and dtype; masks and lengths are run-time values. The plan's row
+ * (wgmma/family.cu) has checked everything the launch relies on. */
+#include <cudaTypedefs.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda/params.h"
+#include "flash3_fwd.cuh"
+#include "tiles.h"
+
+static PFN_cuTensorMapEncodeTiled_v12000 fa3_encode_fn(void) {
+    /* the driver's function pointer: the same for the whole process, so looked up once */
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
+    if (!fn) {
+        void *f = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)f;
+    }
+    return fn;
+}
+
+/* [batch, rows, heads, D] as a 4-D map {D, rows, heads, batch}; a box is 64 columns (128 B, the swizzle span) of
+ * box_rows rows of one head; rows past the end read as zeros. */
+static int fa3_map(CUtensorMap *m, const void *base, int dtype, int D, int rows, int heads, int batch,
+                   int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_rows) {
+    PFN_cuTensorMapEncodeTiled_v12000 enc = fa3_encode_fn();
+    if (!enc) return -1;
+    const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)(rows > 0 ? rows : 1), (cuuint64_t)heads, (cuuint64_t)batch};
+    /* a zero stride only comes with an extent of 1 (the plan's row); TMA wants non-zero multiples of 16 B */
+    const cuuint64_t strides[3] = {(cuuint64_t)(row_stride ? row_stride : 8) * 2,
+                                   (cuuint64_t)(head_stride ? head_stride : 8) * 2,
+                                   (cuuint64_t)(batch_stride ? batch_stride : 8) * 2};
+    const cuuint32_t box[4] = {64, (cuuint32_t)box_rows, 1, 1};
+    const cuuint32_t estr[4] = {1, 1, 1, 1};
+    const CUresult r =
+        enc(m, dtype == FA_DTYPE_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)base,
+            dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? 0 : -1;
+}
+
+/* K/V bytes a section of the masked order may take: about half the H200's 50 MB L2. */
+#define FA3_L2_KV_BYTES (24u << 20)
+
+/* causal is folded into the right window (wr = 0) */
+static bool fa3_masked(const fa_cuda_params *p) { return p->wl >= 0 || p->wr >= 0; }
+
+/* Key blocks query block mb visits (the kernel's fa3_work_at). */
+static int fa3_blocks_of(const fa_cuda_params *p, int Br, int Bc, int mb) {
+    const int m0 = mb * Br, m1 = m0 + Br < p->total_q ? m0 + Br : p->total_q;
+    int lo, hi;
+    fa_visible_block32(m0, m1, p->total_q, p->total_k, p->wl, p->wr, &lo, &hi);
+    return hi > lo ? (hi + Bc - 1) / Bc - lo / Bc : 0;
+}
+
+/* The plan's grid (min(tiles, SMs): persistent), threads and shared memory (this row's fa3_shared + 1024 for the
+ * swizzle's alignment). No varlen: the sequences are the tensors' seqlens (total_q, total_k). */
+template <int D, bool WIDE, bool F16>
+static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t stream) {
+    using T = fa3_tile<D, WIDE>;
+    if (p->batch == 0 || p->total_q == 0) return cudaSuccess;
+    CUtensorMap tq, tk, tv;
+    if (fa3_map(&tq, p->q, p->dtype, D, p->total_q, p->hq, p->batch, p->q_ss, p->q_sh, p->q_sb, T::Br) ||
+        fa3_map(&tk, p->k, p->dtype, D, p->total_k, p->hk, p->batch, p->k_ss, p->k_sh, p->k_sb, T::Bc) ||
+        fa3_map(&tv, p->v, p->dtype, D, p->total_k, p->hk, p->batch, p->v_ss, p->v_sh, p->v_sb, T::Bc))
+        return cudaErrorInvalidValue;
+    fa3_kparams kp;
+    kp.o = (uint16_t *)p->out;
+    kp.lse = p->lse;
+    kp.o_batch_stride = p->o_sb;
+    kp.o_row_stride = p->o_ss;
+    kp.o_head_stride = p->o_sh;
+    kp.sq = p->total_q;
+    kp.sk = p->total_k;
+    kp.hq = p->hq;
+    kp.group = p->hq / p->hk;
+    kp.wl = p->wl;
+    kp.wr = p->wr;
+    const bool cap = p->softcap > 0.f;
+    kp.scale = cap ? 1.f : p->scale;
+    kp.scale_log2 = (cap ? 1.f : p->scale) * 1.44269504088896340736f;
+    kp.cap = p->softcap;
+    kp.cap_scale = cap ? p->scale / p->softcap : 0.f; /* IEEE fp32 division, as the other CUDA kernels */
+    const size_t smem = plan->smem_bytes;
+    cudaError_t e = cudaFuncSetAttribute(fa3_fwd_kernel<D, WIDE, F16>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    kp.nmb = (p->total_q + T::Br - 1) / T::Br;
+    kp.ntiles = kp.nmb * p->hq * p->batch;
+    kp.bh = p->hq * p->batch;
+    kp.sec_heads = 0, kp.mb_up = 0, kp.counter = NULL;
+    if (fa3_masked(p) && p->tile_counter) { /* tiles differ in work: longest first, dynamically (the .cuh) */
+        /* sections of (batch, head)s whose K and V take at most FA3_L2_KV_BYTES, so that the tiles in flight
+         * share their K/V in L2 */
+        const double kv_bytes = 4.0 * (double)p->total_k * D;
+        const double sec = (double)FA3_L2_KV_BYTES / (kv_bytes > 1 ? kv_bytes : 1);
+        kp.sec_heads = sec >= kp.bh ? kp.bh : sec < 1 ? 1 : (int)sec;
+        kp.mb_up = fa3_blocks_of(p, T::Br, T::Bc, 0) > fa3_blocks_of(p, T::Br, T::Bc, kp.nmb - 1);
+        kp.counter = p->tile_counter;
+    }
+    /* persistent: one CTA per SM (the register budget allows no second), tiles handed out round-robin */
+    fa3_fwd_kernel<D, WIDE, F16><<<plan->grid[0], plan->threads, smem, stream>>>(tq, tk, tv, kp);
+    return cudaGetLastError();
+}
+
+template <int R> static int fa3_fwd_inst(fa_cuda_instance *k) {
+    constexpr fa3_fwd_row r = fa3_fwd_rows[R];
+    using T = fa3_tile<r.d, (bool)r.wide>;
+    static_assert(T::Br == r.bm && T::Bc == r.bn && T::THREADS == r.threads, "the row is its instance's tile");
+    k->f16 = fa3_launch<r.d, (bool)r.wide, true>, k->bf16 = fa3_launch<r.d, (bool)r.wide, false>;
+    k->smem = sizeof(fa3_shared<r.d, (bool)r.wide>) + 1024;
+    return 1;
+}
+static_assert(sizeof fa3_fwd_rows / sizeof fa3_fwd_rows[0] == 4, "one case per row of fa3_fwd_rows");
+extern "C" int fa_flash3_fwd_instance(int row, fa_cuda_instance *k) {
+    switch (row) {
+    case 0: return fa3_fwd_inst<0>(k);
+    case 1: return fa3_fwd_inst<1>(k);
+    case 2: return fa3_fwd_inst<2>(k);
+    case 3: return fa3_fwd_inst<3>(k);
+    default: return 0;
+    }
+}
+
+extern "C" cudaError_t fa_flash3_fwd_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
+    fa_cuda_instance k;
+    if (!fa_flash3_fwd_instance(plan->entry, &k)) return cudaErrorInvalidValue;
+    return (p->dtype == FA_DTYPE_F16 ? k.f16 : k.bf16)(p, plan, st);
+}

@@ -1,0 +1,25 @@
+/* The FLASH3 forward's tile table: data, one row per built (head dim, key block). The plan takes a head dim's first
+ * row whose masks include the call's; flash3_fwd.cu reaches the row's template instance through a plain switch on
+ * the row index (and checks the numbers against fa3_tile), so the head dims FLASH3 supports are the ones listed here.
+ * Figures: H200, bf16, TFLOP/s at 16k tokens (README.md beside this file has the sweep). */
+#ifndef FA_CUDA_WGMMA_TILES_H
+#define FA_CUDA_WGMMA_TILES_H
+
+/* masks: the calls a row takes: unmasked, masked (causal or a window), or both. */
+enum { FA3_UNMASKED = 1, FA3_MASKED = 2, FA3_ANY_MASK = 3 };
+/* bm x bn = Br x Bc; wide: FA3's larger key block (fa3_tile's WIDE); threads: one producer and two consumer
+ * warpgroups, one persistent CTA per SM. */
+struct fa3_fwd_row {
+    int d, bm, bn, wide, masks, threads;
+    const char *kernel, *why;
+};
+#define FA3_FWD_ROW(D, BN, WIDE, MASKS, WHY) {D, 128, BN, WIDE, MASKS, 384, "cuda.flash3.fwd.wgmma.d" #D ".128x" #BN, WHY}
+static constexpr fa3_fwd_row fa3_fwd_rows[] = {
+    FA3_FWD_ROW(64, 128, 0, FA3_ANY_MASK, "the wide 192 was slower below 8k (271 vs 320 at 512), equal above"),
+    FA3_FWD_ROW(128, 176, 1, FA3_UNMASKED, "630 vs 579 at 8k, 636 vs 609 at 16k against 128 keys"),
+    FA3_FWD_ROW(128, 128, 0, FA3_MASKED, "causal: ahead of 176 keys below 4k"),
+    FA3_FWD_ROW(256, 80, 1, FA3_ANY_MASK, "671 vs 619 at 16k, 623 vs 582 at 4k against 64 keys"),
+};
+#undef FA3_FWD_ROW
+
+#endif

@@ -62,7 +62,3 @@ list(APPEND FA_CPU_BLAS_LIBS ${CMAKE_DL_LIBS})
 
 # The root CMakeLists.txt links FA_CPU_BLAS_LIBS into the library targets (PUBLIC, so the installed package and
 # everything linking flashattn carry it).
-# The kernel lab (bench/cpu_kernels.c), built only on request.
-if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/../../bench/CMakeLists.txt)
-  add_subdirectory(${CMAKE_CURRENT_LIST_DIR}/../../bench ${CMAKE_BINARY_DIR}/bench EXCLUDE_FROM_ALL)
-endif()

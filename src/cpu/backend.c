@@ -109,13 +109,13 @@ fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan,
     if (e == FA_CPU_FLASH2 && p->is_backward) plan->aux[FA_CPU_AUX_SPLIT] = plan_bwd_split(p, plan);
     if ((e == FA_CPU_FLASH1 || e == FA_CPU_FLASH2) && p->is_backward)
         plan->aux[FA_CPU_AUX_BF16T] = kr->bf16_tiles && p->dtype == FA_DTYPE_BF16 && p->softcap == 0 && p->d % 2 == 0;
-    plan->workspace_bytes = algos[e][p->is_backward]->workspace(p, plan);
+    plan->workspace_bytes = fa_cpu_frame_bytes(&algos[e][p->is_backward]->layout, p, plan);
     fa_cpu_plan_traffic(p, plan);
     return FA_OK;
 }
 
 /* The contract (cpu.h): a forward reserves the recompute's workspace with its own, runs, and is done when its loads
- * certified every item (fa_io.scanned); otherwise — and before every backward, whose recompute can be large — the
+ * certified every item (fa_cpu_algo.certifies, fa_io.uncertified); otherwise — and before every backward, whose recompute can be large — the
  * contract's scan decides, before any output is written when it can fail. */
 fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st) {
     int fix = 0, prepared = 0;
@@ -130,26 +130,17 @@ fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, 
     }
     void *ws = fa_workspace(ctx, need);
     if (!ws) return FA_ERR_OUT_OF_MEMORY;
+    const fa_cpu_algo *algo = algos[plan->entry][p->is_backward];
+    fa_cpu_frame frame;
+    fa_cpu_frame_open(&frame, &algo->layout, p, plan, ws);
+    algo->run(ctx->kernels, p, plan, &frame);
     fa_io io;
     memset(&io, 0, sizeof io);
-    algos[plan->entry][p->is_backward]->run(ctx->kernels, p, plan, ws, &io);
+    fa_cpu_frame_total(&frame, &io);
     st->slow_read_bytes = io.read;
     st->slow_write_bytes = io.written;
-    if (!p->is_backward && io.scanned && io.uncertified == 0) return FA_OK; /* the run's loads certified every item */
+    if (!p->is_backward && algo->certifies && io.uncertified == 0) return FA_OK; /* the run's loads certified every item */
     if (!prepared && fa_cpu_contract_prepare(ctx, p, &fix) != FA_OK) return FA_ERR_OUT_OF_MEMORY; /* reserved: never */
     if (fix) fa_cpu_contract_fix(ctx, p);
     return FA_OK;
-}
-
-void fa_cpu_ws_counters(fa_arena *a, fa_cpu_ws *w) {
-    w->io = fa_arena_take(a, sizeof(fa_io) * (size_t)w->threads, 64);
-    if (w->io) memset(w->io, 0, sizeof(fa_io) * (size_t)w->threads);
-}
-
-void fa_cpu_ws_total(const fa_cpu_ws *w, fa_io *io) {
-    for (int t = 0; t < w->threads; t++) {
-        io->read += w->io[t].read;
-        io->written += w->io[t].written;
-        io->uncertified += w->io[t].uncertified;
-    }
 }

@@ -1,5 +1,5 @@
 /* The CPU backend's internal interface: what the plan decides (fa_plan fields as the CPU uses them), the
- * algorithm table the plan picks from, and the frame every algorithm's workspace layout shares.
+ * algorithm table the plan picks from, and the workspace frame every CPU run lays out.
  * A new algorithm is one file in algo/ providing an fa_cpu_algo per pass and one row in backend.c. */
 #ifndef FA_CPU_H
 #define FA_CPU_H
@@ -45,11 +45,54 @@ enum { FA_CPU_AUX_GROUP = 0, FA_CPU_AUX_KVROWS = 1, FA_CPU_AUX_SPLIT = 0, FA_CPU
 /* Query rows per sgemm panel of STANDARD through BLAS (lets a causal mask skip the masked key range). */
 #define FA_CPU_BLAS_PANEL 256
 
-/* One implementation for one pass. workspace: the dry run of its layout. run: lays the workspace out over ws
- * (workspace bytes), executes the plan and adds its counted slow-memory traffic into *io. */
+/* The workspace frame of every CPU run (frame.c), laid out with core/arena.h: `threads` slices of one per-thread
+ * layout (each rounded to 64 bytes), one io counter set per thread (zeroed in the real run), then the parts all
+ * threads share. An algorithm describes only its two layouts; the frame does the dry run for the size and the real
+ * run for the pointers. p is the call's problem: an fa_problem, or the fa_kv_problem of a KV-cache run. */
+typedef struct fa_cpu_layout {
+    void (*thread)(fa_arena *a, const void *p, const fa_plan *pl, void *tiles); /* one thread's slice into *tiles */
+    void (*shared)(fa_arena *a, const void *p, const fa_plan *pl, void *parts); /* NULL: no shared parts */
+    size_t tiles_size, parts_size; /* of the structs they fill (the dry runs fill a scratch copy) */
+} fa_cpu_layout;
+
+/* The most bytes of the structs a layout fills. */
+#define FA_CPU_LAYOUT_STRUCT_MAX 512
+/* An fa_cpu_layout from its functions and the types they fill (a struct over FA_CPU_LAYOUT_STRUCT_MAX bytes is a
+ * compile error: a negative array size); parts_t: any type when shared is NULL. */
+#define FA_CPU_LAYOUT(thread, tiles_t, shared, parts_t)                                                             \
+    {(thread), (shared), sizeof(char[sizeof(tiles_t) <= FA_CPU_LAYOUT_STRUCT_MAX ? 1 : -1]) * sizeof(tiles_t),    \
+     sizeof(char[sizeof(parts_t) <= FA_CPU_LAYOUT_STRUCT_MAX ? 1 : -1]) * sizeof(parts_t)}
+
+typedef struct fa_cpu_frame {
+    const fa_cpu_layout *layout;
+    const void *p;
+    const fa_plan *pl;
+    int threads;     /* pl->threads: the slices, and the num_threads of the run's parallel loops */
+    char *slices;
+    size_t per;      /* bytes of one slice */
+    fa_io *io;       /* threads counter sets */
+    char *shared;    /* the shared parts' region, and its bytes */
+    size_t shared_bytes;
+} fa_cpu_frame;
+
+/* The dry run: the workspace bytes of the layout for this call. */
+size_t fa_cpu_frame_bytes(const fa_cpu_layout *l, const void *p, const fa_plan *pl);
+/* The real run over ws, of pl->workspace_bytes (the plan's fa_cpu_frame_bytes): the slices, the zeroed counters. */
+void fa_cpu_frame_open(fa_cpu_frame *f, const fa_cpu_layout *l, const void *p, const fa_plan *pl, void *ws);
+/* The shared parts' pointers into *parts. */
+void fa_cpu_frame_shared(const fa_cpu_frame *f, void *parts);
+/* The calling thread's slice laid out into *tiles (a few additions: done per work item); returns its counters. */
+fa_io *fa_cpu_frame_thread(const fa_cpu_frame *f, void *tiles);
+/* Add the threads' counters into *io. */
+void fa_cpu_frame_total(const fa_cpu_frame *f, fa_io *io);
+
+/* One implementation for one pass: its workspace layout and its run, which executes the plan over the opened frame
+ * (counting its slow-memory traffic in the frame's counters). certifies: the run's loads bound every input it reads
+ * and count the items they do not certify (fa_io.uncertified), sparing the numerics contract's scan. */
 typedef struct fa_cpu_algo {
-    size_t (*workspace)(const fa_problem *p, const fa_plan *pl);
-    void (*run)(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, void *ws, fa_io *io);
+    fa_cpu_layout layout;
+    void (*run)(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f);
+    int certifies;
 } fa_cpu_algo;
 
 extern const fa_cpu_algo fa_cpu_standard_fwd, fa_cpu_standard_bwd;
@@ -69,29 +112,6 @@ void fa_cpu_kv_pack(const fa_problem *p, int64_t tr, int bc, int threads, int *g
 /* The modelled slow-memory traffic of the plan (traffic.c); the run reports the counted bytes instead. */
 void fa_cpu_plan_traffic(const fa_problem *p, fa_plan *pl);
 
-/* The frame of every CPU workspace: `threads` slices of one per-thread layout, then the algorithm's shared parts,
- * then one io counter pair per thread (zeroed by fa_cpu_ws_counters in the real run). */
-typedef struct fa_cpu_ws {
-    char *slices;
-    size_t per;
-    int threads;
-    fa_io *io;
-} fa_cpu_ws;
-
-/* Take the slices: per is the size of the thread layout's dry run. */
-static inline void fa_cpu_ws_slices(fa_arena *a, fa_cpu_ws *w, size_t per, int threads) {
-    w->per = (per + 63) & ~(size_t)63;
-    w->threads = threads;
-    w->slices = fa_arena_take(a, w->per * (size_t)threads, 64);
-}
-void fa_cpu_ws_counters(fa_arena *a, fa_cpu_ws *w);
-/* Thread t's slice, to run the thread layout over. */
-static inline fa_arena fa_cpu_ws_thread(const fa_cpu_ws *w, int t) {
-    return fa_arena_over(w->slices + (size_t)t * w->per, w->per);
-}
-/* Add the threads' counters into *io. */
-void fa_cpu_ws_total(const fa_cpu_ws *w, fa_io *io);
-
 /* The numerics contract around any algorithm (docs/numerics.md, src/cpu/contract.c). prepare, before it: scan the
  * inputs; *fix = 1 when some head's fp32 result is not certified (a NaN/inf input, huge scale or values), and then
  * reserve the recompute's workspace (FA_ERR_OUT_OF_MEMORY here, before any output is written). fix, after it (only
@@ -103,7 +123,7 @@ void fa_cpu_contract_fix(fa_context *ctx, const fa_problem *p);
 size_t fa_cpu_contract_fix_bytes(const fa_context *ctx, const fa_problem *p);
 /* The contract's certificate for one work item from the maxima of |q|, |k|, |v| (fp32 bits, as fa_tile_load_max
  * gives them) over the rows it read: 1 if its fp32 result stands (a run that certifies all its items spares the
- * contract's own scan: fa_io.scanned). */
+ * contract's own scan: fa_cpu_algo.certifies). */
 int fa_cpu_certified_bits(const fa_problem *p, uint32_t mq, uint32_t mk, uint32_t mv, int64_t sk);
 
 #endif

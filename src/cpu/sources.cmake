@@ -3,7 +3,7 @@
 # the algorithms share, the tile table, counted tile transfers), simd/ (micro-kernel tables per ISA and their
 # runtime dispatch). A new ISA is one file in simd/ with its flags below and a case in simd/dispatch.c.
 set(FA_CPU_SOURCES
-    src/cpu/backend.c src/cpu/traffic.c src/cpu/contract.c src/cpu/blas.c
+    src/cpu/backend.c src/cpu/frame.c src/cpu/traffic.c src/cpu/contract.c src/cpu/blas.c
     src/cpu/algo/standard.c src/cpu/algo/flash1.c src/cpu/algo/flash2.c
     src/cpu/algo/flash2_bf16.c src/cpu/algo/flash2_amx.c
     src/cpu/tiles/head.c src/cpu/tiles/scores.c src/cpu/tiles/bwd_tile.c src/cpu/tiles/tile_io.c

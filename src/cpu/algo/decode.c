@@ -46,10 +46,10 @@ typedef struct thread_parts {
     int64_t *lo, *hi;
 } thread_parts;
 
-typedef struct kv_ws {
-    fa_cpu_ws w;
-    float *part_o, *part_lse; /* [batch, hq, sq, nsplit] x (d | 1), or NULL without splits */
-} kv_ws;
+/* Shared: the splits' partial states, [batch, hq, sq, nsplit] x (d | 1) (NULL without splits). */
+typedef struct split_parts {
+    float *part_o, *part_lse;
+} split_parts;
 
 static int rows_of(const fa_kv_problem *p) { return (int)(p->hq / p->hk * p->sq); }
 /* fa_plan.aux[AUX_HPI]: K/V heads per work item (all of them when a key's heads are adjacent in memory) */
@@ -57,8 +57,10 @@ static int rows_of(const fa_kv_problem *p) { return (int)(p->hq / p->hk * p->sq)
 #define MAX_HPI 16 /* heads per item at most (the kernel's per-head scratch) */
 static int padded(int64_t d) { return (int)((d + FA_DEC_LANES - 1) / FA_DEC_LANES * FA_DEC_LANES); }
 
-static void thread_layout(fa_arena *a, const fa_kv_problem *p, int hpi, thread_parts *t) {
-    const size_t R = (size_t)rows_of(p) * (size_t)hpi, dp = (size_t)padded(p->d), f = sizeof(float);
+static void thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *parts) {
+    const fa_kv_problem *p = problem;
+    thread_parts *t = parts;
+    const size_t R = (size_t)rows_of(p) * (size_t)pl->aux[AUX_HPI], dp = (size_t)padded(p->d), f = sizeof(float);
     t->qs = fa_arena_take(a, R * dp * f, 64);
     t->qb = p->dtype == FA_DTYPE_BF16 ? fa_arena_take(a, R * 2 * dp * sizeof(uint16_t), 64) : NULL;
     t->O = fa_arena_take(a, R * dp * f, 64);
@@ -71,12 +73,9 @@ static void thread_layout(fa_arena *a, const fa_kv_problem *p, int hpi, thread_p
     t->hi = fa_arena_take(a, R * sizeof(int64_t), 64);
 }
 
-static void layout(fa_arena *a, const fa_kv_problem *p, const fa_plan *pl, kv_ws *w) {
-    fa_arena one = fa_arena_dry();
-    thread_parts t;
-    thread_layout(&one, p, pl->aux[AUX_HPI], &t);
-    fa_cpu_ws_slices(a, &w->w, one.size, pl->threads);
-    fa_cpu_ws_counters(a, &w->w);
+static void shared_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *parts) {
+    const fa_kv_problem *p = problem;
+    split_parts *w = parts;
     const int ns = pl->aux[FA_KV_AUX_SPLITS];
     w->part_o = w->part_lse = NULL;
     if (ns > 1) {
@@ -85,6 +84,8 @@ static void layout(fa_arena *a, const fa_kv_problem *p, const fa_plan *pl, kv_ws
         w->part_lse = fa_arena_take(a, rows * sizeof(float), 64);
     }
 }
+
+static const fa_cpu_layout kv_layout = FA_CPU_LAYOUT(thread_layout, thread_parts, shared_layout, split_parts);
 
 fa_status fa_cpu_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan *plan, char *why, size_t why_len) {
     (void)why, (void)why_len;
@@ -117,10 +118,7 @@ fa_status fa_cpu_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan 
                                    MAX_SPLITS, 0.85);
     }
     plan->aux[FA_KV_AUX_SPLITS] = ns < 1 ? 1 : ns;
-    fa_arena a = fa_arena_dry();
-    kv_ws w;
-    layout(&a, p, plan, &w);
-    plan->workspace_bytes = a.size;
+    plan->workspace_bytes = fa_cpu_frame_bytes(&kv_layout, p, plan);
     /* modelled at full capacity; the run counts the keys each sequence has */
     const double e = (double)fa_dtype_size(p->dtype), rowb = (double)p->d * e;
     plan->read_bytes = (double)p->batch * ((double)p->capacity * 2 * p->hk + p->sq * p->hq) * rowb;
@@ -249,7 +247,7 @@ static double exact_row(const fa_kv_problem *p, int64_t b, int64_t i, int64_t hq
 /* One (sequence b, K/V heads [h0, h0 + nh), split s): head h's R rows (query row i, group member g) are rows
  * (h − h0)·R + i·G + g of the thread's state. */
 static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_dec_kernel *kern, const thread_parts *t,
-                 const kv_ws *w, int64_t b, int64_t h0, int nh, int s, fa_io *io) {
+                 const split_parts *w, int64_t b, int64_t h0, int nh, int s, fa_io *io) {
     const int64_t G = p->hq / p->hk, L = p->seqlens[b] + (p->append ? p->sq : 0), d = p->d;
     const int dp = padded(d), R = rows_of(p);
     int64_t chunk;
@@ -374,7 +372,7 @@ static double merge_weight(float lse, double M, double inv) {
     return lse == -INFINITY ? 0 : exp((double)lse - M) * inv;
 }
 
-static void merge_splits(const fa_kv_problem *p, const fa_plan *pl, const kv_ws *w, int threads) {
+static void merge_splits(const fa_kv_problem *p, const fa_plan *pl, const split_parts *w, int threads) {
     const int64_t rows = p->batch * p->hq * p->sq, d = p->d;
     const int nsplit = pl->aux[FA_KV_AUX_SPLITS];
 #pragma omp parallel for schedule(static) num_threads(threads)
@@ -403,26 +401,25 @@ static void merge_splits(const fa_kv_problem *p, const fa_plan *pl, const kv_ws 
 fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *plan, fa_stats *st) {
     void *ws = p->workspace ? p->workspace : fa_workspace(ctx, plan->workspace_bytes);
     if (!ws) return FA_ERR_OUT_OF_MEMORY;
-    fa_arena a = fa_arena_over(ws, plan->workspace_bytes);
-    kv_ws w;
-    layout(&a, p, plan, &w);
+    fa_cpu_frame f;
+    fa_cpu_frame_open(&f, &kv_layout, p, plan, ws);
+    split_parts w;
+    fa_cpu_frame_shared(&f, &w);
     const fa_cpu_kernels *kr = ctx->kernels;
     const fa_dec_kernel *kern = kernel_of(kr->id);
     if (p->append) append(p, plan->threads);
     const int ns = plan->aux[FA_KV_AUX_SPLITS], hpi = plan->aux[AUX_HPI];
     const int64_t groups = p->hk / hpi, items = p->batch * groups * ns;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(plan->threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(f.threads)
     for (int64_t it = 0; it < items; it++) {
-        const int th = fa_thread_id();
-        fa_arena slice = fa_cpu_ws_thread(&w.w, th);
         thread_parts t;
-        thread_layout(&slice, p, hpi, &t);
-        item(p, plan, kern, &t, &w, it / (groups * ns), it / ns % groups * hpi, hpi, (int)(it % ns), &w.w.io[th]);
+        fa_io *io = fa_cpu_frame_thread(&f, &t);
+        item(p, plan, kern, &t, &w, it / (groups * ns), it / ns % groups * hpi, hpi, (int)(it % ns), io);
     }
     if (ns > 1) merge_splits(p, plan, &w, plan->threads);
     fa_io io;
     memset(&io, 0, sizeof io);
-    fa_cpu_ws_total(&w.w, &io);
+    fa_cpu_frame_total(&f, &io);
     const int64_t e = (int64_t)fa_dtype_size(p->dtype), rowb = p->d * e;
     const int64_t new_rows = p->batch * p->sq;
     st->slow_read_bytes = io.read + new_rows * p->hq * rowb + (p->append ? 2 * new_rows * p->hk * rowb : 0);

@@ -28,7 +28,9 @@ typedef struct fwd_tiles {
     float *l_slow, *m_slow, *o_ws;
 } fwd_tiles;
 
-static void fwd_thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, fwd_tiles *t) {
+static void fwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *tiles) {
+    const fa_problem *p = problem;
+    fwd_tiles *t = tiles;
     const size_t d = (size_t)p->d, brp = (size_t)fa_pad16(pl->block_q), bc = (size_t)pl->block_k;
     t->Qi = fa_take_f32(a, brp * d);
     t->QiT = fa_take_f32(a, brp * d);
@@ -47,25 +49,7 @@ static void fwd_thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *p
     t->o_ws = p->dtype == FA_DTYPE_F32 ? NULL : fa_take_f32(a, (size_t)p->sq_max * d);
 }
 
-static void fwd_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, fa_cpu_ws *w) {
-    fa_arena one = fa_arena_dry();
-    fwd_tiles t;
-    fwd_thread_layout(&one, p, pl, &t);
-    fa_cpu_ws_slices(a, w, one.size, pl->threads);
-    fa_cpu_ws_counters(a, w);
-}
-
-static size_t fwd_workspace(const fa_problem *p, const fa_plan *pl) {
-    fa_arena a = fa_arena_dry();
-    fa_cpu_ws w;
-    fwd_layout(&a, p, pl, &w);
-    return a.size;
-}
-
-static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, void *ws, fa_io *io_total) {
-    fa_arena arena = fa_arena_over(ws, pl->workspace_bytes);
-    fa_cpu_ws w;
-    fwd_layout(&arena, p, pl, &w);
+static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
     const int d = (int)p->d, br = pl->block_q, bc = pl->block_k, brp = fa_pad16(br);
     const size_t es = fa_dtype_size(p->dtype);
     const int o_in_place = p->dtype == FA_DTYPE_F32;
@@ -74,16 +58,13 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
     const float sgn = p->scale < 0 ? -1.0f : 1.0f, unit = p->softcap > 0 ? 1.0f : fabsf(p->scale);
     const float c = unit * FA_LOG2E, cap_mul = p->softcap > 0 ? fabsf(p->scale) / p->softcap : 1.0f;
 
-#pragma omp parallel for schedule(dynamic, 1) num_threads(w.threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(f->threads)
     for (int64_t it = 0; it < items; it++) {
-        const int th = fa_thread_id();
-        fa_arena slice = fa_cpu_ws_thread(&w, th);
         fwd_tiles t;
-        fwd_thread_layout(&slice, p, pl, &t);
+        fa_io *io = fa_cpu_frame_thread(f, &t);
         float *Qi = t.Qi, *QiT = t.QiT, *Oi = t.Oi, *PV = t.PV, *Kj = t.Kj, *Vj = t.Vj, *ST = t.ST;
         float *li = t.li, *mi = t.mi, *lt = t.lt, *mt = t.mt, *al = t.al;
         float *l_slow = t.l_slow, *m_slow = t.m_slow, *o_ws = t.o_ws;
-        fa_io *io = &w.io[th];
         const int64_t b = it / p->hq, h = it % p->hq;
         fa_head hd;
         fa_cpu_head(p, b, h, &hd);
@@ -151,53 +132,38 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
             }
         }
     }
-    fa_cpu_ws_total(&w, io_total);
 }
 
-const fa_cpu_algo fa_cpu_flash1_fwd = {fwd_workspace, fwd_run};
+const fa_cpu_algo fa_cpu_flash1_fwd = {FA_CPU_LAYOUT(fwd_thread_layout, fwd_tiles, NULL, char), fwd_run, 0};
 
 /* ---- backward ---- */
 
 /* A thread's slice: the backward tiles (with Oi, for Di) and, for f16/bf16, the fp32 dQ accumulator of one K/V
  * head's query heads (f32 accumulates into dQ itself). */
-static void bwd_thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, fa_cpu_bwd_tiles *t, float **dQall) {
-    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, 1, pl->aux[FA_CPU_AUX_BF16T], t);
-    *dQall = p->dtype == FA_DTYPE_F32 ? NULL : fa_take_f32(a, (size_t)(p->hq / p->hk * p->sq_max * p->d));
-}
-
-static void bwd_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, fa_cpu_ws *w) {
-    fa_arena one = fa_arena_dry();
+typedef struct bwd_tiles {
     fa_cpu_bwd_tiles t;
-    float *dq;
-    bwd_thread_layout(&one, p, pl, &t, &dq);
-    fa_cpu_ws_slices(a, w, one.size, pl->threads);
-    fa_cpu_ws_counters(a, w);
+    float *dQall;
+} bwd_tiles;
+
+static void bwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *tiles) {
+    const fa_problem *p = problem;
+    bwd_tiles *t = tiles;
+    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, 1, pl->aux[FA_CPU_AUX_BF16T], &t->t);
+    t->dQall = p->dtype == FA_DTYPE_F32 ? NULL : fa_take_f32(a, (size_t)(p->hq / p->hk * p->sq_max * p->d));
 }
 
-static size_t bwd_workspace(const fa_problem *p, const fa_plan *pl) {
-    fa_arena a = fa_arena_dry();
-    fa_cpu_ws w;
-    bwd_layout(&a, p, pl, &w);
-    return a.size;
-}
-
-static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, void *ws, fa_io *io_total) {
-    fa_arena arena = fa_arena_over(ws, pl->workspace_bytes);
-    fa_cpu_ws w;
-    bwd_layout(&arena, p, pl, &w);
+static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
     const int d = (int)p->d, br = pl->block_q, bc = pl->block_k;
     const size_t es = fa_dtype_size(p->dtype);
     const int64_t group = p->hq / p->hk, items = p->batch * p->hk;
     const int acc_in_place = p->dtype == FA_DTYPE_F32;
 
-#pragma omp parallel for schedule(dynamic, 1) num_threads(w.threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(f->threads)
     for (int64_t it = 0; it < items; it++) {
-        const int th = fa_thread_id();
-        fa_arena slice = fa_cpu_ws_thread(&w, th);
-        fa_cpu_bwd_tiles t;
-        float *dQall;
-        bwd_thread_layout(&slice, p, pl, &t, &dQall);
-        fa_io *io = &w.io[th];
+        bwd_tiles tt;
+        fa_io *io = fa_cpu_frame_thread(f, &tt);
+        const fa_cpu_bwd_tiles t = tt.t;
+        float *dQall = tt.dQall;
         const int64_t b = it / p->hk, hk = it % p->hk;
         fa_head hd;
         fa_cpu_head(p, b, hk * group, &hd);
@@ -244,7 +210,6 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
                 }
             }
     }
-    fa_cpu_ws_total(&w, io_total);
 }
 
-const fa_cpu_algo fa_cpu_flash1_bwd = {bwd_workspace, bwd_run};
+const fa_cpu_algo fa_cpu_flash1_bwd = {FA_CPU_LAYOUT(bwd_thread_layout, bwd_tiles, NULL, char), bwd_run, 0};

@@ -72,7 +72,9 @@ typedef struct fwd_tiles {
     float *Qi, *QiT, *O, *Kp, *Vp, *ST, *m, *l, *alpha, *lse;
 } fwd_tiles;
 
-static void fwd_thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, fwd_tiles *t) {
+static void fwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *tiles) {
+    const fa_problem *p = problem;
+    fwd_tiles *t = tiles;
     const size_t d = (size_t)p->d, brp = (size_t)fa_pad16(pl->block_q), kvrows = (size_t)pl->aux[FA_CPU_AUX_KVROWS];
     t->Qi = fa_take_f32(a, brp * d);
     t->QiT = fa_take_f32(a, brp * d);
@@ -86,28 +88,10 @@ static void fwd_thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *p
     t->lse = fa_take_f32(a, brp);
 }
 
-static void fwd_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, fa_cpu_ws *w) {
-    fa_arena one = fa_arena_dry();
-    fwd_tiles t;
-    fwd_thread_layout(&one, p, pl, &t);
-    fa_cpu_ws_slices(a, w, one.size, pl->threads);
-    fa_cpu_ws_counters(a, w);
-}
-
-static size_t fwd_workspace(const fa_problem *p, const fa_plan *pl) {
-    fa_arena a = fa_arena_dry();
-    fa_cpu_ws w;
-    fwd_layout(&a, p, pl, &w);
-    return a.size;
-}
-
 /* One work item = `group` consecutive Q blocks of one (sequence, head). With group > 1 the K/V rows the item visits
  * are packed once (fp32, contiguous, at most kvrows keys) and shared by its Q blocks; otherwise each K/V block is
  * loaded into the tiles Kp, Vp as it is visited. */
-static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, void *ws, fa_io *io_total) {
-    fa_arena arena = fa_arena_over(ws, pl->workspace_bytes);
-    fa_cpu_ws w;
-    fwd_layout(&arena, p, pl, &w);
+static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
     const int d = (int)p->d, br = pl->block_q, bc = pl->block_k;
     const int group = pl->aux[FA_CPU_AUX_GROUP], kvrows = pl->aux[FA_CPU_AUX_KVROWS];
     const size_t es = fa_dtype_size(p->dtype);
@@ -118,15 +102,12 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
     const float sgn = p->scale < 0 ? -1.0f : 1.0f, unit = p->softcap > 0 ? 1.0f : fabsf(p->scale);
     const float c = unit * FA_LOG2E, cap_mul = p->softcap > 0 ? fabsf(p->scale) / p->softcap : 1.0f;
 
-#pragma omp parallel for schedule(dynamic, 1) num_threads(w.threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(f->threads)
     for (int64_t it = 0; it < items; it++) {
-        const int th = fa_thread_id();
-        fa_arena slice = fa_cpu_ws_thread(&w, th);
         fwd_tiles t;
-        fwd_thread_layout(&slice, p, pl, &t);
+        fa_io *io = fa_cpu_frame_thread(f, &t);
         float *Qi = t.Qi, *QiT = t.QiT, *O = t.O, *Kp = t.Kp, *Vp = t.Vp, *ST = t.ST;
         float *m = t.m, *l = t.l, *alpha = t.alpha, *lse = t.lse;
-        fa_io *io = &w.io[th];
         int64_t bh, g;
         fa_cpu_fwd_item(it, p->batch * p->hq, tg, &bh, &g);
         const int64_t b = bh / p->hq, h = bh % p->hq;
@@ -189,79 +170,78 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
         }
         if (!fa_cpu_certified_bits(p, mq, mk, mv, hd.sk)) io->uncertified++;
     }
-    fa_cpu_ws_total(&w, io_total);
-    io_total->scanned = 1;
 }
 
-const fa_cpu_algo fa_cpu_flash2_fwd = {fwd_workspace, fwd_run};
+const fa_cpu_algo fa_cpu_flash2_fwd = {FA_CPU_LAYOUT(fwd_thread_layout, fwd_tiles, NULL, char), fwd_run, 1};
 
 /* ---- backward ---- */
 
-/* The workspace: per thread the backward tiles (and, without a split, the thread's fp32 dQ accumulator of one K/V
- * head's query heads unless dQ accumulates in place); shared: D of every query row, and with a split one fp32 dQ
- * partial per work item. */
-typedef struct bwd_ws {
-    fa_cpu_ws w;
-    int nsplit, acc_in_place;
-    int fused;           /* no split: D and the start of dQ where a Q block meets its first K/V block (below) */
+/* How a call runs: the parts a head's K/V blocks are dealt to (the plan's), and from them where dQ accumulates. */
+typedef struct bwd_mode {
+    int nsplit;
+    int acc_in_place;    /* dQ accumulates in place: f32 without split; else in fp32 partials: per thread (no split)
+                            or per item */
+    /* without a split, a Q block's first K/V block computes its D from Oi (dOi is in the tiles, and D is stored for
+     * the later blocks) and starts its dQ at 0, instead of a pre-pass reading O and dO and zeroing dQ in slow memory;
+     * with a split the parts run at once, so D comes from the pre-pass */
+    int fused;
     size_t sQ;           /* floats of one dQ accumulator, group · sq_max · d, padded to 64 bytes */
-    float *Dall, *dQparts;
-} bwd_ws;
+} bwd_mode;
 
-static void bwd_thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, const bwd_ws *w,
-                              fa_cpu_bwd_tiles *t, float **dQacc) {
-    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, w->fused, pl->aux[FA_CPU_AUX_BF16T], t);
-    *dQacc = w->nsplit == 1 && !w->acc_in_place ? fa_take_f32(a, w->sQ) : NULL;
+static bwd_mode mode_of(const fa_problem *p, const fa_plan *pl) {
+    bwd_mode m;
+    m.nsplit = pl->aux[FA_CPU_AUX_SPLIT];
+    m.acc_in_place = p->dtype == FA_DTYPE_F32 && m.nsplit == 1;
+    m.fused = m.nsplit == 1;
+    m.sQ = ((size_t)(p->hq / p->hk * p->sq_max * p->d) + 15) & ~(size_t)15;
+    return m;
 }
 
-static void bwd_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, bwd_ws *w) {
-    const int64_t items = p->batch * p->hk * pl->aux[FA_CPU_AUX_SPLIT];
-    w->nsplit = pl->aux[FA_CPU_AUX_SPLIT];
-    /* dQ accumulates in place for f32 without split; else in fp32 partials: per thread (no split) or per item */
-    w->acc_in_place = p->dtype == FA_DTYPE_F32 && w->nsplit == 1;
-    /* without a split, a Q block's first K/V block computes its D from Oi (dOi is in the tiles, and D is stored
-     * for the later blocks) and starts its dQ at 0, instead of a pre-pass reading O and dO and zeroing dQ in slow
-     * memory (AVX2, N 128, d 128: the pre-pass was ~10 % of the call); with a split the parts run at once, so D
-     * comes from the pre-pass */
-    w->fused = w->nsplit == 1;
-    w->sQ = ((size_t)(p->hq / p->hk * p->sq_max * p->d) + 15) & ~(size_t)15;
-    fa_arena one = fa_arena_dry();
+/* A thread's slice: the backward tiles and, without a split, the thread's fp32 dQ accumulator of one K/V head's
+ * query heads unless dQ accumulates in place. */
+typedef struct bwd_tiles {
     fa_cpu_bwd_tiles t;
-    float *dq;
-    bwd_thread_layout(&one, p, pl, w, &t, &dq);
-    fa_cpu_ws_slices(a, &w->w, one.size, pl->threads);
-    w->Dall = fa_take_f32(a, (size_t)(p->batch * p->hq * p->sq_max));
-    w->dQparts = w->nsplit > 1 ? fa_take_f32(a, (size_t)items * w->sQ) : NULL;
-    fa_cpu_ws_counters(a, &w->w);
+    float *dQacc;
+} bwd_tiles;
+
+static void bwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *tiles) {
+    const fa_problem *p = problem;
+    bwd_tiles *t = tiles;
+    const bwd_mode m = mode_of(p, pl);
+    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, m.fused, pl->aux[FA_CPU_AUX_BF16T], &t->t);
+    t->dQacc = m.nsplit == 1 && !m.acc_in_place ? fa_take_f32(a, m.sQ) : NULL;
 }
 
-static size_t bwd_workspace(const fa_problem *p, const fa_plan *pl) {
-    fa_arena a = fa_arena_dry();
-    bwd_ws w;
-    bwd_layout(&a, p, pl, &w);
-    return a.size;
+/* Shared: D of every query row (padded to whole cache lines), and with a split one fp32 dQ partial per work item. */
+typedef struct bwd_parts {
+    float *Dall, *dQparts;
+} bwd_parts;
+
+static void bwd_shared_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *parts) {
+    const fa_problem *p = problem;
+    bwd_parts *s = parts;
+    const bwd_mode m = mode_of(p, pl);
+    const int64_t items = p->batch * p->hk * m.nsplit;
+    s->Dall = fa_take_f32(a, ((size_t)(p->batch * p->hq * p->sq_max) + 15) & ~(size_t)15);
+    s->dQparts = m.nsplit > 1 ? fa_take_f32(a, (size_t)items * m.sQ) : NULL;
 }
-static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, void *ws, fa_io *io_total) {
-    fa_arena arena = fa_arena_over(ws, pl->workspace_bytes);
-    bwd_ws W;
-    bwd_layout(&arena, p, pl, &W);
-    const fa_cpu_ws *w = &W.w;
+
+static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
+    const bwd_mode W = mode_of(p, pl);
+    bwd_parts sh;
+    fa_cpu_frame_shared(f, &sh);
     const int d = (int)p->d, br = pl->block_q, bc = pl->block_k, nsplit = W.nsplit, acc_in_place = W.acc_in_place;
     const size_t es = fa_dtype_size(p->dtype);
     const int64_t group = p->hq / p->hk, sq_max = p->sq_max, items = p->batch * p->hk * nsplit;
-    float *Dall = W.Dall, *dQparts = W.dQparts;
+    float *Dall = sh.Dall, *dQparts = sh.dQparts;
 
     /* pre-pass, per (sequence, query head): D = rowsum(dO ∘ O) (the FMA order of the tile products, so that
      * dP − D is exactly 0 where it should be); zero the dQ accumulators */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(w->threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(f->threads)
     for (int64_t bh = 0; bh < (W.fused ? 0 : p->batch * p->hq); bh++) {
-        const int th = fa_thread_id();
-        fa_arena slice = fa_cpu_ws_thread(w, th);
-        fa_cpu_bwd_tiles t;
-        float *unused;
-        bwd_thread_layout(&slice, p, pl, &W, &t, &unused);
-        float *Oi = t.Qi, *dOi = t.dOi, *Z = t.dQi, *D_i = t.D_i;
-        fa_io *io = &w->io[th];
+        bwd_tiles tt;
+        fa_io *io = fa_cpu_frame_thread(f, &tt);
+        float *Oi = tt.t.Qi, *dOi = tt.t.dOi, *Z = tt.t.dQi, *D_i = tt.t.D_i;
         const int64_t b = bh / p->hq, h = bh % p->hq;
         fa_head hq;
         fa_cpu_head(p, b, h, &hq);
@@ -279,15 +259,12 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
 
     /* main loop: K/V blocks outside, Q blocks inside (FA2 Algorithm 2); one work item per (sequence, K/V head,
      * part), so dQ, dK, dV have one writer each: race-free and deterministic without atomics */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(w->threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(f->threads)
     for (int64_t it = 0; it < items; it++) {
-        const int th = fa_thread_id();
-        fa_arena slice = fa_cpu_ws_thread(w, th);
-        fa_cpu_bwd_tiles t;
-        float *dQacc;
-        bwd_thread_layout(&slice, p, pl, &W, &t, &dQacc);
-        if (nsplit > 1) dQacc = dQparts + (size_t)it * W.sQ;
-        fa_io *io = &w->io[th];
+        bwd_tiles tt;
+        fa_io *io = fa_cpu_frame_thread(f, &tt);
+        const fa_cpu_bwd_tiles t = tt.t;
+        float *dQacc = nsplit > 1 ? dQparts + (size_t)it * W.sQ : tt.dQacc;
         const int64_t b = (it / nsplit) / p->hk, hk = (it / nsplit) % p->hk, part = it % nsplit;
         fa_head hd;
         fa_cpu_head(p, b, hk * group, &hd);
@@ -356,15 +333,11 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
 
     if (nsplit > 1) { /* dQ = Σ over the parts of a head, in part order, rounded to the dtype */
         const int64_t tr = (sq_max + br - 1) / br, rows_items = p->batch * p->hq * tr;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(w->threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(f->threads)
         for (int64_t it = 0; it < rows_items; it++) {
-            const int th = fa_thread_id();
-            fa_arena slice = fa_cpu_ws_thread(w, th);
-            fa_cpu_bwd_tiles t;
-            float *unused;
-            bwd_thread_layout(&slice, p, pl, &W, &t, &unused);
-            float *A = t.Qi, *B = t.dOi;
-            fa_io *io = &w->io[th];
+            bwd_tiles tt;
+            fa_io *io = fa_cpu_frame_thread(f, &tt);
+            float *A = tt.t.Qi, *B = tt.t.dOi;
             const int64_t b = it / (p->hq * tr), h = (it / tr) % p->hq, i0 = (it % tr) * br;
             fa_head hq;
             fa_cpu_head(p, b, h, &hq);
@@ -380,7 +353,7 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
             fa_tile_store((char *)hq.dq + i0 * hq.lddq * es, p->dtype, hq.lddq, A, d, rows, d, io);
         }
     }
-    fa_cpu_ws_total(w, io_total);
 }
 
-const fa_cpu_algo fa_cpu_flash2_bwd = {bwd_workspace, bwd_run};
+const fa_cpu_algo fa_cpu_flash2_bwd = {FA_CPU_LAYOUT(bwd_thread_layout, bwd_tiles, bwd_shared_layout, bwd_parts),
+                                       bwd_run, 0};

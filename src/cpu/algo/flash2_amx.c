@@ -26,7 +26,9 @@ typedef struct tiles {
     float *S, *O, *m, *l, *alpha, *lse;
 } tiles;
 
-static void thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, tiles *t) {
+static void thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *out) {
+    const fa_problem *p = problem;
+    tiles *t = out;
     const size_t d = (size_t)p->d, br = (size_t)pl->block_q, bc = (size_t)pl->block_k, bcw = (bc + 1) / 2;
     const size_t slots = (size_t)(pl->aux[FA_CPU_AUX_KVROWS] / pl->block_k);
     t->Qi = fa_arena_take(a, br * d * 2, 64);
@@ -44,21 +46,6 @@ static void thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, t
     t->lse = fa_take_f32(a, br);
 }
 
-static void layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, fa_cpu_ws *w) {
-    fa_arena one = fa_arena_dry();
-    tiles t;
-    thread_layout(&one, p, pl, &t);
-    fa_cpu_ws_slices(a, w, one.size, pl->threads);
-    fa_cpu_ws_counters(a, w);
-}
-
-static size_t workspace(const fa_problem *p, const fa_plan *pl) {
-    fa_arena a = fa_arena_dry();
-    fa_cpu_ws w;
-    layout(&a, p, pl, &w);
-    return a.size;
-}
-
 /* Kjᵀ and Vj pairs of the cols keys from j0 into slot s of the packs (Kj, Vj staged as dense bf16 rows). */
 static void pack_tile(const fa_problem *p, const fa_cpu_kernels *kr, const fa_head *hd, int64_t j0, int cols,
                       const tiles *t, int s, int bc, fa_io *io) {
@@ -69,10 +56,7 @@ static void pack_tile(const fa_problem *p, const fa_cpu_kernels *kr, const fa_he
     kr->pairs_bf16(cols, d, t->Vr, d, t->VP + (size_t)s * bcw * d, d);                   /* [Bc/2][d] */
 }
 
-static void run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, void *ws, fa_io *io_total) {
-    fa_arena arena = fa_arena_over(ws, pl->workspace_bytes);
-    fa_cpu_ws w;
-    layout(&arena, p, pl, &w);
+static void run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
     const int d = (int)p->d, dp = d / 2, br = pl->block_q, bc = pl->block_k, bcw = (bc + 1) / 2;
     const int group = pl->aux[FA_CPU_AUX_GROUP], kvrows = pl->aux[FA_CPU_AUX_KVROWS];
     const int64_t tr = (p->sq_max + br - 1) / br, tg = (tr + group - 1) / group, items = p->batch * p->hq * tg;
@@ -80,14 +64,11 @@ static void run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl
     const float cap_mul = p->softcap > 0 ? fabsf(p->scale) / p->softcap : 1.0f;
     const uint16_t sign = p->scale < 0 ? 0x8000u : 0; /* a negative scale flips the sign of Qi */
 
-#pragma omp parallel for schedule(dynamic, 1) num_threads(w.threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(f->threads)
     for (int64_t it = 0; it < items; it++) {
-        const int th = fa_thread_id();
-        fa_arena slice = fa_cpu_ws_thread(&w, th);
         tiles t;
-        thread_layout(&slice, p, pl, &t);
+        fa_io *io = fa_cpu_frame_thread(f, &t);
         float *S = t.S, *O = t.O, *m = t.m, *l = t.l, *alpha = t.alpha, *lse = t.lse;
-        fa_io *io = &w.io[th];
         int64_t bh, g;
         fa_cpu_fwd_item(it, p->batch * p->hq, tg, &bh, &g);
         const int64_t b = bh / p->hq, h = bh % p->hq;
@@ -136,7 +117,6 @@ static void run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl
             if (hd.lse) fa_vec_store(hd.lse + i0, lse, rows, io);
         }
     }
-    fa_cpu_ws_total(&w, io_total);
 }
 
-const fa_cpu_algo fa_cpu_flash2_amx_fwd = {workspace, run};
+const fa_cpu_algo fa_cpu_flash2_amx_fwd = {FA_CPU_LAYOUT(thread_layout, tiles, NULL, char), run, 0};

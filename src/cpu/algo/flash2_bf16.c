@@ -20,7 +20,9 @@ typedef struct tiles {
     float *ST, *O, *m, *l, *alpha, *lse;
 } tiles;
 
-static void thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, tiles *t) {
+static void thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *out) {
+    const fa_problem *p = problem;
+    tiles *t = out;
     const size_t d = (size_t)p->d, brp = (size_t)fa_pad16(pl->block_q), bc = (size_t)pl->block_k;
     const size_t bcw = (bc + 1) / 2;
     t->Qi = fa_arena_take(a, brp * d * 2, 64);
@@ -37,41 +39,20 @@ static void thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, t
     t->lse = fa_take_f32(a, brp);
 }
 
-static void layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, fa_cpu_ws *w) {
-    fa_arena one = fa_arena_dry();
-    tiles t;
-    thread_layout(&one, p, pl, &t);
-    fa_cpu_ws_slices(a, w, one.size, pl->threads);
-    fa_cpu_ws_counters(a, w);
-}
-
-static size_t workspace(const fa_problem *p, const fa_plan *pl) {
-    fa_arena a = fa_arena_dry();
-    fa_cpu_ws w;
-    layout(&a, p, pl, &w);
-    return a.size;
-}
-
-static void run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, void *ws, fa_io *io_total) {
-    fa_arena arena = fa_arena_over(ws, pl->workspace_bytes);
-    fa_cpu_ws w;
-    layout(&arena, p, pl, &w);
+static void run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
     const int d = (int)p->d, dp = d / 2, br = pl->block_q, bc = pl->block_k;
     const int64_t tr = (p->sq_max + br - 1) / br, items = p->batch * p->hq * tr;
     const float unit = p->softcap > 0 ? 1.0f : fabsf(p->scale), c = unit * FA_LOG2E;
     const float cap_mul = p->softcap > 0 ? fabsf(p->scale) / p->softcap : 1.0f;
     const uint16_t sign = p->scale < 0 ? 0x8000u : 0; /* a negative scale flips the sign of Qi */
 
-#pragma omp parallel for schedule(dynamic, 1) num_threads(w.threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(f->threads)
     for (int64_t it = 0; it < items; it++) {
-        const int th = fa_thread_id();
-        fa_arena slice = fa_cpu_ws_thread(&w, th);
         tiles t;
-        thread_layout(&slice, p, pl, &t);
+        fa_io *io = fa_cpu_frame_thread(f, &t);
         uint16_t *Qi = t.Qi, *Kj = t.Kj, *Vj = t.Vj;
         uint32_t *QiT = t.QiT, *Vp = t.Vp, *Pp = t.Pp;
         float *ST = t.ST, *O = t.O, *m = t.m, *l = t.l, *alpha = t.alpha, *lse = t.lse;
-        fa_io *io = &w.io[th];
         int64_t bh, i;
         fa_cpu_fwd_item(it, p->batch * p->hq, tr, &bh, &i);
         const int64_t b = bh / p->hq, h = bh % p->hq;
@@ -112,7 +93,6 @@ static void run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl
         fa_tile_store((char *)hd.o + i0 * hd.ldo * 2, p->dtype, hd.ldo, O, d, rows, d, io);
         if (hd.lse) fa_vec_store(hd.lse + i0, lse, rows, io);
     }
-    fa_cpu_ws_total(&w, io_total);
 }
 
-const fa_cpu_algo fa_cpu_flash2_bf16_fwd = {workspace, run};
+const fa_cpu_algo fa_cpu_flash2_bf16_fwd = {FA_CPU_LAYOUT(thread_layout, tiles, NULL, char), run, 0};

@@ -79,7 +79,9 @@ typedef struct fwd_tiles {
     float *Qi, *Oi, *Kj, *T, *R, *S;
 } fwd_tiles;
 
-static void fwd_thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, fwd_tiles *t) {
+static void fwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *tiles) {
+    const fa_problem *p = problem;
+    fwd_tiles *t = tiles;
     const size_t d = (size_t)p->d, br = (size_t)pl->block_q, bc = (size_t)pl->block_k;
     t->Qi = fa_take_f32(a, br * d);
     t->Oi = fa_take_f32(a, br * d);
@@ -89,36 +91,15 @@ static void fwd_thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *p
     t->S = fa_take_f32(a, (size_t)(p->sq_max * p->sk_max));
 }
 
-static void fwd_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, fa_cpu_ws *w) {
-    fa_arena one = fa_arena_dry();
-    fwd_tiles t;
-    fwd_thread_layout(&one, p, pl, &t);
-    fa_cpu_ws_slices(a, w, one.size, pl->threads);
-    fa_cpu_ws_counters(a, w);
-}
-
-static size_t fwd_workspace(const fa_problem *p, const fa_plan *pl) {
-    fa_arena a = fa_arena_dry();
-    fa_cpu_ws w;
-    fwd_layout(&a, p, pl, &w);
-    return a.size;
-}
-
-static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, void *ws, fa_io *io_total) {
-    fa_arena arena = fa_arena_over(ws, pl->workspace_bytes);
-    fa_cpu_ws w;
-    fwd_layout(&arena, p, pl, &w);
+static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
     const int br = pl->block_q, bc = pl->block_k;
     const int64_t items = p->batch * p->hq;
 
-#pragma omp parallel for schedule(dynamic, 1) num_threads(w.threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(f->threads)
     for (int64_t it = 0; it < items; it++) {
-        const int th = fa_thread_id();
-        fa_arena slice = fa_cpu_ws_thread(&w, th);
         fwd_tiles t;
-        fwd_thread_layout(&slice, p, pl, &t);
+        fa_io *io = fa_cpu_frame_thread(f, &t);
         float *Qi = t.Qi, *Oi = t.Oi, *Kj = t.Kj, *T = t.T, *R = t.R, *S = t.S;
-        fa_io *io = &w.io[th];
         fa_head hd;
         fa_cpu_head(p, it / p->hq, it % p->hq, &hd);
         const int64_t sq = hd.sq, sk = hd.sk;
@@ -138,10 +119,9 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
         }
         slow_times_rows(p, kr, sq, sk, br, bc, S, hd.v, hd.ldv, hd.o, p->dtype, hd.ldo, T, Kj, Oi, io); /* O = P V */
     }
-    fa_cpu_ws_total(&w, io_total);
 }
 
-const fa_cpu_algo fa_cpu_standard_fwd = {fwd_workspace, fwd_run};
+const fa_cpu_algo fa_cpu_standard_fwd = {FA_CPU_LAYOUT(fwd_thread_layout, fwd_tiles, NULL, char), fwd_run, 0};
 
 /* ---- backward ---- */
 
@@ -151,7 +131,9 @@ typedef struct bwd_tiles {
     float *Qi, *Oi, *Ci, *Kj, *Vj, *T, *U, *L, *D, *P, *dS, *dK, *dV;
 } bwd_tiles;
 
-static void bwd_thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, bwd_tiles *t) {
+static void bwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *tiles) {
+    const fa_problem *p = problem;
+    bwd_tiles *t = tiles;
     const size_t d = (size_t)p->d, br = (size_t)pl->block_q, bc = (size_t)pl->block_k;
     t->Qi = fa_take_f32(a, br * d);
     t->Oi = fa_take_f32(a, br * d);
@@ -168,38 +150,17 @@ static void bwd_thread_layout(fa_arena *a, const fa_problem *p, const fa_plan *p
     t->dV = fa_take_f32(a, (size_t)p->sk_max * d);
 }
 
-static void bwd_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, fa_cpu_ws *w) {
-    fa_arena one = fa_arena_dry();
-    bwd_tiles t;
-    bwd_thread_layout(&one, p, pl, &t);
-    fa_cpu_ws_slices(a, w, one.size, pl->threads);
-    fa_cpu_ws_counters(a, w);
-}
-
-static size_t bwd_workspace(const fa_problem *p, const fa_plan *pl) {
-    fa_arena a = fa_arena_dry();
-    fa_cpu_ws w;
-    bwd_layout(&a, p, pl, &w);
-    return a.size;
-}
-
-static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, void *ws, fa_io *io_total) {
-    fa_arena arena = fa_arena_over(ws, pl->workspace_bytes);
-    fa_cpu_ws w;
-    bwd_layout(&arena, p, pl, &w);
+static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
     const int d = (int)p->d, br = pl->block_q, bc = pl->block_k;
     const int64_t group = p->hq / p->hk, items = p->batch * p->hk;
     const size_t es = fa_dtype_size(p->dtype);
 
-#pragma omp parallel for schedule(dynamic, 1) num_threads(w.threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(f->threads)
     for (int64_t it = 0; it < items; it++) {
-        const int th = fa_thread_id();
-        fa_arena slice = fa_cpu_ws_thread(&w, th);
         bwd_tiles t;
-        bwd_thread_layout(&slice, p, pl, &t);
+        fa_io *io = fa_cpu_frame_thread(f, &t);
         float *Qi = t.Qi, *Oi = t.Oi, *Ci = t.Ci, *Kj = t.Kj, *Vj = t.Vj, *T = t.T, *U = t.U, *L = t.L, *D = t.D;
         float *P = t.P, *dS = t.dS, *dK = t.dK, *dV = t.dV;
-        fa_io *io = &w.io[th];
         const int64_t b = it / p->hk, hk = it % p->hk;
         fa_head hd;
         fa_cpu_head(p, b, hk * group, &hd);
@@ -261,8 +222,7 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
             fa_tile_store((char *)hd.dv + j0 * hd.lddv * es, p->dtype, hd.lddv, Kj, d, cols, d, io);
         }
     }
-    fa_cpu_ws_total(&w, io_total);
 }
 
-const fa_cpu_algo fa_cpu_standard_bwd = {bwd_workspace, bwd_run};
+const fa_cpu_algo fa_cpu_standard_bwd = {FA_CPU_LAYOUT(bwd_thread_layout, bwd_tiles, NULL, char), bwd_run, 0};
 

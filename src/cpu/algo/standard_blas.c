@@ -73,7 +73,10 @@ typedef struct fwd_bufs {
     float *S, *Qb, *Ob, *Kb, *Vb, *L;
 } fwd_bufs;
 
-static void fwd_thread_layout(fa_arena *a, const fa_problem *p, fwd_bufs *t) {
+static void fwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *tiles) {
+    const fa_problem *p = problem;
+    fwd_bufs *t = tiles;
+    (void)pl;
     const size_t sq = (size_t)p->q.seqlen, sk = (size_t)p->k.seqlen, d = (size_t)p->d;
     const int conv = p->dtype != FA_DTYPE_F32;
     t->S = fa_take_f32(a, sq * sk);
@@ -84,42 +87,21 @@ static void fwd_thread_layout(fa_arena *a, const fa_problem *p, fwd_bufs *t) {
     t->L = fa_take_f32(a, sq);
 }
 
-static void fwd_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, fa_cpu_ws *w) {
-    fa_arena one = fa_arena_dry();
-    fwd_bufs t;
-    fwd_thread_layout(&one, p, &t);
-    fa_cpu_ws_slices(a, w, one.size, pl->threads);
-    fa_cpu_ws_counters(a, w);
-}
-
-static size_t fwd_workspace(const fa_problem *p, const fa_plan *pl) {
-    fa_arena a = fa_arena_dry();
-    fa_cpu_ws w;
-    fwd_layout(&a, p, pl, &w);
-    return a.size;
-}
-
-static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, void *ws, fa_io *io_total) {
-    fa_arena arena = fa_arena_over(ws, pl->workspace_bytes);
-    fa_cpu_ws w;
-    fwd_layout(&arena, p, pl, &w);
+static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
     const int d = (int)p->d;
     const size_t es = fa_dtype_size(p->dtype);
     const int64_t sq = p->q.seqlen, sk = p->k.seqlen, items = p->batch * p->hq;
     const int conv = p->dtype != FA_DTYPE_F32;
     /* many heads: one head per thread, single-threaded BLAS inside; one head: BLAS threads inside the head */
-    const int outer = items >= w.threads ? w.threads : 1;
-    const int blas_was = fa_cpu_blas_set_threads(outer == 1 ? w.threads : 1);
+    const int outer = items >= f->threads ? f->threads : 1;
+    const int blas_was = fa_cpu_blas_set_threads(outer == 1 ? f->threads : 1);
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(outer)
     for (int64_t it = 0; it < items; it++) {
-        const int th = fa_thread_id();
-        fa_cpu_blas_threads(outer == 1 ? w.threads : 1);
-        fa_arena slice = fa_cpu_ws_thread(&w, th);
+        fa_cpu_blas_threads(outer == 1 ? f->threads : 1);
         fwd_bufs t;
-        fwd_thread_layout(&slice, p, &t);
+        fa_io *io = fa_cpu_frame_thread(f, &t);
         float *S = t.S, *Qb = t.Qb, *Ob = t.Ob, *Kb = t.Kb, *Vb = t.Vb, *L = t.L;
-        fa_io *io = &w.io[th];
         fa_head hd;
         fa_cpu_head(p, it / p->hq, it % p->hq, &hd);
         int64_t ldq, ldk, ldv;
@@ -169,10 +151,9 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
         if (hd.lse) fa_vec_store(hd.lse, L, (int)sq, io);
     }
     if (blas_was > 0) fa_cpu_blas_set_threads(blas_was);
-    fa_cpu_ws_total(&w, io_total);
 }
 
-const fa_cpu_algo fa_cpu_standard_blas_fwd = {fwd_workspace, fwd_run};
+const fa_cpu_algo fa_cpu_standard_blas_fwd = {FA_CPU_LAYOUT(fwd_thread_layout, fwd_bufs, NULL, char), fwd_run, 0};
 
 /* ---- backward ---- */
 
@@ -182,7 +163,10 @@ typedef struct bwd_bufs {
     float *P, *dS, *Qb, *dOb, *dQb, *Ob, *Kb, *Vb, *dK, *dV, *L, *Dr;
 } bwd_bufs;
 
-static void bwd_thread_layout(fa_arena *a, const fa_problem *p, bwd_bufs *t) {
+static void bwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *tiles) {
+    const fa_problem *p = problem;
+    bwd_bufs *t = tiles;
+    (void)pl;
     const size_t sq = (size_t)p->q.seqlen, sk = (size_t)p->k.seqlen, d = (size_t)p->d;
     const int conv = p->dtype != FA_DTYPE_F32;
     t->P = fa_take_f32(a, sq * sk);
@@ -199,42 +183,21 @@ static void bwd_thread_layout(fa_arena *a, const fa_problem *p, bwd_bufs *t) {
     t->Dr = fa_take_f32(a, sq);
 }
 
-static void bwd_layout(fa_arena *a, const fa_problem *p, const fa_plan *pl, fa_cpu_ws *w) {
-    fa_arena one = fa_arena_dry();
-    bwd_bufs t;
-    bwd_thread_layout(&one, p, &t);
-    fa_cpu_ws_slices(a, w, one.size, pl->threads);
-    fa_cpu_ws_counters(a, w);
-}
-
-static size_t bwd_workspace(const fa_problem *p, const fa_plan *pl) {
-    fa_arena a = fa_arena_dry();
-    fa_cpu_ws w;
-    bwd_layout(&a, p, pl, &w);
-    return a.size;
-}
-
-static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, void *ws, fa_io *io_total) {
-    fa_arena arena = fa_arena_over(ws, pl->workspace_bytes);
-    fa_cpu_ws w;
-    bwd_layout(&arena, p, pl, &w);
+static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
     const int d = (int)p->d;
     const size_t es = fa_dtype_size(p->dtype);
     const int64_t sq = p->q.seqlen, sk = p->k.seqlen, group = p->hq / p->hk, items = p->batch * p->hk;
     const int conv = p->dtype != FA_DTYPE_F32;
-    const int outer = items >= w.threads ? w.threads : 1;
-    const int blas_was = fa_cpu_blas_set_threads(outer == 1 ? w.threads : 1);
+    const int outer = items >= f->threads ? f->threads : 1;
+    const int blas_was = fa_cpu_blas_set_threads(outer == 1 ? f->threads : 1);
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(outer)
     for (int64_t it = 0; it < items; it++) {
-        const int th = fa_thread_id();
-        fa_cpu_blas_threads(outer == 1 ? w.threads : 1);
-        fa_arena slice = fa_cpu_ws_thread(&w, th);
+        fa_cpu_blas_threads(outer == 1 ? f->threads : 1);
         bwd_bufs t;
-        bwd_thread_layout(&slice, p, &t);
+        fa_io *io = fa_cpu_frame_thread(f, &t);
         float *P = t.P, *dS = t.dS, *Qb = t.Qb, *dOb = t.dOb, *dQb = t.dQb, *Ob = t.Ob, *Kb = t.Kb, *Vb = t.Vb;
         float *dK = t.dK, *dV = t.dV, *L = t.L, *Dr = t.Dr;
-        fa_io *io = &w.io[th];
         const int64_t b = it / p->hk, hk = it % p->hk;
         fa_head hd;
         fa_cpu_head(p, b, hk * group, &hd);
@@ -330,7 +293,6 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
         }
     }
     if (blas_was > 0) fa_cpu_blas_set_threads(blas_was);
-    fa_cpu_ws_total(&w, io_total);
 }
 
-const fa_cpu_algo fa_cpu_standard_blas_bwd = {bwd_workspace, bwd_run};
+const fa_cpu_algo fa_cpu_standard_blas_bwd = {FA_CPU_LAYOUT(bwd_thread_layout, bwd_bufs, NULL, char), bwd_run, 0};

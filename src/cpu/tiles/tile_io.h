@@ -9,14 +9,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* scanned, unscanned_ok: a run whose tile loads bounded every input it read (fa_tile_load_max) sets scanned and
- * counts in uncertified the work items whose bounds did not certify the fp32 result; with scanned and none
- * uncertified the numerics contract needs no scan of its own (cpu.h, fa_cpu_contract). */
+/* uncertified: a run whose tile loads bound every input it reads (fa_tile_load_max; fa_cpu_algo.certifies) counts
+ * the work items whose bounds do not certify the fp32 result; with none, the numerics contract needs no scan of its
+ * own (cpu.h). */
 typedef struct fa_io {
     int64_t read, written;
-    int32_t scanned, uncertified;
-    char pad[40]; /* one counter set per cache line: threads keep their own */
+    int32_t uncertified;
+    char pad[44]; /* one counter set per cache line: threads keep their own */
 } fa_io;
+_Static_assert(sizeof(fa_io) == 64, "one cache line per thread's counters");
 
 /* Rows of a strided tensor are often a page apart (BSHD: heads·d elements), each a TLB miss and a DRAM access the
  * hardware prefetchers do not follow: readers touch the rows FA_PF_ROWS ahead (docs/cpu-kernels.md). */

@@ -1,38 +1,37 @@
 # The CPU backend's sources. Included by the root CMakeLists.txt; sets FA_CPU_SOURCES, FA_CPU_BLAS_LIBS, FA_CPU_HAVE_CBLAS and
-# FA_CPU_BLAS_INCLUDE. Layout: backend.c (init, plan, run), algo/ (one file per algorithm), tiles/ (the tile steps
-# the algorithms share, the tile table, counted tile transfers), simd/ (micro-kernel tables per ISA and their
-# runtime dispatch). A new ISA is one file in simd/ with its flags below and a case in simd/dispatch.c.
+# FA_CPU_BLAS_INCLUDE. Layout: backend.c (init, plan, run), frame.c (the workspace frame), algo/ (one file per
+# algorithm, kvcache.c for fa_forward_kvcache), tiles/ (the tile steps the algorithms share, the tile table, counted
+# tile transfers), simd/ (the kernel table per ISA, its runtime dispatch, and the KV-cache kernel each table points
+# to). A new ISA is a table file and a kvcache_<isa>.c in simd/ with their flags below, and a case in simd/dispatch.c.
 set(FA_CPU_SOURCES
     src/cpu/backend.c src/cpu/frame.c src/cpu/traffic.c src/cpu/contract.c src/cpu/blas.c
     src/cpu/algo/standard.c src/cpu/algo/flash1.c src/cpu/algo/flash2.c
-    src/cpu/algo/flash2_bf16.c src/cpu/algo/flash2_amx.c
+    src/cpu/algo/flash2_bf16.c src/cpu/algo/flash2_amx.c src/cpu/algo/kvcache.c
     src/cpu/tiles/head.c src/cpu/tiles/scores.c src/cpu/tiles/bwd_tile.c src/cpu/tiles/tile_io.c
     src/cpu/tiles/tile_table.c
-    src/cpu/simd/dispatch.c src/cpu/simd/scalar.c)
+    src/cpu/simd/dispatch.c src/cpu/simd/scalar.c src/cpu/simd/kvcache_scalar.c
+    src/core/kvcache.c)
 
-# KV-cache decoding: the entry points (src/core/kvcache.c), the CPU plan and run (algo/decode.c), and its kernel
-# once per ISA (decode/attend_*.c, the body in decode/attend_impl.h). -ffp-contract=fast lets the vector code fuse
-# its multiply-adds; -Wno-psabi: its 64-byte vector types only cross static inline functions, no ABI boundary.
-# FA_DECODE_KERNEL_FLAGS adds options to those files alone: the fuzz build (tests/fuzz/build.sh) gives -O0, since
-# clang's inliner spends minutes on their always-inline vector code under ASan (attend_avx512.c: 8 min at -O2).
-set(FA_DECODE_KERNEL_FLAGS "" CACHE STRING "Extra compile options for the CPU decode kernels (src/cpu/decode/attend_*.c)")
-list(APPEND FA_CPU_SOURCES src/core/kvcache.c src/cpu/algo/decode.c src/cpu/decode/attend_scalar.c)
-set_source_files_properties(src/cpu/decode/attend_scalar.c PROPERTIES
-  COMPILE_OPTIONS "-ffp-contract=fast;-Wno-psabi;${FA_DECODE_KERNEL_FLAGS}")
+# The KV-cache kernels (simd/kvcache_<isa>.c, the body in simd/kvcache_impl.h): -ffp-contract=fast lets the vector
+# code fuse its multiply-adds; -Wno-psabi: its 64-byte vector types only cross static inline functions, no ABI
+# boundary. FA_DECODE_KERNEL_FLAGS adds options to those files alone (the name tests/fuzz/build.sh passes): the fuzz
+# build gives -O0, since clang's inliner spends minutes on their always-inline vector code under ASan.
+set(FA_DECODE_KERNEL_FLAGS "" CACHE STRING "Extra compile options for the CPU KV-cache kernels (src/cpu/simd/kvcache_*.c)")
+set(FA_KV_FLAGS "-ffp-contract=fast;-Wno-psabi;${FA_DECODE_KERNEL_FLAGS}")
+set(FA_AVX512_FLAGS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma")
+set_source_files_properties(src/cpu/simd/kvcache_scalar.c PROPERTIES COMPILE_OPTIONS "${FA_KV_FLAGS}")
 
 # Each ISA file gets its own flags; the dispatcher and everything that runs before the CPUID check stay at the
 # baseline ISA, so one binary runs on any x86-64.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i.86)$" AND CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
-  list(APPEND FA_CPU_SOURCES src/cpu/simd/avx2.c src/cpu/simd/avx512.c src/cpu/simd/amx.c)
-  list(APPEND FA_CPU_SOURCES src/cpu/decode/attend_avx2.c src/cpu/decode/attend_avx512.c)
-  set_source_files_properties(src/cpu/decode/attend_avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-ffp-contract=fast;-Wno-psabi;${FA_DECODE_KERNEL_FLAGS}")
-  set_source_files_properties(src/cpu/decode/attend_avx512.c PROPERTIES
-    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma;-ffp-contract=fast;${FA_DECODE_KERNEL_FLAGS}")
+  list(APPEND FA_CPU_SOURCES src/cpu/simd/avx2.c src/cpu/simd/avx512.c src/cpu/simd/amx.c
+                             src/cpu/simd/kvcache_avx2.c src/cpu/simd/kvcache_avx512.c)
   set_source_files_properties(src/cpu/simd/avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
-  set_source_files_properties(src/cpu/simd/avx512.c PROPERTIES
-    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma")
-  set_source_files_properties(src/cpu/simd/amx.c PROPERTIES
-    COMPILE_OPTIONS "-mamx-tile;-mamx-bf16;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma")
+  set_source_files_properties(src/cpu/simd/avx512.c PROPERTIES COMPILE_OPTIONS "${FA_AVX512_FLAGS}")
+  set_source_files_properties(src/cpu/simd/amx.c PROPERTIES COMPILE_OPTIONS "-mamx-tile;-mamx-bf16;${FA_AVX512_FLAGS}")
+  set_source_files_properties(src/cpu/simd/kvcache_avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;${FA_KV_FLAGS}")
+  set_source_files_properties(src/cpu/simd/kvcache_avx512.c PROPERTIES
+    COMPILE_OPTIONS "${FA_AVX512_FLAGS};-ffp-contract=fast;${FA_DECODE_KERNEL_FLAGS}")
 endif()
 
 # STANDARD uses a system CBLAS when one is found (OpenBLAS preferred), else our micro-kernels: standard_blas.c is

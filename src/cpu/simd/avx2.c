@@ -5,6 +5,7 @@
  * polynomial with the exponent built in integer lanes (AVX2 has no vscalefps). Full vectors load unmasked, only a
  * row's last partial vector is masked. The bf16 entries and ds_rows come from simd/portable.h. */
 #include "cpu/simd/kernels.h"
+#include "cpu/simd/kvcache.h"
 #include "cpu/simd/portable.h"
 
 #include <immintrin.h>
@@ -344,4 +345,5 @@ const fa_cpu_kernels fa_cpu_kernels_avx2 = {
     .rowdots = port_rowdots,
     .bf16_dot = 0,
     FA_PORTABLE_BF16_ENTRIES,
+    .kvcache = &fa_kv_kernel_avx2,
 };

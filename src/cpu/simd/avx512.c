@@ -8,6 +8,7 @@
  * into a k × 64 panel with a 16 × 16 in-register transpose and reuses it. The last zmm of a row is masked, so any
  * n works without padding. */
 #include "cpu/simd/kernels.h"
+#include "cpu/simd/kvcache.h"
 #include "cpu/simd/portable.h"
 
 #include <immintrin.h>
@@ -617,7 +618,7 @@ static void rows_f32_bf16(int rows, int cols, const float *src, int lds, uint32_
     .qk_softmax_t = qk_softmax_t, .exp_rows = exp_rows, .ds_rows = ds_rows, .scale_rows = scale_rows,         \
     .rowdots = port_rowdots,                                                                                  \
     .bf16_dot = 1, .pack_t32 = pack_t32, .pairs_f32_bf16 = pairs_f32_bf16, .pairs_bf16 = pairs_bf16,          \
-    .softmax_rows_bf16 = softmax_rows_bf16, .rows_f32_bf16 = rows_f32_bf16
+    .softmax_rows_bf16 = softmax_rows_bf16, .rows_f32_bf16 = rows_f32_bf16, .kvcache = &fa_kv_kernel_avx512
 
 const fa_cpu_kernels fa_cpu_kernels_avx512 = {
     .isa = "avx512",

@@ -74,7 +74,7 @@ const fa_cpu_kernels *fa_cpu_kernels_select(void) {
     if (max_level >= 3 && avx512 && fa_cpu_amx_usable()) return &fa_cpu_kernels_amx;
     if (max_level >= 2 && avx512) return &fa_cpu_kernels_avx512;
     if (max_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c())
-        return &fa_cpu_kernels_avx2; /* the avx2 decode kernel converts f16 with F16C (every AVX2 CPU has it) */
+        return &fa_cpu_kernels_avx2; /* the avx2 kvcache kernel converts f16 with F16C (every AVX2 CPU has it) */
 #else
     (void)max_level;
 #endif

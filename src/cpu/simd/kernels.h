@@ -73,6 +73,10 @@ typedef struct fa_cpu_kernels {
     /* dst[r·ldd + w] = (bf16 src[r][2w], bf16 src[r][2w+1]) for 2w < cols (odd cols: the last word pairs with 0):
      * fp32 rows as the A operand of gemm_bf16 (pairs along the row). */
     void (*rows_f32_bf16)(int rows, int cols, const float *src, int lds, uint32_t *dst, int ldd);
+
+    /* KV-cache attention (simd/kvcache.h): one work item of fa_forward_kvcache, built from simd/kvcache_impl.h in
+     * its own file per ISA (simd/kvcache_<isa>.c, with the flags its vector code needs). */
+    const struct fa_kv_kernel *kvcache;
 } fa_cpu_kernels;
 
 /* The best table this CPU supports. FA_CPU_ISA=scalar|avx2|avx512|amx in the environment caps it (for tests).

@@ -1,6 +1,7 @@
 /* The portable table (any CPU, baseline flags): the floor of the runtime dispatch. The SIMD tables in avx2.c and
  * avx512.c compute the same sums. */
 #include "cpu/simd/kernels.h"
+#include "cpu/simd/kvcache.h"
 #include "cpu/simd/portable.h"
 
 static void gemm_abt(int m, int n, int k, const float *restrict A, int lda, const float *restrict B, int ldb,
@@ -20,4 +21,5 @@ const fa_cpu_kernels fa_cpu_kernels_scalar = {
     .gemm_abt = gemm_abt,
     .bf16_dot = 0,
     FA_PORTABLE_ENTRIES,
+    .kvcache = &fa_kv_kernel_scalar,
 };

@@ -1,9 +1,9 @@
-/* The body of the CPU decode kernel (attend.h), written with GCC vector types of VW floats — the ISA's register
+/* The body of the CPU KV-cache attend kernel (kvcache.h), written with GCC vector types of VW floats — the ISA's register
  * width: 16 (a zmm; the scalar build takes 16 too, as generic vectors), 8 on AVX2 (a ymm: 16-float vectors there
  * would be register pairs and spill) — so that each ISA file that includes it (with its -m flags and
- * -ffp-contract=fast) gets full-width loads and FMAs. Define FA_DEC_KERNEL_NAME before including.
- * docs/decoding.md explains the loop order and the measurements behind it. */
-#include "cpu/decode/attend.h"
+ * -ffp-contract=fast) gets full-width loads and FMAs. Define FA_KV_KERNEL_NAME before including.
+ * docs/decoding.md explains the loop order and the prefetching, with their measurements. */
+#include "cpu/simd/kvcache.h"
 
 #include "core/half.h"
 #include "cpu/simd/portable.h"
@@ -19,13 +19,13 @@
 #else
 #define VW 16
 #endif
-#define FA_DEC_GROUP (2 * VW) /* the bf16 lane group of fa_dec_lane: two vectors */
+#define FA_KV_GROUP (2 * VW) /* the bf16 lane group of fa_kv_lane: two vectors */
 /* bf16 rows on AVX-512 BF16: O += P V by vdpbf16ps, P rounded to bf16 (as a bf16 tensor-core product takes it; l sums
  * the fp32 P) against V rows interleaved by pairs of keys, half the instructions of converting V to fp32 */
-#ifndef FA_DEC_KEYPAIRS
-#define FA_DEC_KEYPAIRS 1 /* 0: V converted to fp32 as on the other ISAs (a build option for measuring) */
+#ifndef FA_KV_KEYPAIRS
+#define FA_KV_KEYPAIRS 1 /* 0: V converted to fp32 as on the other ISAs (for A/B runs) */
 #endif
-#if defined(__AVX512BF16__) && FA_DEC_KEYPAIRS
+#if defined(__AVX512BF16__) && FA_KV_KEYPAIRS
 #define KEYPAIRS 1
 #else
 #define KEYPAIRS 0
@@ -76,7 +76,7 @@ static inline float hsum(vf x) {
 }
 
 /* 2·VW bf16 -> their VW even elements and their VW odd ones in fp32 (exact): a 32-bit lane holds a pair, so one
- * shift and one mask convert it, with no widening shuffle (the lane order of fa_dec_lane) */
+ * shift and one mask convert it, with no widening shuffle (the lane order of fa_kv_lane) */
 AI void bf16_pairs(const char *s, vf *even, vf *odd) {
     vu u;
     memcpy(&u, s, sizeof u);
@@ -131,7 +131,7 @@ static void row_to_f32(float *restrict dst, const char *src, fa_dtype dt, int d,
 }
 
 /* Vectors [v0, v0 + nv) of one K or V row in the kernel's lane order (M_BF16: v0 and nv even). */
-AI void row_vecs(vf *x, const char *src, int v0, int nv, const int MODE, const fa_dec_args *a, float *tmp) {
+AI void row_vecs(vf *x, const char *src, int v0, int nv, const int MODE, const fa_kv_args *a, float *tmp) {
     if (MODE == M_BF16) {
 #pragma GCC unroll 16
         for (int i = 0; i < nv; i += 2) bf16_pairs(src + 2 * VW * (v0 + i), &x[i], &x[i + 1]);
@@ -147,7 +147,7 @@ AI void row_vecs(vf *x, const char *src, int v0, int nv, const int MODE, const f
     }
 }
 
-#define FA_DEC_SAT 0x1p126f /* scores saturate here (the numerics contract: finite inputs never give NaN) */
+#define FA_KV_SAT 0x1p126f /* scores saturate here (the numerics contract: finite inputs never give NaN) */
 
 static inline vf vsel(vi m, vf a, vf b) { /* m ? a : b, lane by lane (m all ones or zero) */
     vi x;
@@ -224,26 +224,23 @@ AI vf sum_lanes(const vf *x) {
 #endif
 
 /* The next chunk's rows, prefetched a few lines at a time (a burst of them makes the demand loads behind it
- * wait). Where the item's heads are adjacent in memory, the whole rows (all heads) in address order: head by head,
- * each head's slice of rows 2 KB apart defeats the hardware prefetchers (AVX2, Zen 3, 8 heads of d = 128 bf16: MHA
- * 8.6 -> 13 GB/s). K's rows first, spread over the QKᵀ steps, then V's over the PV steps: K and V lines at the same
- * offset back to back fall on one DRAM bank wherever the two tensors lie a power of two apart (Zen 4, 2 threads,
- * batch 4, a 32k cache in one allocation: 1.13-1.32x), and QKᵀ without prefetches left the memory idle for part of
- * the chunk. Else head hh's K and V rows over its own PV loop. */
-/* Most of the next chunk's K lines a QKᵀ step prefetches; the rest go over the PV steps, before V's. MHA has a
- * quarter of GQA 32/8's QKᵀ steps, so its K lines came 64 a step on AVX-512, a burst that held up the demand loads
- * (Zen 5, 2 threads, 32k cache, MHA bf16 and f16, batch 1 and 4, 8 rounds: 0.81-0.91 -> 0.86-0.96 of memcpy;
- * GQA 32/8 takes 16 a step either way). A build option for measuring others. */
-#ifndef FA_DEC_QK_PF_MAX
-#define FA_DEC_QK_PF_MAX 16
+ * wait). Where the item's heads are adjacent in memory, the whole rows (all heads) in address order: each head's
+ * slice of rows alone is too scattered for the hardware prefetchers. K's rows first, spread over the QKᵀ steps, then
+ * V's over the PV steps: K and V lines at the same offset back to back can fall on one DRAM bank, and QKᵀ without
+ * prefetches would leave the memory idle for part of the chunk. Else head hh's K and V rows over its own PV loop. */
+/* Most of the next chunk's K lines a QKᵀ step prefetches (the rest go over the PV steps, before V's): MHA has few
+ * QKᵀ steps per chunk, and all its K lines at once would hold up the demand loads. */
+#ifndef FA_KV_QK_PF_MAX
+#define FA_KV_QK_PF_MAX 16
 #endif
-#ifndef FA_DEC_PF_LOCALITY /* of the PV steps' lines: prefetcht0 on AVX2 (Zen 3: GQA 32/8 bf16 6.1 -> 8.3 GB/s
-                              * over prefetcht1), t1 else; the QKᵀ steps' go to L2 (t1) */
-#define FA_DEC_PF_LOCALITY (VW == 8 ? 3 : 2)
+/* Where the PV steps' lines go: L1 on AVX2, where that measured faster than L2 (docs/decoding.md); L2 else. The
+ * QKᵀ steps' go to L2. */
+#ifndef FA_KV_PF_LOCALITY
+#define FA_KV_PF_LOCALITY (VW == 8 ? 3 : 2)
 #endif
 /* The next chunk's rows as runs of rows adjacent in memory (K's runs, then V's; a contiguous cache's chunk is one
- * run of each), walked a line at a time by a cursor of one pointer: a line costs a prefetch, an add and a compare
- * (per row and line, its bookkeeping drew about a tenth of a GQA 32/8 profile's samples). */
+ * run of each), walked a line at a time by a cursor of one pointer: a line costs a prefetch, an add and a compare,
+ * where per-row bookkeeping was a visible share of the kernel. */
 typedef struct pf_run { const char *a, *z; } pf_run;
 typedef struct pf_rows {
     const pf_run *run;
@@ -262,13 +259,13 @@ AI void pf_next(pf_rows *pf) { /* the cursor to the start of the next run (or do
 AI void pf_lines_at(pf_rows *pf, int count, const int L2) { /* L2: t1 always */
     for (int i = 0; i < count && pf->p < pf->z; i++) {
         if (L2) __builtin_prefetch(pf->p, 0, 2);
-        else __builtin_prefetch(pf->p, 0, FA_DEC_PF_LOCALITY);
+        else __builtin_prefetch(pf->p, 0, FA_KV_PF_LOCALITY);
         if ((pf->p += 64) >= pf->z) pf_next(pf);
     }
 }
 AI void pf_lines(pf_rows *pf, int count) { pf_lines_at(pf, count, 0); }
 /* The cursor at the start of head hh's runs (hh = 0: whole rows). */
-AI void pf_start(pf_rows *pf, const fa_dec_args *a, int hh) {
+AI void pf_start(pf_rows *pf, const fa_kv_args *a, int hh) {
     pf->ok = hh * a->k_sh, pf->ov = hh * a->v_sh, pf->i = -1, pf->p = pf->z = NULL;
     pf_next(pf);
 }
@@ -284,12 +281,12 @@ static inline int pf_runs(const char *const *rows, int n, int bytes, pf_run *out
 
 /* S = Qi Kjᵀ for rows [r0, r0 + NR) of head hh and the chunk's keys: NR·NK = VW raw dots per group of NK keys,
  * each key's vectors converted once for the NR rows, the group's VW sums in one sum_lanes. */
-AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const int NR, const int MODE, float *tmp,
+AI void qk(const fa_kv_args *a, const char *const *kr, int hh, int r0, const int NR, const int MODE, float *tmp,
           pf_rows *pf, int cnt) {
     const int NK = VW / NR, NV = a->dp / VW, dp = a->dp, STEP = MODE == M_BF16 ? 2 : 1;
     const float *q = a->qs + ((size_t)hh * a->R + r0) * dp;
-    float *S = a->S + ((size_t)hh * a->R + r0) * FA_DEC_BC;
-    for (int j0 = 0; j0 < FA_DEC_BC; j0 += NK) {
+    float *S = a->S + ((size_t)hh * a->R + r0) * FA_KV_BC;
+    for (int j0 = 0; j0 < FA_KV_BC; j0 += NK) {
         if (cnt) pf_lines_at(pf, cnt, 1);
         vf acc[VW] = {{0}}; /* acc[r·NK + j]: row r0 + r, key j0 + j */
 #ifdef __AVX512BF16__
@@ -337,27 +334,27 @@ AI void qk(const fa_dec_args *a, const char *const *kr, int hh, int r0, const in
         if (MODE == M_BF16) w *= a->qb_mul;
 #endif
 #pragma GCC unroll 16
-        for (int r = 0; r < NR; r++) memcpy(S + r * FA_DEC_BC + j0, (const float *)&w + r * NK, sizeof(float) * NK);
+        for (int r = 0; r < NR; r++) memcpy(S + r * FA_KV_BC + j0, (const float *)&w + r * NK, sizeof(float) * NK);
     }
 }
 
-/* The online softmax of row `row` on its FA_DEC_BC scores, VW at a time. A non-finite visible dot (a NaN/inf in the
+/* The online softmax of row `row` on its FA_KV_BC scores, VW at a time. A non-finite visible dot (a NaN/inf in the
  * key row, or q·k beyond fp32) makes l NaN, so the row's state fails the contract's check and is recomputed; then
  * softcap, saturation, q's NaN flag and −inf for the keys the row does not see; m_new = max(m, rowmax(S));
  * P = 2^(S − m_new); l = 2^(m − m_new) l + rowsum(P), kept by lane in Lv (summed once, at the end of the item);
  * O = 2^(m − m_new) O. S is left holding P (as bf16 pairs where PV takes them so). */
-AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n, const int MODE) {
-    const int r = row % a->R, NS = FA_DEC_BC / VW;
+AI void softmax_row(const fa_kv_args *a, int row, int64_t j0, int n, const int MODE) {
+    const int r = row % a->R, NS = FA_KV_BC / VW;
     const int64_t lo = a->lo[r] > j0 ? a->lo[r] : j0, hi = a->hi[r] < j0 + n ? a->hi[r] : j0 + n;
     const vf z = {0};
     if (hi <= lo) { /* P = 0: the rows of a group share pv's key loop */
-        for (int s = 0; s < NS; s++) ST(a->S + (size_t)row * FA_DEC_BC + VW * s, z);
+        for (int s = 0; s < NS; s++) ST(a->S + (size_t)row * FA_KV_BC + VW * s, z);
         return;
     }
     vi lane;
     for (int i = 0; i < VW; i++) lane[i] = i;
-    float *S = a->S + (size_t)row * FA_DEC_BC, *Lv = a->Lv + (size_t)row * 16;
-    vf Sv[FA_DEC_BC / VW], nan = z, mxv = z - INFINITY;
+    float *S = a->S + (size_t)row * FA_KV_BC, *Lv = a->Lv + (size_t)row * 16;
+    vf Sv[FA_KV_BC / VW], nan = z, mxv = z - INFINITY;
     const vf qbad = vbcast(a->qbad[row]);
 #pragma GCC unroll 4
     for (int s = 0; s < NS; s++) {
@@ -366,7 +363,7 @@ AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n, const int 
         nan += vsel(vis, x * 0.0f, z);
         if (a->softcap_mul != 0)
             for (int jj = 0; jj < VW; jj++) x[jj] = a->softcap_mul * tanhf(x[jj]);
-        x = vsel(x > FA_DEC_SAT, z + FA_DEC_SAT, vsel(x < -FA_DEC_SAT, z - FA_DEC_SAT, x)) + qbad;
+        x = vsel(x > FA_KV_SAT, z + FA_KV_SAT, vsel(x < -FA_KV_SAT, z - FA_KV_SAT, x)) + qbad;
         Sv[s] = vsel(vis, x, z - INFINITY);
         mxv = vsel(Sv[s] > mxv, Sv[s], mxv);
     }
@@ -382,7 +379,7 @@ AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n, const int 
     }
     const vf mv = vbcast(a->m[row]);
     const int pairs = KEYPAIRS && MODE == M_BF16; /* PV takes P as bf16 pairs (pv_keys) */
-    vf P[FA_DEC_BC / VW];
+    vf P[FA_KV_BC / VW];
 #pragma GCC unroll 4
     for (int s = 0; s < NS; s++) {
         P[s] = vexp2(Sv[s] - mv);
@@ -399,15 +396,15 @@ AI void softmax_row(const fa_dec_args *a, int row, int64_t j0, int n, const int 
 
 /* O_r += p_r,j v_j for keys [ja, jb) and the NW-vector piece at v0 of rows r0.. of A, prefetching pf's next lines.
  * A key row r does not see has p_r,j = 0 (its score is −inf); a NaN or inf in such a v_j still makes that
- * row's O NaN, which the state check after the kernel finds and recomputes (cpu/algo/decode.c), so the loop needs
+ * row's O NaN, which the state check after the kernel finds and recomputes (cpu/algo/kvcache.c), so the loop needs
  * no visibility test. */
-AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float *P, vf *A, int ja, int jb,
+AI void pv_keys(const fa_kv_args *a, const char *const *vr, int hh, const float *P, vf *A, int ja, int jb,
                 int v0, const int NR, const int NW, const int MODE, float *tmp, pf_rows *pf) {
     pf_rows c = pf ? *pf : (pf_rows){0}; /* the cursor in registers over the loop (through memory, each step would
                                             wait for the last one's store) */
 #if KEYPAIRS
     if (MODE == M_BF16) { /* keys j, j + 1 at once (from an even j: a key outside [ja, jb) has p = 0) */
-        const uint32_t *Pb = (const uint32_t *)P; /* pair j / 2 of row r: Pb[r · FA_DEC_BC + j / 2] */
+        const uint32_t *Pb = (const uint32_t *)P; /* pair j / 2 of row r: Pb[r · FA_KV_BC + j / 2] */
         for (int jj = ja & ~1; jj < jb; jj += 2) {
             if (pf) pf_lines(&c, 2 * c.per);
             const char *x0 = vr[jj] + hh * a->v_sh + 2 * VW * v0, *x1 = vr[jj + 1] + hh * a->v_sh + 2 * VW * v0;
@@ -420,7 +417,7 @@ AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float
             }
 #pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
-                const __m512bh p = (__m512bh)_mm512_set1_epi32((int)Pb[r * FA_DEC_BC + jj / 2]);
+                const __m512bh p = (__m512bh)_mm512_set1_epi32((int)Pb[r * FA_KV_BC + jj / 2]);
 #pragma GCC unroll 16
                 for (int i = 0; i < NW; i++) A[r * NW + i] = (vf)_mm512_dpbf16_ps((__m512)A[r * NW + i], p, (__m512bh)v[i]);
             }
@@ -435,7 +432,7 @@ AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float
         row_vecs(v, vr[jj] + hh * a->v_sh, v0, NW, MODE, a, tmp);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            const vf p = vbcast(P[r * FA_DEC_BC + jj]);
+            const vf p = vbcast(P[r * FA_KV_BC + jj]);
 #pragma GCC unroll 16
             for (int i = 0; i < NW; i++) A[r * NW + i] += p * v[i];
         }
@@ -445,7 +442,7 @@ AI void pv_keys(const fa_dec_args *a, const char *const *vr, int hh, const float
 
 /* The pieces [v0, v1) of d, NW vectors each (a compile-time width, so that the accumulators are registers):
  * rows r0.. of O loaded, the keys added, stored back. */
-AI void pv_span(const fa_dec_args *a, const char *const *vr, int hh, const float *P, float *O, int ja, int jb,
+AI void pv_span(const fa_kv_args *a, const char *const *vr, int hh, const float *P, float *O, int ja, int jb,
                 int v0, int v1, const int NR, const int NW, const int MODE, float *tmp, pf_rows *pf) {
     const int dp = a->dp;
     for (; v0 + NW <= v1; v0 += NW) {
@@ -468,10 +465,10 @@ AI void pv_span(const fa_dec_args *a, const char *const *vr, int hh, const float
 
 /* O += P Vj for rows [r0, r0 + NR) of head hh over the keys any of them sees: their O in registers over W vectors
  * of d at a time (PV_WIDTH), so each V row is converted once per group of rows. */
-AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t j0, int n, const int NR,
+AI void pv(const fa_kv_args *a, const char *const *vr, int hh, int r0, int64_t j0, int n, const int NR,
            const int MODE, float *tmp, pf_rows *pf) {
     const int W = PV_WIDTH(NR), NV = a->dp / VW, dp = a->dp;
-    int ja = FA_DEC_BC, jb = 0;
+    int ja = FA_KV_BC, jb = 0;
     for (int r = 0; r < NR; r++) {
         const int64_t l = a->lo[r0 + r] - j0, h = a->hi[r0 + r] - j0;
         const int lo = l > 0 ? (int)l : 0, hi = h < n ? (int)h : n;
@@ -479,7 +476,7 @@ AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t 
         if (hi > lo && hi > jb) jb = hi;
     }
     if (jb <= ja) return;
-    const float *P = a->S + ((size_t)hh * a->R + r0) * FA_DEC_BC;
+    const float *P = a->S + ((size_t)hh * a->R + r0) * FA_KV_BC;
     float *O = a->O + ((size_t)hh * a->R + r0) * dp;
     /* pieces of W (or 4) vectors where they divide d's vector count, then 2 (bf16 pairs) or 1 for the rest */
     if (NV % W == 0) {
@@ -491,33 +488,31 @@ AI void pv(const fa_dec_args *a, const char *const *vr, int hh, int r0, int64_t 
     }
 }
 
-/* One chunk of n <= FA_DEC_BC keys from j0 (kr, vr: FA_DEC_BC row addresses, the ones past n repeat a valid row;
+/* One chunk of n <= FA_KV_BC keys from j0 (kr, vr: FA_KV_BC row addresses, the ones past n repeat a valid row;
  * kn, vn: the nn rows of the next chunk): S = Qi Kjᵀ and the online softmax for every head, then O += P Vj for every
- * head, rows in groups of 4, 2, 1. K's rows of the chunk are all read before V's: with each head's PV right after its
- * QKᵀ, the V loads of one head between the K loads of the next cost a fifth of the DRAM rate (Zen 5, 2 threads, bf16,
- * 32k cache: 27.6–29.5 -> 33.1–37.5 GB/s; docs/decoding.md). The row format MODE is a compile-time constant after
- * inlining; d is not (only the piece widths of pv are). */
-AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, const char *const *vr,
+ * head, rows in groups of 4, 2, 1. K's rows of the chunk are all read before V's: V loads of one head between the K
+ * loads of the next would break both streams and cost DRAM rate (docs/decoding.md). The row format MODE is a
+ * compile-time constant after inlining; d is not (only the piece widths of pv are). */
+AI void chunk(const fa_kv_args *a, int64_t j0, int n, const char *const *kr, const char *const *vr,
               const char *const *kn, const char *const *vn, int nn, const int MODE) {
     const int NV = a->dp / VW;
     const int R = a->R, row_bytes = a->d * (int)fa_dtype_size(a->dtype);
     /* PV key steps of a head: (groups of rows) x (pieces of d) x keys */
     const int groups = R / 4 + (R % 4) / 2 + (R % 2), W = PV_WIDTH(R >= 4 ? 4 : R >= 2 ? 2 : 1);
-    const int sites = groups * ((NV + W - 1) / W) * FA_DEC_BC;
+    const int sites = groups * ((NV + W - 1) / W) * FA_KV_BC;
     _Alignas(64) float tmp[256];
     /* the prefetch of the next chunk (pf_rows): whole rows (all heads), K's spread over every head's QKᵀ steps, into
-     * L2 on every ISA (into L1, as the PV steps' on AVX2, the lines per QKᵀ step, 32 at MHA, held up the demand
-     * loads: Zen 4 at FA_CPU_ISA=avx2, MHA 0.78-0.82x; into L2 1.04-1.10x), and V's over every head's PV steps; or
-     * each head's own K and V rows over its own PV steps, the cursor restarting per head */
+     * L2 on every ISA (into L1, MHA's many lines per QKᵀ step held up the demand loads), and V's over every head's
+     * PV steps; or each head's own K and V rows over its own PV steps, the cursor restarting per head */
     const int whole = a->nh > 1 && a->k_sh == row_bytes && a->v_sh == row_bytes;
     const int bytes = whole ? row_bytes * a->nh : row_bytes, steps = whole ? sites * a->nh : sites;
     const int lines = nn * ((bytes + 63) / 64); /* of K, and as many of V */
-    /* QKᵀ steps of all heads: a group of NR rows takes FA_DEC_BC / (VW / NR) steps, so R rows FA_DEC_BC · R / VW */
-    const int qsteps = a->nh * R * (FA_DEC_BC / VW);
+    /* QKᵀ steps of all heads: a group of NR rows takes FA_KV_BC / (VW / NR) steps, so R rows FA_KV_BC · R / VW */
+    const int qsteps = a->nh * R * (FA_KV_BC / VW);
     int qc = whole ? (lines + qsteps - 1) / qsteps : 0;
-    if (qc > FA_DEC_QK_PF_MAX) qc = FA_DEC_QK_PF_MAX;
+    if (qc > FA_KV_QK_PF_MAX) qc = FA_KV_QK_PF_MAX;
     const int left = whole && lines > qc * qsteps ? lines - qc * qsteps : 0; /* K's lines the QKᵀ steps leave */
-    pf_run runs[2 * FA_DEC_BC];
+    pf_run runs[2 * FA_KV_BC];
     const int nk = pf_runs(kn, nn, bytes, runs);
     pf_rows pf = {runs, nk + pf_runs(vn, nn, bytes, runs + nk), nk, ((whole ? 1 : 2) * lines + left + steps - 1) / steps,
                   0, NULL, NULL, 0, 0};
@@ -542,7 +537,7 @@ AI void chunk(const fa_dec_args *a, int64_t j0, int n, const char *const *kr, co
 }
 
 /* Row addresses of keys [j0, j0 + n) for the item's first head; the entries past n repeat the last row. */
-static inline void key_rows(const fa_dec_args *a, int64_t j0, int n, const char **kr, const char **vr) {
+static inline void key_rows(const fa_kv_args *a, int64_t j0, int n, const char **kr, const char **vr) {
     for (int jj = 0; jj < n; jj++) {
         const int64_t t = j0 + jj;
         if (a->bt) {
@@ -554,22 +549,22 @@ static inline void key_rows(const fa_dec_args *a, int64_t j0, int n, const char 
             vr[jj] = a->vbase + t * a->v_ss;
         }
     }
-    for (int jj = n; jj < FA_DEC_BC; jj++) kr[jj] = kr[n - 1], vr[jj] = vr[n - 1];
+    for (int jj = n; jj < FA_KV_BC; jj++) kr[jj] = kr[n - 1], vr[jj] = vr[n - 1];
 }
 
 /* The keys of the item chunk by chunk, with the row format and vector count fixed at compile time. */
-AI void walk(const fa_dec_args *a, const int MODE) {
-    const char *kr[FA_DEC_BC], *vr[FA_DEC_BC], *kp[FA_DEC_BC], *vp[FA_DEC_BC]; /* this chunk, the next one */
+AI void walk(const fa_kv_args *a, const int MODE) {
+    const char *kr[FA_KV_BC], *vr[FA_KV_BC], *kp[FA_KV_BC], *vp[FA_KV_BC]; /* this chunk, the next one */
     const vf z = {0};
     for (int row = 0; row < a->R * a->nh; row++) {
         vf l = z;
         l[0] = a->l[row];
         ST(a->Lv + (size_t)row * 16, l);
     }
-    for (int64_t j0 = a->k0; j0 < a->k1; j0 += FA_DEC_BC) {
-        const int n = (int)(a->k1 - j0 < FA_DEC_BC ? a->k1 - j0 : FA_DEC_BC);
-        const int64_t jp = j0 + FA_DEC_BC;
-        const int np = (int)(a->k1 - jp < FA_DEC_BC ? (a->k1 > jp ? a->k1 - jp : 0) : FA_DEC_BC);
+    for (int64_t j0 = a->k0; j0 < a->k1; j0 += FA_KV_BC) {
+        const int n = (int)(a->k1 - j0 < FA_KV_BC ? a->k1 - j0 : FA_KV_BC);
+        const int64_t jp = j0 + FA_KV_BC;
+        const int np = (int)(a->k1 - jp < FA_KV_BC ? (a->k1 > jp ? a->k1 - jp : 0) : FA_KV_BC);
         key_rows(a, j0, n, kr, vr);
         if (np) key_rows(a, jp, np, kp, vp);
         chunk(a, j0, n, kr, vr, kp, vp, np, MODE);
@@ -578,19 +573,19 @@ AI void walk(const fa_dec_args *a, const int MODE) {
 }
 
 /* One function per row format (MODE a constant in each), not one function holding all four. */
-#define FA_DEC_NOINLINE static __attribute__((noinline))
-FA_DEC_NOINLINE void walk_f32(const fa_dec_args *a) { walk(a, M_F32); }
-FA_DEC_NOINLINE void walk_bf16(const fa_dec_args *a) { walk(a, M_BF16); }
-FA_DEC_NOINLINE void walk_f16(const fa_dec_args *a) { walk(a, M_F16); }
-FA_DEC_NOINLINE void walk_any(const fa_dec_args *a) { walk(a, M_ANY); }
+#define FA_KV_NOINLINE static __attribute__((noinline))
+FA_KV_NOINLINE void walk_f32(const fa_kv_args *a) { walk(a, M_F32); }
+FA_KV_NOINLINE void walk_bf16(const fa_kv_args *a) { walk(a, M_BF16); }
+FA_KV_NOINLINE void walk_f16(const fa_kv_args *a) { walk(a, M_F16); }
+FA_KV_NOINLINE void walk_any(const fa_kv_args *a) { walk(a, M_ANY); }
 
-static void attend(const fa_dec_args *a) {
+static void attend(const fa_kv_args *a) {
     /* fp32, bf16 and f16 rows converted by whole vectors where d is its padded width (the loops run to dp: a row
      * of d % 16 != 0 would be read past its end); any other d through M_ANY */
     if (a->d == a->dp && a->dtype == FA_DTYPE_F32) walk_f32(a);
     else if (a->d == a->dp && a->dtype == FA_DTYPE_F16) walk_f16(a);
-    else if (a->d % FA_DEC_GROUP == 0 && a->d == a->dp && a->dtype == FA_DTYPE_BF16) walk_bf16(a);
+    else if (a->d % FA_KV_GROUP == 0 && a->d == a->dp && a->dtype == FA_DTYPE_BF16) walk_bf16(a);
     else walk_any(a);
 }
 
-const fa_dec_kernel FA_DEC_KERNEL_NAME = {attend, FA_DEC_GROUP, KEYPAIRS};
+const fa_kv_kernel FA_KV_KERNEL_NAME = {attend, FA_KV_GROUP, KEYPAIRS};

@@ -3,7 +3,7 @@
  * (sequence, K/V head, split) computing all the query rows that read that K/V head, then the LSE merge of the
  * splits — and fa_merge_states. docs/decoding.md. */
 #include "cpu/cpu.h"
-#include "cpu/decode/attend.h"
+#include "cpu/simd/kvcache.h"
 
 #include "core/half.h"
 #include "core/kvcache.h"
@@ -15,15 +15,8 @@
 #define MIN_SPLIT_KEYS 256 /* a split below this many keys costs more in merging than it gains (2 threads) */
 #define MAX_SPLITS 64
 
-static const fa_dec_kernel *kernel_of(fa_cpu_isa id) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (id == FA_CPU_ISA_AVX512 || id == FA_CPU_ISA_AMX) return &fa_dec_kernel_avx512; /* amx: avx512 + tiles */
-    if (id == FA_CPU_ISA_AVX2) return &fa_dec_kernel_avx2;
-#endif
-    (void)id;
-    return &fa_dec_kernel_scalar;
-}
-
+/* The kernel name fa_stats reports, by the ISA of the context's table (the amx table runs the avx512 kernel). The
+ * stem stays "cpu.decode": tests/test_kvcache.c checks it. */
 static const char *const kernel_names[FA_CPU_ISA_COUNT] = {"cpu.decode.scalar", "cpu.decode.avx2",
                                                             "cpu.decode.avx512", "cpu.decode.avx512"};
 
@@ -42,7 +35,7 @@ static void split_of(const fa_plan *pl, int64_t L, int64_t *chunk, int *ns) {
 
 typedef struct thread_parts {
     float *qs, *qbad, *S, *Lv, *O, *m, *l;
-    uint16_t *qb; /* bf16 rows: q as bf16 in order, one or two parts (attend.h) */
+    uint16_t *qb; /* bf16 rows: q as bf16 in order, one or two parts (simd/kvcache.h) */
     int64_t *lo, *hi;
 } thread_parts;
 
@@ -55,7 +48,7 @@ static int rows_of(const fa_kv_problem *p) { return (int)(p->hq / p->hk * p->sq)
 /* fa_plan.aux[AUX_HPI]: K/V heads per work item (all of them when a key's heads are adjacent in memory) */
 #define AUX_HPI 3
 #define MAX_HPI 16 /* heads per item at most (the kernel's per-head scratch) */
-static int padded(int64_t d) { return (int)((d + FA_DEC_LANES - 1) / FA_DEC_LANES * FA_DEC_LANES); }
+static int padded(int64_t d) { return (int)((d + FA_KV_LANES - 1) / FA_KV_LANES * FA_KV_LANES); }
 
 static void thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *parts) {
     const fa_kv_problem *p = problem;
@@ -64,7 +57,7 @@ static void thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, v
     t->qs = fa_arena_take(a, R * dp * f, 64);
     t->qb = p->dtype == FA_DTYPE_BF16 ? fa_arena_take(a, R * 2 * dp * sizeof(uint16_t), 64) : NULL;
     t->O = fa_arena_take(a, R * dp * f, 64);
-    t->S = fa_arena_take(a, R * FA_DEC_BC * f, 64);
+    t->S = fa_arena_take(a, R * FA_KV_BC * f, 64);
     t->Lv = fa_arena_take(a, R * 16 * f, 64);
     t->qbad = fa_arena_take(a, R * f, 64);
     t->m = fa_arena_take(a, R * f, 64);
@@ -93,7 +86,7 @@ fa_status fa_cpu_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan 
     plan->kernel = kernel_names[kr->id];
     plan->threads = ctx->threads;
     plan->block_q = rows_of(p);  /* rows per K/V head */
-    plan->block_k = FA_DEC_BC;
+    plan->block_k = FA_KV_BC;
     /* a key's K/V heads adjacent in memory (stride_head < stride_seq, the [.., seq, heads, d] layouts): one item
      * reads them all, so the cache streams in order; else one head per item */
     int hpi = 1;
@@ -246,7 +239,7 @@ static double exact_row(const fa_kv_problem *p, int64_t b, int64_t i, int64_t hq
 
 /* One (sequence b, K/V heads [h0, h0 + nh), split s): head h's R rows (query row i, group member g) are rows
  * (h − h0)·R + i·G + g of the thread's state. */
-static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_dec_kernel *kern, const thread_parts *t,
+static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *kern, const thread_parts *t,
                  const split_parts *w, int64_t b, int64_t h0, int nh, int s, fa_io *io) {
     const int64_t G = p->hq / p->hk, L = p->seqlens[b] + (p->append ? p->sq : 0), d = p->d;
     const int dp = padded(d), R = rows_of(p);
@@ -278,7 +271,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_dec_kernel 
                     bad += x[c] * 0.0f;
                 }
                 if (p->rot_cos) rotate(p, x, p->seqlens[b] + i);
-                for (int64_t c = 0; c < d; c++) q[fa_dec_lane(kern, p->dtype, d, c)] = x[c] * qmul;
+                for (int64_t c = 0; c < d; c++) q[fa_kv_lane(kern, p->dtype, d, c)] = x[c] * qmul;
                 for (int64_t c = d; c < dp; c++) q[c] = 0;
                 if (t->qb) { /* the raw bf16 q (exact; qmul applied to the sums), or with rotary qmul·q as hi + lo */
                     uint16_t *qb = t->qb + r * 2 * dp;
@@ -296,7 +289,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_dec_kernel 
     }
     if (k1 > k0) {
         const int64_t es = (int64_t)fa_dtype_size(p->dtype), row = fa_kv_row(p, b);
-        fa_dec_args a = {.R = R, .nh = nh, .d = (int)d, .dp = dp, .dtype = p->dtype, .qs = t->qs, .qb = t->qb,
+        fa_kv_args a = {.R = R, .nh = nh, .d = (int)d, .dp = dp, .dtype = p->dtype, .qs = t->qs, .qb = t->qb,
                          .qb_parts = p->rot_cos ? 2 : 1, .qb_mul = p->rot_cos ? 1.f : qmul, .qbad = t->qbad,
                          .lo = t->lo, .hi = t->hi, .k0 = k0, .k1 = k1,
                          .softcap_mul = p->softcap > 0 ? p->softcap * LOG2E : 0, .S = t->S, .Lv = t->Lv,
@@ -326,7 +319,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_dec_kernel 
                 float lse = l == 0 ? -INFINITY : (float)((t->m[r] + log2f(l)) * LN2), o[256];
                 const float *so = t->O + r * dp;
                 if (row_stands(t, r, dp, d)) {
-                    for (int64_t c = 0; c < d; c++) o[c] = so[fa_dec_lane(kern, p->dtype, d, c)] * inv;
+                    for (int64_t c = 0; c < d; c++) o[c] = so[fa_kv_lane(kern, p->dtype, d, c)] * inv;
                 } else {
                     double x[256];
                     lse = (float)exact_row(p, b, i, hq, t->lo[r], t->hi[r], x);
@@ -406,7 +399,7 @@ fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *
     split_parts w;
     fa_cpu_frame_shared(&f, &w);
     const fa_cpu_kernels *kr = ctx->kernels;
-    const fa_dec_kernel *kern = kernel_of(kr->id);
+    const fa_kv_kernel *kern = kr->kvcache;
     if (p->append) append(p, plan->threads);
     const int ns = plan->aux[FA_KV_AUX_SPLITS], hpi = plan->aux[AUX_HPI];
     const int64_t groups = p->hk / hpi, items = p->batch * groups * ns;

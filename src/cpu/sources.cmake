@@ -9,8 +9,7 @@ set(FA_CPU_SOURCES
     src/cpu/algo/flash2_bf16.c src/cpu/algo/flash2_amx.c src/cpu/algo/kvcache.c
     src/cpu/tiles/head.c src/cpu/tiles/scores.c src/cpu/tiles/bwd_tile.c src/cpu/tiles/tile_io.c
     src/cpu/tiles/tile_table.c
-    src/cpu/simd/dispatch.c src/cpu/simd/scalar.c src/cpu/simd/kvcache_scalar.c
-    src/core/kvcache.c)
+    src/cpu/simd/dispatch.c src/cpu/simd/scalar.c src/cpu/simd/kvcache_scalar.c)
 
 # The KV-cache kernels (simd/kvcache_<isa>.c, the body in simd/kvcache_impl.h): -ffp-contract=fast lets the vector
 # code fuse its multiply-adds; -Wno-psabi: its 64-byte vector types only cross static inline functions, no ABI

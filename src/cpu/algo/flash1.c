@@ -140,16 +140,10 @@ const fa_cpu_algo fa_cpu_flash1_fwd = {FA_CPU_LAYOUT(fwd_thread_layout, fwd_tile
 
 /* A thread's slice: the backward tiles (with Oi, for Di) and, for f16/bf16, the fp32 dQ accumulator of one K/V
  * head's query heads (f32 accumulates into dQ itself). */
-typedef struct bwd_tiles {
-    fa_cpu_bwd_tiles t;
-    float *dQall;
-} bwd_tiles;
-
 static void bwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *tiles) {
     const fa_problem *p = problem;
-    bwd_tiles *t = tiles;
-    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, 1, pl->aux[FA_CPU_AUX_BF16T], &t->t);
-    t->dQall = p->dtype == FA_DTYPE_F32 ? NULL : fa_take_f32(a, (size_t)(p->hq / p->hk * p->sq_max * p->d));
+    const size_t dq = p->dtype == FA_DTYPE_F32 ? 0 : (size_t)(p->hq / p->hk * p->sq_max * p->d);
+    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, 1, pl->aux[FA_CPU_AUX_BF16T], dq, tiles);
 }
 
 static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
@@ -160,10 +154,9 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(f->threads)
     for (int64_t it = 0; it < items; it++) {
-        bwd_tiles tt;
-        fa_io *io = fa_cpu_frame_thread(f, &tt);
-        const fa_cpu_bwd_tiles t = tt.t;
-        float *dQall = tt.dQall;
+        fa_cpu_bwd_tiles t;
+        fa_io *io = fa_cpu_frame_thread(f, &t);
+        float *dQall = t.dQacc;
         const int64_t b = it / p->hk, hk = it % p->hk;
         fa_head hd;
         fa_cpu_head(p, b, hk * group, &hd);
@@ -212,4 +205,4 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
     }
 }
 
-const fa_cpu_algo fa_cpu_flash1_bwd = {FA_CPU_LAYOUT(bwd_thread_layout, bwd_tiles, NULL, char), bwd_run, 0};
+const fa_cpu_algo fa_cpu_flash1_bwd = {FA_CPU_LAYOUT(bwd_thread_layout, fa_cpu_bwd_tiles, NULL, char), bwd_run, 0};

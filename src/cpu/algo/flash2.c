@@ -160,11 +160,7 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
                 if (plain) kr->gemm_nn(rows, d, cols, ST, 1, rp, Vj, d, O, d, 1); /* O += P Vj */
                 else masked_pv(p, kr, &hd, i0, rows, rp, j0, cols, ST, Vj, O);
             }
-            for (int r = 0; r < rows; r++) {                              /* O /= ℓ, once   */
-                alpha[r] = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-                lse[r] = l[r] > 0 ? m[r] * unit + logf(l[r]) : -INFINITY; /* scale·max S + ln ℓ */
-            }
-            kr->scale_rows(rows, d, O, d, alpha);
+            fa_cpu_fwd_finish(kr, rows, d, O, m, l, unit, alpha, lse);   /* O /= ℓ once; LSE = scale·max S + ln ℓ */
             fa_tile_store((char *)hd.o + i0 * hd.ldo * es, p->dtype, hd.ldo, O, d, rows, d, io);
             if (hd.lse) fa_vec_store(hd.lse + i0, lse, rows, io);
         }
@@ -199,17 +195,11 @@ static bwd_mode mode_of(const fa_problem *p, const fa_plan *pl) {
 
 /* A thread's slice: the backward tiles and, without a split, the thread's fp32 dQ accumulator of one K/V head's
  * query heads unless dQ accumulates in place. */
-typedef struct bwd_tiles {
-    fa_cpu_bwd_tiles t;
-    float *dQacc;
-} bwd_tiles;
-
 static void bwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *tiles) {
     const fa_problem *p = problem;
-    bwd_tiles *t = tiles;
     const bwd_mode m = mode_of(p, pl);
-    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, m.fused, pl->aux[FA_CPU_AUX_BF16T], &t->t);
-    t->dQacc = m.nsplit == 1 && !m.acc_in_place ? fa_take_f32(a, m.sQ) : NULL;
+    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, m.fused, pl->aux[FA_CPU_AUX_BF16T],
+                            m.nsplit == 1 && !m.acc_in_place ? m.sQ : 0, tiles);
 }
 
 /* Shared: D of every query row (padded to whole cache lines), and with a split one fp32 dQ partial per work item. */
@@ -239,9 +229,9 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
      * dP − D is exactly 0 where it should be); zero the dQ accumulators */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(f->threads)
     for (int64_t bh = 0; bh < (W.fused ? 0 : p->batch * p->hq); bh++) {
-        bwd_tiles tt;
-        fa_io *io = fa_cpu_frame_thread(f, &tt);
-        float *Oi = tt.t.Qi, *dOi = tt.t.dOi, *Z = tt.t.dQi, *D_i = tt.t.D_i;
+        fa_cpu_bwd_tiles t;
+        fa_io *io = fa_cpu_frame_thread(f, &t);
+        float *Oi = t.Qi, *dOi = t.dOi, *Z = t.dQi, *D_i = t.D_i;
         const int64_t b = bh / p->hq, h = bh % p->hq;
         fa_head hq;
         fa_cpu_head(p, b, h, &hq);
@@ -261,10 +251,9 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
      * part), so dQ, dK, dV have one writer each: race-free and deterministic without atomics */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(f->threads)
     for (int64_t it = 0; it < items; it++) {
-        bwd_tiles tt;
-        fa_io *io = fa_cpu_frame_thread(f, &tt);
-        const fa_cpu_bwd_tiles t = tt.t;
-        float *dQacc = nsplit > 1 ? dQparts + (size_t)it * W.sQ : tt.dQacc;
+        fa_cpu_bwd_tiles t;
+        fa_io *io = fa_cpu_frame_thread(f, &t);
+        float *dQacc = nsplit > 1 ? dQparts + (size_t)it * W.sQ : t.dQacc;
         const int64_t b = (it / nsplit) / p->hk, hk = (it / nsplit) % p->hk, part = it % nsplit;
         fa_head hd;
         fa_cpu_head(p, b, hk * group, &hd);
@@ -335,9 +324,9 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
         const int64_t tr = (sq_max + br - 1) / br, rows_items = p->batch * p->hq * tr;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(f->threads)
         for (int64_t it = 0; it < rows_items; it++) {
-            bwd_tiles tt;
-            fa_io *io = fa_cpu_frame_thread(f, &tt);
-            float *A = tt.t.Qi, *B = tt.t.dOi;
+            fa_cpu_bwd_tiles t;
+            fa_io *io = fa_cpu_frame_thread(f, &t);
+            float *A = t.Qi, *B = t.dOi;
             const int64_t b = it / (p->hq * tr), h = (it / tr) % p->hq, i0 = (it % tr) * br;
             fa_head hq;
             fa_cpu_head(p, b, h, &hq);
@@ -355,5 +344,5 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
     }
 }
 
-const fa_cpu_algo fa_cpu_flash2_bwd = {FA_CPU_LAYOUT(bwd_thread_layout, bwd_tiles, bwd_shared_layout, bwd_parts),
+const fa_cpu_algo fa_cpu_flash2_bwd = {FA_CPU_LAYOUT(bwd_thread_layout, fa_cpu_bwd_tiles, bwd_shared_layout, bwd_parts),
                                        bwd_run, 0};

@@ -11,12 +11,6 @@
 
 #include <string.h>
 
-/* Rows of bf16 from slow memory into a fast tile, unconverted (counted as fa_tile_load counts them). */
-static void load_bf16_rows(uint16_t *dst, int ld_dst, const uint16_t *src, int64_t ld_src, int rows, int cols, fa_io *io) {
-    for (int r = 0; r < rows; r++) memcpy(dst + (int64_t)r * ld_dst, src + r * ld_src, (size_t)cols * 2);
-    io->read += (int64_t)rows * cols * 2;
-}
-
 /* A thread's fast tiles: Qi (bf16 rows), the K/V staging rows, the packs (per Bc-key tile slot: Kjᵀ words
  * [d/2][Bc] and Vj pairs [Bc/2][d]) with a packed-yet flag per slot, fp32 S and O, P words, softmax state. */
 typedef struct tiles {
@@ -50,8 +44,8 @@ static void thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, v
 static void pack_tile(const fa_problem *p, const fa_cpu_kernels *kr, const fa_head *hd, int64_t j0, int cols,
                       const tiles *t, int s, int bc, fa_io *io) {
     const int d = (int)p->d, dp = d / 2, bcw = (bc + 1) / 2;
-    load_bf16_rows(t->Kr, d, (const uint16_t *)hd->k + j0 * hd->ldk, hd->ldk, cols, d, io);
-    load_bf16_rows(t->Vr, d, (const uint16_t *)hd->v + j0 * hd->ldv, hd->ldv, cols, d, io);
+    fa_tile_load_bf16(t->Kr, d, (const uint16_t *)hd->k + j0 * hd->ldk, hd->ldk, cols, d, io);
+    fa_tile_load_bf16(t->Vr, d, (const uint16_t *)hd->v + j0 * hd->ldv, hd->ldv, cols, d, io);
     kr->pack_t32(cols, dp, (const uint32_t *)t->Kr, dp, t->KT + (size_t)s * dp * bc, bc); /* [d/2][Bc] */
     kr->pairs_bf16(cols, d, t->Vr, d, t->VP + (size_t)s * bcw * d, d);                   /* [Bc/2][d] */
 }
@@ -85,7 +79,7 @@ static void run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl
         for (int64_t i = ib; i < ie; i++) {
             const int64_t i0 = i * br;
             const int rows = (int)(hd.sq - i0 < br ? hd.sq - i0 : br);
-            load_bf16_rows(t.Qi, d, (const uint16_t *)hd.q + i0 * hd.ldq, hd.ldq, rows, d, io);
+            fa_tile_load_bf16(t.Qi, d, (const uint16_t *)hd.q + i0 * hd.ldq, hd.ldq, rows, d, io);
             if (sign)
                 for (int64_t x = 0; x < (int64_t)rows * d; x++) t.Qi[x] ^= sign;
             for (int r = 0; r < rows; r++) { m[r] = -INFINITY; l[r] = 0; }
@@ -108,11 +102,7 @@ static void run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl
                 kr->scale_rows(rows, d, O, d, alpha);                              /* O = diag(α) O */
                 kr->gemm_bf16(rows, d, cw, t.P, bcw, 1, VP, d, O, d, 1);           /* O += P Vj */
             }
-            for (int r = 0; r < rows; r++) {
-                alpha[r] = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-                lse[r] = l[r] > 0 ? m[r] * unit + logf(l[r]) : -INFINITY;
-            }
-            kr->scale_rows(rows, d, O, d, alpha);
+            fa_cpu_fwd_finish(kr, rows, d, O, m, l, unit, alpha, lse);
             fa_tile_store((char *)hd.o + i0 * hd.ldo * 2, p->dtype, hd.ldo, O, d, rows, d, io);
             if (hd.lse) fa_vec_store(hd.lse + i0, lse, rows, io);
         }

@@ -6,12 +6,6 @@
 
 #include <string.h>
 
-/* Rows of bf16 from slow memory into a fast tile, unconverted (counted as fa_tile_load counts them). */
-static void load_bf16_rows(uint16_t *dst, int ld_dst, const uint16_t *src, int64_t ld_src, int rows, int cols, fa_io *io) {
-    for (int r = 0; r < rows; r++) memcpy(dst + (int64_t)r * ld_dst, src + r * ld_src, (size_t)cols * 2);
-    io->read += (int64_t)rows * cols * 2;
-}
-
 /* A thread's fast tiles: bf16 Qi and its pair-packed transpose, bf16 Kj, Vj, Vj as key pairs, fp32 Sᵀ, Pᵀ as key
  * pairs, fp32 O, and the softmax state. */
 typedef struct tiles {
@@ -62,7 +56,7 @@ static void run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl
         if (i0 >= hd.sq) continue;
         const int rows = (int)(hd.sq - i0 < br ? hd.sq - i0 : br), rp = fa_pad16(rows);
 
-        load_bf16_rows(Qi, d, (const uint16_t *)hd.q + i0 * hd.ldq, hd.ldq, rows, d, io);
+        fa_tile_load_bf16(Qi, d, (const uint16_t *)hd.q + i0 * hd.ldq, hd.ldq, rows, d, io);
         memset(Qi + (int64_t)rows * d, 0, (size_t)(rp - rows) * d * 2);
         if (sign)
             for (int64_t x = 0; x < (int64_t)rows * d; x++) Qi[x] ^= sign;
@@ -73,8 +67,8 @@ static void run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl
         fa_cpu_block_keys(p, hd.sq, hd.sk, i0, i0 + rows, &lo, &hi);
         for (int64_t j0 = lo / bc * bc; j0 < hi; j0 += bc) {
             const int cols = (int)(hd.sk - j0 < bc ? hd.sk - j0 : bc), cw = (cols + 1) / 2;
-            load_bf16_rows(Kj, d, (const uint16_t *)hd.k + j0 * hd.ldk, hd.ldk, cols, d, io);
-            load_bf16_rows(Vj, d, (const uint16_t *)hd.v + j0 * hd.ldv, hd.ldv, cols, d, io);
+            fa_tile_load_bf16(Kj, d, (const uint16_t *)hd.k + j0 * hd.ldk, hd.ldk, cols, d, io);
+            fa_tile_load_bf16(Vj, d, (const uint16_t *)hd.v + j0 * hd.ldv, hd.ldv, cols, d, io);
             kr->gemm_bf16(cols, rp, dp, (const uint32_t *)Kj, dp, 1, QiT, rp, ST, rp, 0); /* Sᵀ = Kj Qiᵀ */
             if ((p->softcap > 0 || fa_cpu_tile_needs_mask(p, hd.sq, hd.sk, i0, rows, j0, cols)) &&
                 fa_cpu_scores(p, ST, 1, rp, rows, cols, i0, j0, hd.sq, hd.sk, cap_mul, 1.0f) == 0)
@@ -85,11 +79,7 @@ static void run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl
             kr->scale_rows(rows, d, O, d, alpha);                            /* O = diag(α) O */
             kr->gemm_bf16(rows, d, cw, Pp, 1, rp, Vp, d, O, d, 1);           /* O += P Vj */
         }
-        for (int r = 0; r < rows; r++) {
-            alpha[r] = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-            lse[r] = l[r] > 0 ? m[r] * unit + logf(l[r]) : -INFINITY;
-        }
-        kr->scale_rows(rows, d, O, d, alpha);
+        fa_cpu_fwd_finish(kr, rows, d, O, m, l, unit, alpha, lse);
         fa_tile_store((char *)hd.o + i0 * hd.ldo * 2, p->dtype, hd.ldo, O, d, rows, d, io);
         if (hd.lse) fa_vec_store(hd.lse + i0, lse, rows, io);
     }

@@ -4,7 +4,8 @@
 
 #include <string.h>
 
-void fa_cpu_bwd_tiles_layout(fa_arena *a, int d, int br, int bc, int with_o, int bf16, fa_cpu_bwd_tiles *t) {
+void fa_cpu_bwd_tiles_layout(fa_arena *a, int d, int br, int bc, int with_o, int bf16, size_t dq_floats,
+                             fa_cpu_bwd_tiles *t) {
     const size_t q = (size_t)br * d, k = (size_t)bc * d;
     t->ldt = fa_pad16(bc);
     t->ldr = (br + 1) & ~1;
@@ -24,18 +25,20 @@ void fa_cpu_bwd_tiles_layout(fa_arena *a, int d, int br, int bc, int with_o, int
     t->D_i = fa_take_f32(a, (size_t)br);
     t->Qw = t->dOw = t->Qp = t->dOp = t->KT2 = t->VT2 = t->Kp2 = t->Tw = t->dSw = NULL;
     t->T = NULL;
-    if (!bf16) return;
-    const size_t w = sizeof(uint32_t), hr = (size_t)t->ldr / 2, hc = (size_t)(bc + 1) / 2, hd = (size_t)d / 2;
-    t->Qw = fa_arena_take(a, (size_t)br * hd * w, 64);
-    t->dOw = fa_arena_take(a, (size_t)br * hd * w, 64);
-    t->Qp = fa_arena_take(a, hr * d * w, 64);
-    t->dOp = fa_arena_take(a, hr * d * w, 64);
-    t->KT2 = fa_arena_take(a, hd * t->ldt * w, 64);
-    t->VT2 = fa_arena_take(a, hd * t->ldt * w, 64);
-    t->Kp2 = fa_arena_take(a, hc * d * w, 64);
-    t->T = fa_take_f32(a, (size_t)t->ldt * t->ldr);
-    t->Tw = fa_arena_take(a, (size_t)t->ldt * hr * w, 64);
-    t->dSw = fa_arena_take(a, (size_t)br * (t->ldt / 2) * w, 64);
+    if (bf16) {
+        const size_t w = sizeof(uint32_t), hr = (size_t)t->ldr / 2, hc = (size_t)(bc + 1) / 2, hd = (size_t)d / 2;
+        t->Qw = fa_arena_take(a, (size_t)br * hd * w, 64);
+        t->dOw = fa_arena_take(a, (size_t)br * hd * w, 64);
+        t->Qp = fa_arena_take(a, hr * d * w, 64);
+        t->dOp = fa_arena_take(a, hr * d * w, 64);
+        t->KT2 = fa_arena_take(a, hd * t->ldt * w, 64);
+        t->VT2 = fa_arena_take(a, hd * t->ldt * w, 64);
+        t->Kp2 = fa_arena_take(a, hc * d * w, 64);
+        t->T = fa_take_f32(a, (size_t)t->ldt * t->ldr);
+        t->Tw = fa_arena_take(a, (size_t)t->ldt * hr * w, 64);
+        t->dSw = fa_arena_take(a, (size_t)br * (t->ldt / 2) * w, 64);
+    }
+    t->dQacc = dq_floats ? fa_take_f32(a, dq_floats) : NULL;
 }
 
 void fa_cpu_bwd_kv_begin(const fa_problem *p, const fa_cpu_kernels *kr, const fa_head *hd, int64_t j0, int cols,
@@ -97,14 +100,13 @@ static void tile_softcap(const fa_problem *p, const fa_cpu_kernels *kr, int64_t 
     kr->gemm_nn(cols, d, rows, dP, 1, cols, t->Qi, d, t->dKj, d, 1);        /* dKj += scale·dSᵀ Qi */
 }
 
-/* S = Qi Kjᵀ on the packed Kjᵀ; mask; P = e^(scale·S − LSE); dVj += Pᵀ dOi; dP = dOi Vjᵀ; dS = scale·P ∘ (dP − Di);
- * dQi += dS Kj; dKj += dSᵀ Qi. */
-static void tile(const fa_problem *p, const fa_cpu_kernels *kr, int64_t sq, int64_t sk, int64_t i0, int rows,
-                 int64_t j0, int cols, const fa_cpu_bwd_tiles *t) {
-    const int d = (int)p->d, ldt = t->ldt;
-    float *S = t->S, *dP = t->dP;
+/* The raw scores S = Qi Kjᵀ in t->S become P: masked entries −∞ (after the scale), then P = e^(scale·S − LSE).
+ * Returns 0 when no entry of the tile is visible (S left as it is: the caller skips the tile). */
+static int scores_to_p(const fa_problem *p, const fa_cpu_kernels *kr, int64_t sq, int64_t sk, int64_t i0, int rows,
+                       int64_t j0, int cols, const fa_cpu_bwd_tiles *t) {
+    const int ldt = t->ldt;
+    float *S = t->S;
     float sub[512];
-    kr->gemm_nn(rows, cols, d, t->Qi, d, 1, t->KjT, ldt, S, ldt, 0);             /* S = Qi Kjᵀ (raw) */
     if (fa_cpu_tile_needs_mask(p, sq, sk, i0, rows, j0, cols)) {
         const float masked = p->scale < 0 ? INFINITY : -INFINITY; /* scale·masked = −∞ */
         int64_t vis = 0;
@@ -118,7 +120,7 @@ static void tile(const fa_problem *p, const fa_cpu_kernels *kr, int64_t sq, int6
             for (int c = c1; c < cols; c++) s[c] = masked;
             vis += c1 - c0;
         }
-        if (vis == 0) return;
+        if (vis == 0) return 0;
     }
     for (int r0 = 0; r0 < rows; r0 += 512) {                                   /* P = exp(scale·S − LSE) */
         const int n = rows - r0 < 512 ? rows - r0 : 512;
@@ -126,6 +128,17 @@ static void tile(const fa_problem *p, const fa_cpu_kernels *kr, int64_t sq, int6
             sub[r] = t->lse_i[r0 + r] == -INFINITY ? INFINITY : t->lse_i[r0 + r];
         kr->exp_rows(n, cols, S + (int64_t)r0 * ldt, ldt, p->scale, sub);
     }
+    return 1;
+}
+
+/* S = Qi Kjᵀ on the packed Kjᵀ; mask; P = e^(scale·S − LSE); dVj += Pᵀ dOi; dP = dOi Vjᵀ; dS = scale·P ∘ (dP − Di);
+ * dQi += dS Kj; dKj += dSᵀ Qi. */
+static void tile(const fa_problem *p, const fa_cpu_kernels *kr, int64_t sq, int64_t sk, int64_t i0, int rows,
+                 int64_t j0, int cols, const fa_cpu_bwd_tiles *t) {
+    const int d = (int)p->d, ldt = t->ldt;
+    float *S = t->S, *dP = t->dP;
+    kr->gemm_nn(rows, cols, d, t->Qi, d, 1, t->KjT, ldt, S, ldt, 0);             /* S = Qi Kjᵀ (raw) */
+    if (!scores_to_p(p, kr, sq, sk, i0, rows, j0, cols, t)) return;
     kr->gemm_nn(cols, d, rows, S, 1, ldt, t->dOi, d, t->dVj, d, 1);             /* dVj += Pᵀ dOi */
     kr->gemm_nn(rows, cols, d, t->dOi, d, 1, t->VjT, ldt, dP, ldt, 0);          /* dP = dOi Vjᵀ */
     kr->ds_rows(rows, cols, S, ldt, dP, ldt, t->D_i, p->scale);                 /* dS = scale·P ∘ (dP − Di) */
@@ -140,29 +153,9 @@ static void tile_bf16(const fa_problem *p, const fa_cpu_kernels *kr, int64_t sq,
                       int64_t j0, int cols, const fa_cpu_bwd_tiles *t) {
     const int d = (int)p->d, dp = d / 2, ldt = t->ldt, ldr = t->ldr, hr = (rows + 1) / 2, hc = (cols + 1) / 2;
     float *S = t->S, *dP = t->dP;
-    float sub[512];
     kr->rows_f32_bf16(rows, d, t->Qi, d, t->Qw, dp);
     kr->gemm_bf16(rows, cols, dp, t->Qw, dp, 1, t->KT2, ldt, S, ldt, 0);        /* S = Qi Kjᵀ (raw) */
-    if (fa_cpu_tile_needs_mask(p, sq, sk, i0, rows, j0, cols)) {
-        const float masked = p->scale < 0 ? INFINITY : -INFINITY; /* scale·masked = −∞ */
-        int64_t vis = 0;
-        for (int r = 0; r < rows; r++) {
-            int64_t lo, hi;
-            int c0, c1;
-            fa_key_range(p, sq, sk, i0 + r, &lo, &hi);
-            fa_cpu_tile_cols(lo, hi, j0, cols, &c0, &c1);
-            float *s = S + (int64_t)r * ldt;
-            for (int c = 0; c < c0; c++) s[c] = masked;
-            for (int c = c1; c < cols; c++) s[c] = masked;
-            vis += c1 - c0;
-        }
-        if (vis == 0) return;
-    }
-    for (int r0 = 0; r0 < rows; r0 += 512) {                                   /* P = exp(scale·S − LSE) */
-        const int n = rows - r0 < 512 ? rows - r0 : 512;
-        for (int r = 0; r < n; r++) sub[r] = t->lse_i[r0 + r] == -INFINITY ? INFINITY : t->lse_i[r0 + r];
-        kr->exp_rows(n, cols, S + (int64_t)r0 * ldt, ldt, p->scale, sub);
-    }
+    if (!scores_to_p(p, kr, sq, sk, i0, rows, j0, cols, t)) return;
     kr->pack_t(rows, cols, S, ldt, t->T, ldr, 1.0f);                            /* Pᵀ */
     kr->rows_f32_bf16(cols, rows, t->T, ldr, t->Tw, ldr / 2);
     kr->pairs_f32_bf16(rows, d, t->dOi, d, t->dOp, d);

@@ -68,3 +68,8 @@ void fa_vec_store(float *dst, const float *src, int n, fa_io *io) {
     memcpy(dst, src, (size_t)n * sizeof(float));
     io->written += (int64_t)n * 4;
 }
+
+void fa_tile_load_bf16(uint16_t *dst, int ld_dst, const uint16_t *src, int64_t ld_src, int rows, int cols, fa_io *io) {
+    for (int r = 0; r < rows; r++) memcpy(dst + (int64_t)r * ld_dst, src + r * ld_src, (size_t)cols * 2);
+    io->read += (int64_t)rows * cols * 2;
+}

@@ -56,6 +56,8 @@ void fa_tile_load(float *dst, int ld_dst, const void *src, fa_dtype dt, int64_t 
 /* fa_tile_load, and *maxbits = max(*maxbits, the fp32 bits of max |dst|): ≥ 0x7f800000 when an element is NaN/inf. */
 void fa_tile_load_max(float *dst, int ld_dst, const void *src, fa_dtype dt, int64_t ld_src, int rows, int cols,
                       fa_io *io, uint32_t *maxbits);
+/* Rows of bf16 into a fast tile, unconverted (counted as fa_tile_load counts them). */
+void fa_tile_load_bf16(uint16_t *dst, int ld_dst, const uint16_t *src, int64_t ld_src, int rows, int cols, fa_io *io);
 /* dst[r · ld_dst + c] = src[r][c] rounded to dt. */
 void fa_tile_store(void *dst, fa_dtype dt, int64_t ld_dst, const float *src, int ld_src, int rows, int cols, fa_io *io);
 /* Vectors of fp32 state in slow memory (ℓ, m, LSE, D). */

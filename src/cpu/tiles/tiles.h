@@ -48,6 +48,17 @@ static inline int fa_cpu_block_sees(const fa_problem *p, int64_t sq, int64_t sk,
     return hi > j0 && lo < j0 + cols;
 }
 
+/* The end of a forward Q block: O /= ℓ and LSE = unit·m + ln ℓ (m in the units of the softmax state; a row with
+ * ℓ = 0 sees no key: O = 0, LSE = −∞). alpha is scratch of rows floats. */
+static inline void fa_cpu_fwd_finish(const fa_cpu_kernels *kr, int rows, int d, float *O, const float *m,
+                                     const float *l, float unit, float *alpha, float *lse) {
+    for (int r = 0; r < rows; r++) {
+        alpha[r] = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+        lse[r] = l[r] > 0 ? m[r] * unit + logf(l[r]) : -INFINITY;
+    }
+    kr->scale_rows(rows, d, O, d, alpha);
+}
+
 /* Does any (query, key) pair of rows [i0, i0+rows) x keys [j0, j0+cols) need a mask? */
 int fa_cpu_tile_needs_mask(const fa_problem *p, int64_t sq, int64_t sk, int64_t i0, int rows, int64_t j0, int cols);
 
@@ -77,9 +88,11 @@ typedef struct fa_cpu_bwd_tiles {
     uint32_t *Kp2;                    /* [Bc/2][d]: Kj row pairs */
     float *T;                         /* [ldt][ldr]: Pᵀ or dSᵀ in fp32 */
     uint32_t *Tw, *dSw;               /* [ldt][ldr/2]: Pᵀ or dSᵀ rows; [Br][ldt/2]: dS rows */
+    float *dQacc;                     /* the thread's fp32 dQ accumulator in slow memory (dq_floats), or NULL */
 } fa_cpu_bwd_tiles;
 
-void fa_cpu_bwd_tiles_layout(fa_arena *a, int d, int br, int bc, int with_o, int bf16, fa_cpu_bwd_tiles *t);
+void fa_cpu_bwd_tiles_layout(fa_arena *a, int d, int br, int bc, int with_o, int bf16, size_t dq_floats,
+                             fa_cpu_bwd_tiles *t);
 
 /* Start K/V block j: load Kj, Vj (cols keys from j0), pack Kjᵀ, Vjᵀ once, zero dKj, dVj. */
 void fa_cpu_bwd_kv_begin(const fa_problem *p, const fa_cpu_kernels *kr, const fa_head *hd, int64_t j0, int cols,

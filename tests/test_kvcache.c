@@ -343,6 +343,14 @@ static void errors(fa_context *ctx) {
         kc.seqlens = NULL;
         expect_error(ctx, c, &kc, &ko, &o, 1, FA_ERR_INVALID_ARGUMENT, "cache.seqlens");
         kc.seqlens = lens;
+        /* shape mismatches name the argument, the field and the argument it must match (smaller views: in bounds) */
+        c->kn.t.heads -= 1;
+        expect_error(ctx, c, &kc, &ko, &o, 1, FA_ERR_INVALID_ARGUMENT,
+                     "k_new: heads = 1 does not match cache.k.heads = 2");
+        c->kn.t.heads += 1, c->vn.t.seqlen -= 1;
+        expect_error(ctx, c, &kc, &ko, &o, 1, FA_ERR_INVALID_ARGUMENT,
+                     "v_new: seqlen = 1 does not match k_new.seqlen = 2");
+        c->vn.t.seqlen += 1;
         fa_kvcache bad = kc;
         bad.v.heads = 1;
         expect_error(ctx, c, &bad, &ko, &o, 1, FA_ERR_INVALID_ARGUMENT, "cache.v");
@@ -357,7 +365,7 @@ static void errors(fa_context *ctx) {
         CHECK_STATUS(fa_forward_kvcache(ctx, &o, &ko, &c->q.t, &kc, &c->kn.t, &c->vn.t, &c->out.t, c->lse), FA_OK);
         fa_stats st;
         CHECK_STATUS(fa_last_stats(ctx, &st), FA_OK);
-        CHECK_STR_CONTAINS(st.kernel, "cpu.decode.");
+        CHECK_STR_CONTAINS(st.kernel, "cpu.kvcache.");
         CHECK(st.slow_read_bytes > 0 && st.flops > 0);
         CHECK_EQ_INT(t_buf_check_written(&c->out), 0);
         CHECK(t_kv_verify(c, &c->out, c->lse, k, v, ctx, 0) == 0);

@@ -133,11 +133,6 @@ static fa_status check_varlen(fa_context *ctx, const char *name, const int32_t *
     return FA_OK;
 }
 
-#define SAME(field, a, b, an, bn)                                                                                   \
-    if ((a)->field != (b)->field)                                                                                   \
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: " #field " = %lld does not match %s." #field " = %lld", bn, \
-                       (long long)(b)->field, an, (long long)(a)->field);
-
 /* Validate the arguments shared by forward and backward and fill p. Outputs are checked by the caller. */
 static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, const fa_tensor *q, const fa_tensor *k,
                                const fa_tensor *v, const fa_tensor *out, fa_problem *p, fa_span sp[4]) {
@@ -151,16 +146,14 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "dtype: q is %s but k/v/out are %s/%s/%s (all must match)",
                        fa_dtype_name(q->dtype), fa_dtype_name(k->dtype), fa_dtype_name(v->dtype),
                        fa_dtype_name(out->dtype));
-    SAME(batch, q, k, "q", "k") SAME(batch, q, v, "q", "v") SAME(batch, q, out, "q", "out")
-    SAME(head_dim, q, k, "q", "k") SAME(head_dim, q, v, "q", "v") SAME(head_dim, q, out, "q", "out")
-    SAME(seqlen, k, v, "k", "v") SAME(seqlen, q, out, "q", "out")
-    SAME(heads, k, v, "k", "v") SAME(heads, q, out, "q", "out")
+    const int64_t kshape[4] = {q->batch, -1, -1, q->head_dim}; /* k's own seqlen and K/V heads */
+    if ((st = fa_entry_shape(ctx, "k", k, q->dtype, kshape, "q")) || (st = fa_entry_like(ctx, "v", v, "k", k, -1)) ||
+        (st = fa_entry_like(ctx, "out", out, "q", q, -1)))
+        return st;
     if (q->heads % k->heads)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "k: heads = %lld does not divide q.heads = %lld (GQA/MQA)",
                        (long long)k->heads, (long long)q->heads);
-    if (q->head_dim > 256)
-        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "head_dim: %lld is above the supported maximum 256",
-                       (long long)q->head_dim);
+    if ((st = fa_entry_head_dim(ctx, "q", q->head_dim))) return st;
     if ((st = fa_entry_check_opts(ctx, &opts))) return st;
     if ((int)opts.algo < FA_ALGO_AUTO || opts.algo > FA_ALGO_FLASH3)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.algo: %d is not a fa_algo", (int)opts.algo);
@@ -271,13 +264,7 @@ fa_status fa_backward(fa_context *ctx, const fa_attn_opts *opts, const fa_tensor
     const fa_tensor *grads[4] = {dout, dq, dk, dv};
     static const char *gn[4] = {"dout", "dq", "dk", "dv"};
     for (int i = 0; i < 4; i++) {
-        const fa_tensor *g = grads[i], *like = i < 2 ? q : k;
-        const char *ln = i < 2 ? "q" : "k";
-        if (g->dtype != q->dtype)
-            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: dtype %s does not match q's %s", gn[i],
-                           fa_dtype_name(g->dtype), fa_dtype_name(q->dtype));
-        SAME(batch, like, g, ln, gn[i]) SAME(seqlen, like, g, ln, gn[i]) SAME(heads, like, g, ln, gn[i])
-        SAME(head_dim, like, g, ln, gn[i])
+        if ((st = fa_entry_like(ctx, gn[i], grads[i], i < 2 ? "q" : "k", i < 2 ? q : k, -1))) return st;
     }
     static const char *const names[8] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk"};
     for (int i = 6; i < 9; i++)

@@ -76,6 +76,33 @@ fa_status fa_entry_check_opts(fa_context *ctx, const fa_attn_opts *o) {
     return FA_OK;
 }
 
+fa_status fa_entry_shape(fa_context *ctx, const char *name, const fa_tensor *t, fa_dtype dtype, const int64_t want[4],
+                         const char *from) {
+    if (t->dtype != dtype)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: dtype %s does not match %s's %s", name,
+                       fa_dtype_name(t->dtype), from, fa_dtype_name(dtype));
+    const int64_t got[4] = {t->batch, t->seqlen, t->heads, t->head_dim};
+    static const char *const field[4] = {"batch", "seqlen", "heads", "head_dim"};
+    for (int i = 0; i < 4; i++)
+        if (want[i] >= 0 && got[i] != want[i])
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: %s = %lld does not match %s.%s = %lld", name, field[i],
+                           (long long)got[i], from, field[i], (long long)want[i]);
+    return FA_OK;
+}
+
+fa_status fa_entry_like(fa_context *ctx, const char *name, const fa_tensor *t, const char *like_name,
+                        const fa_tensor *like, int64_t heads) {
+    const int64_t want[4] = {like->batch, like->seqlen, heads < 0 ? like->heads : heads, like->head_dim};
+    return fa_entry_shape(ctx, name, t, like->dtype, want, like_name);
+}
+
+fa_status fa_entry_head_dim(fa_context *ctx, const char *name, int64_t head_dim) {
+    if (head_dim > FA_MAX_HEAD_DIM)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "%s: head_dim %lld is above the supported maximum %d", name,
+                       (long long)head_dim, FA_MAX_HEAD_DIM);
+    return FA_OK;
+}
+
 fa_status fa_entry_tensor(fa_context *ctx, const char *name, const fa_tensor *t, int is_output, fa_span *sp) {
     if (!t) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: NULL tensor", name);
     if (!t->data) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: data is NULL", name);

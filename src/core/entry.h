@@ -27,6 +27,15 @@ FA_HIDDEN fa_status fa_entry_check_opts(fa_context *ctx, const fa_attn_opts *o);
  * address space; an output's elements must also be distinct. Fills its byte span. */
 FA_HIDDEN fa_status fa_entry_tensor(fa_context *ctx, const char *name, const fa_tensor *t, int is_output,
                                     fa_span *sp);
+/* t against the dtype and [batch, seqlen, heads, head_dim] the call implies (want[i] < 0: any), each taken from the
+ * argument `from`: the first mismatch, naming the argument and the field. */
+FA_HIDDEN fa_status fa_entry_shape(fa_context *ctx, const char *name, const fa_tensor *t, fa_dtype dtype,
+                                   const int64_t want[4], const char *from);
+/* The same shape as like, or that shape with `heads` heads (heads < 0: like's). */
+FA_HIDDEN fa_status fa_entry_like(fa_context *ctx, const char *name, const fa_tensor *t, const char *like_name,
+                                  const fa_tensor *like, int64_t heads);
+/* head_dim within the library's maximum (FA_MAX_HEAD_DIM), else FA_ERR_UNSUPPORTED naming the argument. */
+FA_HIDDEN fa_status fa_entry_head_dim(fa_context *ctx, const char *name, int64_t head_dim);
 /* The span of a contiguous fp32 [a, b, c] array (an LSE), its extent checked for overflow. */
 FA_HIDDEN fa_status fa_entry_f32(fa_context *ctx, const char *name, const float *x, int64_t a, int64_t b, int64_t c,
                                  fa_span *sp);

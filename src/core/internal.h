@@ -15,6 +15,10 @@
 
 #define FA_HIDDEN __attribute__((visibility("hidden")))
 
+/* The largest head_dim of the library, checked once by the entry layer: the CUDA kernels' d = 256 tiles fill shared
+ * memory, and the CUDA numerics contract's fix-up holds a row in 8 elements per lane. */
+#define FA_MAX_HEAD_DIM 256
+
 #define FA_STR_(x) #x
 #define FA_STR(x) FA_STR_(x)
 #define FA_VERSION_TEXT FA_STR(FA_VERSION_MAJOR) "." FA_STR(FA_VERSION_MINOR) "." FA_STR(FA_VERSION_PATCH)

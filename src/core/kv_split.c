@@ -1,5 +1,5 @@
 /* The split-KV heuristic both decoding backends plan with (each with its own workers and fill): below them, so that
- * the entry file is not a backend's dependency. docs/decoding.md. */
+ * the entry file is not a backend's dependency. docs/kvcache.md. */
 #include "core/kvcache.h"
 
 int fa_kv_split_heuristic(int64_t items, int workers, int64_t blocks, int max_splits, double fill) {

@@ -1,24 +1,12 @@
 /* KV-cache decoding entry points: fa_forward_kvcache, fa_kvcache_workspace_size, fa_merge_states. Every argument is
  * checked here (shapes, strides, overlaps through entry.c; on the CPU also every length, page and row index, through
- * kv_indices.c) before a backend plans and runs the call; nothing is written on error. docs/decoding.md. */
+ * kv_indices.c) before a backend plans and runs the call; nothing is written on error. docs/kvcache.md. */
 #include "core/entry.h"
 
 #include <stdio.h>
 #include <string.h>
 
 /* shape [b, s, h, d] and dtype of t against the expected ones */
-static fa_status shape(fa_context *ctx, const char *name, const fa_tensor *t, fa_dtype dt, int64_t b, int64_t s,
-                       int64_t h, int64_t d) {
-    if (t->dtype != dt)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: dtype %s does not match q's %s", name, fa_dtype_name(t->dtype),
-                       fa_dtype_name(dt));
-    if (t->batch != b || t->seqlen != s || t->heads != h || t->head_dim != d)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, %lld]",
-                       name, (long long)t->batch, (long long)t->seqlen, (long long)t->heads, (long long)t->head_dim,
-                       (long long)b, (long long)s, (long long)h, (long long)d);
-    return FA_OK;
-}
-
 static fa_status check_attn_opts(fa_context *ctx, const fa_attn_opts *in, fa_kv_problem *p) {
     fa_attn_opts o;
     fa_status st = fa_entry_attn_opts(ctx, in, &o);
@@ -90,8 +78,9 @@ static fa_status check_cache(fa_context *ctx, const fa_kvcache *c, fa_kv_problem
     if ((st = fa_entry_tensor(ctx, "cache.k", &c->k, p->append, sk)) ||
         (st = fa_entry_tensor(ctx, "cache.v", &c->v, p->append, sv)))
         return st;
-    if ((st = shape(ctx, "cache.k", &c->k, p->dtype, c->k.batch, c->k.seqlen, c->k.heads, p->d)) ||
-        (st = shape(ctx, "cache.v", &c->v, p->dtype, c->k.batch, c->k.seqlen, c->k.heads, p->d)))
+    const int64_t kshape[4] = {-1, -1, -1, p->d}; /* the cache's own rows and K/V heads */
+    if ((st = fa_entry_shape(ctx, "cache.k", &c->k, p->dtype, kshape, "q")) ||
+        (st = fa_entry_like(ctx, "cache.v", &c->v, "cache.k", &c->k, -1)))
         return st;
     if (p->hq % c->k.heads)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.k: heads = %lld does not divide q.heads = %lld (GQA/MQA)",
@@ -152,8 +141,7 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
     fa_span sq, sk, sv, skn = {0, 0}, svn = {0, 0}, so = {0, 0}, sl = {0, 0};
     fa_status st;
     if ((st = fa_entry_tensor(ctx, "q", q, 0, &sq))) return st;
-    if (q->head_dim > 256)
-        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "head_dim: %lld is above the supported maximum 256", (long long)q->head_dim);
+    if ((st = fa_entry_head_dim(ctx, "q", q->head_dim))) return st;
     p->dtype = q->dtype;
     p->batch = q->batch;
     p->sq = q->seqlen;
@@ -177,8 +165,10 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
     if (p->append) {
         if ((st = fa_entry_tensor(ctx, "k_new", k_new, 0, &skn)) || (st = fa_entry_tensor(ctx, "v_new", v_new, 0, &svn)))
             return st;
-        if ((st = shape(ctx, "k_new", k_new, p->dtype, p->batch, p->sq, p->hk, p->d)) ||
-            (st = shape(ctx, "v_new", v_new, p->dtype, p->batch, p->sq, p->hk, p->d)))
+        const int64_t rows[4] = {p->batch, p->sq, -1, p->d}, heads[4] = {-1, -1, p->hk, -1};
+        if ((st = fa_entry_shape(ctx, "k_new", k_new, p->dtype, rows, "q")) ||
+            (st = fa_entry_shape(ctx, "k_new", k_new, p->dtype, heads, "cache.k")) ||
+            (st = fa_entry_like(ctx, "v_new", v_new, "k_new", k_new, -1)))
             return st;
         p->kn = *k_new;
         p->vn = *v_new;
@@ -195,7 +185,7 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
     }
     if (check_out) {
         if ((st = fa_entry_tensor(ctx, "out", out, 1, &so))) return st;
-        if ((st = shape(ctx, "out", out, p->dtype, p->batch, p->sq, p->hq, p->d))) return st;
+        if ((st = fa_entry_like(ctx, "out", out, "q", &p->q, -1))) return st;
         p->o = *out;
         /* lse against out first, then both against every input, in one list */
         const fa_span all[6] = {so, sq, sk, sv, skn, svn};
@@ -269,16 +259,14 @@ fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *outs, const f
     fa_status st;
     fa_span so, sl = {0, 0}, si[32], sli[32];
     if ((st = fa_entry_tensor(ctx, "out", out, 1, &so))) return st;
-    if (out->head_dim > 256)
-        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "out: head_dim %lld is above the supported maximum 256",
-                       (long long)out->head_dim);
+    if ((st = fa_entry_head_dim(ctx, "out", out->head_dim))) return st;
     if (lse && (st = fa_entry_f32(ctx, "lse", lse, out->batch, out->heads, out->seqlen, &sl))) return st;
     if (lse && fa_span_overlap(sl, so)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: memory overlaps out");
     for (int i = 0; i < n; i++) {
         char name[32];
         snprintf(name, sizeof name, "outs[%d]", i);
         if ((st = fa_entry_tensor(ctx, name, &outs[i], 0, &si[i]))) return st;
-        if ((st = shape(ctx, name, &outs[i], out->dtype, out->batch, out->seqlen, out->heads, out->head_dim))) return st;
+        if ((st = fa_entry_like(ctx, name, &outs[i], "out", out, -1))) return st;
         if (!lses[i]) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lses[%d]: NULL", i);
         snprintf(name, sizeof name, "lses[%d]", i);
         if ((st = fa_entry_f32(ctx, name, lses[i], out->batch, out->heads, out->seqlen, &sli[i]))) return st;

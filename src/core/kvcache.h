@@ -1,7 +1,7 @@
-/* What the backends' KV-cache paths (src/cpu/algo/decode.c, src/cuda/decode/) share with the entry file above them
+/* What the backends' KV-cache paths (src/cpu/algo/kvcache.c, src/cuda/kvcache/) share with the entry file above them
  * (kvcache.c): the validated fa_kv_problem, the plan's aux slots, and the helpers below both (the split heuristic,
  * kv_split.c; the index checks, kv_indices.c). Backends receive a validated problem, plan it and run it.
- * docs/decoding.md describes the whole path. */
+ * docs/kvcache.md describes the whole path. */
 #ifndef FA_CORE_KVCACHE_H
 #define FA_CORE_KVCACHE_H
 
@@ -45,7 +45,7 @@ static inline int64_t fa_kv_row(const fa_kv_problem *p, int64_t b) { return p->b
 /* The split count: with `items` independent work items (sequence x K/V head) on `workers` SMs or threads, each
  * over `blocks` key blocks, the fewest splits (<= max_splits) whose waves of items x splits fill the workers within
  * `fill` of the best efficiency (counts that give each split as many blocks as the count before are skipped); 1 when
- * the items alone fill 80 % of the workers. Each backend passes its own fill. docs/decoding.md. */
+ * the items alone fill 80 % of the workers. Each backend passes its own fill. docs/kvcache.md. */
 int fa_kv_split_heuristic(int64_t items, int workers, int64_t blocks, int max_splits, double fill);
 
 /* The cache validation of the CPU, on host copies of the index arrays (CUDA's check_indices uses it too). */

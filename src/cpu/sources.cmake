@@ -13,10 +13,10 @@ set(FA_CPU_SOURCES
 
 # The KV-cache kernels (simd/kvcache_<isa>.c, the body in simd/kvcache_impl.h): -ffp-contract=fast lets the vector
 # code fuse its multiply-adds; -Wno-psabi: its 64-byte vector types only cross static inline functions, no ABI
-# boundary. FA_DECODE_KERNEL_FLAGS adds options to those files alone (the name tests/fuzz/build.sh passes): the fuzz
+# boundary. FA_KVCACHE_KERNEL_FLAGS adds options to those files alone (the name tests/fuzz/build.sh passes): the fuzz
 # build gives -O0, since clang's inliner spends minutes on their always-inline vector code under ASan.
-set(FA_DECODE_KERNEL_FLAGS "" CACHE STRING "Extra compile options for the CPU KV-cache kernels (src/cpu/simd/kvcache_*.c)")
-set(FA_KV_FLAGS "-ffp-contract=fast;-Wno-psabi;${FA_DECODE_KERNEL_FLAGS}")
+set(FA_KVCACHE_KERNEL_FLAGS "" CACHE STRING "Extra compile options for the CPU KV-cache kernels (src/cpu/simd/kvcache_*.c)")
+set(FA_KV_FLAGS "-ffp-contract=fast;-Wno-psabi;${FA_KVCACHE_KERNEL_FLAGS}")
 set(FA_AVX512_FLAGS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma")
 set_source_files_properties(src/cpu/simd/kvcache_scalar.c PROPERTIES COMPILE_OPTIONS "${FA_KV_FLAGS}")
 
@@ -30,7 +30,7 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i.86)$" AND CMAKE_C_COMP
   set_source_files_properties(src/cpu/simd/amx.c PROPERTIES COMPILE_OPTIONS "-mamx-tile;-mamx-bf16;${FA_AVX512_FLAGS}")
   set_source_files_properties(src/cpu/simd/kvcache_avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;${FA_KV_FLAGS}")
   set_source_files_properties(src/cpu/simd/kvcache_avx512.c PROPERTIES
-    COMPILE_OPTIONS "${FA_AVX512_FLAGS};-ffp-contract=fast;${FA_DECODE_KERNEL_FLAGS}")
+    COMPILE_OPTIONS "${FA_AVX512_FLAGS};-ffp-contract=fast;${FA_KVCACHE_KERNEL_FLAGS}")
 endif()
 
 # STANDARD uses a system CBLAS when one is found (OpenBLAS preferred), else our micro-kernels: standard_blas.c is

@@ -26,7 +26,7 @@
 #define FA_SCAN_ILP 4          /* 16-byte loads in flight per scan thread */
 #define FA_NSLOT 5             /* maxima per item: q, k, v, o, dO */
 #define FA_FIX_WARPS 4
-#define FA_DMAX (FA_CUDA_MAX_HEAD_DIM / 32) /* elements of a row per lane */
+#define FA_DMAX (FA_MAX_HEAD_DIM / 32) /* elements of a row per lane */
 
 enum { SLOT_Q, SLOT_K, SLOT_V, SLOT_O, SLOT_DO };
 

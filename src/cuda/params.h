@@ -11,10 +11,6 @@
 
 #include <cuda_runtime.h>
 
-/* The largest head_dim of any CUDA kernel: FLASH2's and FLASH3's d = 256 tiles fill shared memory, and the numerics
- * contract's fix-up holds a row in 8 elements per lane. */
-#define FA_CUDA_MAX_HEAD_DIM 256
-
 typedef struct fa_cuda_params {
     const void *q, *k, *v, *o, *dout; /* inputs (o is an input of the backward) */
     void *out, *dq, *dk, *dv;         /* outputs */

@@ -4,22 +4,6 @@
 #include "dist/ring.h"
 #include "core/entry.h"
 
-/* t has the shape [B, S, H, D] and dtype of `like`, except heads (checked by the caller). */
-static fa_status same_shape(fa_context *ctx, const char *name, const fa_tensor *t, const char *lname,
-                            const fa_tensor *like, int64_t heads) {
-    if (t->dtype != like->dtype)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: dtype %s does not match %s's %s", name,
-                       fa_dtype_name(t->dtype), lname, fa_dtype_name(like->dtype));
-    const int64_t a[4] = {t->batch, t->seqlen, t->heads, t->head_dim}, b[4] = {like->batch, like->seqlen, heads,
-                                                                                like->head_dim};
-    static const char *dn[4] = {"batch", "seqlen", "heads", "head_dim"};
-    for (int i = 0; i < 4; i++)
-        if (a[i] != b[i])
-            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: %s = %lld does not match %s's %lld", name, dn[i],
-                           (long long)a[i], lname, (long long)b[i]);
-    return FA_OK;
-}
-
 fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn_opts *opts_in, fa_attn_opts *opts,
                         const fa_tensor *q, const fa_tensor *k, const fa_tensor *v, const fa_tensor *out,
                         const float *lse, int lse_required, const fa_tensor *const *grads, fa_ring_shape *s) {
@@ -47,8 +31,8 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
     const fa_tensor *t[4] = {q, k, v, out};
     for (int i = 0; i < 4; i++)
         if ((st = fa_entry_tensor(ctx, names[i], t[i], i == 3 && !is_bwd, &sp[i])) != FA_OK) return st;
-    if ((st = same_shape(ctx, "k", k, "q", q, k->heads)) || (st = same_shape(ctx, "v", v, "k", k, k->heads)) ||
-        (st = same_shape(ctx, "out", out, "q", q, q->heads)))
+    if ((st = fa_entry_like(ctx, "k", k, "q", q, k->heads)) || (st = fa_entry_like(ctx, "v", v, "k", k, -1)) ||
+        (st = fa_entry_like(ctx, "out", out, "q", q, -1)))
         return st;
     if (q->heads % k->heads)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "k: heads = %lld does not divide q.heads = %lld (GQA/MQA)",
@@ -73,7 +57,7 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
         for (int i = 0; i < 4; i++) {
             const fa_tensor *g = grads[i], *like = i < 2 ? q : k;
             if ((st = fa_entry_tensor(ctx, names[5 + i], g, i > 0, &sp[5 + i])) ||
-                (st = same_shape(ctx, names[5 + i], g, i < 2 ? "q" : "k", like, like->heads)))
+                (st = fa_entry_like(ctx, names[5 + i], g, i < 2 ? "q" : "k", like, -1)))
                 return st;
         }
         n = 9;

@@ -1,7 +1,7 @@
 /* KV-cache decoding on the CPU (FlashDecoding over a contiguous or paged cache): the plan (split count, workspace,
  * modelled traffic), the run — append the new K/V rows in place (rotary applied), then one work item per
  * (sequence, K/V head, split) computing all the query rows that read that K/V head, then the LSE merge of the
- * splits — and fa_merge_states. docs/decoding.md. */
+ * splits — and fa_merge_states. docs/kvcache.md. */
 #include "cpu/cpu.h"
 #include "cpu/simd/kvcache.h"
 
@@ -15,10 +15,9 @@
 #define MIN_SPLIT_KEYS 256 /* a split below this many keys costs more in merging than it gains (2 threads) */
 #define MAX_SPLITS 64
 
-/* The kernel name fa_stats reports, by the ISA of the context's table (the amx table runs the avx512 kernel). The
- * stem stays "cpu.decode": tests/test_kvcache.c checks it. */
-static const char *const kernel_names[FA_CPU_ISA_COUNT] = {"cpu.decode.scalar", "cpu.decode.avx2",
-                                                            "cpu.decode.avx512", "cpu.decode.avx512"};
+/* The kernel name fa_stats reports, by the ISA of the context's table (the amx table runs the avx512 kernel). */
+static const char *const kernel_names[FA_CPU_ISA_COUNT] = {"cpu.kvcache.scalar", "cpu.kvcache.avx2",
+                                                            "cpu.kvcache.avx512", "cpu.kvcache.avx512"};
 
 /* Keys per split and the number of non-empty splits of a sequence with L keys. */
 static void split_of(const fa_plan *pl, int64_t L, int64_t *chunk, int *ns) {

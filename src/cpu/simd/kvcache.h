@@ -3,7 +3,7 @@
  * kernel walks the keys in chunks of FA_KV_BC, head by head: S = Qi Kjᵀ on each row's visible keys (Kj converted to
  * fp32 in registers), the online softmax (m, l in log2 units) and O += P Vj. One copy per ISA (kvcache_*.c include
  * kvcache_impl.h with their own flags), reached through the context's kernel table (fa_cpu_kernels.kvcache);
- * docs/decoding.md. */
+ * docs/kvcache.md. */
 #ifndef FA_CPU_SIMD_KVCACHE_H
 #define FA_CPU_SIMD_KVCACHE_H
 

@@ -2,7 +2,7 @@
  * width: 16 (a zmm; the scalar build takes 16 too, as generic vectors), 8 on AVX2 (a ymm: 16-float vectors there
  * would be register pairs and spill) — so that each ISA file that includes it (with its -m flags and
  * -ffp-contract=fast) gets full-width loads and FMAs. Define FA_KV_KERNEL_NAME before including.
- * docs/decoding.md explains the loop order and the prefetching, with their measurements. */
+ * docs/kvcache.md explains the loop order and the prefetching, with their measurements. */
 #include "cpu/simd/kvcache.h"
 
 #include "core/half.h"
@@ -233,7 +233,7 @@ AI vf sum_lanes(const vf *x) {
 #ifndef FA_KV_QK_PF_MAX
 #define FA_KV_QK_PF_MAX 16
 #endif
-/* Where the PV steps' lines go: L1 on AVX2, where that measured faster than L2 (docs/decoding.md); L2 else. The
+/* Where the PV steps' lines go: L1 on AVX2, where that measured faster than L2 (docs/kvcache.md); L2 else. The
  * QKᵀ steps' go to L2. */
 #ifndef FA_KV_PF_LOCALITY
 #define FA_KV_PF_LOCALITY (VW == 8 ? 3 : 2)
@@ -491,7 +491,7 @@ AI void pv(const fa_kv_args *a, const char *const *vr, int hh, int r0, int64_t j
 /* One chunk of n <= FA_KV_BC keys from j0 (kr, vr: FA_KV_BC row addresses, the ones past n repeat a valid row;
  * kn, vn: the nn rows of the next chunk): S = Qi Kjᵀ and the online softmax for every head, then O += P Vj for every
  * head, rows in groups of 4, 2, 1. K's rows of the chunk are all read before V's: V loads of one head between the K
- * loads of the next would break both streams and cost DRAM rate (docs/decoding.md). The row format MODE is a
+ * loads of the next would break both streams and cost DRAM rate (docs/kvcache.md). The row format MODE is a
  * compile-time constant after inlining; d is not (only the piece widths of pv are). */
 AI void chunk(const fa_kv_args *a, int64_t j0, int n, const char *const *kr, const char *const *vr,
               const char *const *kn, const char *const *vn, int nn, const int MODE) {

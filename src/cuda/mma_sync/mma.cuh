@@ -86,7 +86,7 @@ FA_DEV void fa_ldmatrix_x4_trans(uint32_t r[4], uint32_t addr) {
 
 /* c += a · b, m16n8k16, fp32 accumulators. T = __nv_bfloat16 or __half. fa_mma keeps program order (volatile);
  * fa_mma_free does not: the product has no side effect, so the compiler may interleave it with the work around it
- * (the decode kernel's copies and softmax). */
+ * (the KV-cache kernel's copies and softmax). */
 #define FA_MMA_DEF(NAME, T, TY, QUAL)                                                                                \
     template <> FA_DEV void NAME<T>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {                    \
         asm QUAL("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "  \

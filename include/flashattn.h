@@ -244,7 +244,7 @@ typedef struct fa_stats {
 FA_API fa_status fa_last_stats(const fa_context *ctx, fa_stats *stats);
 
 /* ---------------------------------------------------------------------------------------------------------
- * KV-cache decoding: split-KV (FlashDecoding), paged caches (PagedAttention), in-place append (docs/decoding.md)
+ * KV-cache decoding: split-KV (FlashDecoding), paged caches (PagedAttention), in-place append (docs/kvcache.md)
  * ------------------------------------------------------------------------------------------------------- */
 /* A KV cache, in one of two layouts (the caller owns every array):
  *   contiguous  block_table == NULL: k, v are [cache_batch, capacity, heads_k, head_dim] (fa_tensor batch, seqlen,
@@ -274,7 +274,7 @@ typedef struct fa_kvcache {
 typedef struct fa_kv_opts {
     size_t struct_size;
     /* Split-KV: each (sequence, K/V head) is cut into key ranges computed in parallel and merged by their LSE.
-     * num_splits 0 = the heuristic of docs/decoding.md (enough work items for every SM / thread), 1 = no split,
+     * num_splits 0 = the heuristic of docs/kvcache.md (enough work items for every SM / thread), 1 = no split,
      * n > 1 = n splits (capped at one per 16 keys of capacity). split_size > 0 instead cuts every sequence into
      * ranges of exactly split_size keys (the last one shorter), merged in a fixed order: the result of a sequence
      * then depends only on its own inputs, never on the rest of the batch (batch-invariant decoding). Setting
@@ -337,7 +337,7 @@ FA_API fa_status fa_forward_kvcache(fa_context *ctx, const fa_attn_opts *opts, c
 /* The workspace bytes the same fa_forward_kvcache call would take (CPU: split partials and per-thread scratch; CUDA:
  * split partials and counters unless the splits merge in a thread-block cluster, and with rotary the rotated q — 0
  * without either). Validates the shapes as the call does; the
- * index arrays are not read. docs/decoding.md. */
+ * index arrays are not read. docs/kvcache.md. */
 FA_API fa_status fa_kvcache_workspace_size(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_opts *kv_opts,
                                            const fa_tensor *q, const fa_kvcache *cache, const fa_tensor *k_new,
                                            size_t *bytes);

@@ -88,6 +88,7 @@ static void fwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *p
 }
 
 static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
+    (void)pl;
     const int d = (int)p->d;
     const size_t es = fa_dtype_size(p->dtype);
     const int64_t sq = p->q.seqlen, sk = p->k.seqlen, items = p->batch * p->hq;
@@ -184,6 +185,7 @@ static void bwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *p
 }
 
 static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
+    (void)pl;
     const int d = (int)p->d;
     const size_t es = fa_dtype_size(p->dtype);
     const int64_t sq = p->q.seqlen, sk = p->k.seqlen, group = p->hq / p->hk, items = p->batch * p->hk;

@@ -118,20 +118,9 @@ static fa_status fa_cuda_prepare(fa_context *ctx, const fa_problem *p, const fa_
     c->tile_counter = w->tile_counter;
     if (p->cu_q) {
         const size_t n = (size_t)p->batch + 1;
-        if (s->cu_cap < 2 * n) {
-            if (s->cu_dev) {
-                FA_CUDA_TRY(ctx, cudaStreamSynchronize(s->stream));
-                cudaFree(s->cu_dev);
-                s->cu_dev = NULL;
-                s->cu_cap = 0;
-            }
-            if (cudaMalloc(&s->cu_dev, 2 * n * sizeof(int)) != cudaSuccess) {
-                (void)cudaGetLastError();
-                s->cu_dev = NULL;
-                return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "CUDA cu_seqlens buffer: cudaMalloc failed");
-            }
-            s->cu_cap = 2 * n;
-        }
+        fa_status rc = fa_cuda_grow(ctx, (void **)&s->cu_dev, &s->cu_bytes, 2 * n * sizeof(int),
+                                    "CUDA cu_seqlens buffer", NULL);
+        if (rc != FA_OK) return rc;
         FA_CUDA_TRY(ctx, cudaMemcpyAsync(s->cu_dev, p->cu_q, n * sizeof(int), cudaMemcpyHostToDevice, s->stream));
         FA_CUDA_TRY(ctx, cudaMemcpyAsync(s->cu_dev + n, p->cu_k, n * sizeof(int), cudaMemcpyHostToDevice, s->stream));
         c->cu_q = s->cu_dev;

@@ -28,9 +28,9 @@ typedef struct fa_cuda_state {
     void *ws;          /* device workspace, grown, never shrunk */
     size_t ws_size;
     int *cu_dev;       /* device copy of cu_seqlens_q then cu_seqlens_k */
-    size_t cu_cap;     /* entries */
+    size_t cu_bytes;
     int *counters;     /* decoding's split counters, zero between calls (fa_cuda_counters_of) */
-    size_t counters_n; /* entries */
+    size_t counters_bytes;
 } fa_cuda_state;
 
 #define FA_CUDA_TRY(ctx, call)                                                                             \
@@ -43,6 +43,9 @@ typedef struct fa_cuda_state {
 
 const fa_cuda_tuning *fa_cuda_tuning_of(const fa_context *ctx);
 cudaStream_t fa_cuda_stream_of(const fa_context *ctx);
+/* A device buffer of the context (*buf, *size bytes) grown to at least bytes, never shrunk: a stream sync and an
+ * allocation when it grows; *grown (may be NULL) says whether it did. what names it in the out-of-memory message. */
+fa_status fa_cuda_grow(fa_context *ctx, void **buf, size_t *size, size_t bytes, const char *what, int *grown);
 /* The context's cached workspace grown to at least bytes (an allocation and a stream sync when it grows). */
 fa_status fa_cuda_workspace_of(fa_context *ctx, size_t bytes, void **ws);
 /* The context's split counters (n ints, zero between calls: every kernel that counts leaves them at zero). */

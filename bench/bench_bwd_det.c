@@ -1,6 +1,7 @@
-/* The cost of FLASH2's deterministic backward (opts.deterministic: dQ by a second kernel instead of fp32
- * bulk reduce-adds), against the default, at protocol shapes (bf16, model dim 2048, B·S = 16k). Median of 10 after a
- * warm-up, CUDA events. Benchmark only; run by scripts/bench-gpu.sh. */
+/* The cost of the deterministic backward (opts.deterministic) against the default, for FLASH2 (dQ by a second kernel
+ * instead of fp32 bulk reduce-adds) and FLASH3 (the key blocks add dQ in a fixed order), at protocol shapes (bf16,
+ * model dim 2048, B·S = 16k). Median of 10 after a warm-up, CUDA events. Benchmark only; run by
+ * scripts/bench-gpu.sh. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -20,10 +21,13 @@ int main(void) {
         fprintf(stderr, "no CUDA context: %s\n", fa_create_error());
         return 1;
     }
-    printf("| d | causal | seqlen | bwd ms (default: bulk-reduce dQ) | bwd ms (deterministic) | cost |\n|---|---|---|---|---|---|\n");
-    const int dims[2] = {64, 128}, seqlens[2] = {1024, 4096};
+    printf("| algo | d | causal | seqlen | bwd ms (default) | bwd ms (deterministic) | deterministic / default speed |\n"
+           "|---|---|---|---|---|---|---|\n");
+    const int dims[2] = {64, 128}, seqlens[4] = {1024, 2048, 4096, 8192};
+    const fa_algo algos[2] = {FA_ALGO_FLASH2, FA_ALGO_FLASH3};
+    for (int ai = 0; ai < 2; ++ai)
     for (int di = 0; di < 2; ++di)
-        for (int si = 0; si < 2; ++si)
+        for (int si = 0; si < 4; ++si)
             for (int causal = 0; causal < 2; ++causal) {
                 const int d = dims[di], s = seqlens[si], h = 2048 / d, b = 16384 / s;
                 const size_t n = (size_t)b * s * h * d;
@@ -39,7 +43,7 @@ int main(void) {
                 fa_tensor t[8];
                 for (int i = 0; i < 8; ++i) t[i] = fa_tensor_bshd(buf[i], FA_DTYPE_BF16, b, s, h, d);
                 fa_attn_opts o = fa_attn_opts_default();
-                o.algo = FA_ALGO_FLASH2;
+                o.algo = algos[ai];
                 o.causal = causal;
                 if (fa_forward(ctx, &o, &t[0], &t[1], &t[2], &t[3], lse) != FA_OK) {
                     fprintf(stderr, "forward: %s\n", fa_context_last_error(ctx));
@@ -67,7 +71,8 @@ int main(void) {
                     cudaEventDestroy(e0);
                     cudaEventDestroy(e1);
                 }
-                printf("| %d | %d | %d | %.3f | %.3f | %.2fx |\n", d, causal, s, med[0], med[1], med[1] / med[0]);
+                printf("| %s | %d | %d | %d | %.3f | %.3f | %.2f |\n", fa_algo_name(algos[ai]), d, causal, s, med[0], med[1],
+                       med[0] / med[1]);
                 for (int i = 0; i < 8; ++i) cudaFree(buf[i]);
                 cudaFree(lse);
                 free(host);

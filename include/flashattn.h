@@ -85,12 +85,12 @@ FA_API const char *fa_backend_name(fa_backend backend);
 FA_API int fa_backend_available(fa_backend backend);
 
 typedef enum fa_algo {
-    FA_ALGO_AUTO = 0,      /* the fastest that runs the call: CPU FLASH2; CUDA FLASH3 (forward), else FLASH2, else STANDARD */
+    FA_ALGO_AUTO = 0,      /* the fastest that runs the call: CPU FLASH2; CUDA FLASH3, else FLASH2, else STANDARD */
     FA_ALGO_STANDARD = 1,  /* materialise S = scale·QKᵀ and P = softmax(S) per (batch, head): Θ(N²) memory */
     FA_ALGO_FLASH1 = 2,    /* FlashAttention-1 (Algorithm 1): outer loop K/V blocks, inner loop Q blocks */
     FA_ALGO_FLASH2 = 3,    /* FlashAttention-2: outer loop Q blocks, inner loop K/V blocks, LSE only */
     FA_ALGO_FLASH3 = 4     /* FlashAttention-3: FLASH2's loops on Hopper's asynchrony (wgmma, TMA, warp specialisation);
-                            * CUDA sm_90a forward only: its backward is FLASH2's (the same LSE) */
+                            * CUDA sm_90a; its backward takes D 64 or 128 (FLASH2's runs from its out and LSE elsewhere) */
 } fa_algo;
 /* "auto", "standard", "flash1", "flash2", "flash3"; "?" otherwise. */
 FA_API const char *fa_algo_name(fa_algo algo);
@@ -200,7 +200,8 @@ static inline fa_attn_opts fa_attn_opts_default(void) {
  *   q     [B, Sq, Hq, D];  k, v  [B, Sk, Hk, D] with Hq % Hk == 0 (GQA/MQA: query head h reads K/V head
  *         h / (Hq / Hk)). q, k, v, out share one dtype and D (1..256 on the CPU; on CUDA: STANDARD any D,
  *         FLASH1 f16/bf16 with D 32, 64, 96 or 128, FLASH2 f16/bf16 with D 32, 64, 96, 128 or 256, FLASH3
- *         f16/bf16 with D 64, 128 or 256, no varlen, 16-byte aligned rows, no broadcast (stride 0) views).
+ *         f16/bf16 with D 64, 128 or 256 (its backward: 64 or 128), no varlen, 16-byte aligned rows, no broadcast
+ *         (stride 0) views).
  *   out   [B, Sq, Hq, D], written in full. Must not overlap q, k, v or lse.
  *   lse   NULL, or fp32 [B, Hq, Sq] contiguous: natural-log log-sum-exp of each row of scale·QKᵀ (after softcap and
  *         mask); -INFINITY for a row that sees no key (its output row is 0).

@@ -3,7 +3,7 @@
 # PyTorch's SDPA flash and cuDNN backends, in one command, printed as one table with TFLOP/s and ratios.
 # Env: BUILD (default build-cuda), OUT_DIR (CSV + logs, default $BUILD/bench-gpu), SEQLENS, DIMS, PASSES, REPS,
 #      STD_MAX_SEQLEN (STANDARD materialises Hq·S² fp32 per sequence: skipped above this, default 8192; 0 = skip
-#      STANDARD), ALGOS (our flash algorithms, default flash3,flash2,flash1; FLASH3 has no backward: skipped there).
+#      STANDARD), ALGOS (our flash algorithms, default flash3,flash2,flash1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-cuda}
@@ -32,5 +32,5 @@ PYTHONUNBUFFERED=1 python3 scripts/bench_gpu_torch.py run --out "$OUT_DIR/torch.
 python3 scripts/bench_gpu_torch.py merge "$ours" "$OUT_DIR/torch.csv" | tee "$OUT_DIR/table.md"
 cmake --build "$BUILD" -j "$(nproc)" --target bench_bwd_det >/dev/null
 echo
-echo "FLASH2 backward: deterministic (dQ kernel, no cross-CTA reduction) vs default (fp32 bulk reduce-adds of dQ), bf16"
+echo "Deterministic backward vs default (FLASH2: dQ by a second kernel; FLASH3: dQ added in key-block order), bf16"
 "$BUILD/bench/bench_bwd_det" | tee -a "$OUT_DIR/table.md"

@@ -51,4 +51,14 @@ FA_HD void fa_visible_block32(int i0, int i1, int sq, int sk, int wl, int wr, in
     *hi = h1 > l0 ? h1 : l0;
 }
 
+/* The inverse: query rows [*lo, *hi) that see any key of [k0, k1), k0 < k1 <= sk (the backward's walk over the
+ * query blocks of one key block): row i sees a key of the block iff diag(i) + wr >= k0 and diag(i) - wl <= k1 - 1. */
+FA_HD void fa_visible_queries32(int k0, int k1, int sq, int sk, int wl, int wr, int *lo, int *hi) {
+    int l = 0, h = sq;
+    if (wr >= 0 && k0 - wr - (sk - sq) > l) l = k0 - wr - (sk - sq);
+    if (wl >= 0 && k1 + wl - (sk - sq) < h) h = k1 + wl - (sk - sq);
+    *lo = l;
+    *hi = h > l ? h : l;
+}
+
 #endif

@@ -116,6 +116,7 @@ static fa_status fa_cuda_prepare(fa_context *ctx, const fa_problem *p, const fa_
     c->tail_acc = w->tail_acc, c->o_acc = w->o_acc, c->row_m = w->row_m, c->row_l = w->row_l;
     c->dtype = (int)p->dtype;
     c->tile_counter = w->tile_counter;
+    c->dq_turns = w->dq_turns;
     if (p->cu_q) {
         const size_t n = (size_t)p->batch + 1;
         fa_status rc = fa_cuda_grow(ctx, (void **)&s->cu_dev, &s->cu_bytes, 2 * n * sizeof(int),

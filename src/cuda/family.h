@@ -23,6 +23,7 @@ typedef struct fa_cuda_ws {
     float *o_acc, *row_m, *row_l;                             /* FLASH1 forward */
     void *standard;                                           /* STANDARD's per-sequence scratch */
     int *tile_counter;                                        /* FLASH3's dynamic scheduler (masked calls) */
+    int *dq_turns;                                            /* FLASH3 deterministic backward's dQ order */
     size_t standard_bytes;
     fa_contract_ws contract;                                  /* every call: the numerics contract (contract.h) */
 } fa_cuda_ws;
@@ -67,10 +68,10 @@ typedef struct fa_cuda_family {
 extern const fa_cuda_family fa_cuda_standard;                        /* standard.cu */
 extern const fa_cuda_family fa_cuda_flash1_fwd, fa_cuda_flash2_fwd;  /* mma_sync/family.cu */
 extern const fa_cuda_family fa_cuda_flash1_bwd, fa_cuda_flash2_bwd;  /* mma_sync/family.cu */
-extern const fa_cuda_family fa_cuda_flash3_fwd;                      /* wgmma/family.cu */
+extern const fa_cuda_family fa_cuda_flash3_fwd, fa_cuda_flash3_bwd;  /* wgmma/family.cu */
 
 /* The table in AUTO's order of preference (family.cu); fa_plan.family indexes it. */
-#define FA_CUDA_FAMILIES 6
+#define FA_CUDA_FAMILIES 7
 extern const fa_cuda_family *const fa_cuda_families[FA_CUDA_FAMILIES];
 
 /* ---- helpers the rows share (family.cu) ---- */

@@ -38,6 +38,7 @@ typedef struct fa_cuda_params {
     int *tile_counter;      /* FLASH3: a device int, zero at launch, for the dynamic scheduler of masked calls; or NULL */
     const float *q_descale, *k_descale, *v_descale; /* FP8 inputs: [batch][hk] fp32 factors, per (batch, K/V head),
                                                      * that turn the stored values back into real ones; NULL today */
+    int *dq_turns;          /* FLASH3 deterministic backward: [batch][hq][query blocks] counters, or NULL */
 } fa_cuda_params;
 
 #ifdef __cplusplus
@@ -64,6 +65,8 @@ cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, const fa_plan *plan, i
 cudaError_t fa_flash2_bwd_launch(const fa_cuda_params *p, const fa_plan *plan, int dtype, cudaStream_t st);
 int fa_flash3_fwd_instance(int row, fa_cuda_instance *k);
 cudaError_t fa_flash3_fwd_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st);
+int fa_flash3_bwd_instance(int row, int deterministic, fa_cuda_instance *k);
+cudaError_t fa_flash3_bwd_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st);
 
 /* Backward helpers (mma_sync/bwd_util.cu). */
 /* D = rowsum(dO∘O), and for the flash kernels (p->lse2 set) LSE·log2e; zero_dq: also clear p->dq_acc */

@@ -13,6 +13,7 @@ set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 # the longest to compile.
 set(FA_CUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/wgmma/flash3_fwd.cu
+    ${CMAKE_CURRENT_LIST_DIR}/wgmma/flash3_bwd.cu
     ${CMAKE_CURRENT_LIST_DIR}/mma_sync/flash2_bwd.cu
     ${CMAKE_CURRENT_LIST_DIR}/mma_sync/flash2_fwd.cu
     ${CMAKE_CURRENT_LIST_DIR}/mma_sync/flash1.cu

@@ -7,11 +7,13 @@
  *   - status FA_OK, or FA_ERR_UNSUPPORTED exactly when the request is outside what the CUDA kernels are built for
  *     (dtype f32 or head_dim not 32/64/96/128 — FLASH2 also 256; FLASH3 64/128/256 without varlen —
  *     or rows not 16-byte aligned or explicit tiles for the flash kernels), with a reason;
- *   - FLASH3's backward is FLASH2's, run from FLASH3's out and lse; FA_ALGO_AUTO runs FLASH3 exactly where it can;
+ *   - FLASH3's backward runs from FLASH3's out and lse where it is built (head_dim 64/128, no varlen, every view
+ *     TMA-addressable), FLASH2's elsewhere (an explicit FLASH3 backward is refused there with a reason);
+ *     FA_ALGO_AUTO runs FLASH3 exactly where it can, forward and backward;
  *   - every output element written (outputs poisoned with NaN before each call), nothing outside the views written;
  *   - out, lse, dq, dk, dv within the rule of tests/lib/tolerance.h: max|x − ref| ≤ 2·max|standard − ref| + atol
  *     (STANDARD = our cuBLAS path in the same dtype);
- *   - FLASH2 deterministic backward: bitwise identical over two runs.
+ *   - FLASH2 and FLASH3 deterministic backward: dq, dk, dv bitwise identical over two runs.
  * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer).
  * Each case's line ends with the seconds its oracle and its device calls took. */
 #include <math.h>
@@ -82,6 +84,14 @@ static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     return 1;
 }
 
+/* FLASH3's backward: head_dim 64 or 128, no varlen, all 8 views TMA-addressable; explicit tiles: -1 (either) */
+static int flash3_bwd_runs(const t_case *c, dbuf **bufs) {
+    if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128) || c->opts.cu_seqlens_q) return 0;
+    for (int i = 0; i < 8; ++i)
+        if (!aligned16(bufs[i]) || (bufs[i]->t.stride_batch == 0 && bufs[i]->t.batch > 1)) return 0;
+    return c->opts.block_q || c->opts.block_k ? -1 : 1;
+}
+
 #define N_ALGOS 4
 static const fa_algo algos[N_ALGOS] = {FA_ALGO_STANDARD, FA_ALGO_FLASH1, FA_ALGO_FLASH2, FA_ALGO_FLASH3};
 
@@ -138,10 +148,11 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
     for (int ai = 0; ai < N_ALGOS; ++ai) {
         const fa_algo a = algos[ai];
         const int expect = cuda_runs(a, c, backward ? all_bufs : fwd_bufs, backward ? 8 : 4);
-        /* FLASH3's backward: FLASH2's, from FLASH3's out and lse, and only where FLASH2 runs the backward */
-        const fa_algo ab = a == FA_ALGO_FLASH3 ? FA_ALGO_FLASH2 : a;
-        const int expect_b = a == FA_ALGO_FLASH3 ? cuda_runs(ab, c, all_bufs, 8) : expect;
-        for (int det = 0; det <= (backward && a == FA_ALGO_FLASH2 ? 1 : 0); ++det) {
+        /* FLASH3's backward where it is built, else FLASH2's from FLASH3's out and lse where FLASH2 runs it */
+        const int f3b = backward && a == FA_ALGO_FLASH3 ? flash3_bwd_runs(c, all_bufs) : 0;
+        const fa_algo ab = a == FA_ALGO_FLASH3 && f3b != 1 ? FA_ALGO_FLASH2 : a;
+        const int expect_b = a == FA_ALGO_FLASH3 && f3b != 1 ? cuda_runs(ab, c, all_bufs, 8) : expect;
+        for (int det = 0; det <= (backward && (ab == FA_ALGO_FLASH2 || ab == FA_ALGO_FLASH3) ? 1 : 0); ++det) {
             opts.algo = a;
             opts.deterministic = det;
             t_buf_poison(&o);
@@ -180,6 +191,15 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
             }
             if (!backward) break;
 
+            if (a == FA_ALGO_FLASH3 && f3b != 1 && det == 0) { /* not built for this call: refused, with a reason */
+                fa_attn_opts f3 = opts;
+                st = fa_backward(ctx, &f3, &Q.t, &K.t, &V.t, &O.t, dlse, &DO.t, &DQ.t, &DK.t, &DV.t);
+                if (f3b == 0) {
+                    CHECK_STATUS(st, FA_ERR_UNSUPPORTED);
+                    CHECK_MSG(strlen(fa_context_last_error(ctx)) > 10, "FLASH3 bwd: UNSUPPORTED without a reason");
+                }
+                cuda_ok(cudaDeviceSynchronize(), "sync after FLASH3 backward");
+            }
             /* backward from this algorithm's own out and lse */
             unsigned char *dq_first = NULL;
             for (int rep = 0; rep < (det ? 2 : 1); ++rep) {
@@ -206,11 +226,15 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
                           "%s%s: gradient elements not written (NaN) or written outside the view", fa_algo_name(a),
                           det ? " deterministic" : "");
                 if (det && rep == 0) {
-                    dq_first = malloc(dq.mem_bytes * 3 + 1);
+                    dq_first = malloc(dq.mem_bytes + dk.mem_bytes + dv.mem_bytes + 1);
                     memcpy(dq_first, dq.mem, dq.mem_bytes);
-                    memcpy(dq_first + dq.mem_bytes, dk.mem, dk.mem_bytes < dq.mem_bytes ? dk.mem_bytes : dq.mem_bytes);
+                    memcpy(dq_first + dq.mem_bytes, dk.mem, dk.mem_bytes);
+                    memcpy(dq_first + dq.mem_bytes + dk.mem_bytes, dv.mem, dv.mem_bytes);
                 } else if (det) {
-                    CHECK_MSG(memcmp(dq_first, dq.mem, dq.mem_bytes) == 0, "flash2 deterministic: dq differs between runs");
+                    CHECK_MSG(memcmp(dq_first, dq.mem, dq.mem_bytes) == 0 &&
+                                  memcmp(dq_first + dq.mem_bytes, dk.mem, dk.mem_bytes) == 0 &&
+                                  memcmp(dq_first + dq.mem_bytes + dk.mem_bytes, dv.mem, dv.mem_bytes) == 0,
+                              "%s deterministic: dq, dk or dv differs between runs", fa_algo_name(ab));
                 }
             }
             free(dq_first);
@@ -221,7 +245,8 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
                 if (a == FA_ALGO_STANDARD) gstd[g] = e[g];
                 t_check_err(nm[g], a, c->dt, e[g], gstd[g], gmax, 1, c->relax);
             }
-            printf(" %s%s %.1e/%.1e/%.1e", fa_algo_name(a), det ? "(det)" : "", e[0], e[1], e[2]);
+            printf(" %s%s%s %.1e/%.1e/%.1e", fa_algo_name(a), ab != a ? "(bwd FLASH2)" : "", det ? "(det)" : "", e[0],
+                   e[1], e[2]);
         }
     }
     /* AUTO: FLASH3 exactly where it runs the call, else FLASH2 where it does, else STANDARD (the forward) */
@@ -245,6 +270,26 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
             printf(" auto=%s", fa_algo_name(s.algo));
         } else {
             fprintf(stderr, "  auto: %s\n", fa_context_last_error(ctx));
+        }
+    }
+    /* AUTO backward: FLASH3 exactly where it is built for the call, else FLASH2 where it runs, else STANDARD */
+    if (backward && c->opts.block_q == 0 && c->opts.block_k == 0) {
+        opts.algo = FA_ALGO_AUTO;
+        opts.deterministic = 0;
+        fa_status st = fa_forward(ctx, &opts, &Q.t, &K.t, &V.t, &O.t, dlse);
+        if (st == FA_OK) st = fa_backward(ctx, &opts, &Q.t, &K.t, &V.t, &O.t, dlse, &DO.t, &DQ.t, &DK.t, &DV.t);
+        CHECK_STATUS(st, FA_OK);
+        if (st == FA_OK) {
+            const fa_algo want = flash3_bwd_runs(c, all_bufs) == 1           ? FA_ALGO_FLASH3
+                                 : cuda_runs(FA_ALGO_FLASH2, c, all_bufs, 8) ? FA_ALGO_FLASH2
+                                                                            : FA_ALGO_STANDARD;
+            fa_stats s;
+            CHECK_STATUS(fa_last_stats(ctx, &s), FA_OK);
+            CHECK_MSG(s.algo == want, "auto backward ran %s, expected %s", fa_algo_name(s.algo), fa_algo_name(want));
+            cuda_ok(cudaDeviceSynchronize(), "sync after auto backward");
+            printf(" auto-bwd=%s", fa_algo_name(s.algo));
+        } else {
+            fprintf(stderr, "  auto backward: %s\n", fa_context_last_error(ctx));
         }
     }
     printf(" [oracle %.2fs, device %.2fs]\n", t1 - t0, now_s() - t1);

@@ -1,6 +1,6 @@
-/* The FLASH3 forward's row (family.h): wgmma, TMA, warp specialisation, a persistent grid. It takes 16-bit inputs
- * without varlen, at a head dim of its tile table (tiles.h), with views TMA can address; its traffic is FLASH2's (the
- * same loops). Host code. */
+/* The FLASH3 rows (family.h): wgmma, TMA, warp specialisation. The forward (a persistent grid) and the backward (one
+ * CTA per key block and K/V head) take 16-bit inputs without varlen, at a head dim of their tile tables (tiles.h),
+ * with views TMA can address. The forward's traffic is FLASH2's (the same loops). Host code. */
 #include "cuda/family.h"
 #include "tiles.h"
 
@@ -18,11 +18,25 @@ static int fa3_tma_ok(const fa_tensor *t) {
            fa3_stride_ok(t->stride_seq, t->seqlen) && fa3_stride_ok(t->stride_head, t->heads);
 }
 
-static fa_status fa3_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
+/* What both passes need: 16-bit inputs, no varlen, views TMA can address. */
+static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
     if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
         return fa_cuda_unsupported(why, why_len, "dtype %s: FA_ALGO_FLASH3 runs on 16-bit tensor cores (f16, bf16)",
                                    fa_dtype_name(p->dtype));
-    if (p->cu_q) return fa_cuda_unsupported(why, why_len, "opts.cu_seqlens_q: FA_ALGO_FLASH3 has no varlen yet (FA_ALGO_FLASH2 has)");
+    if (p->cu_q || p->cu_k)
+        return fa_cuda_unsupported(why, why_len, "opts.cu_seqlens_q: FA_ALGO_FLASH3 has no varlen yet (FA_ALGO_FLASH2 has)");
+    const char *name;
+    if (fa_cuda_view_failing(p, fa3_tma_ok, &name))
+        return fa_cuda_unsupported(why, why_len,
+                                   "%s: FA_ALGO_FLASH3 (TMA) needs a 16-byte aligned data pointer and strides that are "
+                                   "multiples of 8 elements, below 2^38, and 0 only over an extent of 1",
+                                   name);
+    return FA_OK;
+}
+
+static fa_status fa3_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
+    const fa_status rc = fa3_common(p, why, why_len);
+    if (rc != FA_OK) return rc;
     const int masks = p->wl >= 0 || p->wr >= 0 ? FA3_MASKED : FA3_UNMASKED;
     int row = -1;
     for (int i = 0; i < FA_COUNT(fa3_fwd_rows) && row < 0; ++i)
@@ -42,12 +56,6 @@ static fa_status fa3_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan
                                    "block_q %d / block_k %d: FA_ALGO_FLASH3 at head_dim %lld runs %d x %d tiles only "
                                    "(0 = its default)",
                                    p->block_q, p->block_k, (long long)p->d, r->bm, r->bn);
-    const char *name;
-    if (fa_cuda_view_failing(p, fa3_tma_ok, &name))
-        return fa_cuda_unsupported(why, why_len,
-                                   "%s: FA_ALGO_FLASH3 (TMA) needs a 16-byte aligned data pointer and strides that are "
-                                   "multiples of 8 elements, below 2^38, and 0 only over an extent of 1",
-                                   name);
     const long long tiles = (p->q.seqlen + r->bm - 1) / r->bm * p->hq * p->batch;
     if (tiles >= ((long long)1 << 31))
         return fa_cuda_unsupported(why, why_len,
@@ -81,3 +89,78 @@ static fa_cuda_result fa3_run(const fa_cuda_launch *l) {
 
 const fa_cuda_family fa_cuda_flash3_fwd = {"FLASH3", FA_ALGO_FLASH3, FA_CUDA_FWD, 1, FA_CUDA_DT_16, fa3_pick,
                                            fa3_ws, fa_cuda_traffic_q_outer, fa3_run};
+
+/* ---- the backward ---- */
+
+static fa_status fa3_bwd_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why,
+                              size_t why_len) {
+    (void)tu;
+    const fa_status rc = fa3_common(p, why, why_len);
+    if (rc != FA_OK) return rc;
+    int row = -1;
+    for (int i = 0; i < FA_COUNT(fa3_bwd_rows) && row < 0; ++i)
+        if (fa3_bwd_rows[i].d == p->d) row = i;
+    if (row < 0) {
+        int d[FA_COUNT(fa3_bwd_rows)];
+        char dims[64];
+        for (int i = 0; i < FA_COUNT(fa3_bwd_rows); ++i) d[i] = fa3_bwd_rows[i].d;
+        fa_cuda_dims_list(d, FA_COUNT(d), dims, sizeof dims);
+        return fa_cuda_unsupported(why, why_len,
+                                   "head_dim %lld is not built for the CUDA FA_ALGO_FLASH3 backward (built: %s)",
+                                   (long long)p->d, dims);
+    }
+    const fa3_bwd_row *r = &fa3_bwd_rows[row];
+    if ((p->block_q && p->block_q != r->bm) || (p->block_k && p->block_k != r->bn))
+        return fa_cuda_unsupported(why, why_len,
+                                   "block_q %d / block_k %d: the FA_ALGO_FLASH3 backward at head_dim %lld runs %d x %d "
+                                   "tiles only (0 = its default)",
+                                   p->block_q, p->block_k, (long long)p->d, r->bm, r->bn);
+    fa_cuda_instance k = {NULL, NULL, 0};
+    if (!fa_flash3_bwd_instance(row, p->deterministic, &k))
+        return fa_cuda_unsupported(why, why_len, "head_dim %lld: CUDA FA_ALGO_FLASH3 backward row %d has no instance",
+                                   (long long)p->d, row);
+    plan->entry = row;
+    plan->kernel = p->deterministic ? r->kernel_det : r->kernel;
+    plan->aux[FA3_BWD_AUX_DET] = p->deterministic ? 1 : 0;
+    plan->block_q = r->bm, plan->block_k = r->bn, plan->threads = r->threads;
+    plan->grid[0] = (int)((p->k.seqlen + r->bn - 1) / r->bn), plan->grid[1] = (int)p->hk, plan->grid[2] = (int)p->batch;
+    plan->smem_bytes = k.smem;
+    return FA_OK;
+}
+
+/* Query rows padded to whole blocks, over every (batch, query head): the layout of D, LSE·log2e and dQ's fp32
+ * accumulator (flash3_bwd.cu). */
+static size_t fa3_bwd_rows_padded(const fa_problem *p, const fa_plan *plan) {
+    const size_t bm = (size_t)plan->block_q;
+    return (size_t)p->batch * p->hq * (((size_t)p->q.seqlen + bm - 1) / bm) * bm;
+}
+
+static void fa3_bwd_ws(fa_arena *a, const fa_problem *p, const fa_plan *plan, fa_cuda_ws *w) {
+    const size_t rows = fa3_bwd_rows_padded(p, plan);
+    w->dsum = (float *)fa_arena_take(a, rows * sizeof(float), 256);
+    w->lse2 = (float *)fa_arena_take(a, rows * sizeof(float), 256);
+    w->dq_acc = (float *)fa_arena_take(a, rows * p->d * sizeof(float), 256);
+    if (p->deterministic) w->dq_turns = (int *)fa_arena_take(a, rows / plan->block_q * sizeof(int), 256);
+}
+
+/* Pre-pass: O, dO, LSE read; D, LSE·log2e written, the accumulator cleared. Per visited (query block, key block)
+ * pair: Qi, dOi, their LSE and D read, dQi added (an fp32 read and write). Kj, Vj read and dKj, dVj written once per
+ * key block and K/V head. dQ conversion: the accumulator read, dQ written. */
+static void fa3_bwd_traffic(const fa_problem *p, fa_plan *plan) {
+    const fa_cuda_traffic_in t = fa_cuda_traffic_of(p);
+    const double e = t.e, d = t.d, qrows = t.qrows, kvrows = t.kvrows, bm = plan->block_q;
+    const double padded = (double)fa3_bwd_rows_padded(p, plan);
+    double pairs, qb;
+    fa_cuda_model_pairs(p, plan->block_q, plan->block_k, &pairs, &qb);
+    plan->read_bytes = 2 * qrows * d * e + 4 * qrows + pairs * bm * (2 * d * e + 8 + 4 * d) + 2 * kvrows * d * e +
+                       padded * d * 4;
+    plan->write_bytes = 8 * padded + padded * d * 4 + pairs * bm * 4 * d + 2 * kvrows * d * e + qrows * d * e;
+}
+
+static fa_cuda_result fa3_bwd_run(const fa_cuda_launch *l) {
+    fa_cuda_result r = {fa_flash3_bwd_launch(l->c, l->plan, l->stream), CUBLAS_STATUS_SUCCESS};
+    return r;
+}
+
+const fa_cuda_family fa_cuda_flash3_bwd = {"FLASH3", FA_ALGO_FLASH3, FA_CUDA_BWD, 1, FA_CUDA_DT_16, fa3_bwd_pick,
+                                           fa3_bwd_ws, fa3_bwd_traffic, fa3_bwd_run};

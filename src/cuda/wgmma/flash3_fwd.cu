@@ -8,41 +8,8 @@
 
 #include "cuda/params.h"
 #include "flash3_fwd.cuh"
+#include "tensor_map.h"
 #include "tiles.h"
-
-static PFN_cuTensorMapEncodeTiled_v12000 fa3_encode_fn(void) {
-    /* the driver's function pointer: the same for the whole process, so looked up once */
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
-    if (!fn) {
-        void *f = NULL;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) ==
-                cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            fn = (PFN_cuTensorMapEncodeTiled_v12000)f;
-    }
-    return fn;
-}
-
-/* [batch, rows, heads, D] as a 4-D map {D, rows, heads, batch}; a box is 64 columns (128 B, the swizzle span) of
- * box_rows rows of one head; rows past the end read as zeros. */
-static int fa3_map(CUtensorMap *m, const void *base, int dtype, int D, int rows, int heads, int batch,
-                   int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_rows) {
-    PFN_cuTensorMapEncodeTiled_v12000 enc = fa3_encode_fn();
-    if (!enc) return -1;
-    const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)(rows > 0 ? rows : 1), (cuuint64_t)heads, (cuuint64_t)batch};
-    /* a zero stride only comes with an extent of 1 (the plan's row); TMA wants non-zero multiples of 16 B */
-    const cuuint64_t strides[3] = {(cuuint64_t)(row_stride ? row_stride : 8) * 2,
-                                   (cuuint64_t)(head_stride ? head_stride : 8) * 2,
-                                   (cuuint64_t)(batch_stride ? batch_stride : 8) * 2};
-    const cuuint32_t box[4] = {64, (cuuint32_t)box_rows, 1, 1};
-    const cuuint32_t estr[4] = {1, 1, 1, 1};
-    const CUresult r =
-        enc(m, dtype == FA_DTYPE_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)base,
-            dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS ? 0 : -1;
-}
 
 /* K/V bytes a section of the masked order may take: about half the H200's 50 MB L2. */
 #define FA3_L2_KV_BYTES (24u << 20)

@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 
 #include "../../core/visible.h"
+#include "frag.cuh"
 #include "ptx.cuh"
 #include "wgmma.cuh"
 
@@ -36,7 +37,10 @@ template <int D, bool WIDE> struct alignas(1024) fa3_shared {
     uint64_t full_q, empty_q;
     uint64_t full_k[T::ST], full_v[T::ST];
     uint64_t empty_k[T::ST], empty_v[T::ST];
-    int tile; /* the tile of the current Q phase, written by the producer before it arrives on full_q */
+    /* the tile of the current Q phase, written by the producer before it arrives on full_q. Ordered by full_q and
+     * empty_q, and accessed with shared-memory atomics: racecheck does not model mbarrier ordering and took plain
+     * accesses to it for races (README.md) */
+    int tile;
 };
 
 struct fa3_kparams {
@@ -53,18 +57,6 @@ struct fa3_kparams {
     float cap, cap_scale;    /* softcap: S = cap·tanh(s·cap_scale) first (cap_scale = scale / cap; 0 = off), then
                               * scale = 1 and scale_log2 = log2 e */
 };
-
-template <bool F16> FA_DEV uint32_t fa3_pack(float a, float b) {
-    uint32_t r;
-    if constexpr (F16) {
-        __half2 h = __floats2half2_rn(a, b);
-        r = *reinterpret_cast<uint32_t *>(&h);
-    } else {
-        __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-        r = *reinterpret_cast<uint32_t *>(&h);
-    }
-    return r;
-}
 
 /* Per-thread softmax state of the two rows a consumer thread owns (g and g + 8 of its warp's 16 rows). */
 struct fa3_rows {
@@ -94,12 +86,6 @@ FA_DEV void fa3_pv(float (&o)[D / 2], const uint32_t (&pa)[Bc / 16][4], uint32_t
     for (int kk = 0; kk < Bc / 16; kk++)
         fa_wgmma_rs<D, F16>(o, pa[kk], fa3_desc(v_base + kk * 2048, Bc * 128, 1024), 1);
     fa3_wgmma_commit();
-}
-
-/* One arrival per consumer warp on a stage's empty barrier, once the warp's wgmma reading it has completed. */
-FA_DEV void fa3_release(uint32_t bar, int lane) {
-    __syncwarp();
-    if (lane == 0) fa3_bar_arrive(bar);
 }
 
 /* Mask, then the online-softmax step on S (in place to P, fp32): m_new = max(m, rowmax S); P = exp2(S·scale·log2e −
@@ -157,17 +143,6 @@ template <int D> FA_DEV void fa3_rescale(float (&o)[D / 2], float c0, float c1) 
         o[4 * j + 1] *= c0;
         o[4 * j + 2] *= c1;
         o[4 * j + 3] *= c1;
-    }
-}
-
-/* Two adjacent n8 accumulator blocks = one k16 A fragment (rows g, g+8; keys 2t.., 8+2t..). */
-template <int Bc, bool F16> FA_DEV void fa3_pack_p(uint32_t (&pa)[Bc / 16][4], const float (&sacc)[Bc / 2]) {
-#pragma unroll
-    for (int kk = 0; kk < Bc / 16; kk++) {
-        pa[kk][0] = fa3_pack<F16>(sacc[8 * kk], sacc[8 * kk + 1]);
-        pa[kk][1] = fa3_pack<F16>(sacc[8 * kk + 2], sacc[8 * kk + 3]);
-        pa[kk][2] = fa3_pack<F16>(sacc[8 * kk + 4], sacc[8 * kk + 5]);
-        pa[kk][3] = fa3_pack<F16>(sacc[8 * kk + 6], sacc[8 * kk + 7]);
     }
 }
 
@@ -252,7 +227,7 @@ __global__ void __launch_bounds__(384, 1)
                 const int tile = wave == 0 ? (int)blockIdx.x
                                  : p.counter ? atomicAdd(p.counter, 1) + (int)gridDim.x
                                              : fa3_tile_of(wave);
-                sm.tile = tile;
+                atomicExch(&sm.tile, tile);
                 if (tile >= p.ntiles) {
                     fa3_bar_arrive(fq);
                     break;
@@ -296,7 +271,7 @@ __global__ void __launch_bounds__(384, 1)
     int qi = 0, kv = 0;
     for (;;) {
         fa3_bar_wait(fa3_smem(&sm.full_q), qi & 1);
-        const int tile = *reinterpret_cast<volatile int *>(&sm.tile);
+        const int tile = atomicOr(&sm.tile, 0);
         if (tile >= p.ntiles) break;
         const fa3_work w = fa3_work_at<Br, Bc>(tile, p);
         const int nblk = w.nblk, n_hi = w.n_hi;
@@ -332,7 +307,7 @@ __global__ void __launch_bounds__(384, 1)
             fa3_fence_regs(sacc);
             fa3_release(fa3_smem(&sm.empty_k[kv % ST]), lane);
             fa3_softmax<Bc>(sacc, (n_hi - 1) * Bc, R, c0, c1);
-            fa3_pack_p<Bc, F16>(pa, sacc);
+            fa3_pack_a<Bc, F16>(pa, sacc);
             for (int it = 1; it < nblk; it++) {
                 const int g = kv + it, s = g % ST, sp = (g - 1) % ST;
                 const uint32_t ph = (g / ST) & 1, php = ((g - 1) / ST) & 1;
@@ -353,7 +328,7 @@ __global__ void __launch_bounds__(384, 1)
                 fa3_fence_regs(pa);
                 fa3_release(fa3_smem(&sm.empty_v[sp]), lane);
                 fa3_rescale<D>(o, c0, c1);
-                fa3_pack_p<Bc, F16>(pa, sacc);
+                fa3_pack_a<Bc, F16>(pa, sacc);
             }
             /* every S GEMM of the tile has completed: the producer may load the next Qi */
             fa3_release(fa3_smem(&sm.empty_q), lane);

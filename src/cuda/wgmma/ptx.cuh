@@ -1,5 +1,6 @@
 /* The Hopper (sm_90a) PTX the FLASH3 kernels use, as small inline-asm wrappers: mbarriers, TMA tensor loads, wgmma
- * fences and shared-memory descriptors, setmaxnreg, named barriers, ex2. The wgmma instructions themselves are in
+ * fences and shared-memory descriptors, setmaxnreg, named barriers, ex2; bulk copies, the async-proxy fence and
+ * vector reductions for the backward. The wgmma instructions themselves are in
  * wgmma.cuh (generated). */
 #ifndef FA_WGMMA_PTX_CUH
 #define FA_WGMMA_PTX_CUH
@@ -46,6 +47,27 @@ FA_DEV void fa3_tma_load4(uint32_t dst, const CUtensorMap *map, uint32_t bar, in
                  "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                  : "memory");
 }
+/* A contiguous global range (16-byte aligned, a multiple of 16 bytes) lands in shared memory, completing bytes on the
+ * mbarrier (the backward's LSE and D rows). */
+FA_DEV void fa3_bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"((uint64_t)src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+/* Shared-memory writes of this thread (st.shared) become visible to the async proxy (wgmma, TMA) that reads them
+ * after the next barrier. */
+FA_DEV void fa3_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+/* Four fp32 adds into global memory in one instruction, no value returned (sm_90). */
+FA_DEV void fa3_red_add4(float *dst, float a, float b, float c, float d) {
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d)
+                 : "memory");
+}
+/* The backward's deterministic dQ: a counter read with acquire semantics (the adds it orders are visible after). */
+FA_DEV int fa3_ld_acquire(const int *p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
 FA_DEV void fa3_prefetch_map(const CUtensorMap *map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
 }
@@ -84,6 +106,9 @@ FA_DEV void fa3_named_sync(int id, int nthreads) {
 FA_DEV void fa3_named_arrive(int id, int nthreads) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
 }
+/* The same with the barrier and the count as immediates: no register holds them (the producer has 24). */
+template <int ID, int N> FA_DEV void fa3_named_sync() { asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(N) : "memory"); }
+template <int ID, int N> FA_DEV void fa3_named_arrive() { asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(N) : "memory"); }
 FA_DEV float fa3_ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));

@@ -22,4 +22,22 @@ static constexpr fa3_fwd_row fa3_fwd_rows[] = {
 };
 #undef FA3_FWD_ROW
 
+/* The FLASH3 backward's rows: one CTA per Bc = 128 keys (64 per consumer warpgroup) of one K/V head, walking
+ * Br = bm query rows per step; Br = 128 at d = 64 (FA3's tile), 64 at d = 128 (dK, dV, Sᵀ and dPᵀ in 240
+ * registers). */
+struct fa3_bwd_row {
+    int d, bm, bn, threads;
+    const char *kernel, *kernel_det, *why;
+};
+#define FA3_BWD_ROW(D, BM, WHY)                                                                                      \
+    {D, BM, 128, 384, "cuda.flash3.bwd.wgmma.d" #D "." #BM "x128",                                                  \
+     "cuda.flash3.bwd.wgmma.deterministic.d" #D "." #BM "x128", WHY}
+static constexpr fa3_bwd_row fa3_bwd_rows[] = {
+    FA3_BWD_ROW(64, 128, "FA3's d = 64 tile: Sᵀ and dPᵀ 64 registers each"),
+    FA3_BWD_ROW(128, 64, "FA3's d = 128 tile: dK and dV take 128 of the 240 registers"),
+};
+#undef FA3_BWD_ROW
+/* plan->aux[FA3_BWD_AUX_DET]: 1 = the deterministic instance (key blocks add dQ in ascending order) */
+enum { FA3_BWD_AUX_DET = 0 };
+
 #endif

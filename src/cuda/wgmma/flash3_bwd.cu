@@ -1,0 +1,140 @@
+/* FLASH3 backward: the host side and its two small kernels. A call is three launches:
+ *   fa3b_prep  D = rowsum(dO ∘ O) and LSE·log2e per query row, padded to whole query blocks (D = 0, +inf past sq,
+ *              so that the main kernel copies whole 16-byte aligned rows and padded rows give P = 0), and the fp32 dQ
+ *              accumulator cleared;
+ *   fa3_bwd_kernel (flash3_bwd.cuh), one CTA per key block and K/V head;
+ *   fa3b_dq    dQ = scale·accumulator, from the accumulator's register order to the caller's layout.
+ * The plan's row (wgmma/family.cu) has checked everything the launch relies on. */
+#include <cudaTypedefs.h>
+#include <math.h>
+
+#include "cuda/params.h"
+#include "flash3_bwd.cuh"
+#include "tensor_map.h"
+#include "tiles.h"
+
+template <bool F16> FA_DEV float fa3b_f32(uint16_t x) {
+    if constexpr (F16) return __half2float(__ushort_as_half(x));
+    else return __bfloat162float(__ushort_as_bfloat16(x));
+}
+
+/* One query row (padded layout) per TPR = D/8 threads, 8 elements (16 bytes) each. */
+template <int D, int Br, bool F16>
+__global__ void fa3b_prep(const fa_cuda_params p, int nmb, int64_t rows) {
+    constexpr int TPR = D / 8;
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x / TPR) + threadIdx.x / TPR;
+    const int c = (threadIdx.x % TPR) * 8;
+    const int64_t per = (int64_t)nmb * Br;
+    const int i = (int)(r % per);
+    const int64_t bh = r / per;
+    const int h = (int)(bh % p.hq), b = (int)(bh / p.hq);
+    float acc = 0.f;
+    if (r < rows) {
+        if (i < p.total_q) {
+            const uint4 o = *(const uint4 *)((const uint16_t *)p.o + b * p.o_sb + i * p.o_ss + h * p.o_sh + c);
+            const uint4 g = *(const uint4 *)((const uint16_t *)p.dout + b * p.do_sb + i * p.do_ss + h * p.do_sh + c);
+            const uint16_t *oe = (const uint16_t *)&o, *ge = (const uint16_t *)&g;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) acc += fa3b_f32<F16>(oe[k]) * fa3b_f32<F16>(ge[k]);
+        }
+        float4 *q = (float4 *)(p.dq_acc + r * D + c);
+        q[0] = q[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int o = TPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (r < rows && c == 0) {
+        const float lse = i < p.total_q ? p.lse[bh * p.total_q + i] : -INFINITY;
+        p.dsum[r] = acc;
+        p.lse2[r] = lse == -INFINITY ? INFINITY : lse * 1.44269504088896340736f;
+    }
+}
+
+/* dQ = scale·accumulator: one float4 per thread = registers 4j..4j+3 of one consumer thread, i.e. two columns of
+ * two rows 8 apart (flash3_bwd.cuh's order). */
+template <int D, int Br, bool F16> __global__ void fa3b_dq(const fa_cuda_params p, int nmb, int64_t n4) {
+    using T = fa3b_tile<D>;
+    const int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (x >= n4) return;
+    const int64_t chunk = x / (Br * D / 4);
+    const int q4 = (int)(x % (Br * D / 4)), per_wg = T::NQ / 4 * 128;
+    const int w = q4 / per_wg, j = (q4 % per_wg) / 128, ct = q4 % 128, lane = ct % 32;
+    const int m = (int)(chunk % nmb), h = (int)((chunk / nmb) % p.hq), b = (int)(chunk / nmb / p.hq);
+    const int row = m * Br + (Br == 128 ? 64 * w : 0) + 16 * (ct / 32) + lane / 4;
+    const int col = (Br == 128 ? 0 : w * (D / 2)) + 8 * j + 2 * (lane % 4);
+    const float4 a = *(const float4 *)(p.dq_acc + 4 * x);
+    uint16_t *dq = (uint16_t *)p.dq + b * p.dq_sb + h * p.dq_sh + col;
+    if (row < p.total_q) *(uint32_t *)(dq + row * p.dq_ss) = fa3_pack<F16>(a.x * p.scale, a.y * p.scale);
+    if (row + 8 < p.total_q) *(uint32_t *)(dq + (row + 8) * p.dq_ss) = fa3_pack<F16>(a.z * p.scale, a.w * p.scale);
+}
+
+template <int D, bool F16, bool DET>
+static cudaError_t fa3b_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
+    using T = fa3b_tile<D>;
+    constexpr int Br = T::Br, Bc = T::Bc;
+    if (p->batch == 0 || p->hq == 0) return cudaSuccess;
+    const int nmb = (p->total_q + Br - 1) / Br;
+    const int64_t rows = (int64_t)p->batch * p->hq * nmb * Br;
+    cudaError_t e = cudaSuccess;
+    if (rows > 0) {
+        const int per_block = 256 / (D / 8);
+        fa3b_prep<D, Br, F16><<<(unsigned)((rows + per_block - 1) / per_block), 256, 0, st>>>(*p, nmb, rows);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        if (DET && (e = cudaMemsetAsync(p->dq_turns, 0, (size_t)(rows / Br) * sizeof(int), st)) != cudaSuccess)
+            return e;
+    }
+    if (p->total_k > 0) {
+        CUtensorMap tq, tk, tv, tdo;
+        if (fa3_map(&tq, p->q, p->dtype, D, p->total_q, p->hq, p->batch, p->q_ss, p->q_sh, p->q_sb, Br) ||
+            fa3_map(&tdo, p->dout, p->dtype, D, p->total_q, p->hq, p->batch, p->do_ss, p->do_sh, p->do_sb, Br) ||
+            fa3_map(&tk, p->k, p->dtype, D, p->total_k, p->hk, p->batch, p->k_ss, p->k_sh, p->k_sb, Bc) ||
+            fa3_map(&tv, p->v, p->dtype, D, p->total_k, p->hk, p->batch, p->v_ss, p->v_sh, p->v_sb, Bc))
+            return cudaErrorInvalidValue;
+        fa3b_kparams kp;
+        kp.dk = (uint16_t *)p->dk, kp.dv = (uint16_t *)p->dv;
+        kp.dk_sb = p->dk_sb, kp.dk_ss = p->dk_ss, kp.dk_sh = p->dk_sh;
+        kp.dv_sb = p->dv_sb, kp.dv_ss = p->dv_ss, kp.dv_sh = p->dv_sh;
+        kp.lse2 = p->lse2, kp.dsum = p->dsum, kp.dq_acc = p->dq_acc, kp.turns = DET ? p->dq_turns : NULL;
+        kp.sq = p->total_q, kp.sk = p->total_k, kp.hq = p->hq, kp.group = p->hq / p->hk;
+        kp.wl = p->wl, kp.wr = p->wr, kp.nmb = nmb;
+        kp.scale = p->scale, kp.scale_log2 = p->scale_log2;
+        kp.cap = p->softcap, kp.cap_scale = p->softcap > 0.f ? p->softcap_scale : 0.f;
+        const size_t smem = plan->smem_bytes;
+        if ((e = cudaFuncSetAttribute(fa3_bwd_kernel<D, F16, DET>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)smem)) != cudaSuccess)
+            return e;
+        const dim3 grid((unsigned)((p->total_k + Bc - 1) / Bc), (unsigned)p->hk, (unsigned)p->batch);
+        fa3_bwd_kernel<D, F16, DET><<<grid, T::THREADS, smem, st>>>(tq, tk, tv, tdo, kp);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    }
+    if (rows > 0) {
+        const int64_t n4 = rows * D / 4;
+        fa3b_dq<D, Br, F16><<<(unsigned)((n4 + 255) / 256), 256, 0, st>>>(*p, nmb, n4);
+        e = cudaGetLastError();
+    }
+    return e;
+}
+
+/* The tile row's instances: f16 and bf16, default and deterministic. */
+template <int R> static int fa3_bwd_inst(int det, fa_cuda_instance *k) {
+    constexpr fa3_bwd_row r = fa3_bwd_rows[R];
+    using T = fa3b_tile<r.d>;
+    static_assert(T::Br == r.bm && T::Bc == r.bn && T::THREADS == r.threads, "the row is its instance's tile");
+    if (det) k->f16 = fa3b_launch<r.d, true, true>, k->bf16 = fa3b_launch<r.d, false, true>;
+    else k->f16 = fa3b_launch<r.d, true, false>, k->bf16 = fa3b_launch<r.d, false, false>;
+    k->smem = sizeof(fa3b_shared<r.d>) + 1024;
+    return 1;
+}
+static_assert(sizeof fa3_bwd_rows / sizeof fa3_bwd_rows[0] == 2, "one case per row of fa3_bwd_rows");
+extern "C" int fa_flash3_bwd_instance(int row, int deterministic, fa_cuda_instance *k) {
+    switch (row) {
+    case 0: return fa3_bwd_inst<0>(deterministic, k);
+    case 1: return fa3_bwd_inst<1>(deterministic, k);
+    default: return 0;
+    }
+}
+
+extern "C" cudaError_t fa_flash3_bwd_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
+    fa_cuda_instance k;
+    if (!fa_flash3_bwd_instance(plan->entry, plan->aux[FA3_BWD_AUX_DET], &k)) return cudaErrorInvalidValue;
+    return (p->dtype == FA_DTYPE_F16 ? k.f16 : k.bf16)(p, plan, st);
+}

@@ -1,0 +1,268 @@
+/* FLASH3 backward kernel (sm_90a), FA3 paper Algorithm 3. One CTA per Bc = 128 keys of one K/V head; it walks the
+ * query blocks Qi (Br rows) of every query head of its group that see those keys:
+ *   warpgroup 0, the producer (setmaxnreg 24): one thread loads Kj, Vj once, then per step Qi with LSE·log2e and
+ *     dOi with D = rowsum(dO ∘ O) into ST stages (TMA, full/empty mbarriers);
+ *   warpgroups 1 and 2, the consumers (setmaxnreg 240), own 64 keys each:
+ *     Sᵀ = Kj Qiᵀ, dPᵀ = Vj dOiᵀ          (wgmma, both operands in shared memory)
+ *     Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e), dSᵀ = Pᵀ ∘ (dPᵀ − D)   [∘ (1 − tanh²) with softcap]
+ *     dVj += Pᵀ dOi, dKj += dSᵀ Qi          (A = Pᵀ, dSᵀ from registers: dK, dV stay in registers all along)
+ *     dQi = dS Kj                            (dSᵀ through shared memory: both warpgroups' keys are its K dimension)
+ *     dQi is added into an fp32 accumulator by vector reductions (red.global.add.v4.f32), in the order of the
+ *     accumulator registers (flash3_bwd.cu converts it); deterministic: the key blocks add in ascending order, each
+ *     waiting for its turn on a per-(batch, head, query block) counter.
+ * With GQA the CTA walks the query heads of its K/V head one after the other, so dK, dV sum in registers (no fp32
+ * copies per query head). Shared tiles are 64-column panels in the 128-byte swizzle, as in the forward (README.md). */
+#ifndef FA_WGMMA_FLASH3_BWD_CUH
+#define FA_WGMMA_FLASH3_BWD_CUH
+
+#include "../../core/visible.h"
+#include "frag.cuh"
+#include "ptx.cuh"
+#include "wgmma.cuh"
+
+/* Tiles (tiles.h has the rows): Bc = 128 keys, Br query rows per step, ST stages of Qi and dOi. dQi's GEMM is split
+ * between the warpgroups by rows (Br = 128: 64 query rows each) or by columns (Br = 64: D/2 columns each); NQ is its
+ * accumulators per thread. */
+template <int D> struct fa3b_tile {
+    static constexpr int Br = D == 64 ? 128 : 64;
+    static constexpr int Bc = 128;
+    static constexpr int ST = 2;
+    static constexpr int THREADS = 384;
+    static constexpr int NQ = Br * D / 256;
+    static constexpr int NQN = Br == 128 ? D : D / 2; /* N of the dQ GEMM */
+};
+
+template <int D> struct alignas(1024) fa3b_shared {
+    using T = fa3b_tile<D>;
+    uint16_t k[T::Bc * D], v[T::Bc * D];
+    uint16_t q[T::ST][T::Br * D], dout[T::ST][T::Br * D];
+    uint16_t ds[2][T::Bc * T::Br]; /* dSᵀ [key][query] in 64-query panels; two, so a step never waits for the last dQ */
+    float lse2[T::ST][T::Br], dsum[T::ST][T::Br];
+    uint64_t full_kv, full_q[T::ST], full_do[T::ST], empty[T::ST];
+};
+
+/* Named barriers (0 is __syncthreads), 256 consumer threads each: dSᵀ written; deterministic dQ turn taken, added. */
+enum { FA3B_DS_READY = 1, FA3B_DQ_TURN = 2, FA3B_DQ_ADDED = 3 };
+
+struct fa3b_kparams {
+    uint16_t *dk, *dv;
+    int64_t dk_sb, dk_ss, dk_sh, dv_sb, dv_ss, dv_sh;
+    const float *lse2, *dsum; /* [batch][hq][nmb·Br]: LSE·log2e (+inf past sq: P = 0), D (0 past sq) */
+    float *dq_acc;            /* [batch][hq][nmb][Br·D] in accumulator order, zeroed */
+    int *turns;               /* deterministic: [batch][hq][nmb] zeroed counters; else NULL */
+    int sq, sk, hq, group, wl, wr, nmb;
+    float scale, scale_log2; /* scale_log2 = log2 e with softcap (the scale is inside the cap) */
+    float cap, cap_scale;    /* softcap: score = cap·tanh(s·cap_scale); cap_scale 0 = off */
+};
+
+/* Sᵀ (or dPᵀ) = A Bᵀ for this warpgroup's 64 rows of A (keys) against Br rows of B (queries), both K-major tiles of
+ * D columns: D/16 k-slices, 32 B apart inside a 64-column panel. */
+template <int D, int Br, int Bc, bool F16>
+FA_DEV void fa3b_abt(float (&acc)[Br / 2], uint32_t a_base, uint32_t b_base) {
+    fa3_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint64_t da = fa3_desc(a_base + (kk / 4) * Bc * 128 + (kk % 4) * 32, 16, 1024);
+        const uint64_t db = fa3_desc(b_base + (kk / 4) * Br * 128 + (kk % 4) * 32, 16, 1024);
+        fa_wgmma_ss<Br, F16>(acc, da, db, kk > 0);
+    }
+    fa3_wgmma_commit();
+}
+
+/* acc += A B with A (64 keys x Br queries) from registers and B = a [query][D] tile, MN-major: a k16 slice is 16
+ * query rows = 2048 B, the next 64 columns of D are Br x 128 B further. */
+template <int D, int Br, bool F16>
+FA_DEV void fa3b_rs(float (&acc)[D / 2], const uint32_t (&a)[Br / 16][4], uint32_t b_base) {
+#pragma unroll
+    for (int kk = 0; kk < Br / 16; kk++) fa_wgmma_rs<D, F16>(acc, a[kk], fa3_desc(b_base + kk * 2048, Br * 128, 1024), 1);
+}
+
+template <int D, bool F16, bool DET>
+__global__ void __launch_bounds__(384, 1)
+    fa3_bwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                   const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
+                   const fa3b_kparams p) {
+    using T = fa3b_tile<D>;
+    constexpr int Br = T::Br, Bc = T::Bc, ST = T::ST, NQ = T::NQ, NQN = T::NQN;
+    extern __shared__ uint8_t fa3b_smem_raw[];
+    fa3b_shared<D> &sm = *reinterpret_cast<fa3b_shared<D> *>(((uintptr_t)fa3b_smem_raw + 1023) & ~(uintptr_t)1023);
+
+    const int nb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+    const int n0 = nb * Bc, n1 = n0 + Bc < p.sk ? n0 + Bc : p.sk;
+    int qlo, qhi;
+    fa_visible_queries32(n0, n1, p.sq, p.sk, p.wl, p.wr, &qlo, &qhi);
+    const int mlo = qlo / Br, nm = qhi > qlo ? (qhi + Br - 1) / Br - mlo : 0; /* query blocks per head */
+    const int steps = nm * p.group;
+
+    if (threadIdx.x == 0) {
+        fa3_bar_init(fa3_smem(&sm.full_kv), 1);
+        for (int s = 0; s < ST; s++) {
+            fa3_bar_init(fa3_smem(&sm.full_q[s]), 1);
+            fa3_bar_init(fa3_smem(&sm.full_do[s]), 1);
+            fa3_bar_init(fa3_smem(&sm.empty[s]), 8); /* one arrival per consumer warp */
+        }
+        fa3_bar_init_fence();
+    }
+    __syncthreads();
+
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        fa3_regs_dec<24>();
+        if (threadIdx.x == 0) {
+            fa3_prefetch_map(&tq);
+            fa3_prefetch_map(&tk);
+            fa3_prefetch_map(&tv);
+            fa3_prefetch_map(&tdo);
+            const uint32_t fkv = fa3_smem(&sm.full_kv);
+            fa3_bar_expect_tx(fkv, 2 * Bc * D * 2);
+#pragma unroll
+            for (int c = 0; c < D / 64; c++) {
+                fa3_tma_load4(fa3_smem(sm.k) + c * Bc * 128, &tk, fkv, 64 * c, n0, hk, b);
+                fa3_tma_load4(fa3_smem(sm.v) + c * Bc * 128, &tv, fkv, 64 * c, n0, hk, b);
+            }
+            for (int it = 0; it < steps; it++) {
+                const int h = hk * p.group + it / nm, m = mlo + it % nm, s = it % ST;
+                const int64_t row = ((int64_t)(b * p.hq + h) * p.nmb + m) * Br;
+                const uint32_t fq = fa3_smem(&sm.full_q[s]), fd = fa3_smem(&sm.full_do[s]);
+                fa3_bar_wait(fa3_smem(&sm.empty[s]), ((it / ST) & 1) ^ 1);
+                fa3_bar_expect_tx(fq, Br * D * 2 + Br * 4);
+#pragma unroll
+                for (int c = 0; c < D / 64; c++)
+                    fa3_tma_load4(fa3_smem(sm.q[s]) + c * Br * 128, &tq, fq, 64 * c, m * Br, h, b);
+                fa3_bulk_load(fa3_smem(sm.lse2[s]), p.lse2 + row, Br * 4, fq);
+                fa3_bar_expect_tx(fd, Br * D * 2 + Br * 4);
+#pragma unroll
+                for (int c = 0; c < D / 64; c++)
+                    fa3_tma_load4(fa3_smem(sm.dout[s]) + c * Br * 128, &tdo, fd, 64 * c, m * Br, h, b);
+                fa3_bulk_load(fa3_smem(sm.dsum[s]), p.dsum + row, Br * 4, fd);
+            }
+        }
+        return;
+    }
+
+    fa3_regs_inc<240>();
+    const int cw = wg - 1, ct = threadIdx.x % 128, warp = ct / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int kr0 = n0 + 64 * cw + 16 * warp + g, kr1 = kr0 + 8; /* this thread's two key rows */
+    const int off = p.sk - p.sq;                                  /* the diagonal of query i is key i + off */
+    const uint32_t k_base = fa3_smem(sm.k), v_base = fa3_smem(sm.v);
+    float dk[D / 2], dv[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.f;
+    fa3_bar_wait(fa3_smem(&sm.full_kv), 0); /* also when there is no step: no TMA may land after the CTA exits */
+
+    for (int it = 0; it < steps; it++) {
+        const int h = hk * p.group + it / nm, m = mlo + it % nm, s = it % ST, m0 = m * Br;
+        const uint32_t ph = (it / ST) & 1, q_base = fa3_smem(sm.q[s]), do_base = fa3_smem(sm.dout[s]);
+        float st[Br / 2], dpt[Br / 2];
+
+        fa3_bar_wait(fa3_smem(&sm.full_q[s]), ph);
+        fa3b_abt<D, Br, Bc, F16>(st, k_base + cw * 64 * 128, q_base);
+        fa3_bar_wait(fa3_smem(&sm.full_do[s]), ph);
+        fa3b_abt<D, Br, Bc, F16>(dpt, v_base + cw * 64 * 128, do_base);
+        fa3_wgmma_wait<0>();
+        fa3_fence_regs(st);
+        fa3_fence_regs(dpt);
+
+        /* Pᵀ and dSᵀ, in place: element (key row g / g+8, query column 8j + 2t + e); a block the mask cuts is masked
+         * element by element (P = 0: dS = 0); query rows past sq have LSE·log2e = +inf (P = 0) */
+        const bool full = n0 + Bc <= p.sk && m0 + Br <= p.sq && (p.wl < 0 || n0 >= m0 + Br - 1 + off - p.wl) &&
+                          (p.wr < 0 || n0 + Bc - 1 <= m0 + off + p.wr);
+#pragma unroll
+        for (int j = 0; j < Br / 8; j++) {
+            const float2 L = *reinterpret_cast<const float2 *>(&sm.lse2[s][8 * j + 2 * t]);
+            const float2 Dq = *reinterpret_cast<const float2 *>(&sm.dsum[s][8 * j + 2 * t]);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int kr = e < 2 ? kr0 : kr1, q = m0 + 8 * j + 2 * t + (e & 1);
+                float sv = st[4 * j + e], dcap = 1.f;
+                if (p.cap_scale != 0.f) { /* a uniform branch: score = cap·t, d score / ds = scale·(1 − t²) */
+                    const float th = tanhf(sv * p.cap_scale);
+                    dcap = 1.f - th * th;
+                    sv = p.cap * th;
+                }
+                float pv = fa3_ex2(fmaf(sv, p.scale_log2, -((e & 1) ? L.y : L.x)));
+                if (!full && !(kr < p.sk && q < p.sq && (p.wl < 0 || kr >= q + off - p.wl) &&
+                               (p.wr < 0 || kr <= q + off + p.wr)))
+                    pv = 0.f;
+                st[4 * j + e] = pv;
+                dpt[4 * j + e] = pv * (dpt[4 * j + e] - ((e & 1) ? Dq.y : Dq.x)) * dcap;
+            }
+        }
+        uint32_t pa[Br / 16][4], dsa[Br / 16][4];
+        fa3_pack_a<Br, F16>(pa, st);
+        fa3_pack_a<Br, F16>(dsa, dpt);
+
+        /* dVj += Pᵀ dOi; dKj += dSᵀ Qi */
+        fa3_wgmma_fence();
+        fa3b_rs<D, Br, F16>(dv, pa, do_base);
+        fa3b_rs<D, Br, F16>(dk, dsa, q_base);
+        fa3_wgmma_commit();
+
+        /* dSᵀ to shared memory (16-byte chunk j % 8 of row r at chunk (j % 8) ^ (r % 8): the swizzle wgmma reads;
+         * conflict-free), then dQi = dS Kj, A = dS and B = Kj both MN-major */
+        const uint32_t ds_base = fa3_smem(sm.ds[it & 1]);
+#pragma unroll
+        for (int j = 0; j < Br / 8; j++) {
+            const uint32_t r = 64 * cw + 16 * warp + g;
+            const uint32_t a0 = ds_base + (j / 8) * Bc * 128 + r * 128 + (((j % 8) ^ g) << 4) + 4 * t;
+            const uint32_t *v = dsa[j / 2] + 2 * (j & 1);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0), "r"(v[0]) : "memory");
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0 + 8 * 128), "r"(v[1]) : "memory");
+        }
+        fa3_fence_async_smem();
+        fa3_named_sync(FA3B_DS_READY, 256);
+        float dq[NQ];
+        fa3_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; kk++) {
+            const uint32_t a_off = Br == 128 ? cw * Bc * 128 : 0, b_off = Br == 128 ? 0 : cw * Bc * 128;
+            fa_wgmma_sstt<NQN, F16>(dq, fa3_desc(ds_base + a_off + kk * 2048, Bc * 128, 1024),
+                                    fa3_desc(k_base + b_off + kk * 2048, Bc * 128, 1024), kk > 0);
+        }
+        fa3_wgmma_commit();
+        fa3_wgmma_wait<0>();
+        fa3_fence_regs(dq);
+        fa3_fence_regs(dk);
+        fa3_fence_regs(dv);
+        fa3_release(fa3_smem(&sm.empty[s]), lane); /* Qi, dOi, LSE, D of this stage are read */
+
+        /* dQi into the accumulator: thread ct's registers 4j..4j+3 at float4 j·128 + ct of its warpgroup's part */
+        const int64_t chunk = (int64_t)(b * p.hq + h) * p.nmb + m;
+        float *dst = p.dq_acc + chunk * (Br * D) + ((int64_t)cw * (NQ / 4) * 128 + ct) * 4;
+        int *turn = DET ? p.turns + chunk : nullptr;
+        if (DET) { /* key blocks add in ascending order: this one's turn is its index among those query block m sees */
+            if (threadIdx.x == 128) {
+                int klo, khi;
+                fa_visible_block32(m0, m0 + Br < p.sq ? m0 + Br : p.sq, p.sq, p.sk, p.wl, p.wr, &klo, &khi);
+                const int mine = nb - klo / Bc;
+                while (fa3_ld_acquire(turn) != mine) {
+                }
+            }
+            fa3_named_sync(FA3B_DQ_TURN, 256);
+        }
+#pragma unroll
+        for (int j = 0; j < NQ / 4; j++) fa3_red_add4(dst + j * 512, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+        if (DET) {
+            __threadfence();
+            fa3_named_sync(FA3B_DQ_ADDED, 256);
+            if (threadIdx.x == 128) atomicAdd(turn, 1);
+        }
+    }
+
+    /* dKj = scale·Σ dSᵀ Q, dVj: 16-bit, straight from the registers (rows past sk are not written) */
+    const int64_t kb = (int64_t)b * p.dk_sb + (int64_t)hk * p.dk_sh + 2 * t, vb = (int64_t)b * p.dv_sb + (int64_t)hk * p.dv_sh + 2 * t;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int kr = r ? kr1 : kr0;
+        if (kr >= p.sk) continue;
+        uint16_t *dkrow = p.dk + kb + (int64_t)kr * p.dk_ss, *dvrow = p.dv + vb + (int64_t)kr * p.dv_ss;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            *reinterpret_cast<uint32_t *>(dkrow + 8 * j) =
+                fa3_pack<F16>(dk[4 * j + 2 * r] * p.scale, dk[4 * j + 2 * r + 1] * p.scale);
+            *reinterpret_cast<uint32_t *>(dvrow + 8 * j) = fa3_pack<F16>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+        }
+    }
+}
+
+#endif

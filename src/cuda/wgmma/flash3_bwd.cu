@@ -1,6 +1,6 @@
 /* FLASH3 backward: the host side and its two small kernels. A call is three launches:
  *   fa3b_prep  D = rowsum(dO ∘ O) and LSE·log2e per query row, padded to whole query blocks (D = 0, +inf past sq,
- *              so that the main kernel copies whole 16-byte aligned rows and padded rows give P = 0), and the fp32 dQ
+ *              so that the main kernel reads whole aligned pairs and padded rows give P = 0), and the fp32 dQ
  *              accumulator cleared;
  *   fa3_bwd_kernel (flash3_bwd.cuh), one CTA per key block and K/V head;
  *   fa3b_dq    dQ = scale·accumulator, from the accumulator's register order to the caller's layout.

@@ -1,6 +1,6 @@
 /* The Hopper (sm_90a) PTX the FLASH3 kernels use, as small inline-asm wrappers: mbarriers, TMA tensor loads, wgmma
- * fences and shared-memory descriptors, setmaxnreg, named barriers, ex2; bulk copies, the async-proxy fence and
- * vector reductions for the backward. The wgmma instructions themselves are in
+ * fences and shared-memory descriptors, setmaxnreg, named barriers, ex2; the async-proxy fence, vector reductions
+ * and an acquire load for the backward. The wgmma instructions themselves are in
  * wgmma.cuh (generated). */
 #ifndef FA_WGMMA_PTX_CUH
 #define FA_WGMMA_PTX_CUH
@@ -45,13 +45,6 @@ FA_DEV void fa3_tma_load4(uint32_t dst, const CUtensorMap *map, uint32_t bar, in
                  "complete_tx::bytes"
                  " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
                  "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-                 : "memory");
-}
-/* A contiguous global range (16-byte aligned, a multiple of 16 bytes) lands in shared memory, completing bytes on the
- * mbarrier (the backward's LSE and D rows). */
-FA_DEV void fa3_bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-                 "l"((uint64_t)src), "r"(bytes), "r"(bar)
                  : "memory");
 }
 /* Shared-memory writes of this thread (st.shared) become visible to the async proxy (wgmma, TMA) that reads them

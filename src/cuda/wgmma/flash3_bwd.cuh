@@ -76,6 +76,66 @@ FA_DEV void fa3b_rs(float (&acc)[D / 2], const uint32_t (&a)[Br / 16][4], uint32
     for (int kk = 0; kk < Br / 16; kk++) fa_wgmma_rs<D, F16>(acc, a[kk], fa3_desc(b_base + kk * 2048, Br * 128, 1024), 1);
 }
 
+/* What the elementwise steps of a thread need beside the kernel's parameters (which stay in the constant bank, not
+ * in registers): the offset of its LSE·log2e and D pairs (query columns 8j + 2t, +1), its key row kr0 (and
+ * kr0 + 8), its first query column q0 = m0 + 2t, and the mask (full: the block needs none). */
+struct fa3b_rows {
+    int64_t row;
+    int kr0, q0;
+    bool full;
+};
+/* Is accumulator element e of block j (key row kr0 or kr0 + 8, query column q0 + 8j + (e & 1)) visible? */
+FA_DEV bool fa3b_visible(const fa3b_kparams &p, const fa3b_rows &R, int j, int e) {
+    const int kr = e < 2 ? R.kr0 : R.kr0 + 8, q = R.q0 + 8 * j + (e & 1), off = p.sk - p.sq;
+    return R.full ||
+           (kr < p.sk && q < p.sq && (p.wl < 0 || kr >= q + off - p.wl) && (p.wr < 0 || kr <= q + off + p.wr));
+}
+/* Sᵀ -> Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e), 0 where masked (query rows past sq have LSE·log2e = +inf: 0). */
+template <int Br> FA_DEV void fa3b_p(float (&st)[Br / 2], const fa3b_kparams &p, const fa3b_rows &R) {
+#pragma unroll
+    for (int j = 0; j < Br / 8; j++) {
+        const float2 L = __ldg(reinterpret_cast<const float2 *>(p.lse2 + R.row + 8 * j));
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float pv = fa3_ex2(fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x)));
+            st[4 * j + e] = fa3b_visible(p, R, j, e) ? pv : 0.f;
+        }
+    }
+}
+/* dPᵀ -> dSᵀ = Pᵀ ∘ (dPᵀ − D). */
+template <int Br>
+FA_DEV void fa3b_ds(float (&dpt)[Br / 2], const float (&pt)[Br / 2], const fa3b_kparams &p, const fa3b_rows &R) {
+#pragma unroll
+    for (int j = 0; j < Br / 8; j++) {
+        const float2 Dq = __ldg(reinterpret_cast<const float2 *>(p.dsum + R.row + 8 * j));
+#pragma unroll
+        for (int e = 0; e < 4; e++) dpt[4 * j + e] = pt[4 * j + e] * (dpt[4 * j + e] - ((e & 1) ? Dq.y : Dq.x));
+    }
+}
+/* Both in one pass, and softcap: the score is cap·th, th = tanh(s·cap_scale), and dS picks up d score / ds =
+ * scale·(1 − th²) (the scale is applied to dK and dQ at the end). */
+template <int Br>
+FA_DEV void fa3b_p_ds(float (&st)[Br / 2], float (&dpt)[Br / 2], const fa3b_kparams &p, const fa3b_rows &R) {
+#pragma unroll
+    for (int j = 0; j < Br / 8; j++) {
+        const float2 L = __ldg(reinterpret_cast<const float2 *>(p.lse2 + R.row + 8 * j));
+        const float2 Dq = __ldg(reinterpret_cast<const float2 *>(p.dsum + R.row + 8 * j));
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float sv = st[4 * j + e], dcap = 1.f;
+            if (p.cap_scale != 0.f) { /* a uniform branch */
+                const float th = tanhf(sv * p.cap_scale);
+                dcap = 1.f - th * th;
+                sv = p.cap * th;
+            }
+            float pv = fa3_ex2(fmaf(sv, p.scale_log2, -((e & 1) ? L.y : L.x)));
+            pv = fa3b_visible(p, R, j, e) ? pv : 0.f;
+            st[4 * j + e] = pv;
+            dpt[4 * j + e] = pv * (dpt[4 * j + e] - ((e & 1) ? Dq.y : Dq.x)) * dcap;
+        }
+    }
+}
+
 template <int D, bool F16, bool DET>
 __global__ void __launch_bounds__(384, 1)
     fa3_bwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
@@ -83,6 +143,7 @@ __global__ void __launch_bounds__(384, 1)
                    const fa3b_kparams p) {
     using T = fa3b_tile<D>;
     constexpr int Br = T::Br, Bc = T::Bc, ST = T::ST, NQ = T::NQ, NQN = T::NQN;
+    constexpr bool OVERLAP = Br == 64; /* Br = 128 (d = 64) spilled 48 bytes with Pᵀ and dPᵀ live beside the dV GEMM */
     extern __shared__ uint8_t fa3b_smem_raw[];
     fa3b_shared<D> &sm = *reinterpret_cast<fa3b_shared<D> *>(((uintptr_t)fa3b_smem_raw + 1023) & ~(uintptr_t)1023);
 
@@ -155,46 +216,41 @@ __global__ void __launch_bounds__(384, 1)
         fa3b_abt<D, Br, Bc, F16>(st, k_base + cw * 64 * 128, q_base);
         fa3_bar_wait(fa3_smem(&sm.full_do[s]), ph);
         fa3b_abt<D, Br, Bc, F16>(dpt, v_base + cw * 64 * 128, do_base);
-        fa3_wgmma_wait<0>();
-        fa3_fence_regs(st);
-        fa3_fence_regs(dpt);
 
-        /* Pᵀ and dSᵀ, in place: element (key row g / g+8, query column 8j + 2t + e); a block the mask cuts is masked
-         * element by element (P = 0: dS = 0); query rows past sq have LSE·log2e = +inf (P = 0). LSE and D come
-         * from global memory (L1 after the first warp): through shared memory, TMA's writes and these reads are
-         * ordered by mbarriers, which racecheck does not see */
-        const int64_t row = ((int64_t)(b * p.hq + h) * p.nmb + m) * Br + 2 * t;
-        const bool full = n0 + Bc <= p.sk && m0 + Br <= p.sq && (p.wl < 0 || n0 >= m0 + Br - 1 + off - p.wl) &&
-                          (p.wr < 0 || n0 + Bc - 1 <= m0 + off + p.wr);
-#pragma unroll
-        for (int j = 0; j < Br / 8; j++) {
-            const float2 L = __ldg(reinterpret_cast<const float2 *>(p.lse2 + row + 8 * j));
-            const float2 Dq = __ldg(reinterpret_cast<const float2 *>(p.dsum + row + 8 * j));
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int kr = e < 2 ? kr0 : kr1, q = m0 + 8 * j + 2 * t + (e & 1);
-                float sv = st[4 * j + e], dcap = 1.f;
-                if (p.cap_scale != 0.f) { /* a uniform branch: score = cap·t, d score / ds = scale·(1 − t²) */
-                    const float th = tanhf(sv * p.cap_scale);
-                    dcap = 1.f - th * th;
-                    sv = p.cap * th;
-                }
-                float pv = fa3_ex2(fmaf(sv, p.scale_log2, -((e & 1) ? L.y : L.x)));
-                if (!full && !(kr < p.sk && q < p.sq && (p.wl < 0 || kr >= q + off - p.wl) &&
-                               (p.wr < 0 || kr <= q + off + p.wr)))
-                    pv = 0.f;
-                st[4 * j + e] = pv;
-                dpt[4 * j + e] = pv * (dpt[4 * j + e] - ((e & 1) ? Dq.y : Dq.x)) * dcap;
-            }
-        }
+        /* Pᵀ and dSᵀ (fa3b_rows); LSE and D come from global memory (L1 after the first warp): through shared
+         * memory, TMA's writes and these reads are ordered by mbarriers, which racecheck does not see. OVERLAP
+         * without softcap: Pᵀ is computed while dPᵀ is still in the tensor cores, and dVj += Pᵀ dOi runs while dSᵀ
+         * is computed; else both wait for dPᵀ (softcap: 1 − tanh² needs the scores Pᵀ overwrites). */
+        fa3b_rows R;
+        R.row = ((int64_t)(b * p.hq + h) * p.nmb + m) * Br + 2 * t;
+        R.kr0 = kr0, R.q0 = m0 + 2 * t;
+        R.full = n0 + Bc <= p.sk && m0 + Br <= p.sq && (p.wl < 0 || n0 >= m0 + Br - 1 + off - p.wl) &&
+                 (p.wr < 0 || n0 + Bc - 1 <= m0 + off + p.wr);
         uint32_t pa[Br / 16][4], dsa[Br / 16][4];
-        fa3_pack_a<Br, F16>(pa, st);
+        if (OVERLAP && p.cap_scale == 0.f) {
+            fa3_wgmma_wait<1>();
+            fa3_fence_regs(st);
+            fa3b_p<Br>(st, p, R);
+            fa3_pack_a<Br, F16>(pa, st);
+            fa3_wgmma_fence();
+            fa3b_rs<D, Br, F16>(dv, pa, do_base); /* dVj += Pᵀ dOi */
+            fa3_wgmma_commit();
+            fa3_wgmma_wait<1>();
+            fa3_fence_regs(dpt);
+            fa3b_ds<Br>(dpt, st, p, R);
+        } else {
+            fa3_wgmma_wait<0>();
+            fa3_fence_regs(st);
+            fa3_fence_regs(dpt);
+            fa3b_p_ds<Br>(st, dpt, p, R);
+            fa3_pack_a<Br, F16>(pa, st);
+            fa3_wgmma_fence();
+            fa3b_rs<D, Br, F16>(dv, pa, do_base);
+            fa3_wgmma_commit();
+        }
         fa3_pack_a<Br, F16>(dsa, dpt);
-
-        /* dVj += Pᵀ dOi; dKj += dSᵀ Qi */
         fa3_wgmma_fence();
-        fa3b_rs<D, Br, F16>(dv, pa, do_base);
-        fa3b_rs<D, Br, F16>(dk, dsa, q_base);
+        fa3b_rs<D, Br, F16>(dk, dsa, q_base); /* dKj += dSᵀ Qi */
         fa3_wgmma_commit();
 
         /* dSᵀ to shared memory (16-byte chunk j % 8 of row r at chunk (j % 8) ^ (r % 8): the swizzle wgmma reads;
@@ -223,6 +279,8 @@ __global__ void __launch_bounds__(384, 1)
         fa3_fence_regs(dq);
         fa3_fence_regs(dk);
         fa3_fence_regs(dv);
+        fa3_fence_regs(pa); /* the RS GEMMs read them until here */
+        fa3_fence_regs(dsa);
         fa3_release(fa3_smem(&sm.empty[s]), lane); /* Qi, dOi of this stage are read */
 
         /* dQi into the accumulator: thread ct's registers 4j..4j+3 at float4 j·128 + ct of its warpgroup's part */

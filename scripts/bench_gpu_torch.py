@@ -8,6 +8,7 @@ Protocol of docs/benchmarks.md: model dim 2048 (heads = 2048/d), batch*seqlen = 
 [B, H, S, D]; warm-up, then the median of --reps runs timed with CUDA events. FLOPs 4*B*H*S*S*D (halved when
 causal), backward = 2.5 x forward; the backward is timed alone (out.backward on a retained graph)."""
 import csv
+import subprocess
 
 from benchtab import cuda_median_ms, keep_worst, main, ratio, write_csv
 
@@ -66,6 +67,16 @@ def run(args):
     write_csv(opts["out"], ["algo", "d", "seqlen", "causal", "pass", "batch", "heads", "ms", "tflops"], rows)
 
 
+def gpu_name():
+    """The GPU the table was measured on (nvidia-smi's name; merge runs where the benchmark ran)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10).stdout.strip().splitlines()
+        return out[0] if out else "GPU"
+    except (OSError, subprocess.SubprocessError):
+        return "GPU"
+
+
 def merge(ours_csv, torch_csv):
     val = {}  # (algo, d, seqlen, causal, pass) -> TFLOP/s or None
     with open(ours_csv) as f:
@@ -88,7 +99,7 @@ def merge(ours_csv, torch_csv):
     def fmt(x):
         return "-" if x is None else "%.1f" % x
 
-    print("TFLOP/s, bf16, H200 (one run; ratios from the same run; best = the faster of FLASH3 and FLASH2)")
+    print("TFLOP/s, bf16, %s (one run; ratios from the same run; best = the faster of FLASH3 and FLASH2)" % gpu_name())
     print("| pass | d | causal | seqlen | standard | flash1 | flash2 | flash3 | torch-flash | torch-cudnn "
           "| best/torch-flash | best/cuDNN | F3/F2 | F2/F1 | F1/std |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -12,6 +12,11 @@
  *    output tensors must not overlap themselves (no zero stride over a dimension of size > 1, no rows that
  *    share elements).
  *  - Data pointers are host pointers for a CPU context and device pointers for a CUDA context.
+ *  - Zero extents are valid: batch and seqlen may be 0 (heads and head_dim are >= 1), and a tensor (or LSE) of zero
+ *    elements may have a NULL data pointer, as PyTorch gives it; NULL with elements is FA_ERR_INVALID_ARGUMENT.
+ *    A call without a single (query, key) pair writes the outputs it defines — out = 0, LSE = -INFINITY,
+ *    dq = dk = dv = 0 — and nothing else, whatever algorithm the backend offers (fa_stats.kernel "cpu.zero_fill" /
+ *    "cuda.zero_fill", no FLOPs).
  *  - The library never prints, never exits, never aborts. Every entry point validates all of its arguments
  *    before it touches any output: on error it returns a status, writes nothing to outputs, and keeps a
  *    message naming the argument, its value and the reason (fa_context_last_error).
@@ -165,7 +170,8 @@ typedef struct fa_attn_opts {
     /* Variable-length packed batches (both NULL = off). When set, q/k/v/out have batch == 1 and seqlen = total
      * tokens; sequence s owns rows [cu_seqlens_q[s], cu_seqlens_q[s+1]) of q/out and [cu_seqlens_k[s],
      * cu_seqlens_k[s+1]) of k/v. Arrays of n_seqs + 1 non-decreasing int32 starting at 0 and ending at the
-     * tensor's seqlen; HOST memory on every backend. Empty sequences are allowed. lse is then [1, heads, total_q]. */
+     * tensor's seqlen; HOST memory on every backend. Empty sequences are allowed, and so are n_seqs = 0 and totals
+     * of 0 (every query or key sequence empty). lse is then [1, heads, total_q]. */
     const int32_t *cu_seqlens_q;
     const int32_t *cu_seqlens_k;
     int64_t n_seqs;
@@ -210,7 +216,8 @@ FA_API fa_status fa_forward(fa_context *ctx, const fa_attn_opts *opts, const fa_
                             const fa_tensor *v, const fa_tensor *out, float *lse);
 
 /* Backward: the gradients of L(out) given dout = ∂L/∂out.
- *   q, k, v, out, lse  exactly as given to / produced by fa_forward with the same opts (lse must not be NULL).
+ *   q, k, v, out, lse  exactly as given to / produced by fa_forward with the same opts (lse must not be NULL unless
+ *         it has zero elements).
  *   dout  [B, Sq, Hq, D].
  *   dq    [B, Sq, Hq, D]; dk, dv [B, Sk, Hk, D] — written in full (with GQA, dk/dv sum over the Hq/Hk query
  *         heads sharing a K/V head). Outputs must not overlap each other or any input.
@@ -255,7 +262,9 @@ FA_API fa_status fa_last_stats(const fa_context *ctx, fa_stats *stats);
  *               block_table_stride entries (0 = max_pages); key t of sequence b is row t % page_size of page
  *               block_table[r·stride + t / page_size], r = batch_idx ? batch_idx[b] : b. Capacity is
  *               max_pages · page_size keys. Entries past a sequence's last used page are never read.
- * seqlens       int32 [batch]: keys already in the cache for each sequence (before this call's append).
+ * seqlens       int32 [batch]: keys already in the cache for each sequence (before this call's append); may be NULL
+ *               when batch is 0. A paged cache's page_size is >= 1; a cache of no rows, no pages or capacity 0 holds
+ *               no key (every sequence's length must then be 0, or the call is an index error).
  * batch_idx     NULL, or int32 [batch]: the cache row (contiguous) or block-table row (paged) of sequence b; rows
  *               must be < cache_rows. Two sequences that append must not share a row or a page.
  * cache_rows    contiguous: ignored (k.batch is the number of rows); paged: the rows of block_table (0 = batch).
@@ -317,7 +326,8 @@ static inline fa_kv_opts fa_kv_opts_default(void) {
  *            with seqlen_new = S and L = seqlens[b] + (k_new ? S : 0), query row i sees key j iff j <= i + L - S
  *            (causal; window as fa_forward).
  *   kv_opts  NULL = fa_kv_opts_default().
- *   q        [batch, S, heads_q, head_dim], S >= 1 (decoding 1, speculative decoding a few, chunked prefill more).
+ *   q        [batch, S, heads_q, head_dim] (decoding S = 1, speculative decoding a few, chunked prefill more; batch 0
+ *            or S = 0: nothing to attend, nothing appended).
  *   cache    the KV cache (above); heads_q % cache.k.heads == 0 (GQA/MQA), same dtype and head_dim as q.
  *   k_new, v_new  NULL (nothing appended), or both [batch, S, heads_k, head_dim]: written into the cache at keys
  *            seqlens[b] .. seqlens[b] + S - 1 of each sequence (rotated first with rotary), then attended to. Only

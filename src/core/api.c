@@ -166,8 +166,8 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
         if (!opts.cu_seqlens_q || !opts.cu_seqlens_k)
             return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.cu_seqlens_%s: NULL while cu_seqlens_%s is set",
                            opts.cu_seqlens_q ? "k" : "q", opts.cu_seqlens_q ? "q" : "k");
-        if (opts.n_seqs < 1 || opts.n_seqs > INT32_MAX)
-            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.n_seqs: %lld must be >= 1 with cu_seqlens",
+        if (opts.n_seqs < 0 || opts.n_seqs > INT32_MAX)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.n_seqs: %lld must be in 0..2^31-1 with cu_seqlens",
                            (long long)opts.n_seqs);
         if (q->batch != 1)
             return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "q: batch = %lld, must be 1 with cu_seqlens (packed)",
@@ -255,7 +255,8 @@ fa_status fa_backward(fa_context *ctx, const fa_attn_opts *opts, const fa_tensor
     fa_span sp[9];
     fa_status st = build_problem(ctx, opts, q, k, v, out, &p, sp);
     if (st) return st;
-    if (!lse) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: NULL (backward needs the forward's LSE)");
+    if (!lse && p.q.batch && p.q.seqlen) /* NULL stands for an LSE of zero elements only */
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: NULL (backward needs the forward's LSE)");
     if ((st = fa_entry_f32(ctx, "lse", lse, p.q.batch, p.hq, p.q.seqlen, &sp[4]))) return st;
     if ((st = fa_entry_tensor(ctx, "dout", dout, 0, &sp[5]))) return st;
     if ((st = fa_entry_tensor(ctx, "dq", dq, 1, &sp[6])) || (st = fa_entry_tensor(ctx, "dk", dk, 1, &sp[7])) ||

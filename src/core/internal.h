@@ -63,6 +63,18 @@ static inline int64_t fa_row0(const fa_problem *p, const fa_tensor *t, int is_k,
 static inline int64_t fa_lse0(const fa_problem *p, int64_t b, int64_t h) {
     return p->cu_q ? h * p->q.seqlen + p->cu_q[b] : (b * p->hq + h) * p->q.seqlen;
 }
+/* A call without a single (query, key) pair: no sequence, no query row or no key row. Its outputs are constants —
+ * out = 0, LSE = -inf, dq = dk = dv = 0 — and each backend's plan writes them without an attention kernel
+ * (fa_plan.zero_fill); the kernels never see zero extents. */
+static inline int fa_problem_empty(const fa_problem *p) { return p->batch == 0 || p->sq_max == 0 || p->sk_max == 0; }
+/* The bytes a zero-filling plan writes: out and lse (forward) or dq, dk and dv (backward). */
+static inline double fa_zero_fill_bytes(const fa_problem *p) {
+    const fa_tensor *t[3] = {p->is_backward ? &p->dq : &p->o, &p->dk, &p->dv};
+    double n = 0;
+    for (int i = 0; i < (p->is_backward ? 3 : 1); i++) n += (double)t[i]->batch * t[i]->seqlen * t[i]->heads * t[i]->head_dim;
+    const double lse = !p->is_backward && p->lse ? (double)p->q.batch * p->hq * p->q.seqlen * sizeof(float) : 0;
+    return n * (double)fa_dtype_size(p->dtype) + lse;
+}
 /* Keys visible to query row i of a (sq, sk) sequence: [*lo, *hi) (empty when *hi <= *lo). core/visible.h. */
 static inline void fa_key_range(const fa_problem *p, int64_t sq, int64_t sk, int64_t i, int64_t *lo, int64_t *hi) {
     fa_visible_keys(i, sq, sk, p->wl, p->wr, lo, hi);
@@ -81,6 +93,7 @@ typedef struct fa_plan {
     size_t workspace_bytes;   /* backend workspace the call takes (from its layout's dry run) */
     double read_bytes;        /* modelled slow-memory traffic; the CPU replaces it with the counted bytes */
     double write_bytes;
+    int zero_fill;            /* fa_problem_empty: the outputs are written as constants, no attention kernel runs */
     int family;               /* backend-private: the backend's kernel family that runs (CUDA: its family table's row) */
     int entry;                /* backend-private: the row of the backend's kernel table that runs */
     int aux[6];               /* backend-private: further choices of that row (e.g. a split count) */

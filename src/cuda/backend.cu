@@ -171,7 +171,7 @@ extern "C" fa_status fa_cuda_run(fa_context *ctx, const fa_problem *p, const fa_
     int prev = 0;
     FA_CUDA_TRY(ctx, cudaGetDevice(&prev));
     if (prev != s->device) FA_CUDA_TRY(ctx, cudaSetDevice(s->device));
-    fa_status rc = fa_cuda_run_on(ctx, p, plan);
+    fa_status rc = plan->zero_fill ? fa_cuda_zero_fill(ctx, p) : fa_cuda_run_on(ctx, p, plan);
     if (prev != s->device) cudaSetDevice(prev);
     return rc;
 }

@@ -37,6 +37,10 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
     if (q->heads % k->heads)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "k: heads = %lld does not divide q.heads = %lld (GQA/MQA)",
                        (long long)k->heads, (long long)q->heads);
+    /* fa_forward takes zero extents; the ring's schedules and shards are built for rows on every rank */
+    if (q->batch == 0 || q->seqlen == 0)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "q: batch %lld x seqlen %lld: ring attention takes no empty shard",
+                       (long long)q->batch, (long long)q->seqlen);
     if (opts->causal && q->seqlen % 2)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "q: seqlen = %lld is odd: with causal, each rank's shard is two "
                        "chunks of the zigzag layout (S_local must be even)", (long long)q->seqlen);

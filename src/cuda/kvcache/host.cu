@@ -168,6 +168,11 @@ static void traffic(const fa_kv_problem *p, fa_plan *plan) {
 extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan *plan, char *why,
                                      size_t why_len) {
     if (!supports(p, why, why_len)) return FA_ERR_UNSUPPORTED;
+    if (!p->batch || !p->sq) { /* no output element and no new row: nothing to launch (a grid of 0 CTAs fails) */
+        plan->zero_fill = 1;
+        plan->kernel = "cuda.kvcache.zero_fill";
+        return FA_OK;
+    }
     const int sms = fa_cuda_tuning_of(ctx)->sm_count;
     const int64_t items = p->batch * p->hk * row_tiles_of(p);
     int ns = pick_splits(p, sms, plan);
@@ -218,7 +223,10 @@ static void params_of(const fa_kv_problem *p, const fa_plan *plan, const kv_ws *
     c->batch = (int)p->batch, c->sq = (int)p->sq, c->hq = (int)p->hq, c->hk = (int)p->hk;
     c->group = (int)(p->hq / p->hk), c->d = (int)p->d;
     c->paged = p->paged, c->page_size = (int)p->page_size, c->num_pages = (int)p->num_pages;
-    c->capacity = (int)p->capacity, c->cache_rows = (int)p->cache_rows;
+    /* a cache without rows or pages holds no key: capacity 0 keeps every clamp of an index inside it (clamped to
+     * rows - 1 or pages - 1, the index would be -1) */
+    c->capacity = p->cache_rows && (!p->paged || p->num_pages) ? (int)p->capacity : 0;
+    c->cache_rows = (int)p->cache_rows;
     c->append = p->append;
     c->kn_vec = p->append && !p->rot_cos && aligned16(&p->kn) && aligned16(&p->vn);
     c->rcos = p->rot_cos, c->rsin = p->rot_sin, c->rot_dim = p->rot_dim, c->rot_interleaved = p->rot_interleaved;
@@ -266,6 +274,7 @@ extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, con
     fa_status rc = FA_OK;
     do {
         if (p->check_indices && (rc = check_device_indices(ctx, p, stream)) != FA_OK) break;
+        if (plan->zero_fill) break; /* outputs of zero elements */
         void *base = p->workspace;
         size_t cap = p->workspace_bytes;
         if (!base && plan->workspace_bytes) {
@@ -313,6 +322,7 @@ extern "C" fa_status fa_cuda_merge(fa_context *ctx, const fa_merge_problem *m) {
     }
     c.out = o->data, c.o_sb = o->stride_batch, c.o_ss = o->stride_seq, c.o_sh = o->stride_head;
     c.lse = m->lse;
+    if (o->batch == 0 || o->seqlen == 0) return FA_OK; /* nothing to merge (a grid of 0 CTAs fails) */
     if (o->batch * o->heads * o->seqlen > INT32_MAX)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "out: %lld rows are above 2^31-1 for the CUDA merge",
                        (long long)(o->batch * o->heads * o->seqlen));

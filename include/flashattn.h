@@ -306,8 +306,8 @@ typedef struct fa_kv_opts {
     void *workspace;
     size_t workspace_bytes;
     /* CUDA: 1 = copy seqlens / block_table / batch_idx to the host and validate them as the CPU does before the
-     * launch (synchronises the stream: a debug option). 0 = trusted; the kernels still clamp every length to the
-     * capacity and every page index to the pages, so a bad value never reads or writes out of bounds. */
+     * launch (synchronises the stream: a debug option). 0 = trusted: the kernels check them on the device, clamp an
+     * index out of range so that nothing is read or written out of bounds, and record it for fa_kvcache_check. */
     int check_indices;
 } fa_kv_opts;
 
@@ -339,10 +339,23 @@ static inline fa_kv_opts fa_kv_opts_default(void) {
  * rotary positions < rotary_seqlen; on error nothing is written, neither out nor the cache.
  * CUDA: no host synchronisation and no allocation inside the call once the workspace is large enough; the launch
  * shape depends only on the shapes (capacity, not seqlens), so a captured CUDA graph replays at any cache length.
+ * The index arrays are device memory, read by the kernels: without check_indices an index out of range is clamped
+ * on the device (a length into [0, capacity], a row or page into the cache), so that nothing is read or written out
+ * of bounds — the sequence's append is skipped, its output is not meaningful — and the first one is recorded in the
+ * context: fa_kvcache_check reports it.
  * Returns as fa_forward. */
 FA_API fa_status fa_forward_kvcache(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_opts *kv_opts,
                                     const fa_tensor *q, const fa_kvcache *cache, const fa_tensor *k_new,
                                     const fa_tensor *v_new, const fa_tensor *out, float *lse);
+
+/* Whether a KV-cache call on ctx since the last check met an index out of range (CUDA, without check_indices: the
+ * kernels clamp it and record the first one in the context). Waits for ctx's stream (so not while it is being
+ * captured into a CUDA graph; after a graph's replay, it reports the replay's), reads the record and clears it:
+ * FA_ERR_INVALID_ARGUMENT with a message naming the argument, its value and the sequence ("cache.seqlens[3] = 17:
+ * with 1 new keys it must be in 0..15 ...", "cache.block_table: entry 0 of sequence 1's row is 99, outside 0..63 ...",
+ * "cache.batch_idx[...]", "kv_opts.rotary_seqlen: ..."), or FA_OK. A CPU context validates every index before a
+ * call runs: FA_OK. docs/kvcache.md ("Indices out of range"). */
+FA_API fa_status fa_kvcache_check(fa_context *ctx);
 
 /* The workspace bytes the same fa_forward_kvcache call would take (CPU: split partials and per-thread scratch; CUDA:
  * split partials and counters unless the splits merge in a thread-block cluster, and with rotary the rotated q — 0

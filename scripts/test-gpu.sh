@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU tests of the CUDA backend (needs an H200 / sm_90 GPU): build with CUDA, run tests/gpu/test_gpu (every
 # algorithm against the float64 oracle, poisoned outputs), tests/gpu/test_gpu_kvcache (KV-cache decoding, with memcheck
-# and racecheck on small shapes), tests/gpu/test_gpu_empty (zero extents, with memcheck and racecheck), `flashattn check --device cuda` (random cases), then
+# and racecheck on small shapes), tests/gpu/test_gpu_empty (zero extents, with memcheck and racecheck),
+# `flashattn check --device cuda` (random cases), then
 # compute-sanitizer memcheck and racecheck on small shapes, tests/gpu/test_gpu_nonfinite (the numerics contract), and
 # memcheck over `flashattn check --device cuda` on MEMCHECK_COUNT (default 200) random cases; tests/gpu/test_gpu_ring
 # runs ring attention (the one-GPU loopback; 2 ranks over NCCL when 2 GPUs are present, NCCL_NVLS_ENABLE=0).

@@ -31,6 +31,9 @@ def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
     if cache_seqlens is None:  # flash-attn: every sequence fills its whole cache
         cache_seqlens = np.full(batch, capacity, dtype=np.int32)
     seqlens = _index(cache_seqlens, "cache_seqlens", 1, batch)
+    if block_table is not None and batch and np.ndim(k_cache) == 4:  # flash-attn's check of a paged cache
+        _kvcache.check_capacity(int(cache_seqlens.max()), np.shape(k)[1] if k is not None and np.ndim(k) == 4 else 0,
+                                np.shape(k_cache), np.shape(block_table))
     idx = 0 if cache_batch_idx is None else _index(cache_batch_idx, "cache_batch_idx", 1, batch)
     cos = sin = rot_seqlen = rot_dim = 0
     if rotary_cos is not None:

@@ -2,7 +2,7 @@
 numpy arrays (CPU, forward; backward through flashattn.backward)."""
 import sys
 
-from . import _capi
+from . import _capi, _kvcache
 
 
 _front = {}  # "torch" / "numpy": the front end's call, imported on first use (an import statement costs ~0.5 us)
@@ -72,7 +72,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     2]) and attended to; cache_seqlens (int32 [batch] or an int; None = the whole cache) is not advanced.
     cache_batch_idx int32 [batch] picks the cache row of each sequence. causal/window are bottom-right aligned over
     the keys after the append. num_splits 0 = heuristic. Returns out, or (out, lse) with lse float32
-    [batch, heads, seqlen_q]."""
+    [batch, heads, seqlen_q].
+    Lengths past the capacity raise CacheIndexError (a ValueError and, as flash-attn's, a RuntimeError naming
+    block_table): checked on the host for an int cache_seqlens, for a paged cache (reading the longest length, as
+    flash-attn does; not while a CUDA graph is captured) and on the CPU; on CUDA otherwise the kernels clamp every
+    index out of range and record it, and kvcache_check(device) raises it (docs/python.md)."""
+    if (cache_seqlens is None or isinstance(cache_seqlens, int)) and getattr(k_cache, "ndim", 0) == 4:
+        # host lengths (None: every cache full) are checked against the capacity from the shapes alone, with no
+        # device read (flash-attn raises a RuntimeError naming block_table)
+        table = None if block_table is None else block_table.shape
+        longest = _kvcache.capacity(k_cache.shape, table) if cache_seqlens is None else cache_seqlens
+        _kvcache.check_capacity(longest, k.shape[1] if getattr(k, "ndim", 0) == 4 else 0, k_cache.shape, table)
     if isinstance(cache_seqlens, int):
         cache_seqlens = _kv_front(q, "full_seqlens")(q, cache_seqlens)
     left, right = window_size
@@ -81,6 +91,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                                        int(left), int(right), float(softcap), bool(rotary_interleaved),
                                        int(num_splits))
     return (out, lse) if return_softmax_lse else out
+
+
+def kvcache_check(device="cuda"):
+    """Raise CacheIndexError if a flash_attn_with_kvcache call on device ("cuda", "cuda:1") since the last check met
+    a length, block-table entry or cache_batch_idx out of range, which the CUDA kernels clamp and record (no host
+    synchronisation in the call); waits for this thread's stream of that device. The CPU checks before it runs."""
+    device = str(device)
+    if device == "cpu":
+        return
+    index = int(device.split(":")[1]) if ":" in device else 0
+    _capi.context(_capi.BACKEND_CUDA, index).kvcache_check()
 
 
 def merge_states(outs, lses):

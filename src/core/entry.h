@@ -13,7 +13,9 @@ typedef struct fa_span {
 } fa_span;
 
 /* Empty spans (tensors of zero elements) overlap nothing. */
-static inline int fa_span_overlap(fa_span a, fa_span b) { return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi; }
+static inline int fa_span_overlap(fa_span a, fa_span b) {
+    return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;
+}
 
 /* The caller's options as this library's struct: the struct_size bytes its header knows, the defaults after them;
  * a size below the first release's, or set bytes beyond this library's struct, fail with a message. NULL in = the

@@ -71,7 +71,8 @@ static inline int fa_problem_empty(const fa_problem *p) { return p->batch == 0 |
 static inline double fa_zero_fill_bytes(const fa_problem *p) {
     const fa_tensor *t[3] = {p->is_backward ? &p->dq : &p->o, &p->dk, &p->dv};
     double n = 0;
-    for (int i = 0; i < (p->is_backward ? 3 : 1); i++) n += (double)t[i]->batch * t[i]->seqlen * t[i]->heads * t[i]->head_dim;
+    for (int i = 0; i < (p->is_backward ? 3 : 1); i++)
+        n += (double)t[i]->batch * t[i]->seqlen * t[i]->heads * t[i]->head_dim;
     const double lse = !p->is_backward && p->lse ? (double)p->q.batch * p->hq * p->q.seqlen * sizeof(float) : 0;
     return n * (double)fa_dtype_size(p->dtype) + lse;
 }

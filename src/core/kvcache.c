@@ -236,6 +236,13 @@ fa_status fa_forward_kvcache(fa_context *ctx, const fa_attn_opts *opts, const fa
     return FA_OK;
 }
 
+fa_status fa_kvcache_check(fa_context *ctx) {
+    if (!ctx) return FA_ERR_INVALID_ARGUMENT;
+    ctx->err[0] = 0;
+    /* the CPU validates every index before it runs a call: nothing is ever recorded */
+    return ctx->backend == FA_BACKEND_CUDA ? fa_cuda_kv_check(ctx) : FA_OK;
+}
+
 fa_status fa_kvcache_workspace_size(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_opts *kv_opts,
                                     const fa_tensor *q, const fa_kvcache *cache, const fa_tensor *k_new,
                                     size_t *bytes) {

@@ -2,6 +2,7 @@
  * parameter block, then the picked family row's launch inside the numerics contract (plan.cu decides; this file only
  * carries it out). Host code only; never prints. */
 #include "plan.h"
+#include "kvcache/kvcache.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -47,9 +48,15 @@ extern "C" fa_status fa_cuda_create(fa_context *ctx, int device) {
     const char *sr = getenv("FA_CUDA_BWD_SPLIT_ROWS");
     s->tune.split_rows = sr ? atoi(sr) : FA_CUDA_BWD_SPLIT_ROWS;
     cublasStatus_t bs = cublasCreate(&s->blas);
+    cudaError_t fe = cudaMalloc((void **)&s->kv_fault, FA_KV_FAULT_INTS * sizeof(int));
+    if (fe == cudaSuccess) fe = cudaMemset(s->kv_fault, 0, FA_KV_FAULT_INTS * sizeof(int));
     cudaSetDevice(prev); /* the caller's current device is left as it was */
-    if (bs != CUBLAS_STATUS_SUCCESS) {
+    if (bs != CUBLAS_STATUS_SUCCESS || fe != cudaSuccess) {
+        if (bs == CUBLAS_STATUS_SUCCESS) cublasDestroy(s->blas);
+        if (s->kv_fault) cudaFree(s->kv_fault);
         free(s);
+        if (fe != cudaSuccess)
+            return fa_fail(ctx, FA_ERR_DEVICE, "the KV-cache fault record: %s", cudaGetErrorString(fe));
         return fa_fail(ctx, FA_ERR_DEVICE, "cublasCreate: %s", cublasGetStatusString(bs));
     }
     ctx->cuda = s;
@@ -66,6 +73,7 @@ extern "C" void fa_cuda_destroy(fa_context *ctx) {
     if (s->ws) cudaFree(s->ws);
     if (s->cu_dev) cudaFree(s->cu_dev);
     if (s->counters) cudaFree(s->counters);
+    if (s->kv_fault) cudaFree(s->kv_fault);
     if (s->blas) cublasDestroy(s->blas);
     cudaSetDevice(prev);
     (void)cudaGetLastError();

@@ -286,6 +286,7 @@ extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, con
         layout(&a, p, plan, &w);
         fa_kv_params c;
         params_of(p, plan, &w, &c);
+        c.fault = ((const fa_cuda_state *)ctx->cuda)->kv_fault;
         /* the split counters: the context's, which stay zero between calls; in a caller's workspace, whose state is
          * not known, the first kernel zeroes them */
         if (c.arrived && !p->workspace) {
@@ -307,6 +308,39 @@ extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, con
     } while (0);
     if (prev != ctx->device) cudaSetDevice(prev);
     return rc;
+}
+
+extern "C" fa_status fa_cuda_kv_check(fa_context *ctx) {
+    const fa_cuda_state *s = (const fa_cuda_state *)ctx->cuda;
+    int f[FA_KV_FAULT_INTS];
+    int prev = 0;
+    if (cudaGetDevice(&prev) != cudaSuccess) return fa_fail(ctx, FA_ERR_DEVICE, "cudaGetDevice failed");
+    if (prev != s->device && cudaSetDevice(s->device) != cudaSuccess)
+        return fa_fail(ctx, FA_ERR_DEVICE, "cudaSetDevice(%d) failed", s->device);
+    /* the calls queued so far have run; the record is read and cleared in stream order */
+    cudaError_t e = cudaStreamSynchronize(s->stream);
+    if (e == cudaSuccess) e = cudaMemcpy(f, s->kv_fault, sizeof f, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess && f[0]) e = cudaMemset(s->kv_fault, 0, sizeof f);
+    if (prev != s->device) cudaSetDevice(prev);
+    if (e != cudaSuccess) return cuda_err(ctx, "fa_kvcache_check: reading the fault record", e);
+    const int b = f[1], col = f[2], v = f[3], lim = f[4];
+    switch (f[0]) {
+    case 0: return FA_OK;
+    case FA_KV_FAULT_SEQLENS:
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.seqlens[%d] = %d: with %d new keys it must be in 0..%d "
+                       "(the capacity of the cache, pages or block_table, is %d); a KV-cache call clamped it", b, v,
+                       col, lim, lim + col);
+    case FA_KV_FAULT_BATCH_IDX:
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.batch_idx[%d] = %d is outside 0..%d; a KV-cache call "
+                       "clamped it", b, v, lim - 1);
+    case FA_KV_FAULT_BLOCK_TABLE:
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.block_table: entry %d of sequence %d's row is %d, outside "
+                       "0..%d; a KV-cache call clamped it", col, b, v, lim - 1);
+    case FA_KV_FAULT_ROTARY:
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.rotary_seqlen: %d positions, sequence %d needs %d; a "
+                       "KV-cache call left its keys unrotated past the tables", lim, b, v);
+    default: return fa_fail(ctx, FA_ERR_INTERNAL, "fa_kvcache_check: fault code %d", f[0]);
+    }
 }
 
 extern "C" fa_status fa_cuda_merge(fa_context *ctx, const fa_merge_problem *m) {

@@ -33,4 +33,11 @@ set(FA_CUDA_SOURCES
 # Host code warnings-clean; device code: report spills (-Xptxas -warn-spills) so a shipped tile that spills shows.
 set_source_files_properties(${FA_CUDA_SOURCES} PROPERTIES COMPILE_OPTIONS
     "-Xcompiler=-Wall,-Wextra;-Xptxas=-warn-spills;--expt-relaxed-constexpr")
-set(FA_CUDA_LIBS CUDA::cudart CUDA::cublas)
+# The CUDA runtime is linked statically, as NCCL and cuBLAS link theirs (and CMake's CUDA default): libflashattn.so
+# needs no libcudart.so.N, which in a process that loads flashattn before PyTorch would be the toolkit's, bound in
+# place of PyTorch's own by their one soname. Every flashattn binary (tests, CLI, benchmarks) links FA_CUDART too, so
+# that each has one runtime. cuBLAS stays a shared library (its static archives are hundreds of MB): the first
+# libcublas.so.N loaded serves both (docs/python.md, "PyTorch's CUDA libraries").
+set(CMAKE_CUDA_RUNTIME_LIBRARY Static)
+set(FA_CUDART CUDA::cudart_static)
+set(FA_CUDA_LIBS ${FA_CUDART} CUDA::cublas)

@@ -170,11 +170,22 @@ typedef struct fa_attn_opts {
     /* Variable-length packed batches (both NULL = off). When set, q/k/v/out have batch == 1 and seqlen = total
      * tokens; sequence s owns rows [cu_seqlens_q[s], cu_seqlens_q[s+1]) of q/out and [cu_seqlens_k[s],
      * cu_seqlens_k[s+1]) of k/v. Arrays of n_seqs + 1 non-decreasing int32 starting at 0 and ending at the
-     * tensor's seqlen; HOST memory on every backend. Empty sequences are allowed, and so are n_seqs = 0 and totals
-     * of 0 (every query or key sequence empty). lse is then [1, heads, total_q]. */
+     * tensor's seqlen: host memory on a CPU context, DEVICE memory on a CUDA context (read by the kernels only, with
+     * max_seqlen_q/k below). Empty sequences are allowed, and so are n_seqs = 0 and totals of 0 (every query or key
+     * sequence empty). lse is then [1, heads, total_q]. */
     const int32_t *cu_seqlens_q;
     const int32_t *cu_seqlens_k;
     int64_t n_seqs;
+    /* The longest query / key sequence of a packed batch (flash-attn's max_seqlen_q/k); 0 = not given, and set only
+     * with cu_seqlens. CPU: optional (the library reads the arrays; a value below the longest is
+     * FA_ERR_INVALID_ARGUMENT). CUDA: required when the packed tensor has rows — the host never reads the device
+     * arrays: the launch is sized from these, so the call neither copies nor synchronises and a captured CUDA graph
+     * replays with whatever the arrays hold. A value above the tensor's seqlen counts as its seqlen. The kernels clamp
+     * every offset into the packed tensors and every length to these bounds, so no array reads or writes out of
+     * bounds; a sequence longer than its bound leaves its rows past the bound unwritten (out, lse, gradients).
+     * CUDA FA_ALGO_STANDARD runs one cuBLAS call per sequence and so reads the lengths back (a synchronising copy:
+     * not for a captured graph). */
+    int64_t max_seqlen_q, max_seqlen_k;
 } fa_attn_opts;
 
 /* Fill the first struct_size bytes of *opts with the defaults (scale 0, no mask, no softcap, FA_ALGO_AUTO, default

@@ -135,6 +135,10 @@ MUT(algo_neg) { a->opts.algo = (fa_algo)-1; }
 MUT(block_q_neg) { a->opts.block_q = -1; }
 MUT(block_k_huge) { a->opts.block_k = 1 << 20; }
 MUT(vl_ok) { varlen(a); }
+MUT(vl_bounds_ok) { varlen(a); a->opts.max_seqlen_q = 7, a->opts.max_seqlen_k = 100; } /* >= the longest: valid */
+MUT(vl_bound_short) { varlen(a); a->opts.max_seqlen_q = 6; }                            /* sequence 1 has 7 rows */
+MUT(vl_bound_neg) { varlen(a); a->opts.max_seqlen_k = -1; }
+MUT(bound_no_varlen) { a->opts.max_seqlen_q = 5; }
 MUT(vl_only_q) { varlen(a); a->opts.cu_seqlens_k = NULL; }
 MUT(vl_only_k) { varlen(a); a->opts.cu_seqlens_q = NULL; }
 MUT(vl_nseqs_0) { varlen(a); a->opts.n_seqs = 0; }
@@ -266,6 +270,10 @@ static const row rows[] = {
     {"opts.algo -1", FWD | BWD, algo_neg, INV, "opts.algo"},
     {"opts.block_q -1", FWD | BWD, block_q_neg, INV, "block_q"},
     {"opts.block_k 2^20", FWD | BWD, block_k_huge, INV, "block_k"},
+    {"varlen: bounds at or above the longest sequences", FWD | BWD, vl_bounds_ok, FA_OK, ""},
+    {"varlen: max_seqlen_q 6 below the longest 7", FWD | BWD, vl_bound_short, INV, "opts.max_seqlen_q"},
+    {"varlen: max_seqlen_k -1", FWD | BWD, vl_bound_neg, INV, "max_seqlen"},
+    {"max_seqlen_q without cu_seqlens", FWD | BWD, bound_no_varlen, INV, "opts.max_seqlen_q&cu_seqlens"},
     {"varlen: only cu_seqlens_q set", FWD | BWD, vl_only_q, INV, "cu_seqlens_k"},
     {"varlen: only cu_seqlens_k set", FWD | BWD, vl_only_k, INV, "cu_seqlens_q"},
     {"varlen: n_seqs 0 with rows", FWD | BWD, vl_nseqs_0, INV, "cu_seqlens_q[n_seqs]"},

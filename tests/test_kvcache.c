@@ -340,6 +340,9 @@ static void errors(fa_context *ctx) {
         o.algo = FA_ALGO_FLASH1;
         expect_error(ctx, c, &kc, &ko, &o, 1, FA_ERR_INVALID_ARGUMENT, "opts.algo");
         o = fa_attn_opts_default();
+        o.max_seqlen_q = 3;
+        expect_error(ctx, c, &kc, &ko, &o, 1, FA_ERR_INVALID_ARGUMENT, "max_seqlen_q");
+        o = fa_attn_opts_default();
         kc.seqlens = NULL;
         expect_error(ctx, c, &kc, &ko, &o, 1, FA_ERR_INVALID_ARGUMENT, "cache.seqlens");
         kc.seqlens = lens;

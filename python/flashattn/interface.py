@@ -37,19 +37,21 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     Returns out [batch, seqlen_q, heads, head_dim], or (out, lse) with lse float32 [batch, heads, seqlen_q]
     (natural log; no gradient flows through it)."""
     opts = _capi.options(softmax_scale, causal, window_size, softcap, algo, deterministic, dropout_p, alibi_slopes)
-    return _run(q, k, v, None, None, opts, return_lse)
+    return _run(q, k, v, None, None, opts + (0, 0), return_lse)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_lse=False, *, algo="auto"):
     """Packed variable-length batches: q [total_q, heads, head_dim], k/v [total_k, kv_heads, head_dim]; sequence i
-    owns rows cu_seqlens_q[i]:cu_seqlens_q[i+1] of q (int32, n_seqs + 1 entries; on CUDA they are copied to the host,
-    which synchronises). max_seqlen_q/k are accepted for flash-attn's signature; the library reads the lengths from
-    cu_seqlens. Returns out [total_q, heads, head_dim], or (out, lse) with lse float32 [heads, total_q]."""
-    del max_seqlen_q, max_seqlen_k
+    owns rows cu_seqlens_q[i]:cu_seqlens_q[i+1] of q (int32, n_seqs + 1 entries, on q's device). max_seqlen_q/k
+    bound the sequences' lengths, as flash-attn's: on CUDA the library never reads cu_seqlens on the host, so the call
+    neither copies nor synchronises and can be captured in a CUDA graph (None: read from cu_seqlens, which
+    synchronises and cannot be captured). Returns out [total_q, heads, head_dim], or (out, lse) with lse float32
+    [heads, total_q]."""
     opts = _capi.options(softmax_scale, causal, window_size, softcap, algo, deterministic, dropout_p, alibi_slopes)
-    return _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, return_lse)
+    hints = (int(max_seqlen_q or 0), int(max_seqlen_k or 0))
+    return _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts + hints, return_lse)
 
 
 def _kv_front(q, name):
@@ -118,7 +120,7 @@ def backward(dout, q, k, v, out, lse, softmax_scale=None, causal=False, window_s
     same options. (torch tensors get theirs from autograd.)"""
     from . import _numpy
     opts = _capi.options(softmax_scale, causal, window_size, softcap, algo, deterministic)
-    return _numpy.backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, opts)
+    return _numpy.backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, opts + (0, 0))
 
 
 def last_stats(device="cpu"):

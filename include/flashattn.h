@@ -250,8 +250,8 @@ typedef struct fa_stats {
     int block_q, block_k;      /* Br, Bc actually used */
     int threads;               /* CPU threads used (CUDA: 0) */
     double flops;              /* matmul FLOPs of the call: 4·Sq·Sk_visible·D per head (x2.5 for backward); CUDA
-                                * decoding counts every sequence at the cache's capacity (its lengths are on the
-                                * device) */
+                                * decoding counts every sequence at the cache's capacity, and a CUDA packed batch
+                                * every sequence at max_seqlen_q/k (their lengths are on the device): upper bounds */
     int64_t slow_read_bytes;   /* bytes moved from slow memory (main memory / HBM): counted on CPU, modelled on CUDA */
     int64_t slow_write_bytes;  /* bytes moved to slow memory */
     int64_t extra_bytes;       /* memory the call needed beyond its inputs and outputs (workspace, S/P, ...) */

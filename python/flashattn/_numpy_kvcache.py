@@ -31,9 +31,6 @@ def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
     if cache_seqlens is None:  # flash-attn: every sequence fills its whole cache
         cache_seqlens = np.full(batch, capacity, dtype=np.int32)
     seqlens = _index(cache_seqlens, "cache_seqlens", 1, batch)
-    if block_table is not None and batch and np.ndim(k_cache) == 4:  # flash-attn's check of a paged cache
-        _kvcache.check_capacity(int(cache_seqlens.max()), np.shape(k)[1] if k is not None and np.ndim(k) == 4 else 0,
-                                np.shape(k_cache), np.shape(block_table))
     idx = 0 if cache_batch_idx is None else _index(cache_batch_idx, "cache_batch_idx", 1, batch)
     cos = sin = rot_seqlen = rot_dim = 0
     if rotary_cos is not None:
@@ -66,6 +63,13 @@ def merge(outs, lses):
     lse = np.empty(shape, dtype=np.float32)
     _capi.context(_capi.BACKEND_CPU, 0).merge(views, [a.ctypes.data for a in lses], _arg(out, "out"), lse.ctypes.data)
     return out, lse
+
+
+def longest(seqlens):
+    """The largest entry of a 1-d int32 cache_seqlens array; None when it is not one (the call's checks name it)."""
+    if not isinstance(seqlens, np.ndarray) or seqlens.ndim != 1 or seqlens.dtype != np.int32 or not seqlens.size:
+        return None
+    return int(seqlens.max())
 
 
 def full_seqlens(q, n):

@@ -39,12 +39,6 @@ def _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache
     if cache_seqlens is None:  # flash-attn: every sequence fills its whole cache
         cache_seqlens = torch.full((batch,), capacity, dtype=torch.int32, device=dev)
     seqlens = _index(cache_seqlens, "cache_seqlens", 1, batch)
-    if block_table is not None and batch and k_cache.dim() == 4 and not (q.is_cuda and
-                                                                        torch.cuda.is_current_stream_capturing()):
-        # flash-attn's check of a paged cache: the longest length on the host (a CUDA tensor's read waits for the
-        # stream, as flash-attn's does; never while a graph is captured, where the kernels clamp and record instead)
-        _kvcache.check_capacity(int(cache_seqlens.max()), k.shape[1] if k is not None and k.dim() == 4 else 0,
-                                k_cache.shape, block_table.shape)
     idx = 0 if cache_batch_idx is None else _index(cache_batch_idx, "cache_batch_idx", 1, batch)
     cos = sin = rot_seqlen = rot_dim = 0
     if rotary_cos is not None:
@@ -124,6 +118,17 @@ def merge(outs, lses):
     if outs and all(_plain_eager(t, t, t) for t in outs):
         return _merge_run(outs, lses)
     return merge_states(outs, lses)
+
+
+def longest(seqlens):
+    """The largest entry of a 1-d int32 cache_seqlens tensor, read on the host (a CUDA tensor's read waits for the
+    stream, as flash-attn's check does); None when it cannot be read — while a CUDA graph is captured, where the
+    kernels clamp and record instead — or is not such a tensor (the call's own checks name it)."""
+    if not isinstance(seqlens, torch.Tensor) or seqlens.dim() != 1 or seqlens.dtype != torch.int32 or not len(seqlens):
+        return None
+    if seqlens.is_cuda and torch.cuda.is_current_stream_capturing():
+        return None
+    return int(seqlens.max())
 
 
 def full_seqlens(q, n):

@@ -79,12 +79,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     block_table): checked on the host for an int cache_seqlens, for a paged cache (reading the longest length, as
     flash-attn does; not while a CUDA graph is captured) and on the CPU; on CUDA otherwise the kernels clamp every
     index out of range and record it, and kvcache_check(device) raises it (docs/python.md)."""
-    if (cache_seqlens is None or isinstance(cache_seqlens, int)) and getattr(k_cache, "ndim", 0) == 4:
-        # host lengths (None: every cache full) are checked against the capacity from the shapes alone, with no
-        # device read (flash-attn raises a RuntimeError naming block_table)
+    if getattr(k_cache, "ndim", 0) == 4:
+        # lengths past the capacity, from the shapes (flash-attn raises a RuntimeError naming block_table): host
+        # lengths (None: every cache full) cost nothing; a paged cache's tensor is read as flash-attn reads it
         table = None if block_table is None else block_table.shape
-        longest = _kvcache.capacity(k_cache.shape, table) if cache_seqlens is None else cache_seqlens
-        _kvcache.check_capacity(longest, k.shape[1] if getattr(k, "ndim", 0) == 4 else 0, k_cache.shape, table)
+        if cache_seqlens is None or isinstance(cache_seqlens, int):
+            longest = _kvcache.capacity(k_cache.shape, table) if cache_seqlens is None else cache_seqlens
+        else:
+            longest = _kv_front(q, "longest")(cache_seqlens) if table is not None else None
+        if longest is not None:
+            _kvcache.check_capacity(longest, k.shape[1] if getattr(k, "ndim", 0) == 4 else 0, k_cache.shape, table)
     if isinstance(cache_seqlens, int):
         cache_seqlens = _kv_front(q, "full_seqlens")(q, cache_seqlens)
     left, right = window_size

@@ -326,7 +326,8 @@ static void varlen_graph(fa_context *ctx) {
         CHECK_STATUS(fa_backward(ctx, &op, &Q.t, &K.t, &V.t, &O.t, lse, &DO.t, &DQ.t, &DK.t, &DV.t), FA_OK);
         cuda_ok(cudaStreamSynchronize(st), "eager");
         if (set == 1)
-            for (int i = 0; i < 3; i++) cuda_ok(cudaMemcpy(eager[i], outs[i]->mem, i == 2 ? nk : nq, cudaMemcpyDeviceToHost), "down");
+            for (int i = 0; i < 3; i++)
+                cuda_ok(cudaMemcpy(eager[i], outs[i]->mem, i == 2 ? nk : nq, cudaMemcpyDeviceToHost), "down");
     }
     /* captured at lengths 0 */
     cudaGraph_t g;

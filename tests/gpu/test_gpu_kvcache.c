@@ -399,7 +399,8 @@ static void out_of_range(fa_context *ctx) {
             case OOR_ROTARY: bad = 6, rot = 6; break; /* 6 + 1 new key > 6 positions */
             default: break;
             }
-            if (kind <= OOR_NEGATIVE || kind == OOR_ROTARY) CU(cudaMemcpy(d.seqlens + 1, &bad, 4, cudaMemcpyHostToDevice));
+            if (kind <= OOR_NEGATIVE || kind == OOR_ROTARY)
+                CU(cudaMemcpy(d.seqlens + 1, &bad, 4, cudaMemcpyHostToDevice));
             if (kind == OOR_PAGE_HIGH || kind == OOR_PAGE_NEG) {
                 bad = kind == OOR_PAGE_HIGH ? (int32_t)c->num_pages : -1;
                 CU(cudaMemcpy(d.bt + 1 * c->max_pages, &bad, 4, cudaMemcpyHostToDevice));

@@ -12,6 +12,11 @@
  *    output tensors must not overlap themselves (no zero stride over a dimension of size > 1, no rows that
  *    share elements).
  *  - Data pointers are host pointers for a CPU context and device pointers for a CUDA context.
+ *  - Zero extents are valid: batch and seqlen may be 0 (heads and head_dim are >= 1), and a tensor (or LSE) of zero
+ *    elements may have a NULL data pointer, as PyTorch gives it; NULL with elements is FA_ERR_INVALID_ARGUMENT.
+ *    A call without a single (query, key) pair writes the outputs it defines — out = 0, LSE = -INFINITY,
+ *    dq = dk = dv = 0 — and nothing else, whatever algorithm the backend offers (fa_stats.kernel "cpu.zero_fill" /
+ *    "cuda.zero_fill", no FLOPs).
  *  - The library never prints, never exits, never aborts. Every entry point validates all of its arguments
  *    before it touches any output: on error it returns a status, writes nothing to outputs, and keeps a
  *    message naming the argument, its value and the reason (fa_context_last_error).
@@ -165,10 +170,22 @@ typedef struct fa_attn_opts {
     /* Variable-length packed batches (both NULL = off). When set, q/k/v/out have batch == 1 and seqlen = total
      * tokens; sequence s owns rows [cu_seqlens_q[s], cu_seqlens_q[s+1]) of q/out and [cu_seqlens_k[s],
      * cu_seqlens_k[s+1]) of k/v. Arrays of n_seqs + 1 non-decreasing int32 starting at 0 and ending at the
-     * tensor's seqlen; HOST memory on every backend. Empty sequences are allowed. lse is then [1, heads, total_q]. */
+     * tensor's seqlen: host memory on a CPU context, DEVICE memory on a CUDA context (read by the kernels only, with
+     * max_seqlen_q/k below). Empty sequences are allowed, and so are n_seqs = 0 and totals of 0 (every query or key
+     * sequence empty). lse is then [1, heads, total_q]. */
     const int32_t *cu_seqlens_q;
     const int32_t *cu_seqlens_k;
     int64_t n_seqs;
+    /* The longest query / key sequence of a packed batch (flash-attn's max_seqlen_q/k); 0 = not given, and set only
+     * with cu_seqlens. CPU: optional (the library reads the arrays; a value below the longest is
+     * FA_ERR_INVALID_ARGUMENT). CUDA: required when the packed tensor has rows — the host never reads the device
+     * arrays: the launch is sized from these, so the call neither copies nor synchronises and a captured CUDA graph
+     * replays with whatever the arrays hold. A value above the tensor's seqlen counts as its seqlen. The kernels clamp
+     * every offset into the packed tensors and every length to these bounds, so no array reads or writes out of
+     * bounds; a sequence longer than its bound leaves its rows past the bound unwritten (out, lse, gradients).
+     * CUDA FA_ALGO_STANDARD runs one cuBLAS call per sequence and so reads the lengths back (a synchronising copy:
+     * not for a captured graph). */
+    int64_t max_seqlen_q, max_seqlen_k;
 } fa_attn_opts;
 
 /* Fill the first struct_size bytes of *opts with the defaults (scale 0, no mask, no softcap, FA_ALGO_AUTO, default
@@ -211,7 +228,8 @@ FA_API fa_status fa_forward(fa_context *ctx, const fa_attn_opts *opts, const fa_
                             const fa_tensor *v, const fa_tensor *out, float *lse);
 
 /* Backward: the gradients of L(out) given dout = ∂L/∂out.
- *   q, k, v, out, lse  exactly as given to / produced by fa_forward with the same opts (lse must not be NULL).
+ *   q, k, v, out, lse  exactly as given to / produced by fa_forward with the same opts (lse must not be NULL unless
+ *         it has zero elements).
  *   dout  [B, Sq, Hq, D].
  *   dq    [B, Sq, Hq, D]; dk, dv [B, Sk, Hk, D] — written in full (with GQA, dk/dv sum over the Hq/Hk query
  *         heads sharing a K/V head). Outputs must not overlap each other or any input.
@@ -233,8 +251,8 @@ typedef struct fa_stats {
     int block_q, block_k;      /* Br, Bc actually used */
     int threads;               /* CPU threads used (CUDA: 0) */
     double flops;              /* matmul FLOPs of the call: 4·Sq·Sk_visible·D per head (x2.5 for backward); CUDA
-                                * decoding counts every sequence at the cache's capacity (its lengths are on the
-                                * device) */
+                                * decoding counts every sequence at the cache's capacity, and a CUDA packed batch
+                                * every sequence at max_seqlen_q/k (their lengths are on the device): upper bounds */
     int64_t slow_read_bytes;   /* bytes moved from slow memory (main memory / HBM): counted on CPU, modelled on CUDA */
     int64_t slow_write_bytes;  /* bytes moved to slow memory */
     int64_t extra_bytes;       /* memory the call needed beyond its inputs and outputs (workspace, S/P, ...) */
@@ -256,7 +274,9 @@ FA_API fa_status fa_last_stats(const fa_context *ctx, fa_stats *stats);
  *               block_table_stride entries (0 = max_pages); key t of sequence b is row t % page_size of page
  *               block_table[r·stride + t / page_size], r = batch_idx ? batch_idx[b] : b. Capacity is
  *               max_pages · page_size keys. Entries past a sequence's last used page are never read.
- * seqlens       int32 [batch]: keys already in the cache for each sequence (before this call's append).
+ * seqlens       int32 [batch]: keys already in the cache for each sequence (before this call's append); may be NULL
+ *               when batch is 0. A paged cache's page_size is >= 1; a cache of no rows, no pages or capacity 0 holds
+ *               no key (every sequence's length must then be 0, or the call is an index error).
  * batch_idx     NULL, or int32 [batch]: the cache row (contiguous) or block-table row (paged) of sequence b; rows
  *               must be < cache_rows. Two sequences that append must not share a row or a page.
  * cache_rows    contiguous: ignored (k.batch is the number of rows); paged: the rows of block_table (0 = batch).
@@ -298,8 +318,8 @@ typedef struct fa_kv_opts {
     void *workspace;
     size_t workspace_bytes;
     /* CUDA: 1 = copy seqlens / block_table / batch_idx to the host and validate them as the CPU does before the
-     * launch (synchronises the stream: a debug option). 0 = trusted; the kernels still clamp every length to the
-     * capacity and every page index to the pages, so a bad value never reads or writes out of bounds. */
+     * launch (synchronises the stream: a debug option). 0 = trusted: the kernels check them on the device, clamp an
+     * index out of range so that nothing is read or written out of bounds, and record it for fa_kvcache_check. */
     int check_indices;
 } fa_kv_opts;
 
@@ -318,7 +338,8 @@ static inline fa_kv_opts fa_kv_opts_default(void) {
  *            with seqlen_new = S and L = seqlens[b] + (k_new ? S : 0), query row i sees key j iff j <= i + L - S
  *            (causal; window as fa_forward).
  *   kv_opts  NULL = fa_kv_opts_default().
- *   q        [batch, S, heads_q, head_dim], S >= 1 (decoding 1, speculative decoding a few, chunked prefill more).
+ *   q        [batch, S, heads_q, head_dim] (decoding S = 1, speculative decoding a few, chunked prefill more; batch 0
+ *            or S = 0: nothing to attend, nothing appended).
  *   cache    the KV cache (above); heads_q % cache.k.heads == 0 (GQA/MQA), same dtype and head_dim as q.
  *   k_new, v_new  NULL (nothing appended), or both [batch, S, heads_k, head_dim]: written into the cache at keys
  *            seqlens[b] .. seqlens[b] + S - 1 of each sequence (rotated first with rotary), then attended to. Only
@@ -330,10 +351,23 @@ static inline fa_kv_opts fa_kv_opts_default(void) {
  * rotary positions < rotary_seqlen; on error nothing is written, neither out nor the cache.
  * CUDA: no host synchronisation and no allocation inside the call once the workspace is large enough; the launch
  * shape depends only on the shapes (capacity, not seqlens), so a captured CUDA graph replays at any cache length.
+ * The index arrays are device memory, read by the kernels: without check_indices an index out of range is clamped
+ * on the device (a length into [0, capacity], a row or page into the cache), so that nothing is read or written out
+ * of bounds — the sequence's append is skipped, its output is not meaningful — and the first one is recorded in the
+ * context: fa_kvcache_check reports it.
  * Returns as fa_forward. */
 FA_API fa_status fa_forward_kvcache(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_opts *kv_opts,
                                     const fa_tensor *q, const fa_kvcache *cache, const fa_tensor *k_new,
                                     const fa_tensor *v_new, const fa_tensor *out, float *lse);
+
+/* Whether a KV-cache call on ctx since the last check met an index out of range (CUDA, without check_indices: the
+ * kernels clamp it and record the first one in the context). Waits for ctx's stream (so not while it is being
+ * captured into a CUDA graph; after a graph's replay, it reports the replay's), reads the record and clears it:
+ * FA_ERR_INVALID_ARGUMENT with a message naming the argument, its value and the sequence ("cache.seqlens[3] = 17:
+ * with 1 new keys it must be in 0..15 ...", "cache.block_table: entry 0 of sequence 1's row is 99, outside 0..63 ...",
+ * "cache.batch_idx[...]", "kv_opts.rotary_seqlen: ..."), or FA_OK. A CPU context validates every index before a
+ * call runs: FA_OK. docs/kvcache.md ("Indices out of range"). */
+FA_API fa_status fa_kvcache_check(fa_context *ctx);
 
 /* The workspace bytes the same fa_forward_kvcache call would take (CPU: split partials and per-thread scratch; CUDA:
  * split partials and counters unless the splits merge in a thread-block cluster, and with rotary the rotated q — 0

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU tests of the CUDA backend (needs an H200 / sm_90 GPU): build with CUDA, run tests/gpu/test_gpu (every
 # algorithm against the float64 oracle, poisoned outputs), tests/gpu/test_gpu_kvcache (KV-cache decoding, with memcheck
-# and racecheck on small shapes), `flashattn check --device cuda` (random cases), then
+# and racecheck on small shapes), tests/gpu/test_gpu_empty (zero extents, with memcheck and racecheck),
+# `flashattn check --device cuda` (random cases), then
 # compute-sanitizer memcheck and racecheck on small shapes, tests/gpu/test_gpu_nonfinite (the numerics contract), and
 # memcheck over `flashattn check --device cuda` on MEMCHECK_COUNT (default 200) random cases; tests/gpu/test_gpu_ring
 # runs ring attention (the one-GPU loopback; 2 ranks over NCCL when 2 GPUs are present, NCCL_NVLS_ENABLE=0).
@@ -21,6 +22,7 @@ test -x "$BUILD/tests/gpu/test_gpu"
 test -x "$BUILD/tests/gpu/test_gpu_nonfinite"
 test -x "$BUILD/tests/gpu/test_gpu_kvcache"
 test -x "$BUILD/tests/gpu/test_gpu_ring"
+test -x "$BUILD/tests/gpu/test_gpu_empty"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
 
 status=0
@@ -31,6 +33,10 @@ tail -3 "$LOG_DIR/test_gpu.log"
 
 echo "== test_gpu_kvcache (KV-cache decoding, docs/kvcache.md)"
 "$BUILD/tests/gpu/test_gpu_kvcache" 2>&1 | tee "$LOG_DIR/test_gpu_kvcache.log" | grep -E "FAIL|checks|seed" | head -40 || true
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+echo "== test_gpu_empty (zero extents: docs/api.md, Empty calls)"
+"$BUILD/tests/gpu/test_gpu_empty" 2>&1 | tee "$LOG_DIR/test_gpu_empty.log" | grep -E "FAIL|checks|seed" | head -40 || true
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 echo "== test_gpu_ring (ring attention, docs/ring.md)"
@@ -51,7 +57,7 @@ else
 fi
 
 if command -v compute-sanitizer >/dev/null; then
-  for t in test_gpu test_gpu_kvcache; do
+  for t in test_gpu test_gpu_kvcache test_gpu_empty; do
     for tool in ${SANITIZERS-memcheck racecheck}; do
       echo "== compute-sanitizer --tool $tool: $t (small shapes)"
       if FA_GPU_TEST_SMALL=1 compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/gpu/$t" \

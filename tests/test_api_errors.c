@@ -77,6 +77,21 @@ MUT(all_dtype_7) { a->q.dtype = a->k.dtype = a->v.dtype = a->o.dtype = (fa_dtype
 MUT(k_dtype_f16) { a->k.dtype = FA_DTYPE_F16; }
 MUT(o_dtype_bf16) { a->o.dtype = FA_DTYPE_BF16; }
 MUT(q_batch_0) { a->q.batch = 0; }
+MUT(q_seqlen_neg) { a->q.seqlen = -1; }
+/* zero extents are valid calls (tests/test_empty.c checks what they write); NULL data only with zero elements */
+MUT(all_batch_0) {
+    fa_tensor *ts[] = {&a->q, &a->k, &a->v, &a->o, &a->dout, &a->dq, &a->dk, &a->dv};
+    for (int i = 0; i < 8; i++) ts[i]->batch = 0, ts[i]->data = NULL;
+    a->lse = NULL;
+}
+MUT(no_keys) { a->k.seqlen = a->v.seqlen = a->dk.seqlen = a->dv.seqlen = 0; a->k.data = a->v.data = NULL; }
+MUT(no_keys_q_null) { no_keys(a); a->q.data = NULL; }
+MUT(vl_no_seqs) {
+    varlen(a);
+    a->opts.n_seqs = 0;
+    fa_tensor *ts[] = {&a->q, &a->k, &a->v, &a->o, &a->dout, &a->dq, &a->dk, &a->dv};
+    for (int i = 0; i < 8; i++) ts[i]->seqlen = 0;
+}
 MUT(q_batch_neg) { a->q.batch = -1; }
 MUT(k_seqlen_0) { a->k.seqlen = 0; }
 MUT(v_heads_0) { a->v.heads = 0; }
@@ -120,6 +135,10 @@ MUT(algo_neg) { a->opts.algo = (fa_algo)-1; }
 MUT(block_q_neg) { a->opts.block_q = -1; }
 MUT(block_k_huge) { a->opts.block_k = 1 << 20; }
 MUT(vl_ok) { varlen(a); }
+MUT(vl_bounds_ok) { varlen(a); a->opts.max_seqlen_q = 7, a->opts.max_seqlen_k = 100; } /* >= the longest: valid */
+MUT(vl_bound_short) { varlen(a); a->opts.max_seqlen_q = 6; }                            /* sequence 1 has 7 rows */
+MUT(vl_bound_neg) { varlen(a); a->opts.max_seqlen_k = -1; }
+MUT(bound_no_varlen) { a->opts.max_seqlen_q = 5; }
 MUT(vl_only_q) { varlen(a); a->opts.cu_seqlens_k = NULL; }
 MUT(vl_only_k) { varlen(a); a->opts.cu_seqlens_q = NULL; }
 MUT(vl_nseqs_0) { varlen(a); a->opts.n_seqs = 0; }
@@ -210,9 +229,14 @@ static const row rows[] = {
     {"every dtype 7", FWD | BWD, all_dtype_7, UNS, "dtype"},
     {"k.dtype f16 with q f32", FWD | BWD, k_dtype_f16, INV, "dtype"},
     {"out.dtype bf16 with q f32", FWD | BWD, o_dtype_bf16, INV, "dtype"},
-    {"q.batch 0", FWD | BWD, q_batch_0, INV, "q:&batch"},
+    {"q.batch 0 (k.batch 2)", FWD | BWD, q_batch_0, INV, "k:&batch&q.batch = 0"},
     {"q.batch -1", FWD | BWD, q_batch_neg, INV, "q:&batch"},
-    {"k.seqlen 0", FWD | BWD, k_seqlen_0, INV, "k:&seqlen"},
+    {"q.seqlen -1", FWD | BWD, q_seqlen_neg, INV, "q:&seqlen"},
+    {"k.seqlen 0 (v.seqlen 7)", FWD | BWD, k_seqlen_0, INV, "v:&seqlen&k.seqlen = 0"},
+    {"every batch 0, data NULL (empty)", FWD | BWD, all_batch_0, FA_OK, ""},
+    {"k, v seqlen 0, data NULL (no keys)", FWD | BWD, no_keys, FA_OK, ""},
+    {"q.data NULL with rows, k empty", FWD | BWD, no_keys_q_null, INV, "q:&data"},
+    {"varlen: n_seqs 0, every seqlen 0 (empty)", FWD | BWD, vl_no_seqs, FA_OK, ""},
     {"v.heads 0", FWD | BWD, v_heads_0, INV, "v:&heads"},
     {"q.head_dim 0", FWD | BWD, q_hd_0, INV, "q:&head_dim"},
     {"out.head_dim -3", FWD | BWD, o_hd_neg, INV, "out:&head_dim"},
@@ -246,9 +270,13 @@ static const row rows[] = {
     {"opts.algo -1", FWD | BWD, algo_neg, INV, "opts.algo"},
     {"opts.block_q -1", FWD | BWD, block_q_neg, INV, "block_q"},
     {"opts.block_k 2^20", FWD | BWD, block_k_huge, INV, "block_k"},
+    {"varlen: bounds at or above the longest sequences", FWD | BWD, vl_bounds_ok, FA_OK, ""},
+    {"varlen: max_seqlen_q 6 below the longest 7", FWD | BWD, vl_bound_short, INV, "opts.max_seqlen_q"},
+    {"varlen: max_seqlen_k -1", FWD | BWD, vl_bound_neg, INV, "max_seqlen"},
+    {"max_seqlen_q without cu_seqlens", FWD | BWD, bound_no_varlen, INV, "opts.max_seqlen_q&cu_seqlens"},
     {"varlen: only cu_seqlens_q set", FWD | BWD, vl_only_q, INV, "cu_seqlens_k"},
     {"varlen: only cu_seqlens_k set", FWD | BWD, vl_only_k, INV, "cu_seqlens_q"},
-    {"varlen: n_seqs 0", FWD | BWD, vl_nseqs_0, INV, "n_seqs"},
+    {"varlen: n_seqs 0 with rows", FWD | BWD, vl_nseqs_0, INV, "cu_seqlens_q[n_seqs]"},
     {"varlen: n_seqs -1", FWD | BWD, vl_nseqs_neg, INV, "n_seqs"},
     {"varlen: batch 2", FWD | BWD, vl_batch_2, INV, "batch"},
     {"varlen: cu_seqlens_q not monotonic", FWD | BWD, vl_nonmono, INV, "cu_seqlens_q"},

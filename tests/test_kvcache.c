@@ -340,6 +340,9 @@ static void errors(fa_context *ctx) {
         o.algo = FA_ALGO_FLASH1;
         expect_error(ctx, c, &kc, &ko, &o, 1, FA_ERR_INVALID_ARGUMENT, "opts.algo");
         o = fa_attn_opts_default();
+        o.max_seqlen_q = 3;
+        expect_error(ctx, c, &kc, &ko, &o, 1, FA_ERR_INVALID_ARGUMENT, "max_seqlen_q");
+        o = fa_attn_opts_default();
         kc.seqlens = NULL;
         expect_error(ctx, c, &kc, &ko, &o, 1, FA_ERR_INVALID_ARGUMENT, "cache.seqlens");
         kc.seqlens = lens;
@@ -373,6 +376,31 @@ static void errors(fa_context *ctx) {
         free(k), free(v), free(bt);
         t_kv_free(c);
     }
+}
+
+/* flash-attn's test_flash_attn_kvcache_paged_block_table_bounds: a block table of one column of 16..256 keys with
+ * a length one past its capacity, or a full cache plus an appended key, is an error naming the length (the CPU
+ * checks every index before it runs: nothing written); fa_kvcache_check has nothing to report on the CPU. */
+static void block_table_bounds(fa_context *ctx) {
+    static const int pages[] = {16, 64, 256};
+    for (int pi = 0; pi < 3; pi++)
+        for (int full = 0; full < 2; full++) {
+            const int page = pages[pi];
+            t_kv_spec s = spec(FA_DTYPE_BF16, 2, 1, 4, 2, 32, page, page); /* one page per sequence: max_pages 1 */
+            s.append = full;
+            t_kv_case *c = t_kv_new(&s, &R);
+            snprintf(t_case_label, sizeof t_case_label, "block-table bounds: page %d, %s", page,
+                     full ? "a full cache plus one new key" : "a length one past the capacity");
+            CHECK_EQ_INT(c->max_pages, 1);
+            int32_t lens[2] = {c->seqlens[0], page + !full};
+            fa_kvcache kc = t_kv_cache(c, c->kc, c->vc, lens, c->block_table, c->batch_idx);
+            fa_kv_opts ko = fa_kv_opts_default();
+            fa_attn_opts o = fa_attn_opts_default();
+            expect_error(ctx, c, &kc, &ko, &o, full, FA_ERR_INVALID_ARGUMENT, "cache.seqlens[1]");
+            CHECK_STATUS(fa_kvcache_check(ctx), FA_OK);
+            t_kv_free(c);
+        }
+    CHECK_STATUS(fa_kvcache_check(NULL), FA_ERR_INVALID_ARGUMENT);
 }
 
 /* The numerics contract: NaN in one cached key makes exactly the rows of its K/V head NaN; finite elsewhere. */
@@ -447,6 +475,7 @@ int main(void) {
     heuristic();
     fa_context *ctx = t_cpu_ctx();
     errors(ctx);
+    block_table_bounds(ctx);
     nonfinite(ctx);
     extremes(ctx);
     grid(ctx);

@@ -4,16 +4,16 @@ torch is imported only when the caller has imported it (numpy users never load i
 fwd_kvcache and merge_states exist once flashattn is imported after torch, or after the first call with torch
 tensors."""
 import sys
-from ._capi import (BackendUnavailableError, DeviceError, FlashAttnError, InternalError, InvalidArgumentError,
-                    OutOfMemoryError, UnsupportedError, version)
-from .interface import (backward, flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache, last_stats,
-                        merge_states)
+from ._capi import (BackendUnavailableError, CacheIndexError, DeviceError, FlashAttnError, InternalError,
+                    InvalidArgumentError, OutOfMemoryError, UnsupportedError, version)
+from .interface import (backward, flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache, kvcache_check,
+                        last_stats, merge_states)
 
 __version__ = version().split()[0]
 
 if "torch" in sys.modules:
     from . import _torch, _torch_kvcache  # noqa: F401  (register torch.ops.flashattn)
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "merge_states", "backward",
-           "last_stats", "version", "FlashAttnError", "InvalidArgumentError", "UnsupportedError", "OutOfMemoryError",
-           "BackendUnavailableError", "DeviceError", "InternalError"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "kvcache_check", "merge_states",
+           "backward", "last_stats", "version", "FlashAttnError", "InvalidArgumentError", "CacheIndexError",
+           "UnsupportedError", "OutOfMemoryError", "BackendUnavailableError", "DeviceError", "InternalError"]

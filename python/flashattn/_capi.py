@@ -42,6 +42,7 @@ _proto = {
     "fa_forward": (ctypes.c_int, [_P] * 7),
     "fa_backward": (ctypes.c_int, [_P] * 11),
     "fa_last_stats": (ctypes.c_int, [_P, ctypes.POINTER(FaStats)]),
+    "fa_kvcache_check": (ctypes.c_int, [_P]),
 }
 for _name, (_res, _args) in _proto.items():
     _fn = getattr(lib, _name)
@@ -58,6 +59,11 @@ class FlashAttnError(Exception):
 
 class InvalidArgumentError(FlashAttnError, ValueError):
     pass
+
+
+class CacheIndexError(InvalidArgumentError, RuntimeError):
+    """A KV cache's length, block-table entry or cache_batch_idx out of range: a ValueError like every invalid
+    argument here, and the RuntimeError flash-attn raises for a block table too small for cache_seqlens."""
 
 
 class UnsupportedError(FlashAttnError, NotImplementedError):
@@ -151,6 +157,16 @@ class Context:
     def merge(self, outs, lses, out, lse):
         st = _ext.merge(self.handle, outs, lses, out, lse)
         if st:
+            self.fail(st)
+
+    def kvcache_check(self):
+        """Raise CacheIndexError if a KV-cache call since the last check met an index out of range (CUDA: the kernels
+        clamp it and record it; waits for the context's stream). The CPU checks before it runs: nothing to report."""
+        st = lib.fa_kvcache_check(self.handle)
+        if st == ERR_INVALID_ARGUMENT:
+            msg = lib.fa_context_last_error(self.handle).decode()
+            raise CacheIndexError(st, f"{lib.fa_status_string(st).decode()}: {msg}")
+        if st != OK:
             self.fail(st)
 
     def stats(self):

@@ -86,13 +86,15 @@ static int get_view(PyObject *o, const char *name, int writable, fa_tensor *t, P
     return 0;
 }
 
-/* opts: (scale, causal, window_left, window_right, softcap, algo, deterministic, cu_q, cu_k, n_seqs) */
+/* opts: (scale, causal, window_left, window_right, softcap, algo, deterministic, cu_q, cu_k, n_seqs
+ * [, max_seqlen_q, max_seqlen_k]) */
 static int get_opts(PyObject *o, fa_attn_opts *opts) {
     unsigned long long cu_q, cu_k;
     int algo;
     g_opts_init(opts, sizeof *opts);
-    if (!PyArg_ParseTuple(o, "fpiifipKKL", &opts->scale, &opts->causal, &opts->window_left, &opts->window_right,
-                          &opts->softcap, &algo, &opts->deterministic, &cu_q, &cu_k, &opts->n_seqs))
+    if (!PyArg_ParseTuple(o, "fpiifipKKL|LL", &opts->scale, &opts->causal, &opts->window_left, &opts->window_right,
+                          &opts->softcap, &algo, &opts->deterministic, &cu_q, &cu_k, &opts->n_seqs,
+                          &opts->max_seqlen_q, &opts->max_seqlen_k))
         return -1;
     opts->algo = (fa_algo)algo;
     opts->cu_seqlens_q = (const int32_t *)(uintptr_t)cu_q;

@@ -6,6 +6,29 @@ def invalid(msg):
     return _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: " + msg)
 
 
+def cache_index(msg):
+    return _capi.CacheIndexError(_capi.ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: " + msg)
+
+
+def capacity(k_cache_shape, block_table_shape):
+    """Keys per sequence: the cache's seqlen, or a paged cache's max_pages x page_size."""
+    return int(k_cache_shape[1]) * (1 if block_table_shape is None else int(block_table_shape[1]))
+
+
+def check_capacity(longest, seqlen_new, k_cache_shape, block_table_shape):
+    """The host's check of the cache lengths against the capacity, from the shapes (flash-attn's: a RuntimeError
+    naming block_table); longest: the largest cache_seqlens entry."""
+    if block_table_shape is not None:
+        pages, page = int(block_table_shape[1]), int(k_cache_shape[1])
+        if longest + seqlen_new > pages * page:
+            raise cache_index(f"block_table: cache_seqlens up to {longest} plus {seqlen_new} new keys exceed the "
+                              f"capacity of its {pages} pages of {page} keys ({pages * page}); give block_table more "
+                              f"columns")
+    elif longest + seqlen_new > int(k_cache_shape[1]):
+        raise cache_index(f"k_cache: cache_seqlens up to {longest} plus {seqlen_new} new keys exceed its seqlen "
+                          f"{int(k_cache_shape[1])}")
+
+
 def unsupported(msg):
     return _capi.UnsupportedError(_capi.ERR_UNSUPPORTED, "FA_ERR_UNSUPPORTED: " + msg)
 

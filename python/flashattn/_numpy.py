@@ -32,11 +32,13 @@ def _lse_shape(q):
 
 
 def _opts(cu_q, cu_k, opts):
+    """_ext's options: opts (the 7 of _capi.options, then max_seqlen_q/k) with the cu_seqlens addresses and n_seqs
+    before the two bounds."""
     if (cu_q is None) != (cu_k is None):
         raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: cu_seqlens_q and "
                                          "cu_seqlens_k are given together or not at all")
     if cu_q is None:
-        return opts + (0, 0, 0)
+        return opts[:7] + (0, 0, 0) + opts[7:]
     for a, name in ((cu_q, "cu_seqlens_q"), (cu_k, "cu_seqlens_k")):
         if not isinstance(a, np.ndarray) or a.dtype != np.int32 or a.ndim != 1 or not a.flags.c_contiguous:
             raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: {name}: expected "
@@ -44,7 +46,7 @@ def _opts(cu_q, cu_k, opts):
     if cu_q.size != cu_k.size or cu_q.size < 1:
         raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: cu_seqlens_q has "
                                          f"{cu_q.size} entries, cu_seqlens_k {cu_k.size}: expected n_seqs + 1 each")
-    return opts + (cu_q.ctypes.data, cu_k.ctypes.data, cu_q.size - 1)
+    return opts[:7] + (cu_q.ctypes.data, cu_k.ctypes.data, cu_q.size - 1) + opts[7:]
 
 
 def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, opts):

@@ -65,5 +65,12 @@ def merge(outs, lses):
     return out, lse
 
 
+def longest(seqlens):
+    """The largest entry of a 1-d int32 cache_seqlens array; None when it is not one (the call's checks name it)."""
+    if not isinstance(seqlens, np.ndarray) or seqlens.ndim != 1 or seqlens.dtype != np.int32 or not seqlens.size:
+        return None
+    return int(seqlens.max())
+
+
 def full_seqlens(q, n):
     return np.full(q.shape[0], n, dtype=np.int32)

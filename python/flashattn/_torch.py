@@ -43,29 +43,46 @@ def _context(q, tensors):
     return ctx
 
 
-def _seqlens(cu, name):
-    """cu_seqlens as host int32 (the C API reads them on the host; a CUDA tensor is copied, which synchronises)."""
+def _invalid(msg):
+    return _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: " + msg)
+
+
+def _seqlens(cu, name, device):
+    """cu_seqlens as contiguous int32 on the call's device: the C API reads them on the host for a CPU context and on
+    the device for CUDA (a CPU tensor given to a CUDA call is copied up: not capturable)."""
     if cu.dtype != torch.int32 or cu.dim() != 1:
-        raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: {name}: expected a "
-                                         f"1-d int32 tensor, got {cu.dtype} of shape {tuple(cu.shape)}")
-    if cu.device.type != "cpu":
-        cu = cu.cpu()
+        raise _invalid(f"{name}: expected a 1-d int32 tensor, got {cu.dtype} of shape {tuple(cu.shape)}")
+    if cu.device != device:
+        cu = cu.to(device)
     return cu.contiguous()
 
 
-def _opts(cu_q, cu_k, opts):
-    """opts with the cu_seqlens addresses and n_seqs appended, and the host tensors to keep alive for the call."""
+def _bound(cu, given, name):
+    """max_seqlen_q/k: the caller's, else the longest sequence of cu (a CUDA tensor's read waits for the stream and
+    is not possible while a graph is captured)."""
+    if given:
+        return int(given)
+    if cu.numel() < 2:
+        return 0
+    if cu.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise _invalid(f"max_seqlen_{name}: None while a CUDA graph is captured; pass the longest sequence's length "
+                       f"(the library does not read cu_seqlens on the host)")
+    return int((cu[1:] - cu[:-1]).max())
+
+
+def _opts(cu_q, cu_k, device, opts):
+    """_ext's options from opts (the 7 of _capi.options, then max_seqlen_q/k): the cu_seqlens addresses and n_seqs,
+    then the bounds; and the tensors to keep alive for the call."""
     if (cu_q is None) != (cu_k is None):
-        raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: cu_seqlens_q and "
-                                         "cu_seqlens_k are given together or not at all")
+        raise _invalid("cu_seqlens_q and cu_seqlens_k are given together or not at all")
     if cu_q is None:
-        return opts + (0, 0, 0), ()
-    cu_q, cu_k = _seqlens(cu_q, "cu_seqlens_q"), _seqlens(cu_k, "cu_seqlens_k")
+        return opts[:7] + (0, 0, 0) + opts[7:], ()
+    cu_q, cu_k = _seqlens(cu_q, "cu_seqlens_q", device), _seqlens(cu_k, "cu_seqlens_k", device)
     if cu_q.numel() != cu_k.numel() or cu_q.numel() < 1:
-        raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: cu_seqlens_q has "
-                                         f"{cu_q.numel()} entries, cu_seqlens_k {cu_k.numel()}: expected n_seqs + 1 "
-                                         f"each")
-    return opts + (cu_q.data_ptr(), cu_k.data_ptr(), cu_q.numel() - 1), (cu_q, cu_k)
+        raise _invalid(f"cu_seqlens_q has {cu_q.numel()} entries, cu_seqlens_k {cu_k.numel()}: expected n_seqs + 1 "
+                       f"each")
+    bounds = (_bound(cu_q, opts[7], "q"), _bound(cu_k, opts[8], "k"))
+    return opts[:7] + (cu_q.data_ptr(), cu_k.data_ptr(), cu_q.numel() - 1) + bounds, (cu_q, cu_k)
 
 
 def _lse_shape(q):
@@ -74,13 +91,14 @@ def _lse_shape(q):
 
 
 def _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap, algo,
-             deterministic):
+             deterministic, max_seqlen_q=0, max_seqlen_k=0):
     if q.is_cpu and k.is_cpu and v.is_cpu:
         ctx = _capi.context(_capi.BACKEND_CPU, 0)
     else:
         ctx = _context(q, (("k", k), ("v", v)))
-    opts, keep = _opts(cu_seqlens_q, cu_seqlens_k, (softmax_scale, causal, window_left, window_right, softcap, algo,
-                                                    deterministic))
+    opts, keep = _opts(cu_seqlens_q, cu_seqlens_k, q.device, (softmax_scale, causal, window_left, window_right,
+                                                              softcap, algo, deterministic, max_seqlen_q,
+                                                              max_seqlen_k))
     views = _view(q, "q"), _view(k, "k"), _view(v, "v")
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
@@ -92,27 +110,29 @@ def _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_
 @torch.library.custom_op("flashattn::fwd", mutates_args=())
 def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
         softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, algo: int,
-        deterministic: bool) -> Tuple[Tensor, Tensor]:
+        deterministic: bool, max_seqlen_q: int = 0, max_seqlen_k: int = 0) -> Tuple[Tensor, Tensor]:
     return _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap,
-                    algo, deterministic)
+                    algo, deterministic, max_seqlen_q, max_seqlen_k)
 
 
 @fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap, algo,
-      deterministic):
+      deterministic, max_seqlen_q=0, max_seqlen_k=0):
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty(_lse_shape(q), dtype=torch.float32)
 
 
 def _backward_call(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, cu_seqlens_q: Optional[Tensor],
         cu_seqlens_k: Optional[Tensor], softmax_scale: float, causal: bool, window_left: int, window_right: int,
-        softcap: float, algo: int, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+        softcap: float, algo: int, deterministic: bool, max_seqlen_q: int = 0,
+        max_seqlen_k: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
     ctx = _context(q, (("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout)))
     if lse.dtype != torch.float32 or not lse.is_contiguous() or tuple(lse.shape) != _lse_shape(q):
         raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: lse: expected the "
                                          f"forward's contiguous float32 {_lse_shape(q)}, got {lse.dtype} "
                                          f"{tuple(lse.shape)} strides {lse.stride()}")
-    opts, keep = _opts(cu_seqlens_q, cu_seqlens_k, (softmax_scale, causal, window_left, window_right, softcap, algo,
-                                                    deterministic))
+    opts, keep = _opts(cu_seqlens_q, cu_seqlens_k, q.device, (softmax_scale, causal, window_left, window_right,
+                                                              softcap, algo, deterministic, max_seqlen_q,
+                                                              max_seqlen_k))
     views = [_view(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (dout, "dout"))]
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
@@ -127,7 +147,7 @@ bwd = torch.library.custom_op("flashattn::bwd", mutates_args=())(_backward_call)
 
 @bwd.register_fake
 def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right,
-      softcap, algo, deterministic):
+      softcap, algo, deterministic, max_seqlen_q=0, max_seqlen_k=0):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 

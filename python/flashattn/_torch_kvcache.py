@@ -120,6 +120,17 @@ def merge(outs, lses):
     return merge_states(outs, lses)
 
 
+def longest(seqlens):
+    """The largest entry of a 1-d int32 cache_seqlens tensor, read on the host (a CUDA tensor's read waits for the
+    stream, as flash-attn's check does); None when it cannot be read — while a CUDA graph is captured, where the
+    kernels clamp and record instead — or is not such a tensor (the call's own checks name it)."""
+    if not isinstance(seqlens, torch.Tensor) or seqlens.dim() != 1 or seqlens.dtype != torch.int32 or not len(seqlens):
+        return None
+    if seqlens.is_cuda and torch.cuda.is_current_stream_capturing():
+        return None
+    return int(seqlens.max())
+
+
 def full_seqlens(q, n):
     """An int cache_seqlens as the int32 [batch] tensor the library reads, on q's device."""
     return torch.full((q.shape[0],), n, dtype=torch.int32, device=q.device)

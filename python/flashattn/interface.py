@@ -2,7 +2,7 @@
 numpy arrays (CPU, forward; backward through flashattn.backward)."""
 import sys
 
-from . import _capi
+from . import _capi, _kvcache
 
 
 _front = {}  # "torch" / "numpy": the front end's call, imported on first use (an import statement costs ~0.5 us)
@@ -37,19 +37,21 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     Returns out [batch, seqlen_q, heads, head_dim], or (out, lse) with lse float32 [batch, heads, seqlen_q]
     (natural log; no gradient flows through it)."""
     opts = _capi.options(softmax_scale, causal, window_size, softcap, algo, deterministic, dropout_p, alibi_slopes)
-    return _run(q, k, v, None, None, opts, return_lse)
+    return _run(q, k, v, None, None, opts + (0, 0), return_lse)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_lse=False, *, algo="auto"):
     """Packed variable-length batches: q [total_q, heads, head_dim], k/v [total_k, kv_heads, head_dim]; sequence i
-    owns rows cu_seqlens_q[i]:cu_seqlens_q[i+1] of q (int32, n_seqs + 1 entries; on CUDA they are copied to the host,
-    which synchronises). max_seqlen_q/k are accepted for flash-attn's signature; the library reads the lengths from
-    cu_seqlens. Returns out [total_q, heads, head_dim], or (out, lse) with lse float32 [heads, total_q]."""
-    del max_seqlen_q, max_seqlen_k
+    owns rows cu_seqlens_q[i]:cu_seqlens_q[i+1] of q (int32, n_seqs + 1 entries, on q's device). max_seqlen_q/k
+    bound the sequences' lengths, as flash-attn's: on CUDA the library never reads cu_seqlens on the host, so the call
+    neither copies nor synchronises and can be captured in a CUDA graph (None: read from cu_seqlens, which
+    synchronises and cannot be captured). Returns out [total_q, heads, head_dim], or (out, lse) with lse float32
+    [heads, total_q]."""
     opts = _capi.options(softmax_scale, causal, window_size, softcap, algo, deterministic, dropout_p, alibi_slopes)
-    return _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, return_lse)
+    hints = (int(max_seqlen_q or 0), int(max_seqlen_k or 0))
+    return _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts + hints, return_lse)
 
 
 def _kv_front(q, name):
@@ -72,7 +74,21 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     2]) and attended to; cache_seqlens (int32 [batch] or an int; None = the whole cache) is not advanced.
     cache_batch_idx int32 [batch] picks the cache row of each sequence. causal/window are bottom-right aligned over
     the keys after the append. num_splits 0 = heuristic. Returns out, or (out, lse) with lse float32
-    [batch, heads, seqlen_q]."""
+    [batch, heads, seqlen_q].
+    Lengths past the capacity raise CacheIndexError (a ValueError and, as flash-attn's, a RuntimeError naming
+    block_table): checked on the host for an int cache_seqlens, for a paged cache (reading the longest length, as
+    flash-attn does; not while a CUDA graph is captured) and on the CPU; on CUDA otherwise the kernels clamp every
+    index out of range and record it, and kvcache_check(device) raises it (docs/python.md)."""
+    if getattr(k_cache, "ndim", 0) == 4:
+        # lengths past the capacity, from the shapes (flash-attn raises a RuntimeError naming block_table): host
+        # lengths (None: every cache full) cost nothing; a paged cache's tensor is read as flash-attn reads it
+        table = None if block_table is None else block_table.shape
+        if cache_seqlens is None or isinstance(cache_seqlens, int):
+            longest = _kvcache.capacity(k_cache.shape, table) if cache_seqlens is None else cache_seqlens
+        else:
+            longest = _kv_front(q, "longest")(cache_seqlens) if table is not None else None
+        if longest is not None:
+            _kvcache.check_capacity(longest, k.shape[1] if getattr(k, "ndim", 0) == 4 else 0, k_cache.shape, table)
     if isinstance(cache_seqlens, int):
         cache_seqlens = _kv_front(q, "full_seqlens")(q, cache_seqlens)
     left, right = window_size
@@ -81,6 +97,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                                        int(left), int(right), float(softcap), bool(rotary_interleaved),
                                        int(num_splits))
     return (out, lse) if return_softmax_lse else out
+
+
+def kvcache_check(device="cuda"):
+    """Raise CacheIndexError if a flash_attn_with_kvcache call on device ("cuda", "cuda:1") since the last check met
+    a length, block-table entry or cache_batch_idx out of range, which the CUDA kernels clamp and record (no host
+    synchronisation in the call); waits for this thread's stream of that device. The CPU checks before it runs."""
+    device = str(device)
+    if device == "cpu":
+        return
+    index = int(device.split(":")[1]) if ":" in device else 0
+    _capi.context(_capi.BACKEND_CUDA, index).kvcache_check()
 
 
 def merge_states(outs, lses):
@@ -97,7 +124,7 @@ def backward(dout, q, k, v, out, lse, softmax_scale=None, causal=False, window_s
     same options. (torch tensors get theirs from autograd.)"""
     from . import _numpy
     opts = _capi.options(softmax_scale, causal, window_size, softcap, algo, deterministic)
-    return _numpy.backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, opts)
+    return _numpy.backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, opts + (0, 0))
 
 
 def last_stats(device="cpu"):

@@ -277,3 +277,58 @@ def test_errors():
         call(q.numpy(), kc.numpy(), vc.numpy(), cache_seqlens=[1, 2])
     with pytest.raises(flashattn.InvalidArgumentError, match="merge_states"):
         flashattn.merge_states([q], [])
+
+
+@pytest.mark.parametrize("page_size", [16, 64, 256])
+@pytest.mark.parametrize("device", DEVICES)
+def test_block_table_bounds(page_size, device):
+    """flash-attn's test_flash_attn_kvcache_paged_block_table_bounds: a block table of one column, a length one past
+    its capacity or a full cache plus a new key, raises a RuntimeError naming block_table (the host reads the
+    longest length, as flash-attn does); nothing is written."""
+    dt = "bfloat16"
+    q, kc, vc, k, v = make(2, 1, 4, 2, 64, page_size, dt, device=device)
+    kp, vp, table = paged(kc, vc, page_size)
+    assert table.shape == (2, 1)
+    kp0 = kp.clone()
+    for lens, new in (([3, page_size + 1], None), ([3, page_size], (k, v)), (page_size, (k, v))):
+        seqlens = lens if isinstance(lens, int) else torch.tensor(lens, dtype=torch.int32, device=device)
+        kn, vn = new if new else (None, None)
+        with pytest.raises(RuntimeError, match="block_table") as info:
+            flashattn.flash_attn_with_kvcache(q, kp, vp, kn, vn, cache_seqlens=seqlens, block_table=table)
+        assert isinstance(info.value, flashattn.CacheIndexError) and isinstance(info.value, ValueError)
+        assert torch.equal(kp, kp0)
+    flashattn.kvcache_check(device)  # nothing recorded: the host refused before any launch
+
+
+def test_contiguous_bounds_on_the_cpu():
+    """The CPU checks every index before it runs: a length past the capacity is an error naming it."""
+    q, kc, vc, _, _ = make(2, 1, 4, 2, 32, 16, "float32")
+    with pytest.raises(ValueError, match=r"cache\.seqlens\[1\]"):
+        flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=torch.tensor([3, 17], dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="k_cache"):  # an int length: checked on the host from the shapes
+        flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=17)
+    flashattn.kvcache_check("cpu")
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device or build")
+def test_cuda_clamps_and_records():
+    """CUDA, a contiguous cache with a device length past the capacity: the call runs without a host synchronisation,
+    the kernels clamp the length (nothing out of bounds) and record it; kvcache_check raises it once. Inside a CUDA
+    graph too: the paged call's host check is skipped while capturing, the replay's fault is recorded."""
+    q, kc, vc, k, v = make(2, 1, 4, 2, 64, 32, "float16", device="cuda")
+    seqlens = torch.tensor([3, 40], dtype=torch.int32, device="cuda")
+    flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens)
+    with pytest.raises(RuntimeError, match=r"cache\.seqlens\[1\] = 40") as info:
+        flashattn.kvcache_check("cuda")
+    assert isinstance(info.value, flashattn.CacheIndexError)
+    flashattn.kvcache_check("cuda")  # cleared
+    kp, vp, table = paged(kc, vc, 16)
+    lens = torch.tensor([3, 5], dtype=torch.int32, device="cuda")
+    flashattn.flash_attn_with_kvcache(q, kp, vp, k, v, cache_seqlens=lens, block_table=table)  # warm-up
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        flashattn.flash_attn_with_kvcache(q, kp, vp, k, v, cache_seqlens=lens, block_table=table)
+    lens.fill_(32)  # full caches plus a new key
+    graph.replay()
+    with pytest.raises(RuntimeError, match="cache.seqlens"):
+        flashattn.kvcache_check("cuda")

@@ -152,3 +152,53 @@ def test_cuda_current_stream():
     if torch.cuda.device_count() > 1:
         q1, k1, v1 = (t.to("cuda:1") for t in (q, k, v))
         assert torch.equal(flashattn.flash_attn_func(q1, k1, v1, causal=True).cpu(), expected.cpu())
+
+
+def test_varlen_bounds_are_checked_on_the_cpu():
+    """max_seqlen_q/k bound the sequences: the CPU reads cu_seqlens and refuses a bound below the longest."""
+    q = torch.zeros(7, 2, 16)
+    cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+    out = flashattn.flash_attn_varlen_func(q, q, q, cu, cu, 4, 4)
+    assert out.shape == q.shape
+    with pytest.raises(ValueError, match="max_seqlen"):
+        flashattn.flash_attn_varlen_func(q, q, q, cu, cu, 3, 4)
+
+
+@pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device or build")
+def test_cuda_varlen_graph_capture():
+    """A varlen call on CUDA with device cu_seqlens and max_seqlen_q/k copies nothing to the host, so torch captures
+    it in a CUDA graph (forward and backward); a replay after the lengths change in place equals the eager call."""
+    gen = torch.Generator().manual_seed(13)
+    q = make((101, 4, 64), "float16", "cuda", gen).requires_grad_()
+    k = make((127, 2, 64), "float16", "cuda", gen).requires_grad_()
+    v = make((127, 2, 64), "float16", "cuda", gen).requires_grad_()
+    dout = make((101, 4, 64), "float16", "cuda", gen)
+    cu_q = torch.tensor([0, 37, 37, 101], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 50, 63, 127], dtype=torch.int32, device="cuda")
+
+    def step():
+        q.grad = k.grad = v.grad = None
+        out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 64, 64, causal=True)
+        out.backward(dout)
+        return out
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up: sizes the workspace, as torch's graph recipe asks
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_g = step()
+        grads_g = (q.grad, k.grad, v.grad)
+    cu_q.copy_(torch.tensor([0, 64, 100, 101], dtype=torch.int32))
+    cu_k.copy_(torch.tensor([0, 13, 77, 127], dtype=torch.int32))
+    graph.replay()
+    torch.cuda.synchronize()
+    replayed = [out_g.clone()] + [g.clone() for g in grads_g]
+    eager = step()
+    for name, a, b in zip(("out", "dq", "dk", "dv"), replayed, [eager, q.grad, k.grad, v.grad]):
+        assert torch.equal(a, b), f"{name}: the replay differs from the eager call"
+    with pytest.raises(ValueError, match="max_seqlen_q"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            flashattn.flash_attn_varlen_func(q.detach(), k.detach(), v.detach(), cu_q, cu_k)

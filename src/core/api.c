@@ -166,24 +166,50 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
         if (!opts.cu_seqlens_q || !opts.cu_seqlens_k)
             return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.cu_seqlens_%s: NULL while cu_seqlens_%s is set",
                            opts.cu_seqlens_q ? "k" : "q", opts.cu_seqlens_q ? "q" : "k");
-        if (opts.n_seqs < 1 || opts.n_seqs > INT32_MAX)
-            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.n_seqs: %lld must be >= 1 with cu_seqlens",
+        if (opts.n_seqs < 0 || opts.n_seqs > INT32_MAX)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.n_seqs: %lld must be in 0..2^31-1 with cu_seqlens",
                            (long long)opts.n_seqs);
         if (q->batch != 1)
             return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "q: batch = %lld, must be 1 with cu_seqlens (packed)",
                            (long long)q->batch);
-        if ((st = check_varlen(ctx, "opts.cu_seqlens_q", opts.cu_seqlens_q, opts.n_seqs, q->seqlen)) ||
-            (st = check_varlen(ctx, "opts.cu_seqlens_k", opts.cu_seqlens_k, opts.n_seqs, k->seqlen)))
-            return st;
+        if (opts.max_seqlen_q < 0 || opts.max_seqlen_k < 0)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.max_seqlen_q/k: (%lld, %lld), each must be >= 0",
+                           (long long)opts.max_seqlen_q, (long long)opts.max_seqlen_k);
         p->batch = opts.n_seqs;
         p->cu_q = opts.cu_seqlens_q;
         p->cu_k = opts.cu_seqlens_k;
-        for (int64_t s = 0; s < opts.n_seqs; s++) {
-            int64_t a = opts.cu_seqlens_q[s + 1] - opts.cu_seqlens_q[s], b = opts.cu_seqlens_k[s + 1] - opts.cu_seqlens_k[s];
-            if (a > p->sq_max) p->sq_max = a;
-            if (b > p->sk_max) p->sk_max = b;
+        if (ctx->backend == FA_BACKEND_CUDA) {
+            /* device arrays: never read here; the launch is sized from the caller's bounds (at most the totals) */
+            if ((q->seqlen && !opts.max_seqlen_q) || (k->seqlen && !opts.max_seqlen_k))
+                return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.max_seqlen_%s: 0; on a CUDA context cu_seqlens are "
+                               "device memory the host does not read: give the longest %s sequence (flash-attn's "
+                               "max_seqlen_%s)", q->seqlen && !opts.max_seqlen_q ? "q" : "k",
+                               q->seqlen && !opts.max_seqlen_q ? "query" : "key",
+                               q->seqlen && !opts.max_seqlen_q ? "q" : "k");
+            p->cu_device = 1;
+            p->sq_max = opts.max_seqlen_q < q->seqlen ? opts.max_seqlen_q : q->seqlen;
+            p->sk_max = opts.max_seqlen_k < k->seqlen ? opts.max_seqlen_k : k->seqlen;
+        } else {
+            if ((st = check_varlen(ctx, "opts.cu_seqlens_q", opts.cu_seqlens_q, opts.n_seqs, q->seqlen)) ||
+                (st = check_varlen(ctx, "opts.cu_seqlens_k", opts.cu_seqlens_k, opts.n_seqs, k->seqlen)))
+                return st;
+            for (int64_t s = 0; s < opts.n_seqs; s++) {
+                int64_t a = opts.cu_seqlens_q[s + 1] - opts.cu_seqlens_q[s],
+                        b = opts.cu_seqlens_k[s + 1] - opts.cu_seqlens_k[s];
+                if (a > p->sq_max) p->sq_max = a;
+                if (b > p->sk_max) p->sk_max = b;
+            }
+            if ((opts.max_seqlen_q && opts.max_seqlen_q < p->sq_max) ||
+                (opts.max_seqlen_k && opts.max_seqlen_k < p->sk_max))
+                return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.max_seqlen_q/k: (%lld, %lld) is below the longest "
+                               "sequences of cu_seqlens_q/k (%lld, %lld)", (long long)opts.max_seqlen_q,
+                               (long long)opts.max_seqlen_k, (long long)p->sq_max, (long long)p->sk_max);
         }
     } else {
+        if (opts.max_seqlen_q || opts.max_seqlen_k)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.max_seqlen_q/k: (%lld, %lld) without cu_seqlens (they "
+                           "bound a packed batch's sequences)", (long long)opts.max_seqlen_q,
+                           (long long)opts.max_seqlen_k);
         p->sq_max = q->seqlen;
         p->sk_max = k->seqlen;
     }
@@ -255,7 +281,8 @@ fa_status fa_backward(fa_context *ctx, const fa_attn_opts *opts, const fa_tensor
     fa_span sp[9];
     fa_status st = build_problem(ctx, opts, q, k, v, out, &p, sp);
     if (st) return st;
-    if (!lse) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: NULL (backward needs the forward's LSE)");
+    if (!lse && p.q.batch && p.q.seqlen) /* NULL stands for an LSE of zero elements only */
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: NULL (backward needs the forward's LSE)");
     if ((st = fa_entry_f32(ctx, "lse", lse, p.q.batch, p.hq, p.q.seqlen, &sp[4]))) return st;
     if ((st = fa_entry_tensor(ctx, "dout", dout, 0, &sp[5]))) return st;
     if ((st = fa_entry_tensor(ctx, "dq", dq, 1, &sp[6])) || (st = fa_entry_tensor(ctx, "dk", dk, 1, &sp[7])) ||

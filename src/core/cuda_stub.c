@@ -37,3 +37,6 @@ fa_status fa_cuda_merge(fa_context *ctx, const fa_merge_problem *m) {
     (void)m;
     return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
 }
+fa_status fa_cuda_kv_check(fa_context *ctx) {
+    return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
+}

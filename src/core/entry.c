@@ -105,21 +105,29 @@ fa_status fa_entry_head_dim(fa_context *ctx, const char *name, int64_t head_dim)
 
 fa_status fa_entry_tensor(fa_context *ctx, const char *name, const fa_tensor *t, int is_output, fa_span *sp) {
     if (!t) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: NULL tensor", name);
-    if (!t->data) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: data is NULL", name);
     size_t es = fa_dtype_size(t->dtype);
     if (!es) return fa_fail(ctx, FA_ERR_UNSUPPORTED, "%s: dtype %d is not a fa_dtype", name, (int)t->dtype);
     const int64_t dims[4] = {t->batch, t->seqlen, t->heads, t->head_dim};
     static const char *dn[4] = {"batch", "seqlen", "heads", "head_dim"};
+    /* batch and seqlen may be 0 (an empty batch, no query or key rows); heads and head_dim shape every row */
     for (int i = 0; i < 4; i++)
-        if (dims[i] <= 0)
-            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: %s = %lld must be positive", name, dn[i],
-                           (long long)dims[i]);
+        if (dims[i] < (i < 2 ? 0 : 1))
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: %s = %lld must be %s", name, dn[i], (long long)dims[i],
+                           i < 2 ? ">= 0" : "positive");
     const int64_t strides[3] = {t->stride_batch, t->stride_seq, t->stride_head};
     static const char *sn[3] = {"stride_batch", "stride_seq", "stride_head"};
     for (int i = 0; i < 3; i++)
         if (strides[i] < 0)
             return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: %s = %lld is negative", name, sn[i],
                            (long long)strides[i]);
+    /* No elements: nothing is addressed (PyTorch gives such tensors a NULL data pointer), an empty span */
+    if (t->batch == 0 || t->seqlen == 0) {
+        sp->lo = sp->hi = (uintptr_t)t->data;
+        return FA_OK;
+    }
+    if (!t->data)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: data is NULL for %lld x %lld rows (NULL is valid only for a "
+                       "tensor of zero elements)", name, (long long)t->batch, (long long)t->seqlen);
     /* last element offset = (B-1)sb + (S-1)ss + (H-1)sh + D-1, with overflow checks */
     int64_t last = t->head_dim - 1, term;
     for (int i = 0; i < 3; i++) {
@@ -168,6 +176,7 @@ fa_status fa_entry_f32(fa_context *ctx, const char *name, const float *x, int64_
         __builtin_mul_overflow(n, (int64_t)sizeof(float), &bytes) ||
         __builtin_add_overflow(sp->lo, (uintptr_t)bytes, &sp->hi))
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: extent overflows the address space", name);
+    if (!x && n) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: NULL for %lld values", name, (long long)n);
     return FA_OK;
 }
 

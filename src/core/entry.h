@@ -12,7 +12,10 @@ typedef struct fa_span {
     uintptr_t lo, hi;
 } fa_span;
 
-static inline int fa_span_overlap(fa_span a, fa_span b) { return a.lo < b.hi && b.lo < a.hi; }
+/* Empty spans (tensors of zero elements) overlap nothing. */
+static inline int fa_span_overlap(fa_span a, fa_span b) {
+    return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;
+}
 
 /* The caller's options as this library's struct: the struct_size bytes its header knows, the defaults after them;
  * a size below the first release's, or set bytes beyond this library's struct, fail with a message. NULL in = the
@@ -23,8 +26,9 @@ FA_HIDDEN fa_status fa_entry_kv_opts(fa_context *ctx, const fa_kv_opts *in, fa_k
  * causal 0 or 1. */
 FA_HIDDEN fa_status fa_entry_check_opts(fa_context *ctx, const fa_attn_opts *o);
 
-/* One tensor on its own: pointer, dtype, positive dims, non-negative strides, the extent in int64 and in the
- * address space; an output's elements must also be distinct. Fills its byte span. */
+/* One tensor on its own: dtype, dims (batch, seqlen >= 0; heads, head_dim >= 1), non-negative strides, a data pointer
+ * unless it has zero elements, the extent in int64 and in the address space; an output's elements must also be
+ * distinct. Fills its byte span (empty for zero elements). */
 FA_HIDDEN fa_status fa_entry_tensor(fa_context *ctx, const char *name, const fa_tensor *t, int is_output,
                                     fa_span *sp);
 /* t against the dtype and [batch, seqlen, heads, head_dim] the call implies (want[i] < 0: any), each taken from the
@@ -36,7 +40,8 @@ FA_HIDDEN fa_status fa_entry_like(fa_context *ctx, const char *name, const fa_te
                                   const fa_tensor *like, int64_t heads);
 /* head_dim within the library's maximum (FA_MAX_HEAD_DIM), else FA_ERR_UNSUPPORTED naming the argument. */
 FA_HIDDEN fa_status fa_entry_head_dim(fa_context *ctx, const char *name, int64_t head_dim);
-/* The span of a contiguous fp32 [a, b, c] array (an LSE), its extent checked for overflow. */
+/* The span of a contiguous fp32 [a, b, c] array (an LSE), its extent checked for overflow; x may be NULL only when
+ * a·b·c = 0. */
 FA_HIDDEN fa_status fa_entry_f32(fa_context *ctx, const char *name, const float *x, int64_t a, int64_t b, int64_t c,
                                  fa_span *sp);
 /* "<name>: memory overlaps <names[i]>" for the first of the n spans that o overlaps; FA_OK if none. */

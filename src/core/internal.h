@@ -31,29 +31,33 @@ typedef struct fa_problem {
     fa_dtype dtype;        /* of every tensor */
     int64_t batch;         /* number of sequences: q.batch, or n_seqs for varlen */
     int64_t hq, hk, d;     /* query heads, K/V heads, head_dim */
-    int64_t sq_max, sk_max;/* longest query / key sequence (q.seqlen / k.seqlen unless varlen) */
+    int64_t sq_max, sk_max;/* longest query / key sequence (q.seqlen / k.seqlen unless varlen; cu_device: the
+                            * caller's bounds, opts.max_seqlen_q/k) */
     float scale;           /* resolved (never 0) */
     float softcap;         /* 0 = off */
     int wl, wr;            /* window, -1 = unbounded; causal is folded in as wr = min(wr, 0) */
     int causal;            /* as given (informational; wl/wr carry the mask) */
     int block_q, block_k;  /* 0 = tuned default */
     int deterministic;
-    const int32_t *cu_q, *cu_k; /* host arrays of batch + 1 entries, or NULL */
+    const int32_t *cu_q, *cu_k; /* arrays of batch + 1 entries, or NULL */
+    int cu_device;         /* cu_q, cu_k are device memory (CUDA): the host never reads them */
     fa_tensor q, k, v, o;  /* o = out */
     float *lse;            /* forward: output (may be NULL); backward: input (never NULL) */
     fa_tensor dout, dq, dk, dv; /* backward only */
 } fa_problem;
 
-/* Rows of sequence b. */
+/* Rows of sequence b; with device arrays, the bound every sequence stays within (what the models count). */
 static inline int64_t fa_seqlen_q(const fa_problem *p, int64_t b) {
+    if (p->cu_device) return p->sq_max;
     return p->cu_q ? (int64_t)p->cu_q[b + 1] - p->cu_q[b] : p->q.seqlen;
 }
 static inline int64_t fa_seqlen_k(const fa_problem *p, int64_t b) {
+    if (p->cu_device) return p->sk_max;
     return p->cu_k ? (int64_t)p->cu_k[b + 1] - p->cu_k[b] : p->k.seqlen;
 }
 /* Element offset of row 0 of (sequence b, head h) in a query-side (is_k = 0) or key-side (is_k = 1) tensor. An
  * empty packed sequence gets the tensor's row 0 (never read): its cu[b] may be one past the last row, an offset
- * the validated extent does not bound. */
+ * the validated extent does not bound. Host arrays only (the CPU's). */
 static inline int64_t fa_row0(const fa_problem *p, const fa_tensor *t, int is_k, int64_t b, int64_t h) {
     const int32_t *cu = is_k ? p->cu_k : p->cu_q;
     if (!cu) return b * t->stride_batch + h * t->stride_head;
@@ -62,6 +66,19 @@ static inline int64_t fa_row0(const fa_problem *p, const fa_tensor *t, int is_k,
 /* Index of LSE[b, h, 0]; the LSE row of (b, h) is contiguous. */
 static inline int64_t fa_lse0(const fa_problem *p, int64_t b, int64_t h) {
     return p->cu_q ? h * p->q.seqlen + p->cu_q[b] : (b * p->hq + h) * p->q.seqlen;
+}
+/* A call without a single (query, key) pair: no sequence, no query row or no key row. Its outputs are constants —
+ * out = 0, LSE = -inf, dq = dk = dv = 0 — and each backend's plan writes them without an attention kernel
+ * (fa_plan.zero_fill); the kernels never see zero extents. */
+static inline int fa_problem_empty(const fa_problem *p) { return p->batch == 0 || p->sq_max == 0 || p->sk_max == 0; }
+/* The bytes a zero-filling plan writes: out and lse (forward) or dq, dk and dv (backward). */
+static inline double fa_zero_fill_bytes(const fa_problem *p) {
+    const fa_tensor *t[3] = {p->is_backward ? &p->dq : &p->o, &p->dk, &p->dv};
+    double n = 0;
+    for (int i = 0; i < (p->is_backward ? 3 : 1); i++)
+        n += (double)t[i]->batch * t[i]->seqlen * t[i]->heads * t[i]->head_dim;
+    const double lse = !p->is_backward && p->lse ? (double)p->q.batch * p->hq * p->q.seqlen * sizeof(float) : 0;
+    return n * (double)fa_dtype_size(p->dtype) + lse;
 }
 /* Keys visible to query row i of a (sq, sk) sequence: [*lo, *hi) (empty when *hi <= *lo). core/visible.h. */
 static inline void fa_key_range(const fa_problem *p, int64_t sq, int64_t sk, int64_t i, int64_t *lo, int64_t *hi) {
@@ -81,6 +98,7 @@ typedef struct fa_plan {
     size_t workspace_bytes;   /* backend workspace the call takes (from its layout's dry run) */
     double read_bytes;        /* modelled slow-memory traffic; the CPU replaces it with the counted bytes */
     double write_bytes;
+    int zero_fill;            /* fa_problem_empty: the outputs are written as constants, no attention kernel runs */
     int family;               /* backend-private: the backend's kernel family that runs (CUDA: its family table's row) */
     int entry;                /* backend-private: the row of the backend's kernel table that runs */
     int aux[6];               /* backend-private: further choices of that row (e.g. a split count) */

@@ -17,8 +17,9 @@ static fa_status check_attn_opts(fa_context *ctx, const fa_attn_opts *in, fa_kv_
     if (o.block_q || o.block_k)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.block_q/block_k: (%d, %d); decoding takes no tile sizes",
                        o.block_q, o.block_k);
-    if (o.cu_seqlens_q || o.cu_seqlens_k)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.cu_seqlens_q/k: set; the cache's seqlens give the lengths");
+    if (o.cu_seqlens_q || o.cu_seqlens_k || o.max_seqlen_q || o.max_seqlen_k)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.cu_seqlens_q/k, max_seqlen_q/k: set; the cache's seqlens "
+                       "give the lengths");
     if ((st = fa_entry_check_opts(ctx, &o))) return st;
     p->scale = o.scale;
     p->softcap = o.softcap;
@@ -85,7 +86,7 @@ static fa_status check_cache(fa_context *ctx, const fa_kvcache *c, fa_kv_problem
     if (p->hq % c->k.heads)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.k: heads = %lld does not divide q.heads = %lld (GQA/MQA)",
                        (long long)c->k.heads, (long long)p->hq);
-    if (!c->seqlens) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.seqlens: NULL");
+    if (!c->seqlens && p->batch) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.seqlens: NULL");
     p->kc = c->k;
     p->vc = c->v;
     p->hk = c->k.heads;
@@ -111,6 +112,9 @@ static fa_status check_cache(fa_context *ctx, const fa_kvcache *c, fa_kv_problem
         int64_t rows_extent;
         if (__builtin_mul_overflow(p->cache_rows, p->bt_stride, &rows_extent))
             return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.block_table: extent overflows int64");
+        if (c->k.seqlen < 1) /* t / page_size locates key t */
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.k: seqlen (the page size) = 0; a paged cache's pages "
+                           "hold >= 1 key");
         p->page_size = c->k.seqlen;
         p->num_pages = c->k.batch;
         if (__builtin_mul_overflow(c->max_pages, p->page_size, &p->capacity))
@@ -233,6 +237,13 @@ fa_status fa_forward_kvcache(fa_context *ctx, const fa_attn_opts *opts, const fa
     return FA_OK;
 }
 
+fa_status fa_kvcache_check(fa_context *ctx) {
+    if (!ctx) return FA_ERR_INVALID_ARGUMENT;
+    ctx->err[0] = 0;
+    /* the CPU validates every index before it runs a call: nothing is ever recorded */
+    return ctx->backend == FA_BACKEND_CUDA ? fa_cuda_kv_check(ctx) : FA_OK;
+}
+
 fa_status fa_kvcache_workspace_size(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_opts *kv_opts,
                                     const fa_tensor *q, const fa_kvcache *cache, const fa_tensor *k_new,
                                     size_t *bytes) {
@@ -267,7 +278,6 @@ fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *outs, const f
         snprintf(name, sizeof name, "outs[%d]", i);
         if ((st = fa_entry_tensor(ctx, name, &outs[i], 0, &si[i]))) return st;
         if ((st = fa_entry_like(ctx, name, &outs[i], "out", out, -1))) return st;
-        if (!lses[i]) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lses[%d]: NULL", i);
         snprintf(name, sizeof name, "lses[%d]", i);
         if ((st = fa_entry_f32(ctx, name, lses[i], out->batch, out->heads, out->seqlen, &sli[i]))) return st;
         const int same_out = i == 0 && outs[0].data == out->data && outs[0].stride_batch == out->stride_batch &&

@@ -80,6 +80,8 @@ fa_status fa_cpu_merge(fa_context *ctx, const fa_merge_problem *m);
 fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan *plan, char *why, size_t why_len);
 fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *plan, fa_stats *st);
 fa_status fa_cuda_merge(fa_context *ctx, const fa_merge_problem *m);
+/* fa_kvcache_check on a CUDA context: the device's fault record read (after the stream drains) and cleared. */
+fa_status fa_cuda_kv_check(fa_context *ctx);
 
 #ifdef __cplusplus
 }

@@ -94,11 +94,17 @@ fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan,
                                "(or FA_ALGO_AUTO)");
         return FA_ERR_UNSUPPORTED;
     }
+    plan->threads = ctx->threads;
+    if (fa_problem_empty(p)) { /* no (query, key) pair: constant outputs, no algorithm runs */
+        plan->zero_fill = 1;
+        plan->kernel = "cpu.zero_fill";
+        plan->write_bytes = fa_zero_fill_bytes(p);
+        return FA_OK;
+    }
     const fa_cpu_kernels *kr = ctx->kernels;
     const fa_cpu_entry e = pick_entry(p, kr);
     plan->entry = e;
     plan->kernel = kernel_names[e][kr->id];
-    plan->threads = ctx->threads;
     if (e == FA_CPU_STANDARD_BLAS) { /* BLAS blocks itself; the stats report its row panels */
         plan->block_q = (int)(p->q.seqlen < FA_CPU_BLAS_PANEL ? p->q.seqlen : FA_CPU_BLAS_PANEL);
         plan->block_k = (int)p->k.seqlen;
@@ -114,10 +120,35 @@ fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan,
     return FA_OK;
 }
 
+/* Every element of a [B, S, H, D] view set to +0 (all-zero bits in every dtype). */
+static void zero_view(const fa_tensor *t) {
+    const size_t row = (size_t)t->head_dim * fa_dtype_size(t->dtype);
+    for (int64_t b = 0; b < t->batch; b++)
+        for (int64_t s = 0; s < t->seqlen; s++)
+            for (int64_t h = 0; h < t->heads; h++)
+                memset((char *)t->data + (size_t)(b * t->stride_batch + s * t->stride_seq + h * t->stride_head) *
+                                             fa_dtype_size(t->dtype), 0, row);
+}
+
+/* The outputs of a call without a (query, key) pair (fa_problem_empty): out = 0 and LSE = -inf, or zero gradients. */
+static void zero_fill(const fa_problem *p) {
+    if (p->is_backward) {
+        zero_view(&p->dq), zero_view(&p->dk), zero_view(&p->dv);
+        return;
+    }
+    zero_view(&p->o);
+    if (p->lse)
+        for (int64_t i = 0, n = p->q.batch * p->hq * p->q.seqlen; i < n; i++) p->lse[i] = -INFINITY;
+}
+
 /* The contract (cpu.h): a forward reserves the recompute's workspace with its own, runs, and is done when its loads
  * certified every item (fa_cpu_algo.certifies, fa_io.uncertified); otherwise — and before every backward, whose recompute can be large — the
  * contract's scan decides, before any output is written when it can fail. */
 fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st) {
+    if (plan->zero_fill) {
+        zero_fill(p);
+        return FA_OK;
+    }
     int fix = 0, prepared = 0;
     size_t need = plan->workspace_bytes;
     if (p->is_backward) {

@@ -2,6 +2,7 @@
  * parameter block, then the picked family row's launch inside the numerics contract (plan.cu decides; this file only
  * carries it out). Host code only; never prints. */
 #include "plan.h"
+#include "kvcache/kvcache.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -47,9 +48,15 @@ extern "C" fa_status fa_cuda_create(fa_context *ctx, int device) {
     const char *sr = getenv("FA_CUDA_BWD_SPLIT_ROWS");
     s->tune.split_rows = sr ? atoi(sr) : FA_CUDA_BWD_SPLIT_ROWS;
     cublasStatus_t bs = cublasCreate(&s->blas);
+    cudaError_t fe = cudaMalloc((void **)&s->kv_fault, FA_KV_FAULT_INTS * sizeof(int));
+    if (fe == cudaSuccess) fe = cudaMemset(s->kv_fault, 0, FA_KV_FAULT_INTS * sizeof(int));
     cudaSetDevice(prev); /* the caller's current device is left as it was */
-    if (bs != CUBLAS_STATUS_SUCCESS) {
+    if (bs != CUBLAS_STATUS_SUCCESS || fe != cudaSuccess) {
+        if (bs == CUBLAS_STATUS_SUCCESS) cublasDestroy(s->blas);
+        if (s->kv_fault) cudaFree(s->kv_fault);
         free(s);
+        if (fe != cudaSuccess)
+            return fa_fail(ctx, FA_ERR_DEVICE, "the KV-cache fault record: %s", cudaGetErrorString(fe));
         return fa_fail(ctx, FA_ERR_DEVICE, "cublasCreate: %s", cublasGetStatusString(bs));
     }
     ctx->cuda = s;
@@ -64,8 +71,8 @@ extern "C" void fa_cuda_destroy(fa_context *ctx) {
     if (cudaGetDevice(&prev) != cudaSuccess) prev = s->device;
     cudaSetDevice(s->device);
     if (s->ws) cudaFree(s->ws);
-    if (s->cu_dev) cudaFree(s->cu_dev);
     if (s->counters) cudaFree(s->counters);
+    if (s->kv_fault) cudaFree(s->kv_fault);
     if (s->blas) cublasDestroy(s->blas);
     cudaSetDevice(prev);
     (void)cudaGetLastError();
@@ -87,9 +94,8 @@ static void fa_fill_strides(const fa_tensor *t, int64_t *sb, int64_t *ss, int64_
     *sb = t->stride_batch, *ss = t->stride_seq, *sh = t->stride_head;
 }
 
-/* The kernels' parameter block: the problem, the device copy of the cu_seqlens, the workspace parts. */
-static fa_status fa_cuda_prepare(fa_context *ctx, const fa_problem *p, const fa_cuda_ws *w, fa_cuda_params *c) {
-    fa_cuda_state *s = (fa_cuda_state *)ctx->cuda;
+/* The kernels' parameter block: the problem (the caller's device cu_seqlens as they are), the workspace parts. */
+static void fa_cuda_prepare(const fa_problem *p, const fa_cuda_ws *w, fa_cuda_params *c) {
     memset(c, 0, sizeof *c);
     c->q = p->q.data, c->k = p->k.data, c->v = p->v.data, c->o = p->o.data, c->out = p->o.data;
     c->dout = p->dout.data, c->dq = p->dq.data, c->dk = p->dk.data, c->dv = p->dv.data;
@@ -117,17 +123,7 @@ static fa_status fa_cuda_prepare(fa_context *ctx, const fa_problem *p, const fa_
     c->dtype = (int)p->dtype;
     c->tile_counter = w->tile_counter;
     c->dq_turns = w->dq_turns;
-    if (p->cu_q) {
-        const size_t n = (size_t)p->batch + 1;
-        fa_status rc = fa_cuda_grow(ctx, (void **)&s->cu_dev, &s->cu_bytes, 2 * n * sizeof(int),
-                                    "CUDA cu_seqlens buffer", NULL);
-        if (rc != FA_OK) return rc;
-        FA_CUDA_TRY(ctx, cudaMemcpyAsync(s->cu_dev, p->cu_q, n * sizeof(int), cudaMemcpyHostToDevice, s->stream));
-        FA_CUDA_TRY(ctx, cudaMemcpyAsync(s->cu_dev + n, p->cu_k, n * sizeof(int), cudaMemcpyHostToDevice, s->stream));
-        c->cu_q = s->cu_dev;
-        c->cu_k = s->cu_dev + n;
-    }
-    return FA_OK;
+    c->cu_q = p->cu_q, c->cu_k = p->cu_k; /* device memory, read by the kernels only (fa_get_seq clamps them) */
 }
 
 static fa_status fa_cuda_err(fa_context *ctx, const char *what, cudaError_t e) {
@@ -156,7 +152,7 @@ static fa_status fa_cuda_run_on(fa_context *ctx, const fa_problem *p, const fa_p
     fa_cuda_ws w;
     fa_cuda_ws_layout(&a, p, plan, &w);
     fa_cuda_params c;
-    if ((rc = fa_cuda_prepare(ctx, p, &w, &c)) != FA_OK) return rc;
+    fa_cuda_prepare(p, &w, &c);
     if (!p->is_backward && !c.lse) c.lse = w.contract.lse; /* the contract's check reads the forward's LSE */
     cudaError_t e = fa_contract_scan(&c, p, &w.contract, s->stream);
     if (e != cudaSuccess) return fa_cuda_err(ctx, "contract scan", e);
@@ -172,7 +168,7 @@ extern "C" fa_status fa_cuda_run(fa_context *ctx, const fa_problem *p, const fa_
     int prev = 0;
     FA_CUDA_TRY(ctx, cudaGetDevice(&prev));
     if (prev != s->device) FA_CUDA_TRY(ctx, cudaSetDevice(s->device));
-    fa_status rc = fa_cuda_run_on(ctx, p, plan);
+    fa_status rc = plan->zero_fill ? fa_cuda_zero_fill(ctx, p) : fa_cuda_run_on(ctx, p, plan);
     if (prev != s->device) cudaSetDevice(prev);
     return rc;
 }

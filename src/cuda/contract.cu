@@ -69,7 +69,7 @@ typedef struct fa_scan_tensor {
 } fa_scan_tensor;
 typedef struct fa_scan_args {
     fa_scan_tensor t[FA_NSLOT];
-    int nt, chunks, item_heads, dtype, d, sq, sk;
+    int nt, chunks, item_heads, dtype, d, sq, sk, total_q, total_k;
     const int *cu_q, *cu_k;
     unsigned *scan;
 } fa_scan_args;
@@ -89,10 +89,13 @@ __global__ void __launch_bounds__(256) fa_contract_scan_kernel(const fa_scan_arg
         if (i == ti) t = a.t[i];
     if (h >= t.heads) return;
     const int *cu = t.is_k ? a.cu_k : a.cu_q;
-    const int rows = cu ? cu[b + 1] - cu[b] : (t.is_k ? a.sk : a.sq), r0 = chunk * FA_SCAN_ROWS;
+    int64_t row0 = 0;
+    int rows = t.is_k ? a.sk : a.sq;
+    if (cu) fa_packed_rows(cu, b, t.is_k ? a.total_k : a.total_q, rows, &row0, &rows);
+    const int r0 = chunk * FA_SCAN_ROWS;
     if (r0 >= rows) return;
     const int nr = min(FA_SCAN_ROWS, rows - r0), es = a.dtype == 0 ? 4 : 2;
-    const int64_t base = (cu ? (int64_t)cu[b] * t.ss : (int64_t)b * t.sb) + (int64_t)h * t.sh + (int64_t)r0 * t.ss;
+    const int64_t base = (cu ? row0 * t.ss : (int64_t)b * t.sb) + (int64_t)h * t.sh + (int64_t)r0 * t.ss;
     const char *g = (const char *)t.data;
     unsigned mx = 0;
     if (t.vec) { /* 16-byte chunks, FA_SCAN_ILP loads in flight per thread */
@@ -186,6 +189,7 @@ cudaError_t fa_contract_scan(const fa_cuda_params *c, const fa_problem *p, const
     }
     a.item_heads = (int)(bwd ? p->hk : p->hq), a.dtype = (int)p->dtype, a.d = (int)p->d;
     a.sq = c->sq, a.sk = c->sk, a.cu_q = c->cu_q, a.cu_k = c->cu_k, a.scan = w->scan;
+    a.total_q = c->total_q, a.total_k = c->total_k;
     a.chunks = (max(c->sq, c->sk) + FA_SCAN_ROWS - 1) / FA_SCAN_ROWS;
     if (a.chunks > 0) {
         const dim3 grid((unsigned)(a.chunks * a.nt), (unsigned)p->hq, (unsigned)p->batch);

@@ -24,9 +24,9 @@ typedef struct fa_cuda_params {
     int64_t q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh;
     int64_t do_sb, do_ss, do_sh, dq_sb, dq_ss, dq_sh, dk_sb, dk_ss, dk_sh, dv_sb, dv_ss, dv_sh;
     int batch, hq, hk, group, d;
-    int sq, sk;             /* seqlens (varlen: the longest) */
+    int sq, sk;             /* seqlens (varlen: the bounds the grid is sized for, opts.max_seqlen_q/k) */
     int total_q, total_k;   /* q.seqlen, k.seqlen (rows of the packed tensors under varlen) */
-    const int *cu_q, *cu_k; /* device copies of the cu_seqlens, or NULL */
+    const int *cu_q, *cu_k; /* the caller's device cu_seqlens, or NULL (read through fa_get_seq, clamped) */
     float scale;            /* softmax scale */
     float scale_log2;       /* scale·log2(e), or log2(e) with softcap (scale is applied inside the cap) */
     float softcap;          /* 0 = off */

@@ -69,6 +69,12 @@ static fa_status fa_plan_auto(const fa_cuda_tuning *tu, const fa_problem *p, int
 extern "C" fa_status fa_cuda_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
     memset(plan, 0, sizeof *plan);
     plan->algo = p->algo;
+    if (fa_problem_empty(p)) { /* no (query, key) pair: constant outputs, whatever the algorithm (zero_fill.cu) */
+        plan->zero_fill = 1;
+        plan->kernel = "cuda.zero_fill";
+        plan->write_bytes = fa_zero_fill_bytes(p);
+        return FA_OK;
+    }
     if (p->sq_max > INT32_MAX / 2 || p->sk_max > INT32_MAX / 2 || p->q.seqlen > INT32_MAX / 2 ||
         p->k.seqlen > INT32_MAX / 2)
         return fa_cuda_unsupported(why, why_len, "seqlen: CUDA kernels index rows with int32 (seqlen must be < 2^30)");

@@ -7,4 +7,7 @@
 #include "family.h"
 #include "state.h"
 
+/* The outputs of a zero_fill plan (fa_problem_empty) on the context's stream (zero_fill.cu). */
+fa_status fa_cuda_zero_fill(fa_context *ctx, const fa_problem *p);
+
 #endif

@@ -10,6 +10,8 @@
 #include "family.h"
 #include "mma_sync/common.cuh"
 
+#include <stdlib.h>
+
 /* The per-sequence scratch (fa_std_layout; NULL: a part the call does not need). */
 typedef struct fa_std_parts {
     float *S, *dP, *dkw, *dvw;
@@ -161,13 +163,22 @@ static size_t fa_standard_ws_bytes(int hq, int d, int group, int64_t sq, int64_t
     return a.size;
 }
 
+/* Packed rows [*row, *row + *n) of sequence b: clamped into the tensor and to the bound the workspace was sized
+ * for, as the kernels' fa_packed_rows (the arrays are the caller's, copied back unchecked). */
+static void fa_std_rows(const int *cu, int b, int total, int bound, int64_t *row, int *n) {
+    const int lo = cu[b] < 0 ? 0 : cu[b] > total ? total : cu[b];
+    const int hi = cu[b + 1] < lo ? lo : cu[b + 1] > total ? total : cu[b + 1];
+    *row = lo;
+    *n = hi - lo < bound ? hi - lo : bound;
+}
+
 /* Sequence b's offsets. */
 static void fa_std_seq(const fa_cuda_params *p, const int *cu_q, const int *cu_k, int b, int *sq, int *sk, int64_t *qr,
                        int64_t *kr, int64_t *lse0, int64_t *lse_hs) {
     if (cu_q) {
-        *qr = cu_q[b], *kr = cu_k[b];
-        *sq = cu_q[b + 1] - cu_q[b], *sk = cu_k[b + 1] - cu_k[b];
-        *lse0 = cu_q[b], *lse_hs = p->total_q;
+        fa_std_rows(cu_q, b, p->total_q, p->sq, qr, sq);
+        fa_std_rows(cu_k, b, p->total_k, p->sk, kr, sk);
+        *lse0 = *qr, *lse_hs = p->total_q;
     } else {
         *qr = 0, *kr = 0, *sq = p->sq, *sk = p->sk;
         *lse0 = (int64_t)b * p->hq * p->sq, *lse_hs = p->sq;
@@ -355,14 +366,35 @@ static void fa_std_traffic(const fa_problem *p, fa_plan *plan) {
     }
 }
 
-/* The host cu_seqlens: the sequences' offsets are walked on the host. */
+/* The sequences' offsets are walked on the host: a packed batch's device cu_seqlens are copied back first (the one
+ * synchronising path of a CUDA varlen call, header: fa_attn_opts.max_seqlen_q). */
 static fa_cuda_result fa_std_run(const fa_cuda_launch *l) {
     const fa_problem *p = l->p;
     const int dtype = (int)p->dtype;
-    return p->is_backward ? fa_standard_backward(l->c, dtype, p->cu_q, p->cu_k, l->blas, l->stream, l->w->standard,
-                                                 l->w->standard_bytes)
-                          : fa_standard_forward(l->c, dtype, p->cu_q, p->cu_k, l->blas, l->stream, l->w->standard,
-                                                l->w->standard_bytes);
+    fa_cuda_result r = {cudaSuccess, CUBLAS_STATUS_SUCCESS};
+    int *cu = NULL;
+    if (p->cu_q) {
+        const size_t n = (size_t)p->batch + 1;
+        if (!(cu = (int *)malloc(2 * n * sizeof(int)))) {
+            r.cuda = cudaErrorMemoryAllocation;
+            return r;
+        }
+        r.cuda = cudaMemcpyAsync(cu, p->cu_q, n * sizeof(int), cudaMemcpyDeviceToHost, l->stream);
+        if (r.cuda == cudaSuccess)
+            r.cuda = cudaMemcpyAsync(cu + n, p->cu_k, n * sizeof(int), cudaMemcpyDeviceToHost, l->stream);
+        if (r.cuda == cudaSuccess) r.cuda = cudaStreamSynchronize(l->stream);
+        if (r.cuda != cudaSuccess) {
+            free(cu);
+            return r;
+        }
+    }
+    const int *cq = cu, *ck = cu ? cu + p->batch + 1 : NULL;
+    r = p->is_backward ? fa_standard_backward(l->c, dtype, cq, ck, l->blas, l->stream, l->w->standard,
+                                              l->w->standard_bytes)
+                       : fa_standard_forward(l->c, dtype, cq, ck, l->blas, l->stream, l->w->standard,
+                                             l->w->standard_bytes);
+    free(cu);
+    return r;
 }
 
 const fa_cuda_family fa_cuda_standard = {"STANDARD", FA_ALGO_STANDARD, FA_CUDA_FWD | FA_CUDA_BWD, 1,

@@ -27,10 +27,10 @@ typedef struct fa_cuda_state {
     cublasHandle_t blas;
     void *ws;          /* device workspace, grown, never shrunk */
     size_t ws_size;
-    int *cu_dev;       /* device copy of cu_seqlens_q then cu_seqlens_k */
-    size_t cu_bytes;
     int *counters;     /* decoding's split counters, zero between calls (fa_cuda_counters_of) */
     size_t counters_bytes;
+    int *kv_fault;     /* decoding's fault record (kvcache/kvcache.h), zero = none: allocated at creation, so that a
+                        * call allocates nothing for it and a captured graph records into it */
 } fa_cuda_state;
 
 #define FA_CUDA_TRY(ctx, call)                                                                             \

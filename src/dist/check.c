@@ -14,8 +14,9 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
     if (opts->window_left != -1 || opts->window_right != -1)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.window_left/right: (%d, %d): ring attention has no sliding "
                        "window (leave both at -1)", opts->window_left, opts->window_right);
-    if (opts->cu_seqlens_q || opts->cu_seqlens_k)
-        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.cu_seqlens_q/k: ring attention takes no varlen batches");
+    if (opts->cu_seqlens_q || opts->cu_seqlens_k || opts->max_seqlen_q || opts->max_seqlen_k)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.cu_seqlens_q/k, max_seqlen_q/k: ring attention takes no varlen "
+                       "batches");
     if ((st = fa_entry_check_opts(ctx, opts))) return st;
 
     const int is_bwd = grads != NULL;
@@ -37,6 +38,10 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
     if (q->heads % k->heads)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "k: heads = %lld does not divide q.heads = %lld (GQA/MQA)",
                        (long long)k->heads, (long long)q->heads);
+    /* fa_forward takes zero extents; the ring's schedules and shards are built for rows on every rank */
+    if (q->batch == 0 || q->seqlen == 0)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "q: batch %lld x seqlen %lld: ring attention takes no empty shard",
+                       (long long)q->batch, (long long)q->seqlen);
     if (opts->causal && q->seqlen % 2)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "q: seqlen = %lld is odd: with causal, each rank's shard is two "
                        "chunks of the zigzag layout (S_local must be even)", (long long)q->seqlen);

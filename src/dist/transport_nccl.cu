@@ -1,16 +1,71 @@
 /* The NCCL transport: an exchange is ncclSend to rank + 1 and ncclRecv from rank − 1 in one group on the side
  * stream, after an event from the context's stream (the send buffers are written, the receive buffers free), and
  * the context's stream waits on an event recorded after it: the attention of the step overlaps the transfer and
- * the host never waits. The agreement's all-gather is the one host sync. */
+ * the host never waits. The agreement's all-gather is the one host sync.
+ * NCCL is loaded at run time by the first NCCL comm, never linked: a libflashattn that needs libnccl.so.2 made
+ * every process that loads it load the system's NCCL first, and a PyTorch loaded after it bound to that older
+ * library ("libtorch_cuda.so: undefined symbol: ncclCommResume"). dlopen of the soname returns the NCCL already in
+ * the process when there is one — the one the caller's communicator comes from — else the loader's. nccl.h gives
+ * the types; only the nine functions below are looked up. */
 #include "cuda/state.h"
 #include "dist/ring.h"
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+
+/* The functions of NCCL the transport calls (ncclSend/ncclRecv: NCCL >= 2.7), typed by nccl.h. */
+typedef struct nccl_api {
+    decltype(&ncclGroupStart) group_start;
+    decltype(&ncclGroupEnd) group_end;
+    decltype(&ncclSend) send;
+    decltype(&ncclRecv) recv;
+    decltype(&ncclAllGather) all_gather;
+    decltype(&ncclGetErrorString) error_string;
+    decltype(&ncclCommUserRank) user_rank;
+    decltype(&ncclCommCount) count;
+    decltype(&ncclCommCuDevice) cu_device;
+} nccl_api;
+
+/* Loaded once per process (a process has one NCCL, as it has one CUDA driver): the table, or why not. */
+static nccl_api g_nccl;
+static int g_nccl_ok;
+static char g_nccl_err[256];
+static pthread_once_t g_nccl_once = PTHREAD_ONCE_INIT;
+
+static void nccl_load(void) {
+    void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        snprintf(g_nccl_err, sizeof g_nccl_err, "libnccl.so.2 could not be loaded (%s)", why ? why : "?");
+        return;
+    }
+    void **slots[] = {(void **)&g_nccl.group_start, (void **)&g_nccl.group_end, (void **)&g_nccl.send,
+                      (void **)&g_nccl.recv, (void **)&g_nccl.all_gather, (void **)&g_nccl.error_string,
+                      (void **)&g_nccl.user_rank, (void **)&g_nccl.count, (void **)&g_nccl.cu_device};
+    static const char *const names[] = {"ncclGroupStart", "ncclGroupEnd", "ncclSend", "ncclRecv", "ncclAllGather",
+                                        "ncclGetErrorString", "ncclCommUserRank", "ncclCommCount",
+                                        "ncclCommCuDevice"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!(*slots[i] = dlsym(h, names[i]))) {
+            snprintf(g_nccl_err, sizeof g_nccl_err, "libnccl.so.2 has no %s (NCCL 2.7 or later is needed)", names[i]);
+            return; /* the handle stays open: NCCL stays loaded in the process either way */
+        }
+    g_nccl_ok = 1;
+}
+
+/* The table, or NULL with the reason in g_nccl_err. */
+static const nccl_api *nccl(void) {
+    pthread_once(&g_nccl_once, nccl_load);
+    return g_nccl_ok ? &g_nccl : NULL;
+}
 
 typedef struct nccl_tr {
     fa_ring_transport base;
+    const nccl_api *api;
     ncclComm_t comm;
     int device;
     cudaStream_t side;
@@ -19,8 +74,8 @@ typedef struct nccl_tr {
     int64_t *dev_ints; /* the all-gather's device buffer: (world + 1) x FA_RING_AGREE_INTS */
 } nccl_tr;
 
-#define NCCL_FAIL(ctx, call, r)                                                                                    \
-    fa_fail(ctx, FA_ERR_DEVICE, "ring: %s: %s", call, ncclGetErrorString(r))
+#define NCCL_FAIL(ctx, nt, call, r)                                                                                \
+    fa_fail(ctx, FA_ERR_DEVICE, "ring: %s: %s", call, (nt)->api->error_string(r))
 #define CUDA_FAIL(ctx, call, e) fa_fail(ctx, FA_ERR_DEVICE, "ring: %s: %s", call, cudaGetErrorString(e))
 
 typedef struct on_dev {
@@ -48,16 +103,17 @@ static fa_status nccl_start(fa_ring_transport *t, fa_context *ctx, const fa_ring
         return CUDA_FAIL(ctx, "ordering the exchange after the context's stream", e);
     }
     const int right = (t->rank + 1) % t->world, left = (t->rank + t->world - 1) % t->world;
-    ncclResult_t r = ncclGroupStart();
+    const nccl_api *api = nt->api;
+    ncclResult_t r = api->group_start();
     for (int i = 0; i < n && r == ncclSuccess; i++) {
-        r = ncclSend(x[i].send, x[i].bytes, ncclUint8, right, nt->comm, nt->side);
-        if (r == ncclSuccess) r = ncclRecv(x[i].recv, x[i].bytes, ncclUint8, left, nt->comm, nt->side);
+        r = api->send(x[i].send, x[i].bytes, ncclUint8, right, nt->comm, nt->side);
+        if (r == ncclSuccess) r = api->recv(x[i].recv, x[i].bytes, ncclUint8, left, nt->comm, nt->side);
     }
-    const ncclResult_t r2 = ncclGroupEnd();
+    const ncclResult_t r2 = api->group_end();
     if (r == ncclSuccess) r = r2;
     if (r != ncclSuccess) {
         leave(d);
-        return NCCL_FAIL(ctx, "ncclSend/ncclRecv", r);
+        return NCCL_FAIL(ctx, nt, "ncclSend/ncclRecv", r);
     }
     e = cudaEventRecord(nt->done, nt->side);
     leave(d);
@@ -80,11 +136,12 @@ static fa_status nccl_allgather(fa_ring_transport *t, fa_context *ctx, const int
     const size_t b = sizeof(int64_t) * (size_t)n;
     cudaError_t e = cudaMemcpyAsync(mine_d, mine, b, cudaMemcpyHostToDevice, nt->side);
     ncclResult_t r = ncclSuccess;
-    if (e == cudaSuccess) r = ncclAllGather(mine_d, all_d, (size_t)n, ncclInt64, nt->comm, nt->side);
-    if (e == cudaSuccess && r == ncclSuccess) e = cudaMemcpyAsync(all, all_d, b * (size_t)t->world, cudaMemcpyDeviceToHost, nt->side);
+    if (e == cudaSuccess) r = nt->api->all_gather(mine_d, all_d, (size_t)n, ncclInt64, nt->comm, nt->side);
+    if (e == cudaSuccess && r == ncclSuccess)
+        e = cudaMemcpyAsync(all, all_d, b * (size_t)t->world, cudaMemcpyDeviceToHost, nt->side);
     if (e == cudaSuccess && r == ncclSuccess) e = cudaStreamSynchronize(nt->side);
     leave(d);
-    if (r != ncclSuccess) return NCCL_FAIL(ctx, "ncclAllGather", r);
+    if (r != ncclSuccess) return NCCL_FAIL(ctx, nt, "ncclAllGather", r);
     return e == cudaSuccess ? FA_OK : CUDA_FAIL(ctx, "the agreement's copies", e);
 }
 
@@ -116,14 +173,19 @@ static const fa_ring_transport_vt nccl_vt = {"nccl", nccl_start, nccl_wait, nccl
                                              nccl_destroy};
 
 extern "C" fa_status fa_ring_transport_nccl(void *nccl_comm, void *side_stream, fa_ring_transport **out) {
+    const nccl_api *api = nccl();
+    if (!api)
+        return fa_ring_create_fail(FA_ERR_BACKEND_UNAVAILABLE, "fa_ring_comm_nccl: %s: the NCCL transport loads NCCL "
+                                   "at run time (put libnccl.so.2 on the loader's path, or load it first)",
+                                   g_nccl_err);
     ncclComm_t comm = (ncclComm_t)nccl_comm;
     int rank = 0, world = 0, device = 0;
-    ncclResult_t r = ncclCommUserRank(comm, &rank);
-    if (r == ncclSuccess) r = ncclCommCount(comm, &world);
-    if (r == ncclSuccess) r = ncclCommCuDevice(comm, &device);
+    ncclResult_t r = api->user_rank(comm, &rank);
+    if (r == ncclSuccess) r = api->count(comm, &world);
+    if (r == ncclSuccess) r = api->cu_device(comm, &device);
     if (r != ncclSuccess)
         return fa_ring_create_fail(FA_ERR_DEVICE, "fa_ring_comm_nccl: querying the communicator: %s",
-                                   ncclGetErrorString(r));
+                                   api->error_string(r));
     if (world > FA_RING_MAX_WORLD)
         return fa_ring_create_fail(FA_ERR_UNSUPPORTED, "nccl_comm: %d ranks, above the ring's %d", world,
                                    FA_RING_MAX_WORLD);
@@ -132,6 +194,7 @@ extern "C" fa_status fa_ring_transport_nccl(void *nccl_comm, void *side_stream, 
     t->base.vt = &nccl_vt;
     t->base.rank = rank;
     t->base.world = world;
+    t->api = api;
     t->comm = comm;
     t->device = device;
     on_dev d = enter(device);

@@ -37,6 +37,7 @@ static void mk(rd *r, buf *x, fa_dtype dt, int64_t b, int64_t s, int64_t h, int6
     default: break;
     }
     x->t = (fa_tensor){NULL, dt, b, s, h, d, sb, ss, sh};
+    if (!b || !s) return; /* zero elements: no memory, a NULL data pointer (as PyTorch gives it) */
     const int64_t last = (b - 1) * sb + (s - 1) * ss + (h - 1) * sh + d - 1;
     x->bytes = (size_t)(last + 1) * es_of(dt);
     x->mem = malloc(x->bytes);
@@ -53,9 +54,9 @@ static double get(const buf *x, int64_t b, int64_t s, int64_t h, int64_t i) {
 static void fill(rd *r, buf *x, double mag) {
     for (size_t i = 0; i < x->bytes / es_of(x->t.dtype); i++) fa_store_elem(x->mem, x->t.dtype, (int64_t)i, (float)(mag * uni(r)));
 }
-static void snap(buf *x) { memcpy(x->copy, x->mem, x->bytes); }
+static void snap(buf *x) { if (x->bytes) memcpy(x->copy, x->mem, x->bytes); }
 static void same(const buf *x, const char *name) {
-    if (memcmp(x->copy, x->mem, x->bytes)) FAIL("%s changed although the call failed", name);
+    if (x->bytes && memcmp(x->copy, x->mem, x->bytes)) FAIL("%s changed although the call failed", name);
 }
 /* Every element of the view written (no 0xFF.. poison left) and every byte outside it still poison. */
 static void written(const buf *x, const char *name) {
@@ -109,6 +110,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int backward = pick(&r, 2), varlen = pick(&r, 5) == 0;
     const int64_t hk = 1 + pick(&r, 2), hq = hk * (1 + pick(&r, 2)), d = pick(&r, 16) == 0 ? 250 + pick(&r, 10) : 1 + pick(&r, 24);
     int64_t b = 1 + pick(&r, 2), sq = 1 + pick(&r, 9), sk = 1 + pick(&r, 9);
+    switch (pick(&r, 24)) { /* zero extents: valid calls, out = 0 / LSE = -inf / zero gradients where defined */
+    case 0: b = 0; break;
+    case 1: sq = 0; break;
+    case 2: sk = 0; break;
+    default: break;
+    }
     fa_attn_opts o = fa_attn_opts_default();
     o.algo = (fa_algo)pick(&r, 4);
     o.scale = scales[pick(&r, sizeof scales / sizeof *scales)];
@@ -121,14 +128,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const double mag = mags[pick(&r, sizeof mags / sizeof *mags)];
     const int inject = (int)pick(&r, 6) % 4; /* 1: q, 2: k, 3: v gets one NaN/±inf */
     const float bad = pick(&r, 3) == 0 ? NAN : pick(&r, 2) ? INFINITY : -INFINITY;
-    const int overlap = pick(&r, 24) == 0, null_data = pick(&r, 40) == 0, null_opts = pick(&r, 40) == 0;
+    int overlap = pick(&r, 24) == 0;
+    const int null_data = pick(&r, 40) == 0, null_opts = pick(&r, 40) == 0;
     int32_t cu_q[4], cu_k[4];
     if (varlen) { /* up to 3 sequences packed into batch 1; sometimes invalid */
         o.n_seqs = 1 + pick(&r, 3);
         cu_q[0] = cu_k[0] = 0;
         for (int s = 1; s <= o.n_seqs; s++) cu_q[s] = cu_q[s - 1] + (int)pick(&r, 4), cu_k[s] = cu_k[s - 1] + (int)pick(&r, 4);
         if (pick(&r, 8) == 0) cu_q[1] += 7;
-        sq = cu_q[o.n_seqs] > 0 ? cu_q[o.n_seqs] : 1, sk = cu_k[o.n_seqs] > 0 ? cu_k[o.n_seqs] : 1;
+        sq = cu_q[o.n_seqs], sk = cu_k[o.n_seqs]; /* 0 too: packed batches without query or key rows */
         b = 1;
         o.cu_seqlens_q = cu_q, o.cu_seqlens_k = cu_k;
     }
@@ -141,16 +149,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     mk(&r, &q, dt, b, sq, hq, d, 1), mk(&r, &k, dt, b, sk, hk, d, 1), mk(&r, &v, dt, b, sk, hk, d, 1);
     mk(&r, &out, dt, b, sq, hq, d, 0);
     fill(&r, &q, mag), fill(&r, &k, mag), fill(&r, &v, pick(&r, 2) ? 1 : mag);
-    if (inject) {
+    if (inject && (inject == 1 ? q.bytes : k.bytes)) {
         buf *x = inject == 1 ? &q : inject == 2 ? &k : &v;
         fa_store_elem(x->mem, dt, (int64_t)(rnd(&r) % (x->bytes / es_of(dt))), bad);
     }
     const int64_t nlse = b * hq * sq;
     float *lse = malloc(sizeof(float) * (size_t)nlse), *lse_copy = malloc(sizeof(float) * (size_t)nlse);
-    memset(out.mem, 0xFF, out.bytes), memset(lse, 0xFF, sizeof(float) * (size_t)nlse);
+    if (out.bytes) memset(out.mem, 0xFF, out.bytes);
+    memset(lse, 0xFF, sizeof(float) * (size_t)nlse);
     fa_tensor out_t = out.t;
-    if (overlap) out_t.data = q.mem;
-    if (null_data) out_t.data = NULL;
+    if (overlap && q.bytes && out.bytes) out_t.data = q.mem;
+    else if (overlap) overlap = 0; /* nothing to overlap with: zero elements */
+    if (null_data) out_t.data = NULL; /* valid only for an out of zero elements */
     snap(&q), snap(&k), snap(&v), snap(&out), memcpy(lse_copy, lse, sizeof(float) * (size_t)nlse);
 
     static fa_context *ctx;
@@ -223,7 +233,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         mk(&r, &dout, dt, b, sq, hq, d, 1), mk(&r, &dq, dt, b, sq, hq, d, 0);
         mk(&r, &dk, dt, b, sk, hk, d, 0), mk(&r, &dv, dt, b, sk, hk, d, 0);
         fill(&r, &dout, 1);
-        memset(dq.mem, 0xFF, dq.bytes), memset(dk.mem, 0xFF, dk.bytes), memset(dv.mem, 0xFF, dv.bytes);
+        buf *gs[3] = {&dq, &dk, &dv};
+        for (int a = 0; a < 3; a++)
+            if (gs[a]->bytes) memset(gs[a]->mem, 0xFF, gs[a]->bytes);
         snap(&dout), snap(&dq), snap(&dk), snap(&dv), snap(&out);
         st = fa_backward(ctx, &o, &q.t, &k.t, &v.t, &out.t, lse, &dout.t, &dq.t, &dk.t, &dv.t);
         same(&q, "q"), same(&k, "k"), same(&v, "v"), same(&out, "out"), same(&dout, "dout");

@@ -52,6 +52,24 @@ static void d_up(dbuf *d) { cuda_ok(cudaMemcpy(d->mem, d->h->mem, d->h->mem_byte
 static void d_down(dbuf *d) { cuda_ok(cudaMemcpy(d->h->mem, d->mem, d->h->mem_bytes, cudaMemcpyDeviceToHost), "down"); }
 static void d_free(dbuf *d) { cudaFree(d->mem); }
 
+/* A packed batch's cu_seqlens moved to the device, as a CUDA context reads them, with the longest lengths as the
+ * bounds (fa_attn_opts.max_seqlen_q/k); returns the allocation to free (NULL without varlen). */
+static int32_t *dev_varlen(fa_attn_opts *o) {
+    if (!o->cu_seqlens_q) return NULL;
+    const int64_t n = o->n_seqs + 1;
+    int32_t *d = NULL;
+    cuda_ok(cudaMalloc((void **)&d, 2 * (size_t)n * sizeof(int32_t)), "cudaMalloc cu_seqlens");
+    cuda_ok(cudaMemcpy(d, o->cu_seqlens_q, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice), "cu_seqlens_q up");
+    cuda_ok(cudaMemcpy(d + n, o->cu_seqlens_k, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice), "cu_seqlens_k up");
+    for (int64_t s = 0; s < o->n_seqs; ++s) {
+        const int64_t a = o->cu_seqlens_q[s + 1] - o->cu_seqlens_q[s], b = o->cu_seqlens_k[s + 1] - o->cu_seqlens_k[s];
+        if (a > o->max_seqlen_q) o->max_seqlen_q = a;
+        if (b > o->max_seqlen_k) o->max_seqlen_k = b;
+    }
+    o->cu_seqlens_q = d, o->cu_seqlens_k = d + n;
+    return d;
+}
+
 static int aligned16(const dbuf *d) {
     return ((uintptr_t)d->t.data % 16) == 0 && d->t.stride_batch % 8 == 0 && d->t.stride_seq % 8 == 0 &&
            d->t.stride_head % 8 == 0;
@@ -141,6 +159,7 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
         gmax = fmax(mq, fmax(mk, mv));
     }
     const double t1 = now_s();
+    int32_t *dcu = dev_varlen(&opts); /* after the oracle, which reads the host arrays */
     float *lse = malloc(sizeof(float) * (size_t)(nl > 0 ? nl : 1)), *dlse = NULL;
     cuda_ok(cudaMalloc((void **)&dlse, sizeof(float) * (size_t)(nl > 0 ? nl : 1)), "cudaMalloc lse");
 
@@ -294,7 +313,7 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
     }
     printf(" [oracle %.2fs, device %.2fs]\n", t1 - t0, now_s() - t1);
     free(ref), free(rlse), free(rdq), free(rdk), free(rdv), free(lse);
-    cudaFree(dlse);
+    cudaFree(dlse), cudaFree(dcu);
     for (int i = 0; i < 8; ++i) d_free(all_bufs[i]);
     t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&o), t_buf_free(&dout), t_buf_free(&dq),
         t_buf_free(&dk), t_buf_free(&dv);
@@ -311,6 +330,92 @@ static t_case varlen_case(int n, const int *lq, const int *lk, int hq, int hk, i
     c.opts.cu_seqlens_k = ck;
     c.opts.n_seqs = n;
     return c;
+}
+
+/* A packed batch captured in a CUDA graph (forward and backward) and replayed after the device cu_seqlens change:
+ * the host reads nothing of them (max_seqlen_q/k bound the launch), so the capture needs no synchronisation, and each
+ * replay computes the lengths the arrays hold at that time — the same bits as an eager call at those lengths, and
+ * the oracle's result. */
+static void varlen_graph(fa_context *ctx) {
+    enum { N = 3, HQ = 4, HK = 2, D = 64, TQ = 101, TK = 127 };
+    static const int32_t cq[2][N + 1] = {{0, 37, 37, 101}, {0, 64, 100, 101}}; /* lengths (37, 0, 64), (64, 36, 1) */
+    static const int32_t ck[2][N + 1] = {{0, 50, 63, 127}, {0, 13, 77, 127}}; /* (50, 13, 64), (13, 64, 50) */
+    snprintf(t_case_label, sizeof t_case_label, "varlen graph capture and replay");
+    t_buf q = t_buf_new(FA_DTYPE_F16, 1, TQ, HQ, D, T_BSHD), k = t_buf_new(FA_DTYPE_F16, 1, TK, HK, D, T_BSHD);
+    t_buf v = t_buf_new(FA_DTYPE_F16, 1, TK, HK, D, T_BSHD), o = t_buf_new(FA_DTYPE_F16, 1, TQ, HQ, D, T_BSHD);
+    t_buf dout = t_buf_new(FA_DTYPE_F16, 1, TQ, HQ, D, T_BSHD), dq = t_buf_new(FA_DTYPE_F16, 1, TQ, HQ, D, T_BSHD);
+    t_buf dk = t_buf_new(FA_DTYPE_F16, 1, TK, HK, D, T_BSHD), dv = t_buf_new(FA_DTYPE_F16, 1, TK, HK, D, T_BSHD);
+    t_buf_randn(&q, 1), t_buf_randn(&k, 1), t_buf_randn(&v, 1), t_buf_randn(&dout, 1);
+    dbuf Q = d_new(&q), K = d_new(&k), V = d_new(&v), O = d_new(&o), DO = d_new(&dout), DQ = d_new(&dq),
+         DK = d_new(&dk), DV = d_new(&dv);
+    d_up(&Q), d_up(&K), d_up(&V), d_up(&DO);
+    int32_t *cu = NULL;
+    float *lse = NULL;
+    cuda_ok(cudaMalloc((void **)&cu, 2 * (N + 1) * sizeof(int32_t)), "cudaMalloc cu");
+    cuda_ok(cudaMalloc((void **)&lse, HQ * TQ * sizeof(float)), "cudaMalloc lse");
+    cudaStream_t st;
+    cuda_ok(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+    CHECK_STATUS(fa_context_set_stream(ctx, st), FA_OK);
+    fa_attn_opts op = fa_attn_opts_default();
+    op.algo = FA_ALGO_FLASH2, op.causal = 1, op.n_seqs = N;
+    op.cu_seqlens_q = cu, op.cu_seqlens_k = cu + N + 1, op.max_seqlen_q = 64, op.max_seqlen_k = 64;
+    const size_t nq = q.mem_bytes, nk = k.mem_bytes;
+    unsigned char *eager[3], *graph[3];
+    dbuf *outs[3] = {&O, &DQ, &DK};
+    for (int i = 0; i < 3; i++) eager[i] = malloc(i ? (i == 1 ? nq : nk) : nq), graph[i] = malloc(i == 2 ? nk : nq);
+    /* eager at each set of lengths (which also sizes the context's workspace before the capture) */
+    for (int set = 1; set >= 0; set--) {
+        cuda_ok(cudaMemcpy(cu, cq[set], sizeof cq[set], cudaMemcpyHostToDevice), "cu up");
+        cuda_ok(cudaMemcpy(cu + N + 1, ck[set], sizeof ck[set], cudaMemcpyHostToDevice), "cu up");
+        CHECK_STATUS(fa_forward(ctx, &op, &Q.t, &K.t, &V.t, &O.t, lse), FA_OK);
+        CHECK_STATUS(fa_backward(ctx, &op, &Q.t, &K.t, &V.t, &O.t, lse, &DO.t, &DQ.t, &DK.t, &DV.t), FA_OK);
+        cuda_ok(cudaStreamSynchronize(st), "eager");
+        if (set == 1)
+            for (int i = 0; i < 3; i++)
+                cuda_ok(cudaMemcpy(eager[i], outs[i]->mem, i == 2 ? nk : nq, cudaMemcpyDeviceToHost), "down");
+    }
+    /* captured at lengths 0 */
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    cuda_ok(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), "begin capture");
+    const fa_status f = fa_forward(ctx, &op, &Q.t, &K.t, &V.t, &O.t, lse);
+    const fa_status b = fa_backward(ctx, &op, &Q.t, &K.t, &V.t, &O.t, lse, &DO.t, &DQ.t, &DK.t, &DV.t);
+    cuda_ok(cudaStreamEndCapture(st, &g), "end capture");
+    CHECK_MSG(f == FA_OK && b == FA_OK, "capture: %s / %s: %s", fa_status_string(f), fa_status_string(b),
+              fa_context_last_error(ctx));
+    cuda_ok(cudaGraphInstantiate(&ge, g, 0), "instantiate");
+    /* replayed at lengths 1: the eager call's bits, and the oracle's result */
+    cuda_ok(cudaMemcpy(cu, cq[1], sizeof cq[1], cudaMemcpyHostToDevice), "cu up");
+    cuda_ok(cudaMemcpy(cu + N + 1, ck[1], sizeof ck[1], cudaMemcpyHostToDevice), "cu up");
+    t_buf_poison(&o), t_buf_poison(&dq), t_buf_poison(&dk);
+    d_up(&O), d_up(&DQ), d_up(&DK);
+    cuda_ok(cudaGraphLaunch(ge, st), "replay");
+    cuda_ok(cudaStreamSynchronize(st), "replay");
+    for (int i = 0; i < 3; i++) {
+        cuda_ok(cudaMemcpy(graph[i], outs[i]->mem, i == 2 ? nk : nq, cudaMemcpyDeviceToHost), "down");
+        CHECK_MSG(!memcmp(graph[i], eager[i], i == 2 ? nk : nq), "replay: %s differs from the eager call",
+                  (const char *[]){"out", "dq", "dk"}[i]);
+    }
+    d_down(&O);
+    fa_attn_opts host = op; /* the oracle reads host arrays */
+    host.cu_seqlens_q = cq[1], host.cu_seqlens_k = ck[1];
+    double *ref = malloc(sizeof(double) * TQ * HQ * D), *rl = malloc(sizeof(double) * HQ * TQ);
+    CHECK_STATUS(t_oracle_forward(&host, &q.t, &k.t, &v.t, ref, rl), FA_OK);
+    const double err = t_max_diff(&o.t, ref);
+    CHECK_MSG(err < 1e-2, "replay: max |out - oracle| = %.3g", err);
+    printf("varlen graph: replay %s, max error %.2g\n", t_failures ? "FAILED" : "ok", err);
+    free(ref), free(rl);
+    for (int i = 0; i < 3; i++) free(eager[i]), free(graph[i]);
+    cuda_ok(cudaGraphExecDestroy(ge), "destroy");
+    cuda_ok(cudaGraphDestroy(g), "destroy");
+    CHECK_STATUS(fa_context_set_stream(ctx, NULL), FA_OK);
+    cuda_ok(cudaStreamDestroy(st), "stream");
+    cudaFree(cu), cudaFree(lse);
+    dbuf *all[8] = {&Q, &K, &V, &O, &DO, &DQ, &DK, &DV};
+    for (int i = 0; i < 8; i++) d_free(all[i]);
+    t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&o), t_buf_free(&dout), t_buf_free(&dq),
+        t_buf_free(&dk), t_buf_free(&dv);
+    t_case_label[0] = 0;
 }
 
 static void unsupported_checks(fa_context *ctx) {
@@ -356,6 +461,7 @@ int main(void) {
     static const fa_dtype dts[2] = {FA_DTYPE_BF16, FA_DTYPE_F16};
 
     unsupported_checks(ctx);
+    varlen_graph(ctx);
     /* fixed shapes: awkward seqlens, sq != sk, both head dims, both dtypes, masks */
     static const int shapes[][4] = {{1, 1, 64, 1},    {2, 3, 3, 64},    {1, 113, 239, 64}, {2, 239, 113, 128},
                                     {1, 128, 128, 128}, {1, 1023, 1023, 64}, {1, 256, 512, 128}, {1, 4224, 4224, 128}};

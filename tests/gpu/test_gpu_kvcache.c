@@ -3,8 +3,12 @@
  * mask options, append with and without rotary, batch_idx, splits 1..many (beyond 128) and the fixed-split mode;
  * the append's and the split counters' paths (aligned and unaligned new rows, the context's counters and a caller's
  * workspace, 4 and 8 warps per CTA); the numerics contract against the CPU; check_indices
- * rejecting a bad length with nothing written; fa_merge_states; and a CUDA graph captured once and replayed at a
- * different cache length. Run by scripts/test-gpu.sh. FA_GPU_TEST_SMALL=1 keeps the shapes small (sanitizers). */
+ * rejecting a bad length with nothing written; indices out of range without it (a length past the capacity, a full
+ * cache plus a new key, a negative length, block-table entries and batch_idx outside the cache, rotary positions past
+ * the tables): clamped on the device, nothing out of bounds (memcheck), the faulty sequence's append skipped, the
+ * other sequence's result unchanged, fa_kvcache_check naming the argument — also after a graph replay — and no
+ * fault recorded by any valid case; fa_merge_states; and a CUDA graph captured once and replayed at a different
+ * cache length. Run by scripts/test-gpu.sh. FA_GPU_TEST_SMALL=1 keeps the shapes small (sanitizers). */
 #include "testlib.h"
 #include "dtype.h"
 #include "kvcase.h"
@@ -108,6 +112,8 @@ static void run(fa_context *ctx, fa_context *cpu, const t_kv_spec *s, const char
     CHECK_MSG(st == FA_OK, "%s: %s: %s", t_case_label, fa_status_string(st), fa_context_last_error(ctx));
     CU(cudaDeviceSynchronize());
     if (st == FA_OK) fetch_verify(c, &d, cpu);
+    /* valid indices record no fault (the speculated block-table reads past a sequence's end, -1 here, included) */
+    CHECK_MSG(fa_kvcache_check(ctx) == FA_OK, "%s: a fault was recorded: %s", t_case_label, fa_context_last_error(ctx));
     free_dev(&d);
     t_kv_free(c);
 }
@@ -322,10 +328,150 @@ static void check_indices(fa_context *ctx) {
     CU(cudaMemcpy(k, d.kc, c->cache_bytes, cudaMemcpyDeviceToHost));
     CU(cudaMemcpy(o, d.out, c->out.mem_bytes, cudaMemcpyDeviceToHost));
     CHECK(!memcmp(k, c->kc, c->cache_bytes) && !memcmp(o, c->out.mem, c->out.mem_bytes));
-    /* trusted (no check): the bad length is clamped, the call writes nothing out of bounds (memcheck sees it) */
+    /* trusted (no check): the bad length is clamped, the call writes nothing out of bounds (memcheck sees it), and
+     * the fault is recorded */
     CHECK_STATUS(call(ctx, c, &d, NULL), FA_OK);
-    CU(cudaDeviceSynchronize());
+    CHECK_STATUS(fa_kvcache_check(ctx), FA_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(fa_context_last_error(ctx), "cache.seqlens[1]");
     free(k), free(o);
+    free_dev(&d);
+    t_kv_free(c);
+}
+
+/* The byte range of the cache that sequence b's keys live in: its row, or its one page (a table of one column). */
+static void seq_region(const t_kv_case *c, int b, size_t *lo, size_t *n) {
+    const int64_t row = c->batch_idx ? c->batch_idx[b] : b;
+    const int64_t unit = c->s.page_size ? c->block_table[row * c->max_pages] : row;
+    *n = (size_t)c->kct.stride_batch * (c->s.dt == FA_DTYPE_F32 ? 4 : 2);
+    *lo = (size_t)unit * *n;
+}
+
+/* Indices out of range without check_indices (docs/kvcache.md, "Indices out of range"), in sequence 1 of 2: the
+ * kernels clamp them — nothing read or written out of bounds (memcheck runs this), sequence 1 appends nothing,
+ * sequence 0's out is the bits of the call without the fault (one split: no sequence's sums depend on another's) —
+ * and record the first; fa_kvcache_check names it and clears it. With check_indices the call is refused first. */
+enum { OOR_PAST, OOR_FULL_APPEND, OOR_NEGATIVE, OOR_PAGE_HIGH, OOR_PAGE_NEG, OOR_ROW, OOR_ROTARY, OOR_KINDS };
+static const char *const oor_name[OOR_KINDS] = {"length past the capacity", "full cache + a new key", "negative length",
+                                                "block-table entry = num_pages", "block-table entry -1",
+                                                "batch_idx = rows", "rotary positions past the tables"};
+static const char *const oor_arg[OOR_KINDS] = {"cache.seqlens[1]", "cache.seqlens[1]", "cache.seqlens[1]",
+                                               "cache.block_table", "cache.block_table", "cache.batch_idx[1]",
+                                               "kv_opts.rotary_seqlen"};
+
+static fa_status call_rot(fa_context *ctx, const t_kv_case *c, dev_case *d, int64_t rot_seqlen, int check) {
+    fa_kvcache kc = t_kv_cache(c, d->kc, d->vc, d->seqlens, d->bt, d->bidx);
+    fa_kv_opts ko = t_kv_opts(c, d->cos, d->sin);
+    if (rot_seqlen) ko.rotary_seqlen = rot_seqlen;
+    ko.num_splits = 1, ko.check_indices = check;
+    return fa_forward_kvcache(ctx, &c->s.opts, &ko, &d->qt, &kc, c->s.append ? &d->knt : NULL,
+                              c->s.append ? &d->vnt : NULL, &d->outt, d->lse);
+}
+
+static void out_of_range(fa_context *ctx) {
+    for (int page = 0; page <= 16; page += 16)
+        for (int kind = 0; kind < OOR_KINDS; kind++) {
+            if (!page && (kind == OOR_PAGE_HIGH || kind == OOR_PAGE_NEG)) continue;
+            /* paged: a block table of one column of 16 keys (flash-attn's bounds test) */
+            t_kv_spec s = spec(FA_DTYPE_BF16, 2, 1, 8, 2, 128, page ? 16 : 40, page);
+            int lens[2] = {5, 7};
+            s.lens = lens;
+            s.append = kind == OOR_FULL_APPEND || kind == OOR_ROTARY;
+            s.rotary = kind == OOR_ROTARY;
+            s.batch_idx = kind == OOR_ROW;
+            t_kv_case *c = t_kv_new(&s, &R);
+            snprintf(t_case_label, sizeof t_case_label, "out of range (%s): %s", page ? "paged, one column" :
+                     "contiguous", oor_name[kind]);
+            dev_case d = to_dev(c);
+            const size_t ob = c->out.mem_bytes;
+            unsigned char *good = malloc(ob), *got = malloc(ob), *k = malloc(c->cache_bytes);
+            CHECK_STATUS(call_rot(ctx, c, &d, 0, 0), FA_OK);
+            CU(cudaMemcpy(good, d.out, ob, cudaMemcpyDeviceToHost));
+            CHECK_STATUS(fa_kvcache_check(ctx), FA_OK);
+            /* the fault, in sequence 1, on a fresh cache and a poisoned out */
+            CU(cudaMemcpy(d.kc, c->kc, c->cache_bytes, cudaMemcpyHostToDevice));
+            CU(cudaMemcpy(d.out, c->out.mem, ob, cudaMemcpyHostToDevice));
+            int32_t bad = 0;
+            int64_t rot = 0;
+            switch (kind) {
+            case OOR_PAST: bad = s.capacity + 1; break;
+            case OOR_FULL_APPEND: bad = s.capacity; break;
+            case OOR_NEGATIVE: bad = -3; break;
+            case OOR_ROTARY: bad = 6, rot = 6; break; /* 6 + 1 new key > 6 positions */
+            default: break;
+            }
+            if (kind <= OOR_NEGATIVE || kind == OOR_ROTARY)
+                CU(cudaMemcpy(d.seqlens + 1, &bad, 4, cudaMemcpyHostToDevice));
+            if (kind == OOR_PAGE_HIGH || kind == OOR_PAGE_NEG) {
+                bad = kind == OOR_PAGE_HIGH ? (int32_t)c->num_pages : -1;
+                CU(cudaMemcpy(d.bt + 1 * c->max_pages, &bad, 4, cudaMemcpyHostToDevice));
+            }
+            if (kind == OOR_ROW) {
+                bad = (int32_t)c->rows;
+                CU(cudaMemcpy(d.bidx + 1, &bad, 4, cudaMemcpyHostToDevice));
+            }
+            /* check_indices refuses it first, writing nothing */
+            CHECK_STATUS(call_rot(ctx, c, &d, rot, 1), FA_ERR_INVALID_ARGUMENT);
+            CU(cudaMemcpy(got, d.out, ob, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(k, d.kc, c->cache_bytes, cudaMemcpyDeviceToHost));
+            CHECK_MSG(!memcmp(got, c->out.mem, ob) && !memcmp(k, c->kc, c->cache_bytes),
+                      "%s: check_indices wrote", t_case_label);
+            /* trusted: runs, clamps, records */
+            CHECK_STATUS(call_rot(ctx, c, &d, rot, 0), FA_OK);
+            CU(cudaDeviceSynchronize());
+            CHECK_STATUS(fa_kvcache_check(ctx), FA_ERR_INVALID_ARGUMENT);
+            CHECK_STR_CONTAINS(fa_context_last_error(ctx), oor_arg[kind]);
+            CHECK_STATUS(fa_kvcache_check(ctx), FA_OK); /* cleared */
+            CU(cudaMemcpy(got, d.out, ob, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(k, d.kc, c->cache_bytes, cudaMemcpyDeviceToHost));
+            const fa_tensor *ot = &c->out.t; /* sequence 0's rows, element by element (the view may be strided) */
+            const size_t base = (size_t)((const unsigned char *)ot->data - c->out.mem);
+            int64_t diff = 0;
+            for (int64_t h = 0; h < ot->heads; h++)
+                for (int64_t e = 0; e < ot->head_dim; e++) {
+                    const size_t at = base + (size_t)(h * ot->stride_head + e) * 2;
+                    diff += memcmp(got + at, good + at, 2) != 0;
+                }
+            CHECK_MSG(diff == 0, "%s: %lld elements of sequence 0's out changed", t_case_label, (long long)diff);
+            if (kind != OOR_ROW && kind != OOR_PAGE_HIGH && kind != OOR_PAGE_NEG) {
+                size_t lo, n; /* sequence 1 appended nothing: its row or page is as before */
+                seq_region(c, 1, &lo, &n);
+                CHECK_MSG(!memcmp(k + lo, (unsigned char *)c->kc + lo, n), "%s: sequence 1 appended", t_case_label);
+            }
+            free(good), free(got), free(k);
+            free_dev(&d);
+            t_kv_free(c);
+        }
+}
+
+/* A fault inside a graph replay: captured with valid lengths, replayed after one is set past the capacity. */
+static void graph_fault(fa_context *ctx) {
+    t_kv_spec s = spec(FA_DTYPE_F16, 2, 1, 8, 2, 64, 64, 16);
+    s.append = 1;
+    t_kv_case *c = t_kv_new(&s, &R);
+    snprintf(t_case_label, sizeof t_case_label, "fault in a graph replay");
+    dev_case d = to_dev(c);
+    cudaStream_t st;
+    CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CHECK_STATUS(fa_context_set_stream(ctx, st), FA_OK);
+    CHECK_STATUS(call_rot(ctx, c, &d, 0, 0), FA_OK); /* grows what the call needs before the capture */
+    CHECK_STATUS(fa_kvcache_check(ctx), FA_OK);
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    const fa_status rc = call_rot(ctx, c, &d, 0, 0);
+    CU(cudaStreamEndCapture(st, &g));
+    CHECK_STATUS(rc, FA_OK);
+    CU(cudaGraphInstantiate(&ge, g, 0));
+    const int32_t bad = 64; /* a full cache + the new key */
+    CU(cudaMemcpy(d.seqlens, &bad, 4, cudaMemcpyHostToDevice));
+    CU(cudaGraphLaunch(ge, st));
+    CHECK_STATUS(fa_kvcache_check(ctx), FA_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(fa_context_last_error(ctx), "cache.seqlens[0] = 64");
+    CHECK_STATUS(fa_kvcache_check(ctx), FA_OK);
+    CU(cudaGraphExecDestroy(ge));
+    CU(cudaGraphDestroy(g));
+    CHECK_STATUS(fa_context_set_stream(ctx, NULL), FA_OK);
+    CU(cudaStreamDestroy(st));
     free_dev(&d);
     t_kv_free(c);
 }
@@ -443,6 +589,8 @@ int main(void) {
     }
     fa_context *cpu = t_cpu_ctx();
     check_indices(ctx);
+    out_of_range(ctx);
+    graph_fault(ctx);
     grid(ctx, cpu, small);
     splits(ctx, cpu, small);
     paths(ctx, cpu, small);

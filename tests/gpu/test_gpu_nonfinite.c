@@ -296,8 +296,13 @@ static void packed_bad_key(fa_dtype dt, fa_algo a, float bad, int causal) {
         for (int r = 0; r < (i == 1 || i == 2 ? TK : TQ); r++)
             for (int h = 0; h < (i == 1 || i == 2 ? PK : PQ); h++)
                 for (int e = 0; e < D; e++) pk_row(&x, i, r, h)[e] = (float)randn();
+    /* the offsets on the device, as a CUDA context reads them, with the longest lengths as the bounds */
+    int32_t *cu_d = dev_alloc(sizeof cuq + sizeof cuk);
+    cuda_ok(cudaMemcpy(cu_d, cuq, sizeof cuq, cudaMemcpyHostToDevice), "cu_seqlens_q up");
+    cuda_ok(cudaMemcpy(cu_d + 4, cuk, sizeof cuk, cudaMemcpyHostToDevice), "cu_seqlens_k up");
     fa_attn_opts o = fa_attn_opts_default();
-    o.algo = a, o.causal = causal, o.cu_seqlens_q = cuq, o.cu_seqlens_k = cuk, o.n_seqs = 3;
+    o.algo = a, o.causal = causal, o.cu_seqlens_q = cu_d, o.cu_seqlens_k = cu_d + 4, o.n_seqs = 3;
+    o.max_seqlen_q = 40, o.max_seqlen_k = 30; /* cuq: 24, 0, 40; cuk: 30, 5, 29 */
     float *bad_elem = pk_row(&x, 1, cuk[BAD_SEQ] + BAD_KEY, BAD_HK) + 1;
     *bad_elem = 0.5f;
     static float clean[8][TQ * (PQ * D + 8)], clse[PQ * TQ];
@@ -350,7 +355,7 @@ static void packed_bad_key(fa_dtype dt, fa_algo a, float bad, int causal) {
         EXPECT(wrong == 0, "%d key rows break the contract", wrong);
     }
     for (int i = 0; i < 8; i++) free(x.h[i]), cudaFree(x.d[i]);
-    cudaFree(x.lse_d);
+    cudaFree(x.lse_d), cudaFree(cu_d);
 }
 
 int main(void) {

@@ -89,9 +89,10 @@ static void run_algo(fa_context *ctx, fa_backend dev, fa_algo algo, case_data *c
     memset(r, 0, sizeof *r);
     fa_attn_opts o = cd->c.opts;
     o.algo = algo;
-    dev_buf d[N_BUF], lse;
+    dev_buf d[N_BUF], lse, cu;
     memset(d, 0, sizeof d);
     memset(&lse, 0, sizeof lse);
+    memset(&cu, 0, sizeof cu);
     int bad = 0;
     for (int i = 0; i < N_BUF && !bad; i++) {
         t_buf *b = &cd->buf[i];
@@ -99,6 +100,21 @@ static void run_algo(fa_context *ctx, fa_backend dev, fa_algo algo, case_data *c
         bad = dev_alloc(&d[i], dev, b->mem_bytes) || dev_upload(&d[i], b->mem, b->mem_bytes);
     }
     if (!bad) bad = dev_alloc(&lse, dev, (size_t)cd->nlse * 4) || dev_fill_nan(&lse);
+    if (!bad && o.cu_seqlens_q) { /* a packed batch's offsets in the device's memory, the longest lengths as bounds */
+        const size_t n = (size_t)o.n_seqs + 1;
+        int32_t *h = malloc(2 * n * sizeof(int32_t));
+        bad = !h || dev_alloc(&cu, dev, 2 * n * sizeof(int32_t));
+        if (!bad) {
+            memcpy(h, o.cu_seqlens_q, n * sizeof(int32_t)), memcpy(h + n, o.cu_seqlens_k, n * sizeof(int32_t));
+            bad = dev_upload(&cu, h, 2 * n * sizeof(int32_t));
+            for (size_t s = 0; s + 1 < n; s++) {
+                if (h[s + 1] - h[s] > o.max_seqlen_q) o.max_seqlen_q = h[s + 1] - h[s];
+                if (h[n + s + 1] - h[n + s] > o.max_seqlen_k) o.max_seqlen_k = h[n + s + 1] - h[n + s];
+            }
+            o.cu_seqlens_q = (const int32_t *)cu.ptr, o.cu_seqlens_k = (const int32_t *)cu.ptr + n;
+        }
+        free(h);
+    }
     if (bad) {
         r->ok = -1;
         snprintf(r->msg, sizeof r->msg, "cannot allocate buffers on %s", fa_backend_name(dev));
@@ -144,6 +160,7 @@ static void run_algo(fa_context *ctx, fa_backend dev, fa_algo algo, case_data *c
 done:
     for (int i = 0; i < N_BUF; i++) dev_free(&d[i]);
     dev_free(&lse);
+    dev_free(&cu);
 }
 
 /* Judge algorithm a of case ci against the oracle and STANDARD's errors (stdr); fold into ag. 1 if it failed. */

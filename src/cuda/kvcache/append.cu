@@ -1,9 +1,11 @@
 /* The KV-cache call's first kernel, where one is needed: append the new K/V rows into the cache at each sequence's
  * current length, rotating k (and writing the rotated q to the workspace) first when rotary is on, and zero the
  * sequence's split counters when they lie in a caller's workspace (the context's stay zero between calls). One CTA
- * per (new row i, sequence b). A position at or past the capacity is skipped, so a bad seqlen never writes out of
- * bounds. The attention kernel is launched as its programmatic dependent: it starts at once and waits for this
- * kernel only where it reads what this one writes. */
+ * per (new row i, sequence b). A sequence whose length, cache row or rotary positions are out of range appends
+ * nothing, nor does a key whose block-table entry is outside the pages, so a bad index never writes out of bounds or
+ * into another sequence's rows (the attention kernel records it: kvcache.h, fa_kv_check_seq). The attention kernel
+ * is launched as its programmatic dependent: it starts at once and waits for this kernel only where it reads what
+ * this one writes. */
 #include "../convert.cuh"
 #include "kvcache.h"
 
@@ -43,26 +45,29 @@ __global__ void __launch_bounds__(FA_KV_THREADS) first_kernel(const fa_kv_params
         for (int e = threadIdx.x; e < n; e += blockDim.x) p.arrived[(int64_t)b * n + e] = 0;
     }
     if (!p.append) return;
-    int len = p.seqlens[b];
-    len = len < 0 ? 0 : len;
-    const int t = len + i, row = fa_kv_cache_row(p, b);
+    const int len = p.seqlens[b];
+    const int64_t t = (int64_t)(len < 0 ? 0 : len) + i; /* 64 bits: a bad length near 2^31 plus i */
+    const int row = fa_kv_cache_row(p, b);
     const int rot = p.rcos != nullptr && t < p.rot_seqlen;
     if (p.qrot) { /* rotated q, fp32, for the attention kernel */
         for (int e = threadIdx.x; e < p.hq * p.d; e += blockDim.x) {
             const int h = e / p.d, c = e % p.d;
             const T *x = (const T *)p.q + b * p.q_sb + i * p.q_ss + h * p.q_sh;
-            p.qrot[(((int64_t)b * p.sq + i) * p.hq + h) * p.d + c] = rot ? rotated(p, x, c, t) : fa_to_f32(x[c]);
+            p.qrot[(((int64_t)b * p.sq + i) * p.hq + h) * p.d + c] = rot ? rotated(p, x, c, (int)t) : fa_to_f32(x[c]);
         }
     }
-    if (t >= p.capacity) return;
+    if (len < 0 || len > p.capacity - p.sq) return; /* the length is out of range (capacity 0: no rows or pages) */
+    if (p.batch_idx && (p.batch_idx[b] < 0 || p.batch_idx[b] >= p.cache_rows)) return;
+    if (p.rcos && len > p.rot_seqlen - p.sq) return;
+    if (p.paged && fa_kv_page_checked(p, row, (int)t) < 0) return;
     if (p.kn_vec) { /* no rotary, 16-byte aligned rows: one 16-byte chunk per thread */
         const int ch = p.d / 8;
         for (int e = threadIdx.x; e < p.hk * ch; e += blockDim.x) {
             const int h = e / ch, c = e % ch * 8;
             const T *kx = (const T *)p.kn + b * p.kn_sb + i * p.kn_ss + h * p.kn_sh + c;
             const T *vx = (const T *)p.vn + b * p.vn_sb + i * p.vn_ss + h * p.vn_sh + c;
-            *(uint4 *)((T *)p.kc + fa_kv_key(p, row, t, h, p.k_sb, p.k_ss, p.k_sh) + c) = *(const uint4 *)kx;
-            *(uint4 *)((T *)p.vc + fa_kv_key(p, row, t, h, p.v_sb, p.v_ss, p.v_sh) + c) = *(const uint4 *)vx;
+            *(uint4 *)((T *)p.kc + fa_kv_key(p, row, (int)t, h, p.k_sb, p.k_ss, p.k_sh) + c) = *(const uint4 *)kx;
+            *(uint4 *)((T *)p.vc + fa_kv_key(p, row, (int)t, h, p.v_sb, p.v_ss, p.v_sh) + c) = *(const uint4 *)vx;
         }
         return;
     }
@@ -70,9 +75,9 @@ __global__ void __launch_bounds__(FA_KV_THREADS) first_kernel(const fa_kv_params
         const int h = e / p.d, c = e % p.d;
         const T *kx = (const T *)p.kn + b * p.kn_sb + i * p.kn_ss + h * p.kn_sh;
         const T *vx = (const T *)p.vn + b * p.vn_sb + i * p.vn_ss + h * p.vn_sh;
-        T *kd = (T *)p.kc + fa_kv_key(p, row, t, h, p.k_sb, p.k_ss, p.k_sh);
-        T *vd = (T *)p.vc + fa_kv_key(p, row, t, h, p.v_sb, p.v_ss, p.v_sh);
-        kd[c] = rot ? fa_from_f32<T>(rotated(p, kx, c, t)) : kx[c];
+        T *kd = (T *)p.kc + fa_kv_key(p, row, (int)t, h, p.k_sb, p.k_ss, p.k_sh);
+        T *vd = (T *)p.vc + fa_kv_key(p, row, (int)t, h, p.v_sb, p.v_ss, p.v_sh);
+        kd[c] = rot ? fa_from_f32<T>(rotated(p, kx, c, (int)t)) : kx[c];
         vd[c] = vx[c];
     }
 }

@@ -168,6 +168,11 @@ static void traffic(const fa_kv_problem *p, fa_plan *plan) {
 extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan *plan, char *why,
                                      size_t why_len) {
     if (!supports(p, why, why_len)) return FA_ERR_UNSUPPORTED;
+    if (!p->batch || !p->sq) { /* no output element and no new row: nothing to launch (a grid of 0 CTAs fails) */
+        plan->zero_fill = 1;
+        plan->kernel = "cuda.kvcache.zero_fill";
+        return FA_OK;
+    }
     const int sms = fa_cuda_tuning_of(ctx)->sm_count;
     const int64_t items = p->batch * p->hk * row_tiles_of(p);
     int ns = pick_splits(p, sms, plan);
@@ -218,7 +223,10 @@ static void params_of(const fa_kv_problem *p, const fa_plan *plan, const kv_ws *
     c->batch = (int)p->batch, c->sq = (int)p->sq, c->hq = (int)p->hq, c->hk = (int)p->hk;
     c->group = (int)(p->hq / p->hk), c->d = (int)p->d;
     c->paged = p->paged, c->page_size = (int)p->page_size, c->num_pages = (int)p->num_pages;
-    c->capacity = (int)p->capacity, c->cache_rows = (int)p->cache_rows;
+    /* a cache without rows or pages holds no key: capacity 0 keeps every clamp of an index inside it (clamped to
+     * rows - 1 or pages - 1, the index would be -1) */
+    c->capacity = p->cache_rows && (!p->paged || p->num_pages) ? (int)p->capacity : 0;
+    c->cache_rows = (int)p->cache_rows;
     c->append = p->append;
     c->kn_vec = p->append && !p->rot_cos && aligned16(&p->kn) && aligned16(&p->vn);
     c->rcos = p->rot_cos, c->rsin = p->rot_sin, c->rot_dim = p->rot_dim, c->rot_interleaved = p->rot_interleaved;
@@ -266,6 +274,7 @@ extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, con
     fa_status rc = FA_OK;
     do {
         if (p->check_indices && (rc = check_device_indices(ctx, p, stream)) != FA_OK) break;
+        if (plan->zero_fill) break; /* outputs of zero elements */
         void *base = p->workspace;
         size_t cap = p->workspace_bytes;
         if (!base && plan->workspace_bytes) {
@@ -277,6 +286,7 @@ extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, con
         layout(&a, p, plan, &w);
         fa_kv_params c;
         params_of(p, plan, &w, &c);
+        c.fault = ((const fa_cuda_state *)ctx->cuda)->kv_fault;
         /* the split counters: the context's, which stay zero between calls; in a caller's workspace, whose state is
          * not known, the first kernel zeroes them */
         if (c.arrived && !p->workspace) {
@@ -300,6 +310,39 @@ extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, con
     return rc;
 }
 
+extern "C" fa_status fa_cuda_kv_check(fa_context *ctx) {
+    const fa_cuda_state *s = (const fa_cuda_state *)ctx->cuda;
+    int f[FA_KV_FAULT_INTS];
+    int prev = 0;
+    if (cudaGetDevice(&prev) != cudaSuccess) return fa_fail(ctx, FA_ERR_DEVICE, "cudaGetDevice failed");
+    if (prev != s->device && cudaSetDevice(s->device) != cudaSuccess)
+        return fa_fail(ctx, FA_ERR_DEVICE, "cudaSetDevice(%d) failed", s->device);
+    /* the calls queued so far have run; the record is read and cleared in stream order */
+    cudaError_t e = cudaStreamSynchronize(s->stream);
+    if (e == cudaSuccess) e = cudaMemcpy(f, s->kv_fault, sizeof f, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess && f[0]) e = cudaMemset(s->kv_fault, 0, sizeof f);
+    if (prev != s->device) cudaSetDevice(prev);
+    if (e != cudaSuccess) return cuda_err(ctx, "fa_kvcache_check: reading the fault record", e);
+    const int b = f[1], col = f[2], v = f[3], lim = f[4];
+    switch (f[0]) {
+    case 0: return FA_OK;
+    case FA_KV_FAULT_SEQLENS:
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.seqlens[%d] = %d: with %d new keys it must be in 0..%d "
+                       "(the capacity of the cache, pages or block_table, is %d); a KV-cache call clamped it", b, v,
+                       col, lim, lim + col);
+    case FA_KV_FAULT_BATCH_IDX:
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.batch_idx[%d] = %d is outside 0..%d; a KV-cache call "
+                       "clamped it", b, v, lim - 1);
+    case FA_KV_FAULT_BLOCK_TABLE:
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.block_table: entry %d of sequence %d's row is %d, outside "
+                       "0..%d; a KV-cache call clamped it", col, b, v, lim - 1);
+    case FA_KV_FAULT_ROTARY:
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.rotary_seqlen: %d positions, sequence %d needs %d; a "
+                       "KV-cache call left its keys unrotated past the tables", lim, b, v);
+    default: return fa_fail(ctx, FA_ERR_INTERNAL, "fa_kvcache_check: fault code %d", f[0]);
+    }
+}
+
 extern "C" fa_status fa_cuda_merge(fa_context *ctx, const fa_merge_problem *m) {
     fa_merge_params c;
     memset(&c, 0, sizeof c);
@@ -313,6 +356,7 @@ extern "C" fa_status fa_cuda_merge(fa_context *ctx, const fa_merge_problem *m) {
     }
     c.out = o->data, c.o_sb = o->stride_batch, c.o_ss = o->stride_seq, c.o_sh = o->stride_head;
     c.lse = m->lse;
+    if (o->batch == 0 || o->seqlen == 0) return FA_OK; /* nothing to merge (a grid of 0 CTAs fails) */
     if (o->batch * o->heads * o->seqlen > INT32_MAX)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "out: %lld rows are above 2^31-1 for the CUDA merge",
                        (long long)(o->batch * o->heads * o->seqlen));

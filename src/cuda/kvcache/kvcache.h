@@ -2,7 +2,8 @@
  * where one is needed — append + rotary, the zeroing of the split counters of a caller's workspace (append.cu) —,
  * the split-KV attention over a contiguous or paged cache, whose last CTA per row tile merges the splits
  * (splitkv.cu), and fa_merge_states (merge.cu); host.cu plans and runs them. Every length and index read on the
- * device is clamped to the cache, so a bad value never reads or writes out of bounds. docs/kvcache.md. */
+ * device is clamped to the cache, so a bad value never reads or writes out of bounds; the first one met is recorded
+ * in the context's fault record (fa_kvcache_check reports it). docs/kvcache.md ("Indices out of range"). */
 #ifndef FA_CUDA_KVCACHE_H
 #define FA_CUDA_KVCACHE_H
 
@@ -16,6 +17,16 @@
 #define FA_MERGE_MAX 32
 #define FA_KV_MAX_SPLITS 128 /* the last CTA's merge keeps R x splits weights in shared memory */
 #define FA_KV_CLUSTER_MAX 16 /* splits that merge in a cluster: the largest (non-portable) cluster */
+
+/* The fault record (the context's, device memory, zero = none): the first index out of range a call met, as
+ * {code, sequence, column, value, limit}. The kernels clamp the index and record it; the first writer wins. */
+enum {
+    FA_KV_FAULT_SEQLENS = 1,     /* seqlens[b] = value < 0, or > limit = capacity - new keys (column: the new keys) */
+    FA_KV_FAULT_BATCH_IDX = 2,   /* batch_idx[b] = value outside 0..limit - 1 (the rows) */
+    FA_KV_FAULT_BLOCK_TABLE = 3, /* entry `column` of sequence b's block-table row = value outside 0..limit - 1 */
+    FA_KV_FAULT_ROTARY = 4       /* sequence b needs value rotary positions, the tables have limit */
+};
+#define FA_KV_FAULT_INTS 5
 
 /* The split-KV kernel's instances, as data: one row per (head dim, warps per CTA). The plan (host.cu) puts the
  * row of the call's head dim and of the warps its rule gives into plan->entry; splitkv.cu reaches the row's
@@ -66,14 +77,35 @@ typedef struct fa_kv_params {
     int after_first;         /* the attention kernel follows the first kernel by programmatic dependent launch */
     int cluster;             /* the splits of a row tile are one thread-block cluster and merge in it (no partials) */
     int plain;               /* no rotary q, no softcap, whole tiles per page: the kernel built without their code */
+    int *fault;              /* the context's fault record (FA_KV_FAULT_INTS ints) */
 } fa_kv_params;
 
-/* Keys of a sequence after the append, from its seqlens entry, clamped into [0, capacity]. */
+/* Keys of a sequence after the append, from its seqlens entry, clamped into [0, capacity] (in 64 bits: a length near
+ * 2^31 plus the new keys would overflow). */
 #ifdef __CUDACC__
 static __device__ __forceinline__ int fa_kv_len(const fa_kv_params &p, int len) {
-    len = len < 0 ? 0 : len;
-    len += p.append ? p.sq : 0;
-    return len < p.capacity ? len : p.capacity;
+    const int64_t L = (int64_t)(len < 0 ? 0 : len) + (p.append ? p.sq : 0);
+    return L < p.capacity ? (int)L : p.capacity;
+}
+/* Record an index out of range in the fault record, unless one is recorded already (slow path: faults only). */
+static __device__ __noinline__ void fa_kv_fault(const fa_kv_params &p, int code, int b, int column, int value,
+                                                int limit) {
+    if (atomicCAS(p.fault, 0, code) != 0) return;
+    p.fault[1] = b, p.fault[2] = column, p.fault[3] = value, p.fault[4] = limit;
+}
+/* The per-sequence indices, checked once per sequence (the host's fa_kv_check_indices on the device): its length
+ * against the capacity, its cache row, its rotary positions. Returns 1 when they are in range. */
+static __device__ __forceinline__ int fa_kv_check_seq(const fa_kv_params &p, int b, int len) {
+    const int add = p.append ? p.sq : 0;
+    int ok = 1;
+    if (len < 0 || len > p.capacity - add) fa_kv_fault(p, FA_KV_FAULT_SEQLENS, b, add, len, p.capacity - add), ok = 0;
+    if (p.batch_idx) {
+        const int r = p.batch_idx[b];
+        if (r < 0 || r >= p.cache_rows) fa_kv_fault(p, FA_KV_FAULT_BATCH_IDX, b, 0, r, p.cache_rows), ok = 0;
+    }
+    if (p.rcos && ok && len > p.rot_seqlen - p.sq)
+        fa_kv_fault(p, FA_KV_FAULT_ROTARY, b, 0, len + p.sq, p.rot_seqlen), ok = 0;
+    return ok;
 }
 /* Keys per split and the non-empty splits of a sequence of L keys (host/plan: the same rule as the CPU's). */
 static __device__ __forceinline__ void fa_kv_split(const fa_kv_params &p, int L, int *chunk, int *ns) {
@@ -107,7 +139,13 @@ static __device__ __forceinline__ int fa_kv_cache_row(const fa_kv_params &p, int
     int r = p.batch_idx[b];
     return r < 0 ? 0 : r >= p.cache_rows ? p.cache_rows - 1 : r;
 }
-/* Element offset of key t of K/V head h in a cache tensor with strides (sb, ss, sh). */
+/* Block-table entry of key t of row `row`, or -1 when it is outside [0, num_pages). */
+static __device__ __forceinline__ int fa_kv_page_checked(const fa_kv_params &p, int row, int t) {
+    const int pg = p.block_table[(int64_t)row * p.bt_stride + t / p.page_size];
+    return pg >= 0 && pg < p.num_pages ? pg : -1;
+}
+/* Element offset of key t of K/V head h in a cache tensor with strides (sb, ss, sh) (a page outside the cache
+ * clamped into it). */
 static __device__ __forceinline__ int64_t fa_kv_key(const fa_kv_params &p, int row, int t, int h, int64_t sb,
                                                      int64_t ss, int64_t sh) {
     if (p.paged) {

@@ -93,10 +93,12 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
      * (it, it + 1), two tiles ahead of their copies, so the block-table reads are off the copies' critical path
      * and the prologue's two tiles wait for one round trip, not two; the copies take them by shuffle */
     int pg_cur = 0, ip_cur = 0, pg_nxt = 0, ip_nxt = 0;
+    int bad_t = INT_MAX; /* the lane's first key whose entry is outside the pages: clamped, recorded after the loop */
     auto lookup = [&](int it) {
         if (p.paged && it < mine) {
             const int t = min(key0(it + (lane >> 4)) + (lane & 15), khi - 1);
             const int pg = p.block_table[(int64_t)row * p.bt_stride + t / p.page_size];
+            if ((pg < 0 || pg >= p.num_pages) && t < bad_t) bad_t = t;
             pg_nxt = pg < 0 ? 0 : pg >= p.num_pages ? p.num_pages - 1 : pg;
             ip_nxt = t % p.page_size;
         }
@@ -180,6 +182,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
     }
     const int L = fa_kv_len(p, len);
     row = fa_kv_cache_row(p, b);
+    if (s == 0 && blockIdx.y == 0 && threadIdx.x == 0) fa_kv_check_seq(p, b, len); /* once per sequence */
     int chunk, ns;
     fa_kv_split(p, L, &chunk, &ns);
     /* a split past the sequence's end: done, or (cluster merge) an empty state that takes part in the merge */
@@ -342,6 +345,11 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
         __syncwarp();
     }
     fa_cp_async_wait<0>();
+    /* an entry outside the pages for a key of the sequence (the speculated lookups also see entries past its end,
+     * which it never uses) */
+    if (bad_t < L)
+        fa_kv_fault(p, FA_KV_FAULT_BLOCK_TABLE, b, bad_t / p.page_size,
+                    p.block_table[(int64_t)row * p.bt_stride + bad_t / p.page_size], p.num_pages);
     l[0] = fa_quad_sum(l[0]), l[1] = fa_quad_sum(l[1]);
 
     /* the warps' states through shared memory (the ring is free once every warp is done) */

@@ -21,13 +21,18 @@ struct fa_seq {
     int64_t stat0;      /* index of row 0 of (b, h) in the fp32 [b, hq, sq] row statistics (LSE, D) */
 };
 
+/* Varlen: the caller's device arrays, read nowhere else: clamped into the packed tensors and to the bounds the grid
+ * was sized for (p.sq, p.sk: opts.max_seqlen_q/k), so that no value reads or writes out of bounds. */
+FA_DEV void fa_packed_rows(const int *cu, int b, int total, int bound, int64_t *row, int *n) {
+    const int lo = min(max(cu[b], 0), total), hi = min(max(cu[b + 1], lo), total);
+    *row = lo;
+    *n = min(hi - lo, bound);
+}
 FA_DEV fa_seq fa_get_seq(const fa_cuda_params &p, int b, int h) {
     fa_seq s;
     if (p.cu_q) {
-        s.qrow = p.cu_q[b];
-        s.sq = p.cu_q[b + 1] - p.cu_q[b];
-        s.krow = p.cu_k[b];
-        s.sk = p.cu_k[b + 1] - p.cu_k[b];
+        fa_packed_rows(p.cu_q, b, p.total_q, p.sq, &s.qrow, &s.sq);
+        fa_packed_rows(p.cu_k, b, p.total_k, p.sk, &s.krow, &s.sk);
         s.stat0 = (int64_t)h * p.total_q + s.qrow;
     } else {
         s.qrow = 0;

@@ -32,7 +32,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
 
     softmax_scale None = 1/sqrt(head_dim); causal is bottom-right aligned; window_size (left, right), -1 unbounded;
     softcap 0 = off; algo "auto", "standard", "flash1", "flash2" or "flash3" (CUDA, Hopper; its backward is
-    FLASH2's where FLASH3's is not built); deterministic applies to the backward.
+    the one "auto" picks: FLASH3's at head_dim 128, else FLASH2's); deterministic applies to the backward.
     dropout_p and alibi_slopes exist for flash-attn's positional order and must stay 0.0 / None.
     Returns out [batch, seqlen_q, heads, head_dim], or (out, lse) with lse float32 [batch, heads, seqlen_q]
     (natural log; no gradient flows through it)."""

@@ -110,6 +110,11 @@ static fa_status fa3_bwd_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_
                                    (long long)p->d, dims);
     }
     const fa3_bwd_row *r = &fa3_bwd_rows[row];
+    if (p->algo_auto && !r->auto_pick)
+        return fa_cuda_unsupported(why, why_len,
+                                   "head_dim %lld: FA_ALGO_AUTO runs FLASH2's backward, faster than FLASH3's there "
+                                   "(tiles.h); FA_ALGO_FLASH3 runs FLASH3's",
+                                   (long long)p->d);
     if ((p->block_q && p->block_q != r->bm) || (p->block_k && p->block_k != r->bn))
         return fa_cuda_unsupported(why, why_len,
                                    "block_q %d / block_k %d: the FA_ALGO_FLASH3 backward at head_dim %lld runs %d x %d "

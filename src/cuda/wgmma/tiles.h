@@ -24,17 +24,18 @@ static constexpr fa3_fwd_row fa3_fwd_rows[] = {
 
 /* The FLASH3 backward's rows: one CTA per Bc = 128 keys (64 per consumer warpgroup) of one K/V head, walking
  * Br = bm query rows per step; Br = 128 at d = 64 (FA3's tile), 64 at d = 128 (dK, dV, Sᵀ and dPᵀ in 240
- * registers). */
+ * registers). auto_pick: FA_ALGO_AUTO takes the row only where it beats FLASH2's backward (else AUTO moves on to
+ * FLASH2); figures: H100, bf16, 16k tokens, TFLOP/s FLASH3 / FLASH2. */
 struct fa3_bwd_row {
-    int d, bm, bn, threads;
+    int d, bm, bn, threads, auto_pick;
     const char *kernel, *kernel_det, *why;
 };
-#define FA3_BWD_ROW(D, BM, WHY)                                                                                      \
-    {D, BM, 128, 384, "cuda.flash3.bwd.wgmma.d" #D "." #BM "x128",                                                  \
+#define FA3_BWD_ROW(D, BM, AUTO, WHY)                                                                                \
+    {D, BM, 128, 384, AUTO, "cuda.flash3.bwd.wgmma.d" #D "." #BM "x128",                                            \
      "cuda.flash3.bwd.wgmma.deterministic.d" #D "." #BM "x128", WHY}
 static constexpr fa3_bwd_row fa3_bwd_rows[] = {
-    FA3_BWD_ROW(64, 128, "FA3's d = 64 tile: Sᵀ and dPᵀ 64 registers each"),
-    FA3_BWD_ROW(128, 64, "FA3's d = 128 tile: dK and dV take 128 of the 240 registers"),
+    FA3_BWD_ROW(64, 128, 0, "FA3's d = 64 tile; behind FLASH2: 239 / 269 at 4k, 260 / 295 at 16k, so not for AUTO"),
+    FA3_BWD_ROW(128, 64, 1, "FA3's d = 128 tile; 347 / 312 at 4k, 382 / 338 at 16k"),
 };
 #undef FA3_BWD_ROW
 /* plan->aux[FA3_BWD_AUX_DET]: 1 = the deterministic instance (key blocks add dQ in ascending order) */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# GPU benchmark (H200): the protocol of docs/benchmarks.md for STANDARD, FLASH1, FLASH2, FLASH3 (our CLI) and
-# PyTorch's SDPA flash and cuDNN backends, in one command, printed as one table with TFLOP/s and ratios.
+# GPU benchmark (H100/H200): the protocol of docs/benchmarks.md for STANDARD, FLASH1, FLASH2, FLASH3 (our CLI),
+# PyTorch's SDPA flash and cuDNN backends and the real FlashAttention-3 forward (when its wheel is installed or in
+# FA3_WHEELS), in one command, printed as one table with TFLOP/s and ratios.
 # Env: BUILD (default build-cuda), OUT_DIR (CSV + logs, default $BUILD/bench-gpu), SEQLENS, DIMS, PASSES, REPS,
 #      STD_MAX_SEQLEN (STANDARD materialises Hq·S² fp32 per sequence: skipped above this, default 8192; 0 = skip
 #      STANDARD), ALGOS (our flash algorithms, default flash3,flash2,flash1).
@@ -20,6 +21,12 @@ if [ ! -x "$BUILD/flashattn" ]; then
   cmake --build "$BUILD" -j "$(nproc)" >/dev/null
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
+# The real FlashAttention-3 forward as the FLASH3 forward's anchor: installed from the wheels in FA3_WHEELS (default
+# .whl: `pip download --no-deps fa3-fwd==0.0.3 einops -d .whl` on a machine with PyPI); reported absent otherwise.
+FA3_WHEELS=${FA3_WHEELS:-.whl}
+if [ -d "$FA3_WHEELS" ] && ! python3 -c "import fa3_fwd_interface" 2>/dev/null; then
+  python3 -m pip install -q --no-index --find-links "$FA3_WHEELS" fa3-fwd einops >"$OUT_DIR/fa3-install.log" 2>&1 || true
+fi
 std_seqlens=$(echo "$SEQLENS" | tr ',' '\n' | awk -v m="$STD_MAX" '$1 <= m' | paste -sd, -)
 ours="$OUT_DIR/ours.csv"
 "$BUILD/flashattn" bench --device cuda --dtype bf16 --algo "$ALGOS" --d "$DIMS" --seqlen "$SEQLENS" \

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch SDPA reference timings for scripts/bench-gpu.sh (benchmark only: never used by the library or tests).
+"""PyTorch SDPA reference timings for scripts/bench-gpu.sh (benchmark only: never used by the library or tests), and
+the real FlashAttention-3 forward (PyPI fa3-fwd, `from fa3_fwd_interface import flash_attn_func`) where it imports.
 
   bench_gpu_torch.py run  --out torch.csv [--d 64,128] [--seqlen 512,...] [--causal 0,1] [--pass fwd,bwd]
   bench_gpu_torch.py merge ours.csv torch.csv     -> one table: TFLOP/s of every algorithm and the ratios
@@ -33,6 +34,11 @@ def run(args):
         i += 2
     reps = int(opts["reps"])
     backends = [("torch-flash", SDPBackend.FLASH_ATTENTION), ("torch-cudnn", SDPBackend.CUDNN_ATTENTION)]
+    try:  # Dao-AILab's FlashAttention-3 forward (PyPI fa3-fwd), when installed: the FLASH3 forward's anchor
+        from fa3_fwd_interface import flash_attn_func as fa3
+    except ImportError as ex:
+        fa3 = None
+        print("fa3: absent (%s)" % ex, flush=True)
     rows = []
     for d in map(int, opts["d"].split(",")):
         h = 2048 // d
@@ -62,6 +68,16 @@ def run(args):
                         except Exception as ex:  # a backend that refuses a shape
                             rows.append([name, d, s, causal, pas, b, h, "error", str(ex).split("\n")[0][:60]])
                         print(",".join(map(str, rows[-1])), flush=True)
+                if fa3 is not None and "fwd" in opts["pass"].split(","):  # the real FA3 forward, [B, S, H, D]
+                    qt, kt, vt = (x.detach().transpose(1, 2).contiguous() for x in (q, k, v))
+                    try:
+                        ms = cuda_median_ms(lambda: fa3(qt, kt, vt, causal=bool(causal)), reps)
+                        rows.append(["fa3", d, s, causal, "fwd", b, h, "%.4f" % ms,
+                                     "%.1f" % (flops(b, h, s, d, causal, "fwd") / ms / 1e9)])
+                    except Exception as ex:
+                        rows.append(["fa3", d, s, causal, "fwd", b, h, "error", str(ex).split("\n")[0][:60]])
+                    print(",".join(map(str, rows[-1])), flush=True)
+                    del qt, kt, vt
                 del q, k, v, dout
                 torch.cuda.empty_cache()
     write_csv(opts["out"], ["algo", "d", "seqlen", "causal", "pass", "batch", "heads", "ms", "tflops"], rows)
@@ -94,23 +110,23 @@ def merge(ours_csv, torch_csv):
                 tf = None
             val[(r["algo"], int(r["d"]), int(r["seqlen"]), int(r["causal"]), r["pass"])] = tf
     keys = sorted({k[1:] for k in val}, key=lambda k: (k[3], k[0], k[2], k[1]))
-    cols = ["standard", "flash1", "flash2", "flash3", "torch-flash", "torch-cudnn"]
+    cols = ["standard", "flash1", "flash2", "flash3", "torch-flash", "torch-cudnn", "fa3"]
 
     def fmt(x):
         return "-" if x is None else "%.1f" % x
 
     print("TFLOP/s, bf16, %s (one run; ratios from the same run; best = the faster of FLASH3 and FLASH2)" % gpu_name())
-    print("| pass | d | causal | seqlen | standard | flash1 | flash2 | flash3 | torch-flash | torch-cudnn "
-          "| best/torch-flash | best/cuDNN | F3/F2 | F2/F1 | F1/std |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| pass | d | causal | seqlen | standard | flash1 | flash2 | flash3 | torch-flash | torch-cudnn | FA3 "
+          "| best/torch-flash | best/cuDNN | F3/FA3 | F3/F2 | F2/F1 | F1/std |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     worst = {}
     for (d, s, c, p) in keys:
         v = [val.get((a, d, s, c, p)) for a in cols]
         best = max([x for x in v[2:4] if x is not None], default=None)
-        print("| %s | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            p, d, c, s, *map(fmt, v), ratio(best, v[4]), ratio(best, v[5]), ratio(v[3], v[2]), ratio(v[2], v[1]),
-            ratio(v[1], v[0])))
-        for name, ref in (("torch-flash", v[4]), ("cuDNN", v[5])):
+        print("| %s | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            p, d, c, s, *map(fmt, v), ratio(best, v[4]), ratio(best, v[5]), ratio(v[3], v[6]), ratio(v[3], v[2]),
+            ratio(v[2], v[1]), ratio(v[1], v[0])))
+        for name, ref in (("torch-flash", v[4]), ("cuDNN", v[5]), ("FA3", v[6])):
             keep_worst(worst, (p, name), best, ref)
     for (p, name), r in sorted(worst.items()):
         print("worst best/%s over the %s rows: %.2f" % (name, p, r))

@@ -501,7 +501,7 @@ static int bench_run_parsed(const bench_args *A, const bench_sink *sink) {
                 continue;
             }
             if (sink->on_device) {
-                char desc[256];
+                char desc[512];
                 device_describe(dev, fa_context_threads(ctx), desc, sizeof desc);
                 sink->on_device(dev, fa_context_threads(ctx), desc, sink->user);
             }
@@ -633,6 +633,10 @@ int cmd_bench(int argc, char **argv) {
         ps.peak[0] = pk.fp32;
         ps.peak[1] = pk.bf16;
         FILE *f = A.csv || A.json ? stderr : stdout; /* keep CSV/JSON clean */
+        if (!pk.isa) { /* the selector refused FA_CPU_ISA: the rows below say so too */
+            fprintf(stderr, "flashattn bench: --peak: %s\n", pk.why);
+            return 1;
+        }
         fprintf(f, "peak (cpu, kernels %s, %d threads): fp32 micro-kernel %.1f GFLOP/s (%.1f on 1 thread)", pk.isa,
                 pk.threads, pk.fp32, pk.fp32_1t);
         if (pk.bf16 > 0) fprintf(f, ", bf16 %s %.1f", pk.isa && !strcmp(pk.isa, "amx") ? "tiles" : "dot", pk.bf16);

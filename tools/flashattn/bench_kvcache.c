@@ -409,7 +409,7 @@ int cmd_bench_kvcache(int argc, char **argv) {
             continue;
         }
         const int threads = dev == FA_BACKEND_CPU ? fa_context_threads(ctx) : 0;
-        char desc[256];
+        char desc[512];
         device_describe(dev, threads, desc, sizeof desc);
         if (!A.csv) printf("device: %s; build %s\n", desc, fa_version_string());
         for (int a = 0; a < A.dtype.n; a++)

@@ -388,7 +388,7 @@ int report_write(report *R) {
     }
     if (R->cuda) plots_device(R, &R->gpu, &n_png, names, &n_names);
 
-    char desc[256];
+    char desc[512];
     int threads = R->cpu.speed.n ? R->cpu.speed.v[0].threads : 0;
     device_describe(FA_BACKEND_CPU, threads, desc, sizeof desc);
     time_t now = time(NULL);

@@ -20,6 +20,7 @@
 typedef struct kv_args {
     int_list dev, batch, seqlen_k, page, heads, heads_k, seqlen, dtype, splits, d;
     int64_t threads, reps, warmup, split_size, ragged, append, warm_table;
+    double until_ci_pct, max_seconds; /* as in the attention mode */
     int csv, flush_read, bhsd, pages_in_order;
 } kv_args;
 
@@ -55,9 +56,14 @@ void bench_kvcache_help(void) {
            "  --threads N        CPU threads, 0 = all                       (default 0)\n"
            "  --reps N           timed repetitions                          (default 20)\n"
            "  --warmup N         warm-up calls                              (default 3)\n"
+           "  --until-ci PCT     after --reps, repeat until the 95%% confidence interval of the median is at most\n"
+           "                     PCT %% of it (at most %d calls; 0 = off)   (default 0)\n"
+           "  --max-seconds S    with --until-ci: stop repeating after S seconds of timed calls\n"
            "  --csv              CSV with the columns\n"
            "                     device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,\n"
-           "                     kv_gbs,memcpy_gbs,read_gbs,status,host_ms,append,flush,layout,page_order,warm_table\n");
+           "                     kv_gbs,memcpy_gbs,read_gbs,status,host_ms,append,flush,layout,page_order,warm_table,\n"
+           "                     reps,ms_ci_lo,ms_ci_hi\n",
+           BENCH_TIMES_MAX);
 }
 
 /* 1 if the value of --mode names this mode (kvcache, or its former name decode). */
@@ -137,6 +143,17 @@ static int parse(int argc, char **argv, kv_args *a) {
         ONE("--threads", threads, 0, 1024)
         ONE("--reps", reps, 1, 100000)
         ONE("--warmup", warmup, 0, 1000)
+        if (opt_is(x, "--until-ci")) {
+            if (!(v = opt_value(S, argc, argv, &i, "--until-ci")) || parse_double(S, "--until-ci", v, 0, 1000, &a->until_ci_pct))
+                return -1;
+            continue;
+        }
+        if (opt_is(x, "--max-seconds")) {
+            if (!(v = opt_value(S, argc, argv, &i, "--max-seconds")) ||
+                parse_double(S, "--max-seconds", v, 0, 1e6, &a->max_seconds))
+                return -1;
+            continue;
+        }
 #undef MATCH
 #undef LIST
 #undef ONE
@@ -225,6 +242,15 @@ static void flush_caches(const kv_shape *s, dev_buf *flush, dev_buf *sink) {
     else dev_fill_nan(flush);
 }
 
+/* Whether n timed calls are enough: without until_ci always; else when the median's 95 % interval is at most
+ * until_ci of it or max_seconds have passed since t0 (the rule of bench.c's rounds). */
+static int enough(const kv_shape *s, const double *ms, int n, double t0) {
+    if (s->until_ci <= 0 || (s->max_seconds > 0 && now_ms() - t0 >= 1e3 * s->max_seconds)) return 1;
+    double lo, hi;
+    median_ci(ms, n, &lo, &hi);
+    return hi - lo <= s->until_ci * median_of(ms, n);
+}
+
 int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
     const int64_t d = s->d, es = (int64_t)fa_dtype_size(s->dt), B = s->b, cap = s->cache;
     const int threads = s->dev == FA_BACKEND_CPU ? fa_context_threads(ctx) : 0;
@@ -307,12 +333,17 @@ int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
     ko.split_size = (int)s->split_size;
     if (ko.split_size) ko.num_splits = 0;
     dev_timer *tm = dev_timer_create(s->dev);
-    double *ms = malloc(sizeof(double) * 2 * (size_t)s->reps), *host = ms + s->reps;
+    /* the first s->reps calls always; with until_ci more, as `flashattn bench` does (bench.c, rounds_done) */
+    const int64_t most = s->until_ci > 0 && s->reps < BENCH_TIMES_MAX ? BENCH_TIMES_MAX : s->reps;
+    double *ms = malloc(sizeof(double) * 2 * (size_t)most), *host = ms + most;
     fa_status st = FA_OK;
     cpu_anchors anc = {0};
     if (s->anchors && s->dev == FA_BACKEND_CPU)
-        cpu_anchors_init(&anc, (size_t)(kv_bytes > 64e6 ? kv_bytes : 64e6), threads, s->reps);
-    for (int64_t r = -s->warmup; r < s->reps && st == FA_OK; r++) {
+        cpu_anchors_init(&anc, (size_t)(kv_bytes > 64e6 ? kv_bytes : 64e6), threads, most);
+    int64_t reps = s->reps;
+    double t0 = 0;
+    for (int64_t r = -s->warmup; r < reps && st == FA_OK; r++) {
+        if (r == 0) t0 = now_ms();
         /* CUDA: the L2 flush is queued and not waited for, so the call is enqueued while it runs (as the PyTorch
          * script does): the time is the GPU's; host_ms gives the enqueueing on its own */
         flush_caches(s, &flush, &sink);
@@ -327,22 +358,25 @@ int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
         const double h1 = now_ms(), t = dev_timer_stop(tm);
         if (r >= 0) ms[r] = t, host[r] = h1 - h0;
         if (anc.a) cpu_anchors_rep(&anc, r >= 0 ? r : 0); /* warm-up too: every timed call follows an anchor */
+        if (r == reps - 1 && reps < most && !enough(s, ms, (int)reps, t0)) reps++; /* one call more */
     }
     fa_stats stats;
     memset(&stats, 0, sizeof stats);
     if (st == FA_OK) fa_last_stats(ctx, &stats);
-    const double med = st == FA_OK ? median_of(ms, (int)s->reps) : NAN, gbs = kv_bytes / (med * 1e6);
-    const double host_med = st == FA_OK ? median_of(host, (int)s->reps) : NAN; /* the call's own time (on CUDA: enqueueing) */
+    const double med = st == FA_OK ? median_of(ms, (int)reps) : NAN, gbs = kv_bytes / (med * 1e6);
+    const double host_med = st == FA_OK ? median_of(host, (int)reps) : NAN; /* the call's own time (on CUDA: enqueueing) */
+    if (st == FA_OK) median_ci(ms, (int)reps, &res->ci_lo, &res->ci_hi);
+    res->reps_run = (int)reps;
     double copy = 0, rd = 0;
-    cpu_anchors_done(&anc, st == FA_OK ? s->reps : 0, &copy, &rd);
+    cpu_anchors_done(&anc, st == FA_OK ? reps : 0, &copy, &rd);
     if (s->anchors && s->dev == FA_BACKEND_CUDA && st == FA_OK) { /* the cache read once, after the same flush */
-        for (int64_t r = 0; r < s->reps; r++) {
+        for (int64_t r = 0; r < reps; r++) {
             flush_caches(s, &flush, &sink);
             dev_timer_start(tm);
             dev_read(&kv, &sink);
             ms[r] = dev_timer_stop(tm);
         }
-        rd = (double)kv.bytes / (median_of(ms, (int)s->reps) * 1e6);
+        rd = (double)kv.bytes / (median_of(ms, (int)reps) * 1e6);
     }
     res->status = st;
     res->ms = med, res->gbs = gbs, res->host_ms = host_med, res->memcpy_gbs = copy, res->read_gbs = rd;
@@ -357,16 +391,18 @@ int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
 
 void bench_kvcache_csv_header(FILE *f) {
     fprintf(f, "device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,kv_gbs,memcpy_gbs,"
-               "read_gbs,status,host_ms,append,flush,layout,page_order,warm_table\n");
+               "read_gbs,status,host_ms,append,flush,layout,page_order,warm_table,reps,ms_ci_lo,ms_ci_hi\n");
 }
 
 void bench_kvcache_csv_row(FILE *f, const kv_shape *s, const kv_result *r) {
-    fprintf(f, "%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%.4f,%.2f,%.2f,%.2f,%s,%.4f,%d,%s,%s,%s,%d\n", fa_backend_name(s->dev),
+    fprintf(f, "%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%.4f,%.2f,%.2f,%.2f,%s,%.4f,%d,%s,%s,%s,%d,", fa_backend_name(s->dev),
             fa_dtype_name(s->dt), (long long)s->b, (long long)s->cache, (long long)s->page, (long long)s->hq,
             (long long)s->hk, (long long)s->sq, (long long)s->d, (long long)s->ns, r->kernel, r->ms, r->gbs,
             r->memcpy_gbs, r->read_gbs, r->status == FA_OK ? "ok" : fa_status_string(r->status), r->host_ms,
             !s->no_append, s->dev == FA_BACKEND_CPU ? "-" : s->flush_read ? "read" : "write", s->bhsd ? "bhsd" : "bshd",
             s->pages_in_order ? "in-order" : "shuffled", s->warm_table);
+    if (r->status == FA_OK) fprintf(f, "%d,%.4f,%.4f\n", r->reps_run, r->ci_lo, r->ci_hi);
+    else fprintf(f, ",,\n");
 }
 
 static int run_one(const kv_args *A, const kv_shape *s, fa_context *ctx) {
@@ -424,7 +460,7 @@ int cmd_bench_kvcache(int argc, char **argv) {
             const kv_shape sh = {dev, (fa_dtype)A.dtype.v[a], A.batch.v[b], A.seqlen_k.v[c], A.page.v[p], A.heads.v[h],
                                  A.heads_k.v[k], A.seqlen.v[s], A.splits.v[n], A.d.v[e], A.split_size, (int)A.ragged,
                                  (int)A.reps, (int)A.warmup, 1, !A.append, A.flush_read, A.bhsd, A.pages_in_order,
-                                 (int)A.warm_table};
+                                 (int)A.warm_table, A.until_ci_pct / 100, A.max_seconds};
             if (sh.sq > sh.cache || sh.hq % sh.hk) continue;
             failures += run_one(&A, &sh, ctx) != 0;
         }

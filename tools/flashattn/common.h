@@ -66,10 +66,14 @@ typedef struct kv_shape {
     int bhsd;       /* the cache's layout: 0 [.., seq, heads, d] (flash-attn's), 1 [.., heads, seq, d] (PyTorch's) */
     int pages_in_order; /* paged: block table i -> page i (else a shuffled order, as an allocator hands pages out) */
     int warm_table;     /* CUDA: the lengths and the block table read back into the L2 after each flush */
+    double until_ci, max_seconds; /* after reps, repeat until the median's 95 % interval is at most until_ci of it
+                                     or max_seconds of calls have run (0: off), at most BENCH_TIMES_MAX calls */
 } kv_shape;
 typedef struct kv_result {
     fa_status status;
     double ms, gbs, host_ms, memcpy_gbs, read_gbs;
+    double ci_lo, ci_hi; /* the 95 % confidence interval of the median ms (median_ci) */
+    int reps_run;
     int64_t keys, contiguous_rows, paged_rows[2]; /* cache rows used; allocated contiguous / in pages of 16, 256 */
     char kernel[64], error[256];
 } kv_result;
@@ -98,6 +102,9 @@ void dev_timer_destroy(dev_timer *t);
 /* ---- misc ---- */
 double now_ms(void);
 double median_of(const double *x, int n); /* does not modify x */
+/* The distribution-free 95 % confidence interval [lo, hi] of the median of x[0..n) (order statistics; below 6 values
+ * it is [min, max], which covers less). Does not modify x. */
+void median_ci(const double *x, int n, double *lo, double *hi);
 uint64_t rng_next(uint64_t *s);           /* splitmix64 */
 double rng_uniform(uint64_t *s);          /* [0, 1) */
 int rng_int(uint64_t *s, int lo, int hi); /* [lo, hi] */
@@ -113,8 +120,13 @@ typedef struct bench_config {
     int backward;
     int threads;          /* CPU threads (0 = all) */
     int block_q, block_k; /* 0 = default */
-    int reps, warmup;
+    int reps, warmup;     /* reps: the timed repetitions, or the least of them with until_ci */
+    double until_ci;      /* > 0: repeat until each median's 95 % interval is at most this fraction of it ... */
+    double max_seconds;   /* ... or the configuration's timed calls took this long (0: no limit), at most
+                             BENCH_TIMES_MAX repetitions */
 } bench_config;
+
+#define BENCH_TIMES_MAX 64 /* the repetitions a row keeps (the adaptive ones stop there) */
 
 typedef struct bench_row {
     bench_config cfg;
@@ -125,6 +137,11 @@ typedef struct bench_row {
     char kernel[64];
     int block_q, block_k, threads;
     double ms, ms_min, ms_max, spread_pct; /* median, min, max of reps; spread = (max-min)/median */
+    double ci_lo, ci_hi;  /* the 95 % confidence interval of the median (median_ci) */
+    int reps_run;         /* repetitions timed */
+    int n_times;          /* times[0..n_times): the first of them, rep r of every algorithm of the group in one
+                             round (their ratios are paired) */
+    double times[BENCH_TIMES_MAX];
     double flops, gflops;
     int64_t extra_bytes, read_bytes, write_bytes;
     double speedup;       /* ms(STANDARD)/ms in the same group, 0 if STANDARD is not measured */

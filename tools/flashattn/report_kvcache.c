@@ -35,17 +35,20 @@ void report_measure_kvcache(report *R, fa_backend dev, dev_data *D) {
     kvcache_plan(R, dev, threads, &cache, batch, &hq, &hk);
     snprintf(name, sizeof name, "kvcache_%s.csv", fa_backend_name(dev));
     FILE *csv = report_csv(R, name, 3);
-    const int reps = strcmp(R->p.name, "smoke") == 0 ? 3 : 10;
+    const int reps = strcmp(R->p.name, "smoke") == 0 ? 3 : R->p.reps;
+    /* half the attention points' interval: the claims divide two of these medians, measured apart (not paired) */
+    const double until = R->p.until_ci / 2, most = R->p.max_seconds;
     /* split vs none at both batches (contiguous, equal lengths); then pages of 16 and 256 vs contiguous on ragged
      * lengths at the larger batch */
     kv_shape list[7];
     int n = 0;
     for (int b = 0; b < 2; b++)
         for (int ns = 1; ns >= 0; ns--)
-            list[n++] = (kv_shape){dev, FA_DTYPE_BF16, batch[b], cache, 0, hq, hk, 1, ns, 128, 0, 0, reps, 2, 0, 0, 1, 0, 0, 0};
+            list[n++] = (kv_shape){dev, FA_DTYPE_BF16, batch[b], cache, 0, hq, hk, 1, ns, 128, 0, 0, reps, 2, 0, 0, 1, 0, 0, 0,
+                                   until, most};
     for (int p = 0; p < 3; p++)
         list[n++] = (kv_shape){dev, FA_DTYPE_BF16, batch[1], cache, p == 0 ? 0 : p == 1 ? 16 : 256, hq, hk, 1, 0, 128,
-                                0, 1, reps, 2, 0, 0, 1, 0, 0, 0};
+                                0, 1, reps, 2, 0, 0, 1, 0, 0, 0, until, most};
     for (int i = 0; i < n; i++) {
         const kv_shape *s = &list[i];
         char what[96];
@@ -53,18 +56,29 @@ void report_measure_kvcache(report *R, fa_backend dev, dev_data *D) {
                  (long long)s->page, s->ns ? "1" : "auto");
         report_progress(R, what);
         kv_result r;
+        report_point_begin(R);
         bench_kvcache_one(ctx, s, &r);
         push(D, s, &r);
         if (R->repro)
             fprintf(R->repro, "%s\tbench --mode kvcache --device %s --dtype bf16 --d 128 --batch %lld --seqlen-k %lld "
-                              "--page %lld --heads %lld --heads-k %lld --splits %lld --ragged %d --reps %d --threads %d\n",
+                              "--page %lld --heads %lld --heads-k %lld --splits %lld --ragged %d --reps %d --until-ci %g "
+                              "--max-seconds %g --threads %d\n",
                     name, fa_backend_name(dev), (long long)s->b, (long long)s->cache, (long long)s->page,
-                    (long long)s->hq, (long long)s->hk, (long long)s->ns, s->ragged, s->reps, threads);
+                    (long long)s->hq, (long long)s->hk, (long long)s->ns, s->ragged, s->reps, 100 * s->until_ci,
+                    s->max_seconds, threads);
         if (csv) bench_kvcache_csv_row(csv, s, &r);
         R->work_done += 0.2;
     }
     if (csv) fclose(csv);
+    report_point_end(R);
     fa_context_destroy(ctx);
+}
+
+/* ms(a)/ms(b) of two decoding rows and its interval: the rows ran apart, so the ends of their medians' 95 %
+ * intervals divided crosswise. */
+static double kv_ratio(const kv_row *a, const kv_row *b, double *lo, double *hi) {
+    *lo = a->r.ci_lo / b->r.ci_hi, *hi = a->r.ci_hi / b->r.ci_lo;
+    return a->r.ms / b->r.ms;
 }
 
 static const kv_row *find_kv(const dev_data *D, int64_t b, int64_t page, int64_t ns, int ragged) {
@@ -91,22 +105,33 @@ int report_kvcache_claims(const dev_data *D, claim *cl) {
     const kv_row *a1 = find_kv(D, batch[0], 0, 1, 0), *a0 = find_kv(D, batch[0], 0, 0, 0),
                   *b1 = find_kv(D, batch[1], 0, 1, 0), *b0 = find_kv(D, batch[1], 0, 0, 0);
     if (a1 && a0 && b1 && b0) {
-        const double small = a1->r.ms / a0->r.ms, large = b1->r.ms / b0->r.ms;
+        double s_lo, s_hi, l_lo, l_hi;
+        const double small = kv_ratio(a1, a0, &s_lo, &s_hi), large = kv_ratio(b1, b0, &l_lo, &l_hi);
         snprintf(cl[0].result, sizeof cl[0].result,
-                 "batch %lld: %.2f → %.2f GB/s of K+V with splits (%.2f×); batch %lld: %.2f → %.2f GB/s (%.2f×)",
-                 (long long)batch[0], a1->r.gbs, a0->r.gbs, small, (long long)batch[1], b1->r.gbs, b0->r.gbs, large);
-        if (small >= 1.3 && large < 1.15 && large > 0.85)
+                 "batch %lld: %.2f → %.2f GB/s of K+V with splits (%.2f×, 95 %% interval %.2f–%.2f×); batch %lld: "
+                 "%.2f → %.2f GB/s (%.2f×, %.2f–%.2f×)",
+                 (long long)batch[0], a1->r.gbs, a0->r.gbs, small, s_lo, s_hi, (long long)batch[1], b1->r.gbs,
+                 b0->r.gbs, large, l_lo, l_hi);
+        /* it holds when splitting pays at least 1.3× at batch 1 */
+        const verdict_kind k_lo = s_lo >= 1.3 ? V_HOLDS : V_DOES_NOT_HOLD, k_hi = s_hi >= 1.3 ? V_HOLDS : V_DOES_NOT_HOLD;
+        cl[0].kind = k_lo == k_hi ? k_lo : V_NOT_SETTLED;
+        if (cl[0].kind == V_NOT_SETTLED)
+            snprintf(cl[0].verdict, sizeof cl[0].verdict,
+                     "**not settled**: *does not hold* or *holds* within the measurements' 95 %% intervals (splitting "
+                     "gives %.2f–%.2f× at batch %lld; it holds from 1.3×)", s_lo, s_hi, (long long)batch[0]);
+        else if (small >= 1.3 && large < 1.15 && large > 0.85 && cl[0].kind == V_HOLDS)
             snprintf(cl[0].verdict, sizeof cl[0].verdict,
                      "**holds here**: splitting pays %.2f× at batch %lld; at batch %lld the heuristic leaves it alone "
                      "(%.2f×)", small, (long long)batch[0], (long long)batch[1], large);
-        else if (small >= 1.3)
-            snprintf(cl[0].verdict, sizeof cl[0].verdict, "**holds here** at batch %lld (%.2f×); batch %lld: %.2f×",
-                     (long long)batch[0], small, (long long)batch[1], large);
+        else if (cl[0].kind == V_HOLDS)
+            snprintf(cl[0].verdict, sizeof cl[0].verdict, "**holds here** at batch %lld (%.2f×, 95 %% interval %.2f–%.2f×); "
+                     "batch %lld: %.2f×", (long long)batch[0], small, s_lo, s_hi, (long long)batch[1], large);
         else
             snprintf(cl[0].verdict, sizeof cl[0].verdict,
-                     "**does not show here** (%.2f× at batch %lld): one sequence already fills this device", small,
-                     (long long)batch[0]);
+                     "**does not hold here** (%.2f× at batch %lld, 95 %% interval %.2f–%.2f×): one sequence already "
+                     "fills this device", small, (long long)batch[0], s_lo, s_hi);
     } else {
+        cl[0].kind = V_NOT_MEASURED;
         snprintf(cl[0].result, sizeof cl[0].result, "-");
         snprintf(cl[0].verdict, sizeof cl[0].verdict, "not measured (a fa_forward_kvcache call failed)");
     }
@@ -121,14 +146,24 @@ int report_kvcache_claims(const dev_data *D, claim *cl) {
     const kv_row *c = find_kv(D, batch[1], 0, 0, 1), *p16 = find_kv(D, batch[1], 16, 0, 1),
                   *p256 = find_kv(D, batch[1], 256, 0, 1);
     if (c && p16 && p256) {
-        const double r16 = c->r.ms / p16->r.ms, r256 = c->r.ms / p256->r.ms, used = (double)c->r.keys;
+        double lo16, hi16, lo256, hi256;
+        const double r16 = kv_ratio(c, p16, &lo16, &hi16), r256 = kv_ratio(c, p256, &lo256, &hi256), used = (double)c->r.keys;
         const double w_c = 1 - used / (double)c->r.contiguous_rows, w16 = 1 - used / (double)c->r.paged_rows[0],
                      w256 = 1 - used / (double)c->r.paged_rows[1];
         snprintf(cl[1].result, sizeof cl[1].result,
-                 "speed vs contiguous: pages of 16 %.2f×, of 256 %.2f×; memory not holding a key: contiguous "
-                 "max-length %.1f %%, pages of 16 %.2f %%, of 256 %.1f %%",
-                 r16, r256, 100 * w_c, 100 * w16, 100 * w256);
-        if (r16 >= 0.9 && r256 >= 0.9)
+                 "speed vs contiguous: pages of 16 %.2f× (95 %% interval %.2f–%.2f×), of 256 %.2f× (%.2f–%.2f×); "
+                 "memory not holding a key: contiguous max-length %.1f %%, pages of 16 %.2f %%, of 256 %.1f %%",
+                 r16, lo16, hi16, r256, lo256, hi256, 100 * w_c, 100 * w16, 100 * w256);
+        /* the memory is saved either way (counted); it holds when both page sizes keep 0.9× the contiguous speed */
+        const verdict_kind k_lo = lo16 >= 0.9 && lo256 >= 0.9 ? V_HOLDS : V_PARTLY,
+                           k_hi = hi16 >= 0.9 && hi256 >= 0.9 ? V_HOLDS : V_PARTLY;
+        cl[1].kind = k_lo == k_hi ? k_lo : V_NOT_SETTLED;
+        if (cl[1].kind == V_NOT_SETTLED)
+            snprintf(cl[1].verdict, sizeof cl[1].verdict,
+                     "**not settled**: *partly* or *holds* within the measurements' 95 %% intervals (pages of 16: "
+                     "%.2f–%.2f×, of 256: %.2f–%.2f× the contiguous speed; it holds from 0.9×)", lo16, hi16, lo256,
+                     hi256);
+        else if (cl[1].kind == V_HOLDS)
             snprintf(cl[1].verdict, sizeof cl[1].verdict,
                      "**holds here**: ≥ %.2f× the contiguous speed, %.1f %% of a max-length allocation saved",
                      r16 < r256 ? r16 : r256, 100 * (w_c - w16));
@@ -137,6 +172,7 @@ int report_kvcache_claims(const dev_data *D, claim *cl) {
                      "**partly**: the memory is saved (%.1f %%), but pages cost speed here (%.2f× / %.2f×)",
                      100 * (w_c - w16), r16, r256);
     } else {
+        cl[1].kind = V_NOT_MEASURED;
         snprintf(cl[1].result, sizeof cl[1].result, "-");
         snprintf(cl[1].verdict, sizeof cl[1].verdict, "not measured (a fa_forward_kvcache call failed)");
     }

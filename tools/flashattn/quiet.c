@@ -57,31 +57,56 @@ double quiet_wait(double max_wait_s, double *waited_s) {
     return others;
 }
 
-/* The point that was being measured (if any) is over: other processes' CPU use during it joins the run's figures;
- * returns it (-1 unknown or none). */
-double report_point_end(report *R) {
-    if (R->group_clock.wall < 0) return -1;
+int row_disturbed(double others) { return others > quiet_threshold(); }
+
+/* Shortest measuring window: 50 ticks of the kernel's 10 ms busy-time clock, so that a tick more or less is 2 %. */
+#define FA_WINDOW_S 0.5
+
+void report_window_close(report *R) {
+    if (R->window.wall < 0) return;
     cpu_clock now;
     cpu_clock_now(&now);
-    const double o = cpu_others(&R->group_clock, &now), dt = now.wall - R->group_clock.wall;
-    R->group_clock.wall = -1;
-    if (o < 0) return -1;
+    const double o = cpu_others(&R->window, &now), dt = now.wall - R->window.wall;
+    for (int k = 0; k < R->n_pending; k++) {
+        if (R->pending[k].rows && R->pending[k].i < R->pending[k].rows->n)
+            R->pending[k].rows->others[R->pending[k].i] = o;
+        else if (R->pending[k].slot)
+            *R->pending[k].slot = o;
+    }
+    R->n_pending = 0;
+    R->window.wall = -1;
+    if (o < 0) return;
     R->others_mean = (R->others_mean * R->others_weight + o * dt) / (R->others_weight + dt);
     R->others_weight += dt;
     if (o > R->others_max) R->others_max = o;
-    R->groups++;
-    R->busy_groups += o > quiet_threshold();
-    return o;
+    R->windows++;
+    R->busy_windows += row_disturbed(o);
 }
 
-/* A point is about to be measured. If other processes were busy during the last one, first wait for them to leave
- * (each wait at most a quarter of the run's allowance, so one long job does not use all of it at once). */
+void report_window_row(report *R, rows_t *rows, int i, double *slot) {
+    if (R->window.wall < 0) cpu_clock_now(&R->window); /* a row measured outside a window: open one now */
+    if (R->n_pending == (int)(sizeof R->pending / sizeof R->pending[0])) report_window_close(R);
+    if (R->window.wall < 0) cpu_clock_now(&R->window);
+    R->pending[R->n_pending].rows = rows, R->pending[R->n_pending].i = i, R->pending[R->n_pending].slot = slot;
+    R->n_pending++;
+}
+
+/* A point is about to be measured. A window at least FA_WINDOW_S long is closed; if other processes kept the CPUs
+ * busy in it, first wait for them to leave (each wait at most a quarter of the run's allowance, so that one long job
+ * does not use all of it at once). Then the point joins the open window, or opens one. */
 void report_point_begin(report *R) {
-    const double o = report_point_end(R), left = R->p.max_wait - R->waited;
-    if (o > quiet_threshold() && left > 0) {
-        double w = 0;
-        quiet_wait(left < R->p.max_wait / 4 ? left : R->p.max_wait / 4, &w);
-        R->waited += w;
+    if (R->window.wall >= 0) {
+        cpu_clock now;
+        cpu_clock_now(&now);
+        if (now.wall - R->window.wall < FA_WINDOW_S) return;
+        const int busy0 = R->busy_windows;
+        report_window_close(R);
+        const double left = R->p.max_wait - R->waited;
+        if (R->busy_windows > busy0 && left > 0) {
+            double w = 0;
+            quiet_wait(left < R->p.max_wait / 4 ? left : R->p.max_wait / 4, &w);
+            R->waited += w;
+        }
     }
-    cpu_clock_now(&R->group_clock);
+    cpu_clock_now(&R->window);
 }

@@ -48,7 +48,9 @@ static void on_group(const bench_config *c, void *user) {
 
 static void on_row(const bench_row *r, void *user) {
     run_ctx *x = user;
-    rows_push(x->dst, r);
+    const int n0 = x->dst->n;
+    rows_push(x->dst, r, -1);
+    if (x->dst->n > n0) report_window_row(x->R, x->dst, n0, NULL);
     if (x->csv) {
         bench_csv_row(x->csv, r, 1);
         fflush(x->csv);
@@ -85,7 +87,6 @@ static void report_bench(report *R, rows_t *dst, FILE *csv, const char *csvname,
     bench_sink sink = {NULL, on_group, on_row, NULL, &x};
     double before = R->work_done;
     int rc = bench_run_args(argc, argv, &sink);
-    report_point_end(R);
     if (rc == CLI_EXIT_USAGE) fprintf(stderr, "flashattn report: internal: bad bench arguments: %s\n", args);
     R->work_done = before + est;
     report_progress(R, label);
@@ -429,7 +430,7 @@ int cmd_report(int argc, char **argv) {
                  R.p.max_seconds);
     else
         snprintf(R.rule, sizeof R.rule, "--reps %d", R.p.reps);
-    R.group_clock.wall = -1;
+    R.window.wall = -1;
     R.threads = (int)threads;
     /* before anything is timed (the peak measurement below sizes the points): wait, up to half the allowance, for
      * other processes to leave the CPUs, and say how busy they were */
@@ -485,6 +486,7 @@ int cmd_report(int argc, char **argv) {
         report_progress(&R, "PyTorch SDPA");
         report_torch(&R);
     }
+    report_window_close(&R);
     fclose(R.repro);
     R.work_done = R.work_total;
     report_progress(&R, "writing the report");
@@ -492,8 +494,9 @@ int cmd_report(int argc, char **argv) {
     R.seconds = (now_ms() - R.t0) / 1e3;
     R.load_end = load_avg();
     int rc = report_write(&R);
-    free(R.cpu.speed.v), free(R.cpu.par.v), free(R.cpu.blocks.v), free(R.cpu.mem.v);
-    free(R.gpu.speed.v), free(R.gpu.par.v), free(R.gpu.blocks.v), free(R.gpu.mem.v);
+    rows_t *all[] = {&R.cpu.speed, &R.cpu.par, &R.cpu.blocks, &R.cpu.mem,
+                     &R.gpu.speed, &R.gpu.par, &R.gpu.blocks, &R.gpu.mem};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->v), free(all[i]->others);
     free(R.io_seqlen.v), free(R.io_sram.v);
     return rc;
 }

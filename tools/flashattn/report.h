@@ -8,6 +8,8 @@
 
 typedef struct rows_t {
     bench_row *v;
+    double *others; /* per row: other processes' CPU use (cores) in the window it was measured in (quiet.c), -1
+                       unknown */
     int n, cap;
 } rows_t;
 
@@ -28,6 +30,9 @@ double quiet_threshold(void);
 /* Waits in windows of 0.25 s until other processes use at most quiet_threshold() (at least one window, at most
  * max_wait_s); returns their use in the last window (-1 unknown) and the seconds waited. */
 double quiet_wait(double max_wait_s, double *waited_s);
+/* A measured row is disturbed when other processes kept the CPUs busier than quiet_threshold() while it ran: the
+ * claims leave it out (and are not settled when too few rows remain). */
+int row_disturbed(double others);
 
 /* What one preset (--smoke, --quick, --full) measures. */
 typedef struct preset {
@@ -58,6 +63,7 @@ typedef struct preset {
 typedef struct kv_row {
     kv_shape s;
     kv_result r;
+    double others; /* as rows_t.others */
 } kv_row;
 
 typedef struct dev_data {
@@ -99,8 +105,14 @@ typedef struct report {
     double others_start, others_mean, others_max;
     double waited;            /* seconds spent waiting for a quiet machine */
     double others_weight;     /* the measured seconds behind others_mean */
-    int busy_groups, groups;  /* measured points during which others used more than quiet_threshold() */
-    cpu_clock group_clock;    /* when the current point began (wall < 0: none yet) */
+    int busy_windows, windows; /* measuring windows (quiet.c) in which others used more than quiet_threshold() */
+    cpu_clock window;         /* when the current window began (wall < 0: none open) */
+    struct {                  /* the rows measured in it: rows->others[i], or *slot */
+        rows_t *rows;
+        int i;
+        double *slot;
+    } pending[256];
+    int n_pending;
     double work_total, work_done;
     char last_section[128];
     FILE *repro;
@@ -115,7 +127,7 @@ typedef struct report {
 } report;
 
 /* ---- report_util.c ---- */
-void rows_push(rows_t *r, const bench_row *x);            /* dropped when out of memory */
+void rows_push(rows_t *r, const bench_row *x, double others); /* dropped when out of memory */
 int io_rows_push(io_rows_t *r, const io_row *x);          /* 0, or -1 when out of memory */
 /* `flashattn bench ARGV` into rows (no CSV, no progress). */
 void report_bench_rows(int argc, char **argv, rows_t *rows);
@@ -125,11 +137,14 @@ FILE *report_csv(report *R, const char *name, int kind);
 /* The progress bar (stderr: one line redrawn on a terminal, else a line per section). */
 void report_progress(report *R, const char *what);
 
-/* quiet.c: a timed point is about to run: waits first if other processes kept the CPUs busy during the last one
- * (within the preset's allowance); report_point_end closes the current point (if any). Their use during each point
- * joins report.others_*; report_point_end returns it (-1 unknown or no point). */
+/* quiet.c: measuring windows. Other processes' CPU use is read over windows of at least half a second (the
+ * kernel's busy time comes in 10 ms ticks: a shorter window would misread it) and given to every row measured in
+ * the window (report_window_row; rows is NULL for a slot of its own). report_point_begin, before each timed point,
+ * closes a window that is long enough and, if it was busy, waits for the machine to be quiet again (within the
+ * preset's allowance); report_window_close closes the last one when the measurements end. */
 void report_point_begin(report *R);
-double report_point_end(report *R);
+void report_window_row(report *R, rows_t *rows, int i, double *slot);
+void report_window_close(report *R);
 
 /* GPU extras (report_gpu.c): ncu DRAM bytes and the PyTorch SDPA reference; each sets its *_status line. */
 void report_ncu(report *R);
@@ -147,6 +162,11 @@ typedef struct claim {
     verdict_kind kind;
 } claim;
 
+/* report_util.c: a / b for two medians measured apart (not paired), each with its 95 % interval: the intervals'
+ * relative half-widths add in quadrature (independent estimates), giving the ratio's [lo, hi]. */
+double cross_ratio(double a, double a_lo, double a_hi, double b, double b_lo, double b_hi, double *lo, double *hi);
+/* report_util.c: the verdict of a claim whose measurements were too often disturbed (row_disturbed) to settle it. */
+void claim_disturbed(claim *c, int busy, int total);
 /* report_claims.c: the claims of one device (at most 10) from its rows; returns how many. */
 int build_claims(report *R, const dev_data *D, claim *cl, int *ncl);
 /* The first row of rs matching (negative / -1 = any). */

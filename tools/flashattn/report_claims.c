@@ -51,6 +51,7 @@ typedef struct ratio_set {
     double r[512], lo[512], hi[512];
     int64_t d[512], seqlen[512], bh[512];
     int causal[512], bwd[512];
+    int busy[512]; /* either row was measured while other processes kept the CPUs busy (row_disturbed) */
 } ratio_set;
 
 /* The paired ms(slow)/ms(fast) ratio, with its 95 % interval, of every configuration of rs where both ran. */
@@ -65,6 +66,7 @@ static void collect(const rows_t *rs, fa_algo slow, fa_algo fast, ratio_set *out
         if (!s || !s->ok) continue;
         int k = out->n;
         if (!paired_ratio(s, f, &out->r[k], &out->lo[k], &out->hi[k])) continue;
+        out->busy[k] = row_disturbed(rs->others[i]) || row_disturbed(rs->others[s - rs->v]);
         out->n++;
         out->d[k] = c->head_dim;
         out->seqlen[k] = c->seqlen_q;
@@ -177,9 +179,36 @@ static verdict_kind speed_kind(double med, double group, double t) {
     return med >= t ? V_HOLDS : group >= t ? V_DEPENDS : V_DOES_NOT_HOLD;
 }
 
-/* "A is X–Y× faster than B": ratios ms(B)/ms(A), each with its 95 % interval. */
-static void speed_claim(claim *c, const ratio_set *s, double lo_claim, double hi_claim, const char *fast,
+/* The settings of `all` measured on a quiet machine; how many were not. */
+static int quiet_only(const ratio_set *all, ratio_set *out) {
+    int busy = 0;
+    out->n = 0;
+    for (int i = 0; i < all->n; i++) {
+        if (all->busy[i]) {
+            busy++;
+            continue;
+        }
+        const int k = out->n++;
+        out->r[k] = all->r[i], out->lo[k] = all->lo[i], out->hi[k] = all->hi[i], out->d[k] = all->d[i];
+        out->seqlen[k] = all->seqlen[i], out->bh[k] = all->bh[i], out->causal[k] = all->causal[i];
+        out->bwd[k] = all->bwd[i], out->busy[k] = 0;
+    }
+    return busy;
+}
+
+/* "A is X–Y× faster than B": ratios ms(B)/ms(A), each with its 95 % interval, over the settings measured on a quiet
+ * machine (not settled when more than a quarter were not). */
+static void speed_claim(claim *c, const ratio_set *all, double lo_claim, double hi_claim, const char *fast,
                         const char *slow, const char *where) {
+    ratio_set q;
+    const int busy = quiet_only(all, &q);
+    const ratio_set *s = &q;
+    if (busy && 4 * busy > all->n) {
+        snprintf(c->result, sizeof c->result, "%d of %d settings measured while other processes kept the CPUs busy",
+                 busy, all->n);
+        claim_disturbed(c, busy, all->n);
+        return;
+    }
     if (s->n == 0) {
         snprintf(c->result, sizeof c->result, "no configuration where both %s and %s ran", fast, slow);
         snprintf(c->verdict, sizeof c->verdict, "not measured here");
@@ -201,6 +230,11 @@ static void speed_claim(claim *c, const ratio_set *s, double lo_claim, double hi
              "%s/%s speed ratio over %d settings (%s): median %.2f× (95 %% interval %.2f–%.2f×), range %.2f–%.2f×; "
              "≥ %.1f× in %s of %d%s%s",
              fast, slow, s->n, where, med, med_lo, med_hi, lo, hi, lo_claim, count, s->n, why[0] ? "; by " : "", why);
+    if (busy) {
+        const size_t l = strlen(c->result);
+        snprintf(c->result + l, sizeof c->result - l, " (%d more left out: measured while other processes were busy)",
+                 busy);
+    }
     char grp[64], grp_lo[64], grp_hi[64];
     const double g = best_group(s, s->r, grp, sizeof grp), g_lo = best_group(s, s->lo, grp_lo, sizeof grp_lo),
                  g_hi = best_group(s, s->hi, grp_hi, sizeof grp_hi);
@@ -309,8 +343,8 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
 
     /* 1. V2 is 1.5–2× V1 */
     rows_t both = {0};
-    for (int i = 0; i < D->speed.n; i++) rows_push(&both, &D->speed.v[i]);
-    for (int i = 0; i < D->par.n; i++) rows_push(&both, &D->par.v[i]);
+    for (int i = 0; i < D->speed.n; i++) rows_push(&both, &D->speed.v[i], D->speed.others[i]);
+    for (int i = 0; i < D->par.n; i++) rows_push(&both, &D->par.v[i], D->par.others[i]);
     cl[n].claim = "FlashAttention-2 is 1.5–2× faster than FlashAttention-1";
     snprintf(cl[n].measured, sizeof cl[n].measured, "median time of FLASH1 / FLASH2, same inputs, interleaved (%s)", dn);
     collect(&both, FA_ALGO_FLASH1, FA_ALGO_FLASH2, &s);
@@ -483,12 +517,17 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
         const char *fname = D->dev == FA_BACKEND_CUDA ? "shared memory per SM" : "L2 per core";
         /* the fastest FLASH2 tile (by median) whose working set fits the fast memory, and the fastest that does not */
         const bench_row *fit = NULL, *big = NULL;
-        int n_unsup = 0;
+        int n_unsup = 0, n_tiles = 0, n_busy = 0;
         for (int i = 0; i < D->blocks.n; i++) {
             const bench_row *r = &D->blocks.v[i];
             if (r->algo != FA_ALGO_FLASH2) continue;
             if (!r->ok) {
                 n_unsup++;
+                continue;
+            }
+            n_tiles++;
+            if (row_disturbed(D->blocks.others[i])) { /* left out: measured while other processes were busy */
+                n_busy++;
                 continue;
             }
             const bench_row **slot = tile_bytes(r->block_q, r->block_k, 64) <= fast ? &fit : &big;
@@ -511,8 +550,8 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
         const char *unit = cuda ? "TFLOP/s" : "GFLOP/s";
         const double us = cuda ? 1e-3 : 1;
         size_t o = 0;
-        /* speed of the fastest overflowing tile over the fastest fitting one, with its interval (different commands,
-         * so the ends of the time intervals divided crosswise) */
+        /* speed of the fastest overflowing tile over the fastest fitting one, with its interval (different commands:
+         * cross_ratio) */
         double sp = NAN, sp_lo = NAN, sp_hi = NAN;
         if (fit)
             o += (size_t)snprintf(cl[n].result + o, sizeof cl[n].result - o,
@@ -524,7 +563,7 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
                                   "%sfastest that overflows it: %d×%d, %.1f %s (%.0f KiB)", o ? "; " : "", big->block_q,
                                   big->block_k, big->gflops * us, unit, tile_bytes(big->block_q, big->block_k, 64) / 1024);
         if (fit && big) {
-            sp = fit->ms / big->ms, sp_lo = fit->ci_lo / big->ci_hi, sp_hi = fit->ci_hi / big->ci_lo;
+            sp = cross_ratio(fit->ms, fit->ci_lo, fit->ci_hi, big->ms, big->ci_lo, big->ci_hi, &sp_lo, &sp_hi);
             o += (size_t)snprintf(cl[n].result + o, sizeof cl[n].result - o,
                                   ", %.2f× the fitting one's speed (95 %% interval %.2f–%.2f×)", sp, sp_lo, sp_hi);
         }
@@ -541,7 +580,9 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
         cl[n].kind = settle(k_lo, k_hi);
         char spread[96] = "";
         if (fit && big) snprintf(spread, sizeof spread, " (%.2f×, 95 %% interval %.2f–%.2f×)", sp, sp_lo, sp_hi);
-        if (cl[n].kind == V_NOT_SETTLED) {
+        if (n_busy && 4 * n_busy > n_tiles)
+            claim_disturbed(&cl[n], n_busy, n_tiles);
+        else if (cl[n].kind == V_NOT_SETTLED) {
             char d[200];
             snprintf(d, sizeof d, "the fastest overflowing tile runs at %.2f–%.2f× the fastest fitting one's speed; "
                                   "below 0.9× it is slower, above 1.1× faster", sp_lo, sp_hi);
@@ -572,7 +613,7 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
     {
         /* per setting the paired ratio flash/STANDARD (> 1: STANDARD faster) with its interval: a win, a loss, or a
          * tie within the interval */
-        int tot = 0, wins = 0, wins_lo = 0, wins_hi = 0;
+        int tot = 0, wins = 0, wins_lo = 0, wins_hi = 0, n_busy = 0;
         double best_ratio = 0, worst_ratio = INFINITY;
         char list[256] = "";
         size_t o = 0;
@@ -585,6 +626,10 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
             const bench_row *f = f1 && f1->ok && (!f2 || !f2->ok || f1->ms < f2->ms) ? f1 : f2 && f2->ok ? f2 : NULL;
             double r, lo, hi;
             if (!f || !paired_ratio(f, s, &r, &lo, &hi)) continue;
+            if (row_disturbed(D->speed.others[i]) || row_disturbed(D->speed.others[f - D->speed.v])) {
+                n_busy++; /* left out: measured while other processes were busy */
+                continue;
+            }
             tot++;
             if (r > best_ratio) best_ratio = r;
             if (r < worst_ratio) worst_ratio = r;
@@ -604,7 +649,9 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
                  worst_ratio > 0 ? 1 / best_ratio : NAN, 1 / worst_ratio);
         const verdict_kind k_lo = short_kind(wins_lo, tot), k_hi = short_kind(wins_hi, tot);
         cl[n].kind = settle(k_lo, k_hi);
-        if (cl[n].kind == V_NOT_SETTLED) {
+        if (n_busy && 4 * n_busy > n_busy + tot)
+            claim_disturbed(&cl[n], n_busy, n_busy + tot);
+        else if (cl[n].kind == V_NOT_SETTLED) {
             char d[160];
             snprintf(d, sizeof d, "STANDARD faster in %d–%d of %d settings", wins_lo, wins_hi, tot);
             unsettled(&cl[n], k_lo, k_hi, d);
@@ -650,7 +697,9 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
                      why[0] ? "; by " : "", why);
             const verdict_kind k_lo = par_kind(s.lo[is], s.hi[il]), k_hi = par_kind(s.hi[is], s.lo[il]);
             cl[n].kind = settle(k_lo, k_hi);
-            if (cl[n].kind == V_NOT_SETTLED) {
+            if (s.busy[is] || s.busy[il])
+                claim_disturbed(&cl[n], s.busy[is] + s.busy[il], 2);
+            else if (cl[n].kind == V_NOT_SETTLED) {
                 char d[200];
                 snprintf(d, sizeof d, "%.2f–%.2f× at %lld head(s) against %.2f–%.2f× at %lld; it holds beyond 1.2× the "
                                       "latter", s.lo[is], s.hi[is], (long long)s.bh[is], s.lo[il], s.hi[il],

@@ -18,10 +18,12 @@ static void kvcache_plan(const report *R, fa_backend dev, int threads, int64_t *
     *hk = 8;
 }
 
-static void push(dev_data *D, const kv_shape *s, const kv_result *r) {
+static void push(report *R, dev_data *D, const kv_shape *s, const kv_result *r) {
     if (D->n_kv >= (int)(sizeof D->kv / sizeof D->kv[0])) return;
     D->kv[D->n_kv].s = *s;
     D->kv[D->n_kv].r = *r;
+    D->kv[D->n_kv].others = -1;
+    report_window_row(R, NULL, 0, &D->kv[D->n_kv].others);
     D->n_kv++;
 }
 
@@ -58,7 +60,7 @@ void report_measure_kvcache(report *R, fa_backend dev, dev_data *D) {
         kv_result r;
         report_point_begin(R);
         bench_kvcache_one(ctx, s, &r);
-        push(D, s, &r);
+        push(R, D, s, &r);
         if (R->repro)
             fprintf(R->repro, "%s\tbench --mode kvcache --device %s --dtype bf16 --d 128 --batch %lld --seqlen-k %lld "
                               "--page %lld --heads %lld --heads-k %lld --splits %lld --ragged %d --reps %d --until-ci %g "
@@ -70,15 +72,12 @@ void report_measure_kvcache(report *R, fa_backend dev, dev_data *D) {
         R->work_done += 0.2;
     }
     if (csv) fclose(csv);
-    report_point_end(R);
     fa_context_destroy(ctx);
 }
 
-/* ms(a)/ms(b) of two decoding rows and its interval: the rows ran apart, so the ends of their medians' 95 %
- * intervals divided crosswise. */
+/* ms(a)/ms(b) of two decoding rows and its interval (they ran apart: cross_ratio). */
 static double kv_ratio(const kv_row *a, const kv_row *b, double *lo, double *hi) {
-    *lo = a->r.ci_lo / b->r.ci_hi, *hi = a->r.ci_hi / b->r.ci_lo;
-    return a->r.ms / b->r.ms;
+    return cross_ratio(a->r.ms, a->r.ci_lo, a->r.ci_hi, b->r.ms, b->r.ci_lo, b->r.ci_hi, lo, hi);
 }
 
 static const kv_row *find_kv(const dev_data *D, int64_t b, int64_t page, int64_t ns, int ragged) {
@@ -115,7 +114,10 @@ int report_kvcache_claims(const dev_data *D, claim *cl) {
         /* it holds when splitting pays at least 1.3× at batch 1 */
         const verdict_kind k_lo = s_lo >= 1.3 ? V_HOLDS : V_DOES_NOT_HOLD, k_hi = s_hi >= 1.3 ? V_HOLDS : V_DOES_NOT_HOLD;
         cl[0].kind = k_lo == k_hi ? k_lo : V_NOT_SETTLED;
-        if (cl[0].kind == V_NOT_SETTLED)
+        const int busy = row_disturbed(a1->others) + row_disturbed(a0->others);
+        if (busy)
+            claim_disturbed(&cl[0], busy, 2);
+        else if (cl[0].kind == V_NOT_SETTLED)
             snprintf(cl[0].verdict, sizeof cl[0].verdict,
                      "**not settled**: *does not hold* or *holds* within the measurements' 95 %% intervals (splitting "
                      "gives %.2f–%.2f× at batch %lld; it holds from 1.3×)", s_lo, s_hi, (long long)batch[0]);
@@ -158,7 +160,10 @@ int report_kvcache_claims(const dev_data *D, claim *cl) {
         const verdict_kind k_lo = lo16 >= 0.9 && lo256 >= 0.9 ? V_HOLDS : V_PARTLY,
                            k_hi = hi16 >= 0.9 && hi256 >= 0.9 ? V_HOLDS : V_PARTLY;
         cl[1].kind = k_lo == k_hi ? k_lo : V_NOT_SETTLED;
-        if (cl[1].kind == V_NOT_SETTLED)
+        const int busy = row_disturbed(c->others) + row_disturbed(p16->others) + row_disturbed(p256->others);
+        if (busy)
+            claim_disturbed(&cl[1], busy, 3);
+        else if (cl[1].kind == V_NOT_SETTLED)
             snprintf(cl[1].verdict, sizeof cl[1].verdict,
                      "**not settled**: *partly* or *holds* within the measurements' 95 %% intervals (pages of 16: "
                      "%.2f–%.2f×, of 256: %.2f–%.2f× the contiguous speed; it holds from 0.9×)", lo16, hi16, lo256,

@@ -226,15 +226,16 @@ int report_write(report *R) {
     /* other processes' CPU use (quiet.c): the 1-minute load average lags and counts our own threads */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     const double quiet = quiet_threshold();
-    const int busy = R->others_start > quiet || R->busy_groups > 0;
+    const int busy = R->busy_windows > 0;
     if (R->others_start >= 0)
         fprintf(f, "- other processes used %.2f of the %ld cores before the first measurement and %.2f on average "
-                   "while measuring (%.2f in the busiest of %d points; %d above the %.2f counted as quiet); %.1f s waited "
-                   "for a quiet machine (at most %g); load average %.2f at the start, %.2f at the end%s\n",
-                R->others_start, ncpu, R->others_mean, R->others_max, R->groups, R->busy_groups, quiet, R->waited,
+                   "while measuring (%.2f in the busiest of %d windows of ≥ 0.5 s; %d above the %.2f counted as quiet); "
+                   "%.1f s waited for a quiet machine (at most %g); load average %.2f at the start, %.2f at the end%s\n",
+                R->others_start, ncpu, R->others_mean, R->others_max, R->windows, R->busy_windows, quiet, R->waited,
                 R->p.max_wait, R->load_start, R->load_end,
-                busy ? ". **Other work shared the CPUs**: its time widens the intervals (more verdicts not settled) and "
-                       "can bias them (counted bytes and memory are not affected); run again on a quiet machine"
+                busy ? ". **Other work shared the CPUs**: the claims leave out what was measured in the busy windows, "
+                       "and a claim left with too little reads not settled (counted bytes and memory are not affected); "
+                       "run again on a quiet machine"
                      : "");
     if (!R->gnuplot)
         fprintf(f, "- **no plots**: gnuplot was not found (or --no-plots). Install it (`apt-get install gnuplot-nox`) "
@@ -315,9 +316,9 @@ int report_write(report *R) {
     printf("flashattn report (%s, %.0f s): %s/index.md, %d plots%s\n\n", R->p.name, R->seconds, R->out, n_png,
            R->gnuplot ? "" : " (gnuplot not found: tables only; apt-get install gnuplot-nox)");
     if (R->others_start >= 0)
-        printf("other processes: %.2f cores before measuring, %.2f on average while measuring (%d of %d points above "
-               "%.2f); waited %.1f s for a quiet machine%s\n", R->others_start, R->others_mean, R->busy_groups, R->groups,
-               quiet, R->waited, busy ? ": timings are noisy" : "");
+        printf("other processes: %.2f cores before measuring, %.2f on average while measuring (%d of %d windows above "
+               "%.2f); waited %.1f s for a quiet machine%s\n", R->others_start, R->others_mean, R->busy_windows,
+               R->windows, quiet, R->waited, busy ? ": the claims leave out what was measured while busy" : "");
     for (int i = 0; i < n_cpu; i++) printf("cpu %d. %s: %s\n", i + 1, cpu_cl[i].claim, cpu_cl[i].verdict);
     for (int i = 0; i < n_gpu; i++) printf("gpu %d. %s: %s\n", i + 1, gpu_cl[i].claim, gpu_cl[i].verdict);
     return 0;

@@ -367,6 +367,8 @@ int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
     const double host_med = st == FA_OK ? median_of(host, (int)reps) : NAN; /* the call's own time (on CUDA: enqueueing) */
     if (st == FA_OK) median_ci(ms, (int)reps, &res->ci_lo, &res->ci_hi);
     res->reps_run = (int)reps;
+    res->n_times = st == FA_OK ? (int)(reps < BENCH_TIMES_MAX ? reps : BENCH_TIMES_MAX) : 0;
+    memcpy(res->times, ms, (size_t)res->n_times * sizeof *ms);
     double copy = 0, rd = 0;
     cpu_anchors_done(&anc, st == FA_OK ? reps : 0, &copy, &rd);
     if (s->anchors && s->dev == FA_BACKEND_CUDA && st == FA_OK) { /* the cache read once, after the same flush */

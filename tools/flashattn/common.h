@@ -54,6 +54,8 @@ int dev_fill_nan(dev_buf *b);   /* poison (0xFF bytes: NaN in f32, f16 and bf16)
 int dev_read(const dev_buf *b, dev_buf *sink);
 int dev_sync(fa_backend dev);
 int cuda_tools_built(void);
+#define BENCH_TIMES_MAX 64 /* the repetitions a row keeps (the adaptive ones stop there) */
+
 /* ---- one KV-cache measurement (`flashattn bench --mode kvcache`, bench_kvcache.c; also the report's decoding section) */
 typedef struct kv_shape {
     fa_backend dev;
@@ -74,6 +76,8 @@ typedef struct kv_result {
     double ms, gbs, host_ms, memcpy_gbs, read_gbs;
     double ci_lo, ci_hi; /* the 95 % confidence interval of the median ms (median_ci) */
     int reps_run;
+    int n_times;         /* the first timed calls' ms (up to BENCH_TIMES_MAX) */
+    double times[BENCH_TIMES_MAX];
     int64_t keys, contiguous_rows, paged_rows[2]; /* cache rows used; allocated contiguous / in pages of 16, 256 */
     char kernel[64], error[256];
 } kv_result;
@@ -126,7 +130,6 @@ typedef struct bench_config {
                              BENCH_TIMES_MAX repetitions */
 } bench_config;
 
-#define BENCH_TIMES_MAX 64 /* the repetitions a row keeps (the adaptive ones stop there) */
 
 typedef struct bench_row {
     bench_config cfg;

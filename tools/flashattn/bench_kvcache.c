@@ -251,18 +251,19 @@ static int enough(const kv_shape *s, const double *ms, int n, double t0) {
     return hi - lo <= s->until_ci * median_of(ms, n);
 }
 
-int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
+int kv_bench_open(fa_context *ctx, const kv_shape *s, kv_bench *kb, kv_result *res) {
     const int64_t d = s->d, es = (int64_t)fa_dtype_size(s->dt), B = s->b, cap = s->cache;
-    const int threads = s->dev == FA_BACKEND_CPU ? fa_context_threads(ctx) : 0;
+    memset(kb, 0, sizeof *kb);
     memset(res, 0, sizeof *res);
+    kb->s = *s;
+    (void)ctx;
     uint64_t rng = 12345;
     int32_t *lens = malloc(sizeof(int32_t) * (size_t)B);
-    double kv_bytes = 0;
     for (int64_t b = 0; b < B; b++) {
         lens[b] = (int32_t)(s->ragged ? cap / 2 + rng_int(&rng, 0, (int)(cap - cap / 2 - s->sq)) : cap - s->sq);
         if (s->no_append) lens[b] += (int32_t)s->sq; /* the same keys, all already in the cache */
         const int64_t keys = lens[b] + (s->no_append ? 0 : s->sq);
-        kv_bytes += 2.0 * (double)keys * (double)s->hk * (double)d * (double)es;
+        kb->kv_bytes += 2.0 * (double)keys * (double)s->hk * (double)d * (double)es;
         res->keys += keys;
         res->paged_rows[0] += (keys + 15) / 16 * 16;
         res->paged_rows[1] += (keys + 255) / 256 * 256;
@@ -281,21 +282,26 @@ int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
         }
     }
     /* K and V in one allocation, so the read-only anchor passes over both in one launch */
-    dev_buf kv, kc, vc, q, kn, vn, o, dl, dbt, flush = {s->dev, NULL, 0}, sink = {s->dev, NULL, 0};
-    int fail = dev_alloc(&kv, s->dev, (size_t)(2 * n_cache * es)) ||
-               dev_alloc(&q, s->dev, (size_t)(B * s->sq * s->hq * d * es)) ||
-               dev_alloc(&kn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
-               dev_alloc(&vn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
-               dev_alloc(&o, s->dev, (size_t)(B * s->sq * s->hq * d * es)) ||
-               dev_alloc(&dl, s->dev, sizeof(int32_t) * (size_t)B) ||
-               dev_alloc(&dbt, s->dev, sizeof(int32_t) * (size_t)(npages ? npages : 1));
+    dev_buf kc, vc;
+    kb->flush = (dev_buf){s->dev, NULL, 0}, kb->sink = (dev_buf){s->dev, NULL, 0};
+    int fail = dev_alloc(&kb->kv, s->dev, (size_t)(2 * n_cache * es)) ||
+               dev_alloc(&kb->q, s->dev, (size_t)(B * s->sq * s->hq * d * es)) ||
+               dev_alloc(&kb->kn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
+               dev_alloc(&kb->vn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
+               dev_alloc(&kb->o, s->dev, (size_t)(B * s->sq * s->hq * d * es)) ||
+               dev_alloc(&kb->dl, s->dev, sizeof(int32_t) * (size_t)B) ||
+               dev_alloc(&kb->dbt, s->dev, sizeof(int32_t) * (size_t)(npages ? npages : 1));
     if (fail) {
         fprintf(stderr, "bench kvcache: cannot allocate the cache (%.2f GB)\n", 2e-9 * (double)(n_cache * es));
+        free(lens), free(bt);
+        kv_bench_close(kb);
+        res->status = FA_ERR_OUT_OF_MEMORY;
+        snprintf(res->error, sizeof res->error, "cannot allocate the cache");
         return -1;
     }
-    kc = kv, vc = kv;
+    kc = kb->kv, vc = kb->kv;
     kc.bytes = vc.bytes = (size_t)(n_cache * es);
-    vc.ptr = (char *)kv.ptr + kc.bytes;
+    vc.ptr = (char *)kb->kv.ptr + kc.bytes;
     {
         /* the cache: copies of a random block of up to 32 MB (the speed does not depend on the values; a host
          * buffer and a random fill of a many-GB cache would take longer than the measurement) */
@@ -306,64 +312,88 @@ int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
         fill_random(h, s->dt, nblk, &rng, 1.0f);
         dev_upload_tiled(&vc, h, (size_t)(nblk * es));
         fill_random(h, s->dt, nq, &rng, 1.0f);
-        dev_upload(&q, h, (size_t)(B * s->sq * s->hq * d * es));
+        dev_upload(&kb->q, h, (size_t)(B * s->sq * s->hq * d * es));
         fill_random(h, s->dt, B * s->sq * s->hk * d, &rng, 1.0f);
-        dev_upload(&kn, h, kn.bytes), dev_upload(&vn, h, vn.bytes);
+        dev_upload(&kb->kn, h, kb->kn.bytes), dev_upload(&kb->vn, h, kb->vn.bytes);
         free(h);
     }
-    dev_upload(&dl, lens, dl.bytes);
-    if (bt) dev_upload(&dbt, bt, sizeof(int32_t) * (size_t)npages);
+    dev_upload(&kb->dl, lens, kb->dl.bytes);
+    if (bt) dev_upload(&kb->dbt, bt, sizeof(int32_t) * (size_t)npages);
+    free(lens), free(bt);
     if (s->dev == FA_BACKEND_CUDA) /* several times the H200's L2 */
-        dev_alloc(&flush, s->dev, (size_t)256 << 20), dev_alloc(&sink, s->dev, 64);
-    fa_kvcache cache;
-    memset(&cache, 0, sizeof cache);
+        dev_alloc(&kb->flush, s->dev, (size_t)256 << 20), dev_alloc(&kb->sink, s->dev, 64);
+    fa_kvcache *cache = &kb->cache;
+    memset(cache, 0, sizeof *cache);
     const int64_t rows = s->page ? npages : B, keys = s->page ? s->page : cap;
-    cache.k = s->bhsd ? fa_tensor_bhsd(kc.ptr, s->dt, rows, s->hk, keys, d) : fa_tensor_bshd(kc.ptr, s->dt, rows, keys, s->hk, d);
-    cache.v = cache.k;
-    cache.v.data = vc.ptr;
-    cache.seqlens = dl.ptr;
-    cache.block_table = bt ? dbt.ptr : NULL;
-    cache.max_pages = pages_per;
-    fa_tensor tq = fa_tensor_bshd(q.ptr, s->dt, B, s->sq, s->hq, d), to = fa_tensor_bshd(o.ptr, s->dt, B, s->sq, s->hq, d);
-    fa_tensor tkn = fa_tensor_bshd(kn.ptr, s->dt, B, s->sq, s->hk, d), tvn = fa_tensor_bshd(vn.ptr, s->dt, B, s->sq, s->hk, d);
-    fa_attn_opts opts = fa_attn_opts_default();
-    opts.causal = 1;
-    fa_kv_opts ko = fa_kv_opts_default();
-    ko.num_splits = (int)s->ns;
-    ko.split_size = (int)s->split_size;
-    if (ko.split_size) ko.num_splits = 0;
-    dev_timer *tm = dev_timer_create(s->dev);
+    cache->k = s->bhsd ? fa_tensor_bhsd(kc.ptr, s->dt, rows, s->hk, keys, d) : fa_tensor_bshd(kc.ptr, s->dt, rows, keys, s->hk, d);
+    cache->v = cache->k;
+    cache->v.data = vc.ptr;
+    cache->seqlens = kb->dl.ptr;
+    cache->block_table = s->page ? kb->dbt.ptr : NULL;
+    cache->max_pages = pages_per;
+    kb->tq = fa_tensor_bshd(kb->q.ptr, s->dt, B, s->sq, s->hq, d), kb->to = fa_tensor_bshd(kb->o.ptr, s->dt, B, s->sq, s->hq, d);
+    kb->tkn = fa_tensor_bshd(kb->kn.ptr, s->dt, B, s->sq, s->hk, d), kb->tvn = fa_tensor_bshd(kb->vn.ptr, s->dt, B, s->sq, s->hk, d);
+    kb->opts = fa_attn_opts_default();
+    kb->opts.causal = 1;
+    kb->ko = fa_kv_opts_default();
+    kb->ko.num_splits = (int)s->ns;
+    kb->ko.split_size = (int)s->split_size;
+    if (kb->ko.split_size) kb->ko.num_splits = 0;
+    kb->tm = dev_timer_create(s->dev);
+    return 0;
+}
+
+fa_status kv_bench_call(fa_context *ctx, kv_bench *kb, double *ms, double *host_ms) {
+    const kv_shape *s = &kb->s;
+    /* CUDA: the L2 flush is queued and not waited for, so the call is enqueued while it runs (as the PyTorch
+     * script does): the time is the GPU's; host_ms gives the enqueueing on its own */
+    flush_caches(s, &kb->flush, &kb->sink);
+    if (s->warm_table && kb->flush.ptr) {
+        dev_read(&kb->dl, &kb->sink);
+        if (kb->cache.block_table) dev_read(&kb->dbt, &kb->sink);
+    }
+    dev_timer_start(kb->tm);
+    const double h0 = now_ms();
+    const fa_status st = fa_forward_kvcache(ctx, &kb->opts, &kb->ko, &kb->tq, &kb->cache, s->no_append ? NULL : &kb->tkn,
+                                            s->no_append ? NULL : &kb->tvn, &kb->to, NULL);
+    const double h1 = now_ms(), t = dev_timer_stop(kb->tm);
+    if (ms) *ms = t;
+    if (host_ms) *host_ms = h1 - h0;
+    return st;
+}
+
+void kv_bench_close(kv_bench *kb) {
+    if (kb->tm) dev_timer_destroy(kb->tm);
+    kb->tm = NULL;
+    dev_buf *all[] = {&kb->kv, &kb->q, &kb->kn, &kb->vn, &kb->o, &kb->dl, &kb->dbt, &kb->flush, &kb->sink};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dev_free(all[i]);
+}
+
+int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
+    const int threads = s->dev == FA_BACKEND_CPU ? fa_context_threads(ctx) : 0;
+    kv_bench kb;
+    if (kv_bench_open(ctx, s, &kb, res)) return -1;
     /* the first s->reps calls always; with until_ci more, as `flashattn bench` does (bench.c, rounds_done) */
     const int64_t most = s->until_ci > 0 && s->reps < BENCH_TIMES_MAX ? BENCH_TIMES_MAX : s->reps;
     double *ms = malloc(sizeof(double) * 2 * (size_t)most), *host = ms + most;
     fa_status st = FA_OK;
     cpu_anchors anc = {0};
     if (s->anchors && s->dev == FA_BACKEND_CPU)
-        cpu_anchors_init(&anc, (size_t)(kv_bytes > 64e6 ? kv_bytes : 64e6), threads, most);
+        cpu_anchors_init(&anc, (size_t)(kb.kv_bytes > 64e6 ? kb.kv_bytes : 64e6), threads, most);
     int64_t reps = s->reps;
     double t0 = 0;
     for (int64_t r = -s->warmup; r < reps && st == FA_OK; r++) {
         if (r == 0) t0 = now_ms();
-        /* CUDA: the L2 flush is queued and not waited for, so the call is enqueued while it runs (as the PyTorch
-         * script does): the time is the GPU's; host_ms gives the enqueueing on its own */
-        flush_caches(s, &flush, &sink);
-        if (s->warm_table && flush.ptr) {
-            dev_read(&dl, &sink);
-            if (bt) dev_read(&dbt, &sink);
-        }
-        dev_timer_start(tm);
-        const double h0 = now_ms();
-        st = fa_forward_kvcache(ctx, &opts, &ko, &tq, &cache, s->no_append ? NULL : &tkn, s->no_append ? NULL : &tvn,
-                                &to, NULL);
-        const double h1 = now_ms(), t = dev_timer_stop(tm);
-        if (r >= 0) ms[r] = t, host[r] = h1 - h0;
+        double t, h;
+        st = kv_bench_call(ctx, &kb, &t, &h);
+        if (r >= 0) ms[r] = t, host[r] = h;
         if (anc.a) cpu_anchors_rep(&anc, r >= 0 ? r : 0); /* warm-up too: every timed call follows an anchor */
         if (r == reps - 1 && reps < most && !enough(s, ms, (int)reps, t0)) reps++; /* one call more */
     }
     fa_stats stats;
     memset(&stats, 0, sizeof stats);
     if (st == FA_OK) fa_last_stats(ctx, &stats);
-    const double med = st == FA_OK ? median_of(ms, (int)reps) : NAN, gbs = kv_bytes / (med * 1e6);
+    const double med = st == FA_OK ? median_of(ms, (int)reps) : NAN, gbs = kb.kv_bytes / (med * 1e6);
     const double host_med = st == FA_OK ? median_of(host, (int)reps) : NAN; /* the call's own time (on CUDA: enqueueing) */
     if (st == FA_OK) median_ci(ms, (int)reps, &res->ci_lo, &res->ci_hi);
     res->reps_run = (int)reps;
@@ -373,21 +403,19 @@ int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
     cpu_anchors_done(&anc, st == FA_OK ? reps : 0, &copy, &rd);
     if (s->anchors && s->dev == FA_BACKEND_CUDA && st == FA_OK) { /* the cache read once, after the same flush */
         for (int64_t r = 0; r < reps; r++) {
-            flush_caches(s, &flush, &sink);
-            dev_timer_start(tm);
-            dev_read(&kv, &sink);
-            ms[r] = dev_timer_stop(tm);
+            flush_caches(s, &kb.flush, &kb.sink);
+            dev_timer_start(kb.tm);
+            dev_read(&kb.kv, &kb.sink);
+            ms[r] = dev_timer_stop(kb.tm);
         }
-        rd = (double)kv.bytes / (median_of(ms, (int)reps) * 1e6);
+        rd = (double)kb.kv.bytes / (median_of(ms, (int)reps) * 1e6);
     }
     res->status = st;
     res->ms = med, res->gbs = gbs, res->host_ms = host_med, res->memcpy_gbs = copy, res->read_gbs = rd;
     snprintf(res->kernel, sizeof res->kernel, "%s", st == FA_OK && stats.kernel ? stats.kernel : "-");
     snprintf(res->error, sizeof res->error, "%s", st == FA_OK ? "" : fa_context_last_error(ctx));
-    dev_timer_destroy(tm);
-    free(ms), free(lens), free(bt);
-    dev_buf *all[] = {&kv, &q, &kn, &vn, &o, &dl, &dbt, &flush, &sink};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dev_free(all[i]);
+    free(ms);
+    kv_bench_close(&kb);
     return st == FA_OK ? 0 : -1;
 }
 

@@ -76,6 +76,7 @@ typedef struct kv_result {
     double ms, gbs, host_ms, memcpy_gbs, read_gbs;
     double ci_lo, ci_hi; /* the 95 % confidence interval of the median ms (median_ci) */
     int reps_run;
+    double kv_bytes;     /* K and V bytes one call reads */
     int n_times;         /* the first timed calls' ms (up to BENCH_TIMES_MAX) */
     double times[BENCH_TIMES_MAX];
     int64_t keys, contiguous_rows, paged_rows[2]; /* cache rows used; allocated contiguous / in pages of 16, 256 */
@@ -83,6 +84,23 @@ typedef struct kv_result {
 } kv_result;
 /* 0 on success; the figures in *res (res->status and res->error on failure). */
 int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res);
+/* bench_kvcache_one in parts, so that calls of several shapes can be interleaved (the report pairs them): a shape's
+ * cache, inputs and call arguments set up (its key counts in *res; -1 after a message when they cannot be
+ * allocated), one timed call (ms; host_ms: the call's own time on the host; either may be NULL), and the buffers
+ * freed. */
+typedef struct kv_bench {
+    kv_shape s;
+    dev_buf kv, q, kn, vn, o, dl, dbt, flush, sink;
+    fa_kvcache cache;
+    fa_tensor tq, to, tkn, tvn;
+    fa_attn_opts opts;
+    fa_kv_opts ko;
+    struct dev_timer *tm;
+    double kv_bytes; /* K and V bytes one call reads */
+} kv_bench;
+int kv_bench_open(fa_context *ctx, const kv_shape *s, kv_bench *kb, kv_result *res);
+fa_status kv_bench_call(fa_context *ctx, kv_bench *kb, double *ms, double *host_ms);
+void kv_bench_close(kv_bench *kb);
 /* Its CSV (the columns of `flashattn bench --mode kvcache --csv`). */
 void bench_kvcache_csv_header(FILE *f);
 void bench_kvcache_csv_row(FILE *f, const kv_shape *s, const kv_result *r);

@@ -1,9 +1,10 @@
-/* flashattn report: the decoding section (docs/kvcache.md). Measures fa_forward_kvcache on one device the way
- * `flashattn bench --mode kvcache` does, for two claims: split-KV (FlashDecoding) pays off when the batch leaves
- * the processors idle, and a paged cache (PagedAttention) keeps the speed of a contiguous one while a contiguous
- * max-length allocation wastes memory on ragged lengths. */
+/* flashattn report: the decoding section (docs/kvcache.md). Measures fa_forward_kvcache on one device with the
+ * calls of `flashattn bench --mode kvcache` (kv_bench_*), the shapes of a claim interleaved, for two claims: split-KV
+ * (FlashDecoding) pays off when the batch leaves the processors idle, and a paged cache (PagedAttention) keeps the
+ * speed of a contiguous one while a contiguous max-length allocation wastes memory on ragged lengths. */
 #include "report.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,6 +27,92 @@ static void push(dev_data *D, const kv_shape *s, const kv_result *r, double othe
     D->n_kv++;
 }
 
+/* The shapes of one claim measured together (at most KV_GROUP): every round calls each of them once, the order
+ * rotating, so that a ratio between two of them is taken round by round (paired) and the memory bandwidth's drift
+ * (a shared VM's moves between runs) cancels. The group is set up anew `allocs` times, since where a call's pages
+ * land moves its speed too, and the times of the allocations pool: res[i].times hold shape i's calls in round order
+ * (round k of every shape ran together), res[i].ms and its interval their median. A round with a failed call ends
+ * that shape (its status in res[i]). */
+enum { KV_GROUP = 3 };
+static void measure_group(report *R, fa_context *ctx, const kv_shape *shapes, int n, int allocs, kv_result *res,
+                          double *others) {
+    const double until = R->p.until_ci / 2; /* the claims divide two of these medians */
+    const int per = BENCH_TIMES_MAX / allocs, reps = shapes[0].reps;
+    int nt = 0;
+    double busy[KV_GROUP][8];
+    memset(res, 0, (size_t)n * sizeof *res); /* status FA_OK until a call fails */
+    for (int i = 0; i < n; i++) others[i] = -1;
+    for (int a = 0; a < allocs; a++) {
+        kv_bench kb[KV_GROUP];
+        int ok[KV_GROUP];
+        for (int i = 0; i < n; i++) {
+            kv_result open;
+            const int opened = kv_bench_open(ctx, &shapes[i], &kb[i], &open) == 0;
+            if (a == 0 || !opened) { /* the key and row counts; or why it could not be set up */
+                const fa_status st = res[i].status;
+                memcpy(res[i].paged_rows, open.paged_rows, sizeof open.paged_rows);
+                res[i].keys = open.keys, res[i].contiguous_rows = open.contiguous_rows;
+                res[i].status = opened ? st : open.status;
+                if (!opened) snprintf(res[i].error, sizeof res[i].error, "%s", open.error);
+            }
+            ok[i] = opened && res[i].status == FA_OK;
+        }
+        report_point_begin(R);
+        for (int w = 0; w <= shapes[0].warmup; w++) /* warm-up; the last call names the kernel, or the failure */
+            for (int i = 0; i < n; i++) {
+                if (!ok[i]) continue;
+                const fa_status st = kv_bench_call(ctx, &kb[i], NULL, NULL);
+                fa_stats stats;
+                if (st != FA_OK) {
+                    ok[i] = 0, res[i].status = st;
+                    snprintf(res[i].error, sizeof res[i].error, "%s", fa_context_last_error(ctx));
+                } else if (w == shapes[0].warmup && fa_last_stats(ctx, &stats) == FA_OK && stats.kernel) {
+                    snprintf(res[i].kernel, sizeof res[i].kernel, "%s", stats.kernel);
+                }
+            }
+        const double t0 = now_ms();
+        for (int r = 0; r < per; r++) {
+            int enough = r >= reps;
+            for (int i = 0; i < n && enough && until > 0; i++) {
+                double lo, hi;
+                median_ci(res[i].times + nt - r, r, &lo, &hi);
+                enough = !ok[i] || hi - lo <= until * median_of(res[i].times + nt - r, r);
+            }
+            if (enough && (until <= 0 || r >= reps)) break;
+            if (r >= reps && R->p.max_seconds > 0 && now_ms() - t0 >= 1e3 * R->p.max_seconds) break;
+            for (int k = 0; k < n; k++) {
+                const int i = (k + r) % n;
+                double ms = NAN;
+                if (ok[i] && kv_bench_call(ctx, &kb[i], &ms, NULL) != FA_OK) {
+                    ok[i] = 0, res[i].status = FA_ERR_INTERNAL;
+                    snprintf(res[i].error, sizeof res[i].error, "%s", fa_context_last_error(ctx));
+                }
+                res[i].times[nt] = ms;
+            }
+            nt++;
+        }
+        for (int i = 0; i < n; i++) {
+            busy[i][a] = -1;
+            report_window_row(R, NULL, 0, &busy[i][a]);
+        }
+        report_window_close(R); /* the busy[] slots live here */
+        for (int i = 0; i < n; i++) {
+            if (busy[i][a] > others[i]) others[i] = busy[i][a];
+            res[i].kv_bytes = kb[i].kv_bytes;
+            kv_bench_close(&kb[i]);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        kv_result *x = &res[i];
+        x->n_times = x->reps_run = nt;
+        if (x->status != FA_OK || nt == 0) continue;
+        x->ms = median_of(x->times, nt);
+        median_ci(x->times, nt, &x->ci_lo, &x->ci_hi);
+        x->gbs = x->kv_bytes / (x->ms * 1e6);
+        x->host_ms = x->ms;
+    }
+}
+
 void report_measure_kvcache(report *R, fa_backend dev, dev_data *D) {
     const int cuda = dev == FA_BACKEND_CUDA;
     char name[64];
@@ -37,81 +124,51 @@ void report_measure_kvcache(report *R, fa_backend dev, dev_data *D) {
     snprintf(name, sizeof name, "kvcache_%s.csv", fa_backend_name(dev));
     FILE *csv = report_csv(R, name, 3);
     const int smoke = strcmp(R->p.name, "smoke") == 0, reps = smoke ? 3 : R->p.reps;
-    /* split vs none at both batches (contiguous, equal lengths); then pages of 16 and 256 vs contiguous on ragged
-     * lengths at the larger batch */
-    enum { NS = 7, ROUNDS_MAX = 10 };
-    kv_shape list[NS];
-    int n = 0;
+    /* the groups of the two claims: split vs none at batch 1, and at the batch that fills the workers (contiguous,
+     * equal lengths); contiguous vs pages of 16 and 256 on ragged lengths at the larger batch */
+    kv_shape g[3][KV_GROUP];
+    int gn[3] = {2, 2, 3};
     for (int b = 0; b < 2; b++)
-        for (int ns = 1; ns >= 0; ns--)
-            list[n++] = (kv_shape){dev, FA_DTYPE_BF16, batch[b], cache, 0, hq, hk, 1, ns, 128, 0, 0, reps, 2, 0, 0, 1, 0, 0, 0,
-                                   0, 0};
+        for (int k = 0; k < 2; k++)
+            g[b][k] = (kv_shape){dev, FA_DTYPE_BF16, batch[b], cache, 0, hq, hk, 1, 1 - k, 128, 0, 0, reps, 2, 0, 0, 1, 0, 0,
+                                 0, 0, 0};
     for (int p = 0; p < 3; p++)
-        list[n++] = (kv_shape){dev, FA_DTYPE_BF16, batch[1], cache, p == 0 ? 0 : p == 1 ? 16 : 256, hq, hk, 1, 0, 128,
-                                0, 1, reps, 2, 0, 0, 1, 0, 0, 0, 0, 0};
-    /* Rounds of every shape, each call with its own cache: how fast a memory-bound call runs moves with where its
-     * pages land (0.82× vs 0.91× for the same paged shape in two runs), more than within one allocation. The medians
-     * and intervals pool the rounds' times, so they span several allocations: at least 3 rounds (1 for --smoke),
-     * then more until every interval is within until_ci / 2 (the claims divide two of these medians) or the
-     * section's time (8 × max_seconds) is spent. */
-    double pooled[NS][BENCH_TIMES_MAX];
-    int np[NS] = {0};
-    double others[NS][ROUNDS_MAX];
-    kv_result last[NS];
-    const int min_rounds = smoke ? 1 : 3;
-    const double until = R->p.until_ci / 2, t0 = now_ms();
-    int rounds = 0;
-    for (int done = 0; !done && rounds < ROUNDS_MAX;) {
-        for (int i = 0; i < n; i++) {
-            const kv_shape *s = &list[i];
-            char what[96];
-            snprintf(what, sizeof what, "kvcache b=%lld cache=%lld page=%lld splits=%s", (long long)s->b,
-                     (long long)s->cache, (long long)s->page, s->ns ? "1" : "auto");
-            report_progress(R, what);
-            report_point_begin(R);
-            bench_kvcache_one(ctx, s, &last[i]);
-            others[i][rounds] = -1;
-            report_window_row(R, NULL, 0, &others[i][rounds]);
-            for (int k = 0; k < last[i].n_times && np[i] < BENCH_TIMES_MAX; k++) pooled[i][np[i]++] = last[i].times[k];
+        g[2][p] = (kv_shape){dev, FA_DTYPE_BF16, batch[1], cache, p == 0 ? 0 : p == 1 ? 16 : 256, hq, hk, 1, 0, 128,
+                             0, 1, reps, 2, 0, 0, 1, 0, 0, 0, 0, 0};
+    for (int j = 0; j < 3; j++) {
+        char what[96];
+        snprintf(what, sizeof what, "kvcache b=%lld cache=%lld %s", (long long)g[j][0].b, (long long)cache,
+                 j < 2 ? "splits" : "pages");
+        report_progress(R, what);
+        kv_result res[KV_GROUP];
+        double others[KV_GROUP];
+        measure_group(R, ctx, g[j], gn[j], smoke ? 1 : 2, res, others);
+        for (int i = 0; i < gn[j]; i++) {
+            const kv_shape *s = &g[j][i];
+            push(D, s, &res[i], others[i]);
+            if (R->repro)
+                fprintf(R->repro, "%s\tbench --mode kvcache --device %s --dtype bf16 --d 128 --batch %lld --seqlen-k %lld "
+                                  "--page %lld --heads %lld --heads-k %lld --splits %lld --ragged %d --reps %d --threads %d\n",
+                        name, fa_backend_name(dev), (long long)s->b, (long long)s->cache, (long long)s->page,
+                        (long long)s->hq, (long long)s->hk, (long long)s->ns, s->ragged, res[i].reps_run, threads);
+            if (csv) bench_kvcache_csv_row(csv, s, &res[i]);
         }
-        rounds++;
-        done = rounds >= min_rounds;
-        for (int i = 0; i < n && done && until > 0; i++) {
-            double lo, hi;
-            median_ci(pooled[i], np[i], &lo, &hi);
-            done = np[i] + reps > BENCH_TIMES_MAX || hi - lo <= until * median_of(pooled[i], np[i]);
-        }
-        if (R->p.max_seconds > 0 && now_ms() - t0 >= 8e3 * R->p.max_seconds) done = 1;
-    }
-    report_window_close(R); /* the others[] slots live here */
-    for (int i = 0; i < n; i++) {
-        const kv_shape *s = &list[i];
-        kv_result r = last[i];
-        if (r.status == FA_OK && np[i] > 0) {
-            const double ms = median_of(pooled[i], np[i]);
-            r.gbs *= r.ms / ms;
-            r.ms = ms;
-            median_ci(pooled[i], np[i], &r.ci_lo, &r.ci_hi);
-            r.reps_run = np[i];
-        }
-        double o = -1; /* the busiest of its calls */
-        for (int k = 0; k < rounds; k++)
-            if (others[i][k] > o) o = others[i][k];
-        push(D, s, &r, o);
-        if (R->repro)
-            fprintf(R->repro, "%s\tbench --mode kvcache --device %s --dtype bf16 --d 128 --batch %lld --seqlen-k %lld "
-                              "--page %lld --heads %lld --heads-k %lld --splits %lld --ragged %d --reps %d --threads %d\n",
-                    name, fa_backend_name(dev), (long long)s->b, (long long)s->cache, (long long)s->page,
-                    (long long)s->hq, (long long)s->hk, (long long)s->ns, s->ragged, r.reps_run, threads);
-        if (csv) bench_kvcache_csv_row(csv, s, &r);
-        R->work_done += 0.2;
+        R->work_done += 0.6;
     }
     if (csv) fclose(csv);
     fa_context_destroy(ctx);
 }
 
-/* ms(a)/ms(b) of two decoding rows and its interval (they ran apart: cross_ratio). */
+/* ms(a)/ms(b) of two decoding rows of one group, round by round (paired: measure_group), with the 95 % interval of the
+ * median ratio; rows measured apart (no common rounds) divide their medians (cross_ratio). */
 static double kv_ratio(const kv_row *a, const kv_row *b, double *lo, double *hi) {
+    const int n = a->r.n_times;
+    if (n > 0 && n == b->r.n_times) {
+        double x[BENCH_TIMES_MAX];
+        for (int k = 0; k < n; k++) x[k] = a->r.times[k] / b->r.times[k];
+        median_ci(x, n, lo, hi);
+        return median_of(x, n);
+    }
     return cross_ratio(a->r.ms, a->r.ci_lo, a->r.ci_hi, b->r.ms, b->r.ci_lo, b->r.ci_hi, lo, hi);
 }
 

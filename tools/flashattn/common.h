@@ -77,6 +77,7 @@ typedef struct kv_result {
     double ci_lo, ci_hi; /* the 95 % confidence interval of the median ms (median_ci) */
     int reps_run;
     double kv_bytes;     /* K and V bytes one call reads */
+    int n_allocs, alloc_end[8]; /* the report's rounds: times[alloc_end[a-1] .. alloc_end[a]) ran on allocation a */
     int n_times;         /* the first timed calls' ms (up to BENCH_TIMES_MAX) */
     double times[BENCH_TIMES_MAX];
     int64_t keys, contiguous_rows, paged_rows[2]; /* cache rows used; allocated contiguous / in pages of 16, 256 */

@@ -238,6 +238,11 @@ static void speed_claim(claim *c, const ratio_set *all, double lo_claim, double 
     char grp[64], grp_lo[64], grp_hi[64];
     const double g = best_group(s, s->r, grp, sizeof grp), g_lo = best_group(s, s->lo, grp_lo, sizeof grp_lo),
                  g_hi = best_group(s, s->hi, grp_hi, sizeof grp_hi);
+    if (!isnan(g)) {
+        const size_t l = strlen(c->result);
+        snprintf(c->result + l, sizeof c->result - l, "; the fastest group of settings: %s, median %.2f× (%.2f–%.2f×)",
+                 grp, g, g_lo, g_hi);
+    }
     const verdict_kind k_lo = speed_kind(med_lo, g_lo, lo_claim), k_hi = speed_kind(med_hi, g_hi, lo_claim);
     c->kind = settle(k_lo, k_hi);
     char spread[96];

@@ -46,7 +46,7 @@ static FILE *gp_open(report *R, const char *name, const char *title, int rows, i
                 STYLES[i].dt, STYLES[i].lw, STYLES[i].ps);
     /* the legend beside the plot; a margin around the data keeps markers off the axes (not below a y range that
      * starts at 0) */
-    fprintf(f, "set key outside right top vertical box samplen 2 spacing 1.2\n");
+    fprintf(f, "set key outside right top vertical box samplen 4 spacing 1.2\n");
     fprintf(f, "set offsets graph 0.04, graph 0.04, graph 0.06, 0\n");
     fprintf(f, "set multiplot layout %d,%d title \"%s\" font ',12'\n", rows, cols, title);
     return f;
@@ -190,8 +190,8 @@ static void plots_device(report *R, const dev_data *D, int *n_png, char names[][
     snprintf(name, sizeof name, "memory_%s", dn);
     f = gp_open(R, name, "peak extra memory vs sequence length (batch 1, 1 head, d = 64, forward)", 1, 1);
     if (f) {
-        fprintf(f, "set logscale x 2\nset logscale y 10\nset format y '%%g'\nset offsets graph 0.04, graph 0.04, graph 0.06, "
-                   "graph 0.06\nset xlabel 'sequence length'\nset ylabel 'extra memory (MB)'\nset title ''\n");
+        fprintf(f, "set logscale x 2\nset logscale y 10\nset format y '%%g'\nset offsets graph 0.04, graph 0.04, 0, 0\n"
+                   "set xlabel 'sequence length'\nset ylabel 'extra memory (MB)'\nset title ''\n");
         double xlo = 0, xhi = 0;
         for (int a = 1; a <= 3; a++) {
             fprintf(f, "$m%d << EOD\n", a);
@@ -228,8 +228,8 @@ static void plots_device(report *R, const dev_data *D, int *n_png, char names[][
 static void plots_io(report *R, int *n_png, char names[][64], int *n_names) {
     FILE *f = gp_open(R, "io_seqlen", "slow-memory bytes (counted) vs sequence length, d = 64, forward", 1, 1);
     if (f) {
-        fprintf(f, "set logscale x 2\nset logscale y 10\nset format y '%%g'\nset offsets graph 0.04, graph 0.04, graph 0.06, "
-                   "graph 0.06\nset xlabel 'sequence length N'\nset ylabel 'MB moved'\nset title ''\n");
+        fprintf(f, "set logscale x 2\nset logscale y 10\nset format y '%%g'\nset offsets graph 0.04, graph 0.04, 0, 0\n"
+                   "set xlabel 'sequence length N'\nset ylabel 'MB moved'\nset title ''\n");
         double xlo = 0, xhi = 0;
         for (int a = 1; a <= 3; a++) {
             fprintf(f, "$c%d << EOD\n", a);
@@ -255,8 +255,8 @@ static void plots_io(report *R, int *n_png, char names[][64], int *n_names) {
     f = gp_open(R, "io_sram", "slow-memory bytes vs fast-memory size M, d = 64 (the paper's blocks: Bc = M/4d, Br = min(Bc, d))",
                 1, 1);
     if (f) {
-        fprintf(f, "set logscale x 2\nset logscale y 10\nset format y '%%g'\nset offsets graph 0.04, graph 0.04, graph 0.06, "
-                   "graph 0.06\nset xlabel 'M (KiB)'\nset ylabel 'MB moved'\nset title ''\n");
+        fprintf(f, "set logscale x 2\nset logscale y 10\nset format y '%%g'\nset offsets graph 0.04, graph 0.04, 0, 0\n"
+                   "set xlabel 'M (KiB)'\nset ylabel 'MB moved'\nset title ''\n");
         double xlo = 0, xhi = 0;
         for (int a = 2; a <= 3; a++) {
             fprintf(f, "$s%d << EOD\n", a);

@@ -129,10 +129,11 @@ typedef struct fa_context fa_context;
  *   backend           FA_BACKEND_CPU or FA_BACKEND_CUDA.
  *   device_or_threads CPU: number of threads (0 = all cores; OMP_NUM_THREADS is respected when 0).
  *                     CUDA: device ordinal (>= 0).
- * Returns FA_OK, FA_ERR_INVALID_ARGUMENT, FA_ERR_BACKEND_UNAVAILABLE (CUDA not built / no device),
- * FA_ERR_OUT_OF_MEMORY, FA_ERR_DEVICE. On failure with ctx != NULL the reason is not kept anywhere (there is no
- * context): use fa_create_error() for the message.
- * Environment, read here only (tests and benchmarks): FA_CPU_ISA=scalar|avx2 caps the CPU tile kernels;
+ * Returns FA_OK, FA_ERR_INVALID_ARGUMENT, FA_ERR_UNSUPPORTED (FA_CPU_ISA names a level this CPU cannot run),
+ * FA_ERR_BACKEND_UNAVAILABLE (CUDA not built / no device), FA_ERR_OUT_OF_MEMORY, FA_ERR_DEVICE. On failure with
+ * ctx != NULL the reason is not kept anywhere (there is no context): use fa_create_error() for the message.
+ * Environment, read here only (tests and benchmarks): FA_CPU_ISA=scalar|avx2|avx512f|avx512bf16|amx pins the CPU
+ * kernel level (default: the highest this CPU has; another name is FA_ERR_INVALID_ARGUMENT, never a fallback);
  * FA_CUDA_FLASH2_FWD_WARPS=4|8 picks FLASH2 forward tiles with that many warps; FA_CUDA_BWD_SPLIT_ROWS=N splits the
  * FLASH2 backward's last wave of K/V blocks for walks of >= N query rows (default 2048, -1 = never). */
 FA_API fa_status fa_context_create(fa_context **ctx, fa_backend backend, int device_or_threads);
@@ -247,7 +248,7 @@ typedef struct fa_stats {
     fa_backend backend;
     fa_algo algo;              /* the algorithm that ran (never FA_ALGO_AUTO) */
     int is_backward;
-    const char *kernel;        /* the kernel that ran, e.g. "cpu.flash2.avx512"; static storage */
+    const char *kernel;        /* the kernel that ran, e.g. "cpu.flash2.avx512f"; static storage */
     int block_q, block_k;      /* Br, Bc actually used */
     int threads;               /* CPU threads used (CUDA: 0) */
     double flops;              /* matmul FLOPs of the call: 4·Sq·Sk_visible·D per head (x2.5 for backward); CUDA

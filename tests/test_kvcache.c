@@ -369,6 +369,7 @@ static void errors(fa_context *ctx) {
         fa_stats st;
         CHECK_STATUS(fa_last_stats(ctx, &st), FA_OK);
         CHECK_STR_CONTAINS(st.kernel, "cpu.kvcache.");
+        t_check_cpu_level(st.kernel);
         CHECK(st.slow_read_bytes > 0 && st.flops > 0);
         CHECK_EQ_INT(t_buf_check_written(&c->out), 0);
         CHECK(t_kv_verify(c, &c->out, c->lse, k, v, ctx, 0) == 0);

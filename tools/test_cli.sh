@@ -24,6 +24,8 @@ expect_usage "--seqlen" bench --seqlen abc
 expect_usage "--dtype" bench --dtype f64
 expect_usage "--causal" bench --causal 2
 expect_usage "--reps" bench --reps 0
+expect_usage "--until-ci" bench --until-ci -1
+expect_usage "--max-seconds" bench --mode kvcache --max-seconds x
 expect_usage "--frobnicate" bench --frobnicate
 expect_usage "--mode" bench --mode bogus
 expect_usage "--seqlen-k" bench --mode kvcache --seqlen-k 0
@@ -80,6 +82,22 @@ out=$("$BIN" bench --peak --algo flash2 --seqlen 32 --tokens 64 --heads 2 --d 16
 echo "$out" | grep -Eq 'peak \(cpu.*fp32 micro-kernel ([1-9][0-9.]*|0\.[0-9]*[1-9][0-9]*) GFLOP/s' ||
     fail "bench --peak: no positive fp32 peak: $out"
 echo "$out" | grep -q '% peak' || fail "bench --peak: no % peak column: $out"
+
+# --until-ci: at least --reps, more while a median's 95 % interval is wider, at most 64 (the reps column says how many)
+out=$("$BIN" bench --seqlen 32 --tokens 64 --heads 2 --d 16 --reps 3 --until-ci 0.001 --max-seconds 30 --json) ||
+    fail "bench --until-ci exited $?"
+echo "$out" | grep -q '"reps": 64,' || fail "bench --until-ci 0.001: expected 64 repetitions: $out"
+echo "$out" | grep -q '"ms_ci_lo"' || fail "bench --json: no ms_ci_lo: $out"
+# a spent --max-seconds stops it after the --reps (a time budget, not the interval: one preempted call of a busy
+# machine can widen any interval)
+out=$("$BIN" bench --seqlen 32 --tokens 64 --heads 2 --d 16 --reps 3 --until-ci 0.001 --max-seconds 0.000001 --json)
+echo "$out" | grep -q '"reps": 3,' || fail "bench --max-seconds: expected the 3 --reps: $out"
+# FA_CPU_ISA names a level or fails: never a silent fallback
+out=$(FA_CPU_ISA=avx512 "$BIN" bench --seqlen 32 --tokens 64 --heads 2 --d 16 --reps 1 2>&1); rc=$?
+[ "$rc" -eq 1 ] && echo "$out" | grep -q 'FA_CPU_ISA=avx512 is not a CPU kernel level' ||
+    fail "bench with FA_CPU_ISA=avx512: exit $rc, $out"
+"$BIN" bench --seqlen 32 --tokens 64 --heads 2 --d 16 --reps 1 | grep -q 'kernels [a-z0-9]*: ' ||
+    fail "bench does not name the kernel level and why"
 
 "$BIN" io --seqlen 64 --d 16 --sram 8K >/dev/null || fail "io --sram 8K exited $?"
 "$BIN" io --seqlen 1024 --d 64 --csv >"$TMP/io.csv" || fail "io exited $?"

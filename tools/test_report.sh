@@ -21,6 +21,12 @@ R="$OUT/r"
 test -s "$R/index.md" || fail "no index.md"
 grep -q '^## Claims' "$R/index.md" || fail "no claims table"
 grep -q 'holds\|does not hold\|depends\|partly' "$R/index.md" || fail "no verdicts"
+# every verdict is one of the kinds, and the measured ones carry their 95 % interval
+awk '/^\| # \| claim/ { t = 1; next } t && !/^\|/ { t = 0 } t && /^\| [0-9]/' "$R/index.md" >"$OUT/claims.md"
+n_claims=$(wc -l <"$OUT/claims.md")
+n_kinds=$(grep -c '| \*\*\(holds here\|does not hold here\|depends\|partly\|not settled\)\*\*\|| not measured' "$OUT/claims.md")
+[ "$n_claims" -gt 0 ] && [ "$n_claims" -eq "$n_kinds" ] || fail "$n_kinds of $n_claims claims have a verdict kind"
+grep -q '95 % interval' "$R/index.md" || fail "no 95 % intervals in the claims"
 test -s "$R/reproduce.txt" || fail "no reproduce.txt"
 
 grep -v '^#' "$R/reproduce.txt" | cut -f1 | sort -u >"$OUT/csvs"

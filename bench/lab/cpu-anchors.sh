@@ -15,7 +15,10 @@ DIMS=${DIMS:-64,128}; SEQLENS=${SEQLENS:-2048}; CAUSAL=${CAUSAL:-0,1}; ROUNDS=${
 mkdir -p "$OUT"
 : >"$OUT/rows.csv"
 flags=$(grep -m1 '^flags' /proc/cpuinfo)
-isas="avx2"; [[ " $flags " == *" avx512f "* && " $flags " == *" avx512_bf16 "* ]] && isas="avx2 avx512"
+has() { for f in "$@"; do [[ " $flags " == *" $f "* ]] || return 1; done; }
+isas="avx2"
+has avx512f avx512bw avx512vl avx512dq && isas+=" avx512f"
+has avx512f avx512bw avx512vl avx512dq avx512_bf16 && isas+=" avx512bf16"
 omp=/usr/lib/x86_64-linux-gnu/openblas-openmp
 echo "== $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, ISA levels $isas; load $(cut -d' ' -f1-3 /proc/loadavg)"
 row() { # tag, then a command printing our CSV rows; appends "tag,d,seqlen,causal,gflops"
@@ -57,7 +60,7 @@ for k in sorted(v):
 print()
 for k in sorted(v):
     m = {t: statistics.median(x) for t, x in v[k].items()}
-    for isa in ("avx2", "avx512"):
+    for isa in ("avx2", "avx512f", "avx512bf16"):
         f = m.get("flash2." + isa)
         if not f: continue
         blas = max([m[t] for t in m if t.startswith("blas-") and t.endswith(isa)] or [0])

@@ -494,16 +494,19 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    const fa_cpu_kernels *best = fa_cpu_kernels_select();
-    const fa_cpu_kernels *tables[4];
+    const fa_cpu_kernels *best = NULL;
+    char why[256];
+    if (fa_cpu_kernels_select(&best, why, sizeof why) != FA_OK) {
+        fprintf(stderr, "%s\n", why);
+        return 2;
+    }
+    const fa_cpu_kernels *tables[FA_CPU_ISA_COUNT]; /* every level this process can run */
     int nt = 0;
-    tables[nt++] = &fa_cpu_kernels_scalar;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) tables[nt++] = &fa_cpu_kernels_avx2;
-    if (best == &fa_cpu_kernels_avx512 || best == &fa_cpu_kernels_amx) tables[nt++] = &fa_cpu_kernels_avx512;
-    if (best == &fa_cpu_kernels_amx) tables[nt++] = &fa_cpu_kernels_amx;
-#endif
+    for (int l = 0; l < FA_CPU_ISA_COUNT; l++) {
+        const char *lack;
+        const fa_cpu_kernels *k = fa_cpu_kernels_level((fa_cpu_isa)l, &lack);
+        if (k) tables[nt++] = k;
+    }
     int T = max_threads();
     if (peak) {
         printf("peak (selected kernels: %s, %d threads)\n", best->isa, T);

@@ -8,7 +8,11 @@
 #include <string.h>
 
 fa_status fa_cpu_init(fa_context *ctx) {
-    ctx->kernels = fa_cpu_kernels_select();
+    char why[FA_ERR_LEN];
+    const fa_cpu_kernels *kr = NULL;
+    const fa_status st = fa_cpu_kernels_select(&kr, why, sizeof why);
+    if (st != FA_OK) return fa_fail(ctx, st, "%s", why);
+    ctx->kernels = kr;
     return FA_OK;
 }
 
@@ -24,15 +28,14 @@ static const fa_cpu_algo *const algos[FA_CPU_ENTRIES][2] = {
     [FA_CPU_FLASH2_AMX] = {&fa_cpu_flash2_amx_fwd, NULL},
 };
 
-/* The kernel name fa_stats reports: the entry and the ISA of the table that runs (static strings). */
-#define ISA_NAMES(stem) {stem ".scalar", stem ".avx2", stem ".avx512", stem ".amx"}
+/* The kernel name fa_stats reports: the entry and the level of the table that runs (static strings). */
 static const char *const kernel_names[FA_CPU_ENTRIES][FA_CPU_ISA_COUNT] = {
-    [FA_CPU_STANDARD] = ISA_NAMES("cpu.standard"),
-    [FA_CPU_STANDARD_BLAS] = ISA_NAMES("cpu.standard.blas"),
-    [FA_CPU_FLASH1] = ISA_NAMES("cpu.flash1"),
-    [FA_CPU_FLASH2] = ISA_NAMES("cpu.flash2"),
-    [FA_CPU_FLASH2_BF16] = ISA_NAMES("cpu.flash2.bf16dot"),
-    [FA_CPU_FLASH2_AMX] = ISA_NAMES("cpu.flash2.bf16tile"),
+    [FA_CPU_STANDARD] = FA_CPU_ISA_NAMES("cpu.standard."),
+    [FA_CPU_STANDARD_BLAS] = FA_CPU_ISA_NAMES("cpu.standard.blas."),
+    [FA_CPU_FLASH1] = FA_CPU_ISA_NAMES("cpu.flash1."),
+    [FA_CPU_FLASH2] = FA_CPU_ISA_NAMES("cpu.flash2."),
+    [FA_CPU_FLASH2_BF16] = FA_CPU_ISA_NAMES("cpu.flash2.bf16dot."),
+    [FA_CPU_FLASH2_AMX] = FA_CPU_ISA_NAMES("cpu.flash2.bf16tile."),
 };
 
 #ifdef FA_HAVE_CBLAS

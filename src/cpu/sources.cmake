@@ -17,20 +17,26 @@ set(FA_CPU_SOURCES
 # build gives -O0, since clang's inliner spends minutes on their always-inline vector code under ASan.
 set(FA_KVCACHE_KERNEL_FLAGS "" CACHE STRING "Extra compile options for the CPU KV-cache kernels (src/cpu/simd/kvcache_*.c)")
 set(FA_KV_FLAGS "-ffp-contract=fast;-Wno-psabi;${FA_KVCACHE_KERNEL_FLAGS}")
-set(FA_AVX512_FLAGS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma")
+# The avx512f level's files get AVX-512 F/BW/VL/DQ and nothing more, so they run on every AVX-512 CPU (Skylake-X to
+# Ice Lake have no AVX512_BF16); only the avx512bf16 and amx levels' files add -mavx512bf16.
+set(FA_AVX512F_FLAGS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma")
+set(FA_AVX512BF16_FLAGS "${FA_AVX512F_FLAGS};-mavx512bf16")
 set_source_files_properties(src/cpu/simd/kvcache_scalar.c PROPERTIES COMPILE_OPTIONS "${FA_KV_FLAGS}")
 
 # Each ISA file gets its own flags; the dispatcher and everything that runs before the CPUID check stay at the
 # baseline ISA, so one binary runs on any x86-64.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|i.86)$" AND CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")
-  list(APPEND FA_CPU_SOURCES src/cpu/simd/avx2.c src/cpu/simd/avx512.c src/cpu/simd/amx.c
-                             src/cpu/simd/kvcache_avx2.c src/cpu/simd/kvcache_avx512.c)
+  list(APPEND FA_CPU_SOURCES src/cpu/simd/avx2.c src/cpu/simd/avx512.c src/cpu/simd/avx512bf16.c src/cpu/simd/amx.c
+                             src/cpu/simd/kvcache_avx2.c src/cpu/simd/kvcache_avx512f.c src/cpu/simd/kvcache_avx512bf16.c)
   set_source_files_properties(src/cpu/simd/avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
-  set_source_files_properties(src/cpu/simd/avx512.c PROPERTIES COMPILE_OPTIONS "${FA_AVX512_FLAGS}")
-  set_source_files_properties(src/cpu/simd/amx.c PROPERTIES COMPILE_OPTIONS "-mamx-tile;-mamx-bf16;${FA_AVX512_FLAGS}")
+  set_source_files_properties(src/cpu/simd/avx512.c PROPERTIES COMPILE_OPTIONS "${FA_AVX512F_FLAGS}")
+  set_source_files_properties(src/cpu/simd/avx512bf16.c PROPERTIES COMPILE_OPTIONS "${FA_AVX512BF16_FLAGS}")
+  set_source_files_properties(src/cpu/simd/amx.c PROPERTIES COMPILE_OPTIONS "-mamx-tile;-mamx-bf16;${FA_AVX512BF16_FLAGS}")
   set_source_files_properties(src/cpu/simd/kvcache_avx2.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;${FA_KV_FLAGS}")
-  set_source_files_properties(src/cpu/simd/kvcache_avx512.c PROPERTIES
-    COMPILE_OPTIONS "${FA_AVX512_FLAGS};-ffp-contract=fast;${FA_KVCACHE_KERNEL_FLAGS}")
+  set_source_files_properties(src/cpu/simd/kvcache_avx512f.c PROPERTIES
+    COMPILE_OPTIONS "${FA_AVX512F_FLAGS};-ffp-contract=fast;${FA_KVCACHE_KERNEL_FLAGS}")
+  set_source_files_properties(src/cpu/simd/kvcache_avx512bf16.c PROPERTIES
+    COMPILE_OPTIONS "${FA_AVX512BF16_FLAGS};-ffp-contract=fast;${FA_KVCACHE_KERNEL_FLAGS}")
 endif()
 
 # STANDARD uses a system CBLAS when one is found (OpenBLAS preferred), else our micro-kernels: standard_blas.c is

@@ -19,8 +19,13 @@ int t_finish(void);
 /* Seeds the default random stream from FA_TEST_SEED or the clock, and prints "name: seed S (replay:
  * FA_TEST_SEED=S)". */
 uint64_t t_init(const char *name);
-/* A CPU context with FA_TEST_THREADS threads (default 2); exits the test if that fails. */
+/* A CPU context with FA_TEST_THREADS threads (default 2); exits the test if that fails: with status 77 (ctest's
+ * SKIP_RETURN_CODE of the per-level cases) when FA_CPU_ISA names a level this CPU cannot run, else 1. */
 fa_context *t_cpu_ctx(void);
+/* Under FA_CPU_ISA=<level> (the per-level ctest cases), a failed check unless `kernel` (fa_stats.kernel of a CPU
+ * call) belongs to that level: its name ends in ".<level>" (the amx level's KV-cache kernel is avx512bf16's). So a
+ * case named for one level cannot pass while another level's kernels run. */
+void t_check_cpu_level(const char *kernel);
 
 #define CHECK(cond)                                                                                            \
     do {                                                                                                       \

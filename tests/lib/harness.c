@@ -64,9 +64,21 @@ fa_context *t_cpu_ctx(void) {
     fa_context *ctx = NULL;
     fa_status st = fa_context_create(&ctx, FA_BACKEND_CPU, threads);
     if (st != FA_OK || !ctx) {
-        fprintf(stderr, "%s: cannot create a CPU context: %s (%s)\n", t_name, fa_status_string(st), fa_create_error());
-        exit(1);
+        const char *isa = getenv("FA_CPU_ISA");
+        const int skip = st == FA_ERR_UNSUPPORTED && isa && *isa;
+        fprintf(stderr, "%s: %s a CPU context: %s (%s)\n", t_name, skip ? "skipped: no" : "cannot create",
+                fa_status_string(st), fa_create_error());
+        exit(skip ? 77 : 1);
     }
     return ctx;
+}
+
+void t_check_cpu_level(const char *kernel) {
+    const char *isa = getenv("FA_CPU_ISA");
+    if (!isa || !*isa) return;
+    const int kv_on_amx = kernel && !strncmp(kernel, "cpu.kvcache.", 12) && !strcmp(isa, "amx");
+    const char *want = kv_on_amx ? "avx512bf16" : isa, *dot = kernel ? strrchr(kernel, '.') : NULL;
+    CHECK_MSG(dot && !strcmp(dot + 1, want), "kernel %s ran under FA_CPU_ISA=%s (a kernel of level %s was expected)",
+              kernel ? kernel : "(none)", isa, want);
 }
 

@@ -314,8 +314,14 @@ int t_kv_run_cpu(fa_context *ctx, const t_kv_case *c) {
                                       c->s.append ? &c->vn.t : NULL, &c->out.t, c->lse);
     int fails = 0;
     CHECK_MSG(st == FA_OK, "%s: fa_forward_kvcache: %s: %s", t_case_label, fa_status_string(st), fa_context_last_error(ctx));
-    if (st == FA_OK) fails += t_kv_verify(c, &c->out, c->lse, k, v, ctx, 0);
-    else fails++;
+    if (st == FA_OK) {
+        fa_stats stats;
+        CHECK_STATUS(fa_last_stats(ctx, &stats), FA_OK);
+        t_check_cpu_level(stats.kernel);
+        fails += t_kv_verify(c, &c->out, c->lse, k, v, ctx, 0);
+    } else {
+        fails++;
+    }
     free(k), free(v);
     return fails;
 }

@@ -22,7 +22,7 @@ static void *xmalloc(size_t n) {
 
 static const fa_algo run_order[] = {FA_ALGO_STANDARD, FA_ALGO_FLASH1, FA_ALGO_FLASH2, FA_ALGO_AUTO};
 
-/* The stats of a successful call name the algorithm that ran. */
+/* The stats of a successful call name the algorithm that ran, and a kernel of the pinned level (FA_CPU_ISA). */
 static void check_stats_algo(fa_context *ctx, fa_algo a, int is_backward) {
     fa_stats st;
     memset(&st, 0, sizeof st);
@@ -30,6 +30,7 @@ static void check_stats_algo(fa_context *ctx, fa_algo a, int is_backward) {
     CHECK_EQ_INT(st.algo, a == FA_ALGO_AUTO ? FA_ALGO_FLASH2 : a);
     CHECK_EQ_INT(st.is_backward, is_backward);
     CHECK_EQ_INT(st.backend, FA_BACKEND_CPU);
+    t_check_cpu_level(st.kernel);
 }
 
 static void check_lse(fa_algo a, double err, double err_std, double scale) {

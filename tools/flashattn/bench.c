@@ -80,6 +80,21 @@ static fa_status call_algo(fa_context *ctx, const bench_config *c, fa_algo algo,
     return fa_backward(ctx, &o, &q, &k, &v, &out, (const float *)g->lse[slot].ptr, &dout, &dq, &dk, &dv);
 }
 
+/* Whether the rounds may stop after `reps` of them (at least c->reps ran): without until_ci always; else when every
+ * live algorithm's median is known to within until_ci of it, or max_seconds have passed since t0. */
+static int rounds_done(const bench_config *c, const int *live, int n_algo, const double *times, int cap, int reps,
+                       double t0) {
+    if (c->until_ci <= 0) return 1;
+    if (c->max_seconds > 0 && now_ms() - t0 >= 1e3 * c->max_seconds) return 1;
+    for (int a = 0; a < n_algo; a++) {
+        if (!live[a]) continue;
+        double lo, hi;
+        median_ci(times + a * cap, reps, &lo, &hi);
+        if (!(hi - lo <= c->until_ci * median_of(times + a * cap, reps))) return 0;
+    }
+    return 1;
+}
+
 void bench_run_group(fa_context *ctx, const bench_config *c, const fa_algo *algos, int n_algo, int64_t mem_limit,
                      bench_row *rows) {
     if (n_algo > 8) n_algo = 8;
@@ -151,8 +166,12 @@ void bench_run_group(fa_context *ctx, const bench_config *c, const fa_algo *algo
         r->write_bytes = s.slow_write_bytes;
     }
 
-    int reps = c->reps > 0 ? c->reps : 1;
-    double *times = calloc((size_t)reps * (size_t)(n_algo > 0 ? n_algo : 1), sizeof *times);
+    /* Rounds of one call per algorithm: the first c->reps always; with until_ci more, until every median is known
+     * to within until_ci (its 95 % interval) or max_seconds of rounds have run (noise, and a busy machine, widen the
+     * interval: such a configuration gets more repetitions instead of a median that shifts from run to run). */
+    const int min_reps = c->reps > 0 ? c->reps : 1;
+    const int cap = c->until_ci > 0 && min_reps < BENCH_TIMES_MAX ? BENCH_TIMES_MAX : min_reps;
+    double *times = calloc((size_t)cap * (size_t)(n_algo > 0 ? n_algo : 1), sizeof *times);
     dev_timer *tm = dev_timer_create(c->dev);
     if (!times || !tm) {
         for (int a = 0; a < n_algo; a++)
@@ -162,7 +181,10 @@ void bench_run_group(fa_context *ctx, const bench_config *c, const fa_algo *algo
                 snprintf(rows[a].note, sizeof rows[a].note, "cannot allocate the timer");
             }
     }
-    for (int r = 0; r < reps; r++)
+    const double t0 = now_ms();
+    int reps = 0;
+    while (reps < cap && !(reps >= min_reps && rounds_done(c, live, n_algo, times, cap, reps, t0))) {
+        const int r = reps++;
         for (int k = 0; k < n_algo; k++) {
             /* each rep starts one algorithm later: the one that always runs last can measure slower (up to 8 %),
              * a bias of its place in the order, not of the algorithm */
@@ -176,15 +198,17 @@ void bench_run_group(fa_context *ctx, const bench_config *c, const fa_algo *algo
                 row_fail(&rows[a], st, fa_context_last_error(ctx));
                 continue;
             }
-            times[a * reps + r] = ms;
+            times[a * cap + r] = ms;
         }
+    }
     for (int a = 0; a < n_algo; a++) {
         if (!live[a]) continue;
         bench_row *rw = &rows[a];
-        const double *t = times + a * reps;
+        const double *t = times + a * cap;
         rw->ok = 1;
         snprintf(rw->status, sizeof rw->status, "ok");
         rw->ms = median_of(t, reps);
+        median_ci(t, reps, &rw->ci_lo, &rw->ci_hi);
         rw->ms_min = rw->ms_max = t[0];
         for (int r = 1; r < reps; r++) {
             if (t[r] < rw->ms_min) rw->ms_min = t[r];
@@ -192,6 +216,9 @@ void bench_run_group(fa_context *ctx, const bench_config *c, const fa_algo *algo
         }
         rw->spread_pct = rw->ms > 0 ? 100.0 * (rw->ms_max - rw->ms_min) / rw->ms : 0;
         rw->gflops = rw->ms > 0 ? rw->flops / (rw->ms * 1e6) : 0;
+        rw->reps_run = reps;
+        rw->n_times = reps < BENCH_TIMES_MAX ? reps : BENCH_TIMES_MAX;
+        memcpy(rw->times, t, (size_t)rw->n_times * sizeof *t);
     }
     for (int a = 0; a < n_algo; a++)
         if (rows[a].ok && algos[a] == FA_ALGO_STANDARD)
@@ -208,7 +235,7 @@ void bench_run_group(fa_context *ctx, const bench_config *c, const fa_algo *algo
 void bench_csv_header(FILE *f, int with_extra) {
     fprintf(f, "device,algo,dtype,batch,heads,seqlen_q,seqlen_k,head_dim,causal,pass,ms,gflops,peak_extra_mb,"
                "slow_read_mb,slow_write_mb");
-    if (with_extra) fprintf(f, ",heads_k,window,block_q,block_k,threads,reps,kernel,status");
+    if (with_extra) fprintf(f, ",heads_k,window,block_q,block_k,threads,reps,kernel,status,ms_ci_lo,ms_ci_hi");
     fprintf(f, "\n");
 }
 
@@ -223,9 +250,12 @@ void bench_csv_row(FILE *f, const bench_row *r, int with_extra) {
                 (double)r->read_bytes / 1e6, (double)r->write_bytes / 1e6);
     else
         fprintf(f, "%s,,,,", r->status);
-    if (with_extra)
+    if (with_extra) {
         fprintf(f, ",%lld,%d,%d,%d,%d,%d,%s,%s", (long long)c->heads_k, c->window, r->block_q, r->block_k, r->threads,
-                c->reps, r->kernel[0] ? r->kernel : "-", r->status);
+                r->ok ? r->reps_run : c->reps, r->kernel[0] ? r->kernel : "-", r->status);
+        if (r->ok) fprintf(f, ",%.4f,%.4f", r->ci_lo, r->ci_hi);
+        else fprintf(f, ",,");
+    }
     fprintf(f, "\n");
 }
 
@@ -247,13 +277,14 @@ static void bench_json_row(FILE *f, const bench_row *r, int first) {
             first ? "" : ",\n", fa_backend_name(c->dev), fa_algo_name(r->algo), fa_dtype_name(c->dtype),
             (long long)c->batch, (long long)c->heads, (long long)c->heads_k, (long long)c->seqlen_q,
             (long long)c->seqlen_k, (long long)c->head_dim, c->causal, c->window, c->backward ? "bwd" : "fwd",
-            r->threads, c->reps, r->status);
+            r->threads, r->ok ? r->reps_run : c->reps, r->status);
     json_str(f, r->kernel);
     if (r->ok)
         fprintf(f, ", \"block_q\": %d, \"block_k\": %d, \"ms\": %.4f, \"ms_min\": %.4f, \"ms_max\": %.4f, "
+                   "\"ms_ci_lo\": %.4f, \"ms_ci_hi\": %.4f, "
                    "\"gflops\": %.3f, \"flops\": %.0f, \"speedup_vs_standard\": %.3f, \"peak_extra_bytes\": %lld, "
                    "\"slow_read_bytes\": %lld, \"slow_write_bytes\": %lld}",
-                r->block_q, r->block_k, r->ms, r->ms_min, r->ms_max, r->gflops, r->flops, r->speedup,
+                r->block_q, r->block_k, r->ms, r->ms_min, r->ms_max, r->ci_lo, r->ci_hi, r->gflops, r->flops, r->speedup,
                 (long long)r->extra_bytes, (long long)r->read_bytes, (long long)r->write_bytes);
     else {
         fprintf(f, ", \"note\": ");
@@ -335,6 +366,9 @@ static void bench_help(void) {
         "  --block-k LIST    Bc, 0 = library default                     (default 0)\n"
         "  --reps N          timed repetitions (protocol: >= 10)         (default 10)\n"
         "  --warmup N        warm-up calls per algorithm                 (default 1)\n"
+        "  --until-ci PCT    after --reps, repeat until the 95%% confidence interval of every median is at most\n"
+        "                    PCT %% of it (at most %d repetitions; 0 = off)   (default 0)\n"
+        "  --max-seconds S   with --until-ci: stop repeating a configuration after S seconds of timed calls\n"
         "  --mem-limit MB    host memory the run may use (default: 90%% of MemAvailable)\n"
         "  --csv             CSV with the columns\n"
         "                    device,algo,dtype,batch,heads,seqlen_q,seqlen_k,head_dim,causal,pass,ms,gflops,\n"
@@ -344,10 +378,12 @@ static void bench_help(void) {
         "                    sgemm when linked); the table then shows each CPU row's GFLOP/s as %% of its dtype's\n"
         "                    peak (bf16 rows: the bf16 dot-product kernel when the CPU has one, else fp32)\n"
         "\n"
-        "ms is the median; spread = (max-min)/median. MB = 10^6 bytes. gflops = fa_last_stats flops / median time\n"
+        "ms is the median; spread = (max-min)/median; ms_ci_lo/ms_ci_hi (JSON, the report's CSV) the 95%% interval of\n"
+        "the median from order statistics. MB = 10^6 bytes. gflops = fa_last_stats flops / median time\n"
         "(4*B*H*Sq*Sk_visible*d, x2.5 for bwd). peak_extra_mb = memory the call needed beyond its inputs and outputs.\n"
         "A configuration that cannot run prints a row with the reason (skip / oom / error) and the run continues;\n"
-        "in CSV the ms field holds that status and the reason goes to stderr.\n\n");
+        "in CSV the ms field holds that status and the reason goes to stderr.\n\n",
+        BENCH_TIMES_MAX);
     bench_kvcache_help();
 }
 
@@ -355,6 +391,7 @@ typedef struct bench_args {
     int_list dev, algo, d, seqlen, seqlen_k, causal, window, gqa, dtype, pass, batch, heads, threads, bq, bk;
     int have_seqlen_k, have_batch, have_heads, have_dtype, have_algo;
     int64_t tokens, reps, warmup;
+    double until_ci_pct, max_seconds; /* --until-ci, --max-seconds (0: off) */
     double mem_limit_mb;
     int csv, json;
     int peak; /* --peak: measure the machine's matmul ceilings first; the table shows % of peak */
@@ -450,6 +487,18 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
                 return -1;
             continue;
         }
+        if (opt_is(x, "--until-ci")) {
+            if (!(v = opt_value(S, argc, argv, &i, "--until-ci")) ||
+                parse_double(S, "--until-ci", v, 0, 1000, &a->until_ci_pct))
+                return -1;
+            continue;
+        }
+        if (opt_is(x, "--max-seconds")) {
+            if (!(v = opt_value(S, argc, argv, &i, "--max-seconds")) ||
+                parse_double(S, "--max-seconds", v, 0, 1e6, &a->max_seconds))
+                return -1;
+            continue;
+        }
         if (opt_is(x, "--mem-limit")) {
             if (!(v = opt_value(S, argc, argv, &i, "--mem-limit")) ||
                 parse_double(S, "--mem-limit", v, 1, 1e12, &a->mem_limit_mb))
@@ -501,7 +550,7 @@ static int bench_run_parsed(const bench_args *A, const bench_sink *sink) {
                 continue;
             }
             if (sink->on_device) {
-                char desc[256];
+                char desc[512];
                 device_describe(dev, fa_context_threads(ctx), desc, sizeof desc);
                 sink->on_device(dev, fa_context_threads(ctx), desc, sink->user);
             }
@@ -532,6 +581,8 @@ static int bench_run_parsed(const bench_args *A, const bench_sink *sink) {
                 c.threads = threads;
                 c.reps = (int)A->reps;
                 c.warmup = (int)A->warmup;
+                c.until_ci = A->until_ci_pct / 100;
+                c.max_seconds = A->max_seconds;
                 c.heads = A->have_heads ? A->heads.v[hi] : (2048 / c.head_dim > 0 ? 2048 / c.head_dim : 1);
                 c.batch = A->have_batch ? A->batch.v[bi] : (A->tokens / c.seqlen_q > 0 ? A->tokens / c.seqlen_q : 1);
                 int64_t g = A->gqa.v[gi];
@@ -633,6 +684,10 @@ int cmd_bench(int argc, char **argv) {
         ps.peak[0] = pk.fp32;
         ps.peak[1] = pk.bf16;
         FILE *f = A.csv || A.json ? stderr : stdout; /* keep CSV/JSON clean */
+        if (!pk.isa) { /* the selector refused FA_CPU_ISA: the rows below say so too */
+            fprintf(stderr, "flashattn bench: --peak: %s\n", pk.why);
+            return 1;
+        }
         fprintf(f, "peak (cpu, kernels %s, %d threads): fp32 micro-kernel %.1f GFLOP/s (%.1f on 1 thread)", pk.isa,
                 pk.threads, pk.fp32, pk.fp32_1t);
         if (pk.bf16 > 0) fprintf(f, ", bf16 %s %.1f", pk.isa && !strcmp(pk.isa, "amx") ? "tiles" : "dot", pk.bf16);

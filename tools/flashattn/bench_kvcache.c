@@ -20,6 +20,7 @@
 typedef struct kv_args {
     int_list dev, batch, seqlen_k, page, heads, heads_k, seqlen, dtype, splits, d;
     int64_t threads, reps, warmup, split_size, ragged, append, warm_table;
+    double until_ci_pct, max_seconds; /* as in the attention mode */
     int csv, flush_read, bhsd, pages_in_order;
 } kv_args;
 
@@ -55,9 +56,14 @@ void bench_kvcache_help(void) {
            "  --threads N        CPU threads, 0 = all                       (default 0)\n"
            "  --reps N           timed repetitions                          (default 20)\n"
            "  --warmup N         warm-up calls                              (default 3)\n"
+           "  --until-ci PCT     after --reps, repeat until the 95%% confidence interval of the median is at most\n"
+           "                     PCT %% of it (at most %d calls; 0 = off)   (default 0)\n"
+           "  --max-seconds S    with --until-ci: stop repeating after S seconds of timed calls\n"
            "  --csv              CSV with the columns\n"
            "                     device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,\n"
-           "                     kv_gbs,memcpy_gbs,read_gbs,status,host_ms,append,flush,layout,page_order,warm_table\n");
+           "                     kv_gbs,memcpy_gbs,read_gbs,status,host_ms,append,flush,layout,page_order,warm_table,\n"
+           "                     reps,ms_ci_lo,ms_ci_hi\n",
+           BENCH_TIMES_MAX);
 }
 
 /* 1 if the value of --mode names this mode (kvcache, or its former name decode). */
@@ -137,6 +143,17 @@ static int parse(int argc, char **argv, kv_args *a) {
         ONE("--threads", threads, 0, 1024)
         ONE("--reps", reps, 1, 100000)
         ONE("--warmup", warmup, 0, 1000)
+        if (opt_is(x, "--until-ci")) {
+            if (!(v = opt_value(S, argc, argv, &i, "--until-ci")) || parse_double(S, "--until-ci", v, 0, 1000, &a->until_ci_pct))
+                return -1;
+            continue;
+        }
+        if (opt_is(x, "--max-seconds")) {
+            if (!(v = opt_value(S, argc, argv, &i, "--max-seconds")) ||
+                parse_double(S, "--max-seconds", v, 0, 1e6, &a->max_seconds))
+                return -1;
+            continue;
+        }
 #undef MATCH
 #undef LIST
 #undef ONE
@@ -225,18 +242,28 @@ static void flush_caches(const kv_shape *s, dev_buf *flush, dev_buf *sink) {
     else dev_fill_nan(flush);
 }
 
-int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
+/* Whether n timed calls are enough: without until_ci always; else when the median's 95 % interval is at most
+ * until_ci of it or max_seconds have passed since t0 (the rule of bench.c's rounds). */
+static int enough(const kv_shape *s, const double *ms, int n, double t0) {
+    if (s->until_ci <= 0 || (s->max_seconds > 0 && now_ms() - t0 >= 1e3 * s->max_seconds)) return 1;
+    double lo, hi;
+    median_ci(ms, n, &lo, &hi);
+    return hi - lo <= s->until_ci * median_of(ms, n);
+}
+
+int kv_bench_open(fa_context *ctx, const kv_shape *s, kv_bench *kb, kv_result *res) {
     const int64_t d = s->d, es = (int64_t)fa_dtype_size(s->dt), B = s->b, cap = s->cache;
-    const int threads = s->dev == FA_BACKEND_CPU ? fa_context_threads(ctx) : 0;
+    memset(kb, 0, sizeof *kb);
     memset(res, 0, sizeof *res);
+    kb->s = *s;
+    (void)ctx;
     uint64_t rng = 12345;
     int32_t *lens = malloc(sizeof(int32_t) * (size_t)B);
-    double kv_bytes = 0;
     for (int64_t b = 0; b < B; b++) {
         lens[b] = (int32_t)(s->ragged ? cap / 2 + rng_int(&rng, 0, (int)(cap - cap / 2 - s->sq)) : cap - s->sq);
         if (s->no_append) lens[b] += (int32_t)s->sq; /* the same keys, all already in the cache */
         const int64_t keys = lens[b] + (s->no_append ? 0 : s->sq);
-        kv_bytes += 2.0 * (double)keys * (double)s->hk * (double)d * (double)es;
+        kb->kv_bytes += 2.0 * (double)keys * (double)s->hk * (double)d * (double)es;
         res->keys += keys;
         res->paged_rows[0] += (keys + 15) / 16 * 16;
         res->paged_rows[1] += (keys + 255) / 256 * 256;
@@ -255,21 +282,26 @@ int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
         }
     }
     /* K and V in one allocation, so the read-only anchor passes over both in one launch */
-    dev_buf kv, kc, vc, q, kn, vn, o, dl, dbt, flush = {s->dev, NULL, 0}, sink = {s->dev, NULL, 0};
-    int fail = dev_alloc(&kv, s->dev, (size_t)(2 * n_cache * es)) ||
-               dev_alloc(&q, s->dev, (size_t)(B * s->sq * s->hq * d * es)) ||
-               dev_alloc(&kn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
-               dev_alloc(&vn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
-               dev_alloc(&o, s->dev, (size_t)(B * s->sq * s->hq * d * es)) ||
-               dev_alloc(&dl, s->dev, sizeof(int32_t) * (size_t)B) ||
-               dev_alloc(&dbt, s->dev, sizeof(int32_t) * (size_t)(npages ? npages : 1));
+    dev_buf kc, vc;
+    kb->flush = (dev_buf){s->dev, NULL, 0}, kb->sink = (dev_buf){s->dev, NULL, 0};
+    int fail = dev_alloc(&kb->kv, s->dev, (size_t)(2 * n_cache * es)) ||
+               dev_alloc(&kb->q, s->dev, (size_t)(B * s->sq * s->hq * d * es)) ||
+               dev_alloc(&kb->kn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
+               dev_alloc(&kb->vn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
+               dev_alloc(&kb->o, s->dev, (size_t)(B * s->sq * s->hq * d * es)) ||
+               dev_alloc(&kb->dl, s->dev, sizeof(int32_t) * (size_t)B) ||
+               dev_alloc(&kb->dbt, s->dev, sizeof(int32_t) * (size_t)(npages ? npages : 1));
     if (fail) {
         fprintf(stderr, "bench kvcache: cannot allocate the cache (%.2f GB)\n", 2e-9 * (double)(n_cache * es));
+        free(lens), free(bt);
+        kv_bench_close(kb);
+        res->status = FA_ERR_OUT_OF_MEMORY;
+        snprintf(res->error, sizeof res->error, "cannot allocate the cache");
         return -1;
     }
-    kc = kv, vc = kv;
+    kc = kb->kv, vc = kb->kv;
     kc.bytes = vc.bytes = (size_t)(n_cache * es);
-    vc.ptr = (char *)kv.ptr + kc.bytes;
+    vc.ptr = (char *)kb->kv.ptr + kc.bytes;
     {
         /* the cache: copies of a random block of up to 32 MB (the speed does not depend on the values; a host
          * buffer and a random fill of a many-GB cache would take longer than the measurement) */
@@ -280,93 +312,127 @@ int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
         fill_random(h, s->dt, nblk, &rng, 1.0f);
         dev_upload_tiled(&vc, h, (size_t)(nblk * es));
         fill_random(h, s->dt, nq, &rng, 1.0f);
-        dev_upload(&q, h, (size_t)(B * s->sq * s->hq * d * es));
+        dev_upload(&kb->q, h, (size_t)(B * s->sq * s->hq * d * es));
         fill_random(h, s->dt, B * s->sq * s->hk * d, &rng, 1.0f);
-        dev_upload(&kn, h, kn.bytes), dev_upload(&vn, h, vn.bytes);
+        dev_upload(&kb->kn, h, kb->kn.bytes), dev_upload(&kb->vn, h, kb->vn.bytes);
         free(h);
     }
-    dev_upload(&dl, lens, dl.bytes);
-    if (bt) dev_upload(&dbt, bt, sizeof(int32_t) * (size_t)npages);
+    dev_upload(&kb->dl, lens, kb->dl.bytes);
+    if (bt) dev_upload(&kb->dbt, bt, sizeof(int32_t) * (size_t)npages);
+    free(lens), free(bt);
     if (s->dev == FA_BACKEND_CUDA) /* several times the H200's L2 */
-        dev_alloc(&flush, s->dev, (size_t)256 << 20), dev_alloc(&sink, s->dev, 64);
-    fa_kvcache cache;
-    memset(&cache, 0, sizeof cache);
+        dev_alloc(&kb->flush, s->dev, (size_t)256 << 20), dev_alloc(&kb->sink, s->dev, 64);
+    fa_kvcache *cache = &kb->cache;
+    memset(cache, 0, sizeof *cache);
     const int64_t rows = s->page ? npages : B, keys = s->page ? s->page : cap;
-    cache.k = s->bhsd ? fa_tensor_bhsd(kc.ptr, s->dt, rows, s->hk, keys, d) : fa_tensor_bshd(kc.ptr, s->dt, rows, keys, s->hk, d);
-    cache.v = cache.k;
-    cache.v.data = vc.ptr;
-    cache.seqlens = dl.ptr;
-    cache.block_table = bt ? dbt.ptr : NULL;
-    cache.max_pages = pages_per;
-    fa_tensor tq = fa_tensor_bshd(q.ptr, s->dt, B, s->sq, s->hq, d), to = fa_tensor_bshd(o.ptr, s->dt, B, s->sq, s->hq, d);
-    fa_tensor tkn = fa_tensor_bshd(kn.ptr, s->dt, B, s->sq, s->hk, d), tvn = fa_tensor_bshd(vn.ptr, s->dt, B, s->sq, s->hk, d);
-    fa_attn_opts opts = fa_attn_opts_default();
-    opts.causal = 1;
-    fa_kv_opts ko = fa_kv_opts_default();
-    ko.num_splits = (int)s->ns;
-    ko.split_size = (int)s->split_size;
-    if (ko.split_size) ko.num_splits = 0;
-    dev_timer *tm = dev_timer_create(s->dev);
-    double *ms = malloc(sizeof(double) * 2 * (size_t)s->reps), *host = ms + s->reps;
+    cache->k = s->bhsd ? fa_tensor_bhsd(kc.ptr, s->dt, rows, s->hk, keys, d) : fa_tensor_bshd(kc.ptr, s->dt, rows, keys, s->hk, d);
+    cache->v = cache->k;
+    cache->v.data = vc.ptr;
+    cache->seqlens = kb->dl.ptr;
+    cache->block_table = s->page ? kb->dbt.ptr : NULL;
+    cache->max_pages = pages_per;
+    kb->tq = fa_tensor_bshd(kb->q.ptr, s->dt, B, s->sq, s->hq, d), kb->to = fa_tensor_bshd(kb->o.ptr, s->dt, B, s->sq, s->hq, d);
+    kb->tkn = fa_tensor_bshd(kb->kn.ptr, s->dt, B, s->sq, s->hk, d), kb->tvn = fa_tensor_bshd(kb->vn.ptr, s->dt, B, s->sq, s->hk, d);
+    kb->opts = fa_attn_opts_default();
+    kb->opts.causal = 1;
+    kb->ko = fa_kv_opts_default();
+    kb->ko.num_splits = (int)s->ns;
+    kb->ko.split_size = (int)s->split_size;
+    if (kb->ko.split_size) kb->ko.num_splits = 0;
+    kb->tm = dev_timer_create(s->dev);
+    return 0;
+}
+
+fa_status kv_bench_call(fa_context *ctx, kv_bench *kb, double *ms, double *host_ms) {
+    const kv_shape *s = &kb->s;
+    /* CUDA: the L2 flush is queued and not waited for, so the call is enqueued while it runs (as the PyTorch
+     * script does): the time is the GPU's; host_ms gives the enqueueing on its own */
+    flush_caches(s, &kb->flush, &kb->sink);
+    if (s->warm_table && kb->flush.ptr) {
+        dev_read(&kb->dl, &kb->sink);
+        if (kb->cache.block_table) dev_read(&kb->dbt, &kb->sink);
+    }
+    dev_timer_start(kb->tm);
+    const double h0 = now_ms();
+    const fa_status st = fa_forward_kvcache(ctx, &kb->opts, &kb->ko, &kb->tq, &kb->cache, s->no_append ? NULL : &kb->tkn,
+                                            s->no_append ? NULL : &kb->tvn, &kb->to, NULL);
+    const double h1 = now_ms(), t = dev_timer_stop(kb->tm);
+    if (ms) *ms = t;
+    if (host_ms) *host_ms = h1 - h0;
+    return st;
+}
+
+void kv_bench_close(kv_bench *kb) {
+    if (kb->tm) dev_timer_destroy(kb->tm);
+    kb->tm = NULL;
+    dev_buf *all[] = {&kb->kv, &kb->q, &kb->kn, &kb->vn, &kb->o, &kb->dl, &kb->dbt, &kb->flush, &kb->sink};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dev_free(all[i]);
+}
+
+int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
+    const int threads = s->dev == FA_BACKEND_CPU ? fa_context_threads(ctx) : 0;
+    kv_bench kb;
+    if (kv_bench_open(ctx, s, &kb, res)) return -1;
+    /* the first s->reps calls always; with until_ci more, as `flashattn bench` does (bench.c, rounds_done) */
+    const int64_t most = s->until_ci > 0 && s->reps < BENCH_TIMES_MAX ? BENCH_TIMES_MAX : s->reps;
+    double *ms = malloc(sizeof(double) * 2 * (size_t)most), *host = ms + most;
     fa_status st = FA_OK;
     cpu_anchors anc = {0};
     if (s->anchors && s->dev == FA_BACKEND_CPU)
-        cpu_anchors_init(&anc, (size_t)(kv_bytes > 64e6 ? kv_bytes : 64e6), threads, s->reps);
-    for (int64_t r = -s->warmup; r < s->reps && st == FA_OK; r++) {
-        /* CUDA: the L2 flush is queued and not waited for, so the call is enqueued while it runs (as the PyTorch
-         * script does): the time is the GPU's; host_ms gives the enqueueing on its own */
-        flush_caches(s, &flush, &sink);
-        if (s->warm_table && flush.ptr) {
-            dev_read(&dl, &sink);
-            if (bt) dev_read(&dbt, &sink);
-        }
-        dev_timer_start(tm);
-        const double h0 = now_ms();
-        st = fa_forward_kvcache(ctx, &opts, &ko, &tq, &cache, s->no_append ? NULL : &tkn, s->no_append ? NULL : &tvn,
-                                &to, NULL);
-        const double h1 = now_ms(), t = dev_timer_stop(tm);
-        if (r >= 0) ms[r] = t, host[r] = h1 - h0;
+        cpu_anchors_init(&anc, (size_t)(kb.kv_bytes > 64e6 ? kb.kv_bytes : 64e6), threads, most);
+    int64_t reps = s->reps;
+    double t0 = 0;
+    for (int64_t r = -s->warmup; r < reps && st == FA_OK; r++) {
+        if (r == 0) t0 = now_ms();
+        double t, h;
+        st = kv_bench_call(ctx, &kb, &t, &h);
+        if (r >= 0) ms[r] = t, host[r] = h;
         if (anc.a) cpu_anchors_rep(&anc, r >= 0 ? r : 0); /* warm-up too: every timed call follows an anchor */
+        if (r == reps - 1 && reps < most && !enough(s, ms, (int)reps, t0)) reps++; /* one call more */
     }
     fa_stats stats;
     memset(&stats, 0, sizeof stats);
     if (st == FA_OK) fa_last_stats(ctx, &stats);
-    const double med = st == FA_OK ? median_of(ms, (int)s->reps) : NAN, gbs = kv_bytes / (med * 1e6);
-    const double host_med = st == FA_OK ? median_of(host, (int)s->reps) : NAN; /* the call's own time (on CUDA: enqueueing) */
+    const double med = st == FA_OK ? median_of(ms, (int)reps) : NAN, gbs = kb.kv_bytes / (med * 1e6);
+    const double host_med = st == FA_OK ? median_of(host, (int)reps) : NAN; /* the call's own time (on CUDA: enqueueing) */
+    if (st == FA_OK) median_ci(ms, (int)reps, &res->ci_lo, &res->ci_hi);
+    res->reps_run = (int)reps;
+    res->n_times = st == FA_OK ? (int)(reps < BENCH_TIMES_MAX ? reps : BENCH_TIMES_MAX) : 0;
+    memcpy(res->times, ms, (size_t)res->n_times * sizeof *ms);
     double copy = 0, rd = 0;
-    cpu_anchors_done(&anc, st == FA_OK ? s->reps : 0, &copy, &rd);
+    cpu_anchors_done(&anc, st == FA_OK ? reps : 0, &copy, &rd);
     if (s->anchors && s->dev == FA_BACKEND_CUDA && st == FA_OK) { /* the cache read once, after the same flush */
-        for (int64_t r = 0; r < s->reps; r++) {
-            flush_caches(s, &flush, &sink);
-            dev_timer_start(tm);
-            dev_read(&kv, &sink);
-            ms[r] = dev_timer_stop(tm);
+        for (int64_t r = 0; r < reps; r++) {
+            flush_caches(s, &kb.flush, &kb.sink);
+            dev_timer_start(kb.tm);
+            dev_read(&kb.kv, &kb.sink);
+            ms[r] = dev_timer_stop(kb.tm);
         }
-        rd = (double)kv.bytes / (median_of(ms, (int)s->reps) * 1e6);
+        rd = (double)kb.kv.bytes / (median_of(ms, (int)reps) * 1e6);
     }
     res->status = st;
     res->ms = med, res->gbs = gbs, res->host_ms = host_med, res->memcpy_gbs = copy, res->read_gbs = rd;
     snprintf(res->kernel, sizeof res->kernel, "%s", st == FA_OK && stats.kernel ? stats.kernel : "-");
     snprintf(res->error, sizeof res->error, "%s", st == FA_OK ? "" : fa_context_last_error(ctx));
-    dev_timer_destroy(tm);
-    free(ms), free(lens), free(bt);
-    dev_buf *all[] = {&kv, &q, &kn, &vn, &o, &dl, &dbt, &flush, &sink};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dev_free(all[i]);
+    free(ms);
+    kv_bench_close(&kb);
     return st == FA_OK ? 0 : -1;
 }
 
 void bench_kvcache_csv_header(FILE *f) {
     fprintf(f, "device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,kv_gbs,memcpy_gbs,"
-               "read_gbs,status,host_ms,append,flush,layout,page_order,warm_table\n");
+               "read_gbs,status,host_ms,append,flush,layout,page_order,warm_table,reps,ms_ci_lo,ms_ci_hi\n");
 }
 
 void bench_kvcache_csv_row(FILE *f, const kv_shape *s, const kv_result *r) {
-    fprintf(f, "%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%.4f,%.2f,%.2f,%.2f,%s,%.4f,%d,%s,%s,%s,%d\n", fa_backend_name(s->dev),
+    fprintf(f, "%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%.4f,%.2f,%.2f,%.2f,%s,%.4f,%d,%s,%s,%s,%d,", fa_backend_name(s->dev),
             fa_dtype_name(s->dt), (long long)s->b, (long long)s->cache, (long long)s->page, (long long)s->hq,
             (long long)s->hk, (long long)s->sq, (long long)s->d, (long long)s->ns, r->kernel, r->ms, r->gbs,
             r->memcpy_gbs, r->read_gbs, r->status == FA_OK ? "ok" : fa_status_string(r->status), r->host_ms,
             !s->no_append, s->dev == FA_BACKEND_CPU ? "-" : s->flush_read ? "read" : "write", s->bhsd ? "bhsd" : "bshd",
             s->pages_in_order ? "in-order" : "shuffled", s->warm_table);
+    if (r->status == FA_OK) fprintf(f, "%d,%.4f,%.4f\n", r->reps_run, r->ci_lo, r->ci_hi);
+    else fprintf(f, ",,\n");
 }
 
 static int run_one(const kv_args *A, const kv_shape *s, fa_context *ctx) {
@@ -409,7 +475,7 @@ int cmd_bench_kvcache(int argc, char **argv) {
             continue;
         }
         const int threads = dev == FA_BACKEND_CPU ? fa_context_threads(ctx) : 0;
-        char desc[256];
+        char desc[512];
         device_describe(dev, threads, desc, sizeof desc);
         if (!A.csv) printf("device: %s; build %s\n", desc, fa_version_string());
         for (int a = 0; a < A.dtype.n; a++)
@@ -424,7 +490,7 @@ int cmd_bench_kvcache(int argc, char **argv) {
             const kv_shape sh = {dev, (fa_dtype)A.dtype.v[a], A.batch.v[b], A.seqlen_k.v[c], A.page.v[p], A.heads.v[h],
                                  A.heads_k.v[k], A.seqlen.v[s], A.splits.v[n], A.d.v[e], A.split_size, (int)A.ragged,
                                  (int)A.reps, (int)A.warmup, 1, !A.append, A.flush_read, A.bhsd, A.pages_in_order,
-                                 (int)A.warm_table};
+                                 (int)A.warm_table, A.until_ci_pct / 100, A.max_seconds};
             if (sh.sq > sh.cache || sh.hq % sh.hk) continue;
             failures += run_one(&A, &sh, ctx) != 0;
         }

@@ -181,6 +181,28 @@ double median_of(const double *x, int n) {
     return m;
 }
 
+void median_ci(const double *x, int n, double *lo, double *hi) {
+    *lo = *hi = NAN;
+    if (n <= 0) return;
+    double *t = malloc((size_t)n * sizeof *t);
+    if (!t) return;
+    memcpy(t, x, (size_t)n * sizeof *t);
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    /* the largest k with P(Binomial(n, 1/2) <= k - 1) <= 2.5 %: [x_(k), x_(n+1-k)] then covers the median with
+     * probability >= 95 %, whatever the distribution (k = 1, the extremes, below n = 6) */
+    double pj = ldexp(1.0, -n), cum = pj; /* P(B = j), P(B <= j) at j = k - 1 = 0 */
+    int k = 1;
+    while (2 * k < n) {
+        pj *= (double)(n - k + 1) / k; /* P(B = k) */
+        if (cum + pj > 0.025) break;
+        cum += pj;
+        k++;
+    }
+    *lo = t[k - 1];
+    *hi = t[n - k];
+    free(t);
+}
+
 uint64_t rng_next(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

@@ -54,6 +54,8 @@ int dev_fill_nan(dev_buf *b);   /* poison (0xFF bytes: NaN in f32, f16 and bf16)
 int dev_read(const dev_buf *b, dev_buf *sink);
 int dev_sync(fa_backend dev);
 int cuda_tools_built(void);
+#define BENCH_TIMES_MAX 64 /* the repetitions a row keeps (the adaptive ones stop there) */
+
 /* ---- one KV-cache measurement (`flashattn bench --mode kvcache`, bench_kvcache.c; also the report's decoding section) */
 typedef struct kv_shape {
     fa_backend dev;
@@ -66,15 +68,40 @@ typedef struct kv_shape {
     int bhsd;       /* the cache's layout: 0 [.., seq, heads, d] (flash-attn's), 1 [.., heads, seq, d] (PyTorch's) */
     int pages_in_order; /* paged: block table i -> page i (else a shuffled order, as an allocator hands pages out) */
     int warm_table;     /* CUDA: the lengths and the block table read back into the L2 after each flush */
+    double until_ci, max_seconds; /* after reps, repeat until the median's 95 % interval is at most until_ci of it
+                                     or max_seconds of calls have run (0: off), at most BENCH_TIMES_MAX calls */
 } kv_shape;
 typedef struct kv_result {
     fa_status status;
     double ms, gbs, host_ms, memcpy_gbs, read_gbs;
+    double ci_lo, ci_hi; /* the 95 % confidence interval of the median ms (median_ci) */
+    int reps_run;
+    double kv_bytes;     /* K and V bytes one call reads */
+    int n_allocs, alloc_end[8]; /* the report's rounds: times[alloc_end[a-1] .. alloc_end[a]) ran on allocation a */
+    int n_times;         /* the first timed calls' ms (up to BENCH_TIMES_MAX) */
+    double times[BENCH_TIMES_MAX];
     int64_t keys, contiguous_rows, paged_rows[2]; /* cache rows used; allocated contiguous / in pages of 16, 256 */
     char kernel[64], error[256];
 } kv_result;
 /* 0 on success; the figures in *res (res->status and res->error on failure). */
 int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res);
+/* bench_kvcache_one in parts, so that calls of several shapes can be interleaved (the report pairs them): a shape's
+ * cache, inputs and call arguments set up (its key counts in *res; -1 after a message when they cannot be
+ * allocated), one timed call (ms; host_ms: the call's own time on the host; either may be NULL), and the buffers
+ * freed. */
+typedef struct kv_bench {
+    kv_shape s;
+    dev_buf kv, q, kn, vn, o, dl, dbt, flush, sink;
+    fa_kvcache cache;
+    fa_tensor tq, to, tkn, tvn;
+    fa_attn_opts opts;
+    fa_kv_opts ko;
+    struct dev_timer *tm;
+    double kv_bytes; /* K and V bytes one call reads */
+} kv_bench;
+int kv_bench_open(fa_context *ctx, const kv_shape *s, kv_bench *kb, kv_result *res);
+fa_status kv_bench_call(fa_context *ctx, kv_bench *kb, double *ms, double *host_ms);
+void kv_bench_close(kv_bench *kb);
 /* Its CSV (the columns of `flashattn bench --mode kvcache --csv`). */
 void bench_kvcache_csv_header(FILE *f);
 void bench_kvcache_csv_row(FILE *f, const kv_shape *s, const kv_result *r);
@@ -98,6 +125,9 @@ void dev_timer_destroy(dev_timer *t);
 /* ---- misc ---- */
 double now_ms(void);
 double median_of(const double *x, int n); /* does not modify x */
+/* The distribution-free 95 % confidence interval [lo, hi] of the median of x[0..n) (order statistics; below 6 values
+ * it is [min, max], which covers less). Does not modify x. */
+void median_ci(const double *x, int n, double *lo, double *hi);
 uint64_t rng_next(uint64_t *s);           /* splitmix64 */
 double rng_uniform(uint64_t *s);          /* [0, 1) */
 int rng_int(uint64_t *s, int lo, int hi); /* [lo, hi] */
@@ -113,8 +143,12 @@ typedef struct bench_config {
     int backward;
     int threads;          /* CPU threads (0 = all) */
     int block_q, block_k; /* 0 = default */
-    int reps, warmup;
+    int reps, warmup;     /* reps: the timed repetitions, or the least of them with until_ci */
+    double until_ci;      /* > 0: repeat until each median's 95 % interval is at most this fraction of it ... */
+    double max_seconds;   /* ... or the configuration's timed calls took this long (0: no limit), at most
+                             BENCH_TIMES_MAX repetitions */
 } bench_config;
+
 
 typedef struct bench_row {
     bench_config cfg;
@@ -125,6 +159,11 @@ typedef struct bench_row {
     char kernel[64];
     int block_q, block_k, threads;
     double ms, ms_min, ms_max, spread_pct; /* median, min, max of reps; spread = (max-min)/median */
+    double ci_lo, ci_hi;  /* the 95 % confidence interval of the median (median_ci) */
+    int reps_run;         /* repetitions timed */
+    int n_times;          /* times[0..n_times): the first of them, rep r of every algorithm of the group in one
+                             round (their ratios are paired) */
+    double times[BENCH_TIMES_MAX];
     double flops, gflops;
     int64_t extra_bytes, read_bytes, write_bytes;
     double speedup;       /* ms(STANDARD)/ms in the same group, 0 if STANDARD is not measured */

@@ -2,6 +2,7 @@
  * CUDA runtime memory, copies and events for the CUDA backend when the tools are built with CUDA
  * (FA_TOOLS_CUDA), otherwise every CUDA request fails cleanly. */
 #include "common.h"
+#include "cpu/simd/kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -238,5 +239,9 @@ void device_describe(fa_backend dev, int threads, char *buf, size_t len) {
         fclose(f);
     }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    snprintf(buf, len, "%s, %ld cores, %d threads", model, ncpu, threads);
+    /* the kernel level a context created now runs, and the dispatcher's reason (simd/dispatch.c) */
+    const fa_cpu_kernels *K = NULL;
+    char why[256];
+    if (fa_cpu_kernels_select(&K, why, sizeof why) != FA_OK) snprintf(why, sizeof why, "none");
+    snprintf(buf, len, "%s, %ld cores, %d threads, kernels %s", model, ncpu, threads, why);
 }

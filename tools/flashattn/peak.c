@@ -133,7 +133,7 @@ static double fma_rate(fa_cpu_isa id) {
     double best = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
     for (int trial = 0; trial < 3; trial++) {
-        const double g = id >= FA_CPU_ISA_AVX512 ? fma_rate_avx512(20 * 1000 * 1000)
+        const double g = id >= FA_CPU_ISA_AVX512F ? fma_rate_avx512(20 * 1000 * 1000)
                          : id == FA_CPU_ISA_AVX2 ? fma_rate_avx2(20 * 1000 * 1000) : 0;
         if (g > best) best = g;
     }
@@ -144,14 +144,15 @@ static double fma_rate(fa_cpu_isa id) {
 }
 
 void fa_cpu_measure_peak(int threads, double seconds, fa_cpu_peak *out) {
-    const fa_cpu_kernels *K = fa_cpu_kernels_select();
+    memset(out, 0, sizeof *out);
+    const fa_cpu_kernels *K = NULL;
+    if (fa_cpu_kernels_select(&K, out->why, sizeof out->why) != FA_OK) return; /* rates stay 0, isa NULL */
     int nt = threads;
 #ifdef _OPENMP
     if (nt <= 0) nt = omp_get_max_threads();
 #else
     nt = 1;
 #endif
-    memset(out, 0, sizeof *out);
     out->isa = K->isa;
     out->threads = nt;
     gemm_rate(K, nt, 0, seconds / 4); /* warm-up: clocks, pages */
@@ -167,7 +168,7 @@ void fa_cpu_measure_peak(int threads, double seconds, fa_cpu_peak *out) {
     fa_cpu_blas_describe(out->blas_info, sizeof out->blas_info);
     out->ghz = clock_ghz();
     out->fma_1t = fma_rate(K->id);
-    out->lanes = K->id >= FA_CPU_ISA_AVX512 ? 16 : K->id == FA_CPU_ISA_AVX2 ? 8 : 1;
+    out->lanes = K->id >= FA_CPU_ISA_AVX512F ? 16 : K->id == FA_CPU_ISA_AVX2 ? 8 : 1;
     if (out->ghz > 0) {
         const long u = lround((out->fma_1t > 0 ? out->fma_1t : out->fp32_1t) / (2.0 * out->lanes * out->ghz));
         out->fma_units = u < 1 ? 1 : (int)u;

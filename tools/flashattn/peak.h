@@ -4,7 +4,8 @@
 #define FA_TOOLS_PEAK_H
 
 typedef struct fa_cpu_peak {
-    const char *isa;   /* the kernel table that ran */
+    const char *isa;   /* the kernel level that ran; NULL when the selector refused (FA_CPU_ISA), with `why` */
+    char why[256];     /* the selector's sentence: what it picked and why, or why it refused */
     int threads;
     double fp32;       /* GFLOP/s of the fp32 register-blocked micro-kernel on all threads (60x64, k = 128, in L1/L2) */
     double fp32_1t;    /* the same on one thread */

@@ -39,6 +39,7 @@ typedef struct run_ctx {
 
 static void on_group(const bench_config *c, void *user) {
     run_ctx *x = user;
+    report_point_begin(x->R);
     char what[128];
     snprintf(what, sizeof what, "%s %s d=%lld N=%lld %s%s", x->label, fa_backend_name(c->dev), (long long)c->head_dim,
              (long long)c->seqlen_q, c->backward ? "bwd" : "fwd", c->causal ? " causal" : "");
@@ -47,7 +48,9 @@ static void on_group(const bench_config *c, void *user) {
 
 static void on_row(const bench_row *r, void *user) {
     run_ctx *x = user;
-    rows_push(x->dst, r);
+    const int n0 = x->dst->n;
+    rows_push(x->dst, r, -1);
+    if (x->dst->n > n0) report_window_row(x->R, x->dst, n0, NULL);
     if (x->csv) {
         bench_csv_row(x->csv, r, 1);
         fflush(x->csv);
@@ -160,9 +163,9 @@ static void measure_device(report *R, fa_backend dev, dev_data *D) {
         double est = est_cost(R, dev, fl * 1.5 /*causal half*/ * 3.5 /*fwd + bwd + the bwd's fwd*/, (P->reps + 1) * 3);
         report_bench(R, &D->speed, f, name, "speed", est, P->n_seqlens * 12,
                      "--device %s --dtype %s --algo standard,flash1,flash2 --d %d --heads %d --tokens %lld "
-                     "--seqlen %s --causal 0,1 --pass fwd,bwd --reps %d",
+                     "--seqlen %s --causal 0,1 --pass fwd,bwd %s",
                      dn, dt, d, heads, (long long)(cuda ? 16384 : P->tokens), cuda ? P->gpu_seqlen_list : P->seqlen_list,
-                     P->reps);
+                     R->rule);
     }
     if (f) fclose(f);
 
@@ -175,8 +178,8 @@ static void measure_device(report *R, fa_backend dev, dev_data *D) {
         for (int h = 1; h <= P->par_max_heads; h *= 2) fl += 4.0 * n * n * 64 * h;
         report_bench(R, &D->par, f, name, "batch×heads", est_cost(R, dev, fl * 3.5, (P->reps + 1) * 3), 0,
                      "--device %s --dtype %s --algo standard,flash1,flash2 --d 64 --batch 1 --heads %s --seqlen %d "
-                     "--pass fwd,bwd --reps %d",
-                     dn, dt, cuda ? "1,2,4,8,16,32,64,128" : P->par_heads_list, n, P->reps);
+                     "--pass fwd,bwd %s",
+                     dn, dt, cuda ? "1,2,4,8,16,32,64,128" : P->par_heads_list, n, R->rule);
     }
     if (f) fclose(f);
 
@@ -190,8 +193,8 @@ static void measure_device(report *R, fa_backend dev, dev_data *D) {
         for (int i = 0; i < P->n_blk_q; i++)
             report_bench(R, &D->blocks, f, name, "blocks", est_cost(R, dev, fl, (P->reps + 1) * 2 * P->n_blk_k), 0,
                          "--device %s --dtype %s --algo flash1,flash2 --d 64 --batch 1 --heads %d --seqlen %d "
-                         "--block-q %d --block-k %s --reps %d",
-                         dn, dt, heads, n, P->blk_q[i], P->blk_k_list, P->reps);
+                         "--block-q %d --block-k %s %s",
+                         dn, dt, heads, n, P->blk_q[i], P->blk_k_list, R->rule);
     }
     if (f) fclose(f);
 
@@ -277,7 +280,13 @@ static void preset_init(preset *P, const char *mode) {
                          io_smoke[] = {64, 128, 256};
     static const int64_t sram_q[] = {8192, 16384, 32768, 65536, 131072, 262144, 524288},
                          sram_smoke[] = {4096, 8192, 16384};
+    /* The repetition rule: at least `reps` per point, then (quick, full) more until each median's 95 % interval is
+     * within until_ci of it or the point's calls took max_seconds; the quick preset's numbers keep `make demo`
+     * near its old length on a 2-core machine while the verdicts settle (docs/benchmarks.md, "The report"). smoke
+     * (the tests) keeps a fixed count and never waits for a quiet machine. */
     P->reps = 10;
+    if (strcmp(mode, "quick") == 0) P->reps = 6, P->until_ci = 0.05, P->max_seconds = 0.5, P->max_wait = 16;
+    if (strcmp(mode, "full") == 0) P->until_ci = 0.03, P->max_seconds = 10, P->max_wait = 300;
     if (strcmp(mode, "smoke") == 0) {
         P->model_dim = 128;
         P->tokens = 256;
@@ -343,8 +352,11 @@ static void preset_size_cpu(report *R, const char *mode) {
     if (pk.fp32 <= 0) return;
     R->cpu_rate = 0.6 * pk.fp32; /* a rough attention rate: the progress bar only */
     if (strcmp(mode, "quick") != 0) return;
+    /* the 1-thread rate is the best of 4 windows (peak.c), which other processes only slow down: times the threads
+     * it is the more stable estimate, so that a busy moment does not change the sizes between two runs */
+    const double rate = pk.fp32_1t * pk.threads > pk.fp32 ? pk.fp32_1t * pk.threads : pk.fp32;
     int64_t k = 1;
-    while (k < 32 && (double)(2 * k) <= pk.fp32 / REPORT_REF_PEAK * 1.41) k *= 2;
+    while (k < 32 && (double)(2 * k) <= rate / REPORT_REF_PEAK * 1.41) k *= 2;
     R->p.tokens *= k;
     R->p.blk_heads *= (int)k;
     R->cpu_scale = (int)k;
@@ -363,11 +375,17 @@ static void report_help(void) {
            "a claims table whose verdicts are computed from the measurements. A progress bar goes to stderr; a summary\n"
            "to stdout.\n"
            "\n"
-           "  --quick      small problems (model dim 256, 2048 tokens): under 3 minutes on a 2-core CPU (default);\n"
-           "               on a faster CPU the tokens grow with its measured peak, so that calls stay milliseconds\n"
-           "  --full       the docs/benchmarks.md protocol sizes (model dim 2048, 16384 tokens): an hour or more on a\n"
-           "               2-core CPU\n"
-           "  --smoke      tiny problems, seconds (for tests)\n"
+           "Each timed point is repeated until its median's 95%% confidence interval is within a few %% (or its time\n"
+           "budget ends), the algorithms interleaved; every verdict carries its interval, and one that the intervals\n"
+           "do not settle reads 'not settled'. The run first waits (a bounded time) while other processes keep the\n"
+           "CPUs busy, and reports how busy they were while it measured.\n"
+           "\n"
+           "  --quick      small problems (model dim 256, 2048 tokens), points to 5%%: about 40 s on a 2-core CPU\n"
+           "               (default); on a faster CPU the tokens grow with its measured peak, so that calls stay\n"
+           "               milliseconds\n"
+           "  --full       the docs/benchmarks.md protocol sizes (model dim 2048, 16384 tokens), points to 3%%: an hour\n"
+           "               or more on a 2-core CPU\n"
+           "  --smoke      tiny problems, a fixed 10 repetitions, no waiting: seconds (for tests)\n"
            "  --out DIR    output directory (created)\n"
            "  --threads T  CPU threads for every measurement (default 0 = all cores)\n"
            "  --no-plots   do not call gnuplot (tables only)\n"
@@ -407,7 +425,16 @@ int cmd_report(int argc, char **argv) {
     if (mkdir(R.out, 0777) != 0 && errno != EEXIST)
         return cli_usage_error(S, "--out: cannot create '%s': %s", R.out, strerror(errno));
     preset_init(&R.p, mode);
+    if (R.p.until_ci > 0)
+        snprintf(R.rule, sizeof R.rule, "--reps %d --until-ci %g --max-seconds %g", R.p.reps, 100 * R.p.until_ci,
+                 R.p.max_seconds);
+    else
+        snprintf(R.rule, sizeof R.rule, "--reps %d", R.p.reps);
+    R.window.wall = -1;
     R.threads = (int)threads;
+    /* before anything is timed (the peak measurement below sizes the points): wait, up to half the allowance, for
+     * other processes to leave the CPUs, and say how busy they were */
+    R.others_start = quiet_wait(R.p.max_wait / 2, &R.waited);
     if (!no_cpu) preset_size_cpu(&R, mode);
     R.tty = isatty(2);
     R.t0 = now_ms();
@@ -459,6 +486,7 @@ int cmd_report(int argc, char **argv) {
         report_progress(&R, "PyTorch SDPA");
         report_torch(&R);
     }
+    report_window_close(&R);
     fclose(R.repro);
     R.work_done = R.work_total;
     report_progress(&R, "writing the report");
@@ -466,8 +494,9 @@ int cmd_report(int argc, char **argv) {
     R.seconds = (now_ms() - R.t0) / 1e3;
     R.load_end = load_avg();
     int rc = report_write(&R);
-    free(R.cpu.speed.v), free(R.cpu.par.v), free(R.cpu.blocks.v), free(R.cpu.mem.v);
-    free(R.gpu.speed.v), free(R.gpu.par.v), free(R.gpu.blocks.v), free(R.gpu.mem.v);
+    rows_t *all[] = {&R.cpu.speed, &R.cpu.par, &R.cpu.blocks, &R.cpu.mem,
+                     &R.gpu.speed, &R.gpu.par, &R.gpu.blocks, &R.gpu.mem};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->v), free(all[i]->others);
     free(R.io_seqlen.v), free(R.io_sram.v);
     return rc;
 }

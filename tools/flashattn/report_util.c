@@ -4,6 +4,7 @@
 #include "report.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,10 +47,18 @@ static void *grow(void *v, int n, int *cap, size_t size) {
     return p;
 }
 
-void rows_push(rows_t *r, const bench_row *x) {
-    bench_row *v = grow(r->v, r->n, &r->cap, sizeof *x);
+void rows_push(rows_t *r, const bench_row *x, double others) {
+    int cap = r->cap;
+    bench_row *v = grow(r->v, r->n, &cap, sizeof *x);
     if (!v) return;
     r->v = v;
+    if (cap != r->cap) { /* the others array follows the rows' capacity */
+        double *o = realloc(r->others, (size_t)cap * sizeof *o);
+        if (!o) return;
+        r->others = o;
+        r->cap = cap;
+    }
+    r->others[r->n] = others;
     r->v[r->n++] = *x;
 }
 
@@ -61,7 +70,7 @@ int io_rows_push(io_rows_t *r, const io_row *x) {
     return 0;
 }
 
-static void push_row(const bench_row *r, void *user) { rows_push(user, r); }
+static void push_row(const bench_row *r, void *user) { rows_push(user, r, -1); }
 
 void report_bench_rows(int argc, char **argv, rows_t *rows) {
     bench_sink sink = {NULL, NULL, push_row, NULL, rows};
@@ -82,4 +91,18 @@ FILE *report_csv(report *R, const char *name, int kind) {
     else fprintf(f, "algo,batch,heads,seqlen,head_dim,kernels,dram_read_bytes,dram_write_bytes,model_read_bytes,"
                     "model_write_bytes,compulsory_bytes\n");
     return f;
+}
+
+void claim_disturbed(claim *c, int busy, int total) {
+    c->kind = V_NOT_SETTLED;
+    snprintf(c->verdict, sizeof c->verdict,
+             "**not settled**: %d of its %d measurements ran while other processes kept the CPUs busy (see the "
+             "header); run again on a quiet machine",
+             busy, total);
+}
+
+double cross_ratio(double a, double a_lo, double a_hi, double b, double b_lo, double b_hi, double *lo, double *hi) {
+    const double r = a / b, ha = (a_hi - a_lo) / (2 * a), hb = (b_hi - b_lo) / (2 * b), h = sqrt(ha * ha + hb * hb);
+    *lo = r * (1 - h), *hi = r * (1 + h);
+    return r;
 }

@@ -1,4 +1,5 @@
-/* flashattn report: the claims table (every verdict computed from the rows), index.md, gnuplot plots, summary. */
+/* flashattn report: index.md (the claims table, every verdict computed from the rows, and the tables behind the
+ * plots of report_plots.c) and the summary on stdout. */
 #include "report.h"
 
 #include <math.h>
@@ -8,216 +9,13 @@
 #include <unistd.h>
 
 /* ---------------------------------------------------------------------------------------------------------
- * Plots (gnuplot, inline data blocks)
- * ------------------------------------------------------------------------------------------------------- */
-static FILE *gp_open(report *R, const char *name, const char *title, int rows, int cols) {
-    char path[2048];
-    snprintf(path, sizeof path, "%s/%s.gp", R->out, name);
-    FILE *f = fopen(path, "w");
-    if (!f) return NULL;
-    fprintf(f, "set terminal %s size %d,%d\nset output '%s.png'\n", R->gp_term[0] ? R->gp_term : "pngcairo",
-            520 * cols + 80, 400 * rows + 60, name);
-    fprintf(f, "set termoption noenhanced\nset key top left box opaque\nset grid\nset pointsize 1.2\n");
-    fprintf(f, "set multiplot layout %d,%d title \"%s\"\n", rows, cols, title);
-    return f;
-}
-
-static void gp_close(report *R, FILE *f, const char *name, int *n_png) {
-    fprintf(f, "unset multiplot\n");
-    fclose(f);
-    if (!R->gnuplot) return;
-    char cmd[2600];
-    snprintf(cmd, sizeof cmd, "cd '%s' && gnuplot '%s.gp' >/dev/null 2>&1", R->out, name);
-    if (system(cmd) == 0) (*n_png)++;
-    else fprintf(stderr, "flashattn report: gnuplot failed on %s/%s.gp\n", R->out, name);
-}
-
-static const char *ALGO_NAMES[4] = {"auto", "standard", "flash1", "flash2"};
-
-/* One panel of speed vs x for the three algorithms: x from the row (0 seqlen, 1 batch×heads, 2 block_k). */
-static void gp_panel_t(FILE *f, const rows_t *rs, int xkind, int64_t d, int causal, int bwd, int bq, const char *title,
-                       const char *ylabel, double yscale, int logx, const report *R);
-static void gp_panel(FILE *f, const rows_t *rs, int xkind, int64_t d, int causal, int bwd, int bq, const char *title,
-                     const char *ylabel, double yscale, int logx) {
-    gp_panel_t(f, rs, xkind, d, causal, bwd, bq, title, ylabel, yscale, logx, NULL);
-}
-
-/* As gp_panel; with R, PyTorch SDPA rows of the same (d, causal, pass) are added as reference lines. */
-static void gp_panel_t(FILE *f, const rows_t *rs, int xkind, int64_t d, int causal, int bwd, int bq, const char *title,
-                       const char *ylabel, double yscale, int logx, const report *R) {
-    static int id = 0;
-    int ids[4] = {0};
-    int have[4] = {0};
-    for (int a = 1; a <= 3; a++) {
-        ids[a] = ++id;
-        fprintf(f, "$d%d << EOD\n", ids[a]);
-        for (int i = 0; i < rs->n; i++) {
-            const bench_row *r = &rs->v[i];
-            const bench_config *c = &r->cfg;
-            if ((int)r->algo != a || !r->ok || (d > 0 && c->head_dim != d) || (causal >= 0 && c->causal != causal) ||
-                (bwd >= 0 && c->backward != bwd) || (bq > 0 && c->block_q != bq))
-                continue;
-            double x = xkind == 0 ? (double)c->seqlen_q : xkind == 1 ? (double)(c->batch * c->heads) : (double)r->block_k;
-            fprintf(f, "%g %g\n", x, r->gflops * yscale);
-            have[a] = 1;
-        }
-        fprintf(f, "EOD\n");
-    }
-    fprintf(f, "set title \"%s\"\nset xlabel \"%s\"\nset ylabel \"%s\"\n%s\nset yrange [0:*]\n", title,
-            xkind == 0 ? "sequence length" : xkind == 1 ? "batch × heads" : "Bc (block_k)", ylabel,
-            logx ? "set logscale x 2" : "unset logscale x");
-    static const char *TN[2] = {"torch-flash", "torch-cudnn"};
-    int tid[2] = {0, 0}, thave[2] = {0, 0};
-    for (int t = 0; R && t < 2; t++) {
-        tid[t] = ++id;
-        fprintf(f, "$d%d << EOD\n", tid[t]);
-        for (int i = 0; i < R->n_torch; i++) {
-            const torch_row *x = &R->torch[i];
-            if (strcmp(x->name, TN[t]) != 0 || x->d != d || x->causal != causal || x->bwd != bwd) continue;
-            fprintf(f, "%lld %g\n", (long long)x->n, x->tflops * 1e3 * yscale);
-            thave[t] = 1;
-        }
-        fprintf(f, "EOD\n");
-    }
-    int first = 1;
-    for (int a = 1; a <= 3; a++) {
-        if (!have[a]) continue;
-        fprintf(f, "%s $d%d with linespoints lw 2 title '%s'", first ? "plot" : ",", ids[a], ALGO_NAMES[a]);
-        first = 0;
-    }
-    for (int t = 0; t < 2; t++) {
-        if (!thave[t]) continue;
-        fprintf(f, "%s $d%d with linespoints lw 1 dt 2 title '%s'", first ? "plot" : ",", tid[t], TN[t]);
-        first = 0;
-    }
-    if (first) fprintf(f, "set label 1 'no data' at graph 0.4,0.5\nplot 1/0 notitle\nunset label 1");
-    fprintf(f, "\n");
-}
-
-static void plots_device(report *R, const dev_data *D, int *n_png, char names[][64], int *n_names) {
-    const char *dn = fa_backend_name(D->dev);
-    int cuda = D->dev == FA_BACKEND_CUDA;
-    const char *yl = cuda ? "TFLOP/s" : "GFLOP/s";
-    double ys = cuda ? 1e-3 : 1;
-    char name[64], t[160];
-    for (int bwd = 0; bwd < 2; bwd++) {
-        snprintf(name, sizeof name, "speed_%s_%s", dn, bwd ? "bwd" : "fwd");
-        snprintf(t, sizeof t, "%s, %s: speed vs sequence length (%s)", dn, bwd ? "backward" : "forward",
-                 cuda ? "bf16" : "fp32");
-        FILE *f = gp_open(R, name, t, 2, 2);
-        if (!f) continue;
-        for (int d = 64; d <= 128; d *= 2)
-            for (int c = 0; c < 2; c++) {
-                char pt[64];
-                snprintf(pt, sizeof pt, "d = %d, %s", d, c ? "causal" : "not causal");
-                gp_panel_t(f, &D->speed, 0, d, c, bwd, 0, pt, yl, ys, 1, cuda ? R : NULL);
-            }
-        gp_close(R, f, name, n_png);
-        snprintf(names[(*n_names)++], 64, "%s", name);
-    }
-    snprintf(name, sizeof name, "parallel_%s", dn);
-    snprintf(t, sizeof t, "%s: speed vs batch × heads (batch 1, N = %lld, d = 64)", dn,
-             D->par.n ? (long long)D->par.v[0].cfg.seqlen_q : 0LL);
-    FILE *f = gp_open(R, name, t, 1, 2);
-    if (f) {
-        gp_panel(f, &D->par, 1, 64, -1, 0, 0, "forward", yl, ys, 1);
-        gp_panel(f, &D->par, 1, 64, -1, 1, 0, "backward", yl, ys, 1);
-        gp_close(R, f, name, n_png);
-        snprintf(names[(*n_names)++], 64, "%s", name);
-    }
-    snprintf(name, sizeof name, "blocks_%s", dn);
-    snprintf(t, sizeof t, "%s: forward speed vs tile size (N = %lld, d = 64)", dn,
-             D->blocks.n ? (long long)D->blocks.v[0].cfg.seqlen_q : 0LL);
-    int bqs[8], nbq = 0;
-    for (int i = 0; i < D->blocks.n; i++) {
-        int bq = D->blocks.v[i].cfg.block_q, seen = 0;
-        for (int j = 0; j < nbq; j++) seen |= bqs[j] == bq;
-        if (!seen && nbq < 8) bqs[nbq++] = bq;
-    }
-    f = gp_open(R, name, t, 1, nbq > 0 ? nbq : 1);
-    if (f) {
-        for (int j = 0; j < nbq; j++) {
-            char pt[64];
-            snprintf(pt, sizeof pt, "Br = %d", bqs[j]);
-            gp_panel(f, &D->blocks, 2, 64, -1, 0, bqs[j], pt, yl, ys, 1);
-        }
-        gp_close(R, f, name, n_png);
-        snprintf(names[(*n_names)++], 64, "%s", name);
-    }
-    snprintf(name, sizeof name, "memory_%s", dn);
-    f = gp_open(R, name, "peak extra memory vs sequence length (batch 1, 1 head, d = 64, forward)", 1, 1);
-    if (f) {
-        fprintf(f, "set logscale xy 2\nset xlabel 'sequence length'\nset ylabel 'extra memory (MB)'\nset title ''\n"
-                   "set key top left Left reverse box opaque\nset xtics rotate by -35\n");
-        int first = 1;
-        for (int a = 1; a <= 3; a++) {
-            fprintf(f, "$m%d << EOD\n", a);
-            for (int i = 0; i < D->mem.n; i++)
-                if ((int)D->mem.v[i].algo == a && D->mem.v[i].ok && D->mem.v[i].extra_bytes > 0)
-                    fprintf(f, "%lld %g\n", (long long)D->mem.v[i].cfg.seqlen_q, (double)D->mem.v[i].extra_bytes / 1e6);
-            fprintf(f, "EOD\n");
-        }
-        const bench_row *probe = D->probe_n ? find_row(&D->mem, FA_ALGO_STANDARD, 64, D->probe_n, 0, 0, 1, -1, -1) : NULL;
-        if (probe && !probe->ok)
-            fprintf(f, "$probe << EOD\n%lld %g\nEOD\n", (long long)D->probe_n, D->probe_need / 1e6);
-        for (int a = 1; a <= 3; a++) {
-            fprintf(f, "%s $m%d with linespoints lw 2 title '%s'", first ? "plot" : ",", a, ALGO_NAMES[a]);
-            first = 0;
-        }
-        if (probe && !probe->ok)
-            fprintf(f, ", $probe with points pt 6 ps 2.5 lc rgb 'red' title 'standard needs %.0f GB: %s'",
-                    D->probe_need / 1e9, probe->status);
-        fprintf(f, "\n");
-        gp_close(R, f, name, n_png);
-        snprintf(names[(*n_names)++], 64, "%s", name);
-    }
-}
-
-static void plots_io(report *R, int *n_png, char names[][64], int *n_names) {
-    FILE *f = gp_open(R, "io_seqlen", "slow-memory bytes (counted) vs sequence length, d = 64, forward", 1, 1);
-    if (f) {
-        fprintf(f, "set logscale xy 2\nset xlabel 'sequence length N'\nset ylabel 'MB moved'\nset title ''\n");
-        for (int a = 1; a <= 3; a++) {
-            fprintf(f, "$c%d << EOD\n", a);
-            for (int i = 0; i < R->io_seqlen.n; i++)
-                if ((int)R->io_seqlen.v[i].algo == a && R->io_seqlen.v[i].ok)
-                    fprintf(f, "%lld %g %g\n", (long long)R->io_seqlen.v[i].seqlen,
-                            (double)(R->io_seqlen.v[i].read_bytes + R->io_seqlen.v[i].write_bytes) / 1e6,
-                            R->io_seqlen.v[i].paper_bytes / 1e6);
-            fprintf(f, "EOD\n");
-        }
-        fprintf(f, "plot $c1 u 1:2 w lp lw 2 t 'standard (counted)', $c1 u 1:3 w l dt 2 t 'Nd + N² (×4 B)', "
-                   "$c2 u 1:2 w lp lw 2 t 'flash1 (counted)', $c3 u 1:2 w lp lw 2 t 'flash2 (counted)', "
-                   "$c2 u 1:3 w l dt 3 t 'N²d²/M (×4 B)'\n");
-        gp_close(R, f, "io_seqlen", n_png);
-        snprintf(names[(*n_names)++], 64, "io_seqlen");
-    }
-    f = gp_open(R, "io_sram", "slow-memory bytes vs fast-memory size M (paper blocks Bc = M/4d, Br = min(Bc, d))", 1, 1);
-    if (f) {
-        fprintf(f, "set logscale xy 2\nset xlabel 'M (KiB)'\nset ylabel 'MB moved'\nset title ''\n");
-        for (int a = 2; a <= 3; a++) {
-            fprintf(f, "$s%d << EOD\n", a);
-            for (int i = 0; i < R->io_sram.n; i++)
-                if ((int)R->io_sram.v[i].algo == a && R->io_sram.v[i].ok)
-                    fprintf(f, "%g %g %g\n", (double)R->io_sram.v[i].sram_bytes / 1024,
-                            (double)(R->io_sram.v[i].read_bytes + R->io_sram.v[i].write_bytes) / 1e6,
-                            R->io_sram.v[i].paper_bytes / 1e6);
-            fprintf(f, "EOD\n");
-        }
-        fprintf(f, "plot $s2 u 1:2 w lp lw 2 t 'flash1 (counted)', $s3 u 1:2 w lp lw 2 t 'flash2 (counted)', "
-                   "$s2 u 1:3 w l dt 2 t 'N²d²/M (×4 B)'\n");
-        gp_close(R, f, "io_sram", n_png);
-        snprintf(names[(*n_names)++], 64, "io_sram");
-    }
-}
-
-/* ---------------------------------------------------------------------------------------------------------
  * index.md
  * ------------------------------------------------------------------------------------------------------- */
 static void md_speed_table(FILE *f, const rows_t *rs, int cuda) {
     const char *u = cuda ? "TFLOP/s" : "GFLOP/s";
     double ys = cuda ? 1e-3 : 1;
-    fprintf(f, "| d | causal | pass | B×H | N | standard %s | flash1 %s | flash2 %s | V2/V1 | V1/std | V2/std |\n", u, u, u);
+    fprintf(f, "| d | causal | pass | B×H | N | standard %s | flash1 %s | flash2 %s | V2/V1 (95 %% interval) | "
+               "V1/std | V2/std |\n", u, u, u);
     fprintf(f, "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < rs->n; i++) {
         const bench_row *s = &rs->v[i];
@@ -232,28 +30,33 @@ static void md_speed_table(FILE *f, const rows_t *rs, int cuda) {
             if (r[a] && r[a]->ok) fprintf(f, " %.2f |", r[a]->gflops * ys);
             else fprintf(f, " %s |", r[a] ? r[a]->status : "-");
         }
-        int ok1 = r[1]->ok, ok2 = r[2] && r[2]->ok, ok3 = r[3] && r[3]->ok;
-        if (ok2 && ok3) fprintf(f, " %.2f× |", r[2]->ms / r[3]->ms); else fprintf(f, " - |");
-        if (ok1 && ok2) fprintf(f, " %.2f× |", r[1]->ms / r[2]->ms); else fprintf(f, " - |");
-        if (ok1 && ok3) fprintf(f, " %.2f× |\n", r[1]->ms / r[3]->ms); else fprintf(f, " - |\n");
+        /* time ratios rep by rep (the algorithms ran interleaved), with the 95 % interval of their median */
+        const int pairs[3][2] = {{2, 3}, {1, 2}, {1, 3}};
+        for (int k = 0; k < 3; k++) {
+            const bench_row *a = r[pairs[k][0]], *b = r[pairs[k][1]];
+            double x, lo, hi;
+            if (a && b && paired_ratio(a, b, &x, &lo, &hi)) fprintf(f, " %.2f× (%.2f–%.2f) |", x, lo, hi);
+            else fprintf(f, " - |");
+        }
+        fprintf(f, "\n");
     }
 }
 
 static void md_rows(FILE *f, const rows_t *rs, int cuda) {
-    fprintf(f, "| algo | B×H | N | Br×Bc | ms (median) | spread | %s | extra MB | read MB | write MB | kernel |\n",
-            cuda ? "TFLOP/s" : "GFLOP/s");
-    fprintf(f, "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|\n");
+    fprintf(f, "| algo | B×H | N | Br×Bc | ms (median) | 95 %% interval | reps | %s | extra MB | read MB | write MB | "
+               "kernel |\n", cuda ? "TFLOP/s" : "GFLOP/s");
+    fprintf(f, "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for (int i = 0; i < rs->n; i++) {
         const bench_row *r = &rs->v[i];
         const bench_config *c = &r->cfg;
         fprintf(f, "| %s%s | %lld×%lld | %lld | ", fa_algo_name(r->algo), c->backward ? " bwd" : "", (long long)c->batch,
                 (long long)c->heads, (long long)c->seqlen_q);
         if (!r->ok) {
-            fprintf(f, "- | %s | | | | | | %s |\n", r->status, r->note);
+            fprintf(f, "- | %s | | | | | | | %s |\n", r->status, r->note);
             continue;
         }
-        fprintf(f, "%d×%d | %.3f | %.1f%% | %.2f | %.3f | %.2f | %.2f | %s |\n", r->block_q, r->block_k, r->ms,
-                r->spread_pct, cuda ? r->gflops / 1e3 : r->gflops, (double)r->extra_bytes / 1e6,
+        fprintf(f, "%d×%d | %.3f | %.3f–%.3f | %d | %.2f | %.3f | %.2f | %.2f | %s |\n", r->block_q, r->block_k, r->ms,
+                r->ci_lo, r->ci_hi, r->reps_run, cuda ? r->gflops / 1e3 : r->gflops, (double)r->extra_bytes / 1e6,
                 (double)r->read_bytes / 1e6, (double)r->write_bytes / 1e6, r->kernel);
     }
 }
@@ -287,9 +90,10 @@ static void md_device(report *R, FILE *f, const dev_data *D, const char *pngs_pr
     const char *dn = fa_backend_name(D->dev);
     (void)pngs_prefix;
     fprintf(f, "\n## Speed vs sequence length (%s)\n\n", dn);
-    fprintf(f, "Like the FlashAttention-2 paper's figures: %s, heads × d = %s, batch = tokens / N, median of %d runs, "
-               "the three algorithms interleaved on the same inputs.\n\n",
-            cuda ? "bf16" : "fp32", cuda ? "2048 (protocol)" : "the preset's model dim", R->p.reps);
+    fprintf(f, "Like the FlashAttention-2 paper's figures: %s, heads × d = %s, batch = tokens / N, medians (the repetition "
+               "rule above), the three algorithms interleaved on the same inputs; the ratios are taken rep by rep, with "
+               "the 95 %% interval of their median.\n\n",
+            cuda ? "bf16" : "fp32", cuda ? "2048 (protocol)" : "the preset's model dim");
     if (R->gnuplot) fprintf(f, "![forward](speed_%s_fwd.png)\n![backward](speed_%s_bwd.png)\n\n", dn, dn);
     fprintf(f, "Data: [speed_%s.csv](speed_%s.csv)\n\n", dn, dn);
     md_speed_table(f, &D->speed, cuda);
@@ -380,15 +184,11 @@ int report_write(report *R) {
     int n_cpu = 0, n_gpu = 0;
     if (R->cpu.present) build_claims(R, &R->cpu, cpu_cl, &n_cpu);
     if (R->cuda) build_claims(R, &R->gpu, gpu_cl, &n_gpu);
-    int n_png = 0, n_names = 0;
+    int n_names = 0;
     char names[16][64];
-    if (R->cpu.present) {
-        plots_device(R, &R->cpu, &n_png, names, &n_names);
-        plots_io(R, &n_png, names, &n_names);
-    }
-    if (R->cuda) plots_device(R, &R->gpu, &n_png, names, &n_names);
+    const int n_png = report_plots(R, names, &n_names);
 
-    char desc[256];
+    char desc[512];
     int threads = R->cpu.speed.n ? R->cpu.speed.v[0].threads : 0;
     device_describe(FA_BACKEND_CPU, threads, desc, sizeof desc);
     time_t now = time(NULL);
@@ -406,21 +206,36 @@ int report_write(report *R) {
                                                   ? "--no-gpu"
                                                   : "this build has no CUDA backend or no CUDA device is present");
     }
-    fprintf(f, "- preset `%s`: %s; every timing is the median of %d runs after a warm-up, the algorithms interleaved; "
-               "MB = 10^6 bytes\n",
-            R->p.name,
+    fprintf(f, "- preset `%s`: %s; MB = 10^6 bytes\n", R->p.name,
             strcmp(R->p.name, "full") == 0 ? "the docs/benchmarks.md protocol sizes (model dim 2048, 16384 tokens)"
-                                            : "reduced sizes so the run stays short (use --full for the protocol sizes)",
-            R->p.reps);
+                                            : "reduced sizes so the run stays short (use --full for the protocol sizes)");
+    if (R->p.until_ci > 0)
+        fprintf(f, "- every timing is a median after a warm-up, the algorithms of a point interleaved: at least %d "
+                   "repetitions, then more until each median's 95 %% interval is within %g %% of it or the point's calls "
+                   "took %g s (at most %d); every ratio and verdict carries its interval, and a verdict that differs "
+                   "between the ends of its intervals reads **not settled**\n",
+                R->p.reps, 100 * R->p.until_ci, R->p.max_seconds, BENCH_TIMES_MAX);
+    else
+        fprintf(f, "- every timing is the median of %d repetitions after a warm-up, the algorithms of a point "
+                   "interleaved; every ratio and verdict carries its 95 %% interval, and a verdict that differs between "
+                   "the ends of its intervals reads **not settled**\n",
+                R->p.reps);
     if (R->cpu_scale > 1)
         fprintf(f, "- CPU sizes scaled to this machine: batch·seqlen %lld (the preset's times %d, from the measured "
                    "micro-kernel peak; `flashattn report` help)\n", (long long)R->p.tokens, R->cpu_scale);
+    /* other processes' CPU use (quiet.c): the 1-minute load average lags and counts our own threads */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int busy = ncpu > 0 && (R->load_start > (double)ncpu + 0.5 || R->load_end > (double)ncpu + 1.5);
-    if (R->load_start >= 0)
-        fprintf(f, "- load average %.2f at the start, %.2f at the end, on %ld cores%s\n", R->load_start, R->load_end, ncpu,
-                busy ? ": **the machine was busy with other work, so the timings are noisy** (counted bytes and memory "
-                       "are not affected); run again on a quiet machine"
+    const double quiet = quiet_threshold();
+    const int busy = R->busy_windows > 0;
+    if (R->others_start >= 0)
+        fprintf(f, "- other processes used %.2f of the %ld cores before the first measurement and %.2f on average "
+                   "while measuring (%.2f in the busiest of %d windows of ≥ 0.5 s; %d above the %.2f counted as quiet); "
+                   "%.1f s waited for a quiet machine (at most %g); load average %.2f at the start, %.2f at the end%s\n",
+                R->others_start, ncpu, R->others_mean, R->others_max, R->windows, R->busy_windows, quiet, R->waited,
+                R->p.max_wait, R->load_start, R->load_end,
+                busy ? ". **Other work shared the CPUs**: the claims leave out what was measured in the busy windows, "
+                       "and a claim left with too little reads not settled (counted bytes and memory are not affected); "
+                       "run again on a quiet machine"
                      : "");
     if (!R->gnuplot)
         fprintf(f, "- **no plots**: gnuplot was not found (or --no-plots). Install it (`apt-get install gnuplot-nox`) "
@@ -500,9 +315,10 @@ int report_write(report *R) {
     /* summary on stdout */
     printf("flashattn report (%s, %.0f s): %s/index.md, %d plots%s\n\n", R->p.name, R->seconds, R->out, n_png,
            R->gnuplot ? "" : " (gnuplot not found: tables only; apt-get install gnuplot-nox)");
-    if (busy)
-        printf("note: the machine was busy (load %.1f / %.1f on %ld cores): timings are noisy\n", R->load_start,
-               R->load_end, ncpu);
+    if (R->others_start >= 0)
+        printf("other processes: %.2f cores before measuring, %.2f on average while measuring (%d of %d windows above "
+               "%.2f); waited %.1f s for a quiet machine%s\n", R->others_start, R->others_mean, R->busy_windows,
+               R->windows, quiet, R->waited, busy ? ": the claims leave out what was measured while busy" : "");
     for (int i = 0; i < n_cpu; i++) printf("cpu %d. %s: %s\n", i + 1, cpu_cl[i].claim, cpu_cl[i].verdict);
     for (int i = 0; i < n_gpu; i++) printf("gpu %d. %s: %s\n", i + 1, gpu_cl[i].claim, gpu_cl[i].verdict);
     return 0;

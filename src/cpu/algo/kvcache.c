@@ -15,10 +15,6 @@
 #define MIN_SPLIT_KEYS 256 /* a split below this many keys costs more in merging than it gains (2 threads) */
 #define MAX_SPLITS 64
 
-/* The kernel name fa_stats reports, by the ISA of the context's table (the amx table runs the avx512 kernel). */
-static const char *const kernel_names[FA_CPU_ISA_COUNT] = {"cpu.kvcache.scalar", "cpu.kvcache.avx2",
-                                                            "cpu.kvcache.avx512", "cpu.kvcache.avx512"};
-
 /* Keys per split and the number of non-empty splits of a sequence with L keys. */
 static void split_of(const fa_plan *pl, int64_t L, int64_t *chunk, int *ns) {
     const int nsplit = pl->aux[FA_KV_AUX_SPLITS];
@@ -82,7 +78,7 @@ static const fa_cpu_layout kv_layout = FA_CPU_LAYOUT(thread_layout, thread_parts
 fa_status fa_cpu_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan *plan, char *why, size_t why_len) {
     (void)why, (void)why_len;
     const fa_cpu_kernels *kr = ctx->kernels;
-    plan->kernel = kernel_names[kr->id];
+    plan->kernel = kr->kvcache->name; /* the level the kernel was built for (amx runs avx512bf16's) */
     plan->threads = ctx->threads;
     plan->block_q = rows_of(p);  /* rows per K/V head */
     plan->block_k = FA_KV_BC;

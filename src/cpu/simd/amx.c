@@ -1,4 +1,4 @@
-/* AMX-BF16 tile kernel: gemm_bf16 (simd/kernels.h) on TDPBF16PS, for the amx table (the avx512 table with this
+/* AMX-BF16 tile kernel: gemm_bf16 (simd/kernels.h) on TDPBF16PS, for the amx table (the avx512bf16 table with this
  * product). Built with -mamx-tile -mamx-bf16 and the AVX-512 flags (src/cpu/sources.cmake); reached only after
  * fa_cpu_amx_usable() (CPUID, XCR0 and the Linux permission request in simd/dispatch.c).
  *

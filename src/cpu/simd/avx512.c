@@ -1,5 +1,7 @@
-/* AVX-512 tile kernels (fp32 FMA, bf16 vdpbf16ps). Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq
- * -mavx512bf16 -mfma (src/cpu/sources.cmake); only reached through fa_cpu_kernels_select() after a CPUID check.
+/* AVX-512 tile kernels on fp32 FMA: the avx512f table, and the fp32 entries of the avx512bf16 and amx tables. Built
+ * with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma and no AVX512_BF16 (src/cpu/sources.cmake), so every entry
+ * of the avx512f table runs on AVX-512 CPUs without it (Skylake-X, Cascade Lake, Ice Lake); the bf16 entries of
+ * the levels above are simd/avx512bf16.c's. Only reached through fa_cpu_kernels_select() after a CPUID check.
  * docs/cpu-kernels.md explains the blocking and the exp2.
  *
  * Register blocking: C tiles of MR = 6 rows × NV = 4 zmm (64 columns) = 24 accumulators; per k step
@@ -7,42 +9,16 @@
  * kernel serves A·B (rsa = lda, csa = 1: broadcast along a row of A) and Aᵀ·B (rsa = 1, csa = lda). A·Bᵀ packs Bᵀ
  * into a k × 64 panel with a 16 × 16 in-register transpose and reuses it. The last zmm of a row is masked, so any
  * n works without padding. */
+#include "cpu/simd/avx512_inl.h"
 #include "cpu/simd/kernels.h"
 #include "cpu/simd/kvcache.h"
 #include "cpu/simd/portable.h"
 
-#include <immintrin.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define AI static inline __attribute__((always_inline))
-
 /* ---- fp32 GEMM micro-kernel ---- */
-
-/* The MR × NV accumulator block of a micro-kernel: loaded from C (acc) or zeroed, and stored back; the last vector
- * of each row uses mask `tail`. Shared by the fp32 and the bf16 kernels. */
-AI void acc_load(const int MR, const int NV, const float *restrict C, ptrdiff_t ldc, int acc, __mmask16 tail,
-                 __m512 c[6][4]) {
-#pragma GCC unroll 6
-    for (int i = 0; i < MR; i++)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) {
-            __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;
-            c[i][v] = acc ? _mm512_maskz_loadu_ps(mk, C + i * ldc + 16 * v) : _mm512_setzero_ps();
-        }
-}
-
-AI void acc_store(const int MR, const int NV, float *restrict C, ptrdiff_t ldc, __mmask16 tail, __m512 c[6][4]) {
-#pragma GCC unroll 6
-    for (int i = 0; i < MR; i++)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) {
-            __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;
-            _mm512_mask_storeu_ps(C + i * ldc + 16 * v, mk, c[i][v]);
-        }
-}
-
 
 /* C[MR][16·NV] (=|+=) Σ_p A(i, p) · B[p][·]; the last vector of each row uses mask `tail`. */
 AI void ukr(const int MR, const int NV, int k, const float *restrict A, ptrdiff_t rsa, ptrdiff_t csa,
@@ -95,32 +71,6 @@ static void gemm_nn(int m, int n, int k, const float *A, ptrdiff_t rsa, ptrdiff_
     }
 }
 
-/* ---- 16 × 16 transpose (4 stages of 16 shuffles) ---- */
-
-AI void transpose16(__m512 r[16]) {
-    __m512 a[16], b[16];
-    for (int i = 0; i < 16; i += 2) {
-        a[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        a[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int g = 0; g < 4; g++) { /* rows 4g..4g+3: b[4g + j] holds columns j, j+4, j+8, j+12 */
-        __m512d x0 = _mm512_castps_pd(a[4 * g]), x1 = _mm512_castps_pd(a[4 * g + 1]);
-        __m512d x2 = _mm512_castps_pd(a[4 * g + 2]), x3 = _mm512_castps_pd(a[4 * g + 3]);
-        b[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(x0, x2));
-        b[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(x0, x2));
-        b[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(x1, x3));
-        b[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(x1, x3));
-    }
-    for (int j = 0; j < 4; j++) {
-        __m512 clo = _mm512_shuffle_f32x4(b[j], b[4 + j], 0x88), chi = _mm512_shuffle_f32x4(b[j], b[4 + j], 0xdd);
-        __m512 dlo = _mm512_shuffle_f32x4(b[8 + j], b[12 + j], 0x88), dhi = _mm512_shuffle_f32x4(b[8 + j], b[12 + j], 0xdd);
-        r[j] = _mm512_shuffle_f32x4(clo, dlo, 0x88);
-        r[j + 8] = _mm512_shuffle_f32x4(clo, dlo, 0xdd);
-        r[j + 4] = _mm512_shuffle_f32x4(chi, dhi, 0x88);
-        r[j + 12] = _mm512_shuffle_f32x4(chi, dhi, 0xdd);
-    }
-}
-
 /* dst[c·ldd + r] = mul · src[r·lds + c], r < rows, c < cols. */
 static void pack_t(int rows, int cols, const float *src, int lds, float *dst, int ldd, float mul) {
     __m512 vm = _mm512_set1_ps(mul);
@@ -158,24 +108,6 @@ static void gemm_abt(int m, int n, int k, const float *A, int lda, const float *
         }
     }
 }
-
-/* ---- exp2: n = round(x), f = x − n ∈ [−½, ½], 2^f by a degree-5 fit at Chebyshev nodes
- * (max rel. error 2.5e-7; the constant term is exactly 1, so 2^0 = 1 exactly), result = p · 2ⁿ by vscalefps. x is clamped at −160 so −∞ gives exactly 0. ---- */
-
-/* 2^x for finite x (no clamp: vscalefps takes exponents far below −126 to 0). */
-AI __m512 exp2_finite(__m512 x) {
-    __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(1.338130212e-03f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.666368365e-03f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550381169e-02f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402234972e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471825e-01f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
-
-AI __m512 exp2_ps(__m512 x) { return exp2_finite(_mm512_max_ps(x, _mm512_set1_ps(-160.0f))); }
 
 /* Masked loads and stores where the columns end mid-vector, plain ones elsewhere (masked ones cost Zen 5 up to 1.9x
  * in these loops, even with every lane set). */
@@ -387,58 +319,7 @@ static void scale_rows(int rows, int cols, float *O, int ldo, const float *alpha
     }
 }
 
-/* ---- bf16 (AVX512_BF16): operands are dwords holding a pair of bf16 along the reduction dim;
- * vdpbf16ps adds both products of a pair into an fp32 lane. Same MR × NV blocking as the fp32 kernel. ---- */
-
-AI void ukr_bf16(const int MR, const int NV, int kp, const uint32_t *restrict A, ptrdiff_t rsa, ptrdiff_t csa,
-                 const uint32_t *restrict B, ptrdiff_t ldb, float *restrict C, ptrdiff_t ldc, int acc, __mmask16 tail) {
-    __m512 c[6][4];
-    acc_load(MR, NV, C, ldc, acc, tail, c);
-    for (int p = 0; p < kp; p++) {
-        __m512i b[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) {
-            __mmask16 mk = v == NV - 1 ? tail : (__mmask16)0xffff;
-            b[v] = _mm512_maskz_loadu_epi32(mk, B + 16 * v);
-        }
-#pragma GCC unroll 6
-        for (int i = 0; i < MR; i++) {
-            __m512i a = _mm512_set1_epi32((int)A[i * rsa]);
-#pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) c[i][v] = _mm512_dpbf16_ps(c[i][v], (__m512bh)a, (__m512bh)b[v]);
-        }
-        A += csa;
-        B += ldb;
-    }
-    acc_store(MR, NV, C, ldc, tail, c);
-}
-
-#define UKB_CASE(MR, NV) \
-    case (MR)*8 + (NV): ukr_bf16(MR, NV, kp, A, rsa, csa, B, ldb, C, ldc, acc, tail); break;
-#define UKB_ROW(MR) UKB_CASE(MR, 1) UKB_CASE(MR, 2) UKB_CASE(MR, 3) UKB_CASE(MR, 4)
-
-static void ukb_any(int mr, int nv, int kp, const uint32_t *A, ptrdiff_t rsa, ptrdiff_t csa, const uint32_t *B,
-                    ptrdiff_t ldb, float *C, ptrdiff_t ldc, int acc, __mmask16 tail) {
-    switch (mr * 8 + nv) {
-        UKB_ROW(1) UKB_ROW(2) UKB_ROW(3) UKB_ROW(4) UKB_ROW(5) UKB_ROW(6)
-    default: break;
-    }
-}
-
-/* C[m][n] (acc ? += : =) Σ_p dot2(A[i·rsa + p·csa], B[p·ldb + j]) over kp dword pairs. */
-static void gemm_bf16(int m, int n, int kp, const uint32_t *A, ptrdiff_t rsa, ptrdiff_t csa, const uint32_t *B, int ldb,
-                      float *C, int ldc, int acc) {
-    for (int j0 = 0; j0 < n; j0 += 64) {
-        int nc = n - j0 < 64 ? n - j0 : 64;
-        int nv = (nc + 15) / 16;
-        int rem = nc - 16 * (nv - 1);
-        __mmask16 tail = (__mmask16)((1u << rem) - 1u);
-        for (int i0 = 0; i0 < m; i0 += 6) {
-            int mr = m - i0 < 6 ? m - i0 : 6;
-            ukb_any(mr, nv, kp, A + i0 * rsa, rsa, csa, B + j0, ldb, C + (ptrdiff_t)i0 * ldc + j0, ldc, acc, tail);
-        }
-    }
-}
+/* ---- 32-bit and 16-bit moves of the bf16 layouts (F/BW only, so here) ---- */
 
 /* dst[c·ldd + r] = src[r·lds + c] on 32-bit words. */
 static void pack_t32(int rows, int cols, const uint32_t *src, int lds, uint32_t *dst, int ldd) {
@@ -459,28 +340,6 @@ static void pack_t32(int rows, int cols, const uint32_t *src, int lds, uint32_t 
     }
 }
 
-/* Word permutation interleaving the low 16 words (row 2w) with the high 16 (row 2w + 1): dword q = (lo[q], hi[q]). */
-AI __m512i pair_index(void) {
-    return _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
-                            23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-}
-
-/* dst[w·ldd + j] = (bf16(src[2w][j]), bf16(src[2w + 1][j])), an odd last row paired with 0. */
-static void pairs_f32_bf16(int nk, int n, const float *src, int lds, uint32_t *dst, int ldd) {
-    const __m512i idx = pair_index();
-    for (int w = 0; 2 * w < nk; w++) {
-        const float *r0 = src + (ptrdiff_t)(2 * w) * lds;
-        const float *r1 = 2 * w + 1 < nk ? r0 + lds : NULL;
-        for (int j = 0; j < n; j += 16) {
-            __mmask16 mk = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1u);
-            __m512 x0 = _mm512_maskz_loadu_ps(mk, r0 + j);
-            __m512 x1 = r1 ? _mm512_maskz_loadu_ps(mk, r1 + j) : _mm512_setzero_ps();
-            __m512i h = (__m512i)_mm512_cvtne2ps_pbh(x1, x0); /* low 16 words: x0, high 16: x1 */
-            _mm512_mask_storeu_epi32(dst + (ptrdiff_t)w * ldd + j, mk, _mm512_permutexvar_epi16(idx, h));
-        }
-    }
-}
-
 /* The same pairing for rows already in bf16. */
 static void pairs_bf16(int nk, int n, const uint16_t *src, int lds, uint32_t *dst, int ldd) {
     const __m512i idx = pair_index();
@@ -497,141 +356,42 @@ static void pairs_bf16(int nk, int n, const uint16_t *src, int lds, uint32_t *ds
     }
 }
 
-/* One row's max over its cols as a vector (masked-off lanes read −∞). */
-AI __m512 row_max_vec(const float *s, int cols) {
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512 mx0 = ninf, mx1 = ninf;
-    int j = 0;
-    for (; j + 32 <= cols; j += 32) {
-        mx0 = _mm512_max_ps(mx0, _mm512_loadu_ps(s + j));
-        mx1 = _mm512_max_ps(mx1, _mm512_loadu_ps(s + j + 16));
-    }
-    for (; j < cols; j += 16) {
-        __mmask16 mk = cols - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - j)) - 1u);
-        mx0 = _mm512_max_ps(mx0, _mm512_mask_loadu_ps(ninf, mk, s + j));
-    }
-    return _mm512_max_ps(mx0, mx1);
-}
-
-/* P = 2^(S·c − cm) of one row, 32 keys at a time, rounded by vcvtne2ps2bf16 (low 16 words: the first 16 keys, so
- * word w holds keys 2w, 2w + 1 as the pair layout wants); returns the fp32 sum of P by lane. Whole vectors go
- * without masks (the masked loads and stores cost Zen 5 1.9x on this loop). */
-AI __m512 row_exp_pairs(const float *s, int cols, __m512 vc, __m512 cm, uint32_t *pw) {
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
-    int j = 0;
-    for (; j + 32 <= cols; j += 32) { /* whole vectors: no masks */
-        __m512 e0 = exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + j), vc, cm));
-        __m512 e1 = exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + j + 16), vc, cm));
-        sum0 = _mm512_add_ps(sum0, e0);
-        sum1 = _mm512_add_ps(sum1, e1);
-        _mm512_storeu_si512(pw + j / 2, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
-    }
-    for (; j < cols; j += 32) {
-        const int n0 = cols - j < 16 ? cols - j : 16, n1 = cols - j - 16 < 0 ? 0 : cols - j - 16 < 16 ? cols - j - 16 : 16;
-        const __mmask16 k0 = (__mmask16)((1u << n0) - 1u), k1 = (__mmask16)((1u << n1) - 1u);
-        /* masked-off lanes read −∞ and give P = 0 */
-        __m512 e0 = exp2_ps(_mm512_fmsub_ps(_mm512_mask_loadu_ps(ninf, k0, s + j), vc, cm));
-        __m512 e1 = exp2_ps(_mm512_fmsub_ps(_mm512_mask_loadu_ps(ninf, k1, s + j + 16), vc, cm));
-        sum0 = _mm512_add_ps(sum0, e0);
-        sum1 = _mm512_add_ps(sum1, e1);
-        __m512i h = (__m512i)_mm512_cvtne2ps_pbh(e1, e0);
-        const int nw = (n0 + n1 + 1) / 2;
-        _mm512_mask_storeu_epi32(pw + j / 2, (__mmask16)((1u << nw) - 1u), h);
-    }
-    return _mm512_add_ps(sum0, sum1);
-}
-
-/* Sixteen lane reductions at once: lane r of the result is OP over the lanes of x[r] (15 OPs and 30 shuffles,
- * where one reduction at a time is a serial chain of 4 shuffles and 4 OPs per row). */
-#define REDUCE16(x, OP, out)                                                                                           \
-    do {                                                                                                               \
-        __m512 t_[8], u_[4], v_[2];                                                                                    \
-        for (int k_ = 0; k_ < 8; k_++)                                                                                 \
-            t_[k_] = OP(_mm512_unpacklo_ps(x[2 * k_], x[2 * k_ + 1]), _mm512_unpackhi_ps(x[2 * k_], x[2 * k_ + 1]));  \
-        for (int k_ = 0; k_ < 4; k_++)                                                                                 \
-            u_[k_] = OP(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t_[2 * k_]), _mm512_castps_pd(t_[2 * k_ + 1]))), \
-                        _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t_[2 * k_]), _mm512_castps_pd(t_[2 * k_ + 1])))); \
-        for (int k_ = 0; k_ < 2; k_++)                                                                                 \
-            v_[k_] = OP(_mm512_shuffle_f32x4(u_[2 * k_], u_[2 * k_ + 1], 0x88),                                       \
-                        _mm512_shuffle_f32x4(u_[2 * k_], u_[2 * k_ + 1], 0xdd));                                      \
-        out = OP(_mm512_shuffle_f32x4(v_[0], v_[1], 0x88), _mm512_shuffle_f32x4(v_[0], v_[1], 0xdd));                \
-    } while (0)
-
-/* Row-major online softmax with P written as bf16 key pairs (kernels.h, softmax_rows_bf16). Rows go 16 at a time:
- * their maxima, α and the sums of P come out as one vector each (REDUCE16), with no scalar exp2f or per-row
- * reduction chain in between; the rest row by row (docs/cpu-kernels.md, "AMX", has the timings). */
-static void softmax_rows_bf16(int rows, int cols, const float *S, int lds, float c, float *m, float *l, float *alpha,
-                              uint32_t *P, int ldp) {
-    const __m512 vc = _mm512_set1_ps(c), ninf = _mm512_set1_ps(-INFINITY);
-    int r0 = 0;
-    for (; r0 + 16 <= rows; r0 += 16) {
-        __m512 x[16], rmax, rsum;
-        for (int i = 0; i < 16; i++) x[i] = row_max_vec(S + (ptrdiff_t)(r0 + i) * lds, cols);
-        REDUCE16(x, _mm512_max_ps, rmax);
-        const __m512 mold = _mm512_loadu_ps(m + r0);
-        const __m512 mnew = _mm512_max_ps(rmax, mold); /* a NaN row max keeps m, as fmaxf does */
-        /* a row that has seen only −∞ subtracts 0 (−∞ − −∞ would be NaN) */
-        const __m512 sub = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mnew, ninf, _CMP_NEQ_OQ), mnew);
-        float cm[16] __attribute__((aligned(64)));
-        _mm512_store_ps(cm, _mm512_mul_ps(vc, sub));
-        /* α = 2^(c·(m − sub)): exp2_ps takes an m of −∞ to exactly 0 */
-        const __m512 al = exp2_ps(_mm512_mul_ps(vc, _mm512_sub_ps(mold, sub)));
-        for (int i = 0; i < 16; i++)
-            x[i] = row_exp_pairs(S + (ptrdiff_t)(r0 + i) * lds, cols, vc, _mm512_set1_ps(cm[i]),
-                                 P + (ptrdiff_t)(r0 + i) * ldp);
-        REDUCE16(x, _mm512_add_ps, rsum);
-        _mm512_storeu_ps(alpha + r0, al);
-        _mm512_storeu_ps(l + r0, _mm512_fmadd_ps(_mm512_loadu_ps(l + r0), al, rsum));
-        _mm512_storeu_ps(m + r0, mnew);
-    }
-    for (int r = r0; r < rows; r++) {
-        const float *s = S + (ptrdiff_t)r * lds;
-        const float mnew = fmaxf(m[r], _mm512_reduce_max_ps(row_max_vec(s, cols)));
-        const float sub = mnew == -INFINITY ? 0.0f : mnew;
-        const __m512 sum = row_exp_pairs(s, cols, vc, _mm512_set1_ps(c * sub), P + (ptrdiff_t)r * ldp);
-        const float al = m[r] == -INFINITY ? 0.0f : exp2f(c * (m[r] - sub));
-        alpha[r] = al;
-        l[r] = l[r] * al + _mm512_reduce_add_ps(sum);
-        m[r] = mnew;
-    }
-}
-
-/* dst[r][w] = (bf16 src[r][2w], bf16 src[r][2w + 1]): 32 floats -> 16 words per vcvtne2ps2bf16. */
-static void rows_f32_bf16(int rows, int cols, const float *src, int lds, uint32_t *dst, int ldd) {
-    for (int r = 0; r < rows; r++) {
-        const float *s = src + (ptrdiff_t)r * lds;
-        uint32_t *o = dst + (ptrdiff_t)r * ldd;
-        for (int j = 0; j < cols; j += 32) {
-            const int n0 = cols - j < 16 ? cols - j : 16, n1 = cols - j - 16 < 0 ? 0 : cols - j - 16 < 16 ? cols - j - 16 : 16;
-            const __m512 x0 = _mm512_maskz_loadu_ps((__mmask16)((1u << n0) - 1u), s + j);
-            const __m512 x1 = _mm512_maskz_loadu_ps((__mmask16)((1u << n1) - 1u), s + j + 16);
-            const int nw = (n0 + n1 + 1) / 2;
-            _mm512_mask_storeu_epi32(o + j / 2, (__mmask16)((1u << nw) - 1u), (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
-        }
-    }
-}
-
-/* The entries both AVX-512 tables share (the amx table differs in its bf16 product only). */
-#define AVX512_ENTRIES                                                                                          \
+/* The fp32 entries every AVX-512 table shares. */
+#define AVX512_F32_ENTRIES                                                                                      \
     .gemm_nn = gemm_nn, .gemm_abt = gemm_abt, .pack_t = pack_t, .softmax_step_t = softmax_step_t,             \
     .qk_softmax_t = qk_softmax_t, .exp_rows = exp_rows, .ds_rows = ds_rows, .scale_rows = scale_rows,         \
-    .rowdots = port_rowdots,                                                                                  \
-    .bf16_dot = 1, .pack_t32 = pack_t32, .pairs_f32_bf16 = pairs_f32_bf16, .pairs_bf16 = pairs_bf16,          \
-    .softmax_rows_bf16 = softmax_rows_bf16, .rows_f32_bf16 = rows_f32_bf16, .kvcache = &fa_kv_kernel_avx512
+    .rowdots = port_rowdots
 
-const fa_cpu_kernels fa_cpu_kernels_avx512 = {
-    .isa = "avx512",
-    .id = FA_CPU_ISA_AVX512,
-    AVX512_ENTRIES,
-    .gemm_bf16 = gemm_bf16,
+/* AVX-512 without AVX512_BF16: bf16 storage takes the fp32 path (bf16_dot = 0: its tiles are widened to fp32 as
+ * they are loaded) and the bf16 entries are the portable ones, which no algorithm calls at this level. */
+const fa_cpu_kernels fa_cpu_kernels_avx512f = {
+    .isa = "avx512f",
+    .id = FA_CPU_ISA_AVX512F,
+    AVX512_F32_ENTRIES,
+    .bf16_dot = 0,
+    FA_PORTABLE_BF16_ENTRIES,
+    .bf16_tiles = 0,
+    .kvcache = &fa_kv_kernel_avx512f,
+};
+
+/* The bf16 entries on AVX512_BF16 (simd/avx512bf16.c); the amx table differs in its product only. */
+#define AVX512BF16_ENTRIES                                                                                      \
+    AVX512_F32_ENTRIES, .bf16_dot = 1, .pack_t32 = pack_t32, .pairs_f32_bf16 = fa_avx512bf16_pairs_f32_bf16,   \
+    .pairs_bf16 = pairs_bf16, .softmax_rows_bf16 = fa_avx512bf16_softmax_rows_bf16,                             \
+    .rows_f32_bf16 = fa_avx512bf16_rows_f32_bf16, .kvcache = &fa_kv_kernel_avx512bf16
+
+const fa_cpu_kernels fa_cpu_kernels_avx512bf16 = {
+    .isa = "avx512bf16",
+    .id = FA_CPU_ISA_AVX512BF16,
+    AVX512BF16_ENTRIES,
+    .gemm_bf16 = fa_avx512bf16_gemm_bf16,
     .bf16_tiles = 0,
 };
 
 const fa_cpu_kernels fa_cpu_kernels_amx = {
     .isa = "amx",
     .id = FA_CPU_ISA_AMX,
-    AVX512_ENTRIES,
+    AVX512BF16_ENTRIES,
     .gemm_bf16 = fa_amx_gemm_bf16,
     .bf16_tiles = 1,
 };

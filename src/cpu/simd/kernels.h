@@ -5,17 +5,30 @@
 #ifndef FA_CPU_KERNELS_H
 #define FA_CPU_KERNELS_H
 
+#include "flashattn.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 /* Most a lazily maximised softmax exponent may exceed 0 (log2 units): P ≤ 2^8, ℓ stays far from overflow. */
 #define FA_SOFTMAX_SLACK 8.0f
 
-/* The runtime-dispatched ISAs, narrowest first (FA_CPU_ISA caps the choice at one of them). */
-typedef enum fa_cpu_isa { FA_CPU_ISA_SCALAR, FA_CPU_ISA_AVX2, FA_CPU_ISA_AVX512, FA_CPU_ISA_AMX, FA_CPU_ISA_COUNT } fa_cpu_isa;
+/* The runtime-dispatched kernel levels, narrowest first; each needs everything the one before it needs
+ * (simd/dispatch.c checks them; FA_CPU_ISA=<name> pins one). */
+typedef enum fa_cpu_isa {
+    FA_CPU_ISA_SCALAR,     /* any CPU */
+    FA_CPU_ISA_AVX2,       /* AVX2, FMA, F16C */
+    FA_CPU_ISA_AVX512F,    /* AVX-512 F/BW/VL/DQ and FMA: bf16 widened by shifts, f16 by vcvtph2ps */
+    FA_CPU_ISA_AVX512BF16, /* and AVX512_BF16: bf16 products on vdpbf16ps, rounding by vcvtne2ps2bf16 */
+    FA_CPU_ISA_AMX,        /* and AMX-TILE/AMX-BF16, with the OS's and Linux's consent: bf16 products on tiles */
+    FA_CPU_ISA_COUNT
+} fa_cpu_isa;
+/* The levels' names, each after `prefix`: the values of FA_CPU_ISA, the tables' .isa and the last part of every CPU
+ * kernel name fa_stats reports (one list, so the three cannot drift apart). */
+#define FA_CPU_ISA_NAMES(prefix) {prefix "scalar", prefix "avx2", prefix "avx512f", prefix "avx512bf16", prefix "amx"}
 
 typedef struct fa_cpu_kernels {
-    const char *isa; /* "scalar", "avx2", "avx512", "amx" */
+    const char *isa; /* the level's name (FA_CPU_ISA_NAMES) */
     fa_cpu_isa id;
     /* C[m][n] (acc ? += : =) Σ_p A[i·rsa + p·csa] · B[p·ldb + j]: A·B with (rsa, csa) = (lda, 1), Aᵀ·B with
      * (1, lda). The register-blocked workhorse; B rows are vectors, A elements are broadcast. */
@@ -79,21 +92,37 @@ typedef struct fa_cpu_kernels {
     const struct fa_kv_kernel *kvcache;
 } fa_cpu_kernels;
 
-/* The best table this CPU supports. FA_CPU_ISA=scalar|avx2|avx512|amx in the environment caps it (for tests).
- * The amx table is chosen only where CPUID reports AMX-TILE and AMX-BF16, the OS enables the tile state (XCR0) and
- * grants this process its use (arch_prctl ARCH_REQ_XCOMP_PERM, requested here; a refusal selects avx512). */
-const fa_cpu_kernels *fa_cpu_kernels_select(void);
+/* The table of this process: the highest level the CPU supports, or the one FA_CPU_ISA names. FA_OK with *out set
+ * and `why` saying what was picked and why (the features that allow it, and what the next level up lacks);
+ * FA_ERR_INVALID_ARGUMENT (FA_CPU_ISA is not a level's name) or FA_ERR_UNSUPPORTED (this CPU, its OS or Linux do not
+ * allow the named level) with *out NULL and the reason in `why`, naming FA_CPU_ISA. Never a silent fallback: a test
+ * or benchmark that pins a level runs that level or fails. The amx level is allowed only where CPUID reports
+ * AMX-TILE and AMX-BF16, the OS enables the tile state (XCR0) and Linux grants this process its use
+ * (arch_prctl ARCH_REQ_XCOMP_PERM, requested here). */
+fa_status fa_cpu_kernels_select(const fa_cpu_kernels **out, char *why, size_t why_len);
+/* Level l's table if this process can run it, else NULL with *lack naming the first feature missing (the lab and the
+ * selector enumerate the levels with it). */
+const fa_cpu_kernels *fa_cpu_kernels_level(fa_cpu_isa l, const char **lack);
 extern const fa_cpu_kernels fa_cpu_kernels_scalar;
 #if defined(__x86_64__) || defined(__i386__)
-extern const fa_cpu_kernels fa_cpu_kernels_avx2;   /* simd/avx2.c, -mavx2 -mfma */
-extern const fa_cpu_kernels fa_cpu_kernels_avx512; /* simd/avx512.c, AVX-512 F/BW/VL/DQ/BF16 */
-extern const fa_cpu_kernels fa_cpu_kernels_amx;    /* simd/avx512.c's table with simd/amx.c's tile gemm_bf16 */
+extern const fa_cpu_kernels fa_cpu_kernels_avx2;       /* simd/avx2.c, -mavx2 -mfma */
+extern const fa_cpu_kernels fa_cpu_kernels_avx512f;    /* simd/avx512.c, AVX-512 F/BW/VL/DQ */
+extern const fa_cpu_kernels fa_cpu_kernels_avx512bf16; /* simd/avx512.c's fp32 entries, simd/avx512bf16.c's bf16 ones */
+extern const fa_cpu_kernels fa_cpu_kernels_amx;        /* the avx512bf16 table with simd/amx.c's tile gemm_bf16 */
+/* simd/avx512bf16.c: the bf16 entries on AVX512_BF16 (the kernels.h contracts of the same names). */
+void fa_avx512bf16_gemm_bf16(int m, int n, int kp, const uint32_t *A, ptrdiff_t rsa, ptrdiff_t csa, const uint32_t *B,
+                             int ldb, float *C, int ldc, int acc);
+void fa_avx512bf16_pairs_f32_bf16(int nk, int n, const float *src, int lds, uint32_t *dst, int ldd);
+void fa_avx512bf16_softmax_rows_bf16(int rows, int cols, const float *S, int lds, float c, float *m, float *l,
+                                     float *alpha, uint32_t *P, int ldp);
+void fa_avx512bf16_rows_f32_bf16(int rows, int cols, const float *src, int lds, uint32_t *dst, int ldd);
 /* simd/amx.c: C (acc ? += : =) A·B on bf16 pairs with TDPBF16PS (the gemm_bf16 contract). Only after
  * fa_cpu_amx_usable() returned 1 in this process. */
 void fa_amx_gemm_bf16(int m, int n, int kp, const uint32_t *A, ptrdiff_t rsa, ptrdiff_t csa, const uint32_t *B,
                       int ldb, float *C, int ldc, int acc);
-/* simd/dispatch.c: 1 if this CPU, its OS and this process may run AMX-BF16 tiles (requests the permission). */
-int fa_cpu_amx_usable(void);
+/* simd/dispatch.c: 1 if this CPU, its OS and this process may run AMX-BF16 tiles (requests the permission); else 0
+ * with *lack saying which of the three refused. */
+int fa_cpu_amx_usable(const char **lack);
 #endif
 
 #endif

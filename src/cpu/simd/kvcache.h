@@ -43,6 +43,7 @@ typedef struct fa_kv_args {
  * (fa_kv_lane), both fixed by the flags its file is built with. */
 typedef struct fa_kv_kernel {
     void (*attend)(const fa_kv_args *a);
+    const char *name; /* the kernel name fa_stats reports, cpu.kvcache.<level it was built for> */
     int group;    /* elements per lane group: twice the vector width */
     int keypairs; /* 1: O += P V by vdpbf16ps on V rows interleaved by pairs of keys (the vpunpck{l,h}wd order) */
 } fa_kv_kernel;
@@ -59,8 +60,9 @@ static inline int64_t fa_kv_lane(const fa_kv_kernel *k, fa_dtype dt, int64_t d, 
 }
 extern const fa_kv_kernel fa_kv_kernel_scalar;
 #if defined(__x86_64__) || defined(__i386__)
-extern const fa_kv_kernel fa_kv_kernel_avx2;   /* 8-float vectors: a ymm */
-extern const fa_kv_kernel fa_kv_kernel_avx512; /* 16-float vectors: a zmm (the amx table's as well) */
+extern const fa_kv_kernel fa_kv_kernel_avx2;       /* 8-float vectors: a ymm */
+extern const fa_kv_kernel fa_kv_kernel_avx512f;    /* 16-float vectors: a zmm; bf16 widened by shifts */
+extern const fa_kv_kernel fa_kv_kernel_avx512bf16; /* and bf16 rows on vdpbf16ps (the amx table's as well) */
 #endif
 
 #endif

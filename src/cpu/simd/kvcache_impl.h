@@ -1,7 +1,8 @@
 /* The body of the CPU KV-cache attend kernel (kvcache.h), written with GCC vector types of VW floats — the ISA's register
  * width: 16 (a zmm; the scalar build takes 16 too, as generic vectors), 8 on AVX2 (a ymm: 16-float vectors there
  * would be register pairs and spill) — so that each ISA file that includes it (with its -m flags and
- * -ffp-contract=fast) gets full-width loads and FMAs. Define FA_KV_KERNEL_NAME before including.
+ * -ffp-contract=fast) gets full-width loads and FMAs. Define FA_KV_KERNEL_NAME (the kernel's symbol) and
+ * FA_KV_KERNEL_STATS (its name in fa_stats) before including.
  * docs/kvcache.md explains the loop order and the prefetching, with their measurements. */
 #include "cpu/simd/kvcache.h"
 
@@ -588,4 +589,4 @@ static void attend(const fa_kv_args *a) {
     else walk_any(a);
 }
 
-const fa_kv_kernel FA_KV_KERNEL_NAME = {attend, FA_KV_GROUP, KEYPAIRS};
+const fa_kv_kernel FA_KV_KERNEL_NAME = {attend, FA_KV_KERNEL_STATS, FA_KV_GROUP, KEYPAIRS};

@@ -731,6 +731,7 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
     /* 8, 9. decoding: split-KV and the paged cache */
     n += report_kvcache_claims(D, cl + n);
     free(both.v);
+    free(both.others);
     *ncl = n;
     return n;
 }

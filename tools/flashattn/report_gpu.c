@@ -82,7 +82,7 @@ void report_ncu(report *R) {
                 } else if (rows.n) {
                     snprintf(r->note, sizeof r->note, "%s: %.150s", rows.v[0].status, rows.v[0].note);
                 }
-                free(rows.v);
+                free(rows.v), free(rows.others);
             }
             if (r->note[0]) continue;
             char cmd[2048];

@@ -54,20 +54,6 @@ struct fa3b_kparams {
     float cap, cap_scale;    /* softcap: score = cap·tanh(s·cap_scale); cap_scale 0 = off */
 };
 
-/* Sᵀ (or dPᵀ) = A Bᵀ for this warpgroup's 64 rows of A (keys) against Br rows of B (queries), both K-major tiles of
- * D columns: D/16 k-slices, 32 B apart inside a 64-column panel. */
-template <int D, int Br, int Bc, bool F16>
-FA_DEV void fa3b_abt(float (&acc)[Br / 2], uint32_t a_base, uint32_t b_base) {
-    fa3_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-        const uint64_t da = fa3_desc(a_base + (kk / 4) * Bc * 128 + (kk % 4) * 32, 16, 1024);
-        const uint64_t db = fa3_desc(b_base + (kk / 4) * Br * 128 + (kk % 4) * 32, 16, 1024);
-        fa_wgmma_ss<Br, F16>(acc, da, db, kk > 0);
-    }
-    fa3_wgmma_commit();
-}
-
 /* acc += A B with A (64 keys x Br queries) from registers and B = a [query][D] tile, MN-major: a k16 slice is 16
  * query rows = 2048 B, the next 64 columns of D are Br x 128 B further. */
 template <int D, int Br, bool F16>
@@ -213,9 +199,9 @@ __global__ void __launch_bounds__(384, 1)
         float st[Br / 2], dpt[Br / 2];
 
         fa3_bar_wait(fa3_smem(&sm.full_q[s]), ph);
-        fa3b_abt<D, Br, Bc, F16>(st, k_base + cw * 64 * 128, q_base);
+        fa3_gemm_abt<D, Br, Bc, Br, F16>(st, k_base + cw * 64 * 128, q_base); /* Sᵀ = Kj Qiᵀ */
         fa3_bar_wait(fa3_smem(&sm.full_do[s]), ph);
-        fa3b_abt<D, Br, Bc, F16>(dpt, v_base + cw * 64 * 128, do_base);
+        fa3_gemm_abt<D, Br, Bc, Br, F16>(dpt, v_base + cw * 64 * 128, do_base); /* dPᵀ = Vj dOiᵀ */
 
         /* Pᵀ and dSᵀ (fa3b_rows); LSE and D come from global memory (L1 after the first warp): through shared
          * memory, TMA's writes and these reads are ordered by mbarriers, which racecheck does not see. OVERLAP

@@ -65,19 +65,6 @@ struct fa3_rows {
     float cap, cap_scale; /* softcap (cap_scale 0: off) */
 };
 
-/* Issues S = Qi Kjᵀ (no wait): D/16 k-slices; inside a 64-column panel a slice is 32 B further along the row. */
-template <int D, int Bc, bool F16> FA_DEV void fa3_qk(float (&sacc)[Bc / 2], uint32_t q_base, uint32_t k_base) {
-    constexpr int Br = 128;
-    fa3_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-        const uint64_t da = fa3_desc(q_base + (kk / 4) * Br * 128 + (kk % 4) * 32, 16, 1024);
-        const uint64_t db = fa3_desc(k_base + (kk / 4) * Bc * 128 + (kk % 4) * 32, 16, 1024);
-        fa_wgmma_ss<Bc, F16>(sacc, da, db, kk > 0);
-    }
-    fa3_wgmma_commit();
-}
-
 /* Issues O += P Vj (no wait): V is [key][d], MN-major here; a k16 slice is 16 key rows = 2048 B further. */
 template <int D, int Bc, bool F16>
 FA_DEV void fa3_pv(float (&o)[D / 2], const uint32_t (&pa)[Bc / 16][4], uint32_t v_base) {
@@ -301,7 +288,7 @@ __global__ void __launch_bounds__(384, 1)
             if (cw == 1) fa3_named_arrive(1, 256);
             fa3_named_sync(my_turn, 256);
             fa3_bar_wait(fa3_smem(&sm.full_k[kv % ST]), (kv / ST) & 1);
-            fa3_qk<D, Bc, F16>(sacc, q_base, k0 + (kv % ST) * KV_STAGE);
+            fa3_gemm_abt<D, Bc, Br, Bc, F16>(sacc, q_base, k0 + (kv % ST) * KV_STAGE);
             fa3_named_arrive(other_turn, 256);
             fa3_wgmma_wait<0>();
             fa3_fence_regs(sacc);
@@ -313,7 +300,7 @@ __global__ void __launch_bounds__(384, 1)
                 const uint32_t ph = (g / ST) & 1, php = ((g - 1) / ST) & 1;
                 fa3_named_sync(my_turn, 256);
                 fa3_bar_wait(fa3_smem(&sm.full_k[s]), ph);
-                fa3_qk<D, Bc, F16>(sacc, q_base, k0 + s * KV_STAGE);
+                fa3_gemm_abt<D, Bc, Br, Bc, F16>(sacc, q_base, k0 + s * KV_STAGE);
                 fa3_bar_wait(fa3_smem(&sm.full_v[sp]), php);
                 fa3_fence_regs(o);
                 fa3_fence_regs(pa);

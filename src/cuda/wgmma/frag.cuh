@@ -1,5 +1,5 @@
-/* Register helpers the FLASH3 forward and backward share: packing fp32 accumulators into 16-bit A fragments, and a
- * warp's release of a pipeline stage. */
+/* What the FLASH3 forward and backward share: acc = A Bᵀ from two K-major shared tiles, packing fp32 accumulators
+ * into 16-bit A fragments, and a warp's release of a pipeline stage. */
 #ifndef FA_WGMMA_FRAG_CUH
 #define FA_WGMMA_FRAG_CUH
 
@@ -7,6 +7,22 @@
 #include <cuda_fp16.h>
 
 #include "ptx.cuh"
+#include "wgmma.cuh"
+
+/* Issues acc = A Bᵀ (no wait): A = 64 rows from a_base of a K-major tile of A_ROWS rows, B = N rows of a K-major
+ * tile of B_ROWS rows, both D columns in 64-column panels (rows × 128 B each); D/16 k-slices, 32 B apart inside a
+ * panel (S = Qi Kjᵀ in the forward, Sᵀ = Kj Qiᵀ and dPᵀ = Vj dOiᵀ in the backward). */
+template <int D, int N, int A_ROWS, int B_ROWS, bool F16>
+FA_DEV void fa3_gemm_abt(float (&acc)[N / 2], uint32_t a_base, uint32_t b_base) {
+    fa3_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint64_t da = fa3_desc(a_base + (kk / 4) * A_ROWS * 128 + (kk % 4) * 32, 16, 1024);
+        const uint64_t db = fa3_desc(b_base + (kk / 4) * B_ROWS * 128 + (kk % 4) * 32, 16, 1024);
+        fa_wgmma_ss<N, F16>(acc, da, db, kk > 0);
+    }
+    fa3_wgmma_commit();
+}
 
 template <bool F16> FA_DEV uint32_t fa3_pack(float a, float b) {
     uint32_t r;

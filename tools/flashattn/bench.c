@@ -86,12 +86,8 @@ static int rounds_done(const bench_config *c, const int *live, int n_algo, const
                        double t0) {
     if (c->until_ci <= 0) return 1;
     if (c->max_seconds > 0 && now_ms() - t0 >= 1e3 * c->max_seconds) return 1;
-    for (int a = 0; a < n_algo; a++) {
-        if (!live[a]) continue;
-        double lo, hi;
-        median_ci(times + a * cap, reps, &lo, &hi);
-        if (!(hi - lo <= c->until_ci * median_of(times + a * cap, reps))) return 0;
-    }
+    for (int a = 0; a < n_algo; a++)
+        if (live[a] && !median_settled(times + a * cap, reps, c->until_ci)) return 0;
     return 1;
 }
 
@@ -487,18 +483,9 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
                 return -1;
             continue;
         }
-        if (opt_is(x, "--until-ci")) {
-            if (!(v = opt_value(S, argc, argv, &i, "--until-ci")) ||
-                parse_double(S, "--until-ci", v, 0, 1000, &a->until_ci_pct))
-                return -1;
-            continue;
-        }
-        if (opt_is(x, "--max-seconds")) {
-            if (!(v = opt_value(S, argc, argv, &i, "--max-seconds")) ||
-                parse_double(S, "--max-seconds", v, 0, 1e6, &a->max_seconds))
-                return -1;
-            continue;
-        }
+        const int rep = opt_repeat(S, argc, argv, &i, &a->until_ci_pct, &a->max_seconds);
+        if (rep < 0) return -1;
+        if (rep) continue;
         if (opt_is(x, "--mem-limit")) {
             if (!(v = opt_value(S, argc, argv, &i, "--mem-limit")) ||
                 parse_double(S, "--mem-limit", v, 1, 1e12, &a->mem_limit_mb))

@@ -143,17 +143,9 @@ static int parse(int argc, char **argv, kv_args *a) {
         ONE("--threads", threads, 0, 1024)
         ONE("--reps", reps, 1, 100000)
         ONE("--warmup", warmup, 0, 1000)
-        if (opt_is(x, "--until-ci")) {
-            if (!(v = opt_value(S, argc, argv, &i, "--until-ci")) || parse_double(S, "--until-ci", v, 0, 1000, &a->until_ci_pct))
-                return -1;
-            continue;
-        }
-        if (opt_is(x, "--max-seconds")) {
-            if (!(v = opt_value(S, argc, argv, &i, "--max-seconds")) ||
-                parse_double(S, "--max-seconds", v, 0, 1e6, &a->max_seconds))
-                return -1;
-            continue;
-        }
+        const int rep = opt_repeat(S, argc, argv, &i, &a->until_ci_pct, &a->max_seconds);
+        if (rep < 0) return -1;
+        if (rep) continue;
 #undef MATCH
 #undef LIST
 #undef ONE
@@ -246,9 +238,7 @@ static void flush_caches(const kv_shape *s, dev_buf *flush, dev_buf *sink) {
  * until_ci of it or max_seconds have passed since t0 (the rule of bench.c's rounds). */
 static int enough(const kv_shape *s, const double *ms, int n, double t0) {
     if (s->until_ci <= 0 || (s->max_seconds > 0 && now_ms() - t0 >= 1e3 * s->max_seconds)) return 1;
-    double lo, hi;
-    median_ci(ms, n, &lo, &hi);
-    return hi - lo <= s->until_ci * median_of(ms, n);
+    return median_settled(ms, n, s->until_ci);
 }
 
 int kv_bench_open(fa_context *ctx, const kv_shape *s, kv_bench *kb, kv_result *res) {

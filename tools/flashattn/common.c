@@ -26,6 +26,15 @@ int opt_is(const char *arg, const char *name) {
     return strncmp(arg, name, n) == 0 && (arg[n] == 0 || arg[n] == '=');
 }
 
+int opt_repeat(const char *sub, int argc, char **argv, int *i, double *until_ci_pct, double *max_seconds) {
+    const char *x = argv[*i], *v;
+    if (opt_is(x, "--until-ci"))
+        return (v = opt_value(sub, argc, argv, i, "--until-ci")) && !parse_double(sub, "--until-ci", v, 0, 1000, until_ci_pct) ? 1 : -1;
+    if (opt_is(x, "--max-seconds"))
+        return (v = opt_value(sub, argc, argv, i, "--max-seconds")) && !parse_double(sub, "--max-seconds", v, 0, 1e6, max_seconds) ? 1 : -1;
+    return 0;
+}
+
 const char *opt_value(const char *sub, int argc, char **argv, int *i, const char *name) {
     const char *a = argv[*i];
     size_t n = strlen(name);
@@ -179,6 +188,12 @@ double median_of(const double *x, int n) {
     double m = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
     free(t);
     return m;
+}
+
+int median_settled(const double *x, int n, double until_ci) {
+    double lo, hi;
+    median_ci(x, n, &lo, &hi);
+    return hi - lo <= until_ci * median_of(x, n);
 }
 
 void median_ci(const double *x, int n, double *lo, double *hi) {

@@ -34,6 +34,9 @@ int parse_pass_list(const char *sub, const char *opt, const char *arg, int_list 
 const char *opt_value(const char *sub, int argc, char **argv, int *i, const char *name);
 /* 1 if argv[i] is "--name" or starts with "--name=". */
 int opt_is(const char *arg, const char *name);
+/* --until-ci PCT / --max-seconds S, the repetition options every bench mode takes: 1 when argv[*i] was one of them
+ * (stored, *i advanced), 0 when it is neither, -1 after an error message. */
+int opt_repeat(const char *sub, int argc, char **argv, int *i, double *until_ci_pct, double *max_seconds);
 
 /* ---- device buffers: host memory for the CPU backend, device memory (cudart) for CUDA ---- */
 typedef struct dev_buf {
@@ -128,6 +131,8 @@ double median_of(const double *x, int n); /* does not modify x */
 /* The distribution-free 95 % confidence interval [lo, hi] of the median of x[0..n) (order statistics; below 6 values
  * it is [min, max], which covers less). Does not modify x. */
 void median_ci(const double *x, int n, double *lo, double *hi);
+/* The stop rule of repeated timings: 1 when the 95 % interval of x's median is at most until_ci of the median. */
+int median_settled(const double *x, int n, double until_ci);
 uint64_t rng_next(uint64_t *s);           /* splitmix64 */
 double rng_uniform(uint64_t *s);          /* [0, 1) */
 int rng_int(uint64_t *s, int lo, int hi); /* [lo, hi] */

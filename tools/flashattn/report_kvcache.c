@@ -74,11 +74,8 @@ static void measure_group(report *R, fa_context *ctx, const kv_shape *shapes, in
         const double t0 = now_ms();
         for (int r = 0; r < per; r++) {
             int enough = r >= reps;
-            for (int i = 0; i < n && enough && until > 0; i++) {
-                double lo, hi;
-                median_ci(res[i].times + nt - r, r, &lo, &hi);
-                enough = !ok[i] || hi - lo <= until * median_of(res[i].times + nt - r, r);
-            }
+            for (int i = 0; i < n && enough && until > 0; i++)
+                enough = !ok[i] || median_settled(res[i].times + nt - r, r, until);
             if (enough && (until <= 0 || r >= reps)) break;
             if (r >= reps && R->p.max_seconds > 0 && now_ms() - t0 >= 1e3 * R->p.max_seconds) break;
             for (int k = 0; k < n; k++) {

@@ -18,6 +18,17 @@ static int fa3_tma_ok(const fa_tensor *t) {
            fa3_stride_ok(t->stride_seq, t->seqlen) && fa3_stride_ok(t->stride_head, t->heads);
 }
 
+/* The reason for a head dim a tile table (either pass's) does not list, with the ones it does. */
+template <class Row, int N>
+static fa_status fa3_not_built(const Row (&rows)[N], const fa_problem *p, const char *pass, char *why, size_t why_len) {
+    int d[N];
+    char dims[64];
+    for (int i = 0; i < N; ++i) d[i] = rows[i].d;
+    fa_cuda_dims_list(d, N, dims, sizeof dims);
+    return fa_cuda_unsupported(why, why_len, "head_dim %lld is not built for the CUDA FA_ALGO_FLASH3 %s (built: %s)",
+                               (long long)p->d, pass, dims);
+}
+
 /* What both passes need: 16-bit inputs, no varlen, views TMA can address. */
 static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
     if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
@@ -41,15 +52,7 @@ static fa_status fa3_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan
     int row = -1;
     for (int i = 0; i < FA_COUNT(fa3_fwd_rows) && row < 0; ++i)
         if (fa3_fwd_rows[i].d == p->d && (fa3_fwd_rows[i].masks & masks)) row = i;
-    if (row < 0) {
-        int d[FA_COUNT(fa3_fwd_rows)];
-        char dims[64];
-        for (int i = 0; i < FA_COUNT(fa3_fwd_rows); ++i) d[i] = fa3_fwd_rows[i].d;
-        fa_cuda_dims_list(d, FA_COUNT(d), dims, sizeof dims);
-        return fa_cuda_unsupported(why, why_len,
-                                   "head_dim %lld is not built for the CUDA FA_ALGO_FLASH3 forward (built: %s)",
-                                   (long long)p->d, dims);
-    }
+    if (row < 0) return fa3_not_built(fa3_fwd_rows, p, "forward", why, why_len);
     const fa3_fwd_row *r = &fa3_fwd_rows[row];
     if ((p->block_q && p->block_q != r->bm) || (p->block_k && p->block_k != r->bn))
         return fa_cuda_unsupported(why, why_len,
@@ -100,15 +103,7 @@ static fa_status fa3_bwd_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_
     int row = -1;
     for (int i = 0; i < FA_COUNT(fa3_bwd_rows) && row < 0; ++i)
         if (fa3_bwd_rows[i].d == p->d) row = i;
-    if (row < 0) {
-        int d[FA_COUNT(fa3_bwd_rows)];
-        char dims[64];
-        for (int i = 0; i < FA_COUNT(fa3_bwd_rows); ++i) d[i] = fa3_bwd_rows[i].d;
-        fa_cuda_dims_list(d, FA_COUNT(d), dims, sizeof dims);
-        return fa_cuda_unsupported(why, why_len,
-                                   "head_dim %lld is not built for the CUDA FA_ALGO_FLASH3 backward (built: %s)",
-                                   (long long)p->d, dims);
-    }
+    if (row < 0) return fa3_not_built(fa3_bwd_rows, p, "backward", why, why_len);
     const fa3_bwd_row *r = &fa3_bwd_rows[row];
     if (p->algo_auto && !r->auto_pick)
         return fa_cuda_unsupported(why, why_len,

@@ -127,7 +127,8 @@ static void check_stats(fa_context *ctx) {
 static const fa_algo algos[] = {FA_ALGO_AUTO, FA_ALGO_STANDARD, FA_ALGO_FLASH1, FA_ALGO_FLASH2};
 static const fa_dtype dtypes[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
 
-/* fa_forward and fa_backward with (batch, sq, sk) extents, one of them 0; varlen: host cu_seqlens of n_seqs. */
+/* fa_forward and fa_backward with (batch, sq, sk) extents, one of them 0; varlen: cu_seqlens of n_seqs (given here
+ * on the host, passed in the backend's memory with the longest lengths as max_seqlen_q/k, as a CUDA call needs). */
 static void attention(fa_context *ctx, fa_dtype dt, fa_algo algo, int64_t b, int64_t sq, int64_t sk,
                       const int32_t *cu_q, const int32_t *cu_k, int64_t n_seqs) {
     snprintf(t_case_label, sizeof t_case_label, "attention %s %s b%lld sq%lld sk%lld%s", fa_dtype_name(dt),
@@ -135,7 +136,17 @@ static void attention(fa_context *ctx, fa_dtype dt, fa_algo algo, int64_t b, int
     fa_attn_opts o = fa_attn_opts_default();
     o.algo = algo;
     o.causal = sq == 3; /* a mask changes nothing without keys */
-    o.cu_seqlens_q = cu_q, o.cu_seqlens_k = cu_k, o.n_seqs = n_seqs;
+    int32_t *cu = NULL;
+    if (cu_q) {
+        const size_t n = (size_t)n_seqs + 1;
+        cu = dev_alloc(2 * n * sizeof(int32_t));
+        put(cu, cu_q, n * sizeof(int32_t)), put(cu + n, cu_k, n * sizeof(int32_t));
+        o.cu_seqlens_q = cu, o.cu_seqlens_k = cu + n, o.n_seqs = n_seqs;
+        for (size_t i = 0; i + 1 < n; i++) {
+            if (cu_q[i + 1] - cu_q[i] > o.max_seqlen_q) o.max_seqlen_q = cu_q[i + 1] - cu_q[i];
+            if (cu_k[i + 1] - cu_k[i] > o.max_seqlen_k) o.max_seqlen_k = cu_k[i + 1] - cu_k[i];
+        }
+    }
     view q = mk_in(dt, b, sq, HQ), k = mk_in(dt, b, sk, HK), v = mk_in(dt, b, sk, HK), out = mk(dt, b, sq, HQ);
     const int64_t nl = b * HQ * sq;
     float *lse = mk_f32(nl);
@@ -152,6 +163,7 @@ static void attention(fa_context *ctx, fa_dtype dt, fa_algo algo, int64_t b, int
     check_same(&q, "q"), check_same(&k, "k"), check_same(&v, "v"), check_same(&dout, "dout");
     rm(&q), rm(&k), rm(&v), rm(&out), rm(&dout), rm(&dq), rm(&dk), rm(&dv);
     dev_free(lse);
+    dev_free(cu);
 }
 
 static void attention_all(fa_context *ctx) {

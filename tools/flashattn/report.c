@@ -151,7 +151,8 @@ static void measure_device(report *R, fa_backend dev, dev_data *D) {
     D->dev = dev;
     D->present = 1;
 
-    /* 1. speed vs seqlen: STANDARD, FLASH1, FLASH2, fwd and bwd, d 64 and 128, causal and not */
+    /* 1. speed vs seqlen: STANDARD, FLASH1, FLASH2 (and FLASH3 on CUDA: rows it refuses, off Hopper, are skipped),
+     * fwd and bwd, d 64 and 128, causal and not */
     snprintf(name, sizeof name, "speed_%s.csv", dn);
     FILE *f = report_csv(R, name, 0);
     for (int di = 0; di < 2; di++) {
@@ -161,10 +162,10 @@ static void measure_device(report *R, fa_backend dev, dev_data *D) {
         double fl = 0;
         for (int s = 0; s < P->n_seqlens; s++) fl += 4.0 * (double)P->tokens * P->seqlens[s] * heads * d;
         double est = est_cost(R, dev, fl * 1.5 /*causal half*/ * 3.5 /*fwd + bwd + the bwd's fwd*/, (P->reps + 1) * 3);
-        report_bench(R, &D->speed, f, name, "speed", est, P->n_seqlens * 12,
-                     "--device %s --dtype %s --algo standard,flash1,flash2 --d %d --heads %d --tokens %lld "
+        report_bench(R, &D->speed, f, name, "speed", est, P->n_seqlens * (cuda ? 16 : 12),
+                     "--device %s --dtype %s --algo standard,flash1,flash2%s --d %d --heads %d --tokens %lld "
                      "--seqlen %s --causal 0,1 --pass fwd,bwd %s",
-                     dn, dt, d, heads, (long long)(cuda ? 16384 : P->tokens), cuda ? P->gpu_seqlen_list : P->seqlen_list,
+                     dn, dt, cuda ? ",flash3" : "", d, heads, (long long)(cuda ? 16384 : P->tokens), cuda ? P->gpu_seqlen_list : P->seqlen_list,
                      R->rule);
     }
     if (f) fclose(f);

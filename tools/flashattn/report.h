@@ -167,7 +167,8 @@ typedef struct claim {
 double cross_ratio(double a, double a_lo, double a_hi, double b, double b_lo, double b_hi, double *lo, double *hi);
 /* report_util.c: the verdict of a claim whose measurements were too often disturbed (row_disturbed) to settle it. */
 void claim_disturbed(claim *c, int busy, int total);
-/* report_claims.c: the claims of one device (at most 10) from its rows; returns how many. */
+/* report_claims.c: the claims of one device (at most FA_REPORT_MAX_CLAIMS) from its rows; returns how many. */
+enum { FA_REPORT_MAX_CLAIMS = 12 };
 int build_claims(report *R, const dev_data *D, claim *cl, int *ncl);
 /* The first row of rs matching (negative / -1 = any). */
 const bench_row *find_row(const rows_t *rs, fa_algo a, int64_t d, int64_t n, int causal, int bwd, int64_t heads, int bq,

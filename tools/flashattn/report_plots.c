@@ -11,7 +11,7 @@
 
 /* The series styles, by gnuplot line-style number. Colours from the Okabe–Ito palette (distinct for colour-blind
  * readers and in greyscale print), markers filled and distinct, so a series is known by either. */
-enum { LS_STANDARD = 1, LS_FLASH1, LS_FLASH2, LS_TORCH_FLASH, LS_TORCH_CUDNN, LS_BOUND, LS_BOUND2, LS_LIMIT, LS_COUNT };
+enum { LS_STANDARD = 1, LS_FLASH1, LS_FLASH2, LS_FLASH3, LS_TORCH_FLASH, LS_TORCH_CUDNN, LS_BOUND, LS_BOUND2, LS_LIMIT, LS_COUNT };
 static const struct {
     const char *color;
     int pt, dt;
@@ -20,15 +20,16 @@ static const struct {
     [LS_STANDARD] = {"#D55E00", 5, 1, 2.0, 1.3},     /* vermillion, filled square */
     [LS_FLASH1] = {"#0072B2", 7, 1, 2.0, 1.3},       /* blue, filled circle */
     [LS_FLASH2] = {"#009E73", 9, 1, 2.0, 1.5},       /* bluish green, filled triangle */
+    [LS_FLASH3] = {"#56B4E9", 13, 1, 2.0, 1.5},      /* sky blue, filled diamond */
     [LS_TORCH_FLASH] = {"#CC79A7", 12, 2, 1.5, 1.3}, /* reddish purple, open diamond, dashed */
     [LS_TORCH_CUDNN] = {"#E69F00", 10, 2, 1.5, 1.3}, /* orange, open triangle down, dashed */
     [LS_BOUND] = {"#000000", 0, 2, 2.5, 1.0},        /* black dashed: the standard algorithm's bound */
     [LS_BOUND2] = {"#555555", 0, 4, 2.5, 1.0},       /* dark grey dash-dot: the flash algorithms' bound */
     [LS_LIMIT] = {"#000000", 6, 1, 2.0, 2.5},        /* a limit marker: black open circle */
 };
-/* The algorithms' names and styles, by fa_algo (STANDARD, FLASH1, FLASH2). */
-static const char *const ALGO_NAMES[4] = {"auto", "standard", "flash1", "flash2"};
-static const int ALGO_LS[4] = {0, LS_STANDARD, LS_FLASH1, LS_FLASH2};
+/* The algorithms' names and styles, by fa_algo (STANDARD, FLASH1, FLASH2, FLASH3: the GPU speed panels only). */
+static const char *const ALGO_NAMES[5] = {"auto", "standard", "flash1", "flash2", "flash3"};
+static const int ALGO_LS[5] = {0, LS_STANDARD, LS_FLASH1, LS_FLASH2, LS_FLASH3};
 
 /* A script NAME.gp of rows × cols panels under `title`. Panels are 620 × 440 pixels with their legend (a single
  * figure 900 × 580). */
@@ -86,9 +87,9 @@ static double row_x(const bench_row *r, int xkind) {
 static void gp_panel(FILE *f, const rows_t *rs, int xkind, int64_t d, int causal, int bwd, int bq, const char *title,
                      const char *ylabel, double yscale, const report *R) {
     static int id = 0;
-    int ids[4] = {0}, have[4] = {0};
+    int ids[5] = {0}, have[5] = {0};
     double xlo = 0, xhi = 0;
-    for (int a = 1; a <= 3; a++) {
+    for (int a = 1; a <= 4; a++) {
         ids[a] = ++id;
         fprintf(f, "$d%d << EOD\n", ids[a]);
         for (int i = 0; i < rs->n; i++) {
@@ -122,7 +123,7 @@ static void gp_panel(FILE *f, const rows_t *rs, int xkind, int64_t d, int causal
         fprintf(f, "EOD\n");
     }
     int first = 1;
-    for (int a = 1; a <= 3; a++) {
+    for (int a = 1; a <= 4; a++) {
         if (!have[a]) continue;
         fprintf(f, "%s $d%d with linespoints ls %d title '%s'", first ? "plot" : ",", ids[a], ALGO_LS[a], ALGO_NAMES[a]);
         first = 0;

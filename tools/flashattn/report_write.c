@@ -180,7 +180,7 @@ int report_write(report *R) {
         fprintf(stderr, "flashattn report: cannot write %s\n", path);
         return 1;
     }
-    claim cpu_cl[10], gpu_cl[10];
+    claim cpu_cl[FA_REPORT_MAX_CLAIMS], gpu_cl[FA_REPORT_MAX_CLAIMS];
     int n_cpu = 0, n_gpu = 0;
     if (R->cpu.present) build_claims(R, &R->cpu, cpu_cl, &n_cpu);
     if (R->cuda) build_claims(R, &R->gpu, gpu_cl, &n_gpu);

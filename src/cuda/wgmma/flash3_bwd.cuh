@@ -7,9 +7,11 @@
  *     Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e), dSᵀ = Pᵀ ∘ (dPᵀ − D)   [∘ (1 − tanh²) with softcap]
  *     dVj += Pᵀ dOi, dKj += dSᵀ Qi          (A = Pᵀ, dSᵀ from registers: dK, dV stay in registers all along)
  *     dQi = dS Kj                            (dSᵀ through shared memory: both warpgroups' keys are its K dimension)
- *     dQi is added into an fp32 accumulator by vector reductions (red.global.add.v4.f32), in the order of the
- *     accumulator registers (flash3_bwd.cu converts it); deterministic: the key blocks add in ascending order, each
- *     waiting for its turn on a per-(batch, head, query block) counter.
+ *     dQi goes to shared memory in the order of the accumulator registers;
+ *   warp 1 of the producer warpgroup, the dQ writer, adds each warpgroup's dQi into an fp32 accumulator in global
+ *     memory with one bulk reduce (flash3_bwd.cu converts it), so the consumers never wait for global memory;
+ *     deterministic: the key blocks add in ascending order, each waiting for its turn on a per-(batch, head, query
+ *     block) counter.
  * With GQA the CTA walks the query heads of its K/V head one after the other, so dK, dV sum in registers (no fp32
  * copies per query head). Shared tiles are 64-column panels in the 128-byte swizzle, as in the forward (README.md). */
 #ifndef FA_WGMMA_FLASH3_BWD_CUH
@@ -32,16 +34,23 @@ template <int D> struct fa3b_tile {
     static constexpr int NQN = Br == 128 ? D : D / 2; /* N of the dQ GEMM */
 };
 
+/* A step's LSE·log2e and D, two steps' worth: the consumers copy step it + 1's in while step it reads its own. */
+template <int Br> struct fa3b_shared_rows {
+    float lse2[2][Br], dsum[2][Br];
+};
 template <int D> struct alignas(1024) fa3b_shared {
     using T = fa3b_tile<D>;
     uint16_t k[T::Bc * D], v[T::Bc * D];
     uint16_t q[T::ST][T::Br * D], dout[T::ST][T::Br * D];
     uint16_t ds[2][T::Bc * T::Br]; /* dSᵀ [key][query] in 64-query panels; two, so a step never waits for the last dQ */
+    float dq[T::Br * D]; /* dQi in the accumulator's order (warpgroup w's half at w·Br·D/2), for the bulk reduce */
+    fa3b_shared_rows<T::Br> rows;
     uint64_t full_kv, full_q[T::ST], full_do[T::ST], empty[T::ST];
 };
 
-/* Named barriers (0 is __syncthreads), 256 consumer threads each: dSᵀ written; deterministic dQ turn taken, added. */
-enum { FA3B_DS_READY = 1, FA3B_DQ_TURN = 2, FA3B_DQ_ADDED = 3 };
+/* Named barriers (0 is __syncthreads): dSᵀ written and a step's LSE / D copied (the 256 consumer threads); a
+ * warpgroup's dQ buffer free and full (its 128 threads and the dQ writer warp: 160). */
+enum { FA3B_DS_READY = 1, FA3B_ROWS_READY = 2, FA3B_DQ_EMPTY = 3, FA3B_DQ_FULL = 5 };
 
 struct fa3b_kparams {
     uint16_t *dk, *dv;
@@ -63,10 +72,10 @@ FA_DEV void fa3b_rs(float (&acc)[D / 2], const uint32_t (&a)[Br / 16][4], uint32
 }
 
 /* What the elementwise steps of a thread need beside the kernel's parameters (which stay in the constant bank, not
- * in registers): the offset of its LSE·log2e and D pairs (query columns 8j + 2t, +1), its key row kr0 (and
- * kr0 + 8), its first query column q0 = m0 + 2t, and the mask (full: the block needs none). */
+ * in registers): the step's LSE·log2e and D in shared memory, from its pair (query columns 8j + 2t, +1) on, its key
+ * row kr0 (and kr0 + 8), its first query column q0 = m0 + 2t, and the mask (full: the block needs none). */
 struct fa3b_rows {
-    int64_t row;
+    const float *lse2, *dsum;
     int kr0, q0;
     bool full;
 };
@@ -80,7 +89,7 @@ FA_DEV bool fa3b_visible(const fa3b_kparams &p, const fa3b_rows &R, int j, int e
 template <int Br> FA_DEV void fa3b_p(float (&st)[Br / 2], const fa3b_kparams &p, const fa3b_rows &R) {
 #pragma unroll
     for (int j = 0; j < Br / 8; j++) {
-        const float2 L = __ldg(reinterpret_cast<const float2 *>(p.lse2 + R.row + 8 * j));
+        const float2 L = *reinterpret_cast<const float2 *>(R.lse2 + 8 * j);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const float pv = fa3_ex2(fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x)));
@@ -93,7 +102,7 @@ template <int Br>
 FA_DEV void fa3b_ds(float (&dpt)[Br / 2], const float (&pt)[Br / 2], const fa3b_kparams &p, const fa3b_rows &R) {
 #pragma unroll
     for (int j = 0; j < Br / 8; j++) {
-        const float2 Dq = __ldg(reinterpret_cast<const float2 *>(p.dsum + R.row + 8 * j));
+        const float2 Dq = *reinterpret_cast<const float2 *>(R.dsum + 8 * j);
 #pragma unroll
         for (int e = 0; e < 4; e++) dpt[4 * j + e] = pt[4 * j + e] * (dpt[4 * j + e] - ((e & 1) ? Dq.y : Dq.x));
     }
@@ -104,8 +113,8 @@ template <int Br>
 FA_DEV void fa3b_p_ds(float (&st)[Br / 2], float (&dpt)[Br / 2], const fa3b_kparams &p, const fa3b_rows &R) {
 #pragma unroll
     for (int j = 0; j < Br / 8; j++) {
-        const float2 L = __ldg(reinterpret_cast<const float2 *>(p.lse2 + R.row + 8 * j));
-        const float2 Dq = __ldg(reinterpret_cast<const float2 *>(p.dsum + R.row + 8 * j));
+        const float2 L = *reinterpret_cast<const float2 *>(R.lse2 + 8 * j);
+        const float2 Dq = *reinterpret_cast<const float2 *>(R.dsum + 8 * j);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             float sv = st[4 * j + e], dcap = 1.f;
@@ -122,6 +131,82 @@ FA_DEV void fa3b_p_ds(float (&st)[Br / 2], float (&dpt)[Br / 2], const fa3b_kpar
     }
 }
 
+/* Consumer thread c's share of step it's LSE·log2e (c < Br) and D (Br <= c < 2·Br): one float from global memory,
+ * stored into shared memory a step ahead, behind a named barrier (ordering racecheck can check, unlike TMA's). */
+template <int Br> FA_DEV float fa3b_row_load(const fa3b_kparams &p, int b, int hk, int nm, int mlo, int it, int c) {
+    const int h = hk * p.group + it / nm, m = mlo + it % nm;
+    const int64_t row = ((int64_t)(b * p.hq + h) * p.nmb + m) * Br;
+    return c < Br ? __ldg(p.lse2 + row + c) : __ldg(p.dsum + row + c - Br);
+}
+template <int Br> FA_DEV void fa3b_row_store(fa3b_shared_rows<Br> &r, int it, int c, float x) {
+    if (c < Br) r.lse2[it & 1][c] = x;
+    else r.dsum[it & 1][c - Br] = x;
+}
+
+/* Warpgroup w's 160-thread barrier ID + w (the barrier's ID must be an immediate). */
+template <int ID> FA_DEV void fa3b_dq_sync(int w) {
+    if (w == 0) fa3_named_sync<ID, 160>();
+    else fa3_named_sync<ID + 1, 160>();
+}
+template <int ID> FA_DEV void fa3b_dq_arrive(int w) {
+    if (w == 0) fa3_named_arrive<ID, 160>();
+    else fa3_named_arrive<ID + 1, 160>();
+}
+
+/* The dQ writer (one warp; lane 0 issues): per step, each warpgroup's half of dQi is one bulk reduce-add into the
+ * accumulator, and the buffer is handed back once the copy has read it. Its first hand-back is before the first
+ * step, and none after the last, so every barrier phase completes. */
+template <int D, bool DET>
+FA_DEV void fa3b_dq_writer(const fa3b_kparams &p, fa3b_shared<D> &sm, int b, int hk, int nb, int nm, int mlo, int steps) {
+    using T = fa3b_tile<D>;
+    constexpr int Br = T::Br, Bc = T::Bc;
+    constexpr uint32_t HALF = Br * D / 2; /* floats per warpgroup */
+    const bool lead = threadIdx.x % 32 == 0;
+    const uint32_t src = fa3_smem(sm.dq);
+    if (steps > 0) {
+        fa3_named_arrive<FA3B_DQ_EMPTY, 160>();
+        fa3_named_arrive<FA3B_DQ_EMPTY + 1, 160>();
+    }
+    const int64_t chunk0 = (int64_t)(b * p.hq + hk * p.group) * p.nmb + mlo; /* (batch, head, query block) */
+    float *dst = p.dq_acc + chunk0 * (Br * D);
+    int *turn = DET ? p.turns + chunk0 : nullptr;
+    int m = mlo, left = nm; /* query block m of the current head; blocks left in it */
+    for (int it = 0; it < steps; it++) {
+        if (DET && lead) { /* key blocks add in ascending order: this one's turn is its index among those m sees */
+            const int m0 = m * Br;
+            int klo, khi;
+            fa_visible_block32(m0, m0 + Br < p.sq ? m0 + Br : p.sq, p.sq, p.sk, p.wl, p.wr, &klo, &khi);
+            while (fa3_ld_acquire(turn) != nb - klo / Bc) {
+            }
+        }
+        __syncwarp(); /* bar.sync is warp-aligned: the lanes meet before each barrier */
+        fa3_named_sync<FA3B_DQ_FULL, 160>();
+        if (lead) fa3_bulk_add_f32(dst, src, HALF * 4), fa3_bulk_commit();
+        __syncwarp();
+        fa3_named_sync<FA3B_DQ_FULL + 1, 160>();
+        if (lead) {
+            fa3_bulk_add_f32(dst + HALF, src + HALF * 4, HALF * 4), fa3_bulk_commit();
+            if (DET) { /* the adds are done in global memory before the next key block's turn */
+                fa3_bulk_wait<0>();
+                asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                __threadfence();
+                atomicAdd(turn, 1);
+            } else {
+                fa3_bulk_wait_read<0>();
+            }
+        }
+        __syncwarp();
+        dst += Br * D, turn += DET; /* the next block, or the next head's first (nmb − nm blocks on) */
+        m++;
+        if (--left == 0) dst += (int64_t)(p.nmb - nm) * (Br * D), turn += DET ? p.nmb - nm : 0, m = mlo, left = nm;
+        if (it + 1 < steps) {
+            fa3_named_arrive<FA3B_DQ_EMPTY, 160>();
+            fa3_named_arrive<FA3B_DQ_EMPTY + 1, 160>();
+        }
+    }
+    if (lead) fa3_bulk_wait<0>();
+}
+
 template <int D, bool F16, bool DET>
 __global__ void __launch_bounds__(384, 1)
     fa3_bwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
@@ -129,7 +214,6 @@ __global__ void __launch_bounds__(384, 1)
                    const fa3b_kparams p) {
     using T = fa3b_tile<D>;
     constexpr int Br = T::Br, Bc = T::Bc, ST = T::ST, NQ = T::NQ, NQN = T::NQN;
-    constexpr bool OVERLAP = Br == 64; /* Br = 128 (d = 64) spilled 48 bytes with Pᵀ and dPᵀ live beside the dV GEMM */
     extern __shared__ uint8_t fa3b_smem_raw[];
     fa3b_shared<D> &sm = *reinterpret_cast<fa3b_shared<D> *>(((uintptr_t)fa3b_smem_raw + 1023) & ~(uintptr_t)1023);
 
@@ -179,6 +263,8 @@ __global__ void __launch_bounds__(384, 1)
                 for (int c = 0; c < D / 64; c++)
                     fa3_tma_load4(fa3_smem(sm.dout[s]) + c * Br * 128, &tdo, fd, 64 * c, m * Br, h, b);
             }
+        } else if (threadIdx.x / 32 == 1) {
+            fa3b_dq_writer<D, DET>(p, sm, b, hk, nb, nm, mlo, steps);
         }
         return;
     }
@@ -192,36 +278,37 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.f;
     fa3_bar_wait(fa3_smem(&sm.full_kv), 0); /* also when there is no step: no TMA may land after the CTA exits */
+    const int rc = threadIdx.x - 128; /* consumer thread 0..255: which LSE / D value it copies */
+    const bool copies = rc < 2 * Br;
+    if (steps > 0 && copies) fa3b_row_store<Br>(sm.rows, 0, rc, fa3b_row_load<Br>(p, b, hk, nm, mlo, 0, rc));
+    fa3_named_sync<FA3B_ROWS_READY, 256>();
 
     for (int it = 0; it < steps; it++) {
-        const int h = hk * p.group + it / nm, m = mlo + it % nm, s = it % ST, m0 = m * Br;
+        const int m = mlo + it % nm, s = it % ST, m0 = m * Br;
         const uint32_t ph = (it / ST) & 1, q_base = fa3_smem(sm.q[s]), do_base = fa3_smem(sm.dout[s]);
         float st[Br / 2], dpt[Br / 2];
+        const bool ahead = copies && it + 1 < steps; /* next step's LSE / D: loaded now, stored before FA3B_DS_READY */
+        const float next_row = ahead ? fa3b_row_load<Br>(p, b, hk, nm, mlo, it + 1, rc) : 0.f;
 
         fa3_bar_wait(fa3_smem(&sm.full_q[s]), ph);
         fa3_gemm_abt<D, Br, Bc, Br, F16>(st, k_base + cw * 64 * 128, q_base); /* Sᵀ = Kj Qiᵀ */
         fa3_bar_wait(fa3_smem(&sm.full_do[s]), ph);
         fa3_gemm_abt<D, Br, Bc, Br, F16>(dpt, v_base + cw * 64 * 128, do_base); /* dPᵀ = Vj dOiᵀ */
 
-        /* Pᵀ and dSᵀ (fa3b_rows); LSE and D come from global memory (L1 after the first warp): through shared
-         * memory, TMA's writes and these reads are ordered by mbarriers, which racecheck does not see. OVERLAP
-         * without softcap: Pᵀ is computed while dPᵀ is still in the tensor cores, and dVj += Pᵀ dOi runs while dSᵀ
-         * is computed; else both wait for dPᵀ (softcap: 1 − tanh² needs the scores Pᵀ overwrites). */
+        /* Pᵀ and dSᵀ (fa3b_rows: LSE and D from shared memory, copied in during the last step); with softcap both
+         * wait for dPᵀ (1 − tanh² needs the scores Pᵀ overwrites). */
         fa3b_rows R;
-        R.row = ((int64_t)(b * p.hq + h) * p.nmb + m) * Br + 2 * t;
+        R.lse2 = sm.rows.lse2[it & 1] + 2 * t, R.dsum = sm.rows.dsum[it & 1] + 2 * t;
         R.kr0 = kr0, R.q0 = m0 + 2 * t;
         R.full = n0 + Bc <= p.sk && m0 + Br <= p.sq && (p.wl < 0 || n0 >= m0 + Br - 1 + off - p.wl) &&
                  (p.wr < 0 || n0 + Bc - 1 <= m0 + off + p.wr);
         uint32_t pa[Br / 16][4], dsa[Br / 16][4];
-        if (OVERLAP && p.cap_scale == 0.f) {
+        if (p.cap_scale == 0.f) { /* Pᵀ while dPᵀ is still in the tensor cores. dVj += Pᵀ dOi beside dSᵀ as well needs
+                                   * over 240 registers at d = 128: ptxas then serialises every wgmma (C7512) */
             fa3_wgmma_wait<1>();
             fa3_fence_regs(st);
             fa3b_p<Br>(st, p, R);
-            fa3_pack_a<Br, F16>(pa, st);
-            fa3_wgmma_fence();
-            fa3b_rs<D, Br, F16>(dv, pa, do_base); /* dVj += Pᵀ dOi */
-            fa3_wgmma_commit();
-            fa3_wgmma_wait<1>();
+            fa3_wgmma_wait<0>();
             fa3_fence_regs(dpt);
             fa3b_ds<Br>(dpt, st, p, R);
         } else {
@@ -229,11 +316,11 @@ __global__ void __launch_bounds__(384, 1)
             fa3_fence_regs(st);
             fa3_fence_regs(dpt);
             fa3b_p_ds<Br>(st, dpt, p, R);
-            fa3_pack_a<Br, F16>(pa, st);
-            fa3_wgmma_fence();
-            fa3b_rs<D, Br, F16>(dv, pa, do_base);
-            fa3_wgmma_commit();
         }
+        fa3_pack_a<Br, F16>(pa, st);
+        fa3_wgmma_fence();
+        fa3b_rs<D, Br, F16>(dv, pa, do_base); /* dVj += Pᵀ dOi */
+        fa3_wgmma_commit();
         fa3_pack_a<Br, F16>(dsa, dpt);
         fa3_wgmma_fence();
         fa3b_rs<D, Br, F16>(dk, dsa, q_base); /* dKj += dSᵀ Qi */
@@ -250,6 +337,8 @@ __global__ void __launch_bounds__(384, 1)
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0), "r"(v[0]) : "memory");
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0 + 8 * 128), "r"(v[1]) : "memory");
         }
+        if (ahead) fa3b_row_store<Br>(sm.rows, it + 1, rc, next_row); /* every read of that buffer was before the last
+                                                                        * FA3B_DS_READY */
         fa3_fence_async_smem();
         fa3_named_sync<FA3B_DS_READY, 256>();
         float dq[NQ];
@@ -269,27 +358,14 @@ __global__ void __launch_bounds__(384, 1)
         fa3_fence_regs(dsa);
         fa3_release(fa3_smem(&sm.empty[s]), lane); /* Qi, dOi of this stage are read */
 
-        /* dQi into the accumulator: thread ct's registers 4j..4j+3 at float4 j·128 + ct of its warpgroup's part */
-        const int64_t chunk = (int64_t)(b * p.hq + h) * p.nmb + m;
-        float *dst = p.dq_acc + chunk * (Br * D) + ((int64_t)cw * (NQ / 4) * 128 + ct) * 4;
-        int *turn = DET ? p.turns + chunk : nullptr;
-        if (DET) { /* key blocks add in ascending order: this one's turn is its index among those query block m sees */
-            if (threadIdx.x == 128) {
-                int klo, khi;
-                fa_visible_block32(m0, m0 + Br < p.sq ? m0 + Br : p.sq, p.sq, p.sk, p.wl, p.wr, &klo, &khi);
-                const int mine = nb - klo / Bc;
-                while (fa3_ld_acquire(turn) != mine) {
-                }
-            }
-            fa3_named_sync<FA3B_DQ_TURN, 256>();
-        }
+        /* dQi to the writer's buffer: thread ct's registers 4j..4j+3 at float4 j·128 + ct of its warpgroup's half
+         * (consecutive threads, consecutive 16 bytes: no bank conflict) */
+        fa3b_dq_sync<FA3B_DQ_EMPTY>(cw);
+        const uint32_t dq_s = fa3_smem(sm.dq) + ((cw * (NQ / 4) * 128 + ct) << 4);
 #pragma unroll
-        for (int j = 0; j < NQ / 4; j++) fa3_red_add4(dst + j * 512, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
-        if (DET) {
-            __threadfence();
-            fa3_named_sync<FA3B_DQ_ADDED, 256>();
-            if (threadIdx.x == 128) atomicAdd(turn, 1);
-        }
+        for (int j = 0; j < NQ / 4; j++) fa3_st_shared4(dq_s + (j << 11), dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+        fa3_fence_async_smem();
+        fa3b_dq_arrive<FA3B_DQ_FULL>(cw);
     }
 
     /* dKj = scale·Σ dSᵀ Q, dVj: 16-bit, straight from the registers (rows past sk are not written) */

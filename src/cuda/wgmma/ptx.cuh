@@ -50,11 +50,20 @@ FA_DEV void fa3_tma_load4(uint32_t dst, const CUtensorMap *map, uint32_t bar, in
 /* Shared-memory writes of this thread (st.shared) become visible to the async proxy (wgmma, TMA) that reads them
  * after the next barrier. */
 FA_DEV void fa3_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-/* Four fp32 adds into global memory in one instruction, no value returned (sm_90). */
-FA_DEV void fa3_red_add4(float *dst, float a, float b, float c, float d) {
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d)
+FA_DEV void fa3_st_shared4(uint32_t dst, float a, float b, float c, float d) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+/* Bulk reduce: `bytes` (a multiple of 16) of fp32 in shared memory added into global memory by the async proxy, in
+ * this thread's bulk group; wait_read: the group's shared-memory reads are done (the buffer may be rewritten);
+ * wait: its global writes are done too. */
+FA_DEV void fa3_bulk_add_f32(float *dst, uint32_t src, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+                 "r"(bytes)
                  : "memory");
 }
+FA_DEV void fa3_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N> FA_DEV void fa3_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory"); }
+template <int N> FA_DEV void fa3_bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory"); }
 /* The backward's deterministic dQ: a counter read with acquire semantics (the adds it orders are visible after). */
 FA_DEV int fa3_ld_acquire(const int *p) {
     int v;

@@ -187,6 +187,17 @@ typedef struct fa_attn_opts {
      * CUDA FA_ALGO_STANDARD runs one cuBLAS call per sequence and so reads the lengths back (a synchronising copy:
      * not for a captured graph). */
     int64_t max_seqlen_q, max_seqlen_k;
+    /* Learnable attention sinks (gpt-oss; NULL = none): fp32 [heads_q], host memory on a CPU context, DEVICE memory on
+     * a CUDA context. Head h's sink is one more logit in every row's softmax denominator that attends to nothing:
+     *   O_i = Σ_j exp(s_ij − m) v_j / (exp(sinks[h] − m) + Σ_j exp(s_ij − m)),  m over the visible keys and the sink;
+     * the sink is taken as given (neither scaled nor softcapped), LSE includes it, and a row that sees no key gives
+     * O = 0 and LSE = sinks[h] (its whole weight is on the sink). sinks[h] = -INFINITY is no sink for head h; NaN or
+     * +INFINITY makes head h's rows NaN. docs/numerics.md. */
+    const float *sinks;
+    /* Read by fa_backward only (other entry points ignore it, so one opts serves both passes): NULL, or fp32
+     * [heads_q] on the call's device (as sinks) that receives d sinks[h] = −Σ_{b,i} exp(sinks[h] − LSE_bhi) ·
+     * rowsum(dO_bhi ∘ O_bhi), summed over the batch and rows; WRITTEN, not accumulated into. Needs sinks. */
+    float *d_sinks;
 } fa_attn_opts;
 
 /* Fill the first struct_size bytes of *opts with the defaults (scale 0, no mask, no softcap, FA_ALGO_AUTO, default

@@ -137,11 +137,16 @@ static void zero_view(const fa_tensor *t) {
 static void zero_fill(const fa_problem *p) {
     if (p->is_backward) {
         zero_view(&p->dq), zero_view(&p->dk), zero_view(&p->dv);
+        for (int64_t h = 0; p->d_sinks && h < p->hq; h++) p->d_sinks[h] = 0; /* every row's O is 0 */
         return;
     }
     zero_view(&p->o);
-    if (p->lse)
-        for (int64_t i = 0, n = p->q.batch * p->hq * p->q.seqlen; i < n; i++) p->lse[i] = -INFINITY;
+    /* a row without keys: LSE = −inf, or its sink's logit (its whole weight on the sink) */
+    for (int64_t i = 0, n = p->q.batch * p->hq * p->q.seqlen; p->lse && i < n; i++) {
+        const int64_t h = i / p->q.seqlen % p->hq; /* [B, Hq, Sq], or [1, Hq, total] packed */
+        p->lse[i] = -INFINITY;
+        if (p->sinks) fa_sink_join(-INFINITY, 0, p->sinks[h], &p->lse[i]);
+    }
 }
 
 /* The contract (cpu.h): a forward reserves the recompute's workspace with its own, runs, and is done when its loads
@@ -171,6 +176,7 @@ fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, 
     fa_io io;
     memset(&io, 0, sizeof io);
     fa_cpu_frame_total(&frame, &io);
+    if (p->d_sinks) fa_cpu_sinks_grad(p, plan->threads, &io);
     st->slow_read_bytes = io.read;
     st->slow_write_bytes = io.written;
     if (!p->is_backward && algo->certifies && io.uncertified == 0) return FA_OK; /* the run's loads certified every item */

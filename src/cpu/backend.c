@@ -2,6 +2,7 @@
  * tiles, threads, K/V packing, workspace from the layout's dry run, modelled traffic), and the run that executes
  * exactly that plan. docs/cpu-kernels.md describes the layout of src/cpu. */
 #include "cpu/cpu.h"
+#include "core/half.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -149,12 +150,29 @@ static void zero_fill(const fa_problem *p) {
     }
 }
 
+/* A head whose sink is NaN or +inf: every row NaN, out and LSE, as for a NaN in q (core/sink.h); the algorithms leave
+ * rows without keys at O = 0. */
+static void nan_sink_heads(const fa_problem *p) {
+    for (int64_t h = 0; h < p->hq; h++) {
+        if (p->sinks[h] < INFINITY) continue; /* -inf or finite: a sink or none */
+        for (int64_t b = 0; b < p->batch; b++) {
+            fa_head hd;
+            fa_cpu_head(p, b, h, &hd);
+            for (int64_t i = 0; i < hd.sq; i++) {
+                for (int64_t x = 0; x < p->d; x++) fa_store_elem(hd.o, (int)p->dtype, i * hd.ldo + x, NAN);
+                if (hd.lse) hd.lse[i] = NAN;
+            }
+        }
+    }
+}
+
 /* The contract (cpu.h): a forward reserves the recompute's workspace with its own, runs, and is done when its loads
  * certified every item (fa_cpu_algo.certifies, fa_io.uncertified); otherwise — and before every backward, whose recompute can be large — the
  * contract's scan decides, before any output is written when it can fail. */
 fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st) {
     if (plan->zero_fill) {
         zero_fill(p);
+        if (!p->is_backward && p->sinks) nan_sink_heads(p);
         return FA_OK;
     }
     int fix = 0, prepared = 0;
@@ -179,8 +197,10 @@ fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, 
     if (p->d_sinks) fa_cpu_sinks_grad(p, plan->threads, &io);
     st->slow_read_bytes = io.read;
     st->slow_write_bytes = io.written;
-    if (!p->is_backward && algo->certifies && io.uncertified == 0) return FA_OK; /* the run's loads certified every item */
-    if (!prepared && fa_cpu_contract_prepare(ctx, p, &fix) != FA_OK) return FA_ERR_OUT_OF_MEMORY; /* reserved: never */
-    if (fix) fa_cpu_contract_fix(ctx, p);
+    if (p->is_backward || !algo->certifies || io.uncertified != 0) { /* else the run's loads certified every item */
+        if (!prepared && fa_cpu_contract_prepare(ctx, p, &fix) != FA_OK) return FA_ERR_OUT_OF_MEMORY; /* reserved */
+        if (fix) fa_cpu_contract_fix(ctx, p);
+    }
+    if (!p->is_backward && p->sinks) nan_sink_heads(p);
     return FA_OK;
 }

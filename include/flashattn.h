@@ -345,8 +345,8 @@ static inline fa_kv_opts fa_kv_opts_default(void) {
 }
 
 /* Attention of new queries against a KV cache, after appending the new keys and values in place.
- *   opts     scale, causal, window, softcap as fa_forward (NULL = defaults); algo, block sizes and cu_seqlens must be
- *            left at their defaults. The mask is bottom-right aligned over the sequence's keys after the append:
+ *   opts     scale, causal, window, softcap and sinks as fa_forward (NULL = defaults; sinks: CPU only for now, CUDA
+ *            refuses them); algo, block sizes and cu_seqlens must be left at their defaults. The mask is bottom-right aligned over the sequence's keys after the append:
  *            with seqlen_new = S and L = seqlens[b] + (k_new ? S : 0), query row i sees key j iff j <= i + L - S
  *            (causal; window as fa_forward).
  *   kv_opts  NULL = fa_kv_opts_default().
@@ -395,7 +395,9 @@ FA_API fa_status fa_kvcache_workspace_size(fa_context *ctx, const fa_attn_opts *
  *   outs    n tensors [B, S, H, D] of one dtype (any strides), lses[i] fp32 [B, H, S] contiguous; n in 1..32.
  *   out     [B, S, H, D] of that dtype, written in full; lse NULL or fp32 [B, H, S]. out may be outs[0] exactly
  *           (same data and strides) and lse may be lses[0]; other overlaps are rejected.
- * Use: shared-prefix cascades, ring attention, or any split of the keys across calls. Returns as fa_forward. */
+ * Use: shared-prefix cascades, ring attention, or any split of the keys across calls. With opts.sinks, the sink must be
+ * in exactly one state (the call over one key set with sinks, the others without), or be a state of its own: out = 0
+ * (zero strides) and lse = sinks[h] on head h's rows (docs/numerics.md). Returns as fa_forward. */
 FA_API fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *outs, const float *const *lses,
                                  const fa_tensor *out, float *lse);
 

@@ -187,6 +187,17 @@ typedef struct fa_attn_opts {
      * CUDA FA_ALGO_STANDARD runs one cuBLAS call per sequence and so reads the lengths back (a synchronising copy:
      * not for a captured graph). */
     int64_t max_seqlen_q, max_seqlen_k;
+    /* Learnable attention sinks (gpt-oss; NULL = none): fp32 [heads_q], host memory on a CPU context, DEVICE memory on
+     * a CUDA context. Head h's sink is one more logit in every row's softmax denominator that attends to nothing:
+     *   O_i = Σ_j exp(s_ij − m) v_j / (exp(sinks[h] − m) + Σ_j exp(s_ij − m)),  m over the visible keys and the sink;
+     * the sink is taken as given (neither scaled nor softcapped), LSE includes it, and a row that sees no key gives
+     * O = 0 and LSE = sinks[h] (its whole weight is on the sink). sinks[h] = -INFINITY is no sink for head h; NaN or
+     * +INFINITY makes head h's rows NaN. docs/numerics.md. */
+    const float *sinks;
+    /* Read by fa_backward only (other entry points ignore it, so one opts serves both passes): NULL, or fp32
+     * [heads_q] on the call's device (as sinks) that receives d sinks[h] = −Σ_{b,i} exp(sinks[h] − LSE_bhi) ·
+     * rowsum(dO_bhi ∘ O_bhi), summed over the batch and rows; WRITTEN, not accumulated into. Needs sinks. */
+    float *d_sinks;
 } fa_attn_opts;
 
 /* Fill the first struct_size bytes of *opts with the defaults (scale 0, no mask, no softcap, FA_ALGO_AUTO, default
@@ -334,8 +345,8 @@ static inline fa_kv_opts fa_kv_opts_default(void) {
 }
 
 /* Attention of new queries against a KV cache, after appending the new keys and values in place.
- *   opts     scale, causal, window, softcap as fa_forward (NULL = defaults); algo, block sizes and cu_seqlens must be
- *            left at their defaults. The mask is bottom-right aligned over the sequence's keys after the append:
+ *   opts     scale, causal, window, softcap and sinks as fa_forward (NULL = defaults; sinks: CPU only for now, CUDA
+ *            refuses them); algo, block sizes and cu_seqlens must be left at their defaults. The mask is bottom-right aligned over the sequence's keys after the append:
  *            with seqlen_new = S and L = seqlens[b] + (k_new ? S : 0), query row i sees key j iff j <= i + L - S
  *            (causal; window as fa_forward).
  *   kv_opts  NULL = fa_kv_opts_default().
@@ -384,7 +395,9 @@ FA_API fa_status fa_kvcache_workspace_size(fa_context *ctx, const fa_attn_opts *
  *   outs    n tensors [B, S, H, D] of one dtype (any strides), lses[i] fp32 [B, H, S] contiguous; n in 1..32.
  *   out     [B, S, H, D] of that dtype, written in full; lse NULL or fp32 [B, H, S]. out may be outs[0] exactly
  *           (same data and strides) and lse may be lses[0]; other overlaps are rejected.
- * Use: shared-prefix cascades, ring attention, or any split of the keys across calls. Returns as fa_forward. */
+ * Use: shared-prefix cascades, ring attention, or any split of the keys across calls. With opts.sinks, the sink must be
+ * in exactly one state (the call over one key set with sinks, the others without), or be a state of its own: out = 0
+ * (zero strides) and lse = sinks[h] on head h's rows (docs/numerics.md). Returns as fa_forward. */
 FA_API fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *outs, const float *const *lses,
                                  const fa_tensor *out, float *lse);
 

@@ -135,7 +135,8 @@ static fa_status check_varlen(fa_context *ctx, const char *name, const int32_t *
 
 /* Validate the arguments shared by forward and backward and fill p. Outputs are checked by the caller. */
 static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, const fa_tensor *q, const fa_tensor *k,
-                               const fa_tensor *v, const fa_tensor *out, fa_problem *p, fa_span sp[4]) {
+                               const fa_tensor *v, const fa_tensor *out, fa_problem *p, fa_span sp[4],
+                               fa_span *sinks_sp) {
     fa_attn_opts opts;
     fa_status st = fa_entry_attn_opts(ctx, opts_in, &opts);
     if (st != FA_OK) return st;
@@ -228,6 +229,10 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
     p->block_q = opts.block_q;
     p->block_k = opts.block_k;
     p->deterministic = opts.deterministic;
+    /* sinks: [hq] floats on the call's device (never read here); an empty span when NULL */
+    if ((st = fa_entry_f32(ctx, "opts.sinks", opts.sinks, 1, 1, opts.sinks ? q->heads : 0, sinks_sp))) return st;
+    p->sinks = opts.sinks;
+    p->d_sinks = opts.d_sinks;
     p->q = *q;
     p->k = *k;
     p->v = *v;
@@ -257,17 +262,20 @@ fa_status fa_forward(fa_context *ctx, const fa_attn_opts *opts, const fa_tensor 
     if (!ctx) return FA_ERR_INVALID_ARGUMENT;
     ctx->err[0] = 0;
     fa_problem p;
-    fa_span sp[5], so;
-    fa_status st = build_problem(ctx, opts, q, k, v, out, &p, sp);
+    fa_span sp[5], so, ss;
+    fa_status st = build_problem(ctx, opts, q, k, v, out, &p, sp, &ss);
     if (st) return st;
     if ((st = fa_entry_tensor(ctx, "out", out, 1, &so))) return st;
     static const char *const in_names[3] = {"q", "k", "v"};
     if ((st = fa_entry_disjoint(ctx, "out", sp[3], in_names, sp, 3))) return st;
+    if ((st = fa_entry_disjoint(ctx, "out", sp[3], (const char *const[]){"opts.sinks"}, &ss, 1))) return st;
     if (lse) {
         if ((st = fa_entry_f32(ctx, "lse", lse, p.q.batch, p.hq, p.q.seqlen, &sp[4]))) return st;
         static const char *const names[4] = {"q", "k", "v", "out"};
         if ((st = fa_entry_disjoint(ctx, "lse", sp[4], names, sp, 4))) return st;
+        if ((st = fa_entry_disjoint(ctx, "lse", sp[4], (const char *const[]){"opts.sinks"}, &ss, 1))) return st;
     }
+    p.d_sinks = NULL; /* the backward's output: the forward ignores it */
     p.lse = lse;
     return run(ctx, &p);
 }
@@ -278,8 +286,8 @@ fa_status fa_backward(fa_context *ctx, const fa_attn_opts *opts, const fa_tensor
     if (!ctx) return FA_ERR_INVALID_ARGUMENT;
     ctx->err[0] = 0;
     fa_problem p;
-    fa_span sp[9];
-    fa_status st = build_problem(ctx, opts, q, k, v, out, &p, sp);
+    fa_span sp[11];
+    fa_status st = build_problem(ctx, opts, q, k, v, out, &p, sp, &sp[9]);
     if (st) return st;
     if (!lse && p.q.batch && p.q.seqlen) /* NULL stands for an LSE of zero elements only */
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: NULL (backward needs the forward's LSE)");
@@ -293,9 +301,19 @@ fa_status fa_backward(fa_context *ctx, const fa_attn_opts *opts, const fa_tensor
     for (int i = 0; i < 4; i++) {
         if ((st = fa_entry_like(ctx, gn[i], grads[i], i < 2 ? "q" : "k", i < 2 ? q : k, -1))) return st;
     }
-    static const char *const names[8] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk"};
-    for (int i = 6; i < 9; i++)
+    static const char *const names[10] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv", "opts.sinks"};
+    for (int i = 6; i < 9; i++) {
         if ((st = fa_entry_disjoint(ctx, gn[i - 5], sp[i], names, sp, i))) return st;
+        if ((st = fa_entry_disjoint(ctx, gn[i - 5], sp[i], names + 9, sp + 9, 1))) return st;
+    }
+    if (p.d_sinks) { /* d sinks: written in full, so apart from every other argument */
+        if (!p.sinks)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.d_sinks: set without opts.sinks (it receives their "
+                           "gradient)");
+        if ((st = fa_entry_f32(ctx, "opts.d_sinks", p.d_sinks, 1, 1, p.hq, &sp[10])) ||
+            (st = fa_entry_disjoint(ctx, "opts.d_sinks", sp[10], names, sp, 10)))
+            return st;
+    }
     p.is_backward = 1;
     p.lse = (float *)lse;
     p.dout = *dout;

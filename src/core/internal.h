@@ -44,6 +44,8 @@ typedef struct fa_problem {
     fa_tensor q, k, v, o;  /* o = out */
     float *lse;            /* forward: output (may be NULL); backward: input (never NULL) */
     fa_tensor dout, dq, dk, dv; /* backward only */
+    const float *sinks;    /* fp32 [hq] on the call's device, or NULL (core/sink.h) */
+    float *d_sinks;        /* backward: fp32 [hq] written with d sinks, or NULL */
 } fa_problem;
 
 /* Rows of sequence b; with device arrays, the bound every sequence stays within (what the models count). */

@@ -25,6 +25,7 @@ static fa_status check_attn_opts(fa_context *ctx, const fa_attn_opts *in, fa_kv_
     p->softcap = o.softcap;
     p->wl = o.window_left;
     p->wr = o.causal ? 0 : o.window_right;
+    p->sinks = o.sinks; /* its span is checked by build, with the other inputs */
     return FA_OK;
 }
 
@@ -142,7 +143,7 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
                        const fa_kvcache *cache, const fa_tensor *k_new, const fa_tensor *v_new, const fa_tensor *out,
                        float *lse, int check_out, fa_kv_problem *p) {
     memset(p, 0, sizeof *p);
-    fa_span sq, sk, sv, skn = {0, 0}, svn = {0, 0}, so = {0, 0}, sl = {0, 0};
+    fa_span sq, sk, sv, skn = {0, 0}, svn = {0, 0}, so = {0, 0}, sl = {0, 0}, ss = {0, 0};
     fa_status st;
     if ((st = fa_entry_tensor(ctx, "q", q, 0, &sq))) return st;
     if ((st = fa_entry_head_dim(ctx, "q", q->head_dim))) return st;
@@ -155,6 +156,7 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
     if ((st = check_attn_opts(ctx, opts, p))) return st;
     if ((st = check_kv_opts(ctx, kv_opts, p))) return st;
     if (p->scale == 0) p->scale = (float)(1.0 / sqrt((double)p->d));
+    if ((st = fa_entry_f32(ctx, "opts.sinks", p->sinks, 1, 1, p->sinks ? p->hq : 0, &ss))) return st;
     if (!k_new != !v_new)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: NULL while %s is set", k_new ? "v_new" : "k_new",
                        k_new ? "k_new" : "v_new");
@@ -180,9 +182,9 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
         p->v_new = &p->vn;
         /* the cache is written: it must not overlap what is read while writing it */
         if (fa_span_overlap(sk, sv)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.v: memory overlaps cache.k (appended to)");
-        const fa_span ins[3] = {sq, skn, svn};
-        static const char *const in_names[3] = {"q", "k_new", "v_new"};
-        for (int i = 0; i < 3; i++)
+        const fa_span ins[4] = {sq, skn, svn, ss};
+        static const char *const in_names[4] = {"q", "k_new", "v_new", "opts.sinks"};
+        for (int i = 0; i < 4; i++)
             if (fa_span_overlap(sk, ins[i]) || fa_span_overlap(sv, ins[i]))
                 return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache: memory overlaps %s (the cache is appended to)",
                                in_names[i]);
@@ -192,11 +194,11 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
         if ((st = fa_entry_like(ctx, "out", out, "q", &p->q, -1))) return st;
         p->o = *out;
         /* lse against out first, then both against every input, in one list */
-        const fa_span all[6] = {so, sq, sk, sv, skn, svn};
-        static const char *const names[6] = {"out", "q", "cache.k", "cache.v", "k_new", "v_new"};
-        if ((st = fa_entry_disjoint(ctx, "out", so, names + 1, all + 1, 5))) return st;
+        const fa_span all[7] = {so, sq, sk, sv, skn, svn, ss};
+        static const char *const names[7] = {"out", "q", "cache.k", "cache.v", "k_new", "v_new", "opts.sinks"};
+        if ((st = fa_entry_disjoint(ctx, "out", so, names + 1, all + 1, 6))) return st;
         if (lse && ((st = fa_entry_f32(ctx, "lse", lse, p->batch, p->hq, p->sq, &sl)) ||
-                    (st = fa_entry_disjoint(ctx, "lse", sl, names, all, 6))))
+                    (st = fa_entry_disjoint(ctx, "lse", sl, names, all, 7))))
             return st;
         p->lse = lse;
     }

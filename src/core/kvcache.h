@@ -34,6 +34,7 @@ typedef struct fa_kv_problem {
     int rot_dim, rot_interleaved;
     int num_splits, split_size;/* as given (0 = heuristic / off) */
     float *lse;                /* may be NULL */
+    const float *sinks;        /* fp32 [hq] on the call's device, or NULL (core/sink.h): joined once per row */
     void *workspace;           /* caller's, or NULL */
     size_t workspace_bytes;
     int check_indices;

@@ -2,6 +2,7 @@
  * tiles, threads, K/V packing, workspace from the layout's dry run, modelled traffic), and the run that executes
  * exactly that plan. docs/cpu-kernels.md describes the layout of src/cpu. */
 #include "cpu/cpu.h"
+#include "core/half.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -137,11 +138,32 @@ static void zero_view(const fa_tensor *t) {
 static void zero_fill(const fa_problem *p) {
     if (p->is_backward) {
         zero_view(&p->dq), zero_view(&p->dk), zero_view(&p->dv);
+        for (int64_t h = 0; p->d_sinks && h < p->hq; h++) p->d_sinks[h] = 0; /* every row's O is 0 */
         return;
     }
     zero_view(&p->o);
-    if (p->lse)
-        for (int64_t i = 0, n = p->q.batch * p->hq * p->q.seqlen; i < n; i++) p->lse[i] = -INFINITY;
+    /* a row without keys: LSE = −inf, or its sink's logit (its whole weight on the sink) */
+    for (int64_t i = 0, n = p->q.batch * p->hq * p->q.seqlen; p->lse && i < n; i++) {
+        const int64_t h = i / p->q.seqlen % p->hq; /* [B, Hq, Sq], or [1, Hq, total] packed */
+        p->lse[i] = -INFINITY;
+        if (p->sinks) fa_sink_join(-INFINITY, 0, p->sinks[h], &p->lse[i]);
+    }
+}
+
+/* A head whose sink is NaN or +inf: every row NaN, out and LSE, as for a NaN in q (core/sink.h); the algorithms leave
+ * rows without keys at O = 0. */
+static void nan_sink_heads(const fa_problem *p) {
+    for (int64_t h = 0; h < p->hq; h++) {
+        if (p->sinks[h] < INFINITY) continue; /* -inf or finite: a sink or none */
+        for (int64_t b = 0; b < p->batch; b++) {
+            fa_head hd;
+            fa_cpu_head(p, b, h, &hd);
+            for (int64_t i = 0; i < hd.sq; i++) {
+                for (int64_t x = 0; x < p->d; x++) fa_store_elem(hd.o, (int)p->dtype, i * hd.ldo + x, NAN);
+                if (hd.lse) hd.lse[i] = NAN;
+            }
+        }
+    }
 }
 
 /* The contract (cpu.h): a forward reserves the recompute's workspace with its own, runs, and is done when its loads
@@ -150,6 +172,7 @@ static void zero_fill(const fa_problem *p) {
 fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st) {
     if (plan->zero_fill) {
         zero_fill(p);
+        if (!p->is_backward && p->sinks) nan_sink_heads(p);
         return FA_OK;
     }
     int fix = 0, prepared = 0;
@@ -171,10 +194,13 @@ fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, 
     fa_io io;
     memset(&io, 0, sizeof io);
     fa_cpu_frame_total(&frame, &io);
+    if (p->d_sinks) fa_cpu_sinks_grad(p, plan->threads, &io);
     st->slow_read_bytes = io.read;
     st->slow_write_bytes = io.written;
-    if (!p->is_backward && algo->certifies && io.uncertified == 0) return FA_OK; /* the run's loads certified every item */
-    if (!prepared && fa_cpu_contract_prepare(ctx, p, &fix) != FA_OK) return FA_ERR_OUT_OF_MEMORY; /* reserved: never */
-    if (fix) fa_cpu_contract_fix(ctx, p);
+    if (p->is_backward || !algo->certifies || io.uncertified != 0) { /* else the run's loads certified every item */
+        if (!prepared && fa_cpu_contract_prepare(ctx, p, &fix) != FA_OK) return FA_ERR_OUT_OF_MEMORY; /* reserved */
+        if (fix) fa_cpu_contract_fix(ctx, p);
+    }
+    if (!p->is_backward && p->sinks) nan_sink_heads(p);
     return FA_OK;
 }

@@ -126,6 +126,11 @@ static void forward_head(const fa_problem *p, const fa_head *hd, rows_view q, ro
             for (int64_t x = 0; x < d; x++) o[x] /= l;
             lse = m + log(l);
         }
+        if (hd->sink) { /* the sink joins the row's denominator (core/sink.h); a NaN row stays NaN */
+            const double with = fa_sink_lse(lse, *hd->sink);
+            for (int64_t x = 0; x < d; x++) o[x] *= lse == -INFINITY ? 0.0 : exp(lse - with);
+            lse = with;
+        }
         for (int64_t x = 0; x < d; x++) fa_store_elem(hd->o, p->dtype, i * hd->ldo + x, (float)o[x]);
         if (hd->lse) hd->lse[i] = (float)lse;
     }
@@ -156,6 +161,7 @@ static void backward_group(const fa_problem *p, int64_t b, int64_t hk, double *s
                 for (int64_t j = lo; j < hi; j++) s[j] = logit(p, q, i, k, j), m = s[j] > m ? s[j] : m;
                 for (int64_t j = lo; j < hi; j++) l += exp(s[j] - m);
                 L = m + log(l);
+                if (h.sink) L = fa_sink_lse(L, *h.sink);
             }
             for (int64_t x = 0; x < d; x++) D += at(p, dout, i, x) * at(p, o, i, x);
             for (int64_t j = lo; j < hi; j++) {

@@ -112,6 +112,9 @@ void fa_cpu_kv_pack(const fa_problem *p, int64_t tr, int bc, int threads, int *g
 /* The modelled slow-memory traffic of the plan (traffic.c); the run reports the counted bytes instead. */
 void fa_cpu_plan_traffic(const fa_problem *p, fa_plan *pl);
 
+/* The backward's d sinks (p->d_sinks set) from out, dout and LSE, after any algorithm (sinks.c); counts its reads. */
+void fa_cpu_sinks_grad(const fa_problem *p, int threads, fa_io *io);
+
 /* The numerics contract around any algorithm (docs/numerics.md, src/cpu/contract.c). prepare, before it: scan the
  * inputs; *fix = 1 when some head's fp32 result is not certified (a NaN/inf input, huge scale or values), and then
  * reserve the recompute's workspace (FA_ERR_OUT_OF_MEMORY here, before any output is written). fix, after it (only

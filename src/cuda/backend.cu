@@ -2,6 +2,7 @@
  * parameter block, then the picked family row's launch inside the numerics contract (plan.cu decides; this file only
  * carries it out). Host code only; never prints. */
 #include "plan.h"
+#include "sinks.h"
 #include "kvcache/kvcache.h"
 
 #include <cublas_v2.h>
@@ -118,6 +119,7 @@ static void fa_cuda_prepare(const fa_problem *p, const fa_cuda_ws *w, fa_cuda_pa
     c->softcap_scale = p->softcap > 0.f ? p->scale / p->softcap : 0.f; /* IEEE fp32 division, as div.rn on the GPU */
     c->scale_log2 = p->softcap > 0.f ? 1.4426950408889634f : p->scale * 1.4426950408889634f;
     c->wl = p->wl, c->wr = p->wr;
+    c->sinks = p->sinks;
     c->dsum = w->dsum, c->lse2 = w->lse2, c->dq_acc = w->dq_acc, c->dk_acc = w->dk_acc, c->dv_acc = w->dv_acc;
     c->tail_acc = w->tail_acc, c->o_acc = w->o_acc, c->row_m = w->row_m, c->row_l = w->row_l;
     c->dtype = (int)p->dtype;
@@ -159,6 +161,11 @@ static fa_status fa_cuda_run_on(fa_context *ctx, const fa_problem *p, const fa_p
     if ((rc = fa_cuda_launch_row(ctx, s, p, plan, &w, &c)) != FA_OK) return rc;
     if ((e = fa_contract_fix(&c, p, &w.contract, 2 * s->tune.sm_count, s->stream)) != cudaSuccess)
         return fa_cuda_err(ctx, "contract fix-up", e);
+    /* the sinks after the fix-up: every row, recomputed or not, joins its sink once (sinks.h) */
+    if (!p->is_backward && p->sinks && (e = fa_cuda_sinks_join(p, c.lse, s->stream)) != cudaSuccess)
+        return fa_cuda_err(ctx, "sinks join", e);
+    if (p->is_backward && p->d_sinks && (e = fa_cuda_sinks_grad(p, s->stream)) != cudaSuccess)
+        return fa_cuda_err(ctx, "sinks gradient", e);
     return FA_OK;
 }
 

@@ -15,6 +15,7 @@
  *      LSE = −∞. With nothing listed the fix-up kernels read one counter and exit. */
 #include "contract.h"
 #include "mma_sync/common.cuh"
+#include "core/sink.h"
 
 #include <string.h>
 
@@ -321,6 +322,7 @@ template <typename T> __device__ void fa_fix_dq_row(const fa_cuda_params &c, con
             l += exp(sj - m);
         }
         L = m + log(l);
+        if (c.sinks) L = fa_sink_lse(L, c.sinks[h]); /* the forward's LSE holds the sink (core/sink.h) */
     }
     if (lane == 0) w.row_lse[s.stat0 + i] = L, w.row_dsum[s.stat0 + i] = D;
     for (int j = lo; j < hi; ++j) {

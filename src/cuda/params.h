@@ -39,6 +39,7 @@ typedef struct fa_cuda_params {
     const float *q_descale, *k_descale, *v_descale; /* FP8 inputs: [batch][hk] fp32 factors, per (batch, K/V head),
                                                      * that turn the stored values back into real ones; NULL today */
     int *dq_turns;          /* FLASH3 deterministic backward: [batch][hq][query blocks] counters, or NULL */
+    const float *sinks;     /* opts.sinks [hq], or NULL: the contract's float64 recompute joins them (sinks.h) */
 } fa_cuda_params;
 
 #ifdef __cplusplus

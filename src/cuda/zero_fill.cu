@@ -2,6 +2,7 @@
  * LSE = -inf, or zero gradients, each view filled by one grid-stride kernel. No attention kernel runs, so none of
  * them sees a zero extent (a grid of 0 CTAs does not launch). Graph-capturable: kernels only. */
 #include "plan.h"
+#include "sinks.h"
 
 #include <math.h>
 
@@ -46,6 +47,7 @@ fa_status fa_cuda_zero_fill(fa_context *ctx, const fa_problem *p) {
     if (p->is_backward) {
         const fa_tensor *g[3] = {&p->dq, &p->dk, &p->dv};
         for (int i = 0; i < 3 && e == cudaSuccess; i++) e = zero_view(g[i], st);
+        if (e == cudaSuccess && p->d_sinks) e = cudaMemsetAsync(p->d_sinks, 0, (size_t)p->hq * sizeof(float), st);
     } else {
         e = zero_view(&p->o, st);
         const int64_t n = p->q.batch * p->hq * p->q.seqlen;
@@ -53,6 +55,7 @@ fa_status fa_cuda_zero_fill(fa_context *ctx, const fa_problem *p) {
             fa_ninf_kernel<<<fill_grid(n), 256, 0, st>>>(p->lse, n);
             e = cudaGetLastError();
         }
+        if (e == cudaSuccess && p->sinks) e = fa_cuda_sinks_join(p, p->lse, st); /* LSE = the sink, no keys */
     }
     if (e != cudaSuccess)
         return fa_fail(ctx, FA_ERR_DEVICE, "cuda.zero_fill: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));

@@ -17,6 +17,9 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
     if (opts->cu_seqlens_q || opts->cu_seqlens_k || opts->max_seqlen_q || opts->max_seqlen_k)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.cu_seqlens_q/k, max_seqlen_q/k: ring attention takes no varlen "
                        "batches");
+    /* each step's call would count the sink again: refused until the ring joins it once after its merge */
+    if (opts->sinks || opts->d_sinks)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.sinks: ring attention takes no sinks yet (NULL only)");
     if ((st = fa_entry_check_opts(ctx, opts))) return st;
 
     const int is_bwd = grads != NULL;

@@ -45,6 +45,7 @@ void t_case_describe(const t_case *c, char *buf, size_t n) {
             w += snprintf(buf + w, n - (size_t)w, "%s%d", s ? "," : "", ck[s]);
         w += snprintf(buf + w, (size_t)w < n ? n - (size_t)w : 0, "]");
     }
+    if (c->with_sinks && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " sinks");
     if (c->sigma != 1 && (size_t)w < n) snprintf(buf + w, n - (size_t)w, " sigma%g", c->sigma);
 }
 
@@ -69,6 +70,13 @@ static void draw_varlen(t_rng *r, t_case *c) {
 
 void t_case_bind(t_case *c) {
     if (c->opts.n_seqs > 0 && !c->opts.cu_seqlens_q) c->opts.cu_seqlens_q = c->cu_q, c->opts.cu_seqlens_k = c->cu_k;
+    if (c->with_sinks) c->opts.sinks = c->sinks;
+}
+
+void t_case_sinks(t_case *c, t_rng *r, double lo, double hi) {
+    c->with_sinks = c->hq <= T_MAX_SINK_HEADS;
+    for (int64_t h = 0; h < c->hq && h < T_MAX_SINK_HEADS; h++) c->sinks[h] = (float)(lo + (hi - lo) * t_rng_uniform(r));
+    c->opts.sinks = NULL; /* bound where the case is used */
 }
 
 t_case t_case_draw(t_rng *r, const t_space *sp) {
@@ -100,6 +108,8 @@ t_case t_case_draw(t_rng *r, const t_space *sp) {
         c.opts.scale = (float)((t_rng_int(r, 0, 3) ? 1 : -1) * (0.3 + t_rng_uniform(r)) / sqrt((double)c.d));
     c.sigma = t_rng_int(r, 0, 2) ? 1 : 2;
     if (sp->varlen_pct > 0 && t_rng_int(r, 0, 99) < sp->varlen_pct) draw_varlen(r, &c);
+    /* sinks around the logits' range: from a small share of the weight to most of it */
+    if (sp->sinks_pct > 0 && t_rng_int(r, 0, 99) < sp->sinks_pct) t_case_sinks(&c, r, -2, 4);
     if (sp->max_work > 0) {
         while ((double)c.b * c.hq * c.sq * c.sk * c.d > sp->max_work && (c.hq > c.hk || c.b > 1)) {
             if (c.hq > c.hk) c.hq = c.hk;
@@ -111,6 +121,6 @@ t_case t_case_draw(t_rng *r, const t_space *sp) {
 }
 
 t_case t_case_random(int max_seqlen, int max_d, int allow_bcast) {
-    t_space sp = {max_seqlen, max_d, allow_bcast, 1, 0, 0, 0};
+    t_space sp = {max_seqlen, max_d, allow_bcast, 1, 0, 0, 0, 0};
     return t_case_draw(&t_default_rng, &sp);
 }

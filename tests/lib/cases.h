@@ -10,6 +10,7 @@
 #include "tensor.h"
 
 #define T_MAX_SEQS 8
+#define T_MAX_SINK_HEADS 64
 
 typedef struct t_case {
     int64_t b, sq, sk, hq, hk, d; /* varlen: b = 1, sq/sk = totals, opts.cu_seqlens_* set */
@@ -21,6 +22,8 @@ typedef struct t_case {
     double grad_rel;               /* > 0: gradients are held to err <= 2·err_std + grad_rel·max|ref| only, for
                                     * ill-conditioned cases (logits of 1e4) where rounding S alone moves P by ~1% */
     int32_t cu_q[T_MAX_SEQS + 1], cu_k[T_MAX_SEQS + 1]; /* a drawn varlen case's offsets (see t_case_bind) */
+    int with_sinks;                /* opts.sinks = sinks (see t_case_bind) */
+    float sinks[T_MAX_SINK_HEADS];
 } t_case;
 
 t_case t_case_make(int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hk, int64_t d, fa_dtype dt);
@@ -37,12 +40,16 @@ typedef struct t_space {
     unsigned dtypes;       /* bit (1u << dtype) per allowed dtype; 0 = f32, f16 and bf16 */
     int varlen_pct;        /* percent of cases that are packed varlen batches, empty sequences included */
     double max_work;       /* > 0: fewer heads, then batches, until b·hq·sq·sk·d ≤ max_work (the oracle's cost) */
+    int sinks_pct;         /* percent of cases with learnable sinks (opts.sinks) */
 } t_space;
 
-/* A random case: seqlen_q ≠ seqlen_k, GQA/MQA, every layout, causal/window/softcap/scale/sigma drawn at random. A
- * varlen case keeps its offsets in c.cu_q/cu_k: call t_case_bind once the case is where it will be used. */
+/* A random case: seqlen_q ≠ seqlen_k, GQA/MQA, every layout, causal/window/softcap/scale/sigma/sinks drawn at random.
+ * A varlen case keeps its offsets in c.cu_q/cu_k (and sinks in c.sinks): call t_case_bind once the case is where it
+ * will be used. */
 t_case t_case_draw(t_rng *r, const t_space *sp);
 void t_case_bind(t_case *c);
+/* Give the case sinks: one logit per query head drawn from [lo, hi] (bound by t_case_bind). */
+void t_case_sinks(t_case *c, t_rng *r, double lo, double hi);
 /* t_case_draw from the default stream with tiles, all dtypes, no varlen. */
 t_case t_case_random(int max_seqlen, int max_d, int allow_bcast);
 

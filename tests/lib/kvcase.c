@@ -226,7 +226,7 @@ int t_kv_verify(const t_kv_case *c, const t_buf *out, const float *lse, const vo
         double *ref = malloc(sizeof(double) * (size_t)(S * Hq * D)), *rl = malloc(sizeof(double) * (size_t)(Hq * S));
         if (L == 0) {
             for (int64_t i = 0; i < S * Hq * D; i++) ref[i] = 0;
-            for (int64_t i = 0; i < Hq * S; i++) rl[i] = -INFINITY;
+            for (int64_t i = 0; i < Hq * S; i++) rl[i] = s->opts.sinks ? s->opts.sinks[i / S] : -INFINITY;
         } else {
             t_buf q32 = t_buf_new(FA_DTYPE_F32, 1, S, Hq, D, T_BSHD), k32 = t_buf_new(FA_DTYPE_F32, 1, L, Hk, D, T_BSHD);
             t_buf v32 = t_buf_new(FA_DTYPE_F32, 1, L, Hk, D, T_BSHD);

@@ -188,15 +188,17 @@ fa_status t_oracle_forward(const fa_attn_opts *opts, const fa_tensor *q, const f
             double m = row_scores(&o, &r, i, drow(&Q, r.b, h, row), dcol(&K, r.b, hk) + r.k0, Sk, d, scale, S, &lo,
                                   &hi);
             double *O = out + ((r.b * Sq + row) * H + h) * d, l = 0;
+            const double sink = o.sinks ? o.sinks[h] : -INFINITY, mk = m; /* the sink: a logit with v = 0 */
+            if (sink > m) m = sink;
             memset(O, 0, sizeof(double) * (size_t)d);
-            if (m > -INFINITY) { /* O = Σ_j P_ij vj over the unmasked keys, in order of j */
-                l = row_sum(S, lo, hi, m);
+            if (mk > -INFINITY) { /* O = Σ_j P_ij vj over the unmasked keys, in order of j */
+                l = row_sum(S, lo, hi, m) + (sink > -INFINITY ? exp(sink - m) : 0);
                 int64_t cnt = 0;
                 for (int64_t j = lo; j < hi; j++)
                     if (S[j] != -INFINITY) P[cnt] = exp(S[j] - m) / l, idx[cnt++] = j;
                 axpys(cnt, P, idx, drow(&V, r.b, hk, r.k0), d, O);
             }
-            if (lse) lse[(r.b * H + h) * Sq + row] = m > -INFINITY ? m + log(l) : -INFINITY;
+            if (lse) lse[(r.b * H + h) * Sq + row] = mk > -INFINITY ? m + log(l) : sink;
         }
         free(S);
         free(idx);
@@ -220,13 +222,19 @@ fa_status t_oracle_backward(const fa_attn_opts *opts, const fa_tensor *q, const 
 
 fa_status t_oracle_backward_mag(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                                 const fa_tensor *dout, double *dq, double *dk, double *dv, double *dv_mag) {
+    return t_oracle_backward_sinks(opts, q, k, v, dout, dq, dk, dv, dv_mag, NULL);
+}
+
+fa_status t_oracle_backward_sinks(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
+                                  const fa_tensor *dout, double *dq, double *dk, double *dv, double *dv_mag,
+                                  double *dsinks) {
     if (!q || !k || !v || !dout || !dq || !dk || !dv) return FA_ERR_INVALID_ARGUMENT;
     fa_attn_opts o = opts ? *opts : fa_attn_opts_default();
     const int64_t d = q->head_dim, H = q->heads, Hk = k->heads, group = H / Hk, Sq = q->seqlen, Sk = k->seqlen;
     const double scale = o.scale != 0 ? o.scale : 1.0 / sqrt((double)d);
     const size_t n_rows = (size_t)(q->batch * H * Sq), ns = (size_t)(Sk > Sq ? Sk : Sq) + 1;
     dense Q, K, V, dO;
-    double *ml = malloc(sizeof(double) * 3 * (n_rows ? n_rows : 1)); /* per query row: m, l, D */
+    double *ml = malloc(sizeof(double) * 4 * (n_rows ? n_rows : 1)); /* per query row: m, l, D, its d sink term */
     int ok = dense_new(&Q, q, 1) & dense_new(&K, k, 1) & dense_new(&V, v, 1) & dense_new(&dO, dout, 1) && ml;
     int oom = !ok;
 #pragma omp parallel if (ok && oracle_big(q, k))
@@ -247,14 +255,17 @@ fa_status t_oracle_backward_mag(const fa_attn_opts *opts, const fa_tensor *q, co
             const int64_t b = n / (H * Sq), h = n / Sq % H, row = n % Sq, hk = h / group;
             const ref_seq r = owner(&o, q, k, o.cu_seqlens_q, b, row);
             const int64_t i = row - r.q0;
-            double *dqi = dq + ((r.b * Sq + row) * H + h) * d, *st = ml + 3 * ((r.b * H + h) * Sq + row);
+            double *dqi = dq + ((r.b * Sq + row) * H + h) * d, *st = ml + 4 * ((r.b * H + h) * Sq + row);
             memset(dqi, 0, sizeof(double) * (size_t)d);
             int64_t lo, hi;
-            const double m = row_scores(&o, &r, i, drow(&Q, r.b, h, row), dcol(&K, r.b, hk) + r.k0, Sk, d, scale, S,
-                                        &lo, &hi);
+            double m = row_scores(&o, &r, i, drow(&Q, r.b, h, row), dcol(&K, r.b, hk) + r.k0, Sk, d, scale, S,
+                                  &lo, &hi);
             st[0] = m;
-            if (m == -INFINITY) continue; /* a row that sees no key has zero gradients */
-            const double l = st[1] = row_sum(S, lo, hi, m);
+            st[3] = 0;
+            if (m == -INFINITY) continue; /* a row that sees no key has zero gradients (O = 0: no d sink term) */
+            const double sink = o.sinks ? o.sinks[h] : -INFINITY; /* in the denominator only */
+            if (sink > m) st[0] = m = sink;
+            const double l = st[1] = row_sum(S, lo, hi, m) + (sink > -INFINITY ? exp(sink - m) : 0);
             for (int64_t j = lo; j < hi; j++) P[j - lo] = p_of(S[j], m, l), idx[j - lo] = j;
             memset(O, 0, sizeof(double) * (size_t)d); /* out_i again, every key of the hull with P_ij as dq_i uses it */
             axpys(hi - lo, P, idx, drow(&V, r.b, hk, r.k0), d, O);
@@ -262,6 +273,7 @@ fa_status t_oracle_backward_mag(const fa_attn_opts *opts, const fa_tensor *q, co
             double D = 0;
             for (int64_t x = 0; x < d; x++) D += doi[x] * O[x];
             st[2] = D;
+            st[3] = sink > -INFINITY ? -exp(sink - m) / l * D : 0; /* d sink = −exp(sink − LSE_i) · D_i */
             dots(doi, dcol(&V, r.b, hk) + r.k0 + lo, Sk, d, hi - lo, dP + lo);
             int64_t cnt = 0;
             for (int64_t j = lo; j < hi; j++) {
@@ -293,7 +305,7 @@ fa_status t_oracle_backward_mag(const fa_attn_opts *opts, const fa_tensor *q, co
                 dots(vj, dcol(&dO, r.b, h) + r.q0 + lo, Sq, d, hi - lo, dP + lo);
                 int64_t cnt = 0;
                 for (int64_t i = lo; i < hi; i++) {
-                    const double *st = ml + 3 * ((r.b * H + h) * Sq + r.q0 + i);
+                    const double *st = ml + 4 * ((r.b * H + h) * Sq + r.q0 + i);
                     if (!visible(&o, &r, i, j) || st[0] == -INFINITY) continue;
                     const double s = capped(&o, S[i], scale), p = p_of(s, st[0], st[1]);
                     if (p != 0) P[cnt] = p, C[cnt] = scale * ds_of(&o, p, s, dP[i], st[2]), idx[cnt++] = i;
@@ -315,6 +327,11 @@ fa_status t_oracle_backward_mag(const fa_attn_opts *opts, const fa_tensor *q, co
         free(idx2);
     }
     dense_free(&Q), dense_free(&K), dense_free(&V), dense_free(&dO);
+    for (int64_t h = 0; dsinks && h < H; h++) { /* summed over batch and rows, in order */
+        dsinks[h] = 0;
+        for (int64_t b = 0; ok && b < q->batch; b++)
+            for (int64_t s = 0; s < Sq; s++) dsinks[h] += ml[4 * ((b * H + h) * Sq + s) + 3];
+    }
     free(ml);
     return oom ? FA_ERR_OUT_OF_MEMORY : FA_OK;
 }

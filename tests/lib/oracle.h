@@ -7,7 +7,8 @@
 #include "flashattn.h"
 
 /* out: contiguous [q.batch, q.seqlen, q.heads, d] doubles; lse (may be NULL): [q.batch, q.heads, q.seqlen]
- * doubles, -INFINITY for a row that sees no key (its out row is 0). Returns FA_OK or FA_ERR_INVALID_ARGUMENT. */
+ * doubles, -INFINITY for a row that sees no key (its out row is 0). opts.sinks (host) join every row's denominator:
+ * a row that sees no key then has LSE = its sink. Returns FA_OK or FA_ERR_INVALID_ARGUMENT. */
 fa_status t_oracle_forward(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                            double *out, double *lse);
 
@@ -19,5 +20,9 @@ fa_status t_oracle_backward(const fa_attn_opts *opts, const fa_tensor *q, const 
  * dv sums. Where they cancel, max|dv| can be far below it, and so can a relative bound on it. */
 fa_status t_oracle_backward_mag(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                                 const fa_tensor *dout, double *dq, double *dk, double *dv, double *dv_mag);
+/* The same, and (dsinks non-NULL, with opts.sinks) the sinks' gradient: dsinks [q.heads]. */
+fa_status t_oracle_backward_sinks(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
+                                  const fa_tensor *dout, double *dq, double *dk, double *dv, double *dv_mag,
+                                  double *dsinks);
 
 #endif

@@ -140,10 +140,16 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
            *rdv = xmalloc(sizeof(double) * (size_t)nk), *rdvm = xmalloc(sizeof(double) * (size_t)nk);
     float *lse = xmalloc(sizeof(float) * (size_t)n_lse);
     fa_attn_opts opts = c->opts;
-    CHECK_STATUS(t_oracle_backward_mag(&opts, &q.t, &k.t, &v.t, &dout.t, rdq, rdk, rdv, rdvm), FA_OK);
+    /* with sinks, d sinks too: poisoned before each call, against the oracle's like a gradient */
+    double rds[T_MAX_SINK_HEADS];
+    float ds[T_MAX_SINK_HEADS];
+    CHECK_STATUS(t_oracle_backward_sinks(&opts, &q.t, &k.t, &v.t, &dout.t, rdq, rdk, rdv, rdvm,
+                                         opts.sinks ? rds : NULL), FA_OK);
     double mq = t_max_abs(rdq, nq), mk = t_max_abs(rdk, nk), mv = t_max_abs(rdv, nk), mvm = t_max_abs(rdvm, nk);
+    const double mds = opts.sinks ? t_max_abs(rds, c->hq) : 0;
+    opts.d_sinks = opts.sinks ? ds : NULL;
 
-    double sq_ = 0, sk_ = 0, sv_ = 0;
+    double sq_ = 0, sk_ = 0, sv_ = 0, ss_ = 0;
     algos |= T_ALGO_BIT(FA_ALGO_STANDARD);
     for (size_t ai = 0; ai < sizeof run_order / sizeof run_order[0]; ai++) {
         fa_algo a = run_order[ai];
@@ -153,6 +159,7 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
         snapshot(&o, &o0);
         memcpy(lse0, lse, sizeof(float) * (size_t)n_lse);
         t_buf_poison(&dq), t_buf_poison(&dk), t_buf_poison(&dv);
+        for (int64_t h = 0; opts.d_sinks && h < c->hq; h++) ds[h] = t_nanf();
         fa_status st = fa_backward(ctx, &opts, &q.t, &k.t, &v.t, &o.t, lse, &dout.t, &dq.t, &dk.t, &dv.t);
         CHECK_STATUS(st, FA_OK);
         if (st != FA_OK) {
@@ -189,6 +196,12 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
             t_check_err("dv", a, c->dt, ev, sv_, gm > mvm ? gm : mvm, 1, c->relax);
         }
         printf(" %s %.1e/%.1e/%.1e", fa_algo_name(a), eq, ek, ev);
+        if (opts.d_sinks) {
+            double es = t_max_diff_f(ds, rds, c->hq);
+            if (a == FA_ALGO_STANDARD) ss_ = es;
+            t_check_err("d_sinks", a, c->dt, es, ss_, mds > gm ? mds : gm, 1, c->relax);
+            printf("/%.1e", es);
+        }
     }
     printf(" (max|dq,dk,dv| %.2f %.2f %.2f)\n", mq, mk, mv);
     check_unchanged(&q, q0, "q"), check_unchanged(&k, k0, "k"), check_unchanged(&v, v0, "v");

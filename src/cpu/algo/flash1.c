@@ -120,15 +120,22 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
         }
         for (int64_t i0 = 0; i0 < sq; i0 += br) {                           /* LSE, and O in the output dtype */
             const int rows = (int)(sq - i0 < br ? sq - i0 : br);
-            if (!o_in_place) {
-                fa_tile_load(Oi, d, o_slow + i0 * ld_o, FA_DTYPE_F32, ld_o, rows, d, io);
-                fa_tile_store((char *)hd.o + i0 * hd.ldo * es, p->dtype, hd.ldo, Oi, d, rows, d, io);
-            }
-            if (hd.lse) {
+            if (hd.lse || hd.sink) {
                 fa_vec_load(li, l_slow + i0, rows, io);
                 fa_vec_load(mi, m_slow + i0, rows, io);
-                for (int r = 0; r < rows; r++) lt[r] = li[r] > 0 ? mi[r] * unit + logf(li[r]) : -INFINITY;
-                fa_vec_store(hd.lse + i0, lt, rows, io);
+                for (int r = 0; r < rows; r++) {
+                    if (hd.sink) /* O is normalised over the keys: O ·= ℓ·exp(m − LSE) (core/sink.h) */
+                        al[r] = li[r] * fa_sink_join(li[r] > 0 ? (double)mi[r] * unit : -INFINITY, li[r], *hd.sink,
+                                                     &lt[r]);
+                    else
+                        lt[r] = li[r] > 0 ? mi[r] * unit + logf(li[r]) : -INFINITY;
+                }
+                if (hd.lse) fa_vec_store(hd.lse + i0, lt, rows, io);
+            }
+            if (!o_in_place || hd.sink) {
+                fa_tile_load(Oi, d, o_slow + i0 * ld_o, FA_DTYPE_F32, ld_o, rows, d, io);
+                if (hd.sink) kr->scale_rows(rows, d, Oi, d, al);
+                fa_tile_store((char *)hd.o + i0 * hd.ldo * es, p->dtype, hd.ldo, Oi, d, rows, d, io);
             }
         }
     }

@@ -160,7 +160,7 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
                 if (plain) kr->gemm_nn(rows, d, cols, ST, 1, rp, Vj, d, O, d, 1); /* O += P Vj */
                 else masked_pv(p, kr, &hd, i0, rows, rp, j0, cols, ST, Vj, O);
             }
-            fa_cpu_fwd_finish(kr, rows, d, O, m, l, unit, alpha, lse);   /* O /= ℓ once; LSE = scale·max S + ln ℓ */
+            fa_cpu_fwd_finish(kr, rows, d, O, m, l, unit, hd.sink, alpha, lse);   /* O /= ℓ once; LSE = scale·max S + ln ℓ */
             fa_tile_store((char *)hd.o + i0 * hd.ldo * es, p->dtype, hd.ldo, O, d, rows, d, io);
             if (hd.lse) fa_vec_store(hd.lse + i0, lse, rows, io);
         }

@@ -79,7 +79,7 @@ static void run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl
             kr->scale_rows(rows, d, O, d, alpha);                            /* O = diag(α) O */
             kr->gemm_bf16(rows, d, cw, Pp, 1, rp, Vp, d, O, d, 1);           /* O += P Vj */
         }
-        fa_cpu_fwd_finish(kr, rows, d, O, m, l, unit, alpha, lse);
+        fa_cpu_fwd_finish(kr, rows, d, O, m, l, unit, hd.sink, alpha, lse);
         fa_tile_store((char *)hd.o + i0 * hd.ldo * 2, p->dtype, hd.ldo, O, d, rows, d, io);
         if (hd.lse) fa_vec_store(hd.lse + i0, lse, rows, io);
     }

@@ -7,6 +7,7 @@
 
 #include "core/half.h"
 #include "core/kvcache.h"
+#include "core/sink.h"
 
 #include <string.h>
 
@@ -305,20 +306,24 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
         kern->attend(&a);
         io->read += 2 * (k1 - k0) * d * es * nh;
     }
-    /* finish: O / l and LSE = (m + log2 l)·ln 2, into out (one split) or the split's partial */
+    /* finish: O / l and LSE = (m + log2 l)·ln 2, into out (one split) or the split's partial; the sink joins a row
+     * once: here without splits, else after their merge (merge_splits) */
     for (int hh = 0; hh < nh; hh++)
         for (int64_t i = 0; i < p->sq; i++)
             for (int64_t g = 0; g < G; g++) {
                 const int64_t r = hh * R + i * G + g, hq = (h0 + hh) * G + g;
-                const float l = t->l[r], inv = l == 0 ? 0 : 1 / l;
+                const float l = t->l[r], *sink = p->sinks && ns == 1 ? p->sinks + hq : NULL;
+                float inv = l == 0 ? 0 : 1 / l;
                 float lse = l == 0 ? -INFINITY : (float)((t->m[r] + log2f(l)) * LN2), o[256];
                 const float *so = t->O + r * dp;
                 if (row_stands(t, r, dp, d)) {
+                    if (sink) inv = fa_sink_join(l == 0 ? -INFINITY : t->m[r] * LN2, l, *sink, &lse);
                     for (int64_t c = 0; c < d; c++) o[c] = so[fa_kv_lane(kern, p->dtype, d, c)] * inv;
                 } else {
                     double x[256];
                     lse = (float)exact_row(p, b, i, hq, t->lo[r], t->hi[r], x);
-                    for (int64_t c = 0; c < d; c++) o[c] = (float)x[c];
+                    const float f = sink ? fa_sink_join_lse(lse, *sink, &lse) : 1.0f;
+                    for (int64_t c = 0; c < d; c++) o[c] = (float)x[c] * f;
                 }
                 if (ns == 1) {
                     const int64_t oo = b * p->o.stride_batch + i * p->o.stride_seq + hq * p->o.stride_head;
@@ -372,7 +377,8 @@ static void merge_splits(const fa_kv_problem *p, const fa_plan *pl, const split_
         if (ns == 1) continue; /* written by its item */
         const float *pl_lse = w->part_lse + r * nsplit;
         double M, inv;
-        const float lse = (float)merge_lse(pl_lse, 1, ns, &M, &inv);
+        float lse = (float)merge_lse(pl_lse, 1, ns, &M, &inv);
+        const float f = p->sinks ? fa_sink_join_lse(lse, p->sinks[hq], &lse) : 1.0f; /* the sink, once per row */
         const int64_t oo = b * p->o.stride_batch + i * p->o.stride_seq + hq * p->o.stride_head;
         for (int64_t c = 0; c < d; c++) {
             double acc = 0;
@@ -380,7 +386,7 @@ static void merge_splits(const fa_kv_problem *p, const fa_plan *pl, const split_
                 const double wt = merge_weight(pl_lse[s], M, inv);
                 if (wt != 0 || isnan(wt)) acc += wt * w->part_o[(r * nsplit + s) * d + c];
             }
-            fa_store_elem(p->o.data, (int)p->dtype, oo + c, (float)acc);
+            fa_store_elem(p->o.data, (int)p->dtype, oo + c, (float)(acc * f));
         }
         if (p->lse) p->lse[r] = lse;
     }

@@ -109,13 +109,12 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
             float mx = -INFINITY, sum = 0;
             for (int64_t j = 0; j < sk; j++) mx = R[j] > mx ? R[j] : mx;
             for (int64_t j = 0; j < sk; j++) { R[j] = mx == -INFINITY ? 0.0f : expf(R[j] - mx); sum += R[j]; }
-            const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+            float l = sum > 0 ? mx + logf(sum) : -INFINITY;
+            const float inv = hd.sink ? fa_sink_join(sum > 0 ? mx : -INFINITY, sum, *hd.sink, &l) /* core/sink.h */
+                                      : sum > 0 ? 1.0f / sum : 0.0f;
             for (int64_t j = 0; j < sk; j++) R[j] *= inv;
             fa_vec_store(S + i * sk, R, (int)sk, io);
-            if (hd.lse) {
-                float l = sum > 0 ? mx + logf(sum) : -INFINITY;
-                fa_vec_store(hd.lse + i, &l, 1, io);
-            }
+            if (hd.lse) fa_vec_store(hd.lse + i, &l, 1, io);
         }
         slow_times_rows(p, kr, sq, sk, br, bc, S, hd.v, hd.ldv, hd.o, p->dtype, hd.ldo, T, Kj, Oi, io); /* O = P V */
     }

@@ -125,13 +125,14 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
                 if (mx == -INFINITY) {
                     memset(s, 0, (size_t)n * 4);
                     L[i0 + r] = -INFINITY;
+                    if (hd.sink) fa_sink_join(-INFINITY, 0, *hd.sink, &L[i0 + r]); /* LSE = sink */
                     continue;
                 }
                 kr->exp_rows(1, n, s, n, 1.0f, &mx);
                 for (int c = 0; c < n; c++) sum += s[c];
-                const float inv = 1.0f / sum;
-                kr->scale_rows(1, n, s, n, &inv);
                 L[i0 + r] = mx + logf(sum);
+                const float inv = hd.sink ? fa_sink_join(mx, sum, *hd.sink, &L[i0 + r]) : 1.0f / sum; /* core/sink.h */
+                kr->scale_rows(1, n, s, n, &inv);
             }
             io->read += (int64_t)rows * (hi - lo) * 4;
             io->written += (int64_t)rows * (hi - lo) * 4;

@@ -18,6 +18,7 @@ void fa_cpu_head(const fa_problem *p, int64_t b, int64_t h, fa_head *hd) {
     hd->ldv = p->v.stride_seq;
     hd->ldo = p->o.stride_seq;
     hd->lse = p->lse ? p->lse + fa_lse0(p, b, h) : NULL;
+    hd->sink = p->sinks ? p->sinks + h : NULL;
     if (p->is_backward) {
         hd->dout = (const char *)p->dout.data + fa_row0(p, &p->dout, 0, b, h) * es;
         hd->dq = (char *)p->dq.data + fa_row0(p, &p->dq, 0, b, h) * es;

@@ -6,6 +6,7 @@
 
 #include "core/arena.h"
 #include "core/internal.h"
+#include "core/sink.h"
 #include "cpu/simd/kernels.h"
 #include "cpu/tiles/tile_io.h"
 
@@ -18,6 +19,7 @@ typedef struct fa_head {
     void *o, *dq, *dk, *dv;          /* dk, dv: the K/V head h / (hq / hk) */
     int64_t ldq, ldk, ldv, ldo, lddo, lddq, lddk, lddv;
     float *lse;                      /* LSE[b, h, 0], or NULL */
+    const float *sink;               /* the head's sink (opts.sinks[h]), or NULL: joined by fa_cpu_fwd_finish */
 } fa_head;
 
 void fa_cpu_head(const fa_problem *p, int64_t b, int64_t h, fa_head *hd);
@@ -49,10 +51,15 @@ static inline int fa_cpu_block_sees(const fa_problem *p, int64_t sq, int64_t sk,
 }
 
 /* The end of a forward Q block: O /= ℓ and LSE = unit·m + ln ℓ (m in the units of the softmax state; a row with
- * ℓ = 0 sees no key: O = 0, LSE = −∞). alpha is scratch of rows floats. */
+ * ℓ = 0 sees no key: O = 0, LSE = −∞); with a sink (NULL: none) ℓ gains exp(sink) first (core/sink.h). alpha is
+ * scratch of rows floats. */
 static inline void fa_cpu_fwd_finish(const fa_cpu_kernels *kr, int rows, int d, float *O, const float *m,
-                                     const float *l, float unit, float *alpha, float *lse) {
+                                     const float *l, float unit, const float *sink, float *alpha, float *lse) {
     for (int r = 0; r < rows; r++) {
+        if (sink) {
+            alpha[r] = fa_sink_join(l[r] > 0 ? (double)m[r] * unit : -INFINITY, l[r], *sink, &lse[r]);
+            continue;
+        }
         alpha[r] = l[r] > 0 ? 1.0f / l[r] : 0.0f;
         lse[r] = l[r] > 0 ? m[r] * unit + logf(l[r]) : -INFINITY;
     }

@@ -43,6 +43,10 @@ static int inst_of(int64_t d, int nw) {
 
 /* ---- supports: yes, or the reason ---- */
 static int supports(const fa_kv_problem *p, char *why, size_t why_len) {
+    if (p->sinks) { /* the splits' merges would each need the join: not yet */
+        snprintf(why, why_len, "opts.sinks: CUDA decoding takes no sinks yet (the CPU's fa_forward_kvcache does)");
+        return 0;
+    }
     if (p->dtype == FA_DTYPE_F32) {
         snprintf(why, why_len, "dtype: f32 KV-cache attention runs on the CPU only (CUDA: f16, bf16)");
         return 0;

@@ -2,7 +2,8 @@
 
 torch is imported only when the caller has imported it (numpy users never load it); torch.ops.flashattn.fwd, bwd,
 fwd_kvcache and merge_states exist once flashattn is imported after torch, or after the first call with torch
-tensors."""
+tensors; the SDPA provider "flashattn" (flashattn.sdpa) is registered with torch once flashattn.sdpa is imported,
+which importing flashattn after torch does."""
 import sys
 from ._capi import (BackendUnavailableError, CacheIndexError, DeviceError, FlashAttnError, InternalError,
                     InvalidArgumentError, OutOfMemoryError, UnsupportedError, version)
@@ -12,7 +13,7 @@ from .interface import (backward, flash_attn_func, flash_attn_varlen_func, flash
 __version__ = version().split()[0]
 
 if "torch" in sys.modules:
-    from . import _torch, _torch_kvcache  # noqa: F401  (register torch.ops.flashattn)
+    from . import _torch, _torch_kvcache, sdpa  # noqa: F401  (register torch.ops.flashattn and the SDPA provider)
 
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "kvcache_check", "merge_states",
            "backward", "last_stats", "version", "FlashAttnError", "InvalidArgumentError", "CacheIndexError",

@@ -9,6 +9,8 @@ from ._capi import (BackendUnavailableError, CacheIndexError, DeviceError, Flash
                     InvalidArgumentError, OutOfMemoryError, UnsupportedError, version)
 from .interface import (backward, flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache, kvcache_check,
                         last_stats, merge_states)
+from .packed import (flash_attn_kvpacked_func, flash_attn_qkvpacked_func, flash_attn_varlen_kvpacked_func,
+                     flash_attn_varlen_qkvpacked_func)
 
 __version__ = version().split()[0]
 
@@ -16,5 +18,6 @@ if "torch" in sys.modules:
     from . import _torch, _torch_kvcache, sdpa  # noqa: F401  (register torch.ops.flashattn and the SDPA provider)
 
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "kvcache_check", "merge_states",
-           "backward", "last_stats", "version", "FlashAttnError", "InvalidArgumentError", "CacheIndexError",
+           "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func", "flash_attn_varlen_qkvpacked_func",
+           "flash_attn_varlen_kvpacked_func", "backward", "last_stats", "version", "FlashAttnError", "InvalidArgumentError", "CacheIndexError",
            "UnsupportedError", "OutOfMemoryError", "BackendUnavailableError", "DeviceError", "InternalError"]

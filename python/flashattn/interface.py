@@ -22,7 +22,7 @@ def _attention(q):
 
 
 def _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, return_lse, probs=False):
-    out, lse = _attention(q)(q, k, v, cu_seqlens_q, cu_seqlens_k, opts)
+    out, lse = _attention(q)(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, return_lse or probs)
     if probs:  # flash-attn's return_attn_probs: (out, lse, S_dmask); S_dmask exists only with dropout
         return out, lse, None
     return (out, lse) if return_lse else out

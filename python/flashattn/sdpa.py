@@ -210,6 +210,10 @@ def register(dispatch_key="CUDA"):
 
 def available():
     """True when this torch has the flash-attention registry (torch >= 2.11)."""
+    try:
+        import torch.nn.attention
+    except ImportError:  # torch before 2.2 has no torch.nn.attention
+        return False
     return hasattr(torch.nn.attention, "register_flash_attention_impl")
 
 

@@ -194,9 +194,27 @@ def context(backend=BACKEND_CPU, device=0):
     return ctx
 
 
+_options = {}  # (softmax_scale, causal, window_size, softcap, algo, deterministic) -> options(); a few kinds a run
+
+
 def options(softmax_scale, causal, window_size, softcap, algo, deterministic, dropout_p=0.0, alibi_slopes=None):
     """The Python-level options as a tuple (cu_seqlens and n_seqs are appended per call); flash-attn arguments
-    flashattn lacks are accepted only at their no-op values."""
+    flashattn lacks are accepted only at their no-op values. Cached by argument values (a dict lookup is ~4x
+    cheaper than the conversions)."""
+    if not dropout_p and alibi_slopes is None:
+        key = (softmax_scale, causal, window_size, softcap, algo, deterministic)
+        try:
+            return _options[key]
+        except KeyError:
+            if len(_options) < 256:
+                _options[key] = _options_of(softmax_scale, causal, window_size, softcap, algo, deterministic)
+                return _options[key]
+        except TypeError:  # an unhashable argument (a window_size list): convert it
+            pass
+    return _options_of(softmax_scale, causal, window_size, softcap, algo, deterministic, dropout_p, alibi_slopes)
+
+
+def _options_of(softmax_scale, causal, window_size, softcap, algo, deterministic, dropout_p=0.0, alibi_slopes=None):
     if dropout_p:
         raise UnsupportedError(ERR_UNSUPPORTED, f"FA_ERR_UNSUPPORTED: dropout_p={dropout_p}: flashattn has no dropout")
     if alibi_slopes is not None:

@@ -49,13 +49,14 @@ def _opts(cu_q, cu_k, opts):
     return opts[:7] + (cu_q.ctypes.data, cu_k.ctypes.data, cu_q.size - 1) + opts[7:]
 
 
-def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, opts):
-    """(out, lse): out shaped and typed as q (C order), lse float32 [B, H, Sq] ([H, total_q] for varlen)."""
+def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse=True):
+    """(out, lse): out shaped and typed as q (C order), lse float32 [B, H, Sq] ([H, total_q] for varlen), or None
+    when need_lse is False."""
     ctx = _capi.context(_capi.BACKEND_CPU, 0)
     args = _arg(q, "q"), _arg(k, "k"), _arg(v, "v")
     out = np.empty(q.shape, dtype=q.dtype)
-    lse = np.empty(_lse_shape(q), dtype=np.float32)
-    ctx.forward(_opts(cu_seqlens_q, cu_seqlens_k, opts), *args, _arg(out, "out"), lse)
+    lse = np.empty(_lse_shape(q), dtype=np.float32) if need_lse else None
+    ctx.forward(_opts(cu_seqlens_q, cu_seqlens_k, opts), *args, _arg(out, "out"), 0 if lse is None else lse)
     return out, lse
 
 

@@ -39,8 +39,13 @@ def _context(q, tensors):
                                      f"the CPU and on CUDA")
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     ctx = _capi.context(_capi.BACKEND_CUDA, index)
-    ctx.set_stream(torch.cuda.current_stream(index).cuda_stream)
+    ctx.set_stream(_raw_stream(index))
     return ctx
+
+
+# the current stream's cudaStream_t without making a torch.cuda.Stream object (a few us a call)
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
 def _invalid(msg):
@@ -92,17 +97,23 @@ def _lse_shape(q):
 
 def _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap, algo,
              deterministic, max_seqlen_q=0, max_seqlen_k=0):
+    return _forward_call(q, k, v, cu_seqlens_q, cu_seqlens_k, (softmax_scale, causal, window_left, window_right,
+                                                               softcap, algo, deterministic, max_seqlen_q,
+                                                               max_seqlen_k))
+
+
+def _forward_call(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse=True):
+    """(out, lse) with opts as _capi.options returns; need_lse False: lse None, not computed (the C API takes NULL:
+    one allocation, ~2 us, less)."""
     if q.is_cpu and k.is_cpu and v.is_cpu:
         ctx = _capi.context(_capi.BACKEND_CPU, 0)
     else:
         ctx = _context(q, (("k", k), ("v", v)))
-    opts, keep = _opts(cu_seqlens_q, cu_seqlens_k, q.device, (softmax_scale, causal, window_left, window_right,
-                                                              softcap, algo, deterministic, max_seqlen_q,
-                                                              max_seqlen_k))
+    opts, keep = _opts(cu_seqlens_q, cu_seqlens_k, q.device, opts)
     views = _view(q, "q"), _view(k, "k"), _view(v, "v")
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
-    ctx.forward(opts, *views, _view(out, "out"), lse.data_ptr())
+    lse = q.new_empty(_lse_shape(q), dtype=torch.float32) if need_lse else None
+    ctx.forward(opts, *views, _view(out, "out"), lse.data_ptr() if need_lse else 0)
     del keep
     return out, lse
 
@@ -209,11 +220,11 @@ def _plain_eager(q, k, v):
     return _untraced(q, k, v) and not _records_grad(q, k, v)
 
 
-def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, opts):
+def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse=True):
     """(out, lse) for torch tensors; opts as _capi.options returns. Untraced calls skip the dispatcher (with autograd
-    recording, through _EagerAttention); traced ones go through the op."""
+    recording, through _EagerAttention); traced ones go through the op. need_lse False: lse may be None."""
     if _untraced(q, k, v):
         if _records_grad(q, k, v):
             return _EagerAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, *opts)
-        return _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, *opts)
+        return _forward_call(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse)
     return fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, *opts)

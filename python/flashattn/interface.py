@@ -2,7 +2,7 @@
 numpy arrays (CPU, forward; backward through flashattn.backward)."""
 import sys
 
-from . import _capi, _kvcache
+from . import _capi, _compat, _kvcache
 
 
 _front = {}  # "torch" / "numpy": the front end's call, imported on first use (an import statement costs ~0.5 us)
@@ -21,13 +21,15 @@ def _attention(q):
     return fn
 
 
-def _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, return_lse):
-    out, lse = _attention(q)(q, k, v, cu_seqlens_q, cu_seqlens_k, opts)
+def _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, return_lse, probs=False):
+    out, lse = _attention(q)(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, return_lse or probs)
+    if probs:  # flash-attn's return_attn_probs: (out, lse, S_dmask); S_dmask exists only with dropout
+        return out, lse, None
     return (out, lse) if return_lse else out
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_lse=False, *, algo="auto"):
+                    alibi_slopes=None, deterministic=False, return_lse=False, *, algo="auto", **extra):
     """Attention over [batch, seqlen, heads, head_dim] q, k, v (k/v heads may divide q heads: GQA/MQA).
 
     softmax_scale None = 1/sqrt(head_dim); causal is bottom-right aligned; window_size (left, right), -1 unbounded;
@@ -35,23 +37,25 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     the one "auto" picks: FLASH3's at head_dim 128, else FLASH2's); deterministic applies to the backward.
     dropout_p and alibi_slopes exist for flash-attn's positional order and must stay 0.0 / None.
     Returns out [batch, seqlen_q, heads, head_dim], or (out, lse) with lse float32 [batch, heads, seqlen_q]
-    (natural log; no gradient flows through it)."""
+    (natural log; no gradient flows through it). extra: flash-attn's other keywords (_compat.py)."""
+    _, probs = _compat.extra("flash_attn_func", extra) if extra else (None, False)
     opts = _capi.options(softmax_scale, causal, window_size, softcap, algo, deterministic, dropout_p, alibi_slopes)
-    return _run(q, k, v, None, None, opts + (0, 0), return_lse)
+    return _run(q, k, v, None, None, opts + (0, 0), return_lse, probs)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_lse=False, *, algo="auto"):
+                           deterministic=False, return_lse=False, *, algo="auto", **extra):
     """Packed variable-length batches: q [total_q, heads, head_dim], k/v [total_k, kv_heads, head_dim]; sequence i
     owns rows cu_seqlens_q[i]:cu_seqlens_q[i+1] of q (int32, n_seqs + 1 entries, on q's device). max_seqlen_q/k
     bound the sequences' lengths, as flash-attn's: on CUDA the library never reads cu_seqlens on the host, so the call
     neither copies nor synchronises and can be captured in a CUDA graph (None: read from cu_seqlens, which
     synchronises and cannot be captured). Returns out [total_q, heads, head_dim], or (out, lse) with lse float32
-    [heads, total_q]."""
+    [heads, total_q]. extra: flash-attn's other keywords (_compat.py)."""
+    _, probs = _compat.extra("flash_attn_varlen_func", extra) if extra else (None, False)
     opts = _capi.options(softmax_scale, causal, window_size, softcap, algo, deterministic, dropout_p, alibi_slopes)
     hints = (int(max_seqlen_q or 0), int(max_seqlen_k or 0))
-    return _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts + hints, return_lse)
+    return _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts + hints, return_lse, probs)
 
 
 def _kv_front(q, name):
@@ -66,7 +70,7 @@ def _kv_front(q, name):
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, block_table=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, num_splits=0,
-                            return_softmax_lse=False):
+                            return_softmax_lse=False, **extra):
     """Decoding against a KV cache, as flash-attn's: q [batch, seqlen_q, heads, head_dim]; k_cache/v_cache
     [batch_cache, seqlen_cache, kv_heads, head_dim], or paged [num_pages, page_size, kv_heads, head_dim] with
     block_table int32 [batch, max_pages]. k/v [batch, seqlen_new, kv_heads, head_dim], when given, are written into
@@ -78,7 +82,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     Lengths past the capacity raise CacheIndexError (a ValueError and, as flash-attn's, a RuntimeError naming
     block_table): checked on the host for an int cache_seqlens, for a paged cache (reading the longest length, as
     flash-attn does; not while a CUDA graph is captured) and on the CPU; on CUDA otherwise the kernels clamp every
-    index out of range and record it, and kvcache_check(device) raises it (docs/python.md)."""
+    index out of range and record it, and kvcache_check(device) raises it (docs/python.md).
+    extra: FA3's other keywords (page_table is block_table; _compat.py)."""
+    if extra:
+        renamed, _ = _compat.extra("flash_attn_with_kvcache", extra, renames={"page_table": "block_table"})
+        if "block_table" in renamed:
+            if block_table is not None:
+                raise TypeError("flash_attn_with_kvcache() got block_table and page_table (its FA3 name)")
+            block_table = renamed["block_table"]
     if getattr(k_cache, "ndim", 0) == 4:
         # lengths past the capacity, from the shapes (flash-attn raises a RuntimeError naming block_table): host
         # lengths (None: every cache full) cost nothing; a paged cache's tensor is read as flash-attn reads it

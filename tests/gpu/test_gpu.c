@@ -300,7 +300,7 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
         if (st == FA_OK) st = fa_backward(ctx, &opts, &Q.t, &K.t, &V.t, &O.t, dlse, &DO.t, &DQ.t, &DK.t, &DV.t);
         CHECK_STATUS(st, FA_OK);
         if (st == FA_OK) {
-            const fa_algo want = flash3_bwd_runs(c, all_bufs) == 1 && c->d == 128 ? FA_ALGO_FLASH3
+            const fa_algo want = flash3_bwd_runs(c, all_bufs) == 1 ? FA_ALGO_FLASH3
                                  : cuda_runs(FA_ALGO_FLASH2, c, all_bufs, 8) ? FA_ALGO_FLASH2
                                                                             : FA_ALGO_STANDARD;
             fa_stats s;

@@ -34,8 +34,8 @@ struct fa3_bwd_row {
     {D, BM, 128, 384, AUTO, "cuda.flash3.bwd.wgmma.d" #D "." #BM "x128",                                            \
      "cuda.flash3.bwd.wgmma.deterministic.d" #D "." #BM "x128", WHY}
 static constexpr fa3_bwd_row fa3_bwd_rows[] = {
-    FA3_BWD_ROW(64, 128, 0, "FA3's d = 64 tile; behind FLASH2: 239 / 269 at 4k, 260 / 295 at 16k, so not for AUTO"),
-    FA3_BWD_ROW(128, 64, 1, "FA3's d = 128 tile; 347 / 312 at 4k, 382 / 338 at 16k"),
+    FA3_BWD_ROW(64, 128, 1, "FA3's d = 64 tile; 294 / 269 at 4k, 330 / 296 at 16k, causal 1k 139 / 140 (a tie)"),
+    FA3_BWD_ROW(128, 64, 1, "FA3's d = 128 tile; 421 / 309 at 4k, 480 / 336 at 16k, causal 16k 461 / 322"),
 };
 #undef FA3_BWD_ROW
 /* plan->aux[FA3_BWD_AUX_DET]: 1 = the deterministic instance (key blocks add dQ in ascending order) */

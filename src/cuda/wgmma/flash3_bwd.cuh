@@ -10,7 +10,7 @@
  *     dQi goes to shared memory in the order of the accumulator registers;
  *   warp 1 of the producer warpgroup, the dQ writer, adds each warpgroup's dQi into an fp32 accumulator in global
  *     memory with one bulk reduce (flash3_bwd.cu converts it), so the consumers never wait for global memory;
- *     deterministic: the key blocks add in ascending order, each waiting for its turn on a per-(batch, head, query
+ *     deterministic: the key blocks add in descending order, each waiting for its turn on a per-(batch, head, query
  *     block) counter.
  * With GQA the CTA walks the query heads of its K/V head one after the other, so dK, dV sum in registers (no fp32
  * copies per query head). Shared tiles are 64-column panels in the 128-byte swizzle, as in the forward (README.md). */
@@ -172,11 +172,13 @@ FA_DEV void fa3b_dq_writer(const fa3b_kparams &p, fa3b_shared<D> &sm, int b, int
     int *turn = DET ? p.turns + chunk0 : nullptr;
     int m = mlo, left = nm; /* query block m of the current head; blocks left in it */
     for (int it = 0; it < steps; it++) {
-        if (DET && lead) { /* key blocks add in ascending order: this one's turn is its index among those m sees */
+        if (DET && lead) { /* key blocks add in descending order, the order in which a mask's diagonal brings them to
+                            * query block m (the last key block sees it first): this one's turn is its rank from the
+                            * last key block m sees */
             const int m0 = m * Br;
             int klo, khi;
             fa_visible_block32(m0, m0 + Br < p.sq ? m0 + Br : p.sq, p.sq, p.sk, p.wl, p.wr, &klo, &khi);
-            while (fa3_ld_acquire(turn) != nb - klo / Bc) {
+            while (fa3_ld_acquire(turn) != (khi - 1) / Bc - nb) {
             }
         }
         __syncwarp(); /* bar.sync is warp-aligned: the lanes meet before each barrier */

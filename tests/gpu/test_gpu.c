@@ -13,7 +13,8 @@
  *   - every output element written (outputs poisoned with NaN before each call), nothing outside the views written;
  *   - out, lse, dq, dk, dv within the rule of tests/lib/tolerance.h: max|x − ref| ≤ 2·max|standard − ref| + atol
  *     (STANDARD = our cuBLAS path in the same dtype);
- *   - FLASH2 and FLASH3 deterministic backward: dq, dk, dv bitwise identical over two runs.
+ *   - FLASH2 and FLASH3 deterministic backward: dq, dk, dv bitwise identical over two runs, the second in another
+ *     context (its own workspace).
  * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer).
  * Each case's line ends with the seconds its oracle and its device calls took. */
 #include <math.h>
@@ -114,6 +115,8 @@ static int flash3_bwd_runs(const t_case *c, dbuf **bufs) {
 static const fa_algo algos[N_ALGOS] = {FA_ALGO_STANDARD, FA_ALGO_FLASH1, FA_ALGO_FLASH2, FA_ALGO_FLASH3};
 
 static double lse_err(const float *lse, const double *ref, int64_t n) { return t_max_diff_f(lse, ref, n); }
+
+static fa_context *ctx_other; /* the deterministic backward's second run: another context, another workspace */
 
 static void run_case(fa_context *ctx, t_case *c, int backward) {
     char desc[400];
@@ -226,7 +229,8 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
                 d_up(&DQ), d_up(&DK), d_up(&DV);
                 fa_attn_opts bopts = opts;
                 bopts.algo = ab;
-                st = fa_backward(ctx, &bopts, &Q.t, &K.t, &V.t, &O.t, dlse, &DO.t, &DQ.t, &DK.t, &DV.t);
+                fa_context *bctx = det && rep == 1 && ctx_other ? ctx_other : ctx;
+                st = fa_backward(bctx, &bopts, &Q.t, &K.t, &V.t, &O.t, dlse, &DO.t, &DQ.t, &DK.t, &DV.t);
                 if (expect_b == 0) { /* the backward's views rule it out (e.g. dO or a gradient not 16-byte aligned): refused */
                     CHECK_STATUS(st, FA_ERR_UNSUPPORTED);
                     CHECK_MSG(strlen(fa_context_last_error(ctx)) > 10, "%s bwd: UNSUPPORTED without a reason",
@@ -236,7 +240,7 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
                 }
                 CHECK_STATUS(st, FA_OK);
                 if (st != FA_OK) {
-                    fprintf(stderr, "  %s bwd: %s\n", fa_algo_name(a), fa_context_last_error(ctx));
+                    fprintf(stderr, "  %s bwd: %s\n", fa_algo_name(a), fa_context_last_error(bctx));
                     break;
                 }
                 cuda_ok(cudaDeviceSynchronize(), "sync after backward");
@@ -460,6 +464,7 @@ int main(void) {
     }
     const int small = getenv("FA_GPU_TEST_SMALL") != NULL;
     static const fa_dtype dts[2] = {FA_DTYPE_BF16, FA_DTYPE_F16};
+    CHECK_STATUS(fa_context_create(&ctx_other, FA_BACKEND_CUDA, 0), FA_OK);
 
     unsupported_checks(ctx);
     varlen_graph(ctx);
@@ -645,5 +650,6 @@ int main(void) {
         run_case(ctx, &c, i % 2);
     }
     fa_context_destroy(ctx);
+    fa_context_destroy(ctx_other);
     return t_finish();
 }

@@ -1,5 +1,5 @@
 /* The numerics contract of docs/numerics.md on the CUDA backend (run on an H200 by `make test-gpu`): for STANDARD,
- * FLASH1 and FLASH2, f16 and bf16 (STANDARD also f32), head_dim 64:
+ * FLASH1, FLASH2 and FLASH3 (not the packed cases: no varlen), f16 and bf16 (STANDARD also f32), head_dim 64:
  *   - finite inputs with huge scales (1e20, 1e30, ±FLT_MAX), denormal scale·softcap, logits beyond the fp32 range:
  *     no NaN in out or LSE, LSE finite, out inside the convex hull of V; no NaN in dq, dk, dv;
  *   - NaN/±inf in q row 5 (or key row 5): exactly the rows that see it are NaN (out and LSE), the others as in the
@@ -368,9 +368,9 @@ int main(void) {
     void **dev[] = {&P->q_d, &P->k_d, &P->v_d, &P->o_d, &P->do_d, &P->dq_d, &P->dk_d, &P->dv_d};
     for (int i = 0; i < 8; i++) *dev[i] = dev_alloc(N * 4);
     cuda_ok(cudaMalloc((void **)&P->lse_d, sizeof P->lse), "cudaMalloc");
-    static const fa_algo algos[] = {FA_ALGO_STANDARD, FA_ALGO_FLASH1, FA_ALGO_FLASH2};
+    static const fa_algo algos[] = {FA_ALGO_STANDARD, FA_ALGO_FLASH1, FA_ALGO_FLASH2, FA_ALGO_FLASH3};
     static const fa_dtype dts[] = {FA_DTYPE_F16, FA_DTYPE_BF16, FA_DTYPE_F32};
-    for (int ai = 0; ai < 3; ai++)
+    for (int ai = 0; ai < 4; ai++)
         for (int di = 0; di < (algos[ai] == FA_ALGO_STANDARD ? 3 : 2); di++) { /* f32: STANDARD only on CUDA */
             const fa_algo a = algos[ai];
             const fa_dtype dt = dts[di];
@@ -387,6 +387,7 @@ int main(void) {
                 for (int b = 0; b < 3; b++) bad_input_rows(dt, a, 0, bads[b], m), bad_input_rows(dt, a, 1, bads[b], m);
                 bad_v(dt, a, INFINITY, m);
                 bad_v(dt, a, NAN, m);
+                if (a == FA_ALGO_FLASH3) continue; /* packed batches: FLASH3 has no varlen (refused) */
                 packed_bad_key(dt, a, INFINITY, m);
                 packed_bad_key(dt, a, NAN, m);
             }

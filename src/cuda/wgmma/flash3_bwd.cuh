@@ -79,21 +79,32 @@ struct fa3b_rows {
     int kr0, q0;
     bool full;
 };
-/* Is accumulator element e of block j (key row kr0 or kr0 + 8, query column q0 + 8j + (e & 1)) visible? */
-FA_DEV bool fa3b_visible(const fa3b_kparams &p, const fa3b_rows &R, int j, int e) {
-    const int kr = e < 2 ? R.kr0 : R.kr0 + 8, q = R.q0 + 8 * j + (e & 1), off = p.sk - p.sq;
-    return R.full ||
-           (kr < p.sk && q < p.sq && (p.wl < 0 || kr >= q + off - p.wl) && (p.wr < 0 || kr <= q + off + p.wr));
+/* The mask of key row kr in a masked block, as an offset and a count: query column q0 + c is visible iff
+ * (unsigned)(base + c) < count — one add and one compare per element (rows past sk: none visible). */
+struct fa3b_band {
+    int base;
+    unsigned count;
+};
+FA_DEV fa3b_band fa3b_band_of(const fa3b_kparams &p, int kr, int q0) {
+    int lo = 0, hi = 0;
+    if (kr < p.sk) fa_visible_queries32(kr, kr + 1, p.sq, p.sk, p.wl, p.wr, &lo, &hi);
+    return {q0 - lo, (unsigned)(hi - lo)};
 }
-/* Sᵀ -> Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e), 0 where masked (query rows past sq have LSE·log2e = +inf: 0). */
-template <int Br> FA_DEV void fa3b_p(float (&st)[Br / 2], const fa3b_kparams &p, const fa3b_rows &R) {
+/* Sᵀ -> Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e); MASK: 0 where masked (query rows past sq have LSE·log2e = +inf: 0).
+ * Element e of block j is key row kr0 + 8·(e / 2), query column q0 + 8j + (e % 2); one key row at a time, so that one
+ * band is live. */
+template <int Br, bool MASK> FA_DEV void fa3b_p(float (&st)[Br / 2], const fa3b_kparams &p, const fa3b_rows &R) {
 #pragma unroll
-    for (int j = 0; j < Br / 8; j++) {
-        const float2 L = *reinterpret_cast<const float2 *>(R.lse2 + 8 * j);
+    for (int r = 0; r < 2; r++) {
+        const fa3b_band B = MASK ? fa3b_band_of(p, R.kr0 + 8 * r, R.q0) : fa3b_band{0, 0};
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const float pv = fa3_ex2(fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x)));
-            st[4 * j + e] = fa3b_visible(p, R, j, e) ? pv : 0.f;
+        for (int j = 0; j < Br / 8; j++) {
+            const float2 L = *reinterpret_cast<const float2 *>(R.lse2 + 8 * j);
+#pragma unroll
+            for (int e = 2 * r; e < 2 * r + 2; e++) {
+                const float pv = fa3_ex2(fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x)));
+                st[4 * j + e] = !MASK || (unsigned)(B.base + 8 * j + (e & 1)) < B.count ? pv : 0.f;
+            }
         }
     }
 }
@@ -107,26 +118,25 @@ FA_DEV void fa3b_ds(float (&dpt)[Br / 2], const float (&pt)[Br / 2], const fa3b_
         for (int e = 0; e < 4; e++) dpt[4 * j + e] = pt[4 * j + e] * (dpt[4 * j + e] - ((e & 1) ? Dq.y : Dq.x));
     }
 }
-/* Both in one pass, and softcap: the score is cap·th, th = tanh(s·cap_scale), and dS picks up d score / ds =
- * scale·(1 − th²) (the scale is applied to dK and dQ at the end). */
+/* Both after dPᵀ, for softcap: the score is cap·th, th = tanh(s·cap_scale), and dS picks up d score / ds =
+ * scale·(1 − th²) (the scale is applied to dK and dQ at the end). The mask from the parameters element by element
+ * (a band per key row, as fa3b_p keeps, spilled at d = 64 beside tanhf's temporaries). */
 template <int Br>
 FA_DEV void fa3b_p_ds(float (&st)[Br / 2], float (&dpt)[Br / 2], const fa3b_kparams &p, const fa3b_rows &R) {
+    const int off = p.sk - p.sq;
 #pragma unroll
     for (int j = 0; j < Br / 8; j++) {
         const float2 L = *reinterpret_cast<const float2 *>(R.lse2 + 8 * j);
         const float2 Dq = *reinterpret_cast<const float2 *>(R.dsum + 8 * j);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            float sv = st[4 * j + e], dcap = 1.f;
-            if (p.cap_scale != 0.f) { /* a uniform branch */
-                const float th = tanhf(sv * p.cap_scale);
-                dcap = 1.f - th * th;
-                sv = p.cap * th;
-            }
-            float pv = fa3_ex2(fmaf(sv, p.scale_log2, -((e & 1) ? L.y : L.x)));
-            pv = fa3b_visible(p, R, j, e) ? pv : 0.f;
+            const float th = tanhf(st[4 * j + e] * p.cap_scale);
+            const int kr = R.kr0 + 8 * (e / 2), q = R.q0 + 8 * j + (e & 1);
+            float pv = fa3_ex2(fmaf(p.cap * th, p.scale_log2, -((e & 1) ? L.y : L.x)));
+            pv = R.full || (kr < p.sk && q < p.sq && (p.wl < 0 || kr >= q + off - p.wl) &&
+                            (p.wr < 0 || kr <= q + off + p.wr)) ? pv : 0.f;
             st[4 * j + e] = pv;
-            dpt[4 * j + e] = pv * (dpt[4 * j + e] - ((e & 1) ? Dq.y : Dq.x)) * dcap;
+            dpt[4 * j + e] = pv * (dpt[4 * j + e] - ((e & 1) ? Dq.y : Dq.x)) * (1.f - th * th);
         }
     }
 }
@@ -309,7 +319,8 @@ __global__ void __launch_bounds__(384, 1)
                                    * over 240 registers at d = 128: ptxas then serialises every wgmma (C7512) */
             fa3_wgmma_wait<1>();
             fa3_fence_regs(st);
-            fa3b_p<Br>(st, p, R);
+            if (R.full) fa3b_p<Br, false>(st, p, R); /* a uniform branch: the mask's arithmetic only where it masks */
+            else fa3b_p<Br, true>(st, p, R);
             fa3_wgmma_wait<0>();
             fa3_fence_regs(dpt);
             fa3b_ds<Br>(dpt, st, p, R);
@@ -317,7 +328,7 @@ __global__ void __launch_bounds__(384, 1)
             fa3_wgmma_wait<0>();
             fa3_fence_regs(st);
             fa3_fence_regs(dpt);
-            fa3b_p_ds<Br>(st, dpt, p, R);
+            fa3b_p_ds<Br>(st, dpt, p, R); /* softcap */
         }
         fa3_pack_a<Br, F16>(pa, st);
         fa3_wgmma_fence();

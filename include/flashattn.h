@@ -392,7 +392,9 @@ FA_API fa_status fa_kvcache_workspace_size(fa_context *ctx, const fa_attn_opts *
 /* Merge n partial attention states of the same queries over disjoint key sets into the state over their union:
  *   with w_i = exp(lse_i − M), M = max_i lse_i:  out = Σ w_i out_i / Σ w_i,  lse = M + log Σ w_i  (natural log,
  *   as fa_forward's LSE). A state with lse_i = −inf contributes nothing; if every lse_i is −inf, out = 0, lse = −inf.
- *   outs    n tensors [B, S, H, D] of one dtype (any strides), lses[i] fp32 [B, H, S] contiguous; n in 1..32.
+ *   outs    n tensors [B, S, H, D] of one dtype (any strides, any head_dim), lses[i] fp32 [B, H, S] contiguous; n >= 1
+ *           (CUDA: above 32 states, chunks of 32 over an fp32 running state in the context's workspace, grown as the
+ *           KV-cache call's: before a graph capture make one call of the largest shape).
  *   out     [B, S, H, D] of that dtype, written in full; lse NULL or fp32 [B, H, S]. out may be outs[0] exactly
  *           (same data and strides) and lse may be lses[0]; other overlaps are rejected.
  * Use: shared-prefix cascades, ring attention, or any split of the keys across calls. With opts.sinks, the sink must be

@@ -50,7 +50,7 @@ def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
 def merge(outs, lses):
     outs, lses = list(outs), list(lses)
     if not outs or len(outs) != len(lses):
-        raise _kvcache.invalid(f"merge_states: expected as many lse as outs (1..32), got {len(outs)} and {len(lses)}")
+        raise _kvcache.invalid(f"merge_states: expected as many lse as outs (1 or more), got {len(outs)} and {len(lses)}")
     o0 = outs[0]
     if not isinstance(o0, np.ndarray) or o0.ndim != 4:
         raise _kvcache.invalid("outs[0]: expected a 4-d [batch, seqlen, heads, head_dim] array")

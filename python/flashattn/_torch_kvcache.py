@@ -82,7 +82,7 @@ def kvcache(q, k_cache, v_cache, *args):
 
 def _merge_run(outs, lses):
     if not outs or len(outs) != len(lses):
-        raise _kvcache.invalid(f"merge_states: expected as many lse as outs (1..32), got {len(outs)} and {len(lses)}")
+        raise _kvcache.invalid(f"merge_states: expected as many lse as outs (1 or more), got {len(outs)} and {len(lses)}")
     o0 = outs[0]
     if o0.dim() != 4:
         raise _kvcache.invalid(f"outs[0]: expected a 4-d [batch, seqlen, heads, head_dim] tensor, got shape "

@@ -315,8 +315,9 @@ typedef struct fa_kv_opts {
     int num_splits;
     int split_size;
     /* Rotary embedding (NULL = off; needs k_new): fp32 tables cos, sin [rotary_seqlen, rotary_dim / 2] (host memory
-     * on a CPU context, device memory on CUDA). Query row i and new key row i of sequence b are rotated at position
-     * seqlens[b] + i on their first rotary_dim dimensions (even, 2..head_dim): interleaved = 1 rotates pairs
+     * on a CPU context, device memory on CUDA). New key row i of sequence b is rotated at position seqlens[b] + i, and
+     * so is query row i in a causal or windowed call (a window of the capacity or more counts as none); otherwise every
+     * query row at seqlens[b], as flash-attn does (docs/kvcache.md); on their first rotary_dim dimensions (even, 2..head_dim): interleaved = 1 rotates pairs
      * (2j, 2j+1) (GPT-J), 0 rotates (j, j + rotary_dim/2) (GPT-NeoX, half-split), as flash-attn's. The rotated k is
      * what is appended. Positions must be < rotary_seqlen. */
     const float *rotary_cos, *rotary_sin;

@@ -28,7 +28,7 @@ def _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache
     if q.dim() != 4:
         raise _kvcache.invalid(f"q: expected a 4-d [batch, seqlen_q, heads, head_dim] tensor, got shape "
                                f"{tuple(q.shape)}")
-    _kvcache.check_pairs(k, v, rotary_cos, rotary_sin, causal, (window_left, window_right), q.shape[1])
+    _kvcache.check_pairs(k, v, rotary_cos, rotary_sin)
     batch, dev = q.shape[0], q.device
     if block_table is not None:
         table = _index(block_table, "block_table", 2)

@@ -201,7 +201,7 @@ static double exact_row(const fa_kv_problem *p, int64_t b, int64_t i, int64_t hq
     }
     if (p->rot_cos) {
         const int half = p->rot_dim / 2;
-        const int64_t pos = p->seqlens[b] + i;
+        const int64_t pos = fa_kv_rotary_q_pos(p, p->seqlens[b], i);
         const float *cs = p->rot_cos + pos * half, *sn = p->rot_sin + pos * half;
         for (int j = 0; j < half; j++) {
             const int i0 = p->rot_interleaved ? 2 * j : j, i1 = p->rot_interleaved ? 2 * j + 1 : j + half;
@@ -266,7 +266,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
                     x[c] = fa_load_elem(p->q.data, (int)p->dtype, qo + c);
                     bad += x[c] * 0.0f;
                 }
-                if (p->rot_cos) rotate(p, x, p->seqlens[b] + i);
+                if (p->rot_cos) rotate(p, x, fa_kv_rotary_q_pos(p, p->seqlens[b], i));
                 for (int64_t c = 0; c < d; c++) q[fa_kv_lane(kern, p->dtype, d, c)] = x[c] * qmul;
                 for (int64_t c = d; c < dp; c++) q[c] = 0;
                 if (t->qb) { /* the raw bf16 q (exact; qmul applied to the sums), or with rotary qmul·q as hi + lo */

@@ -235,6 +235,7 @@ static void params_of(const fa_kv_problem *p, const fa_plan *plan, const kv_ws *
     c->kn_vec = p->append && !p->rot_cos && aligned16(&p->kn) && aligned16(&p->vn);
     c->rcos = p->rot_cos, c->rsin = p->rot_sin, c->rot_dim = p->rot_dim, c->rot_interleaved = p->rot_interleaved;
     c->rot_seqlen = (int)(p->rot_seqlen < INT32_MAX ? p->rot_seqlen : INT32_MAX);
+    c->rot_q_rows = fa_kv_rotary_q_rows(p);
     c->scale = p->scale, c->softcap = p->softcap;
     c->qmul = p->softcap > 0 ? p->scale / p->softcap : p->scale * 1.4426950408889634f;
     c->softcap_mul = p->softcap > 0 ? p->softcap * 1.4426950408889634f : 0.f;

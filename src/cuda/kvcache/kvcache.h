@@ -64,6 +64,7 @@ typedef struct fa_kv_params {
     int kn_vec;              /* no rotary and 16-byte aligned new rows: the append copies 16 bytes a thread */
     const float *rcos, *rsin;
     int rot_dim, rot_interleaved, rot_seqlen;
+    int rot_q_rows;          /* 1: q row i rotates at len + i; 0: every q row at len (fa_kv_rotary_q_rows) */
     float qmul;              /* q is multiplied by this: scale·log2 e, or scale / softcap */
     float scale, softcap;    /* as given (the float64 recompute of the numerics contract) */
     float softcap_mul;       /* 0 = off; else s = softcap_mul · tanh(q·k) */

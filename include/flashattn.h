@@ -198,6 +198,13 @@ typedef struct fa_attn_opts {
      * [heads_q] on the call's device (as sinks) that receives d sinks[h] = −Σ_{b,i} exp(sinks[h] − LSE_bhi) ·
      * rowsum(dO_bhi ∘ O_bhi), summed over the batch and rows; WRITTEN, not accumulated into. Needs sinks. */
     float *d_sinks;
+    /* Used lengths of a packed batch (flash-attn's seqused_q / seqused_k; NULL = the whole spans), set only with
+     * cu_seqlens: int32 [n_seqs], seqused_q[s] in 0..cu_seqlens_q[s+1] - cu_seqlens_q[s] (seqused_k likewise), host
+     * memory on a CPU context (checked) and DEVICE memory on a CUDA context (read by the kernels only, clamped into
+     * 0..the span). Sequence s is then its first seqused_q[s] query rows against its first seqused_k[s] keys (masks
+     * align to these lengths); the rest of its span is padding: its out rows are 0, its LSE -INFINITY, and the
+     * backward writes 0 to dq of the padding query rows and to dk, dv of the padding keys. FLASH3 has no varlen. */
+    const int32_t *seqused_q, *seqused_k;
 } fa_attn_opts;
 
 /* Fill the first struct_size bytes of *opts with the defaults (scale 0, no mask, no softcap, FA_ALGO_AUTO, default

@@ -17,8 +17,9 @@ static fa_status check_attn_opts(fa_context *ctx, const fa_attn_opts *in, fa_kv_
     if (o.block_q || o.block_k)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.block_q/block_k: (%d, %d); decoding takes no tile sizes",
                        o.block_q, o.block_k);
-    if (o.cu_seqlens_q || o.cu_seqlens_k || o.max_seqlen_q || o.max_seqlen_k)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.cu_seqlens_q/k, max_seqlen_q/k: set; the cache's seqlens "
+    if (o.cu_seqlens_q || o.cu_seqlens_k || o.max_seqlen_q || o.max_seqlen_k || o.seqused_q || o.seqused_k)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.cu_seqlens_q/k, max_seqlen_q/k, seqused_q/k: set; the "
+                       "cache's seqlens "
                        "give the lengths");
     if ((st = fa_entry_check_opts(ctx, &o))) return st;
     p->scale = o.scale;

@@ -198,6 +198,13 @@ typedef struct fa_attn_opts {
      * [heads_q] on the call's device (as sinks) that receives d sinks[h] = −Σ_{b,i} exp(sinks[h] − LSE_bhi) ·
      * rowsum(dO_bhi ∘ O_bhi), summed over the batch and rows; WRITTEN, not accumulated into. Needs sinks. */
     float *d_sinks;
+    /* Used lengths of a packed batch (flash-attn's seqused_q / seqused_k; NULL = the whole spans), set only with
+     * cu_seqlens: int32 [n_seqs], seqused_q[s] in 0..cu_seqlens_q[s+1] - cu_seqlens_q[s] (seqused_k likewise), host
+     * memory on a CPU context (checked) and DEVICE memory on a CUDA context (read by the kernels only, clamped into
+     * 0..the span). Sequence s is then its first seqused_q[s] query rows against its first seqused_k[s] keys (masks
+     * align to these lengths); the rest of its span is padding: its out rows are 0, its LSE -INFINITY, and the
+     * backward writes 0 to dq of the padding query rows and to dk, dv of the padding keys. FLASH3 has no varlen. */
+    const int32_t *seqused_q, *seqused_k;
 } fa_attn_opts;
 
 /* Fill the first struct_size bytes of *opts with the defaults (scale 0, no mask, no softcap, FA_ALGO_AUTO, default
@@ -315,8 +322,9 @@ typedef struct fa_kv_opts {
     int num_splits;
     int split_size;
     /* Rotary embedding (NULL = off; needs k_new): fp32 tables cos, sin [rotary_seqlen, rotary_dim / 2] (host memory
-     * on a CPU context, device memory on CUDA). Query row i and new key row i of sequence b are rotated at position
-     * seqlens[b] + i on their first rotary_dim dimensions (even, 2..head_dim): interleaved = 1 rotates pairs
+     * on a CPU context, device memory on CUDA). New key row i of sequence b is rotated at position seqlens[b] + i, and
+     * so is query row i in a causal or windowed call (a window of the capacity or more counts as none); otherwise every
+     * query row at seqlens[b], as flash-attn does (docs/kvcache.md); on their first rotary_dim dimensions (even, 2..head_dim): interleaved = 1 rotates pairs
      * (2j, 2j+1) (GPT-J), 0 rotates (j, j + rotary_dim/2) (GPT-NeoX, half-split), as flash-attn's. The rotated k is
      * what is appended. Positions must be < rotary_seqlen. */
     const float *rotary_cos, *rotary_sin;
@@ -392,7 +400,9 @@ FA_API fa_status fa_kvcache_workspace_size(fa_context *ctx, const fa_attn_opts *
 /* Merge n partial attention states of the same queries over disjoint key sets into the state over their union:
  *   with w_i = exp(lse_i − M), M = max_i lse_i:  out = Σ w_i out_i / Σ w_i,  lse = M + log Σ w_i  (natural log,
  *   as fa_forward's LSE). A state with lse_i = −inf contributes nothing; if every lse_i is −inf, out = 0, lse = −inf.
- *   outs    n tensors [B, S, H, D] of one dtype (any strides), lses[i] fp32 [B, H, S] contiguous; n in 1..32.
+ *   outs    n tensors [B, S, H, D] of one dtype (any strides, any head_dim), lses[i] fp32 [B, H, S] contiguous; n >= 1
+ *           (CUDA: above 32 states, chunks of 32 over an fp32 running state in the context's workspace, grown as the
+ *           KV-cache call's: before a graph capture make one call of the largest shape).
  *   out     [B, S, H, D] of that dtype, written in full; lse NULL or fp32 [B, H, S]. out may be outs[0] exactly
  *           (same data and strides) and lse may be lses[0]; other overlaps are rejected.
  * Use: shared-prefix cascades, ring attention, or any split of the keys across calls. With opts.sinks, the sink must be

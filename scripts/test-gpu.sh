@@ -24,6 +24,7 @@ test -x "$BUILD/tests/gpu/test_gpu_kvcache"
 test -x "$BUILD/tests/gpu/test_gpu_ring"
 test -x "$BUILD/tests/gpu/test_gpu_empty"
 test -x "$BUILD/tests/gpu/test_gpu_sinks"
+test -x "$BUILD/tests/gpu/test_gpu_merge"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
 
 status=0
@@ -38,6 +39,10 @@ echo "== test_gpu_kvcache (KV-cache decoding, docs/kvcache.md)"
 
 echo "== test_gpu_sinks (learnable sinks: docs/numerics.md, Attention sinks)"
 "$BUILD/tests/gpu/test_gpu_sinks" 2>&1 | tee "$LOG_DIR/test_gpu_sinks.log" | grep -E "FAIL|checks|seed" | head -40 || true
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+echo "== test_gpu_merge (fa_merge_states: any number of states, head_dim up to 512)"
+"$BUILD/tests/gpu/test_gpu_merge" 2>&1 | tee "$LOG_DIR/test_gpu_merge.log" | grep -E "FAIL|checks|seed" | head -40 || true
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 echo "== test_gpu_empty (zero extents: docs/api.md, Empty calls)"
@@ -62,7 +67,7 @@ else
 fi
 
 if command -v compute-sanitizer >/dev/null; then
-  for t in test_gpu test_gpu_kvcache test_gpu_empty test_gpu_sinks; do
+  for t in test_gpu test_gpu_kvcache test_gpu_empty test_gpu_sinks test_gpu_merge; do
     for tool in ${SANITIZERS-memcheck racecheck}; do
       echo "== compute-sanitizer --tool $tool: $t (small shapes)"
       if FA_GPU_TEST_SMALL=1 compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/gpu/$t" \

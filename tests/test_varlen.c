@@ -1,7 +1,9 @@
 /* Variable-length packed batches (cu_seqlens): forward and backward of every algorithm against the oracle, with
  * empty query sequences, empty key sequences (every row of that sequence masked: O = 0, LSE = -inf, zero
  * gradients), causal/window masks aligned per sequence, GQA, strided layouts, all dtypes. The oracle's own varlen
- * indexing is checked against per-sequence calls on slices of the packed tensors. */
+ * indexing is checked against per-sequence calls on slices of the packed tensors. seqused_q/k (flash-attn's used
+ * lengths inside the spans): every algorithm against the oracle, padding rows 0 / -inf, zero gradients of padding
+ * keys, and the argument checks. */
 #include "testlib.h"
 
 #include <math.h>
@@ -68,6 +70,44 @@ static void oracle_slices(const t_case *c) {
 
 #define ALL (T_ALL_ALGOS | T_ALGO_BIT(FA_ALGO_AUTO))
 
+/* seqused_q / seqused_k: used lengths of 0, the whole span and in between, with causal and windows (aligned to the
+ * used lengths), every dtype; then the checks, each naming its argument. */
+static void seqused(fa_context *ctx) {
+    int32_t cuq[8], cuk[8];
+    static const int lq[] = {9, 0, 17, 30, 4, 64}, lk[] = {12, 3, 20, 5, 0, 100};
+    static const int32_t uq[] = {9, 0, 3, 0, 2, 40}, uk[] = {5, 3, 20, 0, 0, 77};
+    static const fa_dtype dts[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
+    for (int i = 0; i < 3; i++)
+        for (int m = 0; m < 3; m++) {
+            t_case c = packed(6, lq, lk, cuq, cuk, 4, 2, 32, dts[i]);
+            c.opts.seqused_q = m == 1 ? NULL : uq, c.opts.seqused_k = m == 2 ? NULL : uk;
+            c.opts.causal = i == 1, c.opts.window_left = i == 2 ? 6 : -1;
+            c.lay_q = (t_layout)m, c.lay_kv = (t_layout)((m + 1) % 3), c.lay_o = (t_layout)((m + 2) % 3);
+            t_run_forward(ctx, &c, ALL);
+            t_run_backward(ctx, &c, ALL);
+        }
+    snprintf(t_case_label, sizeof t_case_label, "seqused checks");
+    t_case c = packed(6, lq, lk, cuq, cuk, 4, 2, 32, FA_DTYPE_F32);
+    t_buf q = t_buf_new(c.dt, 1, c.sq, 4, 32, T_BSHD), k = t_buf_new(c.dt, 1, c.sk, 2, 32, T_BSHD);
+    t_buf v = t_buf_new(c.dt, 1, c.sk, 2, 32, T_BSHD), o = t_buf_new(c.dt, 1, c.sq, 4, 32, T_BSHD);
+    t_buf_randn(&q, 1), t_buf_randn(&k, 1), t_buf_randn(&v, 1);
+    int32_t bad[6] = {9, 0, 3, 0, 2, 40};
+    fa_attn_opts op = c.opts;
+    op.seqused_q = bad, bad[2] = 18; /* past the span of 17 */
+    CHECK_STATUS(fa_forward(ctx, &op, &q.t, &k.t, &v.t, &o.t, NULL), FA_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(fa_context_last_error(ctx), "opts.seqused_q[2] = 18");
+    bad[2] = 3, bad[4] = -1;
+    op.seqused_q = NULL, op.seqused_k = bad;
+    CHECK_STATUS(fa_forward(ctx, &op, &q.t, &k.t, &v.t, &o.t, NULL), FA_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(fa_context_last_error(ctx), "opts.seqused_k[4] = -1");
+    CHECK_EQ_INT(t_buf_check_written(&o) == (int64_t)(c.sq * 4 * 32), 1); /* nothing written */
+    fa_attn_opts plain = fa_attn_opts_default();
+    plain.seqused_k = uk;
+    CHECK_STATUS(fa_forward(ctx, &plain, &q.t, &k.t, &v.t, &o.t, NULL), FA_ERR_INVALID_ARGUMENT);
+    CHECK_STR_CONTAINS(fa_context_last_error(ctx), "opts.seqused_k: set without cu_seqlens");
+    t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&o);
+}
+
 int main(void) {
     t_init("test_varlen");
     fa_context *ctx = t_cpu_ctx();
@@ -131,6 +171,7 @@ int main(void) {
         t_run_forward(ctx, &c, ALL);
         t_run_backward(ctx, &c, ALL);
     }
+    seqused(ctx);
     fa_context_destroy(ctx);
     return t_finish();
 }

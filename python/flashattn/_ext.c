@@ -209,31 +209,40 @@ done:
     return rc < 0 ? NULL : PyLong_FromLong((long)st);
 }
 
-/* merge(ctx, outs sequence, lse addresses sequence, out, lse address) -> fa_status */
+/* merge(ctx, outs sequence, lse addresses sequence, out, lse address) -> fa_status. Any number of states (flash-attn's
+ * combine goes to 133 splits): their views on the heap. */
 static PyObject *py_merge(PyObject *self, PyObject *args) {
     (void)self;
-    enum { MAXN = 32 };
     PyObject *outs_obj, *lses_obj, *out_obj;
     unsigned long long ctx, lse;
-    fa_tensor t[MAXN], out;
-    Py_buffer buf[MAXN], out_buf = {0};
-    const float *lses[MAXN];
-    int got = 0, rc = -1;
+    fa_tensor *t = NULL, out;
+    Py_buffer *buf = NULL, out_buf = {0};
+    const float **lses = NULL;
+    Py_ssize_t got = 0;
+    int rc = -1;
     fa_status st = FA_OK;
     if (!PyArg_ParseTuple(args, "KOOOK", &ctx, &outs_obj, &lses_obj, &out_obj, &lse)) return NULL;
     Py_ssize_t n = PySequence_Size(outs_obj);
     if (n < 0) return NULL;
-    if (n < 1 || n > MAXN || PySequence_Size(lses_obj) != n) {
-        fail(FA_ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: %s: expected 1..32 states with one lse each, got %lld",
-             "outs", (long long)n);
+    if (n < 1 || n > INT_MAX || PySequence_Size(lses_obj) != n) {
+        if (!PyErr_Occurred())
+            fail(FA_ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: %s: expected 1 or more states with one lse each, "
+                 "got %lld", "outs", (long long)n);
         return NULL;
+    }
+    t = PyMem_Malloc(sizeof *t * (size_t)n);
+    buf = PyMem_Malloc(sizeof *buf * (size_t)n);
+    lses = PyMem_Malloc(sizeof *lses * (size_t)n);
+    if (!t || !buf || !lses) {
+        PyErr_NoMemory();
+        goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *a = PySequence_GetItem(lses_obj, i);
-        if (!a) return NULL;
+        if (!a) goto done;
         lses[i] = (const float *)PyLong_AsVoidPtr(a);
         Py_DECREF(a);
-        if (PyErr_Occurred()) return NULL;
+        if (PyErr_Occurred()) goto done;
     }
     for (; got < n; got++) {
         PyObject *a = PySequence_GetItem(outs_obj, got);
@@ -251,9 +260,10 @@ static PyObject *py_merge(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     rc = 0;
 done:
-    for (int i = 0; i < got; i++)
+    for (Py_ssize_t i = 0; i < got; i++)
         if (buf[i].obj) PyBuffer_Release(&buf[i]);
     if (out_buf.obj) PyBuffer_Release(&out_buf);
+    PyMem_Free(t), PyMem_Free(buf), PyMem_Free(lses);
     return rc < 0 ? NULL : PyLong_FromLong((long)st);
 }
 

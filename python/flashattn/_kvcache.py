@@ -33,16 +33,13 @@ def unsupported(msg):
     return _capi.UnsupportedError(_capi.ERR_UNSUPPORTED, "FA_ERR_UNSUPPORTED: " + msg)
 
 
-def check_pairs(k, v, rotary_cos, rotary_sin, causal, window_size, seqlen_q):
-    """k/v and the rotary tables come in pairs. flash-attn rotates every query row at cache_seqlens when the call is
-    neither causal nor windowed; the library rotates row i at cache_seqlens + i, so that case is refused."""
+def check_pairs(k, v, rotary_cos, rotary_sin):
+    """k/v and the rotary tables come in pairs. (Query rows rotate where flash-attn's do: the library follows it,
+    docs/kvcache.md "Rotary".)"""
     if (k is None) != (v is None):
         raise invalid("k and v are given together or not at all")
     if (rotary_cos is None) != (rotary_sin is None):
         raise invalid("rotary_cos and rotary_sin are given together or not at all")
-    if rotary_cos is not None and seqlen_q > 1 and not causal and tuple(window_size) == (-1, -1):
-        raise unsupported("rotary with seqlen_q > 1 and neither causal nor a window: flash-attn rotates every query "
-                          "at position cache_seqlens, flashattn rotates query i at cache_seqlens + i")
 
 
 def options(softmax_scale, causal, window_size, softcap):

@@ -20,7 +20,7 @@ def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
             None if k is None else _arg(k, "k"), None if v is None else _arg(v, "v")]
     if q.ndim != 4:
         raise _kvcache.invalid(f"q: expected a 4-d [batch, seqlen_q, heads, head_dim] array, got shape {q.shape}")
-    _kvcache.check_pairs(k, v, rotary_cos, rotary_sin, causal, (window_left, window_right), q.shape[1])
+    _kvcache.check_pairs(k, v, rotary_cos, rotary_sin)
     batch = q.shape[0]
     if block_table is not None:
         table = _index(block_table, "block_table", 2)
@@ -50,7 +50,7 @@ def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
 def merge(outs, lses):
     outs, lses = list(outs), list(lses)
     if not outs or len(outs) != len(lses):
-        raise _kvcache.invalid(f"merge_states: expected as many lse as outs (1..32), got {len(outs)} and {len(lses)}")
+        raise _kvcache.invalid(f"merge_states: expected as many lse as outs (1 or more), got {len(outs)} and {len(lses)}")
     o0 = outs[0]
     if not isinstance(o0, np.ndarray) or o0.ndim != 4:
         raise _kvcache.invalid("outs[0]: expected a 4-d [batch, seqlen, heads, head_dim] array")

@@ -44,7 +44,8 @@ def rotate(x, cos, sin, pos, interleaved):
 
 def reference(q, k_cache, v_cache, k, v, seqlens, batch_idx=None, rotary=None, **opts):
     """out [B, Sq, H, D], lse [B, H, Sq] in float64: sequence b attends to its cache row's first seqlens[b] keys
-    followed by its new rows (rotary: (cos, sin, interleaved) applied to q and the new keys)."""
+    followed by its new rows (rotary: (cos, sin, interleaved) applied to q and the new keys; as flash-attn, q row i at
+    seqlens[b] + i in a causal or windowed call, else every q row at seqlens[b])."""
     outs, lses = [], []
     sq = q.shape[1]
     for b in range(q.shape[0]):
@@ -56,7 +57,9 @@ def reference(q, k_cache, v_cache, k, v, seqlens, batch_idx=None, rotary=None, *
             if rotary is not None:
                 cos, sin, inter = rotary
                 pos = np.arange(n, n + sq)
-                qb, kn = rotate(qb, cos, sin, pos, inter), rotate(kn, cos, sin, pos, inter)
+                local = opts.get("causal") or tuple(opts.get("window", (-1, -1))) != (-1, -1)
+                qb = rotate(qb, cos, sin, pos if local else np.full(sq, n), inter)
+                kn = rotate(kn, cos, sin, pos, inter)
             kb, vb = np.concatenate([kb, kn]), np.concatenate([vb, f64(v[b])])
         o, lse = attention(qb[None], kb[None], vb[None], **opts)
         outs.append(o[0])
@@ -158,10 +161,11 @@ def test_paged_equals_contiguous(page_size, device):
     assert_close(out_h, ref, "float16", "out")
 
 
+@pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("interleaved", [True, False])
 @pytest.mark.parametrize("rotary_dim", [16, 64])
 @pytest.mark.parametrize("device", DEVICES)
-def test_rotary(interleaved, rotary_dim, device):
+def test_rotary(interleaved, rotary_dim, device, causal):
     dtype = half(device)
     q, kc, vc, k, v = make(2, 3, 4, 2, 64, 40, dtype, device=device)
     seqlens = torch.tensor([4, 30], dtype=torch.int32, device=device)
@@ -170,9 +174,9 @@ def test_rotary(interleaved, rotary_dim, device):
     cos, sin = torch.cos(pos * freq).float().to(device), torch.sin(pos * freq).float().to(device)
     kc0 = kc.clone()
     out = flashattn.flash_attn_with_kvcache(q, kc, vc, k, v, rotary_cos=cos, rotary_sin=sin, cache_seqlens=seqlens,
-                                           causal=True, rotary_interleaved=interleaved)
+                                           causal=causal, rotary_interleaved=interleaved)
     rot = (f64(cos), f64(sin), interleaved)
-    ref, _ = reference(q, kc0, vc, k, v, seqlens, rotary=rot, causal=True)
+    ref, _ = reference(q, kc0, vc, k, v, seqlens, rotary=rot, causal=causal)
     assert_close(out, ref, dtype, "out")
     for b in range(2):  # the rotated keys are what is stored
         n = int(seqlens[b])
@@ -267,8 +271,6 @@ def test_errors():
     cos = torch.ones(32, 8)
     with pytest.raises(flashattn.InvalidArgumentError, match="rotary"):
         call(q, kc, vc, k, v, rotary_cos=cos.half(), rotary_sin=cos.half(), cache_seqlens=seqlens, causal=True)
-    with pytest.raises(flashattn.UnsupportedError, match="rotary"):
-        call(q, kc, vc, k, v, rotary_cos=cos, rotary_sin=cos, cache_seqlens=seqlens)
     kc0 = kc.clone()
     with pytest.raises(flashattn.InvalidArgumentError, match="FA_ERR_INVALID_ARGUMENT"):  # 15 + 2 > capacity 16
         call(q, kc, vc, k, v, cache_seqlens=torch.tensor([1, 15], dtype=torch.int32))

@@ -121,6 +121,15 @@ fa_status fa_last_stats(const fa_context *ctx, fa_stats *s) {
 /* ---------------------------------------------------------------------------------------------------------
  * Validation
  * ------------------------------------------------------------------------------------------------------- */
+/* seqused (host): 0 <= used[s] <= the span cu[s + 1] - cu[s] of sequence s. */
+static fa_status check_used(fa_context *ctx, const char *name, const int32_t *used, const int32_t *cu, int64_t n) {
+    for (int64_t s = 0; s < n; s++)
+        if (used[s] < 0 || used[s] > cu[s + 1] - cu[s])
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s[%lld] = %d: must be in 0..%d (the span of sequence %lld "
+                           "in cu_seqlens)", name, (long long)s, used[s], cu[s + 1] - cu[s], (long long)s);
+    return FA_OK;
+}
+
 static fa_status check_varlen(fa_context *ctx, const char *name, const int32_t *cu, int64_t n, int64_t total) {
     if (cu[0] != 0) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s[0] = %d, must be 0", name, cu[0]);
     for (int64_t s = 0; s < n; s++)
@@ -163,6 +172,11 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
                        opts.block_q, opts.block_k);
     memset(p, 0, sizeof *p);
     p->batch = q->batch;
+    if ((opts.seqused_q || opts.seqused_k) && !opts.cu_seqlens_q)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.seqused_%s: set without cu_seqlens (it gives the used rows of "
+                       "a packed batch's sequences)", opts.seqused_q ? "q" : "k");
+    p->used_q = opts.seqused_q;
+    p->used_k = opts.seqused_k;
     if (opts.cu_seqlens_q || opts.cu_seqlens_k) {
         if (!opts.cu_seqlens_q || !opts.cu_seqlens_k)
             return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.cu_seqlens_%s: NULL while cu_seqlens_%s is set",
@@ -193,6 +207,11 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
         } else {
             if ((st = check_varlen(ctx, "opts.cu_seqlens_q", opts.cu_seqlens_q, opts.n_seqs, q->seqlen)) ||
                 (st = check_varlen(ctx, "opts.cu_seqlens_k", opts.cu_seqlens_k, opts.n_seqs, k->seqlen)))
+                return st;
+            if ((opts.seqused_q &&
+                 (st = check_used(ctx, "opts.seqused_q", opts.seqused_q, opts.cu_seqlens_q, opts.n_seqs))) ||
+                (opts.seqused_k &&
+                 (st = check_used(ctx, "opts.seqused_k", opts.seqused_k, opts.cu_seqlens_k, opts.n_seqs))))
                 return st;
             for (int64_t s = 0; s < opts.n_seqs; s++) {
                 int64_t a = opts.cu_seqlens_q[s + 1] - opts.cu_seqlens_q[s],

@@ -40,6 +40,7 @@ typedef struct fa_problem {
     int block_q, block_k;  /* 0 = tuned default */
     int deterministic;
     const int32_t *cu_q, *cu_k; /* arrays of batch + 1 entries, or NULL */
+    const int32_t *used_q, *used_k; /* opts.seqused_q/k: arrays of batch entries (only with cu_q), or NULL */
     int cu_device;         /* cu_q, cu_k are device memory (CUDA): the host never reads them */
     fa_tensor q, k, v, o;  /* o = out */
     float *lse;            /* forward: output (may be NULL); backward: input (never NULL) */
@@ -48,13 +49,16 @@ typedef struct fa_problem {
     float *d_sinks;        /* backward: fp32 [hq] written with d sinks, or NULL */
 } fa_problem;
 
-/* Rows of sequence b; with device arrays, the bound every sequence stays within (what the models count). */
+/* Rows of sequence b (its used rows with seqused_q/k, which the entry layer checked to be within the span); with
+ * device arrays, the bound every sequence stays within (what the models count). */
 static inline int64_t fa_seqlen_q(const fa_problem *p, int64_t b) {
     if (p->cu_device) return p->sq_max;
+    if (p->used_q) return p->used_q[b];
     return p->cu_q ? (int64_t)p->cu_q[b + 1] - p->cu_q[b] : p->q.seqlen;
 }
 static inline int64_t fa_seqlen_k(const fa_problem *p, int64_t b) {
     if (p->cu_device) return p->sk_max;
+    if (p->used_k) return p->used_k[b];
     return p->cu_k ? (int64_t)p->cu_k[b + 1] - p->cu_k[b] : p->k.seqlen;
 }
 /* Element offset of row 0 of (sequence b, head h) in a query-side (is_k = 0) or key-side (is_k = 1) tensor. An

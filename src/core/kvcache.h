@@ -40,6 +40,18 @@ typedef struct fa_kv_problem {
     int check_indices;
 } fa_kv_problem;
 
+/* Whether query row i rotates at its own position seqlens[b] + i (1) or every row at seqlens[b] (0). flash-attn
+ * (mha_fwd_kvcache) rotates q row by row only in a causal or local call — a window of the cache's capacity or more
+ * counts as none, as there — and otherwise every query row at seqlens[b]: the rows see the same keys, so one position
+ * serves them all. Its k rows always rotate at seqlens[b] + i. docs/kvcache.md ("Rotary"). */
+static inline int fa_kv_rotary_q_rows(const fa_kv_problem *p) {
+    return (p->wl >= 0 && p->wl < p->capacity) || (p->wr >= 0 && p->wr < p->capacity);
+}
+/* The rotary position of query row i of a sequence of len keys before the append. */
+static inline int64_t fa_kv_rotary_q_pos(const fa_kv_problem *p, int64_t len, int64_t i) {
+    return fa_kv_rotary_q_rows(p) ? len + i : len;
+}
+
 /* Cache row of sequence b (batch_idx or b). Host arrays only. */
 static inline int64_t fa_kv_row(const fa_kv_problem *p, int64_t b) { return p->batch_idx ? p->batch_idx[b] : b; }
 

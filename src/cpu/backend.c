@@ -173,6 +173,7 @@ fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, 
     if (plan->zero_fill) {
         zero_fill(p);
         if (!p->is_backward && p->sinks) nan_sink_heads(p);
+        if (p->used_q || p->used_k) fa_cpu_zero_unused(p);
         return FA_OK;
     }
     int fix = 0, prepared = 0;
@@ -202,5 +203,6 @@ fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, 
         if (fix) fa_cpu_contract_fix(ctx, p);
     }
     if (!p->is_backward && p->sinks) nan_sink_heads(p);
+    if (p->used_q || p->used_k) fa_cpu_zero_unused(p);
     return FA_OK;
 }

@@ -26,6 +26,9 @@ static inline void fa_cpu_fwd_item(int64_t it, int64_t heads, int64_t tq, int64_
     *bh = it % heads;
 }
 
+/* seqused_q/k: the padding rows of a packed batch's spans written as the header defines them (seqused.c). */
+void fa_cpu_zero_unused(const fa_problem *p);
+
 /* fa_plan.entry: the implementation that runs. */
 typedef enum fa_cpu_entry {
     FA_CPU_STANDARD,      /* tiled, through the micro-kernels */

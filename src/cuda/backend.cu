@@ -126,6 +126,7 @@ static void fa_cuda_prepare(const fa_problem *p, const fa_cuda_ws *w, fa_cuda_pa
     c->tile_counter = w->tile_counter;
     c->dq_turns = w->dq_turns;
     c->cu_q = p->cu_q, c->cu_k = p->cu_k; /* device memory, read by the kernels only (fa_get_seq clamps them) */
+    c->used_q = p->used_q, c->used_k = p->used_k; /* likewise */
 }
 
 static fa_status fa_cuda_err(fa_context *ctx, const char *what, cudaError_t e) {
@@ -166,6 +167,7 @@ static fa_status fa_cuda_run_on(fa_context *ctx, const fa_problem *p, const fa_p
         return fa_cuda_err(ctx, "sinks join", e);
     if (p->is_backward && p->d_sinks && (e = fa_cuda_sinks_grad(p, s->stream)) != cudaSuccess)
         return fa_cuda_err(ctx, "sinks gradient", e);
+    if ((e = fa_cuda_zero_unused(p, s->stream)) != cudaSuccess) return fa_cuda_err(ctx, "seqused padding", e);
     return FA_OK;
 }
 
@@ -176,6 +178,10 @@ extern "C" fa_status fa_cuda_run(fa_context *ctx, const fa_problem *p, const fa_
     FA_CUDA_TRY(ctx, cudaGetDevice(&prev));
     if (prev != s->device) FA_CUDA_TRY(ctx, cudaSetDevice(s->device));
     fa_status rc = plan->zero_fill ? fa_cuda_zero_fill(ctx, p) : fa_cuda_run_on(ctx, p, plan);
+    if (rc == FA_OK && plan->zero_fill) { /* the sinks' LSE of the padding rows back to -inf */
+        const cudaError_t e = fa_cuda_zero_unused(p, fa_cuda_stream_of(ctx));
+        if (e != cudaSuccess) rc = fa_cuda_err(ctx, "seqused padding", e);
+    }
     if (prev != s->device) cudaSetDevice(prev);
     return rc;
 }

@@ -72,6 +72,7 @@ typedef struct fa_scan_args {
     fa_scan_tensor t[FA_NSLOT];
     int nt, chunks, item_heads, dtype, d, sq, sk, total_q, total_k;
     const int *cu_q, *cu_k;
+    const int *used_q, *used_k; /* seqused: scan the used rows only, as the kernels read them */
     unsigned *scan;
 } fa_scan_args;
 
@@ -93,6 +94,8 @@ __global__ void __launch_bounds__(256) fa_contract_scan_kernel(const fa_scan_arg
     int64_t row0 = 0;
     int rows = t.is_k ? a.sk : a.sq;
     if (cu) fa_packed_rows(cu, b, t.is_k ? a.total_k : a.total_q, rows, &row0, &rows);
+    const int *used = t.is_k ? a.used_k : a.used_q;
+    if (cu && used) rows = min(rows, max(used[b], 0));
     const int r0 = chunk * FA_SCAN_ROWS;
     if (r0 >= rows) return;
     const int nr = min(FA_SCAN_ROWS, rows - r0), es = a.dtype == 0 ? 4 : 2;
@@ -190,6 +193,7 @@ cudaError_t fa_contract_scan(const fa_cuda_params *c, const fa_problem *p, const
     }
     a.item_heads = (int)(bwd ? p->hk : p->hq), a.dtype = (int)p->dtype, a.d = (int)p->d;
     a.sq = c->sq, a.sk = c->sk, a.cu_q = c->cu_q, a.cu_k = c->cu_k, a.scan = w->scan;
+    a.used_q = c->used_q, a.used_k = c->used_k;
     a.total_q = c->total_q, a.total_k = c->total_k;
     a.chunks = (max(c->sq, c->sk) + FA_SCAN_ROWS - 1) / FA_SCAN_ROWS;
     if (a.chunks > 0) {

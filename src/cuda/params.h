@@ -40,6 +40,7 @@ typedef struct fa_cuda_params {
                                                      * that turn the stored values back into real ones; NULL today */
     int *dq_turns;          /* FLASH3 deterministic backward: [batch][hq][query blocks] counters, or NULL */
     const float *sinks;     /* opts.sinks [hq], or NULL: the contract's float64 recompute joins them (sinks.h) */
+    const int *used_q, *used_k; /* opts.seqused_q/k (device, with cu_q), or NULL: read through fa_get_seq, clamped */
 } fa_cuda_params;
 
 #ifdef __cplusplus

@@ -9,5 +9,8 @@
 
 /* The outputs of a zero_fill plan (fa_problem_empty) on the context's stream (zero_fill.cu). */
 fa_status fa_cuda_zero_fill(fa_context *ctx, const fa_problem *p);
+/* seqused_q/k: the padding rows of a packed batch's spans written as the header defines them, after the call's
+ * kernels (seqused.cu); nothing without seqused. */
+cudaError_t fa_cuda_zero_unused(const fa_problem *p, cudaStream_t st);
 
 #endif

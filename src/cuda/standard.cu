@@ -172,22 +172,27 @@ static void fa_std_rows(const int *cu, int b, int total, int bound, int64_t *row
     *n = hi - lo < bound ? hi - lo : bound;
 }
 
-/* Sequence b's offsets. */
-static void fa_std_seq(const fa_cuda_params *p, const int *cu_q, const int *cu_k, int b, int *sq, int *sk, int64_t *qr,
-                       int64_t *kr, int64_t *lse0, int64_t *lse_hs) {
-    if (cu_q) {
-        fa_std_rows(cu_q, b, p->total_q, p->sq, qr, sq);
-        fa_std_rows(cu_k, b, p->total_k, p->sk, kr, sk);
+/* The HOST copies of a packed batch's arrays: cu_seqlens, and seqused (NULL when not given). */
+typedef struct fa_std_cu { const int *q, *k, *used_q, *used_k; } fa_std_cu;
+
+/* Sequence b's offsets; with seqused its first used rows, clamped into the span (seqused.cu writes the rest). */
+static void fa_std_seq(const fa_cuda_params *p, const fa_std_cu *cu, int b, int *sq, int *sk, int64_t *qr, int64_t *kr,
+                       int64_t *lse0, int64_t *lse_hs) {
+    if (cu->q) {
+        fa_std_rows(cu->q, b, p->total_q, p->sq, qr, sq);
+        fa_std_rows(cu->k, b, p->total_k, p->sk, kr, sk);
+        if (cu->used_q && cu->used_q[b] < *sq) *sq = cu->used_q[b] < 0 ? 0 : cu->used_q[b];
+        if (cu->used_k && cu->used_k[b] < *sk) *sk = cu->used_k[b] < 0 ? 0 : cu->used_k[b];
         *lse0 = *qr, *lse_hs = p->total_q;
     } else {
         *qr = 0, *kr = 0, *sq = p->sq, *sk = p->sk;
         *lse0 = (int64_t)b * p->hq * p->sq, *lse_hs = p->sq;
     }
 }
-#define FA_OFF(P, X, b, row) ((cu_q ? (row) * (P)->X##_ss : (int64_t)(b) * (P)->X##_sb))
+#define FA_OFF(P, X, b, row) ((cu->q ? (row) * (P)->X##_ss : (int64_t)(b) * (P)->X##_sb))
 
-/* cu_q / cu_k: the HOST cu_seqlens (or NULL); ws: ws_bytes >= fa_standard_ws_bytes. */
-static fa_cuda_result fa_standard_forward(const fa_cuda_params *p, int dtype, const int *cu_q, const int *cu_k,
+/* cu: the HOST arrays (cu->q NULL without varlen); ws: ws_bytes >= fa_standard_ws_bytes. */
+static fa_cuda_result fa_standard_forward(const fa_cuda_params *p, int dtype, const fa_std_cu *cu,
                                          cublasHandle_t hd, cudaStream_t st, void *ws, size_t ws_bytes) {
     const cudaDataType t = fa_cu_type(dtype);
     const size_t es = fa_esize(dtype);
@@ -195,7 +200,7 @@ static fa_cuda_result fa_standard_forward(const fa_cuda_params *p, int dtype, co
     for (int b = 0; b < p->batch; ++b) {
         int sq, sk;
         int64_t qr, kr, lse0, lse_hs;
-        fa_std_seq(p, cu_q, cu_k, b, &sq, &sk, &qr, &kr, &lse0, &lse_hs);
+        fa_std_seq(p, cu, b, &sq, &sk, &qr, &kr, &lse0, &lse_hs);
         if (sq == 0) continue;
         const char *q = (const char *)p->q + FA_OFF(p, q, b, qr) * es;
         const char *k = (const char *)p->k + FA_OFF(p, k, b, kr) * es;
@@ -235,7 +240,7 @@ static fa_cuda_result fa_standard_forward(const fa_cuda_params *p, int dtype, co
     return r;
 }
 
-static fa_cuda_result fa_standard_backward(const fa_cuda_params *p, int dtype, const int *cu_q, const int *cu_k,
+static fa_cuda_result fa_standard_backward(const fa_cuda_params *p, int dtype, const fa_std_cu *cu,
                                           cublasHandle_t hd, cudaStream_t st, void *ws, size_t ws_bytes) {
     const cudaDataType t = fa_cu_type(dtype);
     const size_t es = fa_esize(dtype);
@@ -245,7 +250,7 @@ static fa_cuda_result fa_standard_backward(const fa_cuda_params *p, int dtype, c
     for (int b = 0; b < p->batch; ++b) {
         int sq, sk;
         int64_t qr, kr, lse0, lse_hs;
-        fa_std_seq(p, cu_q, cu_k, b, &sq, &sk, &qr, &kr, &lse0, &lse_hs);
+        fa_std_seq(p, cu, b, &sq, &sk, &qr, &kr, &lse0, &lse_hs);
         const char *q = (const char *)p->q + FA_OFF(p, q, b, qr) * es;
         const char *k = (const char *)p->k + FA_OFF(p, k, b, kr) * es;
         const char *v = (const char *)p->v + FA_OFF(p, v, b, kr) * es;
@@ -366,34 +371,39 @@ static void fa_std_traffic(const fa_problem *p, fa_plan *plan) {
     }
 }
 
-/* The sequences' offsets are walked on the host: a packed batch's device cu_seqlens are copied back first (the one
+/* The sequences' offsets are walked on the host: a packed batch's device cu_seqlens (and seqused) are copied back first (the one
  * synchronising path of a CUDA varlen call, header: fa_attn_opts.max_seqlen_q). */
 static fa_cuda_result fa_std_run(const fa_cuda_launch *l) {
     const fa_problem *p = l->p;
     const int dtype = (int)p->dtype;
     fa_cuda_result r = {cudaSuccess, CUBLAS_STATUS_SUCCESS};
-    int *cu = NULL;
-    if (p->cu_q) {
+    int *host = NULL;
+    fa_std_cu cu = {NULL, NULL, NULL, NULL};
+    if (p->cu_q) { /* cu_seqlens_q/k of n + 1 entries, then seqused_q/k of n where given */
         const size_t n = (size_t)p->batch + 1;
-        if (!(cu = (int *)malloc(2 * n * sizeof(int)))) {
+        const int *src[4] = {p->cu_q, p->cu_k, p->used_q, p->used_k};
+        const size_t len[4] = {n, n, n - 1, n - 1};
+        if (!(host = (int *)malloc(4 * n * sizeof(int)))) {
             r.cuda = cudaErrorMemoryAllocation;
             return r;
         }
-        r.cuda = cudaMemcpyAsync(cu, p->cu_q, n * sizeof(int), cudaMemcpyDeviceToHost, l->stream);
-        if (r.cuda == cudaSuccess)
-            r.cuda = cudaMemcpyAsync(cu + n, p->cu_k, n * sizeof(int), cudaMemcpyDeviceToHost, l->stream);
+        const int **dst[4] = {&cu.q, &cu.k, &cu.used_q, &cu.used_k};
+        for (int i = 0; i < 4 && r.cuda == cudaSuccess; i++) {
+            if (!src[i] || !len[i]) continue;
+            r.cuda = cudaMemcpyAsync(host + i * n, src[i], len[i] * sizeof(int), cudaMemcpyDeviceToHost, l->stream);
+            *dst[i] = host + i * n;
+        }
         if (r.cuda == cudaSuccess) r.cuda = cudaStreamSynchronize(l->stream);
         if (r.cuda != cudaSuccess) {
-            free(cu);
+            free(host);
             return r;
         }
     }
-    const int *cq = cu, *ck = cu ? cu + p->batch + 1 : NULL;
-    r = p->is_backward ? fa_standard_backward(l->c, dtype, cq, ck, l->blas, l->stream, l->w->standard,
+    r = p->is_backward ? fa_standard_backward(l->c, dtype, &cu, l->blas, l->stream, l->w->standard,
                                               l->w->standard_bytes)
-                       : fa_standard_forward(l->c, dtype, cq, ck, l->blas, l->stream, l->w->standard,
+                       : fa_standard_forward(l->c, dtype, &cu, l->blas, l->stream, l->w->standard,
                                              l->w->standard_bytes);
-    free(cu);
+    free(host);
     return r;
 }
 

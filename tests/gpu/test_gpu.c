@@ -53,15 +53,23 @@ static void d_up(dbuf *d) { cuda_ok(cudaMemcpy(d->mem, d->h->mem, d->h->mem_byte
 static void d_down(dbuf *d) { cuda_ok(cudaMemcpy(d->h->mem, d->mem, d->h->mem_bytes, cudaMemcpyDeviceToHost), "down"); }
 static void d_free(dbuf *d) { cudaFree(d->mem); }
 
-/* A packed batch's cu_seqlens moved to the device, as a CUDA context reads them, with the longest lengths as the
- * bounds (fa_attn_opts.max_seqlen_q/k); returns the allocation to free (NULL without varlen). */
+/* A packed batch's cu_seqlens (and seqused) moved to the device, as a CUDA context reads them, with the longest
+ * lengths as the bounds (fa_attn_opts.max_seqlen_q/k); returns the allocation to free (NULL without varlen). */
 static int32_t *dev_varlen(fa_attn_opts *o) {
     if (!o->cu_seqlens_q) return NULL;
     const int64_t n = o->n_seqs + 1;
     int32_t *d = NULL;
-    cuda_ok(cudaMalloc((void **)&d, 2 * (size_t)n * sizeof(int32_t)), "cudaMalloc cu_seqlens");
+    cuda_ok(cudaMalloc((void **)&d, 4 * (size_t)n * sizeof(int32_t)), "cudaMalloc cu_seqlens");
     cuda_ok(cudaMemcpy(d, o->cu_seqlens_q, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice), "cu_seqlens_q up");
     cuda_ok(cudaMemcpy(d + n, o->cu_seqlens_k, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice), "cu_seqlens_k up");
+    if (o->seqused_q) {
+        cuda_ok(cudaMemcpy(d + 2 * n, o->seqused_q, (size_t)(n - 1) * sizeof(int32_t), cudaMemcpyHostToDevice), "seqused_q");
+        o->seqused_q = d + 2 * n;
+    }
+    if (o->seqused_k) {
+        cuda_ok(cudaMemcpy(d + 3 * n, o->seqused_k, (size_t)(n - 1) * sizeof(int32_t), cudaMemcpyHostToDevice), "seqused_k");
+        o->seqused_k = d + 3 * n;
+    }
     for (int64_t s = 0; s < o->n_seqs; ++s) {
         const int64_t a = o->cu_seqlens_q[s + 1] - o->cu_seqlens_q[s], b = o->cu_seqlens_k[s + 1] - o->cu_seqlens_k[s];
         if (a > o->max_seqlen_q) o->max_seqlen_q = a;
@@ -568,6 +576,22 @@ int main(void) {
                 static const int vd[4] = {64, 128, 32, 96};
                 t_case c = varlen_case(4, lq, lk, 4, 2, vd[di], dts[di & 1], cq, ck);
                 c.opts.causal = causal;
+                run_case(ctx, &c, 0);
+                run_case(ctx, &c, 1);
+            }
+    }
+    /* seqused_q/k (used lengths inside the spans, 0 and whole spans too): FLASH1, FLASH2 and STANDARD against the
+     * oracle, the padding rows 0 / -inf and zero gradients of padding keys (every output is poisoned first) */
+    {
+        int32_t cq[5], ck[5];
+        static const int lq[4] = {17, 0, 130, 64}, lk[4] = {33, 5, 64, 200};
+        static const int32_t uq[4] = {9, 0, 130, 1}, uk[4] = {33, 0, 20, 150};
+        for (int di = 0; di < 4; ++di)
+            for (int m = 0; m < 3; ++m) {
+                static const int vd[4] = {64, 128, 32, 96};
+                t_case c = varlen_case(4, lq, lk, 4, 2, vd[di], dts[di & 1], cq, ck);
+                c.opts.causal = m == 1, c.opts.window_left = m == 2 ? 16 : -1;
+                c.opts.seqused_q = m == 2 ? NULL : uq, c.opts.seqused_k = uk;
                 run_case(ctx, &c, 0);
                 run_case(ctx, &c, 1);
             }

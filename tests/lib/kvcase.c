@@ -167,6 +167,15 @@ static void rotate(const t_kv_case *c, double *x, int64_t pos) {
     }
 }
 
+/* flash-attn's rotary position of query row i: its own (len + i) in a causal or local call, where a window of the
+ * cache's capacity or more is none, as in mha_fwd_kvcache; else every row at len. */
+static int64_t q_pos(const t_kv_case *c, int64_t len, int64_t i) {
+    const fa_attn_opts *o = &c->s.opts;
+    const int64_t cap = c->s.page_size ? c->max_pages * c->s.page_size : c->s.capacity; /* the cache's, as the call sees it */
+    const int local = (o->window_left >= 0 && o->window_left < cap) || (o->window_right >= 0 && o->window_right < cap);
+    return o->causal || local ? len + i : len;
+}
+
 /* The cache after the call, compared with the one before: the appended rows hold k_new (rotated: within one unit
  * of the dtype's last place of the float64 rotation) and v_new; every other byte is unchanged. */
 static int check_cache(const t_kv_case *c, const void *k_after, const void *v_after) {
@@ -234,7 +243,7 @@ int t_kv_verify(const t_kv_case *c, const t_buf *out, const float *lse, const vo
             for (int64_t i = 0; i < S; i++)
                 for (int64_t h = 0; h < Hq; h++) {
                     for (int64_t e = 0; e < D; e++) x[e] = t_get(&c->q.t, b, i, h, e);
-                    if (s->rotary) rotate(c, x, c->seqlens[b] + i);
+                    if (s->rotary) rotate(c, x, q_pos(c, c->seqlens[b], i));
                     for (int64_t e = 0; e < D; e++) t_set(&q32.t, 0, i, h, e, x[e]);
                 }
             for (int64_t t = 0; t < L; t++)

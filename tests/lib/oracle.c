@@ -57,6 +57,9 @@ static ref_seq sequence(const fa_attn_opts *o, const fa_tensor *q, const fa_tens
     if (o->cu_seqlens_q) {
         r = (ref_seq){o->cu_seqlens_q[s], o->cu_seqlens_k[s], o->cu_seqlens_q[s + 1] - o->cu_seqlens_q[s],
                       o->cu_seqlens_k[s + 1] - o->cu_seqlens_k[s], 0};
+        /* seqused: the sequence is its first used rows; the rest of its span is padding (the callers skip it) */
+        if (o->seqused_q) r.sq = o->seqused_q[s];
+        if (o->seqused_k) r.sk = o->seqused_k[s];
     } else {
         r = (ref_seq){0, 0, q->seqlen, k->seqlen, s};
     }
@@ -184,6 +187,11 @@ fa_status t_oracle_forward(const fa_attn_opts *opts, const fa_tensor *q, const f
             const int64_t b = n / (H * Sq), h = n / Sq % H, row = n % Sq, hk = h / group;
             const ref_seq r = owner(&o, q, k, o.cu_seqlens_q, b, row);
             const int64_t i = row - r.q0;
+            if (i >= r.sq) { /* a padding row past seqused_q: O = 0, LSE = -inf */
+                memset(out + ((r.b * Sq + row) * H + h) * d, 0, sizeof(double) * (size_t)d);
+                if (lse) lse[(r.b * H + h) * Sq + row] = -INFINITY;
+                continue;
+            }
             int64_t lo, hi;
             double m = row_scores(&o, &r, i, drow(&Q, r.b, h, row), dcol(&K, r.b, hk) + r.k0, Sk, d, scale, S, &lo,
                                   &hi);
@@ -257,6 +265,10 @@ fa_status t_oracle_backward_sinks(const fa_attn_opts *opts, const fa_tensor *q, 
             const int64_t i = row - r.q0;
             double *dqi = dq + ((r.b * Sq + row) * H + h) * d, *st = ml + 4 * ((r.b * H + h) * Sq + row);
             memset(dqi, 0, sizeof(double) * (size_t)d);
+            if (i >= r.sq) { /* a padding row past seqused_q: dq = 0, and no term in dk, dv or d sinks */
+                st[0] = -INFINITY, st[3] = 0;
+                continue;
+            }
             int64_t lo, hi;
             double m = row_scores(&o, &r, i, drow(&Q, r.b, h, row), dcol(&K, r.b, hk) + r.k0, Sk, d, scale, S,
                                   &lo, &hi);
@@ -296,6 +308,10 @@ fa_status t_oracle_backward_sinks(const fa_attn_opts *opts, const fa_tensor *q, 
             double *dkj = dk + ((r.b * Sk + row) * Hk + hk) * d, *dvj = dv + ((r.b * Sk + row) * Hk + hk) * d;
             memset(dkj, 0, sizeof(double) * (size_t)d);
             memset(dvj, 0, sizeof(double) * (size_t)d);
+            if (j >= r.sk) { /* a padding key past seqused_k: dk = dv = 0 */
+                if (dv_mag) memset(dv_mag + ((r.b * Sk + row) * Hk + hk) * d, 0, sizeof(double) * (size_t)d);
+                continue;
+            }
             int64_t lo = 0, hi = r.sq;
             while (lo < hi && !visible(&o, &r, lo, j)) lo++;
             while (hi > lo && !visible(&o, &r, hi - 1, j)) hi--;

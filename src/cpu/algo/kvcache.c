@@ -201,7 +201,7 @@ static double exact_row(const fa_kv_problem *p, int64_t b, int64_t i, int64_t hq
     }
     if (p->rot_cos) {
         const int half = p->rot_dim / 2;
-        const int64_t pos = p->seqlens[b] + i;
+        const int64_t pos = fa_kv_rotary_q_pos(p, p->seqlens[b], i);
         const float *cs = p->rot_cos + pos * half, *sn = p->rot_sin + pos * half;
         for (int j = 0; j < half; j++) {
             const int i0 = p->rot_interleaved ? 2 * j : j, i1 = p->rot_interleaved ? 2 * j + 1 : j + half;
@@ -266,7 +266,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
                     x[c] = fa_load_elem(p->q.data, (int)p->dtype, qo + c);
                     bad += x[c] * 0.0f;
                 }
-                if (p->rot_cos) rotate(p, x, p->seqlens[b] + i);
+                if (p->rot_cos) rotate(p, x, fa_kv_rotary_q_pos(p, p->seqlens[b], i));
                 for (int64_t c = 0; c < d; c++) q[fa_kv_lane(kern, p->dtype, d, c)] = x[c] * qmul;
                 for (int64_t c = d; c < dp; c++) q[c] = 0;
                 if (t->qb) { /* the raw bf16 q (exact; qmul applied to the sums), or with rotary qmul·q as hi + lo */
@@ -435,29 +435,37 @@ fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *
 fa_status fa_cpu_merge(fa_context *ctx, const fa_merge_problem *m) {
     const fa_tensor *o = &m->o;
     const int64_t rows = o->batch * o->heads * o->seqlen, d = o->head_dim;
-#pragma omp parallel for schedule(static) num_threads(ctx->threads)
-    for (int64_t r = 0; r < rows; r++) {
-        const int64_t b = r / (o->heads * o->seqlen), h = r / o->seqlen % o->heads, i = r % o->seqlen;
-        float lses[32];
-        double wt[32], M, inv;
-        for (int k = 0; k < m->n; k++) lses[k] = m->lses[k][r];
-        const double lse = merge_lse(lses, 1, m->n, &M, &inv);
-        for (int k = 0; k < m->n; k++) wt[k] = merge_weight(lses[k], M, inv);
-        float acc[256];
-        for (int64_t c = 0; c < d; c++) {
-            double x = 0;
-            for (int k = 0; k < m->n; k++) {
-                const fa_tensor *t = &m->outs[k];
-                if (wt[k] != 0 || isnan(wt[k]))
-                    x += wt[k] * fa_load_elem(t->data, (int)t->dtype,
-                                              b * t->stride_batch + i * t->stride_seq + h * t->stride_head + c);
+    const int threads = ctx->threads < 1 ? 1 : ctx->threads;
+    /* per thread: the weights (double) and LSEs (float) of the n states of its row; any n, so not on the stack */
+    const size_t per = ((size_t)m->n * (sizeof(double) + sizeof(float)) + 7) / 8 * 8;
+    char *ws = rows ? fa_workspace(ctx, (size_t)threads * per) : NULL;
+    if (rows && !ws) return FA_ERR_OUT_OF_MEMORY;
+#pragma omp parallel num_threads(threads)
+    {
+        double *wt = (double *)(void *)(ws + (size_t)fa_thread_id() * per);
+        float *lsef = (float *)(void *)(wt + m->n);
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t b = r / (o->heads * o->seqlen), h = r / o->seqlen % o->heads, i = r % o->seqlen;
+            double M, inv;
+            for (int k = 0; k < m->n; k++) lsef[k] = m->lses[k][r];
+            const double lse = merge_lse(lsef, 1, m->n, &M, &inv);
+            for (int k = 0; k < m->n; k++) wt[k] = merge_weight(lsef[k], M, inv);
+            /* column c of out reads column c of every state before it is written, and out may only be outs[0]
+             * exactly (same strides): so a column at a time needs no row buffer, at any head_dim */
+            const int64_t oo = b * o->stride_batch + i * o->stride_seq + h * o->stride_head;
+            for (int64_t c = 0; c < d; c++) {
+                double x = 0;
+                for (int k = 0; k < m->n; k++) {
+                    const fa_tensor *t = &m->outs[k];
+                    if (wt[k] != 0 || isnan(wt[k]))
+                        x += wt[k] * fa_load_elem(t->data, (int)t->dtype,
+                                                  b * t->stride_batch + i * t->stride_seq + h * t->stride_head + c);
+                }
+                fa_store_elem(o->data, (int)o->dtype, oo + c, (float)x);
             }
-            acc[c] = (float)x;
+            if (m->lse) m->lse[r] = (float)lse;
         }
-        /* all inputs of the row are read before it is written: out may be outs[0] */
-        const int64_t oo = b * o->stride_batch + i * o->stride_seq + h * o->stride_head;
-        for (int64_t c = 0; c < d; c++) fa_store_elem(o->data, (int)o->dtype, oo + c, acc[c]);
-        if (m->lse) m->lse[r] = (float)lse;
     }
     return FA_OK;
 }

@@ -49,11 +49,14 @@ __global__ void __launch_bounds__(FA_KV_THREADS) first_kernel(const fa_kv_params
     const int64_t t = (int64_t)(len < 0 ? 0 : len) + i; /* 64 bits: a bad length near 2^31 plus i */
     const int row = fa_kv_cache_row(p, b);
     const int rot = p.rcos != nullptr && t < p.rot_seqlen;
+    /* q's position: its row's own, or the sequence's length for every row (fa_kv_rotary_q_rows) */
+    const int64_t tq = p.rot_q_rows ? t : t - i;
+    const int rot_q = p.rcos != nullptr && tq < p.rot_seqlen;
     if (p.qrot) { /* rotated q, fp32, for the attention kernel */
         for (int e = threadIdx.x; e < p.hq * p.d; e += blockDim.x) {
             const int h = e / p.d, c = e % p.d;
             const T *x = (const T *)p.q + b * p.q_sb + i * p.q_ss + h * p.q_sh;
-            p.qrot[(((int64_t)b * p.sq + i) * p.hq + h) * p.d + c] = rot ? rotated(p, x, c, (int)t) : fa_to_f32(x[c]);
+            p.qrot[(((int64_t)b * p.sq + i) * p.hq + h) * p.d + c] = rot_q ? rotated(p, x, c, (int)tq) : fa_to_f32(x[c]);
         }
     }
     if (len < 0 || len > p.capacity - p.sq) return; /* the length is out of range (capacity 0: no rows or pages) */

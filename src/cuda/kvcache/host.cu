@@ -235,6 +235,7 @@ static void params_of(const fa_kv_problem *p, const fa_plan *plan, const kv_ws *
     c->kn_vec = p->append && !p->rot_cos && aligned16(&p->kn) && aligned16(&p->vn);
     c->rcos = p->rot_cos, c->rsin = p->rot_sin, c->rot_dim = p->rot_dim, c->rot_interleaved = p->rot_interleaved;
     c->rot_seqlen = (int)(p->rot_seqlen < INT32_MAX ? p->rot_seqlen : INT32_MAX);
+    c->rot_q_rows = fa_kv_rotary_q_rows(p);
     c->scale = p->scale, c->softcap = p->softcap;
     c->qmul = p->softcap > 0 ? p->scale / p->softcap : p->scale * 1.4426950408889634f;
     c->softcap_mul = p->softcap > 0 ? p->softcap * 1.4426950408889634f : 0.f;
@@ -351,24 +352,39 @@ extern "C" fa_status fa_cuda_merge(fa_context *ctx, const fa_merge_problem *m) {
     fa_merge_params c;
     memset(&c, 0, sizeof c);
     const fa_tensor *o = &m->o;
-    c.n = m->n, c.heads = (int)o->heads, c.seqlen = (int)o->seqlen, c.d = (int)o->head_dim;
-    c.rows = (int)(o->batch * o->heads * o->seqlen);
-    for (int i = 0; i < m->n; i++) {
-        c.in[i] = m->outs[i].data;
-        c.in_sb[i] = m->outs[i].stride_batch, c.in_ss[i] = m->outs[i].stride_seq, c.in_sh[i] = m->outs[i].stride_head;
-        c.lse_in[i] = m->lses[i];
-    }
-    c.out = o->data, c.o_sb = o->stride_batch, c.o_ss = o->stride_seq, c.o_sh = o->stride_head;
-    c.lse = m->lse;
     if (o->batch == 0 || o->seqlen == 0) return FA_OK; /* nothing to merge (a grid of 0 CTAs fails) */
     if (o->batch * o->heads * o->seqlen > INT32_MAX)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "out: %lld rows are above 2^31-1 for the CUDA merge",
                        (long long)(o->batch * o->heads * o->seqlen));
+    if (o->head_dim > INT32_MAX)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "out: head_dim %lld is above 2^31-1 for the CUDA merge",
+                       (long long)o->head_dim);
+    c.heads = (int)o->heads, c.seqlen = (int)o->seqlen, c.d = (int)o->head_dim;
+    c.rows = (int)(o->batch * o->heads * o->seqlen);
+    c.out = o->data, c.o_sb = o->stride_batch, c.o_ss = o->stride_seq, c.o_sh = o->stride_head;
+    c.lse = m->lse;
     int prev = 0;
     if (cudaGetDevice(&prev) != cudaSuccess) return fa_fail(ctx, FA_ERR_DEVICE, "cudaGetDevice failed");
     if (prev != ctx->device && cudaSetDevice(ctx->device) != cudaSuccess)
         return fa_fail(ctx, FA_ERR_DEVICE, "cudaSetDevice(%d) failed", ctx->device);
-    const cudaError_t e = fa_merge_states_launch(&c, (int)o->dtype, fa_cuda_stream_of(ctx));
+    fa_status rc = FA_OK;
+    if (m->n > FA_MERGE_MAX) { /* the running state of the chunks: fp32 [rows, d] and [rows, 2] */
+        void *ws = NULL;
+        const size_t run_o = (size_t)c.rows * (size_t)c.d * sizeof(float);
+        if ((rc = fa_cuda_workspace_of(ctx, run_o + (size_t)c.rows * 2 * sizeof(float), &ws)) == FA_OK)
+            c.run_o = (float *)ws, c.run_ml = (float *)((char *)ws + run_o);
+    }
+    for (int s0 = 0; rc == FA_OK && s0 < m->n; s0 += FA_MERGE_MAX) {
+        c.n = m->n - s0 < FA_MERGE_MAX ? m->n - s0 : FA_MERGE_MAX;
+        c.first = s0 == 0, c.last = s0 + c.n == m->n;
+        for (int j = 0; j < c.n; j++) {
+            const fa_tensor *t = &m->outs[s0 + j];
+            c.in[j] = t->data, c.in_sb[j] = t->stride_batch, c.in_ss[j] = t->stride_seq, c.in_sh[j] = t->stride_head;
+            c.lse_in[j] = m->lses[s0 + j];
+        }
+        const cudaError_t e = fa_merge_states_launch(&c, (int)o->dtype, fa_cuda_stream_of(ctx));
+        if (e != cudaSuccess) rc = cuda_err(ctx, "merge states launch", e);
+    }
     if (prev != ctx->device) cudaSetDevice(prev);
-    return e == cudaSuccess ? FA_OK : cuda_err(ctx, "merge states launch", e);
+    return rc;
 }

@@ -14,7 +14,7 @@
 #define FA_KV_THREADS 128 /* threads per CTA of the first kernel and the merge (the attention kernel's: its row) */
 #define FA_KV_ROWS 16     /* query rows per CTA of the attention kernel (the M of its m16n8k16 products) */
 #define FA_KV_KEYS 16     /* keys per tile of the attention kernel */
-#define FA_MERGE_MAX 32
+#define FA_MERGE_MAX 32 /* states per launch of fa_merge_states (the parameter block holds their pointers) */
 #define FA_KV_MAX_SPLITS 128 /* the last CTA's merge keeps R x splits weights in shared memory */
 #define FA_KV_CLUSTER_MAX 16 /* splits that merge in a cluster: the largest (non-portable) cluster */
 
@@ -64,6 +64,7 @@ typedef struct fa_kv_params {
     int kn_vec;              /* no rotary and 16-byte aligned new rows: the append copies 16 bytes a thread */
     const float *rcos, *rsin;
     int rot_dim, rot_interleaved, rot_seqlen;
+    int rot_q_rows;          /* 1: q row i rotates at len + i; 0: every q row at len (fa_kv_rotary_q_rows) */
     float qmul;              /* q is multiplied by this: scale·log2 e, or scale / softcap */
     float scale, softcap;    /* as given (the float64 recompute of the numerics contract) */
     float softcap_mul;       /* 0 = off; else s = softcap_mul · tanh(q·k) */
@@ -171,9 +172,14 @@ cudaError_t fa_kv_attend_launch(const fa_kv_params *p, int inst, int dtype, cuda
  * (or inst is not p's row). */
 int fa_kv_active_clusters(const fa_kv_params *p, int inst, int dtype);
 
+/* One launch merges n <= FA_MERGE_MAX states. More states run as chunks of them in order over an fp32 running state
+ * (run_o [rows, d]: Σ e^(lse − M) · out, unnormalised; run_ml [rows, 2]: M and Σ e^(lse − M), M NaN once a NaN LSE
+ * was met): the first chunk starts it, the last writes out and lse. first = last = 1: one launch, no running state. */
 typedef struct fa_merge_params {
     int n, heads, seqlen, d;
     int rows;                             /* batch · heads · seqlen */
+    int first, last;
+    float *run_o, *run_ml;                /* workspace, NULL when first = last = 1 */
     const void *in[FA_MERGE_MAX];
     int64_t in_sb[FA_MERGE_MAX], in_ss[FA_MERGE_MAX], in_sh[FA_MERGE_MAX];
     const float *lse_in[FA_MERGE_MAX];

@@ -33,6 +33,9 @@ FA_DEV fa_seq fa_get_seq(const fa_cuda_params &p, int b, int h) {
     if (p.cu_q) {
         fa_packed_rows(p.cu_q, b, p.total_q, p.sq, &s.qrow, &s.sq);
         fa_packed_rows(p.cu_k, b, p.total_k, p.sk, &s.krow, &s.sk);
+        /* seqused: the sequence's first used rows, clamped into the span (seqused.cu writes the rest) */
+        if (p.used_q) s.sq = min(s.sq, max(p.used_q[b], 0));
+        if (p.used_k) s.sk = min(s.sk, max(p.used_k[b], 0));
         s.stat0 = (int64_t)h * p.total_q + s.qrow;
     } else {
         s.qrow = 0;

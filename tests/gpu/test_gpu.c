@@ -14,7 +14,7 @@
  *   - out, lse, dq, dk, dv within the rule of tests/lib/tolerance.h: max|x − ref| ≤ 2·max|standard − ref| + atol
  *     (STANDARD = our cuBLAS path in the same dtype);
  *   - FLASH2 and FLASH3 deterministic backward: dq, dk, dv bitwise identical over two runs, the second in another
- *     context (its own workspace).
+ *     context (its own workspace); FLASH3's with more key blocks than resident CTAs finishes (det_liveness).
  * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer).
  * Each case's line ends with the seconds its oracle and its device calls took. */
 #include <math.h>
@@ -345,6 +345,55 @@ static t_case varlen_case(int n, const int *lq, const int *lk, int hq, int hk, i
     return c;
 }
 
+/* FLASH3's deterministic backward with more key blocks per head than the GPU holds CTAs (24k keys: 192 blocks of
+ * 128): key blocks wait for each other's dQ turn, so a block that waited for one not yet started would hang. Two
+ * runs, the same bits; no oracle (the causal and windowed orders are what matter here, the values are checked on
+ * the shapes above). */
+static void det_liveness(fa_context *ctx) {
+    enum { S = 24576, H = 1 };
+    for (int d = 64; d <= 128; d *= 2)
+        for (int mask = 0; mask < 3; ++mask) {
+            snprintf(t_case_label, sizeof t_case_label, "FLASH3 deterministic backward, %d keys, d %d, %s", S, d,
+                     mask == 0 ? "no mask" : mask == 1 ? "causal" : "window (512, 0)");
+            t_buf q = t_buf_new(FA_DTYPE_BF16, 1, S, H, d, T_BSHD), k = t_buf_new(FA_DTYPE_BF16, 1, S, H, d, T_BSHD);
+            t_buf v = t_buf_new(FA_DTYPE_BF16, 1, S, H, d, T_BSHD), o = t_buf_new(FA_DTYPE_BF16, 1, S, H, d, T_BSHD);
+            t_buf dout = t_buf_new(FA_DTYPE_BF16, 1, S, H, d, T_BSHD), g[3];
+            for (int i = 0; i < 3; ++i) g[i] = t_buf_new(FA_DTYPE_BF16, 1, S, H, d, T_BSHD);
+            t_buf_randn(&q, 1), t_buf_randn(&k, 1), t_buf_randn(&v, 1), t_buf_randn(&dout, 1);
+            dbuf Q = d_new(&q), K = d_new(&k), V = d_new(&v), O = d_new(&o), DO = d_new(&dout), G[3];
+            for (int i = 0; i < 3; ++i) G[i] = d_new(&g[i]);
+            d_up(&Q), d_up(&K), d_up(&V), d_up(&DO);
+            float *lse = NULL;
+            cuda_ok(cudaMalloc((void **)&lse, sizeof(float) * S * H), "cudaMalloc lse");
+            fa_attn_opts opts = fa_attn_opts_default();
+            opts.algo = FA_ALGO_FLASH3, opts.deterministic = 1;
+            opts.causal = mask == 1;
+            if (mask == 2) opts.window_left = 512, opts.window_right = 0;
+            fa_status st = fa_forward(ctx, &opts, &Q.t, &K.t, &V.t, &O.t, lse);
+            CHECK_STATUS(st, FA_OK);
+            unsigned char *first = NULL;
+            for (int rep = 0; rep < 2 && st == FA_OK; ++rep) {
+                st = fa_backward(ctx, &opts, &Q.t, &K.t, &V.t, &O.t, lse, &DO.t, &G[0].t, &G[1].t, &G[2].t);
+                CHECK_STATUS(st, FA_OK);
+                cuda_ok(cudaDeviceSynchronize(), "sync after the deterministic backward");
+                for (int i = 0; i < 3; ++i) d_down(&G[i]);
+                if (rep == 0) {
+                    first = malloc(3 * g[0].mem_bytes);
+                    for (int i = 0; i < 3; ++i) memcpy(first + i * g[0].mem_bytes, g[i].mem, g[0].mem_bytes);
+                } else {
+                    int same = 1;
+                    for (int i = 0; i < 3; ++i) same &= memcmp(first + i * g[0].mem_bytes, g[i].mem, g[0].mem_bytes) == 0;
+                    CHECK_MSG(same, "dq, dk or dv differs between two deterministic runs");
+                }
+            }
+            free(first);
+            cudaFree(lse);
+            d_free(&Q), d_free(&K), d_free(&V), d_free(&O), d_free(&DO);
+            for (int i = 0; i < 3; ++i) d_free(&G[i]), t_buf_free(&g[i]);
+            t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&o), t_buf_free(&dout);
+        }
+}
+
 /* A packed batch captured in a CUDA graph (forward and backward) and replayed after the device cu_seqlens change:
  * the host reads nothing of them (max_seqlen_q/k bound the launch), so the capture needs no synchronisation, and each
  * replay computes the lengths the arrays hold at that time — the same bits as an eager call at those lengths, and
@@ -476,6 +525,7 @@ int main(void) {
 
     unsupported_checks(ctx);
     varlen_graph(ctx);
+    if (!small) det_liveness(ctx);
     /* fixed shapes: awkward seqlens, sq != sk, both head dims, both dtypes, masks */
     static const int shapes[][4] = {{1, 1, 64, 1},    {2, 3, 3, 64},    {1, 113, 239, 64}, {2, 239, 113, 128},
                                     {1, 128, 128, 128}, {1, 1023, 1023, 64}, {1, 256, 512, 128}, {1, 4224, 4224, 128}};

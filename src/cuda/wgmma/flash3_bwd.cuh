@@ -229,7 +229,9 @@ __global__ void __launch_bounds__(384, 1)
     extern __shared__ uint8_t fa3b_smem_raw[];
     fa3b_shared<D> &sm = *reinterpret_cast<fa3b_shared<D> *>(((uintptr_t)fa3b_smem_raw + 1023) & ~(uintptr_t)1023);
 
-    const int nb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+    /* Deterministic: the key blocks start last to first, the order in which they add dQ (fa3b_dq_writer), so a CTA
+     * only ever waits for one that started before it; a block waiting for one not yet resident would hang. */
+    const int nb = DET ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
     const int n0 = nb * Bc, n1 = n0 + Bc < p.sk ? n0 + Bc : p.sk;
     int qlo, qhi;
     fa_visible_queries32(n0, n1, p.sq, p.sk, p.wl, p.wr, &qlo, &qhi);

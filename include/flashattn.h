@@ -353,8 +353,8 @@ static inline fa_kv_opts fa_kv_opts_default(void) {
 }
 
 /* Attention of new queries against a KV cache, after appending the new keys and values in place.
- *   opts     scale, causal, window, softcap and sinks as fa_forward (NULL = defaults; sinks: CPU only for now, CUDA
- *            refuses them); algo, block sizes and cu_seqlens must be left at their defaults. The mask is bottom-right aligned over the sequence's keys after the append:
+ *   opts     scale, causal, window, softcap and sinks as fa_forward (NULL = defaults; with split-KV the sink joins
+ *            each row once, after the merge); algo, block sizes and cu_seqlens must be left at their defaults. The mask is bottom-right aligned over the sequence's keys after the append:
  *            with seqlen_new = S and L = seqlens[b] + (k_new ? S : 0), query row i sees key j iff j <= i + L - S
  *            (causal; window as fa_forward).
  *   kv_opts  NULL = fa_kv_opts_default().

@@ -78,7 +78,8 @@ FA_API const char *fa_ring_create_error(void);
 /* Forward of this rank's rows of softmax(scale · Q Kᵀ + mask) V over the whole sequence.
  *   ctx   this rank's context; comm  this rank's comm.
  *   opts  as fa_forward (NULL = defaults): scale, causal (with the zigzag layout above), softcap, algo (each
- *         block's fa_forward), block_q/block_k, GQA. A sliding window and varlen (cu_seqlens) are
+ *         block's fa_forward), block_q/block_k, GQA, sinks (on the context's device; joined once per row after
+ *         the ring's merge, the same on every rank). A sliding window and varlen (cu_seqlens) are
  *         FA_ERR_UNSUPPORTED.
  *   q     [B, S_local, Hq, D];  k, v  [B, S_local, Hk, D], Hq % Hk == 0; the same S_local on every rank, even
  *         with causal. Any strides (as fa_forward).
@@ -97,6 +98,8 @@ FA_API fa_status fa_ring_forward(fa_context *ctx, fa_ring_comm *comm, const fa_a
  *                      NULL).
  *   dout  [B, S_local, Hq, D];  dq [B, S_local, Hq, D];  dk, dv [B, S_local, Hk, D] (GQA: summed over the query
  *         heads of a group), written in full; outputs must not overlap each other or any input.
+ *   opts.d_sinks  NULL, or fp32 [Hq] (needs opts.sinks): THIS RANK's rows' share of d sinks, written; the sum
+ *         over the ranks is the whole sequence's (docs/ring.md, "Sinks").
  * K/V rotate as in the forward, each block's fp32 dK/dV accumulators travel with it, dQ accumulates locally in
  * fp32; a last hop returns every dK/dV to its owner; each gradient is rounded once. Returns as fa_ring_forward. */
 FA_API fa_status fa_ring_backward(fa_context *ctx, fa_ring_comm *comm, const fa_attn_opts *opts, const fa_tensor *q,

@@ -1,9 +1,11 @@
 /* Ring attention on the CPU through the thread transport (one thread and one context per rank): world 1..4, causal
- * (zigzag shards) and not, f32/f16/bf16, GQA/MQA, head dims 16..256, softcap and scale, strided shards. Each rank's
- * out, LSE, dq, dk, dv are gathered into the whole sequence (un-zigzagged) and judged against the float64 oracle by
+ * (zigzag shards) and not, f32/f16/bf16, GQA/MQA, head dims 16..256, softcap and scale, strided shards, sinks (joined
+ * once after the ring's merge; d sinks: each rank's share, summed over the ranks). Each rank's out, LSE, dq, dk, dv
+ * (and d sinks) are gathered into the whole sequence (un-zigzagged) and judged against the float64 oracle by
  * the rule of tests/lib/tolerance.h (2 x STANDARD's error in the same dtype on the whole sequence, + atol), every
  * output poisoned before the call. Then the rejections: uneven shards, odd S_local with causal, one rank's bad
- * argument, a window: the same status on every rank, nothing written anywhere. FA_TEST_RANDOM sets the number of
+ * argument, a window, sinks on some ranks only, d_sinks without sinks: the same status on every rank, nothing
+ * written anywhere. FA_TEST_RANDOM sets the number of
  * random cases. */
 #define _POSIX_C_SOURCE 200809L
 #include "testlib.h"
@@ -25,7 +27,15 @@ typedef struct ring_case {
     fa_attn_opts opts;
     t_layout lay; /* of the shards */
     double relax;
+    float sinks[8]; /* with_sinks: opts.sinks points here */
 } ring_case;
+
+/* Sinks on every head of c (c must stay where it is while it runs). */
+static void with_sinks(ring_case *c) {
+    for (int h = 0; h < 8; h++) c->sinks[h] = (float)t_randint(-20, 40) / 10;
+    if (c->Hq > 1) c->sinks[1] = -INFINITY; /* no sink on head 1: d sinks 0 */
+    c->opts.sinks = c->sinks;
+}
 
 /* One rank's shards and outputs. */
 typedef struct rank_io {
@@ -116,10 +126,12 @@ static void run_case(const ring_case *c) {
     const double *ref = seq.out, *rlse = seq.lse, *rdq = seq.dq, *rdk = seq.dk, *rdv = seq.dv;
     const int64_t nq = B * S * Hq * D, nk = B * S * Hk * D, nl = B * Hq * S;
     ring R = ring_new(W);
-    double e_std = 0, l_std = 0, g_std[3] = {0, 0, 0};
+    double e_std = 0, l_std = 0, g_std[3] = {0, 0, 0}, ds_std = 0;
+    float ds[MAX_W][8], ds1[8];
     {
         fa_attn_opts so = c->opts;
         so.algo = FA_ALGO_STANDARD;
+        so.d_sinks = c->opts.sinks ? ds1 : NULL;
         t_buf o = t_buf_new(c->dt, B, S, Hq, D, T_BSHD), dq = t_buf_new(c->dt, B, S, Hq, D, T_BSHD);
         t_buf dk = t_buf_new(c->dt, B, S, Hk, D, T_BSHD), dv = t_buf_new(c->dt, B, S, Hk, D, T_BSHD);
         float *l = malloc(sizeof(float) * (size_t)nl);
@@ -127,6 +139,7 @@ static void run_case(const ring_case *c) {
         CHECK_STATUS(fa_backward(R.ctx[0], &so, &q.t, &k.t, &v.t, &o.t, l, &dout.t, &dq.t, &dk.t, &dv.t), FA_OK);
         e_std = t_max_diff(&o.t, ref), l_std = t_max_diff_f(l, rlse, nl);
         g_std[0] = t_max_diff(&dq.t, rdq), g_std[1] = t_max_diff(&dk.t, rdk), g_std[2] = t_max_diff(&dv.t, rdv);
+        for (int64_t h = 0; c->opts.sinks && h < Hq; h++) ds_std = fmax(ds_std, fabs(ds1[h] - seq.dsinks[h]));
         t_buf_free(&o), t_buf_free(&dq), t_buf_free(&dk), t_buf_free(&dv);
         free(l);
     }
@@ -134,8 +147,12 @@ static void run_case(const ring_case *c) {
     /* the shards, the outputs poisoned */
     rank_io io[MAX_W];
     job jobs[MAX_W];
+    fa_attn_opts ro[MAX_W]; /* each rank's opts: its own d_sinks (NaN until written) */
     for (int r = 0; r < W; r++) {
         rank_io *x = &io[r];
+        ro[r] = c->opts;
+        ro[r].d_sinks = c->opts.sinks ? ds[r] : NULL;
+        for (int h = 0; h < 8; h++) ds[r][h] = t_nanf();
         x->q = t_buf_new(c->dt, B, S_l, Hq, D, c->lay), x->k = t_buf_new(c->dt, B, S_l, Hk, D, c->lay);
         x->v = t_buf_new(c->dt, B, S_l, Hk, D, c->lay), x->dout = t_buf_new(c->dt, B, S_l, Hq, D, c->lay);
         x->o = t_buf_new(c->dt, B, S_l, Hq, D, c->lay), x->dq = t_buf_new(c->dt, B, S_l, Hq, D, c->lay);
@@ -145,7 +162,7 @@ static void run_case(const ring_case *c) {
         x->n_lse = B * Hq * S_l;
         x->lse = malloc(sizeof(float) * (size_t)x->n_lse);
         for (int64_t i = 0; i < x->n_lse; i++) x->lse[i] = t_nanf();
-        jobs[r] = (job){r, 0, R.ctx[r], R.comm[r], &c->opts, &x->q.t, &x->k.t, &x->v.t, &x->o.t, &x->dout.t,
+        jobs[r] = (job){r, 0, R.ctx[r], R.comm[r], &ro[r], &x->q.t, &x->k.t, &x->v.t, &x->o.t, &x->dout.t,
                         &x->dq.t, &x->dk.t, &x->dv.t, x->lse, FA_OK, ""};
     }
     const fa_algo a = c->opts.algo == FA_ALGO_STANDARD ? FA_ALGO_FLASH2 : c->opts.algo; /* the 2 x rule applies */
@@ -190,7 +207,18 @@ static void run_case(const ring_case *c) {
     t_check_err("dq", a, c->dt, eg[0], g_std[0], gm, 1, c->relax);
     t_check_err("dk", a, c->dt, eg[1], g_std[1], gm, 1, c->relax);
     t_check_err("dv", a, c->dt, eg[2], g_std[2], gm, 1, c->relax);
-    printf(" bwd %.1e/%.1e/%.1e (std %.1e/%.1e/%.1e)\n", eg[0], eg[1], eg[2], g_std[0], g_std[1], g_std[2]);
+    printf(" bwd %.1e/%.1e/%.1e (std %.1e/%.1e/%.1e)", eg[0], eg[1], eg[2], g_std[0], g_std[1], g_std[2]);
+    if (c->opts.sinks) { /* each rank's share of d sinks; their sum is the whole sequence's */
+        double eds = 0;
+        for (int64_t h = 0; h < Hq; h++) {
+            double sum = 0;
+            for (int r = 0; r < W; r++) sum += ds[r][h];
+            eds = isnan(sum) ? INFINITY : fmax(eds, fabs(sum - seq.dsinks[h]));
+        }
+        t_check_err("d_sinks", a, c->dt, eds, ds_std, fmax(gm, t_max_abs(seq.dsinks, Hq)), 1, c->relax);
+        printf(" d_sinks %.1e (std %.1e)", eds, ds_std);
+    }
+    printf("\n");
 done:
 
     for (int r = 0; r < W; r++) {
@@ -286,6 +314,10 @@ static void rejections(void) {
     oc.causal = 1;
     ow.window_left = 4;
     o3.causal = 1, o3.algo = FA_ALGO_FLASH3; /* valid arguments the CPU's plan refuses: a failure inside the schedule */
+    static float sk[2] = {0.5f, 1}, ds_bad[2];
+    fa_attn_opts os = oc, o_d = o;
+    os.sinks = sk;
+    o_d.d_sinks = ds_bad;
     const int64_t uneven[3] = {8, 10, 8}, even[4] = {8, 8, 8, 8}, odd[2] = {7, 7};
     for (int bwd = 0; bwd <= 1; bwd++) {
         snprintf(t_case_label, sizeof t_case_label, "uneven shards (%s)", bwd ? "backward" : "forward");
@@ -303,6 +335,14 @@ static void rejections(void) {
         snprintf(t_case_label, sizeof t_case_label, "window (%s)", bwd ? "backward" : "forward");
         printf("%s\n", t_case_label);
         reject(2, even, &ow, bwd, -1, NULL, FA_ERR_UNSUPPORTED, 0, "window");
+        snprintf(t_case_label, sizeof t_case_label, "sinks on rank 1 only (%s)", bwd ? "backward" : "forward");
+        printf("%s\n", t_case_label);
+        reject(3, even, &oc, bwd, 1, &os, FA_ERR_INVALID_ARGUMENT, 0, "opts.sinks");
+        if (bwd) {
+            snprintf(t_case_label, sizeof t_case_label, "d_sinks without sinks (backward)");
+            printf("%s\n", t_case_label);
+            reject(2, even, &o, bwd, 0, &o_d, FA_ERR_INVALID_ARGUMENT, 0, "opts.d_sinks");
+        }
     }
     t_case_label[0] = 0;
 
@@ -369,6 +409,25 @@ int main(void) {
     c = rc(2, 1, 96, 8, 8, 64, F16, 1, T_BSHD);
     c.opts.algo = FA_ALGO_FLASH2, c.opts.block_q = 16, c.opts.block_k = 32, c.opts.deterministic = 1;
     run_case(&c);
+    /* sinks: joined once after the ring's merge; each rank's d sinks is its rows' share */
+    c = rc(1, 1, 12, 2, 2, 16, F32, 1, T_BSHD);
+    with_sinks(&c);
+    run_case(&c);
+    c = rc(2, 2, 40, 4, 2, 64, F32, 1, T_STRIDED);
+    with_sinks(&c);
+    run_case(&c);
+    c = rc(3, 1, 63, 6, 3, 32, BF16, 0, T_BHSD);
+    c.opts.algo = FA_ALGO_FLASH1;
+    with_sinks(&c);
+    run_case(&c);
+    c = rc(4, 2, 64, 4, 1, 64, F16, 1, T_BSHD); /* MQA, softcap */
+    c.opts.softcap = 5;
+    with_sinks(&c);
+    run_case(&c);
+    c = rc(2, 1, 32, 2, 2, 32, F32, 1, T_BSHD); /* STANDARD: the forward takes sinks, the backward is refused */
+    c.opts.algo = FA_ALGO_STANDARD;
+    with_sinks(&c);
+    run_case(&c);
 
     int n = 12;
     const char *env = getenv("FA_TEST_RANDOM");
@@ -382,6 +441,7 @@ int main(void) {
         c = rc(W, t_randint(1, 2), W * S_l, gqa[gi][0], gqa[gi][1], dims[t_randint(0, 4)], dts[t_randint(0, 2)],
                causal, (t_layout)t_randint(0, 2));
         if (t_randint(0, 3) == 0) c.opts.softcap = 8;
+        if (t_randint(0, 2) == 0) with_sinks(&c);
         run_case(&c);
     }
 

@@ -87,18 +87,20 @@ static int get_view(PyObject *o, const char *name, int writable, fa_tensor *t, P
 }
 
 /* opts: (scale, causal, window_left, window_right, softcap, algo, deterministic, cu_q, cu_k, n_seqs
- * [, max_seqlen_q, max_seqlen_k]) */
+ * [, max_seqlen_q, max_seqlen_k [, sinks, d_sinks]]); the arrays as addresses (0 = NULL) */
 static int get_opts(PyObject *o, fa_attn_opts *opts) {
-    unsigned long long cu_q, cu_k;
+    unsigned long long cu_q, cu_k, sinks = 0, d_sinks = 0;
     int algo;
     g_opts_init(opts, sizeof *opts);
-    if (!PyArg_ParseTuple(o, "fpiifipKKL|LL", &opts->scale, &opts->causal, &opts->window_left, &opts->window_right,
+    if (!PyArg_ParseTuple(o, "fpiifipKKL|LLKK", &opts->scale, &opts->causal, &opts->window_left, &opts->window_right,
                           &opts->softcap, &algo, &opts->deterministic, &cu_q, &cu_k, &opts->n_seqs,
-                          &opts->max_seqlen_q, &opts->max_seqlen_k))
+                          &opts->max_seqlen_q, &opts->max_seqlen_k, &sinks, &d_sinks))
         return -1;
     opts->algo = (fa_algo)algo;
     opts->cu_seqlens_q = (const int32_t *)(uintptr_t)cu_q;
     opts->cu_seqlens_k = (const int32_t *)(uintptr_t)cu_k;
+    opts->sinks = (const float *)(uintptr_t)sinks;
+    opts->d_sinks = (float *)(uintptr_t)d_sinks;
     return 0;
 }
 

@@ -42,9 +42,10 @@ def check_pairs(k, v, rotary_cos, rotary_sin):
         raise invalid("rotary_cos and rotary_sin are given together or not at all")
 
 
-def options(softmax_scale, causal, window_size, softcap):
-    """fa_attn_opts as _ext takes it (algo auto, no varlen)."""
-    return _capi.options(softmax_scale, causal, window_size, softcap, 0, False) + (0, 0, 0)
+def options(softmax_scale, causal, window_size, softcap, sinks=0):
+    """fa_attn_opts as _ext takes it (algo auto, no varlen); sinks: learnable_sink's address, 0 = none."""
+    opts = _capi.options(softmax_scale, causal, window_size, softcap, 0, False) + (0, 0, 0)
+    return opts + (0, 0, sinks, 0) if sinks else opts
 
 
 def check_index(ok, shape, name, ndim, batch=None):

@@ -49,19 +49,34 @@ def _opts(cu_q, cu_k, opts):
     return opts[:7] + (cu_q.ctypes.data, cu_k.ctypes.data, cu_q.size - 1) + opts[7:]
 
 
-def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse=True):
+def sinks_address(sinks, q):
+    """learnable_sink as the C API reads it (opts.sinks): a contiguous float32 [heads_q] array; its address."""
+    heads = q.shape[-2]
+    if (not isinstance(sinks, np.ndarray) or sinks.dtype != _F32 or sinks.shape != (heads,)
+            or not sinks.flags.c_contiguous):
+        got = f"{sinks.dtype} {sinks.shape}" if isinstance(sinks, np.ndarray) else type(sinks).__name__
+        raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: learnable_sink: "
+                                         f"expected a contiguous float32 [{heads}] array (one per query head), got "
+                                         f"{got}; flashattn does not cast")
+    return sinks.ctypes.data
+
+
+def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse=True, sinks=None):
     """(out, lse): out shaped and typed as q (C order), lse float32 [B, H, Sq] ([H, total_q] for varlen), or None
-    when need_lse is False."""
+    when need_lse is False. sinks: learnable_sink or None."""
     ctx = _capi.context(_capi.BACKEND_CPU, 0)
     args = _arg(q, "q"), _arg(k, "k"), _arg(v, "v")
+    opts = _opts(cu_seqlens_q, cu_seqlens_k, opts)
+    if sinks is not None:
+        opts += (sinks_address(sinks, q), 0)
     out = np.empty(q.shape, dtype=q.dtype)
     lse = np.empty(_lse_shape(q), dtype=np.float32) if need_lse else None
-    ctx.forward(_opts(cu_seqlens_q, cu_seqlens_k, opts), *args, _arg(out, "out"), 0 if lse is None else lse)
+    ctx.forward(opts, *args, _arg(out, "out"), 0 if lse is None else lse)
     return out, lse
 
 
-def backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, opts):
-    """(dq, dk, dv), shaped and typed as q, k, v."""
+def backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, opts, sinks=None):
+    """(dq, dk, dv), shaped and typed as q, k, v; with sinks (learnable_sink), (dq, dk, dv, d_sinks)."""
     ctx = _capi.context(_capi.BACKEND_CPU, 0)
     if (not isinstance(lse, np.ndarray) or lse.dtype != np.float32 or lse.shape != _lse_shape(q)
             or not lse.flags.c_contiguous):
@@ -69,6 +84,9 @@ def backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, opts):
                                          f"forward's contiguous float32 array of shape {_lse_shape(q)}")
     args = [_arg(a, n) for a, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (dout, "dout"))]
     dq, dk, dv = np.empty(q.shape, q.dtype), np.empty(k.shape, k.dtype), np.empty(v.shape, v.dtype)
-    ctx.backward(_opts(cu_seqlens_q, cu_seqlens_k, opts), *args[:4], lse, args[4], _arg(dq, "dq"), _arg(dk, "dk"),
-                 _arg(dv, "dv"))
-    return dq, dk, dv
+    opts = _opts(cu_seqlens_q, cu_seqlens_k, opts)
+    if sinks is not None:
+        d_sinks = np.empty(q.shape[-2], dtype=np.float32)
+        opts += (sinks_address(sinks, q), d_sinks.ctypes.data)
+    ctx.backward(opts, *args[:4], lse, args[4], _arg(dq, "dq"), _arg(dk, "dk"), _arg(dv, "dv"))
+    return (dq, dk, dv) if sinks is None else (dq, dk, dv, d_sinks)

@@ -90,26 +90,42 @@ def _opts(cu_q, cu_k, device, opts):
     return opts[:7] + (cu_q.data_ptr(), cu_k.data_ptr(), cu_q.numel() - 1) + bounds, (cu_q, cu_k)
 
 
+def _sinks(sinks, q):
+    """learnable_sink as the C API reads it (opts.sinks): float32 [heads_q] on q's device; flashattn does not cast.
+    Returns a contiguous tensor (the caller keeps it alive for the call)."""
+    heads = q.shape[-2]
+    if (not isinstance(sinks, Tensor) or sinks.dtype != torch.float32 or sinks.dim() != 1
+            or sinks.shape[0] != heads or sinks.device != q.device):
+        got = (f"{sinks.dtype} {tuple(sinks.shape)} on {sinks.device}" if isinstance(sinks, Tensor)
+               else type(sinks).__name__)
+        raise _invalid(f"learnable_sink: expected a float32 [{heads}] tensor (one per query head) on {q.device}, got "
+                       f"{got}; flashattn does not cast")
+    return sinks.contiguous()
+
+
 def _lse_shape(q):
     s = q.shape
     return (s[0], s[2], s[1]) if len(s) == 4 else (s[1], s[0])
 
 
 def _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap, algo,
-             deterministic, max_seqlen_q=0, max_seqlen_k=0):
+             deterministic, max_seqlen_q=0, max_seqlen_k=0, sinks=None):
     return _forward_call(q, k, v, cu_seqlens_q, cu_seqlens_k, (softmax_scale, causal, window_left, window_right,
                                                                softcap, algo, deterministic, max_seqlen_q,
-                                                               max_seqlen_k))
+                                                               max_seqlen_k), True, sinks)
 
 
-def _forward_call(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse=True):
+def _forward_call(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse=True, sinks=None):
     """(out, lse) with opts as _capi.options returns; need_lse False: lse None, not computed (the C API takes NULL:
-    one allocation, ~2 us, less)."""
+    one allocation, ~2 us, less). sinks: learnable_sink or None."""
     if q.is_cpu and k.is_cpu and v.is_cpu:
         ctx = _capi.context(_capi.BACKEND_CPU, 0)
     else:
         ctx = _context(q, (("k", k), ("v", v)))
     opts, keep = _opts(cu_seqlens_q, cu_seqlens_k, q.device, opts)
+    if sinks is not None:
+        sinks = _sinks(sinks, q)
+        opts, keep = opts + (sinks.data_ptr(), 0), keep + (sinks,)
     views = _view(q, "q"), _view(k, "k"), _view(v, "v")
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = q.new_empty(_lse_shape(q), dtype=torch.float32) if need_lse else None
@@ -121,21 +137,23 @@ def _forward_call(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse=True):
 @torch.library.custom_op("flashattn::fwd", mutates_args=())
 def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
         softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, algo: int,
-        deterministic: bool, max_seqlen_q: int = 0, max_seqlen_k: int = 0) -> Tuple[Tensor, Tensor]:
+        deterministic: bool, max_seqlen_q: int = 0, max_seqlen_k: int = 0,
+        sinks: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     return _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap,
-                    algo, deterministic, max_seqlen_q, max_seqlen_k)
+                    algo, deterministic, max_seqlen_q, max_seqlen_k, sinks)
 
 
 @fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap, algo,
-      deterministic, max_seqlen_q=0, max_seqlen_k=0):
+      deterministic, max_seqlen_q=0, max_seqlen_k=0, sinks=None):
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty(_lse_shape(q), dtype=torch.float32)
 
 
 def _backward_call(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, cu_seqlens_q: Optional[Tensor],
         cu_seqlens_k: Optional[Tensor], softmax_scale: float, causal: bool, window_left: int, window_right: int,
-        softcap: float, algo: int, deterministic: bool, max_seqlen_q: int = 0,
-        max_seqlen_k: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
+        softcap: float, algo: int, deterministic: bool, max_seqlen_q: int = 0, max_seqlen_k: int = 0,
+        sinks: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(dq, dk, dv, d_sinks); d_sinks is empty without sinks."""
     ctx = _context(q, (("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout)))
     if lse.dtype != torch.float32 or not lse.is_contiguous() or tuple(lse.shape) != _lse_shape(q):
         raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: lse: expected the "
@@ -144,13 +162,19 @@ def _backward_call(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, l
     opts, keep = _opts(cu_seqlens_q, cu_seqlens_k, q.device, (softmax_scale, causal, window_left, window_right,
                                                               softcap, algo, deterministic, max_seqlen_q,
                                                               max_seqlen_k))
+    if sinks is not None:  # opts.sinks and opts.d_sinks: the C backward writes the sinks' gradient
+        sinks = _sinks(sinks, q)
+        d_sinks = torch.empty(sinks.shape, dtype=torch.float32, device=q.device)
+        opts, keep = opts + (sinks.data_ptr(), d_sinks.data_ptr()), keep + (sinks,)
+    else:
+        d_sinks = q.new_empty((0,), dtype=torch.float32)
     views = [_view(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (dout, "dout"))]
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     ctx.backward(opts, *views[:4], lse.data_ptr(), views[4], _view(dq, "dq"), _view(dk, "dk"), _view(dv, "dv"))
     del keep
-    return dq, dk, dv
+    return dq, dk, dv, d_sinks
 
 
 bwd = torch.library.custom_op("flashattn::bwd", mutates_args=())(_backward_call)
@@ -158,27 +182,33 @@ bwd = torch.library.custom_op("flashattn::bwd", mutates_args=())(_backward_call)
 
 @bwd.register_fake
 def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right,
-      softcap, algo, deterministic, max_seqlen_q=0, max_seqlen_k=0):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+      softcap, algo, deterministic, max_seqlen_q=0, max_seqlen_k=0, sinks=None):
+    d_sinks = q.new_empty((0,) if sinks is None else sinks.shape, dtype=torch.float32)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), d_sinks
+
+
+# inputs: q, k, v, cu_seqlens_q, cu_seqlens_k, the 9 options (scale ... max_seqlen_k), sinks
+_N_OPTS = 9
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v, cu_q, cu_k = inputs[:5]
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
-    ctx.opts = inputs[5:]
+    sinks = inputs[5 + _N_OPTS] if len(inputs) > 5 + _N_OPTS else None
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, sinks)
+    ctx.opts = inputs[5:5 + _N_OPTS]
     ctx.mark_non_differentiable(lse)
 
 
 def _gradients(ctx, dout, run_bwd):
-    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    q, k, v, out, lse, cu_q, cu_k, sinks = ctx.saved_tensors
     # The incoming gradient is autograd's tensor, not the caller's: an expanded one (out.sum()) has head_dim stride 0.
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
     opts = list(ctx.opts)
     opts[5] = _capi.BACKWARD_ALGO.get(opts[5], opts[5])  # (scale, causal, wl, wr, softcap, algo, deterministic)
-    dq, dk, dv = run_bwd(dout, q, k, v, out, lse, cu_q, cu_k, *opts)
-    return (dq, dk, dv) + (None,) * (2 + len(ctx.opts))
+    dq, dk, dv, d_sinks = run_bwd(dout, q, k, v, out, lse, cu_q, cu_k, *opts, sinks)
+    return (dq, dk, dv) + (None,) * (2 + len(ctx.opts)) + (None if sinks is None else d_sinks,)
 
 
 def _backward(ctx, dout, dlse):
@@ -220,11 +250,14 @@ def _plain_eager(q, k, v):
     return _untraced(q, k, v) and not _records_grad(q, k, v)
 
 
-def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse=True):
-    """(out, lse) for torch tensors; opts as _capi.options returns. Untraced calls skip the dispatcher (with autograd
+def attention(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse=True, sinks=None):
+    """(out, lse) for torch tensors; opts as _capi.options returns, then max_seqlen_q/k; sinks: learnable_sink (a
+    float32 [heads_q] tensor that receives its gradient) or None. Untraced calls skip the dispatcher (with autograd
     recording, through _EagerAttention); traced ones go through the op. need_lse False: lse may be None."""
-    if _untraced(q, k, v):
-        if _records_grad(q, k, v):
-            return _EagerAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, *opts)
-        return _forward_call(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse)
-    return fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, *opts)
+    if sinks is not None and not isinstance(sinks, Tensor):
+        _sinks(sinks, q)  # raises, naming learnable_sink (the op's schema would raise a RuntimeError)
+    if _untraced(q, k, v) and (sinks is None or type(sinks) is Tensor):
+        if _records_grad(q, k, v) or (sinks is not None and torch.is_grad_enabled() and sinks.requires_grad):
+            return _EagerAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, *opts, sinks)
+        return _forward_call(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse, sinks)
+    return fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, *opts, sinks)

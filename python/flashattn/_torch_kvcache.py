@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from . import _capi, _kvcache
-from ._torch import _context, _plain_eager, _view
+from ._torch import _context, _plain_eager, _sinks, _view
 
 
 def _index(t, name, ndim, batch=None):
@@ -17,10 +17,11 @@ def _index(t, name, ndim, batch=None):
 
 
 def _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
-         softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits):
+         softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits,
+         learnable_sink=None):
     named = (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v), ("rotary_cos", rotary_cos),
              ("rotary_sin", rotary_sin), ("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
-             ("block_table", block_table))
+             ("block_table", block_table), ("learnable_sink", learnable_sink))
     if q.is_cpu and all(t is None or t.is_cpu for _, t in named):
         ctx = _capi.context(_capi.BACKEND_CPU, 0)
     else:
@@ -49,7 +50,9 @@ def _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache
           int(rotary_interleaved))
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((batch, q.shape[2], q.shape[1]), dtype=torch.float32, device=dev)
-    opts = _kvcache.options(softmax_scale, causal, (window_left, window_right), softcap)
+    sinks = None if learnable_sink is None else _sinks(learnable_sink, q)
+    opts = _kvcache.options(softmax_scale, causal, (window_left, window_right), softcap,
+                            0 if sinks is None else sinks.data_ptr())
     ctx.kvcache(opts, kv, _view(q, "q"), _view(k_cache, "k_cache"), _view(v_cache, "v_cache"),
                 None if k is None else _view(k, "k"), None if v is None else _view(v, "v"), _view(out, "out"),
                 lse.data_ptr())
@@ -61,14 +64,15 @@ def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor]
                 rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], cache_seqlens: Optional[Tensor],
                 cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor], softmax_scale: float, causal: bool,
                 window_left: int, window_right: int, softcap: float, rotary_interleaved: bool,
-                num_splits: int) -> Tuple[Tensor, Tensor]:
+                num_splits: int, learnable_sink: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     return _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
-                softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits)
+                softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits,
+                learnable_sink)
 
 
 @fwd_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table, softmax_scale,
-      causal, window_left, window_right, softcap, rotary_interleaved, num_splits):
+      causal, window_left, window_right, softcap, rotary_interleaved, num_splits, learnable_sink=None):
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))
 

@@ -21,41 +21,46 @@ def _attention(q):
     return fn
 
 
-def _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, return_lse, probs=False):
-    out, lse = _attention(q)(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, return_lse or probs)
+def _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, return_lse, probs=False, sinks=None):
+    out, lse = _attention(q)(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, return_lse or probs, sinks)
     if probs:  # flash-attn's return_attn_probs: (out, lse, S_dmask); S_dmask exists only with dropout
         return out, lse, None
     return (out, lse) if return_lse else out
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_lse=False, *, algo="auto", **extra):
+                    alibi_slopes=None, deterministic=False, return_lse=False, *, algo="auto", learnable_sink=None,
+                    **extra):
     """Attention over [batch, seqlen, heads, head_dim] q, k, v (k/v heads may divide q heads: GQA/MQA).
 
     softmax_scale None = 1/sqrt(head_dim); causal is bottom-right aligned; window_size (left, right), -1 unbounded;
     softcap 0 = off; algo "auto", "standard", "flash1", "flash2" or "flash3" (CUDA, Hopper; its backward is
     the one "auto" picks: FLASH3's at head_dim 128, else FLASH2's); deterministic applies to the backward.
     dropout_p and alibi_slopes exist for flash-attn's positional order and must stay 0.0 / None.
+    learnable_sink (FA4's name): None, or a float32 [heads] tensor/array on q's device, one logit per query head
+    that joins every row's softmax denominator and attends to nothing (gpt-oss); a torch tensor that requires grad
+    receives its gradient through autograd (docs/numerics.md, "Attention sinks").
     Returns out [batch, seqlen_q, heads, head_dim], or (out, lse) with lse float32 [batch, heads, seqlen_q]
-    (natural log; no gradient flows through it). extra: flash-attn's other keywords (_compat.py)."""
+    (natural log, the sink included; no gradient flows through it). extra: flash-attn's other keywords
+    (_compat.py)."""
     _, probs = _compat.extra("flash_attn_func", extra) if extra else (None, False)
     opts = _capi.options(softmax_scale, causal, window_size, softcap, algo, deterministic, dropout_p, alibi_slopes)
-    return _run(q, k, v, None, None, opts + (0, 0), return_lse, probs)
+    return _run(q, k, v, None, None, opts + (0, 0), return_lse, probs, learnable_sink)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_lse=False, *, algo="auto", **extra):
+                           deterministic=False, return_lse=False, *, algo="auto", learnable_sink=None, **extra):
     """Packed variable-length batches: q [total_q, heads, head_dim], k/v [total_k, kv_heads, head_dim]; sequence i
     owns rows cu_seqlens_q[i]:cu_seqlens_q[i+1] of q (int32, n_seqs + 1 entries, on q's device). max_seqlen_q/k
     bound the sequences' lengths, as flash-attn's: on CUDA the library never reads cu_seqlens on the host, so the call
     neither copies nor synchronises and can be captured in a CUDA graph (None: read from cu_seqlens, which
-    synchronises and cannot be captured). Returns out [total_q, heads, head_dim], or (out, lse) with lse float32
-    [heads, total_q]. extra: flash-attn's other keywords (_compat.py)."""
+    synchronises and cannot be captured). learnable_sink as flash_attn_func's. Returns out [total_q, heads,
+    head_dim], or (out, lse) with lse float32 [heads, total_q]. extra: flash-attn's other keywords (_compat.py)."""
     _, probs = _compat.extra("flash_attn_varlen_func", extra) if extra else (None, False)
     opts = _capi.options(softmax_scale, causal, window_size, softcap, algo, deterministic, dropout_p, alibi_slopes)
     hints = (int(max_seqlen_q or 0), int(max_seqlen_k or 0))
-    return _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts + hints, return_lse, probs)
+    return _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts + hints, return_lse, probs, learnable_sink)
 
 
 def _kv_front(q, name):
@@ -70,15 +75,15 @@ def _kv_front(q, name):
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, block_table=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, num_splits=0,
-                            return_softmax_lse=False, **extra):
+                            return_softmax_lse=False, *, learnable_sink=None, **extra):
     """Decoding against a KV cache, as flash-attn's: q [batch, seqlen_q, heads, head_dim]; k_cache/v_cache
     [batch_cache, seqlen_cache, kv_heads, head_dim], or paged [num_pages, page_size, kv_heads, head_dim] with
     block_table int32 [batch, max_pages]. k/v [batch, seqlen_new, kv_heads, head_dim], when given, are written into
     the cache in place at cache_seqlens (rotated first with rotary_cos/rotary_sin, float32 [seqlen_ro, rotary_dim /
     2]) and attended to; cache_seqlens (int32 [batch] or an int; None = the whole cache) is not advanced.
     cache_batch_idx int32 [batch] picks the cache row of each sequence. causal/window are bottom-right aligned over
-    the keys after the append. num_splits 0 = heuristic. Returns out, or (out, lse) with lse float32
-    [batch, heads, seqlen_q].
+    the keys after the append. num_splits 0 = heuristic. learnable_sink: None or float32 [heads] on q's device (as
+    flash_attn_func's; no gradient here). Returns out, or (out, lse) with lse float32 [batch, heads, seqlen_q].
     Lengths past the capacity raise CacheIndexError (a ValueError and, as flash-attn's, a RuntimeError naming
     block_table): checked on the host for an int cache_seqlens, for a paged cache (reading the longest length, as
     flash-attn does; not while a CUDA graph is captured) and on the CPU; on CUDA otherwise the kernels clamp every
@@ -106,7 +111,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     out, lse = _kv_front(q, "kvcache")(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                                        cache_batch_idx, block_table, float(softmax_scale or 0.0), bool(causal),
                                        int(left), int(right), float(softcap), bool(rotary_interleaved),
-                                       int(num_splits))
+                                       int(num_splits), learnable_sink)
     return (out, lse) if return_softmax_lse else out
 
 
@@ -130,12 +135,12 @@ def merge_states(outs, lses):
 
 
 def backward(dout, q, k, v, out, lse, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-             deterministic=False, cu_seqlens_q=None, cu_seqlens_k=None, *, algo="auto"):
+             deterministic=False, cu_seqlens_q=None, cu_seqlens_k=None, *, algo="auto", learnable_sink=None):
     """The gradients (dq, dk, dv) for numpy arrays: q, k, v, out, lse as given to / returned by the forward with the
-    same options. (torch tensors get theirs from autograd.)"""
+    same options; with learnable_sink, (dq, dk, dv, d_learnable_sink). (torch tensors get theirs from autograd.)"""
     from . import _numpy
     opts = _capi.options(softmax_scale, causal, window_size, softcap, algo, deterministic)
-    return _numpy.backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, opts + (0, 0))
+    return _numpy.backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, opts + (0, 0), learnable_sink)
 
 
 def last_stats(device="cpu"):

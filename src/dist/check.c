@@ -17,9 +17,6 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
     if (opts->cu_seqlens_q || opts->cu_seqlens_k || opts->max_seqlen_q || opts->max_seqlen_k)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.cu_seqlens_q/k, max_seqlen_q/k: ring attention takes no varlen "
                        "batches");
-    /* each step's call would count the sink again: refused until the ring joins it once after its merge */
-    if (opts->sinks || opts->d_sinks)
-        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.sinks: ring attention takes no sinks yet (NULL only)");
     if ((st = fa_entry_check_opts(ctx, opts))) return st;
 
     const int is_bwd = grads != NULL;
@@ -30,8 +27,9 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.algo: standard cannot run the ring's backward (its softmax "
                        "gradient needs all of a row's keys at once); use flash1, flash2 or auto");
     if (is_bwd && opts->algo == FA_ALGO_AUTO) opts->algo = FA_ALGO_FLASH2;
-    static const char *const names[9] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"};
-    fa_span sp[9];
+    static const char *const names[11] = {"q",  "k",  "v",  "out", "lse",       "dout",
+                                          "dq", "dk", "dv", "opts.sinks", "opts.d_sinks"};
+    fa_span sp[11];
     const fa_tensor *t[4] = {q, k, v, out};
     for (int i = 0; i < 4; i++)
         if ((st = fa_entry_tensor(ctx, names[i], t[i], i == 3 && !is_bwd, &sp[i])) != FA_OK) return st;
@@ -45,6 +43,9 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
     if (q->batch == 0 || q->seqlen == 0)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "q: batch %lld x seqlen %lld: ring attention takes no empty shard",
                        (long long)q->batch, (long long)q->seqlen);
+    /* sinks: [Hq] floats on the call's device, as fa_forward takes them (the ring joins them once, after its merge) */
+    if ((st = fa_entry_f32(ctx, "opts.sinks", opts->sinks, 1, 1, opts->sinks ? q->heads : 0, &sp[9]))) return st;
+    if (!is_bwd) opts->d_sinks = NULL; /* read by the backward only, as fa_forward ignores it */
     if (opts->causal && q->seqlen % 2)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "q: seqlen = %lld is odd: with causal, each rank's shard is two "
                        "chunks of the zigzag layout (S_local must be even)", (long long)q->seqlen);
@@ -53,14 +54,17 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
     int n = 4;
     if (lse) {
         if ((st = fa_entry_f32(ctx, "lse", lse, q->batch, q->heads, q->seqlen, &sp[4])) ||
-            (st = fa_entry_disjoint(ctx, "lse", sp[4], names, sp, is_bwd ? 3 : 4)))
+            (st = fa_entry_disjoint(ctx, "lse", sp[4], names, sp, is_bwd ? 3 : 4)) ||
+            (!is_bwd && (st = fa_entry_disjoint(ctx, "lse", sp[4], names + 9, sp + 9, 1))))
             return st;
         n = 5;
     } else {
         sp[4].lo = sp[4].hi = 0;
     }
     if (!is_bwd) {
-        if ((st = fa_entry_disjoint(ctx, "out", sp[3], names, sp, 3))) return st;
+        if ((st = fa_entry_disjoint(ctx, "out", sp[3], names, sp, 3)) ||
+            (st = fa_entry_disjoint(ctx, "out", sp[3], names + 9, sp + 9, 1)))
+            return st;
     } else {
         for (int i = 0; i < 4; i++) {
             const fa_tensor *g = grads[i], *like = i < 2 ? q : k;
@@ -70,14 +74,25 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
         }
         n = 9;
         for (int i = 6; i < n; i++)
-            if ((st = fa_entry_disjoint(ctx, names[i], sp[i], names, sp, i))) return st;
+            if ((st = fa_entry_disjoint(ctx, names[i], sp[i], names, sp, i)) ||
+                (st = fa_entry_disjoint(ctx, names[i], sp[i], names + 9, sp + 9, 1)))
+                return st;
+        if (opts->d_sinks) { /* written in full (this rank's rows' share), so apart from every other argument */
+            if (!opts->sinks)
+                return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.d_sinks: set without opts.sinks (it receives "
+                               "their gradient)");
+            if ((st = fa_entry_f32(ctx, "opts.d_sinks", opts->d_sinks, 1, 1, q->heads, &sp[10])) ||
+                (st = fa_entry_disjoint(ctx, "opts.d_sinks", sp[10], names, sp, 10)))
+                return st;
+        }
     }
     s->B = q->batch, s->S = q->seqlen, s->Hq = q->heads, s->Hk = k->heads, s->D = q->head_dim, s->dt = q->dtype;
     s->causal = opts->causal, s->is_backward = is_bwd;
+    s->sinks = opts->sinks != NULL, s->d_sinks = is_bwd && opts->d_sinks;
     return FA_OK;
 }
 
-enum { AG_STATUS, AG_BACKEND, AG_B, AG_S, AG_HQ, AG_HK, AG_D, AG_DT, AG_CAUSAL, AG_BWD, AG_N };
+enum { AG_STATUS, AG_BACKEND, AG_B, AG_S, AG_HQ, AG_HK, AG_D, AG_DT, AG_CAUSAL, AG_BWD, AG_SINKS, AG_N };
 _Static_assert(AG_N <= FA_RING_AGREE_INTS, "the agreement's buffer (ring.h)");
 
 fa_status fa_ring_agree(fa_context *ctx, fa_ring_comm *comm, fa_status mine, const fa_ring_shape *s, const char *what) {
@@ -87,7 +102,7 @@ fa_status fa_ring_agree(fa_context *ctx, fa_ring_comm *comm, fa_status mine, con
     me[AG_BACKEND] = fa_context_backend(ctx);
     if (s) {
         me[AG_B] = s->B, me[AG_S] = s->S, me[AG_HQ] = s->Hq, me[AG_HK] = s->Hk, me[AG_D] = s->D, me[AG_DT] = s->dt;
-        me[AG_CAUSAL] = s->causal, me[AG_BWD] = s->is_backward;
+        me[AG_CAUSAL] = s->causal, me[AG_BWD] = s->is_backward, me[AG_SINKS] = s->sinks;
     }
     int64_t *all = comm->agree;
     fa_status st = comm->tr->vt->allgather(comm->tr, ctx, me, all, n);
@@ -101,7 +116,7 @@ fa_status fa_ring_agree(fa_context *ctx, fa_ring_comm *comm, fa_status mine, con
     }
     static const char *const field[AG_N] = {"status", "the backend", "batch", "seqlen (S_local)",
                                                           "q.heads", "k.heads", "head_dim", "dtype", "opts.causal",
-                                                          "forward or backward"};
+                                                          "forward or backward", "opts.sinks set"};
     for (int r = 1; r < w && st == FA_OK && s; r++)
         for (int i = AG_BACKEND; i < n && st == FA_OK; i++) {
             const int64_t a = all[i], b = all[(size_t)r * (size_t)n + (size_t)i];

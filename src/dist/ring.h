@@ -34,6 +34,10 @@ typedef struct fa_ring_ops {
     /* dst [BH, n] := src [BH, S] columns [row0, row0 + n) */
     fa_status (*lse_rows)(fa_context *ctx, float *dst, const float *src, int64_t BH, int64_t S, int64_t row0,
                           int64_t n);
+    /* The merged state (O fp32 [B, S, H, D], L fp32 [B, H, S], over every key) joined by the sinks (fp32 [H]) once
+     * per row, core/sink.h's rule: O *= e^(L − L'), L := L' = log(e^L + e^sink). */
+    fa_status (*sink_join)(fa_context *ctx, float *O, float *L, int64_t B, int64_t S, int64_t H, int64_t D,
+                           const float *sinks);
 } fa_ring_ops;
 
 FA_HIDDEN const fa_ring_ops *fa_ring_ops_cpu(void);
@@ -94,10 +98,13 @@ typedef struct fa_ring_shape {
     int64_t B, S, Hq, Hk, D;
     fa_dtype dt;
     int causal, is_backward;
+    int sinks;   /* opts.sinks set (the ranks agree on it) */
+    int d_sinks; /* the backward writes opts.d_sinks */
 } fa_ring_shape;
 
-/* This rank's argument checks (the rules of fa_forward / fa_backward on the local shapes, plus the ring's own:
- * equal q/k lengths, even S_local with causal, no window, no varlen). Fills *s; the message is on ctx.
+/* This rank's argument checks (the rules of fa_forward / fa_backward on the local shapes, opts.sinks and
+ * opts.d_sinks included, plus the ring's own: equal q/k lengths, even S_local with causal, no window, no varlen).
+ * Fills *s; the message is on ctx.
  * grads NULL for the forward; else dout, dq, dk, dv. */
 FA_HIDDEN fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn_opts *opts_in,
                                   fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,

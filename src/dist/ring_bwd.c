@@ -2,7 +2,8 @@
  * step behind: at step s a rank computes the gradients of its rows against the block it holds (fa_backward with the
  * FINAL out and LSE rows: P = exp(S − LSE) is already the whole sequence's softmax), adds dQ to its own fp32 dQ and
  * dK/dV to the block's accumulators, which arrive from the left neighbour during the step. A last hop returns
- * every block's dK/dV to its owner; each gradient is rounded once. docs/ring.md. */
+ * every block's dK/dV to its owner; each gradient is rounded once. With sinks, the LSE holds them, so dq, dk, dv
+ * need nothing new; d sinks comes from this rank's rows' final out and LSE, once (step 0). docs/ring.md. */
 #include "dist/ring.h"
 #include "core/arena.h"
 
@@ -12,6 +13,7 @@ typedef struct bwd_ws {
     float *dQ;       /* fp32 [B, S, Hq, D] */
     void *dq, *dk, *dv; /* a step's gradients in the call's dtype, contiguous */
     float *lse2;     /* causal: the LSE of the second chunk's rows, [B, Hq, S / 2] */
+    float *ds;       /* with opts.d_sinks: d sinks [Hq], copied out once every rank has succeeded */
 } bwd_ws;
 
 static size_t block_elems(const fa_ring_shape *s) { return (size_t)(s->B * s->S * s->Hk * s->D); }
@@ -25,11 +27,13 @@ static void bwd_layout(fa_arena *a, const fa_ring_shape *s, bwd_ws *w) {
     w->dk = fa_arena_take(a, nk * es, 256);
     w->dv = fa_arena_take(a, nk * es, 256);
     w->lse2 = s->causal ? fa_arena_take(a, (size_t)(s->B * s->Hq * (s->S / 2)) * sizeof(float), 256) : NULL;
+    w->ds = s->d_sinks ? fa_arena_take(a, (size_t)s->Hq * sizeof(float), 256) : NULL;
 }
 
 typedef struct bwd_args {
     const fa_tensor *q, *out, *dout;
     const float *lse;
+    const float *sinks; /* with opts.d_sinks: the sinks, else NULL */
 } bwd_args;
 
 /* Step s: the gradients of this rank's rows against the block in kv, added to dQ and to the block's dkv. */
@@ -48,6 +52,10 @@ static fa_status bwd_step(fa_context *ctx, const fa_ring_comm *comm, const fa_ri
                     dv = fa_tensor_bshd(w->dv, s->dt, s->B, st.nk, s->Hk, s->D);
     const float *lse = st.q0 ? w->lse2 : in->lse;
     opts->causal = st.causal;
+    /* d sinks = −Σ_i e^(sink − LSE_i) rowsum(dO_i ∘ O_i) needs each row once, with the final out and LSE: step 0
+     * has all of this rank's rows (q0 = 0, nq = S); the other steps run without sinks (P = e^(S − LSE) as is) */
+    opts->sinks = step == 0 ? in->sinks : NULL;
+    opts->d_sinks = step == 0 ? w->ds : NULL;
     fa_status rc = fa_backward(ctx, opts, &qs, &ks, &vs, &os, lse, &dos, &dq, &dk, &dv);
     if (rc != FA_OK) return fa_ring_step_fail(ctx, rc, step, st.src, "fa_backward");
     return ops->accum(ctx, w->dQ, s->B, s->S, s->Hq, s->D, w->dq, s->dt, st.q0, st.nq);
@@ -88,7 +96,8 @@ fa_status fa_ring_backward(fa_context *ctx, fa_ring_comm *comm, const fa_attn_op
     fa_ring_transport *tr = comm->tr;
     const int W = comm->world;
     const size_t nk = block_elems(&s), kvb = 2 * nk * fa_dtype_size(s.dt), dkvb = 2 * nk * sizeof(float);
-    const bwd_args in = {q, out, dout, lse};
+    const bwd_args in = {q, out, dout, lse, s.d_sinks ? opts.sinks : NULL};
+    float *const d_sinks = opts.d_sinks; /* the steps' opts take the workspace's instead */
     fa_status err = ops->pack(ctx, k, w.kv[0]);
     if (err == FA_OK) err = ops->pack(ctx, v, (char *)w.kv[0] + kvb / 2);
     if (err == FA_OK) err = ops->zero(ctx, w.dkv[0], dkvb);
@@ -125,6 +134,7 @@ fa_status fa_ring_backward(fa_context *ctx, fa_ring_comm *comm, const fa_attn_op
     if ((rc = fa_ring_agree(ctx, comm, err, NULL, "failed during the call")) != FA_OK) return rc;
     if ((rc = ops->round(ctx, w.dQ, dq)) == FA_OK && (rc = ops->round(ctx, w.dkv[own], dk)) == FA_OK)
         rc = ops->round(ctx, w.dkv[own] + nk, dv);
+    if (rc == FA_OK && s.d_sinks) rc = ops->copy(ctx, d_sinks, w.ds, sizeof(float) * (size_t)s.Hq);
     if (rc == FA_OK) ctx->err[0] = 0;
     return rc;
 }

@@ -1,6 +1,6 @@
 /* The ring forward: W steps; at step s a rank attends its rows to the K/V block of rank (rank − s) mod W while the
  * next block travels from its left neighbour (double-buffered), and merges the step's (out, LSE) into an fp32
- * running state by LSE; out is rounded once at the end. docs/ring.md. */
+ * running state by LSE; the sinks join the merged state once; out is rounded once at the end. docs/ring.md. */
 #include "dist/ring.h"
 #include "core/arena.h"
 
@@ -63,6 +63,9 @@ fa_status fa_ring_forward(fa_context *ctx, fa_ring_comm *comm, const fa_attn_opt
         }
     }
     if ((rc = fa_ring_agree(ctx, comm, rc, &s, "rejected its arguments")) != FA_OK) return rc;
+    /* the steps attend over keys only: a sink in each step's call would be counted once per step by the merge */
+    const float *sinks = opts.sinks;
+    opts.sinks = NULL;
 
     /* From here every rank runs every exchange, so that none waits for a neighbour that stopped; the first failure
      * is kept and agreed on at the end, before anything is written. */
@@ -86,6 +89,7 @@ fa_status fa_ring_forward(fa_context *ctx, fa_ring_comm *comm, const fa_attn_opt
             if (err == FA_OK) err = t;
         }
     }
+    if (err == FA_OK && sinks) err = ops->sink_join(ctx, w.O, w.L, s.B, s.S, s.Hq, s.D, sinks);
     if ((rc = fa_ring_agree(ctx, comm, err, NULL, "failed during the call")) != FA_OK) return rc;
     if ((rc = ops->round(ctx, w.O, out)) != FA_OK) return rc;
     if (lse) rc = ops->copy(ctx, lse, w.L, sizeof(float) * (size_t)(s.B * s.Hq * s.S));

@@ -42,7 +42,7 @@ static void *dup_dev(const void *h, size_t n) {
 typedef struct dev_case {
     void *kc, *vc, *q, *kn, *vn, *out;
     int32_t *seqlens, *bt, *bidx;
-    float *cos, *sin, *lse;
+    float *cos, *sin, *lse, *sinks;
     fa_tensor qt, knt, vnt, outt;
 } dev_case;
 
@@ -71,11 +71,13 @@ static dev_case to_dev(const t_kv_case *c) {
         d.cos = dup_dev(c->cos, n), d.sin = dup_dev(c->sin, n);
     }
     d.lse = dup_dev(c->lse, sizeof(float) * (size_t)(s->batch * s->hq * s->sq));
+    d.sinks = dup_dev(s->opts.sinks, sizeof(float) * (size_t)s->hq); /* NULL without sinks */
     return d;
 }
 
 static void free_dev(dev_case *d) {
-    void *ps[] = {d->kc, d->vc, d->q, d->kn, d->vn, d->out, d->seqlens, d->bt, d->bidx, d->cos, d->sin, d->lse};
+    void *ps[] = {d->kc, d->vc, d->q, d->kn, d->vn, d->out, d->seqlens, d->bt, d->bidx, d->cos, d->sin, d->lse,
+                  d->sinks};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) cudaFree(ps[i]);
 }
 
@@ -83,7 +85,9 @@ static fa_status call(fa_context *ctx, const t_kv_case *c, dev_case *d, const fa
     fa_kvcache kc = t_kv_cache(c, d->kc, d->vc, d->seqlens, d->bt, d->bidx);
     fa_kv_opts ko = t_kv_opts(c, d->cos, d->sin);
     if (extra) ko.workspace = extra->workspace, ko.workspace_bytes = extra->workspace_bytes, ko.check_indices = extra->check_indices;
-    return fa_forward_kvcache(ctx, &c->s.opts, &ko, &d->qt, &kc, c->s.append ? &d->knt : NULL,
+    fa_attn_opts o = c->s.opts;
+    o.sinks = d->sinks; /* the device copy; the oracle reads the host's */
+    return fa_forward_kvcache(ctx, &o, &ko, &d->qt, &kc, c->s.append ? &d->knt : NULL,
                               c->s.append ? &d->vnt : NULL, &d->outt, d->lse);
 }
 
@@ -164,6 +168,33 @@ static void splits(fa_context *ctx, fa_context *cpu, int small) {
     }
 }
 
+/* Learnable sinks (opts.sinks): the sink joins each row once — at the row's finish with one split, after the merge
+ * with several — in every merge path: a cluster (2-16 splits), the last CTA's register merge (fixed splits, no
+ * cluster) and its tile merge (more than 16 splits); contiguous and paged, GQA, masks and softcap, sequences without
+ * keys (O = 0, LSE = the sink), a head without a sink (-inf), every head dim. The numerics contract with sinks:
+ * contract(). */
+static void sinks(fa_context *ctx, fa_context *cpu, int small) {
+    static float sk[32];
+    for (int h = 0; h < 32; h++) sk[h] = (float)(-2 + 6 * t_rng_uniform(&R));
+    sk[5] = -INFINITY;
+    static const int ns[] = {1, 0, 4, 33, 1, 0, 16, 3};
+    for (int i = 0; i < 16; i++) {
+        if (small && i % 2) continue;
+        const int d = (int[]){128, 64, 256}[i % 3], lens[3] = {0, 1 + i * 37, small ? 697 : 1897};
+        t_kv_spec s = spec(i % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 3, (int[]){1, 4, 1, 2}[i % 4], i % 4 < 2 ? 32 : 8,
+                           8, d, small ? 701 : 1901, (int[]){0, 16, 3, 0}[i / 4]);
+        s.lens = i % 3 == 2 ? NULL : lens;
+        s.append = i % 3 != 1;
+        s.opts.sinks = sk;
+        s.opts.causal = i % 2;
+        if (i % 5 == 4) s.opts.softcap = 5;
+        if (i % 7 == 3) s.opts.window_left = 60;
+        if (i < 8) s.kv.num_splits = ns[i];
+        else if (i % 2) s.kv.split_size = i < 12 ? 256 : 64; /* no cluster: the last CTA's merge (64: > 16 splits) */
+        run(ctx, cpu, &s, "sinks");
+    }
+}
+
 /* A device copy of the new rows one element past a 16-byte boundary (the first kernel's element-wise append). */
 static void misalign(void **dev, fa_tensor *t, const t_buf *host) {
     char *m = NULL;
@@ -232,9 +263,11 @@ static void many_splits(fa_context *ctx, fa_context *cpu, int small) {
  * contiguous and paged. */
 static void contract(fa_context *ctx, fa_context *cpu) {
     static const float scales[6][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}, {1e30f, 1e-30f}, {FLT_MAX, 0.5f}};
-    for (int x = 0; x < 12; x++) {
+    static const float sk[8] = {0.5f, -1, 2, -INFINITY, 3, 0, 1.5f, -0.25f};
+    for (int x = 0; x < 24; x++) { /* 12..23: the same with sinks (their join after the float64 recompute) */
         const int kind = x % 6;
-        t_kv_spec s = spec(FA_DTYPE_BF16, 2, 3, 8, 2, 128, 300, x < 6 ? 0 : 16);
+        t_kv_spec s = spec(FA_DTYPE_BF16, 2, 3, 8, 2, 128, 300, x / 6 % 2 ? 16 : 0);
+        s.opts.sinks = x < 12 ? NULL : sk;
         const int lens[2] = {250, 120};
         s.lens = lens;
         s.append = 1, s.opts.causal = 1;
@@ -261,8 +294,8 @@ static void contract(fa_context *ctx, fa_context *cpu) {
                             if (h < 2) t_set(&c->kn.t, b, i, h, e, t_get(&c->kn.t, b, i, h, e) * 1e37);
                         }
         }
-        snprintf(t_case_label, sizeof t_case_label, "contract %d: splits %d page %d scale %g softcap %g", kind,
-                 s.kv.num_splits, s.page_size, s.opts.scale, s.opts.softcap);
+        snprintf(t_case_label, sizeof t_case_label, "contract %d: splits %d page %d scale %g softcap %g sinks %d", kind,
+                 s.kv.num_splits, s.page_size, s.opts.scale, s.opts.softcap, s.opts.sinks != NULL);
         dev_case d = to_dev(c);
         CHECK_STATUS(call(ctx, c, &d, NULL), FA_OK);
         CU(cudaDeviceSynchronize());
@@ -595,6 +628,7 @@ int main(void) {
     splits(ctx, cpu, small);
     paths(ctx, cpu, small);
     many_splits(ctx, cpu, small);
+    sinks(ctx, cpu, small);
     contract(ctx, cpu);
     graph(ctx, cpu, small);
     merge(ctx);

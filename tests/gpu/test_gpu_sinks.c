@@ -1,8 +1,8 @@
 /* Learnable sinks on CUDA (opts.sinks, opts.d_sinks in device memory) against the float64 oracle: forward (out, LSE)
  * and backward (dq, dk, dv, d sinks) of STANDARD, FLASH1, FLASH2 and AUTO, f16/bf16, with GQA, causal (rows without
  * keys: O = 0, LSE = the sink), window and softcap; the same-dtype baseline of the pass rule is the CPU's STANDARD
- * on the same case. The FLASH3 forward and CUDA decoding refuse sinks with a reason naming opts.sinks. Run by
- * scripts/test-gpu.sh. */
+ * on the same case. The FLASH3 forward refuses sinks with a reason naming opts.sinks (AUTO runs FLASH2). Decoding
+ * with sinks (one split, the merges): tests/gpu/test_gpu_kvcache.c. Run by scripts/test-gpu.sh. */
 #include "testlib.h"
 
 #include <cuda_runtime.h>
@@ -122,7 +122,7 @@ static void one_case(fa_context *cpu, fa_context *gpu, t_case *c) {
     t_buf_free(&dk), t_buf_free(&dv);
 }
 
-/* FLASH3's forward and decoding refuse sinks, naming opts.sinks; AUTO runs them (FLASH2). */
+/* FLASH3's forward refuses sinks, naming opts.sinks; AUTO runs them (FLASH2). */
 static void refusals(fa_context *gpu) {
     snprintf(t_case_label, sizeof t_case_label, "gpu sinks refusals");
     enum { S = 64, H = 2, D = 128 };
@@ -140,16 +140,7 @@ static void refusals(fa_context *gpu) {
     fa_stats st;
     CHECK_STATUS(fa_last_stats(gpu, &st), FA_OK);
     CHECK_EQ_INT(st.algo, FA_ALGO_FLASH2);
-    fa_kvcache cache;
-    memset(&cache, 0, sizeof cache);
-    const int32_t lens[1] = {S};
-    int32_t *dlens = d_copy(lens, sizeof lens);
-    cache.k = Q.t, cache.v = Q.t, cache.seqlens = dlens;
-    fa_tensor q1 = Q.t, o1 = O.t;
-    q1.seqlen = o1.seqlen = 1;
-    CHECK_STATUS(fa_forward_kvcache(gpu, &opts, NULL, &q1, &cache, NULL, NULL, &o1, NULL), FA_ERR_UNSUPPORTED);
-    CHECK(strstr(fa_context_last_error(gpu), "opts.sinks") != NULL);
-    cudaFree(Q.mem), cudaFree(O.mem), cudaFree(dsk), cudaFree(dlens);
+    cudaFree(Q.mem), cudaFree(O.mem), cudaFree(dsk);
     t_buf_free(&q), t_buf_free(&o);
 }
 

@@ -55,12 +55,15 @@ fa_status t_whole_new(t_whole *w, const fa_attn_opts *opts, fa_dtype dt, int64_t
     const size_t nq = (size_t)(B * S * Hq * D), nk = (size_t)(B * S * Hk * D), nl = (size_t)(B * Hq * S);
     w->out = malloc(sizeof(double) * nq), w->lse = malloc(sizeof(double) * nl);
     w->dq = malloc(sizeof(double) * nq), w->dk = malloc(sizeof(double) * nk), w->dv = malloc(sizeof(double) * nk);
+    w->dsinks = opts->sinks ? malloc(sizeof(double) * (size_t)Hq) : NULL;
     fa_status st = t_oracle_forward(opts, &w->q.t, &w->k.t, &w->v.t, w->out, w->lse);
-    if (st == FA_OK) st = t_oracle_backward(opts, &w->q.t, &w->k.t, &w->v.t, &w->dout.t, w->dq, w->dk, w->dv);
+    if (st == FA_OK)
+        st = t_oracle_backward_sinks(opts, &w->q.t, &w->k.t, &w->v.t, &w->dout.t, w->dq, w->dk, w->dv, NULL,
+                                     w->dsinks);
     return st;
 }
 
 void t_whole_free(t_whole *w) {
-    free(w->out), free(w->lse), free(w->dq), free(w->dk), free(w->dv);
+    free(w->out), free(w->lse), free(w->dq), free(w->dk), free(w->dv), free(w->dsinks);
     t_buf_free(&w->q), t_buf_free(&w->k), t_buf_free(&w->v), t_buf_free(&w->dout);
 }

@@ -19,10 +19,11 @@ double t_shard_lse_err(const float *lse, const double *ref, int64_t BH, int64_t 
                        int causal);
 
 /* A ring case's whole sequence: random q, k, v, dout (contiguous BSHD, the default stream) and the float64 oracle's
- * out [B, S, Hq, D], LSE [B, Hq, S] and gradients on it. Returns the oracle's status. */
+ * out [B, S, Hq, D], LSE [B, Hq, S] and gradients on it (with opts.sinks, dsinks [Hq] too; else NULL). Returns the
+ * oracle's status. */
 typedef struct t_whole {
     t_buf q, k, v, dout;
-    double *out, *lse, *dq, *dk, *dv;
+    double *out, *lse, *dq, *dk, *dv, *dsinks;
 } t_whole;
 fa_status t_whole_new(t_whole *w, const fa_attn_opts *opts, fa_dtype dt, int64_t B, int64_t S, int64_t Hq, int64_t Hk,
                       int64_t D);

@@ -5,6 +5,7 @@
 
 #include "../convert.cuh"
 #include "../mma_sync/mma.cuh"
+#include "core/sink.h"
 #include "kvcache.h"
 
 #include <cooperative_groups.h>
@@ -106,11 +107,16 @@ __device__ __forceinline__ float fa_kv_merged_lse(bool nan, float M, float sum) 
     return nan ? NAN : M == -INFINITY ? -INFINITY : M + logf(sum);
 }
 
-/* Column c4 (4 values) of query row r of the tile written to out, and its LSE by the thread of column 0. */
+/* Column c4 (4 values) of query row r of the tile written to out, and its LSE by the thread of column 0: the
+ * merged state of the row's splits (every merge ends here), so the sink joins here, once per row. */
 template <int D, typename T>
 __device__ __forceinline__ void fa_kv_put_column(const fa_kv_params &p, int b, int hk, int r0, int r, int c4,
                                                   float4 v, float lse) {
     const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
+    if (p.sinks) {
+        const float f = fa_sink_join_lse(lse, p.sinks[hq], &lse);
+        v.x *= f, v.y *= f, v.z *= f, v.w *= f;
+    }
     uint2 u;
     u.x = fa_pack2<T>(v.x, v.y), u.y = fa_pack2<T>(v.z, v.w);
     *(uint2 *)((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c4 * 4) = u;

@@ -43,10 +43,6 @@ static int inst_of(int64_t d, int nw) {
 
 /* ---- supports: yes, or the reason ---- */
 static int supports(const fa_kv_problem *p, char *why, size_t why_len) {
-    if (p->sinks) { /* the splits' merges would each need the join: not yet */
-        snprintf(why, why_len, "opts.sinks: CUDA decoding takes no sinks yet (the CPU's fa_forward_kvcache does)");
-        return 0;
-    }
     if (p->dtype == FA_DTYPE_F32) {
         snprintf(why, why_len, "dtype: f32 KV-cache attention runs on the CPU only (CUDA: f16, bf16)");
         return 0;
@@ -222,6 +218,7 @@ static void params_of(const fa_kv_problem *p, const fa_plan *plan, const kv_ws *
     }
     c->o = p->o.data, c->o_sb = p->o.stride_batch, c->o_ss = p->o.stride_seq, c->o_sh = p->o.stride_head;
     c->lse = p->lse;
+    c->sinks = p->sinks;
     c->seqlens = p->seqlens, c->block_table = p->block_table, c->batch_idx = p->batch_idx;
     c->bt_stride = p->bt_stride;
     c->batch = (int)p->batch, c->sq = (int)p->sq, c->hq = (int)p->hq, c->hk = (int)p->hk;

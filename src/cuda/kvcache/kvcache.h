@@ -56,6 +56,7 @@ typedef struct fa_kv_params {
     void *o;
     int64_t o_sb, o_ss, o_sh;
     float *lse;              /* [b, hq, sq] or NULL */
+    const float *sinks;      /* [hq] (device) or NULL: joins each row once, where it is finished (finish.cuh) */
     const int *seqlens, *block_table, *batch_idx; /* device */
     int64_t bt_stride;
     int batch, sq, hq, hk, group, d;

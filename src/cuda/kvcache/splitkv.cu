@@ -407,6 +407,9 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
             if (pt == 0) p.part_lse[pr] = lse;
         }
     };
+    /* the sink joins a row once, where the row is finished: here with one split (outside a cluster), else in the
+     * merge (fa_kv_put_column) */
+    const bool join = p.sinks && !CL && ns == 1;
     /* each row's state written as it stands; the numerics contract: a row whose state does not stand is written
      * again below, from float64 */
     for (int idx = threadIdx.x; idx < R * CH; idx += NT) {
@@ -415,10 +418,13 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
         state(r, pt, M, Lr, O);
         const bool any = s_hi[r] > s_lo[r]; /* a row that sees no key here: O = 0, LSE = −inf (a masked 0·inf aside) */
         if (any && !fa_kv_stands(M, Lr, O)) s_bad[r] = 1;
-        const float inv = any ? 1.f / Lr : 0.f;
+        float inv = any ? 1.f / Lr : 0.f, lse = any ? (M + log2f(Lr)) * 0.6931471805599453f : -INFINITY;
+        if (join) /* m in natural-log units and ℓ, joined in float64 (core/sink.h); no key: O = 0, LSE = the sink */
+            inv = fa_sink_join(any ? (double)M * 0.6931471805599453 : -INFINITY, any ? (double)Lr : 0.0,
+                               p.sinks[hk * p.group + (r0 + r) % p.group], &lse);
 #pragma unroll
         for (int e = 0; e < 8; e++) O[e] = any ? O[e] * inv : 0.f;
-        put(r, pt, O, any ? (M + log2f(Lr)) * 0.6931471805599453f : -INFINITY);
+        put(r, pt, O, lse);
     }
     __syncthreads(); /* s_bad is complete, and a bad row's first write comes before its rewrite */
     for (int r = warp; r < R; r += NW) {
@@ -427,18 +433,20 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
         double x[D / 32], lse;
         fa_kv_wait_first(p); /* it reads the appended rows from the cache */
         fa_kv_exact_row<D, T>(p, b, row, hk, i, hq, s_lo[r], s_hi[r], x, &lse);
+        float lf = (float)lse;
+        const float f = join ? fa_sink_join_lse(lf, p.sinks[hq], &lf) : 1.f; /* as the CPU's exact row */
         const int64_t rr = ((int64_t)b * p.hq + hq) * p.sq + i;
 #pragma unroll
         for (int j = 0; j < D / 32; j++) { /* lane: columns lane + 32 j */
             const int c = lane + 32 * j;
             if (CL) cl_o[r * D + c] = (float)x[j];
-            else if (ns == 1) fa_st((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c, (float)x[j]);
+            else if (ns == 1) fa_st((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c, (float)x[j] * f);
             else p.part_o[(rr * p.nsplit + s) * D + c] = (float)x[j];
         }
         if (lane == 0) {
-            if (CL) cl_lse[r] = (float)lse;
-            else if (ns > 1) p.part_lse[rr * p.nsplit + s] = (float)lse;
-            else if (p.lse) p.lse[rr] = (float)lse;
+            if (CL) cl_lse[r] = lf;
+            else if (ns > 1) p.part_lse[rr * p.nsplit + s] = lf;
+            else if (p.lse) p.lse[rr] = lf;
         }
     }
     if (CL) { /* the splits of this row tile are one cluster: merge through distributed shared memory */

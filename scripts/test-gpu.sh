@@ -40,6 +40,10 @@ echo "== test_gpu_sinks (learnable sinks: docs/numerics.md, Attention sinks)"
 "$BUILD/tests/gpu/test_gpu_sinks" 2>&1 | tee "$LOG_DIR/test_gpu_sinks.log" | grep -E "FAIL|checks|seed" | head -40 || true
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
+echo "== test_gpu_fp8 (fa_quantize_fp8 against the CPU's bits; the FP8 forward's refusal: docs/numerics.md, FP8)"
+"$BUILD/tests/gpu/test_gpu_fp8" 2>&1 | tee "$LOG_DIR/test_gpu_fp8.log" | grep -E "FAIL|checks|seed" | head -40 || true
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
 echo "== test_gpu_empty (zero extents: docs/api.md, Empty calls)"
 "$BUILD/tests/gpu/test_gpu_empty" 2>&1 | tee "$LOG_DIR/test_gpu_empty.log" | grep -E "FAIL|checks|seed" | head -40 || true
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

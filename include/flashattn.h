@@ -73,11 +73,14 @@ FA_API const char *fa_status_string(fa_status status);
 typedef enum fa_dtype {
     FA_DTYPE_F32 = 0,   /* IEEE binary32 */
     FA_DTYPE_F16 = 1,   /* IEEE binary16 */
-    FA_DTYPE_BF16 = 2   /* bfloat16 */
+    FA_DTYPE_BF16 = 2,  /* bfloat16 */
+    FA_DTYPE_F8_E4M3 = 3 /* OCP FP8 E4M3 "fn" (torch.float8_e4m3fn): 1 sign, 4 exponent (bias 7), 3 mantissa bits; no
+                          * infinities, NaN = 0x7f / 0xff, largest finite ±448. Forward inputs q, k, v only, each with
+                          * fp32 descale factors (fa_attn_opts.q_descale ...); outputs are f32, f16 or bf16. */
 } fa_dtype;
-/* Storage size of one element in bytes (4 or 2), 0 for an unknown dtype. */
+/* Storage size of one element in bytes (4, 2 or 1), 0 for an unknown dtype. */
 FA_API size_t fa_dtype_size(fa_dtype dtype);
-/* "f32", "f16", "bf16"; "?" for an unknown dtype. */
+/* "f32", "f16", "bf16", "f8_e4m3"; "?" for an unknown dtype. */
 FA_API const char *fa_dtype_name(fa_dtype dtype);
 
 typedef enum fa_backend {
@@ -205,6 +208,13 @@ typedef struct fa_attn_opts {
      * align to these lengths); the rest of its span is padding: its out rows are 0, its LSE -INFINITY, and the
      * backward writes 0 to dq of the padding query rows and to dk, dv of the padding keys. FLASH3 has no varlen. */
     const int32_t *seqused_q, *seqused_k;
+    /* FP8 inputs (q, k, v of dtype FA_DTYPE_F8_E4M3; fa_forward only): the fp32 factors that turn the stored values
+     * back into real ones, as flash-attn's q_descale/k_descale/v_descale: each NULL (= 1) or fp32 [batch][heads_k]
+     * contiguous (batch = n_seqs for a packed batch) on the call's device; the attention runs on
+     * q_real = q · q_descale[b][h / (heads_q / heads_k)] (so a query head takes the factor of its K/V head), k_real =
+     * k · k_descale[b][h], v_real = v · v_descale[b][h]. A CPU context rejects a non-finite factor. Set with inputs of
+     * another dtype: FA_ERR_INVALID_ARGUMENT. fa_quantize_fp8 produces them. docs/numerics.md ("FP8"). */
+    const float *q_descale, *k_descale, *v_descale;
 } fa_attn_opts;
 
 /* Fill the first struct_size bytes of *opts with the defaults (scale 0, no mask, no softcap, FA_ALGO_AUTO, default
@@ -245,6 +255,10 @@ static inline fa_attn_opts fa_attn_opts_default(void) {
  * FA_ERR_DEVICE. */
 FA_API fa_status fa_forward(fa_context *ctx, const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k,
                             const fa_tensor *v, const fa_tensor *out, float *lse);
+/* FP8 (FA_DTYPE_F8_E4M3) forward: q, k and v all FP8 with opts.q_descale/k_descale/v_descale; out f32, f16 or bf16
+ * (never FP8); lse as above. The CPU runs every algorithm on the inputs widened to fp32 with the descales folded in (the
+ * rounding reference); CUDA refuses FP8 with FA_ERR_UNSUPPORTED until its Hopper kernel exists. fa_backward,
+ * fa_forward_kvcache, fa_merge_states and the ring take no FP8 tensors (FA_ERR_UNSUPPORTED). */
 
 /* Backward: the gradients of L(out) given dout = ∂L/∂out.
  *   q, k, v, out, lse  exactly as given to / produced by fa_forward with the same opts (lse must not be NULL unless
@@ -410,6 +424,46 @@ FA_API fa_status fa_kvcache_workspace_size(fa_context *ctx, const fa_attn_opts *
  * (zero strides) and lse = sinks[h] on head h's rows (docs/numerics.md). Returns as fa_forward. */
 FA_API fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *outs, const float *const *lses,
                                  const fa_tensor *out, float *lse);
+
+/* ---------------------------------------------------------------------------------------------------------
+ * FP8 quantisation (docs/numerics.md, "FP8")
+ * ------------------------------------------------------------------------------------------------------- */
+/* Options of fa_quantize_fp8 (init with fa_quant_opts_default(); struct_size works as in fa_attn_opts). */
+typedef struct fa_quant_opts {
+    size_t struct_size;
+    /* Rows of one scale block: 0 = one scale per (batch, head group) over all of its rows; n > 0 = one per n rows
+     * (the last block of a batch may be shorter). */
+    int64_t block_rows;
+    /* Heads sharing one scale: 1 = a scale per head; for q under GQA pass heads_q / heads_k, so that the descales
+     * have fa_attn_opts.q_descale's [batch][heads_k] layout. Must divide x.heads. */
+    int64_t heads_per_scale;
+    /* 1: one scale over the whole tensor (every descale entry the same; block_rows must then be 0). */
+    int per_tensor;
+    /* Incoherent processing (FlashAttention-3): 1 = before quantising, each row of head_dim values is multiplied by
+     * random signs s_j = ±1 and by the orthonormal Walsh–Hadamard matrix, x ← H·diag(s)·x / sqrt(head_dim)
+     * (head_dim a power of two, else FA_ERR_UNSUPPORTED). The signs depend only on seed and j: rotate q and k with the
+     * same seed and q·k is unchanged in exact arithmetic, while outliers are spread over the row. Never rotate v
+     * (out would come out rotated). */
+    int hadamard;
+    uint64_t seed;
+} fa_quant_opts;
+FA_API fa_status fa_quant_opts_init(fa_quant_opts *opts, size_t struct_size);
+static inline fa_quant_opts fa_quant_opts_default(void) {
+    fa_quant_opts o;
+    fa_quant_opts_init(&o, sizeof o);
+    return o;
+}
+
+/* Quantise x (f32, f16 or bf16; [B, S, H, D], any input strides) into y (FA_DTYPE_F8_E4M3, the same shape; written in
+ * full, must not overlap x or descale), with per-block scales written to descale:
+ *   descale  fp32 [B][H / heads_per_scale][nblk], contiguous, nblk = block_rows ? ceil(S / block_rows) : 1 (so with
+ *            block_rows = 0 it is [B][heads_k] as fa_attn_opts wants it); entry = amax / 448 over the block's finite
+ *            |x| (after the rotation), or 1 where that amax is 0;
+ *   y        = x / descale rounded to nearest-even in E4M3, saturating at ±448 (±inf too); NaN stays NaN (0x7f/0xff).
+ * On the call's device (host pointers on a CPU context, device pointers on CUDA). The arithmetic is in float64 on
+ * both, so CPU and CUDA give the same bits. Returns as fa_forward; on error nothing is written. */
+FA_API fa_status fa_quantize_fp8(fa_context *ctx, const fa_quant_opts *opts, const fa_tensor *x, const fa_tensor *y,
+                                 float *descale);
 
 #ifdef __cplusplus
 }

@@ -43,6 +43,8 @@ echo "== test_gpu_sinks (learnable sinks: docs/numerics.md, Attention sinks)"
 
 echo "== test_gpu_merge (fa_merge_states: any number of states, head_dim up to 512)"
 "$BUILD/tests/gpu/test_gpu_merge" 2>&1 | tee "$LOG_DIR/test_gpu_merge.log" | grep -E "FAIL|checks|seed" | head -40 || true
+echo "== test_gpu_fp8 (fa_quantize_fp8 against the CPU's bits; the FP8 forward's refusal: docs/numerics.md, FP8)"
+"$BUILD/tests/gpu/test_gpu_fp8" 2>&1 | tee "$LOG_DIR/test_gpu_fp8.log" | grep -E "FAIL|checks|seed" | head -40 || true
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 echo "== test_gpu_empty (zero extents: docs/api.md, Empty calls)"
@@ -67,7 +69,7 @@ else
 fi
 
 if command -v compute-sanitizer >/dev/null; then
-  for t in test_gpu test_gpu_kvcache test_gpu_empty test_gpu_sinks test_gpu_merge; do
+  for t in test_gpu test_gpu_kvcache test_gpu_empty test_gpu_sinks test_gpu_merge test_gpu_fp8; do
     for tool in ${SANITIZERS-memcheck racecheck}; do
       echo "== compute-sanitizer --tool $tool: $t (small shapes)"
       if FA_GPU_TEST_SMALL=1 compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/gpu/$t" \

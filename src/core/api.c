@@ -90,6 +90,7 @@ void fa_context_destroy(fa_context *ctx) {
     if (!ctx) return;
     if (ctx->backend == FA_BACKEND_CUDA) fa_cuda_destroy(ctx);
     free(ctx->ws);
+    free(ctx->ws_in);
     free(ctx);
 }
 
@@ -152,13 +153,20 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
     if ((st = fa_entry_tensor(ctx, "q", q, 0, &sp[0])) || (st = fa_entry_tensor(ctx, "k", k, 0, &sp[1])) ||
         (st = fa_entry_tensor(ctx, "v", v, 0, &sp[2])) || (st = fa_entry_tensor(ctx, "out", out, 0, &sp[3])))
         return st;
-    if (k->dtype != q->dtype || v->dtype != q->dtype || out->dtype != q->dtype)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "dtype: q is %s but k/v/out are %s/%s/%s (all must match)",
+    /* FP8 is an input type: q, k, v in E4M3, out in a type that holds the result (fp8_check.c) */
+    const int fp8 = q->dtype == FA_DTYPE_F8_E4M3;
+    if (fp8 && out->dtype == FA_DTYPE_F8_E4M3)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "out: dtype f8_e4m3: FP8 is an input type (q, k, v); out must be "
+                       "f32, f16 or bf16");
+    if (k->dtype != q->dtype || v->dtype != q->dtype || (!fp8 && out->dtype != q->dtype))
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "dtype: q is %s but k/v/out are %s/%s/%s (all must match%s)",
                        fa_dtype_name(q->dtype), fa_dtype_name(k->dtype), fa_dtype_name(v->dtype),
-                       fa_dtype_name(out->dtype));
+                       fa_dtype_name(out->dtype), fp8 || out->dtype == FA_DTYPE_F8_E4M3
+                           ? "; with FP8, q, k and v are f8_e4m3 and out is f32, f16 or bf16" : "");
     const int64_t kshape[4] = {q->batch, -1, -1, q->head_dim}; /* k's own seqlen and K/V heads */
+    const int64_t oshape[4] = {q->batch, q->seqlen, q->heads, q->head_dim};
     if ((st = fa_entry_shape(ctx, "k", k, q->dtype, kshape, "q")) || (st = fa_entry_like(ctx, "v", v, "k", k, -1)) ||
-        (st = fa_entry_like(ctx, "out", out, "q", q, -1)))
+        (st = fa_entry_shape(ctx, "out", out, fp8 ? out->dtype : q->dtype, oshape, "q")))
         return st;
     if (q->heads % k->heads)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "k: heads = %lld does not divide q.heads = %lld (GQA/MQA)",
@@ -252,6 +260,10 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
     if ((st = fa_entry_f32(ctx, "opts.sinks", opts.sinks, 1, 1, opts.sinks ? q->heads : 0, sinks_sp))) return st;
     p->sinks = opts.sinks;
     p->d_sinks = opts.d_sinks;
+    if ((st = fa_entry_descales(ctx, &opts, q->dtype, p->batch, k->heads))) return st;
+    p->q_descale = opts.q_descale;
+    p->k_descale = opts.k_descale;
+    p->v_descale = opts.v_descale;
     p->q = *q;
     p->k = *k;
     p->v = *v;
@@ -294,6 +306,7 @@ fa_status fa_forward(fa_context *ctx, const fa_attn_opts *opts, const fa_tensor 
         if ((st = fa_entry_disjoint(ctx, "lse", sp[4], names, sp, 4))) return st;
         if ((st = fa_entry_disjoint(ctx, "lse", sp[4], (const char *const[]){"opts.sinks"}, &ss, 1))) return st;
     }
+    if ((st = fa_entry_descales_apart(ctx, &p, sp[3], lse ? &sp[4] : NULL))) return st;
     p.d_sinks = NULL; /* the backward's output: the forward ignores it */
     p.lse = lse;
     return run(ctx, &p);
@@ -308,6 +321,9 @@ fa_status fa_backward(fa_context *ctx, const fa_attn_opts *opts, const fa_tensor
     fa_span sp[11];
     fa_status st = build_problem(ctx, opts, q, k, v, out, &p, sp, &sp[9]);
     if (st) return st;
+    if (p.dtype == FA_DTYPE_F8_E4M3)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "q: dtype f8_e4m3: FP8 inputs are forward only (fa_backward takes "
+                       "f32, f16 or bf16 tensors)");
     if (!lse && p.q.batch && p.q.seqlen) /* NULL stands for an LSE of zero elements only */
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: NULL (backward needs the forward's LSE)");
     if ((st = fa_entry_f32(ctx, "lse", lse, p.q.batch, p.hq, p.q.seqlen, &sp[4]))) return st;

@@ -40,3 +40,7 @@ fa_status fa_cuda_merge(fa_context *ctx, const fa_merge_problem *m) {
 fa_status fa_cuda_kv_check(fa_context *ctx) {
     return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
 }
+fa_status fa_cuda_quantize(fa_context *ctx, const fa_quant_problem *q) {
+    (void)q;
+    return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "CUDA is not built into this library");
+}

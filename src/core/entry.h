@@ -48,6 +48,15 @@ FA_HIDDEN fa_status fa_entry_f32(fa_context *ctx, const char *name, const float 
 FA_HIDDEN fa_status fa_entry_disjoint(fa_context *ctx, const char *name, fa_span o, const char *const *names,
                                       const fa_span *sp, int n);
 
+/* FP8 descales (fp8_check.c): each of opts' q/k/v_descale NULL or fp32 [batch][heads_k] (on a CPU context every
+ * value finite); set only with FP8 inputs (dtype). */
+FA_HIDDEN fa_status fa_entry_descales(fa_context *ctx, const fa_attn_opts *o, fa_dtype dtype, int64_t batch,
+                                      int64_t heads_k);
+/* FA_ERR_UNSUPPORTED naming t and the entry point when t is FP8 (the entry points other than fa_forward). */
+FA_HIDDEN fa_status fa_entry_no_fp8(fa_context *ctx, const char *name, const fa_tensor *t, const char *entry);
+/* The descales of a validated forward apart from its outputs: out's span, lse's (NULL: none). */
+FA_HIDDEN fa_status fa_entry_descales_apart(fa_context *ctx, const fa_problem *p, fa_span out, const fa_span *lse);
+
 /* fa_stats.flops, one formula for every entry point: 4·D per visible (query, key) pair per query head (QKᵀ and PV,
  * 2·D each), x2.5 for the backward. */
 FA_HIDDEN double fa_problem_flops(const fa_problem *p);

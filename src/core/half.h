@@ -1,6 +1,8 @@
-/* fp16 / bf16 <-> fp32 conversions (round to nearest even), portable C. Internal; also used by tests and tools. */
+/* fp16 / bf16 <-> fp32 conversions (FP8 E4M3: core/fp8.h) (round to nearest even), portable C. Internal; also used by tests and tools. */
 #ifndef FA_HALF_H
 #define FA_HALF_H
+
+#include "core/fp8.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -44,6 +46,7 @@ static inline float fa_load_elem(const void *base, int dtype, int64_t i) {
     switch (dtype) {
     case 0: return ((const float *)base)[i];
     case 1: return fa_f16_to_f32(((const uint16_t *)base)[i]);
+    case 3: return (float)fa_e4m3_to_f64(((const uint8_t *)base)[i]); /* exact */
     default: return fa_bf16_to_f32(((const uint16_t *)base)[i]);
     }
 }
@@ -51,6 +54,7 @@ static inline void fa_store_elem(void *base, int dtype, int64_t i, float x) {
     switch (dtype) {
     case 0: ((float *)base)[i] = x; break;
     case 1: ((uint16_t *)base)[i] = fa_f32_to_f16(x); break;
+    case 3: ((uint8_t *)base)[i] = fa_f64_to_e4m3(x); break;
     default: ((uint16_t *)base)[i] = fa_f32_to_bf16(x); break;
     }
 }

@@ -28,7 +28,7 @@ typedef struct fa_problem {
     int is_backward;
     fa_algo algo;          /* resolved: never FA_ALGO_AUTO (AUTO gives FLASH2; the plan may upgrade it) */
     int algo_auto;         /* 1: the caller asked for FA_ALGO_AUTO */
-    fa_dtype dtype;        /* of every tensor */
+    fa_dtype dtype;        /* of every tensor; FA_DTYPE_F8_E4M3: of q, k, v only (o.dtype is out's) */
     int64_t batch;         /* number of sequences: q.batch, or n_seqs for varlen */
     int64_t hq, hk, d;     /* query heads, K/V heads, head_dim */
     int64_t sq_max, sk_max;/* longest query / key sequence (q.seqlen / k.seqlen unless varlen; cu_device: the
@@ -47,6 +47,7 @@ typedef struct fa_problem {
     fa_tensor dout, dq, dk, dv; /* backward only */
     const float *sinks;    /* fp32 [hq] on the call's device, or NULL (core/sink.h) */
     float *d_sinks;        /* backward: fp32 [hq] written with d sinks, or NULL */
+    const float *q_descale, *k_descale, *v_descale; /* FP8 forward: fp32 [batch][hk] on the call's device, or NULL = 1 */
 } fa_problem;
 
 /* Rows of sequence b (its used rows with seqused_q/k, which the entry layer checked to be within the span); with
@@ -82,9 +83,9 @@ static inline double fa_zero_fill_bytes(const fa_problem *p) {
     const fa_tensor *t[3] = {p->is_backward ? &p->dq : &p->o, &p->dk, &p->dv};
     double n = 0;
     for (int i = 0; i < (p->is_backward ? 3 : 1); i++)
-        n += (double)t[i]->batch * t[i]->seqlen * t[i]->heads * t[i]->head_dim;
+        n += (double)t[i]->batch * t[i]->seqlen * t[i]->heads * t[i]->head_dim * (double)fa_dtype_size(t[i]->dtype);
     const double lse = !p->is_backward && p->lse ? (double)p->q.batch * p->hq * p->q.seqlen * sizeof(float) : 0;
-    return n * (double)fa_dtype_size(p->dtype) + lse;
+    return n + lse;
 }
 /* Keys visible to query row i of a (sq, sk) sequence: [*lo, *hi) (empty when *hi <= *lo). core/visible.h. */
 static inline void fa_key_range(const fa_problem *p, int64_t sq, int64_t sk, int64_t i, int64_t *lo, int64_t *hi) {
@@ -120,6 +121,8 @@ struct fa_context {
     int has_stats;
     void *ws;              /* CPU workspace, grown, never shrunk (64-byte aligned) */
     size_t ws_size;
+    void *ws_in;           /* CPU: inputs converted before a run (FP8 widened to fp32), apart from ws (fa_workspace_in) */
+    size_t ws_in_size;
     const void *kernels;   /* CPU: const fa_cpu_kernels * picked once at creation */
     void *cuda;            /* CUDA backend state (src/cuda), NULL on CPU */
 };
@@ -130,6 +133,9 @@ FA_HIDDEN fa_status fa_fail(fa_context *ctx, fa_status status, const char *fmt, 
     __attribute__((format(printf, 3, 4)));
 /* CPU workspace of at least bytes (64-byte aligned), or NULL after fa_fail(FA_ERR_OUT_OF_MEMORY). (workspace.c) */
 FA_HIDDEN void *fa_workspace(fa_context *ctx, size_t bytes);
+/* The same for a second buffer that holds a call's converted inputs while the run and the numerics contract use
+ * fa_workspace's (which they may grow and move). (workspace.c) */
+FA_HIDDEN void *fa_workspace_in(fa_context *ctx, size_t bytes);
 /* So are the public fa_dtype_size, fa_dtype_name, fa_algo_name, fa_backend_name and fa_status_string (names.c). */
 
 /* ---- Backends ----
@@ -142,6 +148,20 @@ FA_HIDDEN void *fa_workspace(fa_context *ctx, size_t bytes);
 FA_HIDDEN fa_status fa_cpu_init(fa_context *ctx);
 FA_HIDDEN fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan, char *why, size_t why_len);
 FA_HIDDEN fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st);
+
+/* A validated fa_quantize_fp8 call (quantize.c); the backends' quantisers read it. */
+typedef struct fa_quant_problem {
+    fa_tensor x, y;      /* x: f32/f16/bf16, y: f8_e4m3, the same [B, S, H, D] */
+    float *descale;      /* [B][H / group][nblk] */
+    int64_t group;       /* heads per scale */
+    int64_t block_rows;  /* rows per block: S (one block) when the caller gave 0 */
+    int64_t nblk;        /* blocks per (batch, head group) */
+    int per_tensor;      /* one amax over everything */
+    int hadamard;
+    uint64_t seed;
+} fa_quant_problem;
+FA_HIDDEN fa_status fa_cpu_quantize(fa_context *ctx, const fa_quant_problem *q);
+FA_HIDDEN fa_status fa_cuda_quantize(fa_context *ctx, const fa_quant_problem *q);
 
 /* ---- CUDA backend (src/cuda/, built when FA_HAVE_CUDA; stubs in src/core/cuda_stub.c otherwise) ---- */
 FA_HIDDEN int fa_cuda_built(void);

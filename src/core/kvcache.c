@@ -147,6 +147,7 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
     fa_span sq, sk, sv, skn = {0, 0}, svn = {0, 0}, so = {0, 0}, sl = {0, 0}, ss = {0, 0};
     fa_status st;
     if ((st = fa_entry_tensor(ctx, "q", q, 0, &sq))) return st;
+    if ((st = fa_entry_no_fp8(ctx, "q", q, "fa_forward_kvcache"))) return st;
     if ((st = fa_entry_head_dim(ctx, "q", q->head_dim))) return st;
     p->dtype = q->dtype;
     p->batch = q->batch;
@@ -275,6 +276,7 @@ fa_status fa_merge_states(fa_context *ctx, int n, const fa_tensor *outs, const f
     fa_status st;
     fa_span so, sl = {0, 0}, si, sli;
     if ((st = fa_entry_tensor(ctx, "out", out, 1, &so))) return st;
+    if ((st = fa_entry_no_fp8(ctx, "out", out, "fa_merge_states"))) return st;
     if (lse && (st = fa_entry_f32(ctx, "lse", lse, out->batch, out->heads, out->seqlen, &sl))) return st;
     if (lse && fa_span_overlap(sl, so)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "lse: memory overlaps out");
     for (int i = 0; i < n; i++) {

@@ -28,6 +28,7 @@ size_t fa_dtype_size(fa_dtype t) {
     case FA_DTYPE_F32: return 4;
     case FA_DTYPE_F16:
     case FA_DTYPE_BF16: return 2;
+    case FA_DTYPE_F8_E4M3: return 1;
     }
     return 0;
 }
@@ -37,6 +38,7 @@ const char *fa_dtype_name(fa_dtype t) {
     case FA_DTYPE_F32: return "f32";
     case FA_DTYPE_F16: return "f16";
     case FA_DTYPE_BF16: return "bf16";
+    case FA_DTYPE_F8_E4M3: return "f8_e4m3";
     }
     return "?";
 }

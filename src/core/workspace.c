@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-void *fa_workspace(fa_context *ctx, size_t bytes) {
-    if (bytes <= ctx->ws_size) return ctx->ws;
+static void *grow(fa_context *ctx, void **buf, size_t *have, size_t bytes) {
+    if (bytes <= *have) return *buf;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages > 0 && page > 0 && (double)bytes > 0.8 * (double)pages * (double)page) {
         fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "workspace: the call needs %.2f GB, more than 80%% of this machine's "
@@ -19,8 +19,11 @@ void *fa_workspace(fa_context *ctx, size_t bytes) {
         fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "workspace: cannot allocate %zu bytes", size);
         return NULL;
     }
-    free(ctx->ws);
-    ctx->ws = p;
-    ctx->ws_size = size;
+    free(*buf);
+    *buf = p;
+    *have = size;
     return p;
 }
+
+void *fa_workspace(fa_context *ctx, size_t bytes) { return grow(ctx, &ctx->ws, &ctx->ws_size, bytes); }
+void *fa_workspace_in(fa_context *ctx, size_t bytes) { return grow(ctx, &ctx->ws_in, &ctx->ws_in_size, bytes); }

@@ -38,6 +38,13 @@ static const char *const kernel_names[FA_CPU_ENTRIES][FA_CPU_ISA_COUNT] = {
     [FA_CPU_FLASH2_BF16] = FA_CPU_ISA_NAMES("cpu.flash2.bf16dot."),
     [FA_CPU_FLASH2_AMX] = FA_CPU_ISA_NAMES("cpu.flash2.bf16tile."),
 };
+/* The same for FP8 inputs, which run the f32 entries on widened copies (fp8.c). */
+static const char *const kernel_names_fp8[FA_CPU_ENTRIES][FA_CPU_ISA_COUNT] = {
+    [FA_CPU_STANDARD] = FA_CPU_ISA_NAMES("cpu.fp8.standard."),
+    [FA_CPU_STANDARD_BLAS] = FA_CPU_ISA_NAMES("cpu.fp8.standard.blas."),
+    [FA_CPU_FLASH1] = FA_CPU_ISA_NAMES("cpu.fp8.flash1."),
+    [FA_CPU_FLASH2] = FA_CPU_ISA_NAMES("cpu.fp8.flash2."),
+};
 
 #ifdef FA_HAVE_CBLAS
 /* sgemm takes a leading dimension in [d, INT_MAX] only (else it prints and does nothing): f32 views outside that
@@ -92,7 +99,8 @@ static int plan_bwd_split(const fa_problem *p, const fa_plan *pl) {
 }
 
 fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
-    /* every validated problem runs on the CPU (f32/f16/bf16, head_dim 1..256), except the Hopper algorithm */
+    /* every validated problem runs on the CPU (f32/f16/bf16, FP8 forward inputs, head_dim 1..256), except the Hopper
+     * algorithm */
     if (p->algo == FA_ALGO_FLASH3) {
         snprintf(why, why_len, "opts.algo: FA_ALGO_FLASH3 runs on CUDA (Hopper) only; the CPU runs FA_ALGO_FLASH2 "
                                "(or FA_ALGO_AUTO)");
@@ -106,6 +114,15 @@ fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan,
         return FA_OK;
     }
     const fa_cpu_kernels *kr = ctx->kernels;
+    if (p->dtype == FA_DTYPE_F8_E4M3) { /* the f32 call on widened copies (fp8.c), plus the widening's traffic */
+        fa_problem p32;
+        fa_cpu_fp8_problem(p, NULL, &p32);
+        const fa_status st = fa_cpu_plan(ctx, &p32, plan, why, why_len);
+        if (st != FA_OK) return st;
+        plan->kernel = kernel_names_fp8[plan->entry][kr->id];
+        fa_cpu_fp8_traffic(p, &plan->read_bytes, &plan->write_bytes);
+        return FA_OK;
+    }
     const fa_cpu_entry e = pick_entry(p, kr);
     plan->entry = e;
     plan->kernel = kernel_names[e][kr->id];
@@ -159,16 +176,34 @@ static void nan_sink_heads(const fa_problem *p) {
             fa_head hd;
             fa_cpu_head(p, b, h, &hd);
             for (int64_t i = 0; i < hd.sq; i++) {
-                for (int64_t x = 0; x < p->d; x++) fa_store_elem(hd.o, (int)p->dtype, i * hd.ldo + x, NAN);
+                for (int64_t x = 0; x < p->d; x++) fa_store_elem(hd.o, (int)p->o.dtype, i * hd.ldo + x, NAN);
                 if (hd.lse) hd.lse[i] = NAN;
             }
         }
     }
 }
 
-/* The contract (cpu.h): a forward reserves the recompute's workspace with its own, runs, and is done when its loads
- * certified every item (fa_cpu_algo.certifies, fa_io.uncertified); otherwise — and before every backward, whose recompute can be large — the
- * contract's scan decides, before any output is written when it can fail. */
+static fa_status run_algo(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st);
+
+/* FP8 inputs: widened into their own buffer (allocated before any output is touched), the f32 run, the staged out
+ * rounded into out (fp8.c). */
+static fa_status run_fp8(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st) {
+    const size_t bytes = fa_cpu_fp8_bytes(p);
+    void *buf = fa_workspace_in(ctx, bytes);
+    if (!buf) return FA_ERR_OUT_OF_MEMORY;
+    fa_problem p32;
+    fa_cpu_fp8_problem(p, buf, &p32);
+    fa_cpu_fp8_widen(p, &p32, plan->threads);
+    const fa_status s = run_algo(ctx, &p32, plan, st);
+    if (s != FA_OK) return s;
+    fa_cpu_fp8_finish(p, &p32, plan->threads);
+    double rd = (double)st->slow_read_bytes, wr = (double)st->slow_write_bytes;
+    fa_cpu_fp8_traffic(p, &rd, &wr);
+    st->slow_read_bytes = (int64_t)rd, st->slow_write_bytes = (int64_t)wr;
+    st->extra_bytes += (int64_t)bytes;
+    return FA_OK;
+}
+
 fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st) {
     if (plan->zero_fill) {
         zero_fill(p);
@@ -176,6 +211,13 @@ fa_status fa_cpu_run(fa_context *ctx, const fa_problem *p, const fa_plan *plan, 
         if (p->used_q || p->used_k) fa_cpu_zero_unused(p);
         return FA_OK;
     }
+    return p->dtype == FA_DTYPE_F8_E4M3 ? run_fp8(ctx, p, plan, st) : run_algo(ctx, p, plan, st);
+}
+
+/* The contract (cpu.h): a forward reserves the recompute's workspace with its own, runs, and is done when its loads
+ * certified every item (fa_cpu_algo.certifies, fa_io.uncertified); otherwise — and before every backward, whose recompute can be large — the
+ * contract's scan decides, before any output is written when it can fail. */
+static fa_status run_algo(fa_context *ctx, const fa_problem *p, const fa_plan *plan, fa_stats *st) {
     int fix = 0, prepared = 0;
     size_t need = plan->workspace_bytes;
     if (p->is_backward) {

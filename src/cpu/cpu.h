@@ -118,6 +118,16 @@ void fa_cpu_plan_traffic(const fa_problem *p, fa_plan *pl);
 /* The backward's d sinks (p->d_sinks set) from out, dout and LSE, after any algorithm (sinks.c); counts its reads. */
 void fa_cpu_sinks_grad(const fa_problem *p, int threads, fa_io *io);
 
+/* FP8 inputs (fp8.c): the call runs as an f32 one on q, k, v widened with their descales folded in (and an f16/bf16
+ * out staged in fp32). bytes: the buffer of those copies (fa_workspace_in); problem: the f32 problem over buf (NULL
+ * while planning: only the shapes and strides are read); widen: fill the copies; finish: the staged out into out;
+ * traffic: the bytes the widening and the staging move, added to the f32 run's. */
+size_t fa_cpu_fp8_bytes(const fa_problem *p);
+void fa_cpu_fp8_problem(const fa_problem *p, void *buf, fa_problem *p32);
+void fa_cpu_fp8_widen(const fa_problem *p, const fa_problem *p32, int threads);
+void fa_cpu_fp8_finish(const fa_problem *p, const fa_problem *p32, int threads);
+void fa_cpu_fp8_traffic(const fa_problem *p, double *read, double *written);
+
 /* The numerics contract around any algorithm (docs/numerics.md, src/cpu/contract.c). prepare, before it: scan the
  * inputs; *fix = 1 when some head's fp32 result is not certified (a NaN/inf input, huge scale or values), and then
  * reserve the recompute's workspace (FA_ERR_OUT_OF_MEMORY here, before any output is written). fix, after it (only

@@ -6,6 +6,7 @@
 set(FA_CPU_SOURCES
     src/cpu/backend.c src/cpu/frame.c src/cpu/traffic.c src/cpu/contract.c src/cpu/blas.c src/cpu/sinks.c
     src/cpu/seqused.c
+    src/cpu/fp8.c src/cpu/quantize.c
     src/cpu/algo/standard.c src/cpu/algo/flash1.c src/cpu/algo/flash2.c
     src/cpu/algo/flash2_bf16.c src/cpu/algo/flash2_amx.c src/cpu/algo/kvcache.c
     src/cpu/tiles/head.c src/cpu/tiles/scores.c src/cpu/tiles/bwd_tile.c src/cpu/tiles/tile_io.c

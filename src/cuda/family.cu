@@ -21,6 +21,11 @@ fa_status fa_cuda_unsupported(char *why, size_t why_len, const char *fmt, ...) {
     return FA_ERR_UNSUPPORTED;
 }
 
+fa_status fa_cuda_fp8_refusal(char *why, size_t why_len) {
+    return fa_cuda_unsupported(why, why_len, "dtype f8_e4m3: no CUDA kernel takes FP8 inputs yet (the Hopper FP8 "
+                               "forward is to come); a CPU context runs FP8");
+}
+
 const fa_tensor *fa_cuda_view_failing(const fa_problem *p, int (*ok)(const fa_tensor *), const char **name) {
     const fa_tensor *ts[8] = {&p->q, &p->k, &p->v, &p->o, &p->dout, &p->dq, &p->dk, &p->dv};
     static const char *names[8] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};

@@ -77,6 +77,8 @@ extern const fa_cuda_family *const fa_cuda_families[FA_CUDA_FAMILIES];
 /* ---- helpers the rows share (family.cu) ---- */
 
 fa_status fa_cuda_unsupported(char *why, size_t why_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Every row's answer to FP8 inputs until the Hopper FP8 forward row exists (issue 49): FA_ERR_UNSUPPORTED, why. */
+fa_status fa_cuda_fp8_refusal(char *why, size_t why_len);
 /* The call's first view (forward: q, k, v, out; backward also dout, dq, dk, dv) that fails ok, with its name; NULL
  * when every view passes. */
 const fa_tensor *fa_cuda_view_failing(const fa_problem *p, int (*ok)(const fa_tensor *), const char **name);

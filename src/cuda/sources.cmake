@@ -9,8 +9,7 @@ set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 # backend.cu: context and run; plan.cu: the one decision; family.cu: the family table (family.h) and what its rows
 # share; state.cu: the context's state; contract.cu: the numerics contract (scan, fix-up); standard.cu: cuBLAS and
 # its row; zero_fill.cu: the outputs of calls without a (query, key) pair; seqused.cu: the padding rows of seqused;
-# sinks.cu:
-# learnable sinks (the forward's join, d sinks); mma_sync/: the mma.sync / ldmatrix /
+# sinks.cu: learnable sinks (the forward's join, d sinks); quantize.cu: fa_quantize_fp8; mma_sync/: the mma.sync / ldmatrix /
 # cp.async kernels and their rows (docs/cuda-kernels.md); wgmma/: FLASH3 (wgmma, TMA) and its row; kvcache/: KV-cache
 # attention (docs/kvcache.md). The kernel files first: they take the longest to compile.
 set(FA_CUDA_SOURCES
@@ -31,6 +30,7 @@ set(FA_CUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/zero_fill.cu
     ${CMAKE_CURRENT_LIST_DIR}/seqused.cu
     ${CMAKE_CURRENT_LIST_DIR}/sinks.cu
+    ${CMAKE_CURRENT_LIST_DIR}/quantize.cu
     ${CMAKE_CURRENT_LIST_DIR}/kvcache/splitkv.cu
     ${CMAKE_CURRENT_LIST_DIR}/kvcache/append.cu
     ${CMAKE_CURRENT_LIST_DIR}/kvcache/merge.cu

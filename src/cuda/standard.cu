@@ -335,6 +335,7 @@ static int fa_tensor_blas_ok(const fa_tensor *t) {
 }
 
 static fa_status fa_std_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
+    if (p->dtype == FA_DTYPE_F8_E4M3) return fa_cuda_fp8_refusal(why, why_len);
     (void)tu;
     const char *name;
     const fa_tensor *t = fa_cuda_view_failing(p, fa_tensor_blas_ok, &name);

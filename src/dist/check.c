@@ -33,6 +33,7 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
     const fa_tensor *t[4] = {q, k, v, out};
     for (int i = 0; i < 4; i++)
         if ((st = fa_entry_tensor(ctx, names[i], t[i], i == 3 && !is_bwd, &sp[i])) != FA_OK) return st;
+    if ((st = fa_entry_no_fp8(ctx, "q", q, "ring attention"))) return st;
     if ((st = fa_entry_like(ctx, "k", k, "q", q, k->heads)) || (st = fa_entry_like(ctx, "v", v, "k", k, -1)) ||
         (st = fa_entry_like(ctx, "out", out, "q", q, -1)))
         return st;

@@ -9,7 +9,8 @@
  * The inputs are widened once into dense double rows and transposes (every layout, stride and varlen offset is
  * handled there); each dot product is vectorised across keys (or queries), never across its own terms. OpenMP
  * threads take rows; every output element is written by one thread with its sum in one fixed order, so the results
- * are the same bits with any number of threads. docs/testing.md. */
+ * are the same bits with any number of threads. FP8 inputs are decoded exactly and multiplied by their descales
+ * (exact in double). docs/testing.md. */
 #include "oracle.h"
 
 #include "dtype.h"
@@ -163,6 +164,36 @@ static int oracle_big(const fa_tensor *q, const fa_tensor *k) {
     return (double)q->batch * q->seqlen * k->seqlen * q->heads * q->head_dim > 1e8;
 }
 
+/* The sequence of row `row` of batch b: b, or with varlen the last s with cu[s] <= row. */
+static int64_t seq_index(const fa_attn_opts *o, const int32_t *cu, int64_t b, int64_t row) {
+    if (!cu) return b;
+    int64_t lo = 0, hi = o->n_seqs - 1;
+    while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (cu[mid] <= row) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* FP8 inputs: every row times its (sequence, K/V head)'s descale (ds [sequences][hk]; head h of t belongs to K/V
+ * head h / group), exactly: an E4M3 value has 4 significant bits, a descale 24. Inside the parallel region. */
+static void descale(const fa_attn_opts *o, const fa_tensor *t, dense *w, const float *ds, const int32_t *cu,
+                    int64_t group, int64_t hk) {
+    if (!ds) return;
+    const int64_t S = t->seqlen, H = t->heads, d = t->head_dim;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < t->batch * S * H; n++) {
+        const int64_t b = n / (S * H), s = n / H % S, h = n % H;
+        const double f = ds[seq_index(o, cu, b, s) * hk + h / group];
+        double *r = w->row + ((b * H + h) * S + s) * d, *c = w->col ? w->col + (b * H + h) * d * S + s : NULL;
+        for (int64_t x = 0; x < d; x++) {
+            r[x] *= f;
+            if (c) c[x * S] = r[x];
+        }
+    }
+}
+
 fa_status t_oracle_forward(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                            double *out, double *lse) {
     if (!q || !k || !v || !out) return FA_ERR_INVALID_ARGUMENT;
@@ -177,6 +208,11 @@ fa_status t_oracle_forward(const fa_attn_opts *opts, const fa_tensor *q, const f
         double *S = malloc(sizeof(double) * 2 * ns), *P = S ? S + ns : NULL;
         int64_t *idx = malloc(sizeof(int64_t) * ns);
         if (ok) widen(q, &Q), widen(k, &K), widen(v, &V);
+        if (ok) {
+            descale(&o, q, &Q, o.q_descale, o.cu_seqlens_q, group, k->heads);
+            descale(&o, k, &K, o.k_descale, o.cu_seqlens_k, 1, k->heads);
+            descale(&o, v, &V, o.v_descale, o.cu_seqlens_k, 1, k->heads);
+        }
 #pragma omp for schedule(dynamic, 4)
         for (int64_t n = 0; n < (ok ? q->batch * H * Sq : 0); n++) {
             if (!S || !idx) {

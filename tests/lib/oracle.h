@@ -8,7 +8,8 @@
 
 /* out: contiguous [q.batch, q.seqlen, q.heads, d] doubles; lse (may be NULL): [q.batch, q.heads, q.seqlen]
  * doubles, -INFINITY for a row that sees no key (its out row is 0). opts.sinks (host) join every row's denominator:
- * a row that sees no key then has LSE = its sink. Returns FA_OK or FA_ERR_INVALID_ARGUMENT. */
+ * a row that sees no key then has LSE = its sink. FP8 inputs take opts.q/k/v_descale (host). Returns FA_OK or
+ * FA_ERR_INVALID_ARGUMENT. */
 fa_status t_oracle_forward(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                            double *out, double *lse);
 

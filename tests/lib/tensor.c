@@ -19,7 +19,7 @@ const char *t_layout_name(t_layout l) {
     return "?";
 }
 
-static size_t esize(fa_dtype dt) { return dt == FA_DTYPE_F32 ? 4 : 2; }
+static size_t esize(fa_dtype dt) { return dt == FA_DTYPE_F32 ? 4 : dt == FA_DTYPE_F8_E4M3 ? 1 : 2; }
 
 t_buf t_buf_new(fa_dtype dt, int64_t b, int64_t s, int64_t h, int64_t d, t_layout lay) {
     return t_buf_new_r(&t_default_rng, dt, b, s, h, d, lay);

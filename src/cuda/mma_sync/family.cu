@@ -137,6 +137,7 @@ static fa_status fa_flash_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa
 
 /* Every mma.sync row: 16-bit tensors, a built head dim and tile, 16-byte aligned rows. */
 static fa_status fa_mma_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
+    if (p->dtype == FA_DTYPE_F8_E4M3) return fa_cuda_fp8_refusal(why, why_len);
     if (p->dtype == FA_DTYPE_F32)
         return fa_cuda_unsupported(why, why_len,
                                    "dtype f32: CUDA FA_ALGO_%s runs on 16-bit tensor cores (f16, bf16); "

@@ -10,36 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_mem.h"
+
 #ifdef FA_TEST_CUDA
-#include <cuda_runtime.h>
-#define BACKEND FA_BACKEND_CUDA
 #define NAME "test_gpu_empty"
-static void cu_ok(cudaError_t e, const char *what) {
-    if (e != cudaSuccess) {
-        fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-        exit(2);
-    }
-}
-static void *dev_alloc(size_t n) {
-    void *p = NULL;
-    if (n) cu_ok(cudaMalloc(&p, n), "cudaMalloc");
-    return p;
-}
-static void dev_free(void *p) { cudaFree(p); }
-static void put(void *dev, const void *host, size_t n) {
-    if (n) cu_ok(cudaMemcpy(dev, host, n, cudaMemcpyHostToDevice), "to device");
-}
-static void get(void *host, const void *dev, size_t n) {
-    cu_ok(cudaDeviceSynchronize(), "synchronize");
-    if (n) cu_ok(cudaMemcpy(host, dev, n, cudaMemcpyDeviceToHost), "to host");
-}
 #else
-#define BACKEND FA_BACKEND_CPU
 #define NAME "test_empty"
-static void *dev_alloc(size_t n) { return n ? malloc(n) : NULL; }
-static void dev_free(void *p) { free(p); }
-static void put(void *dev, const void *host, size_t n) { if (n) memcpy(dev, host, n); }
-static void get(void *host, const void *dev, size_t n) { if (n) memcpy(host, dev, n); }
 #endif
 
 enum { HQ = 4, HK = 2, D = 64, PAD = 8 }; /* D: a head dim every CUDA path builds */
@@ -251,15 +227,7 @@ static void kvcache_all(fa_context *ctx) {
 
 int main(void) {
     t_init(NAME);
-    fa_context *ctx = NULL;
-#ifdef FA_TEST_CUDA
-    if (fa_context_create(&ctx, FA_BACKEND_CUDA, 0) != FA_OK) {
-        fprintf(stderr, "no CUDA context: %s\n", fa_create_error());
-        return 1;
-    }
-#else
-    ctx = t_cpu_ctx();
-#endif
+    fa_context *ctx = t_backend_ctx();
     attention_all(ctx);
     still_invalid(ctx);
     kvcache_all(ctx);

@@ -10,32 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_mem.h"
+
 #ifdef FA_TEST_CUDA
-#include <cuda_runtime.h>
 #define NAME "test_gpu_merge"
-static void cu_ok(cudaError_t e, const char *what) {
-    if (e != cudaSuccess) {
-        fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-        exit(2);
-    }
-}
-static void *dev_alloc(size_t n) {
-    void *p = NULL;
-    cu_ok(cudaMalloc(&p, n ? n : 1), "cudaMalloc");
-    return p;
-}
-static void dev_free(void *p) { cudaFree(p); }
-static void put(void *dev, const void *host, size_t n) { cu_ok(cudaMemcpy(dev, host, n, cudaMemcpyHostToDevice), "to device"); }
-static void get(void *host, const void *dev, size_t n) {
-    cu_ok(cudaDeviceSynchronize(), "synchronize");
-    cu_ok(cudaMemcpy(host, dev, n, cudaMemcpyDeviceToHost), "to host");
-}
 #else
 #define NAME "test_merge"
-static void *dev_alloc(size_t n) { return malloc(n ? n : 1); }
-static void dev_free(void *p) { free(p); }
-static void put(void *dev, const void *host, size_t n) { memcpy(dev, host, n); }
-static void get(void *host, const void *dev, size_t n) { memcpy(host, dev, n); }
 #endif
 
 enum { B = 2, S = 3, H = 2, PAD = 3 };
@@ -251,15 +231,7 @@ static void errors(fa_context *ctx) {
 
 int main(void) {
     t_init(NAME);
-    fa_context *ctx = NULL;
-#ifdef FA_TEST_CUDA
-    if (fa_context_create(&ctx, FA_BACKEND_CUDA, 0) != FA_OK) {
-        fprintf(stderr, "no CUDA context: %s\n", fa_create_error());
-        return 1;
-    }
-#else
-    ctx = t_cpu_ctx();
-#endif
+    fa_context *ctx = t_backend_ctx();
     static const int ns[] = {1, 2, 31, 32, 33, 64, 65, 133};
     static const int ds[] = {1, 64, 257, 512};
     static const fa_dtype dts[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};

@@ -153,16 +153,6 @@ template <int Br> FA_DEV void fa3b_row_store(fa3b_shared_rows<Br> &r, int it, in
     else r.dsum[it & 1][c - Br] = x;
 }
 
-/* Warpgroup w's 160-thread barrier ID + w (the barrier's ID must be an immediate). */
-template <int ID> FA_DEV void fa3b_dq_sync(int w) {
-    if (w == 0) fa3_named_sync<ID, 160>();
-    else fa3_named_sync<ID + 1, 160>();
-}
-template <int ID> FA_DEV void fa3b_dq_arrive(int w) {
-    if (w == 0) fa3_named_arrive<ID, 160>();
-    else fa3_named_arrive<ID + 1, 160>();
-}
-
 /* The dQ writer (one warp; lane 0 issues): per step, each warpgroup's half of dQi is one bulk reduce-add into the
  * accumulator, and the buffer is handed back once the copy has read it. Its first hand-back is before the first
  * step, and none after the last, so every barrier phase completes. */
@@ -375,12 +365,12 @@ __global__ void __launch_bounds__(384, 1)
 
         /* dQi to the writer's buffer: thread ct's registers 4j..4j+3 at float4 j·128 + ct of its warpgroup's half
          * (consecutive threads, consecutive 16 bytes: no bank conflict) */
-        fa3b_dq_sync<FA3B_DQ_EMPTY>(cw);
+        fa3_named_sync(FA3B_DQ_EMPTY + cw, 160);
         const uint32_t dq_s = fa3_smem(sm.dq) + ((cw * (NQ / 4) * 128 + ct) << 4);
 #pragma unroll
         for (int j = 0; j < NQ / 4; j++) fa3_st_shared4(dq_s + (j << 11), dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
         fa3_fence_async_smem();
-        fa3b_dq_arrive<FA3B_DQ_FULL>(cw);
+        fa3_named_arrive(FA3B_DQ_FULL + cw, 160);
     }
 
     /* dKj = scale·Σ dSᵀ Q, dVj: 16-bit, straight from the registers (rows past sk are not written) */

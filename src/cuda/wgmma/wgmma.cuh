@@ -209,7 +209,8 @@ FA_DEV void fa_wgmma_sstt_m64n128_f16(float (&d)[64], uint64_t da, uint64_t db, 
 }
 
 /* Dispatch on the compile-time N and type: F16 selects fp16, else bf16. */
-template <int N, bool F16> FA_DEV void fa_wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {
+template <int N, bool F16>
+FA_DEV void fa_wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {
     if constexpr (N == 64) { if constexpr (F16) fa_wgmma_ss_m64n64_f16(d, da, db, scale_d); else fa_wgmma_ss_m64n64_bf16(d, da, db, scale_d); }
     else if constexpr (N == 80) { if constexpr (F16) fa_wgmma_ss_m64n80_f16(d, da, db, scale_d); else fa_wgmma_ss_m64n80_bf16(d, da, db, scale_d); }
     else if constexpr (N == 128) { if constexpr (F16) fa_wgmma_ss_m64n128_f16(d, da, db, scale_d); else fa_wgmma_ss_m64n128_bf16(d, da, db, scale_d); }
@@ -217,6 +218,7 @@ template <int N, bool F16> FA_DEV void fa_wgmma_ss(float (&d)[N / 2], uint64_t d
     else if constexpr (N == 192) { if constexpr (F16) fa_wgmma_ss_m64n192_f16(d, da, db, scale_d); else fa_wgmma_ss_m64n192_bf16(d, da, db, scale_d); }
     else if constexpr (N == 256) { if constexpr (F16) fa_wgmma_ss_m64n256_f16(d, da, db, scale_d); else fa_wgmma_ss_m64n256_bf16(d, da, db, scale_d); }
 }
+
 template <int N, bool F16>
 FA_DEV void fa_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
     if constexpr (N == 64) { if constexpr (F16) fa_wgmma_rs_m64n64_f16(d, a, db, scale_d); else fa_wgmma_rs_m64n64_bf16(d, a, db, scale_d); }
@@ -226,7 +228,9 @@ FA_DEV void fa_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, 
     else if constexpr (N == 192) { if constexpr (F16) fa_wgmma_rs_m64n192_f16(d, a, db, scale_d); else fa_wgmma_rs_m64n192_bf16(d, a, db, scale_d); }
     else if constexpr (N == 256) { if constexpr (F16) fa_wgmma_rs_m64n256_f16(d, a, db, scale_d); else fa_wgmma_rs_m64n256_bf16(d, a, db, scale_d); }
 }
-template <int N, bool F16> FA_DEV void fa_wgmma_sstt(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {
+
+template <int N, bool F16>
+FA_DEV void fa_wgmma_sstt(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {
     if constexpr (N == 64) { if constexpr (F16) fa_wgmma_sstt_m64n64_f16(d, da, db, scale_d); else fa_wgmma_sstt_m64n64_bf16(d, da, db, scale_d); }
     else if constexpr (N == 128) { if constexpr (F16) fa_wgmma_sstt_m64n128_f16(d, da, db, scale_d); else fa_wgmma_sstt_m64n128_bf16(d, da, db, scale_d); }
 }

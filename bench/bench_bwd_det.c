@@ -23,13 +23,13 @@ int main(void) {
     }
     printf("| algo | d | causal | seqlen | bwd ms (default) | bwd ms (deterministic) | deterministic / default speed |\n"
            "|---|---|---|---|---|---|---|\n");
-    const int dims[2] = {64, 128}, seqlens[4] = {1024, 2048, 4096, 8192};
+    const int dims[3] = {64, 128, 256}, seqlens[4] = {1024, 2048, 4096, 8192};
     const fa_algo algos[2] = {FA_ALGO_FLASH2, FA_ALGO_FLASH3};
-    for (int ad = 0; ad < 4; ++ad) /* (algorithm, head dim) */
+    for (int ad = 0; ad < 6; ++ad) /* (algorithm, head dim) */
         for (int si = 0; si < 4; ++si)
             for (int causal = 0; causal < 2; ++causal) {
-                const fa_algo algo = algos[ad / 2];
-                const int d = dims[ad % 2], s = seqlens[si], h = 2048 / d, b = 16384 / s;
+                const fa_algo algo = algos[ad / 3];
+                const int d = dims[ad % 3], s = seqlens[si], h = 2048 / d, b = 16384 / s;
                 const size_t n = (size_t)b * s * h * d;
                 unsigned short *host = malloc(n * 2);
                 for (size_t i = 0; i < n; ++i) host[i] = (unsigned short)(0x3c00 + (rand() & 0x3ff) - 0x200); /* bf16 ~U(0.5, 2)·±... */

@@ -206,7 +206,7 @@ typedef struct fa_attn_opts {
      * memory on a CPU context (checked) and DEVICE memory on a CUDA context (read by the kernels only, clamped into
      * 0..the span). Sequence s is then its first seqused_q[s] query rows against its first seqused_k[s] keys (masks
      * align to these lengths); the rest of its span is padding: its out rows are 0, its LSE -INFINITY, and the
-     * backward writes 0 to dq of the padding query rows and to dk, dv of the padding keys. FLASH3 has no varlen. */
+     * backward writes 0 to dq of the padding query rows and to dk, dv of the padding keys. FLASH3 takes no seqused. */
     const int32_t *seqused_q, *seqused_k;
     /* FP8 inputs (q, k, v of dtype FA_DTYPE_F8_E4M3; fa_forward only): the fp32 factors that turn the stored values
      * back into real ones, as flash-attn's q_descale/k_descale/v_descale: each NULL (= 1) or fp32 [batch][heads_k]

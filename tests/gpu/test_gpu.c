@@ -5,8 +5,8 @@
  * and FLASH3 through the public API on a CUDA context, copies the allocations back and checks, against the float64
  * oracle (tests/lib/oracle.h):
  *   - status FA_OK, or FA_ERR_UNSUPPORTED exactly when the request is outside what the CUDA kernels are built for
- *     (dtype f32 or head_dim not 32/64/96/128 — FLASH2 also 256; FLASH3 64/128/256 without varlen —
- *     or rows not 16-byte aligned or explicit tiles for the flash kernels), with a reason;
+ *     (dtype f32 or head_dim not 32/64/96/128 — FLASH2 also 256; FLASH3 64/128/256, varlen in the forward only,
+ *     no seqused — or rows not 16-byte aligned or explicit tiles for the flash kernels), with a reason;
  *   - FLASH3's backward runs from FLASH3's out and lse where it is built (head_dim 64/128/256, no varlen, every view
  *     TMA-addressable), FLASH2's elsewhere (an explicit FLASH3 backward is refused there with a reason);
  *     FA_ALGO_AUTO runs FLASH3 exactly where it can, forward and backward;
@@ -94,8 +94,9 @@ static double now_s(void) {
  * only, so its row is asked with the forward's 4) */
 static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     if (a == FA_ALGO_STANDARD) return 1;
-    if (a == FA_ALGO_FLASH3) {
-        if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.cu_seqlens_q)
+    if (a == FA_ALGO_FLASH3) { /* varlen: the forward only (flash3_bwd_runs), without seqused */
+        if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.seqused_q ||
+            c->opts.seqused_k)
             return 0;
         for (int i = 0; i < 4; ++i) /* TMA: 16-byte aligned rows, no broadcast (a zero stride over an extent > 1) */
             if (!aligned16(bufs[i]) || (bufs[i]->t.stride_batch == 0 && bufs[i]->t.batch > 1)) return 0;
@@ -677,7 +678,7 @@ int main(void) {
     }
     /* FLASH3: odd lengths, sq != sk both ways, every mask mode, GQA 1/4/8, both dtypes, layouts, head dims 64, 128,
      * 256, logits of magnitude 1e4 (sigma 100 at d = 128), fully masked rows (causal with sq > sk, a window
-     * beyond the keys), softcap (plain and causal); varlen: FA_ERR_UNSUPPORTED with a reason (AUTO runs FLASH2) */
+     * beyond the keys), softcap (plain and causal), varlen */
     {
         static const int lens[][2] = {{1, 1}, {17, 113}, {113, 17}, {1023, 1023}, {300, 4097}, {4097, 4097}};
         const int nl = small ? 3 : (int)(sizeof lens / sizeof lens[0]);
@@ -707,11 +708,21 @@ int main(void) {
             run_case(ctx, &c, 0);
             if (v == 2) run_case(ctx, &c, 1); /* the d = 256 backward's softcap */
         }
-        int32_t cq[4], ck[4];
-        const int lq[3] = {100, 0, 130}, lk[3] = {64, 7, 300};
-        t_case cv = varlen_case(3, lq, lk, 4, 4, 128, FA_DTYPE_F16, cq, ck);
-        cv.opts.causal = 1;
-        run_case(ctx, &cv, 0);
+        /* varlen: the FLASH3 forward reads each tile's sequence from the device cu_seqlens (an empty sequence, one
+         * row, lengths across block edges; tiles past a sequence's end; rows past it in a block are its neighbour's);
+         * its backward refuses varlen with a reason and FLASH2's runs from FLASH3's out and LSE */
+        for (int v = 0; v < (small ? 2 : 6); ++v) {
+            int32_t cq[5], ck[5];
+            static const int lq[2][4] = {{100, 0, 130, 1}, {1, 257, 1000, 128}}, lk[2][4] = {{64, 7, 300, 129},
+                                                                                              {1000, 1, 513, 128}};
+            const int d = v % 3 == 0 ? 128 : v % 3 == 1 ? 64 : 256;
+            t_case cv = varlen_case(4, lq[v & 1], lk[v & 1], 4, v < 3 ? 4 : 1, d, v & 1 ? FA_DTYPE_BF16 : FA_DTYPE_F16,
+                                    cq, ck);
+            if (v % 3 == 0) cv.opts.causal = 1;
+            if (v % 3 == 2) cv.opts.window_left = 40, cv.opts.window_right = 3;
+            run_case(ctx, &cv, 0);
+            if (v < 3) run_case(ctx, &cv, 1);
+        }
     }
     /* random small cases (any dtype, head_dim, layout, mask; explicit tiles dropped half the time) */
     for (int i = 0; i < (small ? 2 : 40); ++i) {

@@ -1,6 +1,6 @@
-/* The FLASH3 rows (family.h): wgmma, TMA, warp specialisation. The forward (a persistent grid) and the backward (one
- * CTA per key block and K/V head) take 16-bit inputs without varlen, at a head dim of their tile tables (tiles.h),
- * with views TMA can address. The forward's traffic is FLASH2's (the same loops). Host code. */
+/* The FLASH3 rows (family.h): wgmma, TMA, warp specialisation. The forward (a persistent grid; varlen too) and the
+ * backward (one CTA per key block and K/V head; no varlen yet) take 16-bit inputs at a head dim of their tile tables
+ * (tiles.h), with views TMA can address. The forward's traffic is FLASH2's (the same loops). Host code. */
 #include "cuda/family.h"
 #include "tiles.h"
 
@@ -29,13 +29,17 @@ static fa_status fa3_not_built(const Row (&rows)[N], const fa_problem *p, const 
                                (long long)p->d, pass, dims);
 }
 
-/* What both passes need: 16-bit inputs, no varlen, views TMA can address. */
+/* What both passes need: 16-bit inputs, views TMA can address; varlen (without seqused) in the forward only. */
 static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
     if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
         return fa_cuda_unsupported(why, why_len, "dtype %s: FA_ALGO_FLASH3 runs on 16-bit tensor cores (f16, bf16)",
                                    fa_dtype_name(p->dtype));
-    if (p->cu_q || p->cu_k)
-        return fa_cuda_unsupported(why, why_len, "opts.cu_seqlens_q: FA_ALGO_FLASH3 has no varlen yet (FA_ALGO_FLASH2 has)");
+    if ((p->cu_q || p->cu_k) && p->is_backward)
+        return fa_cuda_unsupported(why, why_len,
+                                   "opts.cu_seqlens_q: the FA_ALGO_FLASH3 backward has no varlen yet (FA_ALGO_FLASH2's has)");
+    if (p->used_q || p->used_k)
+        return fa_cuda_unsupported(why, why_len, "opts.seqused_%s: FA_ALGO_FLASH3 takes no seqused yet (FA_ALGO_FLASH2 "
+                                   "does)", p->used_q ? "q" : "k");
     const char *name;
     if (fa_cuda_view_failing(p, fa3_tma_ok, &name))
         return fa_cuda_unsupported(why, why_len,
@@ -59,12 +63,12 @@ static fa_status fa3_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan
                                    "block_q %d / block_k %d: FA_ALGO_FLASH3 at head_dim %lld runs %d x %d tiles only "
                                    "(0 = its default)",
                                    p->block_q, p->block_k, (long long)p->d, r->bm, r->bn);
-    const long long tiles = (p->q.seqlen + r->bm - 1) / r->bm * p->hq * p->batch;
+    const long long tiles = (p->sq_max + r->bm - 1) / r->bm * p->hq * p->batch; /* varlen: at max_seqlen_q */
     if (tiles >= ((long long)1 << 31))
         return fa_cuda_unsupported(why, why_len,
                                    "seqlen_q %lld x heads %lld x batch %lld: FA_ALGO_FLASH3 needs fewer than 2^31 tiles "
                                    "of %d query rows",
-                                   (long long)p->q.seqlen, (long long)p->hq, (long long)p->batch, r->bm);
+                                   (long long)p->sq_max, (long long)p->hq, (long long)p->batch, r->bm);
     fa_cuda_instance k = {NULL, NULL, 0};
     if (!fa_flash3_fwd_instance(row, &k)) /* a table row without its case in the instance switch */
         return fa_cuda_unsupported(why, why_len, "head_dim %lld: CUDA FA_ALGO_FLASH3 row %d has no kernel instance",

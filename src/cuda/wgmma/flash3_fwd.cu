@@ -17,24 +17,27 @@
 /* causal is folded into the right window (wr = 0) */
 static bool fa3_masked(const fa_cuda_params *p) { return p->wl >= 0 || p->wr >= 0; }
 
-/* Key blocks query block mb visits (the kernel's fa3_work_at). */
+/* Key blocks query block mb visits (the kernel's fa3_work_at; varlen: of a sequence at the grid's bounds). */
 static int fa3_blocks_of(const fa_cuda_params *p, int Br, int Bc, int mb) {
-    const int m0 = mb * Br, m1 = m0 + Br < p->total_q ? m0 + Br : p->total_q;
+    const int m0 = mb * Br, m1 = m0 + Br < p->sq ? m0 + Br : p->sq;
     int lo, hi;
-    fa_visible_block32(m0, m1, p->total_q, p->total_k, p->wl, p->wr, &lo, &hi);
+    fa_visible_block32(m0, m1, p->sq, p->sk, p->wl, p->wr, &lo, &hi);
     return hi > lo ? (hi + Bc - 1) / Bc - lo / Bc : 0;
 }
 
 /* The plan's grid (min(tiles, SMs): persistent), threads and shared memory (this row's fa3_shared + 1024 for the
- * swizzle's alignment). No varlen: the sequences are the tensors' seqlens (total_q, total_k). */
+ * swizzle's alignment). Varlen: tiles for every sequence at the grid's bounds (max_seqlen_q), each tile reading its
+ * sequence's rows from the device cu_seqlens (a tile past its sequence's end has no work); the tensors are one
+ * packed batch, so the tensor maps have batch 1. */
 template <int D, bool WIDE, bool F16>
 static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t stream) {
     using T = fa3_tile<D, WIDE>;
-    if (p->batch == 0 || p->total_q == 0) return cudaSuccess;
+    if (p->batch == 0 || p->total_q == 0 || p->sq == 0) return cudaSuccess;
     CUtensorMap tq, tk, tv;
-    if (fa3_map(&tq, p->q, p->dtype, D, p->total_q, p->hq, p->batch, p->q_ss, p->q_sh, p->q_sb, T::Br) ||
-        fa3_map(&tk, p->k, p->dtype, D, p->total_k, p->hk, p->batch, p->k_ss, p->k_sh, p->k_sb, T::Bc) ||
-        fa3_map(&tv, p->v, p->dtype, D, p->total_k, p->hk, p->batch, p->v_ss, p->v_sh, p->v_sb, T::Bc))
+    const int tb = p->cu_q ? 1 : p->batch; /* the tensors' batch */
+    if (fa3_map(&tq, p->q, p->dtype, D, p->total_q, p->hq, tb, p->q_ss, p->q_sh, p->q_sb, T::Br) ||
+        fa3_map(&tk, p->k, p->dtype, D, p->total_k, p->hk, tb, p->k_ss, p->k_sh, p->k_sb, T::Bc) ||
+        fa3_map(&tv, p->v, p->dtype, D, p->total_k, p->hk, tb, p->v_ss, p->v_sh, p->v_sb, T::Bc))
         return cudaErrorInvalidValue;
     fa3_kparams kp;
     kp.o = (uint16_t *)p->out;
@@ -42,8 +45,10 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
     kp.o_batch_stride = p->o_sb;
     kp.o_row_stride = p->o_ss;
     kp.o_head_stride = p->o_sh;
-    kp.sq = p->total_q;
-    kp.sk = p->total_k;
+    kp.sq = p->sq;
+    kp.sk = p->sk;
+    kp.cu_q = p->cu_q, kp.cu_k = p->cu_k;
+    kp.total_q = p->total_q, kp.total_k = p->total_k;
     kp.hq = p->hq;
     kp.group = p->hq / p->hk;
     kp.wl = p->wl;
@@ -57,14 +62,14 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
     cudaError_t e = cudaFuncSetAttribute(fa3_fwd_kernel<D, WIDE, F16>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    kp.nmb = (p->total_q + T::Br - 1) / T::Br;
+    kp.nmb = (p->sq + T::Br - 1) / T::Br;
     kp.ntiles = kp.nmb * p->hq * p->batch;
     kp.bh = p->hq * p->batch;
     kp.sec_heads = 0, kp.mb_up = 0, kp.counter = NULL;
     if (fa3_masked(p) && p->tile_counter) { /* tiles differ in work: longest first, dynamically (the .cuh) */
         /* sections of (batch, head)s whose K and V take at most FA3_L2_KV_BYTES, so that the tiles in flight
          * share their K/V in L2 */
-        const double kv_bytes = 4.0 * (double)p->total_k * D;
+        const double kv_bytes = 4.0 * (double)p->sk * D;
         const double sec = (double)FA3_L2_KV_BYTES / (kv_bytes > 1 ? kv_bytes : 1);
         kp.sec_heads = sec >= kp.bh ? kp.bh : sec < 1 ? 1 : (int)sec;
         kp.mb_up = fa3_blocks_of(p, T::Br, T::Bc, 0) > fa3_blocks_of(p, T::Br, T::Bc, kp.nmb - 1);

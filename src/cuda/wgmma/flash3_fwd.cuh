@@ -47,7 +47,9 @@ struct fa3_kparams {
     uint16_t *o;
     float *lse;
     int64_t o_batch_stride, o_row_stride, o_head_stride;
-    int sq, sk, hq, group, wl, wr;
+    int sq, sk, hq, group, wl, wr; /* varlen: sq, sk are the bounds the grid is sized for (max_seqlen_q/k) */
+    const int *cu_q, *cu_k;        /* varlen: the caller's device cu_seqlens (read clamped), else NULL */
+    int total_q, total_k;          /* rows of the packed tensors */
     int nmb, ntiles; /* query blocks per head; tiles = nmb * heads_q * batch */
     int bh;          /* heads_q * batch */
     int sec_heads;   /* > 0: longest-first order inside sections of this many (batch, head)s; 0: query block fastest */
@@ -146,6 +148,8 @@ FA_DEV int fa3_tile_of(int wave) {
 }
 struct fa3_work {
     int m0, h, b, n_hi, nblk;
+    int sq, sk;     /* the sequence's lengths */
+    int qrow, krow; /* its first rows in the packed tensors (varlen), else 0 */
 };
 template <int Br, int Bc> FA_DEV fa3_work fa3_work_at(int tile, const fa3_kparams &p) {
     fa3_work w;
@@ -162,9 +166,18 @@ template <int Br, int Bc> FA_DEV fa3_work fa3_work_at(int tile, const fa3_kparam
     w.m0 = mb * Br;
     w.h = bh % p.hq;
     w.b = bh / p.hq;
-    const int m1 = w.m0 + Br < p.sq ? w.m0 + Br : p.sq;
-    int lo, hi;
-    fa_visible_block32(w.m0, m1, p.sq, p.sk, p.wl, p.wr, &lo, &hi);
+    w.sq = p.sq, w.sk = p.sk, w.qrow = w.krow = 0;
+    if (p.cu_q) { /* varlen: the sequence's rows, clamped into the packed tensors and to the grid's bounds */
+        const int q0 = min(max(p.cu_q[w.b], 0), p.total_q), q1 = min(max(p.cu_q[w.b + 1], q0), p.total_q);
+        const int k0 = min(max(p.cu_k[w.b], 0), p.total_k), k1 = min(max(p.cu_k[w.b + 1], k0), p.total_k);
+        w.qrow = q0, w.sq = min(q1 - q0, p.sq);
+        w.krow = k0, w.sk = min(k1 - k0, p.sk);
+    }
+    int lo = 0, hi = 0;
+    if (w.m0 < w.sq) {
+        const int m1 = w.m0 + Br < w.sq ? w.m0 + Br : w.sq;
+        fa_visible_block32(w.m0, m1, w.sq, w.sk, p.wl, p.wr, &lo, &hi);
+    }
     w.n_hi = (hi + Bc - 1) / Bc;
     w.nblk = hi > lo ? w.n_hi - lo / Bc : 0;
     return w;
@@ -228,8 +241,10 @@ __global__ void __launch_bounds__(384, 1)
                 const int hk = w.h / p.group;
                 fa3_bar_expect_tx(fq, Br * D * 2);
 #pragma unroll
-                for (int c = 0; c < D / 64; c++)
-                    fa3_tma_load4(fa3_smem(sm.q) + c * Br * 128, &tq, fq, 64 * c, w.m0, w.h, w.b);
+                for (int c = 0; c < D / 64; c++) /* varlen: rows past the sequence are its neighbour's (the rows
+                                                  * of out beyond sq are not written; a key beyond sk is masked) */
+                    fa3_tma_load4(fa3_smem(sm.q) + c * Br * 128, &tq, fq, 64 * c, w.qrow + w.m0, w.h,
+                                  p.cu_q ? 0 : w.b);
                 qi++;
                 for (int it = 0; it < w.nblk; it++, kv++) {
                     const int s = kv % ST, n = w.n_hi - 1 - it;
@@ -239,12 +254,14 @@ __global__ void __launch_bounds__(384, 1)
                     fa3_bar_expect_tx(fk, Bc * D * 2);
 #pragma unroll
                     for (int c = 0; c < D / 64; c++)
-                        fa3_tma_load4(fa3_smem(sm.k[s]) + c * Bc * 128, &tk, fk, 64 * c, n * Bc, hk, w.b);
+                        fa3_tma_load4(fa3_smem(sm.k[s]) + c * Bc * 128, &tk, fk, 64 * c, w.krow + n * Bc, hk,
+                                      p.cu_q ? 0 : w.b);
                     fa3_bar_wait(fa3_smem(&sm.empty_v[s]), ph ^ 1);
                     fa3_bar_expect_tx(fv, Bc * D * 2);
 #pragma unroll
                     for (int c = 0; c < D / 64; c++)
-                        fa3_tma_load4(fa3_smem(sm.v[s]) + c * Bc * 128, &tv, fv, 64 * c, n * Bc, hk, w.b);
+                        fa3_tma_load4(fa3_smem(sm.v[s]) + c * Bc * 128, &tv, fv, 64 * c, w.krow + n * Bc, hk,
+                                      p.cu_q ? 0 : w.b);
                 }
             }
         }
@@ -264,8 +281,8 @@ __global__ void __launch_bounds__(384, 1)
         const int nblk = w.nblk, n_hi = w.n_hi;
         const int r0 = w.m0 + 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
         fa3_rows R;
-        fa_visible_keys32(r0, p.sq, p.sk, p.wl, p.wr, &R.lo0, &R.hi0);
-        fa_visible_keys32(r1, p.sq, p.sk, p.wl, p.wr, &R.lo1, &R.hi1);
+        fa_visible_keys32(r0, w.sq, w.sk, p.wl, p.wr, &R.lo0, &R.hi0);
+        fa_visible_keys32(r1, w.sq, w.sk, p.wl, p.wr, &R.lo1, &R.hi1);
         R.t = t;
         R.sl2 = p.scale_log2;
         R.cap = p.cap, R.cap_scale = p.cap_scale;
@@ -341,23 +358,25 @@ __global__ void __launch_bounds__(384, 1)
         l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
         l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
         const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
-        uint16_t *ob = p.o + (int64_t)w.b * p.o_batch_stride + (int64_t)w.h * p.o_head_stride + 2 * t;
-        if (r0 < p.sq) {
+        uint16_t *ob = p.o + (p.cu_q ? (int64_t)w.qrow * p.o_row_stride : (int64_t)w.b * p.o_batch_stride) +
+                       (int64_t)w.h * p.o_head_stride + 2 * t;
+        if (r0 < w.sq) {
             uint16_t *orow = ob + (int64_t)r0 * p.o_row_stride;
 #pragma unroll
             for (int j = 0; j < D / 8; j++)
                 *reinterpret_cast<uint32_t *>(orow + 8 * j) = fa3_pack<F16>(o[4 * j] * inv0, o[4 * j + 1] * inv0);
         }
-        if (r1 < p.sq) {
+        if (r1 < w.sq) {
             uint16_t *orow = ob + (int64_t)r1 * p.o_row_stride;
 #pragma unroll
             for (int j = 0; j < D / 8; j++)
                 *reinterpret_cast<uint32_t *>(orow + 8 * j) = fa3_pack<F16>(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
         }
         if (p.lse && t == 0) {
-            float *lrow = p.lse + ((int64_t)w.b * p.hq + w.h) * p.sq;
-            if (r0 < p.sq) lrow[r0] = l0 > 0.f ? R.m0 * p.scale + logf(l0) : -INFINITY;
-            if (r1 < p.sq) lrow[r1] = l1 > 0.f ? R.m1 * p.scale + logf(l1) : -INFINITY;
+            /* [b][hq][sq], varlen [hq][total_q] */
+            float *lrow = p.lse + (p.cu_q ? (int64_t)w.h * p.total_q + w.qrow : ((int64_t)w.b * p.hq + w.h) * p.sq);
+            if (r0 < w.sq) lrow[r0] = l0 > 0.f ? R.m0 * p.scale + logf(l0) : -INFINITY;
+            if (r1 < w.sq) lrow[r1] = l1 > 0.f ? R.m1 * p.scale + logf(l1) : -INFINITY;
         }
     }
 }

@@ -215,6 +215,12 @@ typedef struct fa_attn_opts {
      * k · k_descale[b][h], v_real = v · v_descale[b][h]. A CPU context rejects a non-finite factor. Set with inputs of
      * another dtype: FA_ERR_INVALID_ARGUMENT. fa_quantize_fp8 produces them. docs/numerics.md ("FP8"). */
     const float *q_descale, *k_descale, *v_descale;
+    /* Chunked local attention (Llama 4; flash-attn's attention_chunk): 0 = off; c > 0 = query row i sees only the keys
+     * of its own chunk of c positions, those j with floor(j / c) == floor(diag / c), diag = i + seqlen_k − seqlen_q the
+     * row's bottom-right diagonal (the chunks start at key 0 of each sequence). It narrows causal and the window (both
+     * still apply). Every entry point that takes a mask takes it (fa_forward, fa_backward, fa_forward_kvcache); FLASH3
+     * refuses it (FA_ALGO_AUTO then runs FLASH2); the ring refuses it. Must be >= 0. */
+    int attention_chunk;
 } fa_attn_opts;
 
 /* Fill the first struct_size bytes of *opts with the defaults (scale 0, no mask, no softcap, FA_ALGO_AUTO, default

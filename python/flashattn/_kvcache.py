@@ -42,9 +42,12 @@ def check_pairs(k, v, rotary_cos, rotary_sin):
         raise invalid("rotary_cos and rotary_sin are given together or not at all")
 
 
-def options(softmax_scale, causal, window_size, softcap, sinks=0):
-    """fa_attn_opts as _ext takes it (algo auto, no varlen); sinks: learnable_sink's address, 0 = none."""
+def options(softmax_scale, causal, window_size, softcap, sinks=0, chunk=0):
+    """fa_attn_opts as _ext takes it (algo auto, no varlen); sinks: learnable_sink's address, 0 = none; chunk:
+    attention_chunk (0 = off)."""
     opts = _capi.options(softmax_scale, causal, window_size, softcap, 0, False) + (0, 0, 0)
+    if chunk:
+        return opts + (0, 0, sinks, 0, 0, 0, 0, 0, 0, int(chunk))
     return opts + (0, 0, sinks, 0) if sinks else opts
 
 

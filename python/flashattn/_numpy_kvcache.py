@@ -14,7 +14,7 @@ def _index(a, name, ndim, batch=None):
 
 def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
             softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits,
-            learnable_sink=None):
+            learnable_sink=None, attention_chunk=0):
     """(out, lse) as the torch front end's, for numpy arrays."""
     ctx = _capi.context(_capi.BACKEND_CPU, 0)
     args = [_arg(q, "q"), _arg(k_cache, "k_cache"), _arg(v_cache, "v_cache"),
@@ -44,7 +44,7 @@ def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
     out = np.empty(q.shape, dtype=q.dtype)
     lse = np.empty((batch, q.shape[2], q.shape[1]), dtype=np.float32)
     sinks = 0 if learnable_sink is None else sinks_address(learnable_sink, q)
-    opts = _kvcache.options(softmax_scale, causal, (window_left, window_right), softcap, sinks)
+    opts = _kvcache.options(softmax_scale, causal, (window_left, window_right), softcap, sinks, attention_chunk)
     ctx.kvcache(opts, kv, *args, _arg(out, "out"), lse.ctypes.data)
     return out, lse
 

@@ -18,7 +18,7 @@ def _index(t, name, ndim, batch=None):
 
 def _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
          softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits,
-         learnable_sink=None):
+         learnable_sink=None, attention_chunk=0):
     named = (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v), ("rotary_cos", rotary_cos),
              ("rotary_sin", rotary_sin), ("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
              ("block_table", block_table), ("learnable_sink", learnable_sink))
@@ -52,7 +52,7 @@ def _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache
     lse = torch.empty((batch, q.shape[2], q.shape[1]), dtype=torch.float32, device=dev)
     sinks = None if learnable_sink is None else _sinks(learnable_sink, q)
     opts = _kvcache.options(softmax_scale, causal, (window_left, window_right), softcap,
-                            0 if sinks is None else sinks.data_ptr())
+                            0 if sinks is None else sinks.data_ptr(), attention_chunk)
     ctx.kvcache(opts, kv, _view(q, "q"), _view(k_cache, "k_cache"), _view(v_cache, "v_cache"),
                 None if k is None else _view(k, "k"), None if v is None else _view(v, "v"), _view(out, "out"),
                 lse.data_ptr())
@@ -64,15 +64,17 @@ def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor]
                 rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], cache_seqlens: Optional[Tensor],
                 cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor], softmax_scale: float, causal: bool,
                 window_left: int, window_right: int, softcap: float, rotary_interleaved: bool,
-                num_splits: int, learnable_sink: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+                num_splits: int, learnable_sink: Optional[Tensor] = None,
+                attention_chunk: int = 0) -> Tuple[Tensor, Tensor]:
     return _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
                 softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits,
-                learnable_sink)
+                learnable_sink, attention_chunk)
 
 
 @fwd_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table, softmax_scale,
-      causal, window_left, window_right, softcap, rotary_interleaved, num_splits, learnable_sink=None):
+      causal, window_left, window_right, softcap, rotary_interleaved, num_splits, learnable_sink=None,
+      attention_chunk=0):
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))
 

@@ -253,6 +253,7 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
     p->wl = opts.window_left;
     p->wr = opts.window_right;
     if (opts.causal) p->wr = 0; /* causal = right window 0 (min(wr, 0) for any wr >= -1) */
+    p->chunk = opts.attention_chunk;
     p->block_q = opts.block_q;
     p->block_k = opts.block_k;
     p->deterministic = opts.deterministic;

@@ -73,6 +73,9 @@ fa_status fa_entry_check_opts(fa_context *ctx, const fa_attn_opts *o) {
                        o->window_left, o->window_right);
     if (o->causal != 0 && o->causal != 1)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.causal: %d must be 0 or 1", o->causal);
+    if (o->attention_chunk < 0)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.attention_chunk: %d must be >= 0 (0 = off)",
+                       o->attention_chunk);
     return FA_OK;
 }
 
@@ -189,11 +192,11 @@ fa_status fa_entry_disjoint(fa_context *ctx, const char *name, fa_span o, const 
 }
 
 /* (query, key) pairs of one sequence of sq query rows over sk keys that the mask leaves visible (core/visible.h). */
-static double visible_pairs(int64_t sq, int64_t sk, int wl, int wr) {
+static double visible_pairs(int64_t sq, int64_t sk, int wl, int wr, int chunk) {
     double pairs = 0;
     for (int64_t i = 0; i < sq; i++) {
         int64_t lo, hi;
-        fa_visible_keys(i, sq, sk, wl, wr, &lo, &hi);
+        fa_visible_keys(i, sq, sk, wl, wr, chunk, &lo, &hi);
         pairs += (double)(hi - lo);
     }
     return pairs;
@@ -206,7 +209,7 @@ static double attn_flops(double pairs, int64_t d, int64_t hq, int is_backward) {
 
 double fa_problem_flops(const fa_problem *p) {
     double pairs = 0;
-    for (int64_t b = 0; b < p->batch; b++) pairs += visible_pairs(fa_seqlen_q(p, b), fa_seqlen_k(p, b), p->wl, p->wr);
+    for (int64_t b = 0; b < p->batch; b++) pairs += visible_pairs(fa_seqlen_q(p, b), fa_seqlen_k(p, b), p->wl, p->wr, p->chunk);
     return attn_flops(pairs, p->d, p->hq, p->is_backward);
 }
 
@@ -214,7 +217,7 @@ double fa_kv_problem_flops(const fa_kv_problem *p, const int32_t *host_seqlens) 
     double pairs = 0;
     for (int64_t b = 0; b < p->batch; b++) {
         const int64_t L = host_seqlens ? host_seqlens[b] + (p->append ? p->sq : 0) : p->capacity;
-        pairs += visible_pairs(p->sq, L, p->wl, p->wr);
+        pairs += visible_pairs(p->sq, L, p->wl, p->wr, p->chunk);
     }
     return attn_flops(pairs, p->d, p->hq, 0);
 }

@@ -26,6 +26,7 @@ static fa_status check_attn_opts(fa_context *ctx, const fa_attn_opts *in, fa_kv_
     p->softcap = o.softcap;
     p->wl = o.window_left;
     p->wr = o.causal ? 0 : o.window_right;
+    p->chunk = o.attention_chunk;
     p->sinks = o.sinks; /* its span is checked by build, with the other inputs */
     return FA_OK;
 }

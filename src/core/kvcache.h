@@ -17,6 +17,7 @@ typedef struct fa_kv_problem {
     int64_t hq, hk, d;
     float scale, softcap;      /* scale resolved (never 0); softcap 0 = off */
     int wl, wr;                /* window, -1 = unbounded; causal folded in as wr = 0 */
+    int chunk;                 /* attention_chunk, 0 = off (core/visible.h) */
     fa_tensor q, o;            /* q, out */
     fa_tensor kc, vc;          /* the cache tensors (contiguous rows or pages) */
     int paged;
@@ -45,7 +46,8 @@ typedef struct fa_kv_problem {
  * counts as none, as there — and otherwise every query row at seqlens[b]: the rows see the same keys, so one position
  * serves them all. Its k rows always rotate at seqlens[b] + i. docs/kvcache.md ("Rotary"). */
 static inline int fa_kv_rotary_q_rows(const fa_kv_problem *p) {
-    return (p->wl >= 0 && p->wl < p->capacity) || (p->wr >= 0 && p->wr < p->capacity);
+    return (p->wl >= 0 && p->wl < p->capacity) || (p->wr >= 0 && p->wr < p->capacity) ||
+           (p->chunk > 0 && p->chunk < p->capacity);
 }
 /* The rotary position of query row i of a sequence of len keys before the append. */
 static inline int64_t fa_kv_rotary_q_pos(const fa_kv_problem *p, int64_t len, int64_t i) {

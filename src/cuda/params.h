@@ -41,6 +41,7 @@ typedef struct fa_cuda_params {
     int *dq_turns;          /* FLASH3 deterministic backward: [batch][hq][query blocks] counters, or NULL */
     const float *sinks;     /* opts.sinks [hq], or NULL: the contract's float64 recompute joins them (sinks.h) */
     const int *used_q, *used_k; /* opts.seqused_q/k (device, with cu_q), or NULL: read through fa_get_seq, clamped */
+    int chunk;              /* attention_chunk, 0 = off (core/visible.h); FLASH3 refuses it */
 } fa_cuda_params;
 
 #ifdef __cplusplus

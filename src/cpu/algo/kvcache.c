@@ -248,7 +248,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
     int64_t k0 = s1, k1 = s0;
     for (int64_t i = 0; i < p->sq; i++) {
         int64_t lo, hi;
-        fa_visible_keys(i, p->sq, L, p->wl, p->wr, &lo, &hi);
+        fa_visible_keys(i, p->sq, L, p->wl, p->wr, p->chunk, &lo, &hi);
         lo = lo > s0 ? lo : s0;
         hi = hi < s1 ? hi : s1;
         if (hi < lo) hi = lo;
@@ -424,7 +424,7 @@ fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *
         const int64_t L = p->seqlens[b] + (p->append ? p->sq : 0);
         for (int64_t i = 0; i < p->sq; i++) {
             int64_t lo, hi;
-            fa_visible_keys(i, p->sq, L, p->wl, p->wr, &lo, &hi);
+            fa_visible_keys(i, p->sq, L, p->wl, p->wr, p->chunk, &lo, &hi);
             pairs += (double)(hi - lo);
         }
     }

@@ -236,7 +236,7 @@ static void params_of(const fa_kv_problem *p, const fa_plan *plan, const kv_ws *
     c->scale = p->scale, c->softcap = p->softcap;
     c->qmul = p->softcap > 0 ? p->scale / p->softcap : p->scale * 1.4426950408889634f;
     c->softcap_mul = p->softcap > 0 ? p->softcap * 1.4426950408889634f : 0.f;
-    c->wl = p->wl, c->wr = p->wr;
+    c->wl = p->wl, c->wr = p->wr, c->attention_chunk = p->chunk;
     c->nsplit = plan->aux[FA_KV_AUX_SPLITS], c->fixed = plan->aux[FA_KV_AUX_FIXED];
     c->chunk = plan->aux[FA_KV_AUX_CHUNK];
     c->row_tiles = (int)row_tiles_of(p);

@@ -237,7 +237,14 @@ __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_c
         if (p.scale_log2 > 0.f && p.softcap == 0.f) {
             const int lim = p.wr >= 0 ? min(s.sk, m0 + s.sk - s.sq + p.wr + 1) : s.sk; /* keys < lim: every row sees */
             f_hi = lim >= BN ? lim / BN - 1 : -1;
-            const int left = p.wl >= 0 ? m0 + rows - 1 + s.sk - s.sq - p.wl : 0; /* keys >= left: every row sees */
+            int left = p.wl >= 0 ? m0 + rows - 1 + s.sk - s.sq - p.wl : 0; /* keys >= left: every row sees */
+            if (p.chunk > 0) { /* keys of the first row's chunk from the last row's chunk start on */
+                const int c0 = fa_chunk_start32(m0 + s.sk - s.sq, p.chunk);
+                const int c1 = fa_chunk_start32(m0 + rows - 1 + s.sk - s.sq, p.chunk);
+                const int lim2 = min(lim, c0 + p.chunk);
+                f_hi = lim2 >= BN ? lim2 / BN - 1 : -1;
+                left = max(left, c1);
+            }
             f_lo = left > 0 ? (left + BN - 1) / BN : 0;
         }
         cta->f_lo = f_lo, cta->f_hi = f_hi;

@@ -36,6 +36,9 @@ static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
                                    fa_dtype_name(p->dtype));
     if (p->cu_q || p->cu_k)
         return fa_cuda_unsupported(why, why_len, "opts.cu_seqlens_q: FA_ALGO_FLASH3 has no varlen yet (FA_ALGO_FLASH2 has)");
+    if (p->chunk > 0)
+        return fa_cuda_unsupported(why, why_len, "opts.attention_chunk: %d: FA_ALGO_FLASH3 has no chunked local "
+                                   "attention yet (FA_ALGO_FLASH2 has)", p->chunk);
     const char *name;
     if (fa_cuda_view_failing(p, fa3_tma_ok, &name))
         return fa_cuda_unsupported(why, why_len,

@@ -82,11 +82,68 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     padding (out 0, lse -inf, zero gradients). learnable_sink, attention_chunk and the FP8 descales ([n_seqs,
     heads_k]) as flash_attn_func's. Returns out [total_q, heads, head_dim], or (out, lse) with lse float32 [heads,
     total_q]. extra: flash-attn's other keywords (_compat.py)."""
-    _, probs = _compat.extra("flash_attn_varlen_func", extra) if extra else (None, False)
+    block_table = None
+    if extra:
+        renamed, probs = _compat.extra("flash_attn_varlen_func", extra, accepted=_compat.HINTS + ("block_table",),
+                                       renames={"page_table": "block_table"})
+        block_table = extra.get("block_table", renamed.get("block_table"))
+        if "block_table" in extra and "page_table" in extra:
+            raise TypeError("flash_attn_varlen_func() got block_table and page_table (its FA3 name)")
+    else:
+        probs = False
     opts = _capi.options(softmax_scale, causal, window_size, softcap, algo, deterministic, dropout_p, alibi_slopes)
+    if block_table is not None:
+        return _paged_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_k, block_table,
+                              softmax_scale, causal, window_size, softcap, attention_chunk, learnable_sink,
+                              return_lse or probs, probs, (seqused_q, q_descale, k_descale, v_descale))
     hints = (int(max_seqlen_q or 0), int(max_seqlen_k or 0))
     more = _more(seqused_q, seqused_k, attention_chunk, q_descale, k_descale, v_descale)
     return _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts + hints, return_lse, probs, learnable_sink, more)
+
+
+def _paged_prefill(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, seqused_k, block_table,
+                   softmax_scale, causal, window_size, softcap, attention_chunk, learnable_sink, return_lse, probs,
+                   refused):
+    """flash_attn_varlen_func with block_table (FA3: page_table; vLLM's chunked prefill over a paged cache): k_cache,
+    v_cache [num_pages, page_size, kv_heads, head_dim]; sequence i's keys are its first seqused_k[i] (else
+    cu_seqlens_k[i+1] - cu_seqlens_k[i]) keys of its block-table row. It is the KV-cache path's call — packed queries
+    against a paged cache, nothing appended (docs/python.md, "Paged prefill") — forward only. On CUDA, whose
+    decoding kernel takes no packed queries yet, the pages are gathered into one contiguous copy first (torch
+    indexing, capturable; block-table entries clamped into the cache) and the varlen forward runs on it with
+    seqused_k."""
+    for name, value in zip(("seqused_q", "q_descale", "k_descale", "v_descale"), refused):
+        if value is not None:
+            raise _capi.UnsupportedError(_capi.ERR_UNSUPPORTED, f"FA_ERR_UNSUPPORTED: flash_attn_varlen_func: {name} "
+                                         f"with block_table (a paged cache) is not offered")
+    if seqused_k is None:
+        if cu_seqlens_k is None:
+            raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: block_table: give "
+                                             "seqused_k or cu_seqlens_k (the keys of each sequence)")
+        seqused_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(q, torch.Tensor) and q.is_cuda:
+        from ._torch_kvcache import gather_pages
+        k, v, cu_k = gather_pages(k_cache, v_cache, block_table)
+        return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_k, max_seqlen_q, k.shape[0] // block_table.shape[0],
+                                      softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                                      softcap=softcap, return_lse=return_lse, seqused_k=seqused_k.to(torch.int32),
+                                      attention_chunk=attention_chunk, learnable_sink=learnable_sink)
+    if torch is not None and isinstance(q, torch.Tensor):
+        seqused_k = seqused_k.to(torch.int32).contiguous()
+        if torch.is_grad_enabled() and q.requires_grad:
+            raise _capi.UnsupportedError(_capi.ERR_UNSUPPORTED, "FA_ERR_UNSUPPORTED: flash_attn_varlen_func: "
+                                         "block_table: the paged forward has no backward")
+    else:
+        import numpy as np
+        seqused_k = np.ascontiguousarray(seqused_k, dtype=np.int32)
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqused_k, block_table=block_table,
+                                       softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                                       softcap=softcap, return_softmax_lse=True, learnable_sink=learnable_sink,
+                                       attention_chunk=attention_chunk, cu_seqlens_q=cu_seqlens_q,
+                                       max_seqlen_q=max_seqlen_q)
+    if probs:
+        return out, lse, None
+    return (out, lse) if return_lse else out
 
 
 def _kv_front(q, name):
@@ -101,7 +158,8 @@ def _kv_front(q, name):
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, block_table=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, num_splits=0,
-                            return_softmax_lse=False, *, learnable_sink=None, attention_chunk=0, q_descale=None,
+                            return_softmax_lse=False, *, learnable_sink=None, attention_chunk=0, cache_leftpad=None,
+                            cu_seqlens_q=None, cu_seqlens_k_new=None, max_seqlen_q=None, q_descale=None,
                             k_descale=None, v_descale=None, **extra):
     """Decoding against a KV cache, as flash-attn's: q [batch, seqlen_q, heads, head_dim]; k_cache/v_cache
     [batch_cache, seqlen_cache, kv_heads, head_dim], or paged [num_pages, page_size, kv_heads, head_dim] with
@@ -111,7 +169,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     cache_batch_idx int32 [batch] picks the cache row of each sequence. causal/window are bottom-right aligned over
     the keys after the append, and so is attention_chunk (FA3's: a query sees only the keys of its own chunk of
     attention_chunk positions; 0 = off). num_splits 0 = heuristic. learnable_sink: None or float32 [heads] on q's
-    device (as flash_attn_func's; no gradient here). The FP8 descales are refused (no FP8 KV cache yet). Returns out, or (out, lse) with lse float32 [batch, heads, seqlen_q].
+    device (as flash_attn_func's; no gradient here). The FP8 descales are refused (no FP8 KV cache yet).
+    k/v may have a number of rows other than q's (speculative decoding, chunked prefill): row i of sequence b is key
+    cache_seqlens[b] + i, and query row i sees the keys up to i + L - seqlen_q (L: the keys after the append).
+    cache_leftpad int32 [batch]: sequence b's keys start at that cache position (the mask aligns to them).
+    cu_seqlens_q (int32 [batch + 1], with max_seqlen_q) packs q [total_q, heads, head_dim] (out alike, lse [heads,
+    total_q]); cu_seqlens_k_new packs k/v [total_new, kv_heads, head_dim]. These four run on the CPU (CUDA refuses
+    them with a reason for now). Returns out, or (out, lse) with lse float32 [batch, heads, seqlen_q].
     Lengths past the capacity raise CacheIndexError (a ValueError and, as flash-attn's, a RuntimeError naming
     block_table): checked on the host for an int cache_seqlens, for a paged cache (reading the longest length, as
     flash-attn does; not while a CUDA graph is captured) and on the CPU; on CUDA otherwise the kernels clamp every
@@ -140,12 +204,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if longest is not None:
             _kvcache.check_capacity(longest, k.shape[1] if getattr(k, "ndim", 0) == 4 else 0, k_cache.shape, table)
     if isinstance(cache_seqlens, int):
-        cache_seqlens = _kv_front(q, "full_seqlens")(q, cache_seqlens)
+        cu = cu_seqlens_q if cu_seqlens_q is not None else cu_seqlens_k_new
+        cache_seqlens = _kv_front(q, "full_seqlens")(q, cache_seqlens, None if cu is None else cu.shape[0] - 1)
     left, right = window_size
-    out, lse = _kv_front(q, "kvcache")(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
-                                       cache_batch_idx, block_table, float(softmax_scale or 0.0), bool(causal),
-                                       int(left), int(right), float(softcap), bool(rotary_interleaved),
-                                       int(num_splits), learnable_sink, chunk[2] if chunk else 0)
+    front = _kv_front(q, "kvcache")
+    args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
+            float(softmax_scale or 0.0), bool(causal), int(left), int(right), float(softcap), bool(rotary_interleaved),
+            int(num_splits), learnable_sink, chunk[2] if chunk else 0)
+    if cache_leftpad is None and cu_seqlens_q is None and cu_seqlens_k_new is None:
+        out, lse = front(*args)
+    else:
+        out, lse = front(*args, cache_leftpad, cu_seqlens_q, cu_seqlens_k_new, int(max_seqlen_q or 0))
     return (out, lse) if return_softmax_lse else out
 
 

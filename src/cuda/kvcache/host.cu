@@ -55,6 +55,15 @@ static int supports(const fa_kv_problem *p, char *why, size_t why_len) {
         snprintf(why, why_len, "head_dim: %lld is not built for CUDA KV-cache attention (%s)", (long long)p->d, dims);
         return 0;
     }
+    /* the kernels take one query-row count, the new rows' count equal to it, and keys from position 0 */
+    if (p->cu_q || p->cu_new || p->leftpad || (p->append && p->sn != p->sq)) {
+        snprintf(why, why_len, "%s: CUDA KV-cache attention has no %s yet (the CPU has)",
+                 p->cu_q ? "opts.cu_seqlens_q" : p->cu_new ? "opts.cu_seqlens_k" : p->leftpad ? "kv_opts.cache_leftpad"
+                                                                                               : "k_new",
+                 p->cu_q || p->cu_new ? "packed (varlen) queries or new keys" : p->leftpad ? "left padding"
+                 : "number of new keys different from the query rows");
+        return 0;
+    }
     const fa_tensor *ts[4] = {&p->q, &p->kc, &p->vc, &p->o};
     static const char *const names[4] = {"q", "cache.k", "cache.v", "out"};
     for (int i = 0; i < 4; i++)

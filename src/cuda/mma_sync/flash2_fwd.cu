@@ -132,6 +132,19 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
                         if (j < jlo || j > jhi) S[mi][nt][2 * r + c] = -INFINITY;
                     }
             }
+        if (p.chunk > 0) /* attention_chunk: a pass of its own, after the window's bounds are dead (registers) */
+#pragma unroll
+            for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int c0 = fa_row_chunk(p, cta->m0 + wrow + mi * 16 + (lane >> 2) + r * 8, sq, sk);
+                    const int j0 = n * BN + (lane & 3) * 2;
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                        for (int c = 0; c < 2; ++c)
+                            if ((unsigned)(j0 + nt * 8 + c - c0) >= (unsigned)p.chunk) S[mi][nt][2 * r + c] = -INFINITY;
+                }
     }
 
     /* Online softmax: m_new = max(m, rowmax S); rescale ℓ and O by exp2((m − m_new)·kl). The new ℓ stays in

@@ -215,6 +215,12 @@ typedef struct fa_attn_opts {
      * k · k_descale[b][h], v_real = v · v_descale[b][h]. A CPU context rejects a non-finite factor. Set with inputs of
      * another dtype: FA_ERR_INVALID_ARGUMENT. fa_quantize_fp8 produces them. docs/numerics.md ("FP8"). */
     const float *q_descale, *k_descale, *v_descale;
+    /* Chunked local attention (Llama 4; flash-attn's attention_chunk): 0 = off; c > 0 = query row i sees only the keys
+     * of its own chunk of c positions, those j with floor(j / c) == floor(diag / c), diag = i + seqlen_k − seqlen_q the
+     * row's bottom-right diagonal (the chunks start at key 0 of each sequence). It narrows causal and the window (both
+     * still apply). Every entry point that takes a mask takes it (fa_forward, fa_backward, fa_forward_kvcache); FLASH3
+     * refuses it (FA_ALGO_AUTO then runs FLASH2); the ring refuses it. Must be >= 0. */
+    int attention_chunk;
 } fa_attn_opts;
 
 /* Fill the first struct_size bytes of *opts with the defaults (scale 0, no mask, no softcap, FA_ALGO_AUTO, default
@@ -355,6 +361,11 @@ typedef struct fa_kv_opts {
      * launch (synchronises the stream: a debug option). 0 = trusted: the kernels check them on the device, clamp an
      * index out of range so that nothing is read or written out of bounds, and record it for fa_kvcache_check. */
     int check_indices;
+    /* flash-attn's cache_leftpad (NULL = none; appended): int32 [batch] on the call's device, sequence b's keys start
+     * at cache position leftpad[b] instead of 0 (0 <= leftpad[b] <= seqlens[b]): the keys before it are never attended
+     * to, the mask (causal, window, attention_chunk) aligns to the keys [leftpad[b], seqlens[b] + new keys), and
+     * rotary positions stay the cache positions (as flash-attn's). CPU only for now (CUDA: FA_ERR_UNSUPPORTED). */
+    const int32_t *cache_leftpad;
 } fa_kv_opts;
 
 /* As fa_attn_opts_init: fill the first struct_size bytes with the defaults (heuristic splits, no rotary, the
@@ -367,17 +378,24 @@ static inline fa_kv_opts fa_kv_opts_default(void) {
 }
 
 /* Attention of new queries against a KV cache, after appending the new keys and values in place.
- *   opts     scale, causal, window, softcap and sinks as fa_forward (NULL = defaults; with split-KV the sink joins
- *            each row once, after the merge); algo, block sizes and cu_seqlens must be left at their defaults. The mask is bottom-right aligned over the sequence's keys after the append:
- *            with seqlen_new = S and L = seqlens[b] + (k_new ? S : 0), query row i sees key j iff j <= i + L - S
- *            (causal; window as fa_forward).
+ *   opts     scale, causal, window, softcap, attention_chunk and sinks as fa_forward (NULL = defaults; with split-KV
+ *            the sink joins each row once, after the merge); algo, block sizes, seqused and max_seqlen_k must be left
+ *            at their defaults. The mask is bottom-right aligned over the sequence's keys after the append: with S_b
+ *            query rows, N_b new keys and L = seqlens[b] + N_b, query row i sees key j iff j <= i + L - S_b (causal;
+ *            window and chunk as fa_forward; with kv_opts.cache_leftpad over the keys from leftpad[b] on).
+ *            Varlen (CPU only for now; CUDA: FA_ERR_UNSUPPORTED): opts.cu_seqlens_q (n_seqs + 1 entries, host memory)
+ *            packs the queries — q and out are then [1, total_q, heads_q, head_dim], sequence b owns rows
+ *            [cu_seqlens_q[b], cu_seqlens_q[b + 1]), lse is [1, heads_q, total_q], max_seqlen_q optional as in
+ *            fa_forward — and opts.cu_seqlens_k (flash-attn's cu_seqlens_k_new) packs k_new / v_new the same way;
+ *            either may be set alone, and n_seqs is then the batch.
  *   kv_opts  NULL = fa_kv_opts_default().
  *   q        [batch, S, heads_q, head_dim] (decoding S = 1, speculative decoding a few, chunked prefill more; batch 0
  *            or S = 0: nothing to attend, nothing appended).
  *   cache    the KV cache (above); heads_q % cache.k.heads == 0 (GQA/MQA), same dtype and head_dim as q.
- *   k_new, v_new  NULL (nothing appended), or both [batch, S, heads_k, head_dim]: written into the cache at keys
- *            seqlens[b] .. seqlens[b] + S - 1 of each sequence (rotated first with rotary), then attended to. Only
- *            those rows of the cache are written; seqlens is not updated (the caller advances it).
+ *   k_new, v_new  NULL (nothing appended), or both [batch, N, heads_k, head_dim] (N may differ from S: speculative
+ *            decoding, chunked prefill; CUDA: N = S for now): written into the cache at keys seqlens[b] .. seqlens[b]
+ *            + N - 1 of each sequence (rotated first with rotary), then attended to. Only those rows of the cache are
+ *            written; seqlens is not updated (the caller advances it).
  *   out      [batch, S, heads_q, head_dim], written in full; must not overlap q, the cache or k_new/v_new.
  *   lse      NULL, or fp32 [batch, heads_q, S] contiguous, natural log (as fa_forward).
  * Every length, page and row index is validated on the CPU (and on CUDA with check_indices): seqlens[b] >= 0,

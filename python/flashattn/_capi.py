@@ -13,7 +13,7 @@ lib = ctypes.CDLL(_LIB_PATH)
 # fa_status values are pinned by the header.
 (OK, ERR_INVALID_ARGUMENT, ERR_UNSUPPORTED, ERR_OUT_OF_MEMORY, ERR_BACKEND_UNAVAILABLE, ERR_DEVICE,
  ERR_INTERNAL) = range(7)
-DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
+DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_F8_E4M3 = 0, 1, 2, 3
 BACKEND_CPU, BACKEND_CUDA = 0, 1
 ALGOS = {"auto": 0, "standard": 1, "flash1": 2, "flash2": 3, "flash3": 4}
 # "flash3": the backward AUTO picks from the same out and LSE (FLASH3's at head_dim 64 and 128 without varlen, else FLASH2's)

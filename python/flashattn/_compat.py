@@ -11,19 +11,7 @@ NOT_OFFERED = {
     "dropout_p": "flashattn has no dropout (FA3 dropped it too)",
     "alibi_slopes": "flashattn has no ALiBi (FA3 dropped it too)",
     "qv": "flashattn has no qv (FA3's extra query for MLA's absorbed key/value)",
-    "q_descale": "FP8 inputs are not offered through the Python binding",
-    "k_descale": "FP8 inputs are not offered through the Python binding",
-    "v_descale": "FP8 inputs are not offered through the Python binding",
-    "attention_chunk": "chunked local attention is not offered yet",
-    "seqused_q": "seqused_q is not offered yet",
-    "seqused_k": "seqused_k is not offered yet",
-    "cache_leftpad": "cache_leftpad is not offered yet",
-    "cu_seqlens_q": "varlen queries in flash_attn_with_kvcache are not offered yet",
-    "cu_seqlens_k_new": "varlen queries in flash_attn_with_kvcache are not offered yet",
-    "max_seqlen_q": "varlen queries in flash_attn_with_kvcache are not offered yet",
     "rotary_seqlens": "rotary_seqlens is not offered yet",
-    "block_table": "a paged cache in varlen calls is not offered yet",
-    "page_table": "a paged cache in varlen calls is not offered yet",
 }
 
 

@@ -87,20 +87,27 @@ static int get_view(PyObject *o, const char *name, int writable, fa_tensor *t, P
 }
 
 /* opts: (scale, causal, window_left, window_right, softcap, algo, deterministic, cu_q, cu_k, n_seqs
- * [, max_seqlen_q, max_seqlen_k [, sinks, d_sinks]]); the arrays as addresses (0 = NULL) */
+ * [, max_seqlen_q, max_seqlen_k [, sinks, d_sinks [, seqused_q, seqused_k [, q_descale, k_descale, v_descale
+ * [, attention_chunk]]]]]); the arrays as addresses (0 = NULL) */
 static int get_opts(PyObject *o, fa_attn_opts *opts) {
-    unsigned long long cu_q, cu_k, sinks = 0, d_sinks = 0;
+    unsigned long long cu_q, cu_k, sinks = 0, d_sinks = 0, used_q = 0, used_k = 0, qd = 0, kd = 0, vd = 0;
     int algo;
     g_opts_init(opts, sizeof *opts);
-    if (!PyArg_ParseTuple(o, "fpiifipKKL|LLKK", &opts->scale, &opts->causal, &opts->window_left, &opts->window_right,
-                          &opts->softcap, &algo, &opts->deterministic, &cu_q, &cu_k, &opts->n_seqs,
-                          &opts->max_seqlen_q, &opts->max_seqlen_k, &sinks, &d_sinks))
+    if (!PyArg_ParseTuple(o, "fpiifipKKL|LLKKKKKKKi", &opts->scale, &opts->causal, &opts->window_left,
+                          &opts->window_right, &opts->softcap, &algo, &opts->deterministic, &cu_q, &cu_k,
+                          &opts->n_seqs, &opts->max_seqlen_q, &opts->max_seqlen_k, &sinks, &d_sinks, &used_q, &used_k,
+                          &qd, &kd, &vd, &opts->attention_chunk))
         return -1;
     opts->algo = (fa_algo)algo;
     opts->cu_seqlens_q = (const int32_t *)(uintptr_t)cu_q;
     opts->cu_seqlens_k = (const int32_t *)(uintptr_t)cu_k;
     opts->sinks = (const float *)(uintptr_t)sinks;
     opts->d_sinks = (float *)(uintptr_t)d_sinks;
+    opts->seqused_q = (const int32_t *)(uintptr_t)used_q;
+    opts->seqused_k = (const int32_t *)(uintptr_t)used_k;
+    opts->q_descale = (const float *)(uintptr_t)qd;
+    opts->k_descale = (const float *)(uintptr_t)kd;
+    opts->v_descale = (const float *)(uintptr_t)vd;
     return 0;
 }
 
@@ -155,14 +162,15 @@ done:
 }
 
 /* kv: (seqlens, block_table, max_pages, block_table_stride, batch_idx, cache_rows, num_splits, rotary_cos,
- * rotary_sin, rotary_seqlen, rotary_dim, rotary_interleaved); every array as an address (0 = NULL). */
+ * rotary_sin, rotary_seqlen, rotary_dim, rotary_interleaved [, cache_leftpad]); every array as an address (0 = NULL). */
 static int get_kv(PyObject *o, fa_kvcache *c, fa_kv_opts *kv) {
-    unsigned long long seqlens, table, idx, cos, sin;
+    unsigned long long seqlens, table, idx, cos, sin, leftpad = 0;
     g_kv_opts_init(kv, sizeof *kv);
-    if (!PyArg_ParseTuple(o, "KKLLKLiKKLii", &seqlens, &table, &c->max_pages, &c->block_table_stride, &idx,
+    if (!PyArg_ParseTuple(o, "KKLLKLiKKLii|K", &seqlens, &table, &c->max_pages, &c->block_table_stride, &idx,
                           &c->cache_rows, &kv->num_splits, &cos, &sin, &kv->rotary_seqlen, &kv->rotary_dim,
-                          &kv->rotary_interleaved))
+                          &kv->rotary_interleaved, &leftpad))
         return -1;
+    kv->cache_leftpad = (const int32_t *)(uintptr_t)leftpad;
     c->seqlens = (const int32_t *)(uintptr_t)seqlens;
     c->block_table = (const int32_t *)(uintptr_t)table;
     c->batch_idx = (const int32_t *)(uintptr_t)idx;

@@ -42,10 +42,14 @@ def check_pairs(k, v, rotary_cos, rotary_sin):
         raise invalid("rotary_cos and rotary_sin are given together or not at all")
 
 
-def options(softmax_scale, causal, window_size, softcap, sinks=0):
-    """fa_attn_opts as _ext takes it (algo auto, no varlen); sinks: learnable_sink's address, 0 = none."""
-    opts = _capi.options(softmax_scale, causal, window_size, softcap, 0, False) + (0, 0, 0)
-    return opts + (0, 0, sinks, 0) if sinks else opts
+def options(softmax_scale, causal, window_size, softcap, sinks=0, chunk=0, varlen=(0, 0, 0, 0)):
+    """fa_attn_opts as _ext takes it (algo auto); sinks: learnable_sink's address, 0 = none; chunk: attention_chunk
+    (0 = off); varlen: (cu_seqlens_q, cu_seqlens_k_new addresses, n_seqs, max_seqlen_q), zeros = none."""
+    cu_q, cu_new, n_seqs, max_q = varlen
+    opts = _capi.options(softmax_scale, causal, window_size, softcap, 0, False) + (cu_q, cu_new, n_seqs)
+    if chunk:
+        return opts + (max_q, 0, sinks, 0, 0, 0, 0, 0, 0, int(chunk))
+    return opts + (max_q, 0, sinks, 0) if sinks or max_q else opts
 
 
 def check_index(ok, shape, name, ndim, batch=None):

@@ -61,21 +61,52 @@ def sinks_address(sinks, q):
     return sinks.ctypes.data
 
 
-def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse=True, sinks=None):
+def _more(opts, cu_q, sinks, d_sinks, more):
+    """opts extended with sinks, d_sinks, seqused_q/k and attention_chunk (more: interface._more's tuple or None);
+    FP8 needs torch tensors (numpy has no float8_e4m3fn)."""
+    if more is None:
+        return opts if sinks is None else opts + (sinks, d_sinks)
+    used_q, used_k, chunk, qd, kd, vd = more
+    for t, name in ((qd, "q_descale"), (kd, "k_descale"), (vd, "v_descale")):
+        if t is not None:
+            raise _capi.UnsupportedError(_capi.ERR_UNSUPPORTED, f"FA_ERR_UNSUPPORTED: {name}: FP8 inputs are offered "
+                                         f"for torch tensors (numpy has no float8_e4m3fn)")
+    if (used_q is not None or used_k is not None) and cu_q is None:
+        raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, "FA_ERR_INVALID_ARGUMENT: seqused_q/k: given "
+                                         "without cu_seqlens (they give the used rows of a packed batch's sequences)")
+    n_seqs = opts[9]
+    used = []
+    for t, name in ((used_q, "seqused_q"), (used_k, "seqused_k")):
+        if t is not None and (not isinstance(t, np.ndarray) or t.dtype != np.int32 or t.shape != (n_seqs,)
+                              or not t.flags.c_contiguous):
+            raise _capi.InvalidArgumentError(_capi.ERR_INVALID_ARGUMENT, f"FA_ERR_INVALID_ARGUMENT: {name}: expected "
+                                             f"a contiguous int32 [{n_seqs}] array (one per sequence)")
+        used.append(0 if t is None else t.ctypes.data)
+    return opts + (sinks, d_sinks, used[0], used[1], 0, 0, 0, int(chunk))
+
+
+def _addresses(opts, q):
+    """_more's (..., sinks array, d_sinks array, ...) as addresses."""
+    if len(opts) <= 12:
+        return opts
+    sinks, d_sinks = opts[12], opts[13]
+    return opts[:12] + (0 if sinks is None else sinks_address(sinks, q),
+                        0 if d_sinks is None else d_sinks.ctypes.data) + opts[14:]
+
+
+def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse=True, sinks=None, more=None):
     """(out, lse): out shaped and typed as q (C order), lse float32 [B, H, Sq] ([H, total_q] for varlen), or None
-    when need_lse is False. sinks: learnable_sink or None."""
+    when need_lse is False. sinks: learnable_sink or None; more: interface._more's tuple or None."""
     ctx = _capi.context(_capi.BACKEND_CPU, 0)
     args = _arg(q, "q"), _arg(k, "k"), _arg(v, "v")
-    opts = _opts(cu_seqlens_q, cu_seqlens_k, opts)
-    if sinks is not None:
-        opts += (sinks_address(sinks, q), 0)
+    opts = _addresses(_more(_opts(cu_seqlens_q, cu_seqlens_k, opts), cu_seqlens_q, sinks, None, more), q)
     out = np.empty(q.shape, dtype=q.dtype)
     lse = np.empty(_lse_shape(q), dtype=np.float32) if need_lse else None
     ctx.forward(opts, *args, _arg(out, "out"), 0 if lse is None else lse)
     return out, lse
 
 
-def backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, opts, sinks=None):
+def backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, opts, sinks=None, more=None):
     """(dq, dk, dv), shaped and typed as q, k, v; with sinks (learnable_sink), (dq, dk, dv, d_sinks)."""
     ctx = _capi.context(_capi.BACKEND_CPU, 0)
     if (not isinstance(lse, np.ndarray) or lse.dtype != np.float32 or lse.shape != _lse_shape(q)
@@ -84,9 +115,7 @@ def backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, opts, sinks=No
                                          f"forward's contiguous float32 array of shape {_lse_shape(q)}")
     args = [_arg(a, n) for a, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (dout, "dout"))]
     dq, dk, dv = np.empty(q.shape, q.dtype), np.empty(k.shape, k.dtype), np.empty(v.shape, v.dtype)
-    opts = _opts(cu_seqlens_q, cu_seqlens_k, opts)
-    if sinks is not None:
-        d_sinks = np.empty(q.shape[-2], dtype=np.float32)
-        opts += (sinks_address(sinks, q), d_sinks.ctypes.data)
+    d_sinks = None if sinks is None else np.empty(q.shape[-2], dtype=np.float32)
+    opts = _addresses(_more(_opts(cu_seqlens_q, cu_seqlens_k, opts), cu_seqlens_q, sinks, d_sinks, more), q)
     ctx.backward(opts, *args[:4], lse, args[4], _arg(dq, "dq"), _arg(dk, "dk"), _arg(dv, "dv"))
     return (dq, dk, dv) if sinks is None else (dq, dk, dv, d_sinks)

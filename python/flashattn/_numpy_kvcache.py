@@ -14,15 +14,22 @@ def _index(a, name, ndim, batch=None):
 
 def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
             softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits,
-            learnable_sink=None):
+            learnable_sink=None, attention_chunk=0, cache_leftpad=None, cu_seqlens_q=None, cu_seqlens_k_new=None,
+            max_seqlen_q=0):
     """(out, lse) as the torch front end's, for numpy arrays."""
     ctx = _capi.context(_capi.BACKEND_CPU, 0)
     args = [_arg(q, "q"), _arg(k_cache, "k_cache"), _arg(v_cache, "v_cache"),
             None if k is None else _arg(k, "k"), None if v is None else _arg(v, "v")]
-    if q.ndim != 4:
-        raise _kvcache.invalid(f"q: expected a 4-d [batch, seqlen_q, heads, head_dim] array, got shape {q.shape}")
+    if q.ndim != (3 if cu_seqlens_q is not None else 4):
+        raise _kvcache.invalid(f"q: expected a 4-d [batch, seqlen_q, heads, head_dim] array (3-d with cu_seqlens_q), "
+                               f"got shape {q.shape}")
     _kvcache.check_pairs(k, v, rotary_cos, rotary_sin)
     batch = q.shape[0]
+    cus = [None if a is None else _index(a, n, 1) for a, n in ((cu_seqlens_q, "cu_seqlens_q"),
+                                                               (cu_seqlens_k_new, "cu_seqlens_k_new"))]
+    if cus[0] is not None or cus[1] is not None:
+        batch = (cu_seqlens_q if cu_seqlens_q is not None else cu_seqlens_k_new).shape[0] - 1
+    varlen = (cus[0] or 0, cus[1] or 0, batch if cus[0] or cus[1] else 0, int(max_seqlen_q or 0) if cus[0] else 0)
     if block_table is not None:
         table = _index(block_table, "block_table", 2)
         max_pages, table_stride, rows = block_table.shape[1], block_table.strides[0] // 4, block_table.shape[0]
@@ -39,12 +46,14 @@ def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
                  for t in (rotary_cos, rotary_sin))
         rot_seqlen, rot_dim = _kvcache.check_rotary(np.shape(rotary_cos), np.shape(rotary_sin), ok, q.shape[-1])
         cos, sin = rotary_cos.ctypes.data, rotary_sin.ctypes.data
+    lp = 0 if cache_leftpad is None else _index(cache_leftpad, "cache_leftpad", 1, batch)
     kv = (seqlens, table, max_pages, table_stride, idx, rows, num_splits, cos, sin, rot_seqlen, rot_dim,
-          int(rotary_interleaved))
+          int(rotary_interleaved), lp)
     out = np.empty(q.shape, dtype=q.dtype)
-    lse = np.empty((batch, q.shape[2], q.shape[1]), dtype=np.float32)
+    lse = np.empty((q.shape[1], q.shape[0]) if q.ndim == 3 else (batch, q.shape[2], q.shape[1]), dtype=np.float32)
     sinks = 0 if learnable_sink is None else sinks_address(learnable_sink, q)
-    opts = _kvcache.options(softmax_scale, causal, (window_left, window_right), softcap, sinks)
+    opts = _kvcache.options(softmax_scale, causal, (window_left, window_right), softcap, sinks, attention_chunk,
+                            varlen)
     ctx.kvcache(opts, kv, *args, _arg(out, "out"), lse.ctypes.data)
     return out, lse
 
@@ -74,5 +83,5 @@ def longest(seqlens):
     return int(seqlens.max())
 
 
-def full_seqlens(q, n):
-    return np.full(q.shape[0], n, dtype=np.int32)
+def full_seqlens(q, n, batch=None):
+    return np.full(q.shape[0] if batch is None else batch, n, dtype=np.int32)

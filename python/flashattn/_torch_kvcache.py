@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from . import _capi, _kvcache
-from ._torch import _context, _plain_eager, _sinks, _view
+from ._torch import _context, _lse_shape, _plain_eager, _sinks, _view
 
 
 def _index(t, name, ndim, batch=None):
@@ -18,19 +18,28 @@ def _index(t, name, ndim, batch=None):
 
 def _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
          softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits,
-         learnable_sink=None):
+         learnable_sink=None, attention_chunk=0, cache_leftpad=None, cu_seqlens_q=None, cu_seqlens_k_new=None,
+         max_seqlen_q=0):
     named = (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v), ("rotary_cos", rotary_cos),
              ("rotary_sin", rotary_sin), ("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
-             ("block_table", block_table), ("learnable_sink", learnable_sink))
+             ("block_table", block_table), ("learnable_sink", learnable_sink), ("cache_leftpad", cache_leftpad),
+             ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k_new", cu_seqlens_k_new))
     if q.is_cpu and all(t is None or t.is_cpu for _, t in named):
         ctx = _capi.context(_capi.BACKEND_CPU, 0)
     else:
         ctx = _context(q, [(n, t) for n, t in named if t is not None])
-    if q.dim() != 4:
-        raise _kvcache.invalid(f"q: expected a 4-d [batch, seqlen_q, heads, head_dim] tensor, got shape "
-                               f"{tuple(q.shape)}")
+    if q.dim() != (3 if cu_seqlens_q is not None else 4):
+        raise _kvcache.invalid(f"q: expected a 4-d [batch, seqlen_q, heads, head_dim] tensor (3-d [total_q, heads, "
+                               f"head_dim] with cu_seqlens_q), got shape {tuple(q.shape)}")
     _kvcache.check_pairs(k, v, rotary_cos, rotary_sin)
-    batch, dev = q.shape[0], q.device
+    dev = q.device
+    cus = [None if t is None else _index(t, n, 1) for t, n in ((cu_seqlens_q, "cu_seqlens_q"),
+                                                               (cu_seqlens_k_new, "cu_seqlens_k_new"))]
+    batch = q.shape[0]
+    if cus[0] is not None or cus[1] is not None:
+        batch = (cu_seqlens_q if cu_seqlens_q is not None else cu_seqlens_k_new).shape[0] - 1
+    varlen = (cus[0] or 0, cus[1] or 0, batch if cus[0] or cus[1] else 0,
+              int(max_seqlen_q or 0) if cus[0] else 0)
     if block_table is not None:
         table = _index(block_table, "block_table", 2)
         max_pages, table_stride, rows = block_table.shape[1], block_table.stride(0), block_table.shape[0]
@@ -46,13 +55,14 @@ def _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache
         ok = all(t.dtype == torch.float32 and t.is_contiguous() for t in (rotary_cos, rotary_sin))
         rot_seqlen, rot_dim = _kvcache.check_rotary(rotary_cos.shape, rotary_sin.shape, ok, q.shape[-1])
         cos, sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
+    lp = 0 if cache_leftpad is None else _index(cache_leftpad, "cache_leftpad", 1, batch)
     kv = (seqlens, table, max_pages, table_stride, idx, rows, num_splits, cos, sin, rot_seqlen, rot_dim,
-          int(rotary_interleaved))
+          int(rotary_interleaved), lp)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty((batch, q.shape[2], q.shape[1]), dtype=torch.float32, device=dev)
+    lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=dev)
     sinks = None if learnable_sink is None else _sinks(learnable_sink, q)
     opts = _kvcache.options(softmax_scale, causal, (window_left, window_right), softcap,
-                            0 if sinks is None else sinks.data_ptr())
+                            0 if sinks is None else sinks.data_ptr(), attention_chunk, varlen)
     ctx.kvcache(opts, kv, _view(q, "q"), _view(k_cache, "k_cache"), _view(v_cache, "v_cache"),
                 None if k is None else _view(k, "k"), None if v is None else _view(v, "v"), _view(out, "out"),
                 lse.data_ptr())
@@ -64,17 +74,20 @@ def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor]
                 rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], cache_seqlens: Optional[Tensor],
                 cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor], softmax_scale: float, causal: bool,
                 window_left: int, window_right: int, softcap: float, rotary_interleaved: bool,
-                num_splits: int, learnable_sink: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+                num_splits: int, learnable_sink: Optional[Tensor] = None, attention_chunk: int = 0,
+                cache_leftpad: Optional[Tensor] = None, cu_seqlens_q: Optional[Tensor] = None,
+                cu_seqlens_k_new: Optional[Tensor] = None, max_seqlen_q: int = 0) -> Tuple[Tensor, Tensor]:
     return _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
                 softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits,
-                learnable_sink)
+                learnable_sink, attention_chunk, cache_leftpad, cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q)
 
 
 @fwd_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table, softmax_scale,
-      causal, window_left, window_right, softcap, rotary_interleaved, num_splits, learnable_sink=None):
+      causal, window_left, window_right, softcap, rotary_interleaved, num_splits, learnable_sink=None,
+      attention_chunk=0, cache_leftpad=None, cu_seqlens_q=None, cu_seqlens_k_new=None, max_seqlen_q=0):
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
-            q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))
+            q.new_empty(_lse_shape(q), dtype=torch.float32))
 
 
 def kvcache(q, k_cache, v_cache, *args):
@@ -135,6 +148,19 @@ def longest(seqlens):
     return int(seqlens.max())
 
 
-def full_seqlens(q, n):
-    """An int cache_seqlens as the int32 [batch] tensor the library reads, on q's device."""
-    return torch.full((q.shape[0],), n, dtype=torch.int32, device=q.device)
+def gather_pages(k_cache, v_cache, block_table):
+    """A paged cache's pages as contiguous packed k, v [batch x max_pages x page_size, kv_heads, head_dim] with
+    cu_seqlens_k (sequence b at b x capacity): the CUDA paged prefill's first version (interface._paged_prefill).
+    Entries are clamped into the cache, so that a bad one reads a wrong page, never outside."""
+    pages = block_table.long().clamp(0, k_cache.shape[0] - 1)
+    b, cap = block_table.shape[0], block_table.shape[1] * k_cache.shape[1]
+    k = k_cache[pages].reshape(b * cap, k_cache.shape[2], k_cache.shape[3])
+    v = v_cache[pages].reshape(b * cap, v_cache.shape[2], v_cache.shape[3])
+    cu = torch.arange(0, (b + 1) * cap, cap, dtype=torch.int32, device=k_cache.device)
+    return k, v, cu
+
+
+def full_seqlens(q, n, batch=None):
+    """An int cache_seqlens as the int32 [batch] tensor the library reads, on q's device (batch: q's, or the packed
+    call's)."""
+    return torch.full((q.shape[0] if batch is None else batch,), n, dtype=torch.int32, device=q.device)

@@ -4,8 +4,9 @@ import math
 import numpy as np
 
 
-def visible(sq, sk, causal, window):
-    """[sq, sk] bool: key j visible from query i (bottom-right aligned, as the header defines)."""
+def visible(sq, sk, causal, window, chunk=0):
+    """[sq, sk] bool: key j visible from query i (bottom-right aligned, as the header defines); chunk > 0: only the
+    keys of the diagonal's chunk (attention_chunk)."""
     left, right = window
     if causal:
         right = 0 if right < 0 else min(right, 0)
@@ -16,6 +17,8 @@ def visible(sq, sk, causal, window):
         m &= j >= i - left
     if right >= 0:
         m &= j <= i + right
+    if chunk:
+        m &= (j // chunk) == (i // chunk)  # floor division: negative diagonals see no key
     return m
 
 
@@ -25,14 +28,14 @@ def scores(q, k, scale, softcap):
     return softcap * np.tanh(s / softcap) if softcap else s
 
 
-def attention(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0):
+def attention(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0, chunk=0):
     """out [B, Sq, H, D] and lse [B, H, Sq] in float64 for numpy q, k, v of any float dtype."""
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
     g = q.shape[2] // k.shape[2]
     k, v = np.repeat(k, g, axis=2), np.repeat(v, g, axis=2)
     scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else scale
     s = scores(q, k, scale, softcap)
-    m = visible(q.shape[1], k.shape[1], causal, window)
+    m = visible(q.shape[1], k.shape[1], causal, window, chunk)
     s = np.where(m, s, -np.inf)
     mx = s.max(axis=-1, keepdims=True)
     mx = np.where(np.isfinite(mx), mx, 0.0)
@@ -45,7 +48,7 @@ def attention(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0):
     return out, lse
 
 
-def attention_backward(dout, q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0):
+def attention_backward(dout, q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0, chunk=0):
     """dq, dk, dv in float64 (dk/dv summed over the query heads that share a K/V head)."""
     q, k, v, dout = (np.asarray(a, dtype=np.float64) for a in (q, k, v, dout))
     hk = k.shape[2]
@@ -54,7 +57,7 @@ def attention_backward(dout, q, k, v, scale=None, causal=False, window=(-1, -1),
     scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else scale
     raw = np.einsum("bqhd,bkhd->bhqk", q, kr) * scale
     s = softcap * np.tanh(raw / softcap) if softcap else raw
-    m = visible(q.shape[1], k.shape[1], causal, window)
+    m = visible(q.shape[1], k.shape[1], causal, window, chunk)
     s = np.where(m, s, -np.inf)
     mx = s.max(axis=-1, keepdims=True)
     mx = np.where(np.isfinite(mx), mx, 0.0)

@@ -106,13 +106,9 @@ def test_page_table_is_block_table():
 NOT_OFFERED = [("flash_attn_func", dict(dropout_p=0.1), "dropout_p"),
                ("flash_attn_func", dict(alibi_slopes=torch.ones(4)), "alibi_slopes"),
                ("flash_attn_func", dict(qv=torch.ones(1)), "qv"),
-               ("flash_attn_func", dict(q_descale=torch.ones(1)), "q_descale"),
-               ("flash_attn_func", dict(attention_chunk=8), "attention_chunk"),
-               ("flash_attn_varlen_func", dict(seqused_k=torch.ones(1)), "seqused_k"),
-               ("flash_attn_varlen_func", dict(page_table=torch.ones(1)), "page_table"),
                ("flash_attn_qkvpacked_func", dict(dropout_p=0.5), "dropout_p"),
                ("flash_attn_with_kvcache", dict(qv=torch.ones(1)), "qv"),
-               ("flash_attn_with_kvcache", dict(cache_leftpad=torch.ones(1)), "cache_leftpad")]
+               ("flash_attn_with_kvcache", dict(rotary_seqlens=torch.ones(1)), "rotary_seqlens")]
 
 
 @pytest.mark.parametrize("fn,kw,name", NOT_OFFERED, ids=[f"{f}-{n}" for f, _, n in NOT_OFFERED])

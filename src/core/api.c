@@ -131,18 +131,6 @@ static fa_status check_used(fa_context *ctx, const char *name, const int32_t *us
     return FA_OK;
 }
 
-static fa_status check_varlen(fa_context *ctx, const char *name, const int32_t *cu, int64_t n, int64_t total) {
-    if (cu[0] != 0) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s[0] = %d, must be 0", name, cu[0]);
-    for (int64_t s = 0; s < n; s++)
-        if (cu[s + 1] < cu[s])
-            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: not non-decreasing at index %lld (%d < %d)", name,
-                           (long long)(s + 1), cu[s + 1], cu[s]);
-    if (cu[n] != total)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s[n_seqs] = %d, must equal the tensor's seqlen %lld", name,
-                       cu[n], (long long)total);
-    return FA_OK;
-}
-
 /* Validate the arguments shared by forward and backward and fill p. Outputs are checked by the caller. */
 static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, const fa_tensor *q, const fa_tensor *k,
                                const fa_tensor *v, const fa_tensor *out, fa_problem *p, fa_span sp[4],
@@ -213,8 +201,8 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
             p->sq_max = opts.max_seqlen_q < q->seqlen ? opts.max_seqlen_q : q->seqlen;
             p->sk_max = opts.max_seqlen_k < k->seqlen ? opts.max_seqlen_k : k->seqlen;
         } else {
-            if ((st = check_varlen(ctx, "opts.cu_seqlens_q", opts.cu_seqlens_q, opts.n_seqs, q->seqlen)) ||
-                (st = check_varlen(ctx, "opts.cu_seqlens_k", opts.cu_seqlens_k, opts.n_seqs, k->seqlen)))
+            if ((st = fa_entry_cu_seqlens(ctx, "opts.cu_seqlens_q", opts.cu_seqlens_q, opts.n_seqs, q->seqlen, NULL)) ||
+                (st = fa_entry_cu_seqlens(ctx, "opts.cu_seqlens_k", opts.cu_seqlens_k, opts.n_seqs, k->seqlen, NULL)))
                 return st;
             if ((opts.seqused_q &&
                  (st = check_used(ctx, "opts.seqused_q", opts.seqused_q, opts.cu_seqlens_q, opts.n_seqs))) ||
@@ -253,6 +241,7 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
     p->wl = opts.window_left;
     p->wr = opts.window_right;
     if (opts.causal) p->wr = 0; /* causal = right window 0 (min(wr, 0) for any wr >= -1) */
+    p->chunk = opts.attention_chunk;
     p->block_q = opts.block_q;
     p->block_k = opts.block_k;
     p->deterministic = opts.deterministic;

@@ -73,6 +73,9 @@ fa_status fa_entry_check_opts(fa_context *ctx, const fa_attn_opts *o) {
                        o->window_left, o->window_right);
     if (o->causal != 0 && o->causal != 1)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.causal: %d must be 0 or 1", o->causal);
+    if (o->attention_chunk < 0)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.attention_chunk: %d must be >= 0 (0 = off)",
+                       o->attention_chunk);
     return FA_OK;
 }
 
@@ -180,6 +183,24 @@ fa_status fa_entry_f32(fa_context *ctx, const char *name, const float *x, int64_
     return FA_OK;
 }
 
+fa_status fa_entry_cu_seqlens(fa_context *ctx, const char *name, const int32_t *cu, int64_t n, int64_t total,
+                              int64_t *longest) {
+    if (!cu) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: NULL", name);
+    if (cu[0] != 0) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s[0] = %d, must be 0", name, cu[0]);
+    int64_t most = 0;
+    for (int64_t s = 0; s < n; s++) {
+        if (cu[s + 1] < cu[s])
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: not non-decreasing at index %lld (%d < %d)", name,
+                           (long long)(s + 1), cu[s + 1], cu[s]);
+        if (cu[s + 1] - cu[s] > most) most = cu[s + 1] - cu[s];
+    }
+    if (cu[n] != total)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s[n_seqs] = %d, must equal the tensor's seqlen %lld", name,
+                       cu[n], (long long)total);
+    if (longest) *longest = most;
+    return FA_OK;
+}
+
 fa_status fa_entry_disjoint(fa_context *ctx, const char *name, fa_span o, const char *const *names, const fa_span *sp,
                             int n) {
     for (int i = 0; i < n; i++)
@@ -189,11 +210,11 @@ fa_status fa_entry_disjoint(fa_context *ctx, const char *name, fa_span o, const 
 }
 
 /* (query, key) pairs of one sequence of sq query rows over sk keys that the mask leaves visible (core/visible.h). */
-static double visible_pairs(int64_t sq, int64_t sk, int wl, int wr) {
+static double visible_pairs(int64_t sq, int64_t sk, int wl, int wr, int chunk) {
     double pairs = 0;
     for (int64_t i = 0; i < sq; i++) {
         int64_t lo, hi;
-        fa_visible_keys(i, sq, sk, wl, wr, &lo, &hi);
+        fa_visible_keys(i, sq, sk, wl, wr, chunk, &lo, &hi);
         pairs += (double)(hi - lo);
     }
     return pairs;
@@ -206,15 +227,19 @@ static double attn_flops(double pairs, int64_t d, int64_t hq, int is_backward) {
 
 double fa_problem_flops(const fa_problem *p) {
     double pairs = 0;
-    for (int64_t b = 0; b < p->batch; b++) pairs += visible_pairs(fa_seqlen_q(p, b), fa_seqlen_k(p, b), p->wl, p->wr);
+    for (int64_t b = 0; b < p->batch; b++) pairs += visible_pairs(fa_seqlen_q(p, b), fa_seqlen_k(p, b), p->wl, p->wr, p->chunk);
     return attn_flops(pairs, p->d, p->hq, p->is_backward);
 }
 
 double fa_kv_problem_flops(const fa_kv_problem *p, const int32_t *host_seqlens) {
     double pairs = 0;
     for (int64_t b = 0; b < p->batch; b++) {
-        const int64_t L = host_seqlens ? host_seqlens[b] + (p->append ? p->sq : 0) : p->capacity;
-        pairs += visible_pairs(p->sq, L, p->wl, p->wr);
+        if (!host_seqlens) { /* the model: every sequence at the bounds */
+            pairs += visible_pairs(p->sq, p->capacity, p->wl, p->wr, p->chunk);
+            continue;
+        }
+        const int64_t L = host_seqlens[b] + fa_kv_sn(p, b) - fa_kv_lp(p, b);
+        pairs += visible_pairs(fa_kv_sq(p, b), L, p->wl, p->wr, p->chunk);
     }
     return attn_flops(pairs, p->d, p->hq, 0);
 }

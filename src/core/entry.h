@@ -48,6 +48,11 @@ FA_HIDDEN fa_status fa_entry_f32(fa_context *ctx, const char *name, const float 
 FA_HIDDEN fa_status fa_entry_disjoint(fa_context *ctx, const char *name, fa_span o, const char *const *names,
                                       const fa_span *sp, int n);
 
+/* Host cu_seqlens of n sequences over a packed tensor of `total` rows: cu[0] = 0, non-decreasing, cu[n] = total;
+ * *longest (may be NULL) receives the longest sequence. */
+FA_HIDDEN fa_status fa_entry_cu_seqlens(fa_context *ctx, const char *name, const int32_t *cu, int64_t n, int64_t total,
+                                        int64_t *longest);
+
 /* FP8 descales (fp8_check.c): each of opts' q/k/v_descale NULL or fp32 [batch][heads_k] (on a CPU context every
  * value finite); set only with FP8 inputs (dtype). */
 FA_HIDDEN fa_status fa_entry_descales(fa_context *ctx, const fa_attn_opts *o, fa_dtype dtype, int64_t batch,

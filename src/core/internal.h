@@ -36,6 +36,7 @@ typedef struct fa_problem {
     float scale;           /* resolved (never 0) */
     float softcap;         /* 0 = off */
     int wl, wr;            /* window, -1 = unbounded; causal is folded in as wr = min(wr, 0) */
+    int chunk;             /* attention_chunk, 0 = off (core/visible.h) */
     int causal;            /* as given (informational; wl/wr carry the mask) */
     int block_q, block_k;  /* 0 = tuned default */
     int deterministic;
@@ -89,8 +90,10 @@ static inline double fa_zero_fill_bytes(const fa_problem *p) {
 }
 /* Keys visible to query row i of a (sq, sk) sequence: [*lo, *hi) (empty when *hi <= *lo). core/visible.h. */
 static inline void fa_key_range(const fa_problem *p, int64_t sq, int64_t sk, int64_t i, int64_t *lo, int64_t *hi) {
-    fa_visible_keys(i, sq, sk, p->wl, p->wr, lo, hi);
+    fa_visible_keys(i, sq, sk, p->wl, p->wr, p->chunk, lo, hi);
 }
+/* Whether a mask beyond the sequence ends applies (window, causal or chunk): tiles may then be partly visible. */
+static inline int fa_problem_masked(const fa_problem *p) { return p->wl >= 0 || p->wr >= 0 || p->chunk > 0; }
 
 /* The plan of one call: what a backend will run for a validated problem. The backend's plan function is the one
  * place that decides it (support, kernel, tiles, launch shape, workspace, modelled traffic); the entry layer, the

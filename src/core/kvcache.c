@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-/* shape [b, s, h, d] and dtype of t against the expected ones */
-static fa_status check_attn_opts(fa_context *ctx, const fa_attn_opts *in, fa_kv_problem *p) {
+/* The options of fa_attn_opts decoding takes; varlen's arrays go to *o for build. */
+static fa_status check_attn_opts(fa_context *ctx, const fa_attn_opts *in, fa_kv_problem *p, fa_attn_opts *varlen) {
     fa_attn_opts o;
     fa_status st = fa_entry_attn_opts(ctx, in, &o);
     if (st != FA_OK) return st;
@@ -17,15 +17,22 @@ static fa_status check_attn_opts(fa_context *ctx, const fa_attn_opts *in, fa_kv_
     if (o.block_q || o.block_k)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.block_q/block_k: (%d, %d); decoding takes no tile sizes",
                        o.block_q, o.block_k);
-    if (o.cu_seqlens_q || o.cu_seqlens_k || o.max_seqlen_q || o.max_seqlen_k || o.seqused_q || o.seqused_k)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.cu_seqlens_q/k, max_seqlen_q/k, seqused_q/k: set; the "
-                       "cache's seqlens "
-                       "give the lengths");
+    if (o.max_seqlen_k || o.seqused_q || o.seqused_k)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.max_seqlen_k, seqused_q/k: set; the cache's seqlens give the "
+                       "key lengths");
+    if (o.max_seqlen_q && !o.cu_seqlens_q)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.max_seqlen_q: %lld without cu_seqlens_q",
+                       (long long)o.max_seqlen_q);
+    if ((o.cu_seqlens_q || o.cu_seqlens_k) && (o.n_seqs < 0 || o.n_seqs > INT32_MAX || o.max_seqlen_q < 0))
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.n_seqs / max_seqlen_q: (%lld, %lld) with cu_seqlens must be "
+                       "in 0..2^31-1 and >= 0", (long long)o.n_seqs, (long long)o.max_seqlen_q);
+    *varlen = o;
     if ((st = fa_entry_check_opts(ctx, &o))) return st;
     p->scale = o.scale;
     p->softcap = o.softcap;
     p->wl = o.window_left;
     p->wr = o.causal ? 0 : o.window_right;
+    p->chunk = o.attention_chunk;
     p->sinks = o.sinks; /* its span is checked by build, with the other inputs */
     return FA_OK;
 }
@@ -71,6 +78,7 @@ static fa_status check_kv_opts(fa_context *ctx, const fa_kv_opts *in, fa_kv_prob
     p->workspace = o.workspace;
     p->workspace_bytes = o.workspace ? o.workspace_bytes : 0;
     p->check_indices = o.check_indices;
+    p->leftpad = o.cache_leftpad;
     return FA_OK;
 }
 
@@ -133,9 +141,9 @@ static fa_status check_cache(fa_context *ctx, const fa_kvcache *c, fa_kv_problem
     if (p->capacity > INT32_MAX)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache: capacity %lld keys is above 2^31-1 (seqlens are int32)",
                        (long long)p->capacity);
-    if (p->append && p->sq > p->capacity)
-        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "k_new: seqlen %lld is above the cache's capacity %lld",
-                       (long long)p->sq, (long long)p->capacity);
+    if (p->append && p->sn > p->capacity)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "k_new: %lld new rows are above the cache's capacity %lld",
+                       (long long)p->sn, (long long)p->capacity);
     return FA_OK;
 }
 
@@ -155,8 +163,31 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
     p->hq = q->heads;
     p->d = q->head_dim;
     p->q = *q;
-    if ((st = check_attn_opts(ctx, opts, p))) return st;
+    fa_attn_opts vo = fa_attn_opts_default();
+    if ((st = check_attn_opts(ctx, opts, p, &vo))) return st;
     if ((st = check_kv_opts(ctx, kv_opts, p))) return st;
+    const int host = ctx->backend == FA_BACKEND_CPU; /* the index arrays are read here on the CPU only */
+    if (vo.cu_seqlens_q || vo.cu_seqlens_k) {
+        p->batch = vo.n_seqs;
+        p->cu_q = vo.cu_seqlens_q;
+        p->cu_new = vo.cu_seqlens_k;
+        if (p->cu_q && q->batch != 1)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "q: batch = %lld, must be 1 with cu_seqlens_q (packed)",
+                           (long long)q->batch);
+        if (!p->cu_q && q->batch != vo.n_seqs)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.n_seqs: %lld, q has batch %lld (without cu_seqlens_q "
+                           "each batch entry is a sequence)", (long long)vo.n_seqs, (long long)q->batch);
+        if (p->cu_q && host) {
+            int64_t longest;
+            if ((st = fa_entry_cu_seqlens(ctx, "opts.cu_seqlens_q", p->cu_q, p->batch, q->seqlen, &longest))) return st;
+            if (vo.max_seqlen_q && vo.max_seqlen_q < longest)
+                return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.max_seqlen_q: %lld is below the longest query "
+                               "sequence of cu_seqlens_q (%lld)", (long long)vo.max_seqlen_q, (long long)longest);
+            p->sq = longest;
+        } else if (p->cu_q) {
+            p->sq = vo.max_seqlen_q && vo.max_seqlen_q < q->seqlen ? vo.max_seqlen_q : q->seqlen;
+        }
+    }
     if (p->scale == 0) p->scale = (float)(1.0 / sqrt((double)p->d));
     if ((st = fa_entry_f32(ctx, "opts.sinks", p->sinks, 1, 1, p->sinks ? p->hq : 0, &ss))) return st;
     if (!k_new != !v_new)
@@ -166,6 +197,18 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
     if (p->rot_cos && !p->append)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.rotary_cos: rotary needs k_new/v_new (the new keys are "
                        "rotated at their positions)");
+    if (p->cu_new && !p->append)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.cu_seqlens_k: set without k_new (it packs the new keys)");
+    if (p->append) { /* the new rows' count: its own, apart from the queries' (speculative decoding, chunked prefill) */
+        if (!k_new || !v_new) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "k_new/v_new: NULL");
+        p->sn = k_new->seqlen;
+        if (p->cu_new && k_new->batch != 1)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "k_new: batch = %lld, must be 1 with cu_seqlens_k (packed)",
+                           (long long)k_new->batch);
+        if (p->cu_new && host &&
+            (st = fa_entry_cu_seqlens(ctx, "opts.cu_seqlens_k", p->cu_new, p->batch, k_new->seqlen, &p->sn)))
+            return st;
+    }
     if ((st = check_cache(ctx, cache, p, &sk, &sv))) return st;
     if (p->split_size && (p->capacity + p->split_size - 1) / p->split_size > 65535)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.split_size: %d cuts the capacity of %lld keys into more "
@@ -173,7 +216,7 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
     if (p->append) {
         if ((st = fa_entry_tensor(ctx, "k_new", k_new, 0, &skn)) || (st = fa_entry_tensor(ctx, "v_new", v_new, 0, &svn)))
             return st;
-        const int64_t rows[4] = {p->batch, p->sq, -1, p->d}, heads[4] = {-1, -1, p->hk, -1};
+        const int64_t rows[4] = {p->cu_new ? 1 : p->batch, -1, -1, p->d}, heads[4] = {-1, -1, p->hk, -1};
         if ((st = fa_entry_shape(ctx, "k_new", k_new, p->dtype, rows, "q")) ||
             (st = fa_entry_shape(ctx, "k_new", k_new, p->dtype, heads, "cache.k")) ||
             (st = fa_entry_like(ctx, "v_new", v_new, "k_new", k_new, -1)))
@@ -199,7 +242,7 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
         const fa_span all[7] = {so, sq, sk, sv, skn, svn, ss};
         static const char *const names[7] = {"out", "q", "cache.k", "cache.v", "k_new", "v_new", "opts.sinks"};
         if ((st = fa_entry_disjoint(ctx, "out", so, names + 1, all + 1, 6))) return st;
-        if (lse && ((st = fa_entry_f32(ctx, "lse", lse, p->batch, p->hq, p->sq, &sl)) ||
+        if (lse && ((st = fa_entry_f32(ctx, "lse", lse, p->q.batch, p->hq, p->q.seqlen, &sl)) ||
                     (st = fa_entry_disjoint(ctx, "lse", sl, names, all, 7))))
             return st;
         p->lse = lse;

@@ -13,10 +13,14 @@ extern "C" {
 /* A validated fa_forward_kvcache call. */
 typedef struct fa_kv_problem {
     fa_dtype dtype;
-    int64_t batch, sq;         /* sequences, new query rows per sequence (S) */
+    int64_t batch, sq;         /* sequences, query rows per sequence (S; varlen: the longest) */
+    int64_t sn;                /* new key rows per sequence (N; varlen: the longest; 0 without append) */
+    const int32_t *cu_q, *cu_new; /* varlen queries / new keys: [batch + 1] offsets into the packed q / k_new (host) */
+    const int32_t *leftpad;    /* kv_opts.cache_leftpad [batch] or NULL (host) */
     int64_t hq, hk, d;
     float scale, softcap;      /* scale resolved (never 0); softcap 0 = off */
     int wl, wr;                /* window, -1 = unbounded; causal folded in as wr = 0 */
+    int chunk;                 /* attention_chunk, 0 = off (core/visible.h) */
     fa_tensor q, o;            /* q, out */
     fa_tensor kc, vc;          /* the cache tensors (contiguous rows or pages) */
     int paged;
@@ -45,11 +49,40 @@ typedef struct fa_kv_problem {
  * counts as none, as there — and otherwise every query row at seqlens[b]: the rows see the same keys, so one position
  * serves them all. Its k rows always rotate at seqlens[b] + i. docs/kvcache.md ("Rotary"). */
 static inline int fa_kv_rotary_q_rows(const fa_kv_problem *p) {
-    return (p->wl >= 0 && p->wl < p->capacity) || (p->wr >= 0 && p->wr < p->capacity);
+    return (p->wl >= 0 && p->wl < p->capacity) || (p->wr >= 0 && p->wr < p->capacity) ||
+           (p->chunk > 0 && p->chunk < p->capacity);
 }
 /* The rotary position of query row i of a sequence of len keys before the append. */
 static inline int64_t fa_kv_rotary_q_pos(const fa_kv_problem *p, int64_t len, int64_t i) {
     return fa_kv_rotary_q_rows(p) ? len + i : len;
+}
+
+/* Per sequence (host arrays only): query rows, new key rows, the first key (leftpad), and the element offset of query
+ * row 0 of head h in q / out, of new row 0 of K/V head h in k_new / v_new. */
+static inline int64_t fa_kv_sq(const fa_kv_problem *p, int64_t b) {
+    return p->cu_q ? (int64_t)p->cu_q[b + 1] - p->cu_q[b] : p->sq;
+}
+static inline int64_t fa_kv_sn(const fa_kv_problem *p, int64_t b) {
+    if (!p->append) return 0;
+    return p->cu_new ? (int64_t)p->cu_new[b + 1] - p->cu_new[b] : p->sn;
+}
+static inline int64_t fa_kv_lp(const fa_kv_problem *p, int64_t b) { return p->leftpad ? p->leftpad[b] : 0; }
+static inline int64_t fa_kv_qrow0(const fa_kv_problem *p, const fa_tensor *t, int64_t b, int64_t h) {
+    return (p->cu_q ? (int64_t)p->cu_q[b] * t->stride_seq : b * t->stride_batch) + h * t->stride_head;
+}
+static inline int64_t fa_kv_nrow0(const fa_kv_problem *p, const fa_tensor *t, int64_t b, int64_t h) {
+    return (p->cu_new ? (int64_t)p->cu_new[b] * t->stride_seq : b * t->stride_batch) + h * t->stride_head;
+}
+/* Index of LSE[b, h, 0] (the row of (b, h) is contiguous): [batch, hq, S], or [1, hq, total_q] for varlen queries. */
+static inline int64_t fa_kv_lse0(const fa_kv_problem *p, int64_t b, int64_t h) {
+    return p->cu_q ? h * p->q.seqlen + p->cu_q[b] : (b * p->hq + h) * p->sq;
+}
+/* Keys [*lo, *hi) (cache positions) that query row i of sequence b sees among its L keys after the append: the mask
+ * over the keys from leftpad on (core/visible.h). */
+static inline void fa_kv_visible(const fa_kv_problem *p, int64_t b, int64_t i, int64_t L, int64_t *lo, int64_t *hi) {
+    const int64_t lp = fa_kv_lp(p, b);
+    fa_visible_keys(i, fa_kv_sq(p, b), L - lp, p->wl, p->wr, p->chunk, lo, hi);
+    *lo += lp, *hi += lp;
 }
 
 /* Cache row of sequence b (batch_idx or b). Host arrays only. */

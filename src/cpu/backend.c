@@ -84,7 +84,7 @@ static void plan_kv_pack(const fa_problem *p, fa_plan *pl) {
     fa_cpu_kv_pack(p, (p->sq_max + pl->block_q - 1) / pl->block_q, bc, pl->threads, &group, &seg);
     const int64_t sk_tiles = (p->sk_max + bc - 1) / bc * bc;
     const int64_t kvrows =
-        seg <= bc || (p->wl < 0 && p->wr < 0 && sk_tiles > seg) ? bc : seg < sk_tiles ? seg : sk_tiles;
+        seg <= bc || (!fa_problem_masked(p) && sk_tiles > seg) ? bc : seg < sk_tiles ? seg : sk_tiles;
     pl->aux[FA_CPU_AUX_GROUP] = group;
     pl->aux[FA_CPU_AUX_KVROWS] = (int)kvrows;
 }

@@ -118,7 +118,14 @@ static void fa_cuda_prepare(const fa_problem *p, const fa_cuda_ws *w, fa_cuda_pa
     c->softcap = p->softcap;
     c->softcap_scale = p->softcap > 0.f ? p->scale / p->softcap : 0.f; /* IEEE fp32 division, as div.rn on the GPU */
     c->scale_log2 = p->softcap > 0.f ? 1.4426950408889634f : p->scale * 1.4426950408889634f;
-    c->wl = p->wl, c->wr = p->wr;
+    c->wl = p->wl, c->wr = p->wr, c->chunk = p->chunk < (1 << 30) ? p->chunk : 1 << 30;
+    c->chunk_mul = 0, c->chunk_shift = 0;
+    if (c->chunk > 1) { /* round-up magic number of the divisor (Granlund-Montgomery) */
+        int l = 0;
+        while ((1u << l) < (unsigned)c->chunk) l++;
+        c->chunk_mul = (unsigned)((((uint64_t)1 << (31 + l)) + (uint64_t)c->chunk - 1) / (uint64_t)c->chunk);
+        c->chunk_shift = l - 1;
+    }
     c->sinks = p->sinks;
     c->dsum = w->dsum, c->lse2 = w->lse2, c->dq_acc = w->dq_acc, c->dk_acc = w->dk_acc, c->dv_acc = w->dv_acc;
     c->tail_acc = w->tail_acc, c->o_acc = w->o_acc, c->row_m = w->row_m, c->row_l = w->row_l;

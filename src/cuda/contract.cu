@@ -262,6 +262,7 @@ template <typename T> __device__ void fa_fix_fwd_row(const fa_cuda_params &c, in
     const int hk = h / c.group;
     int lo, hi;
     fa_visible_keys32(i, s.sq, s.sk, c.wl, c.wr, &lo, &hi);
+    fa_chunk_keys32(i + s.sk - s.sq, i + s.sk - s.sq, c.chunk, &lo, &hi);
     double q[FA_DMAX], k[FA_DMAX], o[FA_DMAX] = {}, m = -INFINITY, l = 0, lse = -INFINITY;
     int nan_row = fa_load_row<T>(q, c.q, fa_qoff(c, s, c.q_sb, c.q_ss, c.q_sh, b, h, i), c.d, lane) && hi > lo;
     for (int j = lo; j < hi && !nan_row; ++j) {
@@ -316,6 +317,7 @@ template <typename T> __device__ void fa_fix_dq_row(const fa_cuda_params &c, con
     const int hk = h / c.group;
     int lo, hi;
     fa_visible_keys32(i, s.sq, s.sk, c.wl, c.wr, &lo, &hi);
+    fa_chunk_keys32(i + s.sk - s.sq, i + s.sk - s.sq, c.chunk, &lo, &hi);
     double q[FA_DMAX], k[FA_DMAX], v[FA_DMAX], dout[FA_DMAX], o[FA_DMAX], dq[FA_DMAX] = {};
     fa_load_row<T>(q, c.q, fa_qoff(c, s, c.q_sb, c.q_ss, c.q_sh, b, h, i), c.d, lane);
     fa_load_row<T>(dout, c.dout, fa_qoff(c, s, c.do_sb, c.do_ss, c.do_sh, b, h, i), c.d, lane);
@@ -362,6 +364,7 @@ template <typename T> __device__ void fa_fix_dkv_row(const fa_cuda_params &c, co
         for (int i = 0; i < s.sq; ++i) {
             int lo, hi;
             fa_visible_keys32(i, s.sq, s.sk, c.wl, c.wr, &lo, &hi);
+            fa_chunk_keys32(i + s.sk - s.sq, i + s.sk - s.sq, c.chunk, &lo, &hi);
             if (j < lo || j >= hi) continue;
             const double L = w.row_lse[s.stat0 + i], D = w.row_dsum[s.stat0 + i];
             fa_load_row<T>(q, c.q, fa_qoff(c, s, c.q_sb, c.q_ss, c.q_sh, b, h, i), c.d, lane);
@@ -433,6 +436,7 @@ __global__ void __launch_bounds__(256) fa_contract_check_kernel(const fa_cuda_pa
         if (lane == 0) {
             int lo, hi;
             fa_visible_keys32(i, s.sq, s.sk, c.wl, c.wr, &lo, &hi);
+            fa_chunk_keys32(i + s.sk - s.sq, i + s.sk - s.sq, c.chunk, &lo, &hi);
             const float L = c.lse[s.stat0 + i];
             nf |= !(fabsf(L) < FA_LSE_CERTIFIED) && !(L == -INFINITY && hi <= lo);
         }

@@ -65,7 +65,7 @@ void fa_cuda_model_pairs(const fa_problem *p, int bm, int bn, double *pairs, dou
         const int64_t sq = fa_seqlen_q(p, b), sk = fa_seqlen_k(p, b);
         for (int64_t m0 = 0; m0 < sq; m0 += bm) {
             int64_t lo, hi;
-            fa_visible_block(m0, m0 + bm < sq ? m0 + bm : sq, sq, sk, p->wl, p->wr, &lo, &hi);
+            fa_visible_block(m0, m0 + bm < sq ? m0 + bm : sq, sq, sk, p->wl, p->wr, p->chunk, &lo, &hi);
             if (hi <= lo) continue;
             *pairs += (double)((hi + bn - 1) / bn - lo / bn);
             *qblocks += 1;

@@ -41,6 +41,11 @@ typedef struct fa_cuda_params {
     int *dq_turns;          /* FLASH3 deterministic backward: [batch][hq][query blocks] counters, or NULL */
     const float *sinks;     /* opts.sinks [hq], or NULL: the contract's float64 recompute joins them (sinks.h) */
     const int *used_q, *used_k; /* opts.seqused_q/k (device, with cu_q), or NULL: read through fa_get_seq, clamped */
+    int chunk;              /* attention_chunk, 0 = off (core/visible.h; at most 2^30: the same keys as any larger
+                             * chunk for sequences below 2^30); FLASH3 refuses it */
+    unsigned chunk_mul;     /* diag / chunk = umulhi(diag, chunk_mul) >> chunk_shift for 0 <= diag < 2^31 (a division
+                             * costs the flash kernels' masked steps registers they do not have); 0: chunk 1 */
+    int chunk_shift;
 } fa_cuda_params;
 
 #ifdef __cplusplus

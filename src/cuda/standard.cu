@@ -50,11 +50,14 @@ static cublasStatus_t fa_gemm_heads(cublasHandle_t hd, cublasOperation_t ta, cub
 
 /* Per-row mask + softcap on S (already scaled). */
 struct fa_std_row {
-    int sq, sk, wl, wr;
+    int sq, sk, wl, wr, chunk;
     float cap;
 };
 /* Keys [*lo, *hi) visible to row i (core/visible.h). */
-FA_DEV void fa_std_keys(const fa_std_row &r, int i, int *lo, int *hi) { fa_visible_keys32(i, r.sq, r.sk, r.wl, r.wr, lo, hi); }
+FA_DEV void fa_std_keys(const fa_std_row &r, int i, int *lo, int *hi) {
+    fa_visible_keys32(i, r.sq, r.sk, r.wl, r.wr, lo, hi);
+    fa_chunk_keys32(i + r.sk - r.sq, i + r.sk - r.sq, r.chunk, lo, hi);
+}
 FA_DEV float fa_std_val(const fa_std_row &r, int lo, int hi, int j, float s, bool *vis) {
     *vis = j >= lo && j < hi;
     return r.cap > 0.f ? r.cap * tanhf(s / r.cap) : s;
@@ -211,7 +214,7 @@ static fa_cuda_result fa_standard_forward(const fa_cuda_params *p, int dtype, co
         fa_std_layout(&a, p->hq, p->d, p->group, sq, sk, es, 0, &w);
         float *S = w.S;
         void *P = w.P;
-        const fa_std_row rw = {sq, sk, p->wl, p->wr, p->softcap};
+        const fa_std_row rw = {sq, sk, p->wl, p->wr, p->chunk, p->softcap};
         if (sk == 0) { /* no keys: O = 0, LSE = -inf */
             for (int h = 0; h < p->hq; ++h) {
                 r.cuda = cudaMemset2DAsync(o + (size_t)h * p->o_sh * es, p->o_ss * es, 0, p->d * es, sq, st);
@@ -264,7 +267,7 @@ static fa_cuda_result fa_standard_backward(const fa_cuda_params *p, int dtype, c
         float *S = w.S, *dP = w.dP, *dkw = w.dkw, *dvw = w.dvw;
         void *P = w.P;
         const int gqa = p->group > 1;
-        const fa_std_row rw = {sq, sk, p->wl, p->wr, p->softcap};
+        const fa_std_row rw = {sq, sk, p->wl, p->wr, p->chunk, p->softcap};
         if (sq == 0 || sk == 0) {
             for (int h = 0; h < p->hq && sq > 0; ++h) {
                 r.cuda = cudaMemset2DAsync(dq + (size_t)h * p->dq_sh * es, p->dq_ss * es, 0, p->d * es, sq, st);

@@ -14,6 +14,9 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
     if (opts->window_left != -1 || opts->window_right != -1)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.window_left/right: (%d, %d): ring attention has no sliding "
                        "window (leave both at -1)", opts->window_left, opts->window_right);
+    if (opts->attention_chunk)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.attention_chunk: %d: ring attention has no chunked local "
+                       "attention (leave it 0)", opts->attention_chunk);
     if (opts->cu_seqlens_q || opts->cu_seqlens_k || opts->max_seqlen_q || opts->max_seqlen_k)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "opts.cu_seqlens_q/k, max_seqlen_q/k: ring attention takes no varlen "
                        "batches");

@@ -96,7 +96,7 @@ static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     if (a == FA_ALGO_STANDARD) return 1;
     if (a == FA_ALGO_FLASH3) { /* varlen: the forward only (flash3_bwd_runs), without seqused */
         if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.seqused_q ||
-            c->opts.seqused_k)
+            c->opts.seqused_k || c->opts.attention_chunk)
             return 0;
         for (int i = 0; i < 4; ++i) /* TMA: 16-byte aligned rows, no broadcast (a zero stride over an extent > 1) */
             if (!aligned16(bufs[i]) || (bufs[i]->t.stride_batch == 0 && bufs[i]->t.batch > 1)) return 0;
@@ -114,7 +114,9 @@ static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
 
 /* FLASH3's backward: head_dim 64, 128 or 256, no varlen, all 8 views TMA-addressable; explicit tiles: -1 (either) */
 static int flash3_bwd_runs(const t_case *c, dbuf **bufs) {
-    if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.cu_seqlens_q) return 0;
+    if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.cu_seqlens_q ||
+        c->opts.attention_chunk)
+        return 0;
     for (int i = 0; i < 8; ++i)
         if (!aligned16(bufs[i]) || (bufs[i]->t.stride_batch == 0 && bufs[i]->t.batch > 1)) return 0;
     return c->opts.block_q || c->opts.block_k ? -1 : 1;
@@ -723,6 +725,26 @@ int main(void) {
             run_case(ctx, &cv, 0);
             if (v < 3) run_case(ctx, &cv, 1);
         }
+    }
+    /* attention_chunk (Llama 4's chunked local attention) on STANDARD, FLASH1, FLASH2 forward and backward: chunks
+     * shorter and longer than a tile, with causal and windows, sq != sk both ways, GQA, varlen; FLASH3 refuses it
+     * (cuda_runs), AUTO runs FLASH2 */
+    {
+        static const int cs[][6] = {{64, 0, 200, 200, 64, 1},  {37, 1, 300, 300, 128, 4}, {128, 1, 113, 517, 64, 1},
+                                    {16, 0, 517, 113, 96, 2},  {5, 1, 239, 239, 32, 8},   {200, 1, 1023, 1023, 128, 1}};
+        for (int i = 0; i < (small ? 2 : 6); ++i) {
+            t_case c = t_case_make(i % 2 + 1, cs[i][2], cs[i][3], 8, 8 / cs[i][5], cs[i][4], dts[i & 1]);
+            c.opts.attention_chunk = cs[i][0], c.opts.causal = cs[i][1];
+            if (i == 3) c.opts.window_left = 40, c.opts.window_right = 7;
+            run_case(ctx, &c, 0);
+            run_case(ctx, &c, 1);
+        }
+        int32_t cq[4], ck[4];
+        const int lq[3] = {100, 0, 130}, lk[3] = {64, 7, 300};
+        t_case cv = varlen_case(3, lq, lk, 4, 4, 128, FA_DTYPE_F16, cq, ck);
+        cv.opts.causal = 1, cv.opts.attention_chunk = 48;
+        run_case(ctx, &cv, 0);
+        run_case(ctx, &cv, 1);
     }
     /* random small cases (any dtype, head_dim, layout, mask; explicit tiles dropped half the time) */
     for (int i = 0; i < (small ? 2 : 40); ++i) {

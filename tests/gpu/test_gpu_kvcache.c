@@ -131,6 +131,26 @@ static t_kv_spec spec(fa_dtype dt, int batch, int sq, int hq, int hk, int d, int
     return s;
 }
 
+/* attention_chunk: chunks of the sequence after the append (a query row sees its diagonal's chunk only), with causal
+ * and a window, contiguous and paged, append with rotary (chunk rotates q rows as a local call), splits. */
+static void chunks(fa_context *ctx, fa_context *cpu, int small) {
+    static const int pages[] = {0, 16, 3}, sizes[] = {8, 100, 33, 5000};
+    int n = 0;
+    for (int pi = 0; pi < 3; pi++)
+        for (int ci = 0; ci < 4; ci++, n++) {
+            if (small && n % 3) continue;
+            t_kv_spec s = spec(n % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 3, (int[]){1, 4, 17}[n % 3], 8, 2,
+                               n % 2 ? 64 : 128, 700, pages[pi]);
+            s.append = n % 2 == 0;
+            s.rotary = s.append && n % 4 == 0;
+            s.opts.causal = n % 3 != 1;
+            s.opts.window_left = n % 5 == 2 ? 40 : -1;
+            s.opts.attention_chunk = sizes[ci];
+            if (n % 4 == 1) s.kv.num_splits = 5;
+            run(ctx, cpu, &s, "chunk");
+        }
+}
+
 static void grid(fa_context *ctx, fa_context *cpu, int small) {
     static const int pages[] = {0, 1, 3, 16, 64, 256}, sqs[] = {1, 4, 17};
     static const int gqa[][2] = {{4, 4}, {4, 1}, {8, 1}, {32, 8}};
@@ -625,6 +645,7 @@ int main(void) {
     out_of_range(ctx);
     graph_fault(ctx);
     grid(ctx, cpu, small);
+    chunks(ctx, cpu, small);
     splits(ctx, cpu, small);
     paths(ctx, cpu, small);
     many_splits(ctx, cpu, small);

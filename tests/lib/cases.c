@@ -32,6 +32,7 @@ void t_case_describe(const t_case *c, char *buf, size_t n) {
     if (o->causal) w += snprintf(buf + w, n - (size_t)w, " causal");
     if (o->window_left >= 0 || o->window_right >= 0)
         w += snprintf(buf + w, n - (size_t)w, " win(%d,%d)", o->window_left, o->window_right);
+    if (o->attention_chunk) w += snprintf(buf + w, n - (size_t)w, " chunk%d", o->attention_chunk);
     if (o->softcap != 0) w += snprintf(buf + w, n - (size_t)w, " cap%g", o->softcap);
     if (o->scale != 0) w += snprintf(buf + w, n - (size_t)w, " scale%g", o->scale);
     if (o->block_q || o->block_k) w += snprintf(buf + w, n - (size_t)w, " tiles%dx%d", o->block_q, o->block_k);
@@ -101,6 +102,7 @@ t_case t_case_draw(t_rng *r, const t_space *sp) {
     if (t_rng_int(r, 0, 3) == 0) c.opts.window_left = t_rng_int(r, 0, 20);
     if (t_rng_int(r, 0, 3) == 0) c.opts.window_right = t_rng_int(r, 0, 20);
     if (t_rng_int(r, 0, 3) == 0) c.opts.softcap = (float)t_rng_int(r, 5, 50);
+    if (sp->chunk_pct > 0 && t_rng_int(r, 0, 99) < sp->chunk_pct) c.opts.attention_chunk = t_rng_int(r, 1, 40);
     if (sp->tiles && t_rng_int(r, 0, 1)) c.opts.block_q = t_rng_int(r, 1, 70), c.opts.block_k = t_rng_int(r, 1, 70);
     /* an explicit scale around the default 1/sqrt(d), sometimes negative (logits stay O(1..10): the f32 bound of
      * 1e-5 assumes scores that fp32 represents to ~1e-6) */
@@ -121,6 +123,6 @@ t_case t_case_draw(t_rng *r, const t_space *sp) {
 }
 
 t_case t_case_random(int max_seqlen, int max_d, int allow_bcast) {
-    t_space sp = {max_seqlen, max_d, allow_bcast, 1, 0, 0, 0, 0};
+    t_space sp = {max_seqlen, max_d, allow_bcast, 1, 0, 0, 0, 0, 0};
     return t_case_draw(&t_default_rng, &sp);
 }

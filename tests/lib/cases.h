@@ -41,6 +41,7 @@ typedef struct t_space {
     int varlen_pct;        /* percent of cases that are packed varlen batches, empty sequences included */
     double max_work;       /* > 0: fewer heads, then batches, until b·hq·sq·sk·d ≤ max_work (the oracle's cost) */
     int sinks_pct;         /* percent of cases with learnable sinks (opts.sinks) */
+    int chunk_pct;         /* percent of cases with attention_chunk (1..40) */
 } t_space;
 
 /* A random case: seqlen_q ≠ seqlen_k, GQA/MQA, every layout, causal/window/softcap/scale/sigma/sinks drawn at random.

@@ -172,7 +172,8 @@ static void rotate(const t_kv_case *c, double *x, int64_t pos) {
 static int64_t q_pos(const t_kv_case *c, int64_t len, int64_t i) {
     const fa_attn_opts *o = &c->s.opts;
     const int64_t cap = c->s.page_size ? c->max_pages * c->s.page_size : c->s.capacity; /* the cache's, as the call sees it */
-    const int local = (o->window_left >= 0 && o->window_left < cap) || (o->window_right >= 0 && o->window_right < cap);
+    const int local = (o->window_left >= 0 && o->window_left < cap) || (o->window_right >= 0 && o->window_right < cap) ||
+                      (o->attention_chunk > 0 && o->attention_chunk < cap);
     return o->causal || local ? len + i : len;
 }
 

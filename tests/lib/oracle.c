@@ -86,6 +86,10 @@ static int visible(const fa_attn_opts *o, const ref_seq *r, int64_t i, int64_t j
     if (o->causal && j > diag) return 0;
     if (o->window_right >= 0 && j > diag + o->window_right) return 0;
     if (o->window_left >= 0 && j < diag - o->window_left) return 0;
+    if (o->attention_chunk > 0) { /* the same chunk: floor division of key and diagonal (j >= 0, diag any sign) */
+        const int64_t c = o->attention_chunk, dc = diag >= 0 ? diag / c : -((-diag + c - 1) / c);
+        if (j / c != dc) return 0;
+    }
     return 1;
 }
 

@@ -40,6 +40,7 @@ typedef struct split_parts {
     float *part_o, *part_lse;
 } split_parts;
 
+/* Rows per K/V head of the longest query sequence (the scratch's; a sequence of S_b rows uses G·S_b of them). */
 static int rows_of(const fa_kv_problem *p) { return (int)(p->hq / p->hk * p->sq); }
 /* fa_plan.aux[AUX_HPI]: K/V heads per work item (all of them when a key's heads are adjacent in memory) */
 #define AUX_HPI 3
@@ -141,15 +142,16 @@ static void rotate(const fa_kv_problem *p, float *x, int64_t pos) {
 }
 
 static void append(const fa_kv_problem *p, int threads) {
-    const int64_t n = p->batch * p->sq, d = p->d;
+    const int64_t n = p->batch * p->sn, d = p->d;
     const size_t rowb = (size_t)d * fa_dtype_size(p->dtype);
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t bi = 0; bi < n; bi++) {
-        const int64_t b = bi / p->sq, i = bi % p->sq, row = fa_kv_row(p, b), t = p->seqlens[b] + i;
+        const int64_t b = bi / p->sn, i = bi % p->sn, row = fa_kv_row(p, b), t = p->seqlens[b] + i;
+        if (i >= fa_kv_sn(p, b)) continue; /* a packed sequence with fewer new rows than the longest */
         float x[256];
         for (int64_t h = 0; h < p->hk; h++) {
-            const int64_t kin = b * p->kn.stride_batch + i * p->kn.stride_seq + h * p->kn.stride_head;
-            const int64_t vin = b * p->vn.stride_batch + i * p->vn.stride_seq + h * p->vn.stride_head;
+            const int64_t kin = fa_kv_nrow0(p, &p->kn, b, h) + i * p->kn.stride_seq;
+            const int64_t vin = fa_kv_nrow0(p, &p->vn, b, h) + i * p->vn.stride_seq;
             char *kd = key_addr(p, &p->kc, row, h, t), *vd = key_addr(p, &p->vc, row, h, t);
             if (p->rot_cos) {
                 for (int64_t c = 0; c < d; c++) x[c] = fa_load_elem(p->kn.data, (int)p->dtype, kin + c);
@@ -185,7 +187,7 @@ static int row_stands(const thread_parts *t, int64_t r, int dp, int64_t d) {
  * whose q or a visible key has a NaN/inf is NaN; a row that sees no key is O = 0, LSE = −∞. */
 static double exact_row(const fa_kv_problem *p, int64_t b, int64_t i, int64_t hq, int64_t lo, int64_t hi, double *o) {
     const int64_t d = p->d, hk = hq / (p->hq / p->hk), row = fa_kv_row(p, b);
-    const int64_t qo = b * p->q.stride_batch + i * p->q.stride_seq + hq * p->q.stride_head;
+    const int64_t qo = fa_kv_qrow0(p, &p->q, b, hq) + i * p->q.stride_seq;
     double q[256];
     for (int64_t c = 0; c < d; c++) o[c] = 0;
     if (hi <= lo) return -INFINITY;
@@ -237,18 +239,18 @@ static double exact_row(const fa_kv_problem *p, int64_t b, int64_t i, int64_t hq
  * (h − h0)·R + i·G + g of the thread's state. */
 static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *kern, const thread_parts *t,
                  const split_parts *w, int64_t b, int64_t h0, int nh, int s, fa_io *io) {
-    const int64_t G = p->hq / p->hk, L = p->seqlens[b] + (p->append ? p->sq : 0), d = p->d;
-    const int dp = padded(d), R = rows_of(p);
+    const int64_t G = p->hq / p->hk, L = p->seqlens[b] + fa_kv_sn(p, b), d = p->d, S = fa_kv_sq(p, b);
+    const int dp = padded(d), R = (int)(G * S); /* this sequence's rows per K/V head */
     int64_t chunk;
     int ns;
     split_of(pl, L, &chunk, &ns);
-    if (s >= ns) return;
+    if (s >= ns || S == 0) return;
     const int64_t s0 = s * chunk, s1 = s0 + chunk < L ? s0 + chunk : L;
     const float qmul = p->softcap > 0 ? p->scale / p->softcap : p->scale * LOG2E;
     int64_t k0 = s1, k1 = s0;
-    for (int64_t i = 0; i < p->sq; i++) {
+    for (int64_t i = 0; i < S; i++) {
         int64_t lo, hi;
-        fa_visible_keys(i, p->sq, L, p->wl, p->wr, &lo, &hi);
+        fa_kv_visible(p, b, i, L, &lo, &hi);
         lo = lo > s0 ? lo : s0;
         hi = hi < s1 ? hi : s1;
         if (hi < lo) hi = lo;
@@ -260,7 +262,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
                 t->lo[r] = lo;
                 t->hi[r] = hi;
                 float *q = t->qs + r * dp, x[256];
-                const int64_t qo = b * p->q.stride_batch + i * p->q.stride_seq + hq * p->q.stride_head;
+                const int64_t qo = fa_kv_qrow0(p, &p->q, b, hq) + i * p->q.stride_seq;
                 float bad = 0;
                 for (int64_t c = 0; c < d; c++) {
                     x[c] = fa_load_elem(p->q.data, (int)p->dtype, qo + c);
@@ -309,7 +311,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
     /* finish: O / l and LSE = (m + log2 l)·ln 2, into out (one split) or the split's partial; the sink joins a row
      * once: here without splits, else after their merge (merge_splits) */
     for (int hh = 0; hh < nh; hh++)
-        for (int64_t i = 0; i < p->sq; i++)
+        for (int64_t i = 0; i < S; i++)
             for (int64_t g = 0; g < G; g++) {
                 const int64_t r = hh * R + i * G + g, hq = (h0 + hh) * G + g;
                 const float l = t->l[r], *sink = p->sinks && ns == 1 ? p->sinks + hq : NULL;
@@ -326,9 +328,9 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
                     for (int64_t c = 0; c < d; c++) o[c] = (float)x[c] * f;
                 }
                 if (ns == 1) {
-                    const int64_t oo = b * p->o.stride_batch + i * p->o.stride_seq + hq * p->o.stride_head;
+                    const int64_t oo = fa_kv_qrow0(p, &p->o, b, hq) + i * p->o.stride_seq;
                     for (int64_t c = 0; c < d; c++) fa_store_elem(p->o.data, (int)p->dtype, oo + c, o[c]);
-                    if (p->lse) p->lse[(b * p->hq + hq) * p->sq + i] = lse;
+                    if (p->lse) p->lse[fa_kv_lse0(p, b, hq) + i] = lse;
                 } else {
                     const int64_t pr = ((b * p->hq + hq) * p->sq + i) * pl->aux[FA_KV_AUX_SPLITS] + s;
                     for (int64_t c = 0; c < d; c++) w->part_o[pr * d + c] = o[c];
@@ -373,13 +375,13 @@ static void merge_splits(const fa_kv_problem *p, const fa_plan *pl, const split_
         const int64_t b = r / (p->hq * p->sq), hq = r / p->sq % p->hq, i = r % p->sq;
         int64_t chunk;
         int ns;
-        split_of(pl, p->seqlens[b] + (p->append ? p->sq : 0), &chunk, &ns);
-        if (ns == 1) continue; /* written by its item */
+        split_of(pl, p->seqlens[b] + fa_kv_sn(p, b), &chunk, &ns);
+        if (ns == 1 || i >= fa_kv_sq(p, b)) continue; /* written by its item; or a packed sequence's padding */
         const float *pl_lse = w->part_lse + r * nsplit;
         double M, inv;
         float lse = (float)merge_lse(pl_lse, 1, ns, &M, &inv);
         const float f = p->sinks ? fa_sink_join_lse(lse, p->sinks[hq], &lse) : 1.0f; /* the sink, once per row */
-        const int64_t oo = b * p->o.stride_batch + i * p->o.stride_seq + hq * p->o.stride_head;
+        const int64_t oo = fa_kv_qrow0(p, &p->o, b, hq) + i * p->o.stride_seq;
         for (int64_t c = 0; c < d; c++) {
             double acc = 0;
             for (int s = 0; s < ns; s++) {
@@ -388,7 +390,7 @@ static void merge_splits(const fa_kv_problem *p, const fa_plan *pl, const split_
             }
             fa_store_elem(p->o.data, (int)p->dtype, oo + c, (float)(acc * f));
         }
-        if (p->lse) p->lse[r] = lse;
+        if (p->lse) p->lse[fa_kv_lse0(p, b, hq) + i] = lse;
     }
 }
 
@@ -415,19 +417,19 @@ fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *
     memset(&io, 0, sizeof io);
     fa_cpu_frame_total(&f, &io);
     const int64_t e = (int64_t)fa_dtype_size(p->dtype), rowb = p->d * e;
-    const int64_t new_rows = p->batch * p->sq;
-    st->slow_read_bytes = io.read + new_rows * p->hq * rowb + (p->append ? 2 * new_rows * p->hk * rowb : 0);
-    st->slow_write_bytes = new_rows * p->hq * rowb + (p->lse ? new_rows * p->hq * 4 : 0) +
-                           (p->append ? 2 * new_rows * p->hk * rowb : 0);
+    int64_t q_rows = 0, new_rows = 0;
     double pairs = 0;
     for (int64_t b = 0; b < p->batch; b++) {
-        const int64_t L = p->seqlens[b] + (p->append ? p->sq : 0);
-        for (int64_t i = 0; i < p->sq; i++) {
+        const int64_t L = p->seqlens[b] + fa_kv_sn(p, b);
+        q_rows += fa_kv_sq(p, b), new_rows += fa_kv_sn(p, b);
+        for (int64_t i = 0; i < fa_kv_sq(p, b); i++) {
             int64_t lo, hi;
-            fa_visible_keys(i, p->sq, L, p->wl, p->wr, &lo, &hi);
+            fa_kv_visible(p, b, i, L, &lo, &hi);
             pairs += (double)(hi - lo);
         }
     }
+    st->slow_read_bytes = io.read + q_rows * p->hq * rowb + 2 * new_rows * p->hk * rowb;
+    st->slow_write_bytes = q_rows * p->hq * rowb + (p->lse ? q_rows * p->hq * 4 : 0) + 2 * new_rows * p->hk * rowb;
     st->flops = 4.0 * (double)p->d * (double)p->hq * pairs;
     return FA_OK;
 }

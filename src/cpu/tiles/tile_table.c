@@ -49,7 +49,7 @@ static int fits_l2(int backward, long br, long bc, long d, long l2) {
 
 void fa_cpu_tiles(const fa_problem *p, int *br, int *bc) {
     const long l2 = l2_bytes();
-    const int masked = p->wl >= 0 || p->wr >= 0;
+    const int masked = fa_problem_masked(p);
     int q = 64, k = 64;
     for (size_t i = 0; i < sizeof tile_table / sizeof tile_table[0]; i++) {
         const struct tile_row *t = &tile_table[i];

@@ -39,7 +39,7 @@ static inline void fa_cpu_tile_cols(int64_t lo, int64_t hi, int64_t j0, int cols
 /* Keys [*lo, *hi) visible to any of the query rows [i0, i1) of one sequence. */
 static inline void fa_cpu_block_keys(const fa_problem *p, int64_t sq, int64_t sk, int64_t i0, int64_t i1, int64_t *lo,
                                      int64_t *hi) {
-    fa_visible_block(i0, i1, sq, sk, p->wl, p->wr, lo, hi);
+    fa_visible_block(i0, i1, sq, sk, p->wl, p->wr, p->chunk, lo, hi);
 }
 
 /* Does some query of rows [i0, i0+rows) see a key of [j0, j0+cols)? (else the tile pair is skipped) */

@@ -55,6 +55,15 @@ static int supports(const fa_kv_problem *p, char *why, size_t why_len) {
         snprintf(why, why_len, "head_dim: %lld is not built for CUDA KV-cache attention (%s)", (long long)p->d, dims);
         return 0;
     }
+    /* the kernels take one query-row count, the new rows' count equal to it, and keys from position 0 */
+    if (p->cu_q || p->cu_new || p->leftpad || (p->append && p->sn != p->sq)) {
+        snprintf(why, why_len, "%s: CUDA KV-cache attention has no %s yet (the CPU has)",
+                 p->cu_q ? "opts.cu_seqlens_q" : p->cu_new ? "opts.cu_seqlens_k" : p->leftpad ? "kv_opts.cache_leftpad"
+                                                                                               : "k_new",
+                 p->cu_q || p->cu_new ? "packed (varlen) queries or new keys" : p->leftpad ? "left padding"
+                 : "number of new keys different from the query rows");
+        return 0;
+    }
     const fa_tensor *ts[4] = {&p->q, &p->kc, &p->vc, &p->o};
     static const char *const names[4] = {"q", "cache.k", "cache.v", "out"};
     for (int i = 0; i < 4; i++)
@@ -236,7 +245,7 @@ static void params_of(const fa_kv_problem *p, const fa_plan *plan, const kv_ws *
     c->scale = p->scale, c->softcap = p->softcap;
     c->qmul = p->softcap > 0 ? p->scale / p->softcap : p->scale * 1.4426950408889634f;
     c->softcap_mul = p->softcap > 0 ? p->softcap * 1.4426950408889634f : 0.f;
-    c->wl = p->wl, c->wr = p->wr;
+    c->wl = p->wl, c->wr = p->wr, c->attention_chunk = p->chunk;
     c->nsplit = plan->aux[FA_KV_AUX_SPLITS], c->fixed = plan->aux[FA_KV_AUX_FIXED];
     c->chunk = plan->aux[FA_KV_AUX_CHUNK];
     c->row_tiles = (int)row_tiles_of(p);

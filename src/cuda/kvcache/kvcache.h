@@ -70,6 +70,7 @@ typedef struct fa_kv_params {
     float scale, softcap;    /* as given (the float64 recompute of the numerics contract) */
     float softcap_mul;       /* 0 = off; else s = softcap_mul · tanh(q·k) */
     int wl, wr;
+    int attention_chunk;     /* 0 = off (core/visible.h) */
     int nsplit, fixed, chunk;/* splits of the grid; fixed: split of `chunk` keys */
     int row_tiles;           /* tiles of FA_KV_ROWS query rows per K/V head */
     int warps;               /* of the attention kernel's CTA: its row's of fa_kv_insts */

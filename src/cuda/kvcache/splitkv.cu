@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
     /* The first split's first tiles are keys 0, 16, ... whatever the sequence's length, where no append, window or
      * batch_idx moves them: their copies (and a paged cache's block-table entries) go out before the length comes
      * back, as if the sequence filled the cache, and the rows past its end are zeroed once they land. */
-    const bool spec = s == 0 && !p.append && !p.batch_idx && p.wl < 0;
+    const bool spec = s == 0 && !p.append && !p.batch_idx && p.wl < 0 && p.attention_chunk <= 0;
     /* Q's rows first, by cp.async into the Q tile as the first group (zero beyond R): they do not depend on the
      * length, and the first tiles' copies go out behind them, not before (a CTA's copies ahead of its Q delayed
      * Q by the time they took). With rotary the first kernel writes q: it is read after that kernel, below. */
@@ -201,6 +201,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
     for (int r = 0; r < R; r++) {
         int a, z;
         fa_visible_keys32((r0 + r) / p.group, p.sq, L, p.wl, p.wr, &a, &z);
+        fa_chunk_keys32((r0 + r) / p.group + L - p.sq, (r0 + r) / p.group + L - p.sq, p.attention_chunk, &a, &z);
         a = max(a, s0), z = max(a, min(z, s1));
         if (z > a) klo = min(klo, a), khi = max(khi, z);
         kin_lo = max(kin_lo, a), kin_hi = min(kin_hi, z);

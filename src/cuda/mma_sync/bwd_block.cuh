@@ -176,7 +176,9 @@ FA_DEV void fa_bwd_p_ds(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const f
                         sv *= p.softcap;
                     }
                     float pv = fa_exp2(fmaf(sv, p.scale_log2, -Lq));
-                    if (MASK && !fa_visible(p, q0 + qc, key0 + mi * 16 + (lane >> 2) + r * 8, s.sq, s.sk)) pv = 0.f;
+                    const int kj = key0 + mi * 16 + (lane >> 2) + r * 8;
+                    if (MASK && !(fa_visible(p, q0 + qc, kj, s.sq, s.sk) && fa_in_chunk(p, q0 + qc, kj, s.sq, s.sk)))
+                        pv = 0.f;
                     float ds = pv * (dPt[mi][nt][e] - Dq);
                     if (SOFTCAP) ds *= dcap;
                     St[mi][nt][e] = pv;
@@ -405,7 +407,8 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
                                 const int q = m0 + s_qry + nt * 8 + (lane & 3) * 2 + (e & 1);
                                 const int j = n0 + s_key + mi * 16 + (lane >> 2) + (e >> 1) * 8;
                                 const float th = tanhf(St[mi][nt][e] * p.softcap_scale);
-                                St[mi][nt][e] = full || fa_visible(p, q, j, s.sq, s.sk) ? th : -INFINITY;
+                                const bool vis = fa_visible(p, q, j, s.sq, s.sk) && fa_in_chunk(p, q, j, s.sq, s.sk);
+                                St[mi][nt][e] = full || vis ? th : -INFINITY;
                             }
                 }
                 fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(dPt, sV + s_key * LD, sdOb + s_qry * LD, lane);

@@ -53,12 +53,20 @@ FA_DEV int64_t fa_off(const fa_cuda_params &p, int64_t sb, int64_t ss, int64_t s
 
 /* ---- the mask in the kernels ----
  * The rule is core/visible.h's (key j visible to query i iff diag − wl <= j <= diag + wr, diag = i + sk − sq, a
- * bound dropped when its window is −1; causal is wr = 0). These are its forms in the kernels: each gives the same
- * keys as fa_visible_keys32 / fa_visible_block32 for every valid window, but without their clamps (lo >= 0,
- * hi >= lo) where the caller does not need them — written through visible.h, the clamps changed the SASS of
- * every flash kernel (register allocation across the whole loop; docs/cuda-kernels.md). */
+ * bound dropped when its window is −1; causal is wr = 0; with attention_chunk c > 0 also j in diag's chunk
+ * [fa_chunk_start32(diag, c), + c)). These are its forms in the kernels: each gives the same keys as
+ * fa_visible_keys32 / fa_visible_block32 (+ fa_chunk_keys32) for every valid window, but without their clamps
+ * (lo >= 0, hi >= lo) where the caller does not need them — written through visible.h, the clamps changed the SASS
+ * of every flash kernel (register allocation across the whole loop; docs/cuda-kernels.md). */
 
-/* Key j is visible to query i. */
+/* The start of diag's chunk (p.chunk > 0) by the host's magic number, no division; a negative diag gives −chunk, whose
+ * chunk holds no key (the same keys as fa_chunk_start32's, and as monotone in diag). */
+FA_DEV int fa_chunk0(const fa_cuda_params &p, int diag) {
+    if (diag < 0) return -p.chunk;
+    const unsigned q = p.chunk_mul ? __umulhi((unsigned)diag, p.chunk_mul) >> p.chunk_shift : (unsigned)diag;
+    return (int)q * p.chunk;
+}
+/* Key j is visible to query i (by the window; fa_in_chunk adds attention_chunk). */
 FA_DEV bool fa_visible(const fa_cuda_params &p, int i, int j, int sq, int sk) {
     int diag = i + sk - sq;
     return j < sk && (p.wl < 0 || j >= diag - p.wl) && (p.wr < 0 || j <= diag + p.wr);
@@ -69,11 +77,23 @@ FA_DEV void fa_row_keys(const fa_cuda_params &p, int i, int sq, int sk, int *lo,
     *lo = p.wl >= 0 ? diag - p.wl : 0;
     *hi = p.wr >= 0 ? min(sk - 1, diag + p.wr) : sk - 1;
 }
+/* The start c0 of query row i's chunk (attention_chunk; its keys [c0, c0 + chunk)): kept apart from fa_row_keys so
+ * that a masked step applies it in a pass of its own, after the window's bounds are dead, and opaque so that the
+ * starts are not hoisted out of the K/V loop as live registers (p.chunk > 0 only). */
+FA_DEV int fa_row_chunk(const fa_cuda_params &p, int i, int sq, int sk) {
+    return fa_chunk0(p, (int)fa_opaque((uint32_t)(i + sk - sq)));
+}
+/* Key j is in query i's chunk (true without attention_chunk): fa_visible's rule with the chunk, where a kernel
+ * masks element by element. */
+FA_DEV bool fa_in_chunk(const fa_cuda_params &p, int i, int j, int sq, int sk) {
+    return p.chunk <= 0 || (unsigned)(j - fa_row_chunk(p, i, sq, sk)) < (unsigned)p.chunk;
+}
 /* Keys visible to any query row of [r0, r1) (r1 > r0): [*lo, *hi), empty when *hi <= *lo (fa_visible_block32). */
 FA_DEV void fa_key_span(const fa_cuda_params &p, int r0, int r1, int sq, int sk, int *lo, int *hi) {
     int l = 0, h = sk;
     if (p.wl >= 0) l = max(0, r0 + sk - sq - p.wl);
     if (p.wr >= 0) h = min(sk, r1 - 1 + sk - sq + p.wr + 1);
+    fa_chunk_keys32(r0 + sk - sq, r1 - 1 + sk - sq, p.chunk, &l, &h);
     *lo = l;
     *hi = h;
 }
@@ -82,6 +102,7 @@ FA_DEV void fa_query_span(const fa_cuda_params &p, int c0, int c1, int sq, int s
     int l = 0, h = sq;
     if (p.wr >= 0) l = max(0, c0 - sk + sq - p.wr);
     if (p.wl >= 0) h = min(sq, c1 - 1 - sk + sq + p.wl + 1);
+    fa_chunk_queries32(c0, c1, sq, sk, p.chunk, &l, &h);
     *lo = l;
     *hi = h;
 }
@@ -90,6 +111,10 @@ FA_DEV bool fa_block_full(const fa_cuda_params &p, int r0, int r1, int c0, int c
     if (c1 > sk) return false;
     if (p.wl >= 0 && c0 < (r1 - 1) + sk - sq - p.wl) return false;
     if (p.wr >= 0 && c1 - 1 > r0 + sk - sq + p.wr) return false;
+    if (p.chunk > 0) { /* every row's chunk holds the keys: from the last row's start to the first row's end */
+        const int s0 = fa_chunk0(p, r0 + sk - sq), s1 = fa_chunk0(p, r1 - 1 + sk - sq);
+        if (c0 < s1 || c1 > s0 + p.chunk) return false;
+    }
     return true;
 }
 

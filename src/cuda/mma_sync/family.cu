@@ -60,7 +60,7 @@ static void fa_bwd_split(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan 
     const int tr = (int)((p->sq_max + plan->block_q - 1) / plan->block_q);
     const long long n = (long long)plan->grid[0] * p->hq * p->batch;
     const int g = tu->sm_count, r = g > 0 ? (int)(n % g) : 0;
-    if (p->deterministic || p->hq != p->hk || p->cu_q || p->cu_k || p->wl >= 0 || p->wr >= 0 || p->softcap > 0.f ||
+    if (p->deterministic || p->hq != p->hk || p->cu_q || p->cu_k || fa_problem_masked(p) || p->softcap > 0.f ||
         tu->split_rows < 0 || (long long)tr * plan->block_q < tu->split_rows || n < g || !r)
         return;
     const long long units = (long long)r * tr;

@@ -102,7 +102,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) fa_flash1_fwd_kernel(const fa_c
                     if (p.softcap > 0.f) S[0][nt][e] = fa_softcap(S[0][nt][e], p.softcap_scale, p.softcap);
                     S[0][nt][e] *= sl2; /* log2 units: the max below is right for a negative scale too */
                     const int r = m0 + (lane >> 2) + (e >> 1) * 8, c = n0 + warp * KW + nt * 8 + (lane & 3) * 2 + (e & 1);
-                    if (!full && !fa_visible(p, r, c, s.sq, s.sk)) S[0][nt][e] = -INFINITY;
+                    if (!full && !(fa_visible(p, r, c, s.sq, s.sk) && fa_in_chunk(p, r, c, s.sq, s.sk)))
+                        S[0][nt][e] = -INFINITY;
                 }
             /* m~ = rowmax S across the warps (shared memory) */
 #pragma unroll

@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(FA2_DQ_NW * 32) fa_flash2_dq_kernel(const fa_c
                         sv = p.softcap * t;
                         dcap = 1.f - t * t;
                     }
-                    if (!full && !fa_visible(p, i, j, s.sq, s.sk))
+                    if (!full && !(fa_visible(p, i, j, s.sq, s.sk) && fa_in_chunk(p, i, j, s.sq, s.sk)))
                         pv = 0.f;
                     else
                         pv = fa_exp2(fmaf(sv, sl2, -Lr[mi][r]));

@@ -132,6 +132,19 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
                         if (j < jlo || j > jhi) S[mi][nt][2 * r + c] = -INFINITY;
                     }
             }
+        if (p.chunk > 0) /* attention_chunk: a pass of its own, after the window's bounds are dead (registers) */
+#pragma unroll
+            for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int c0 = fa_row_chunk(p, cta->m0 + wrow + mi * 16 + (lane >> 2) + r * 8, sq, sk);
+                    const int j0 = n * BN + (lane & 3) * 2;
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                        for (int c = 0; c < 2; ++c)
+                            if ((unsigned)(j0 + nt * 8 + c - c0) >= (unsigned)p.chunk) S[mi][nt][2 * r + c] = -INFINITY;
+                }
     }
 
     /* Online softmax: m_new = max(m, rowmax S); rescale ℓ and O by exp2((m − m_new)·kl). The new ℓ stays in
@@ -237,7 +250,14 @@ __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_c
         if (p.scale_log2 > 0.f && p.softcap == 0.f) {
             const int lim = p.wr >= 0 ? min(s.sk, m0 + s.sk - s.sq + p.wr + 1) : s.sk; /* keys < lim: every row sees */
             f_hi = lim >= BN ? lim / BN - 1 : -1;
-            const int left = p.wl >= 0 ? m0 + rows - 1 + s.sk - s.sq - p.wl : 0; /* keys >= left: every row sees */
+            int left = p.wl >= 0 ? m0 + rows - 1 + s.sk - s.sq - p.wl : 0; /* keys >= left: every row sees */
+            if (p.chunk > 0) { /* keys of the first row's chunk from the last row's chunk start on */
+                const int c0 = fa_chunk_start32(m0 + s.sk - s.sq, p.chunk);
+                const int c1 = fa_chunk_start32(m0 + rows - 1 + s.sk - s.sq, p.chunk);
+                const int lim2 = min(lim, c0 + p.chunk);
+                f_hi = lim2 >= BN ? lim2 / BN - 1 : -1;
+                left = max(left, c1);
+            }
             f_lo = left > 0 ? (left + BN - 1) / BN : 0;
         }
         cta->f_lo = f_lo, cta->f_hi = f_hi;

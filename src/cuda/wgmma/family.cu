@@ -40,6 +40,9 @@ static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
     if (p->used_q || p->used_k)
         return fa_cuda_unsupported(why, why_len, "opts.seqused_%s: FA_ALGO_FLASH3 takes no seqused yet (FA_ALGO_FLASH2 "
                                    "does)", p->used_q ? "q" : "k");
+    if (p->chunk > 0)
+        return fa_cuda_unsupported(why, why_len, "opts.attention_chunk: %d: FA_ALGO_FLASH3 has no chunked local "
+                                   "attention yet (FA_ALGO_FLASH2 has)", p->chunk);
     const char *name;
     if (fa_cuda_view_failing(p, fa3_tma_ok, &name))
         return fa_cuda_unsupported(why, why_len,

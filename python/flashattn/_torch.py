@@ -103,6 +103,11 @@ def _sinks(sinks, q):
     return sinks.contiguous()
 
 
+def _out_shape(q, v):
+    """out has q's rows and v's head_dim (which may differ from q's and k's: MLA's 192 / 128)."""
+    return tuple(q.shape[:-1]) + (v.shape[-1],)
+
+
 def _lse_shape(q):
     s = q.shape
     return (s[0], s[2], s[1]) if len(s) == 4 else (s[1], s[0])
@@ -127,7 +132,7 @@ def _forward_call(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse=True, sink
         sinks = _sinks(sinks, q)
         opts, keep = opts + (sinks.data_ptr(), 0), keep + (sinks,)
     views = _view(q, "q"), _view(k, "k"), _view(v, "v")
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out = q.new_empty(_out_shape(q, v))
     lse = q.new_empty(_lse_shape(q), dtype=torch.float32) if need_lse else None
     ctx.forward(opts, *views, _view(out, "out"), lse.data_ptr() if need_lse else 0)
     del keep
@@ -146,7 +151,7 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seql
 @fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap, algo,
       deterministic, max_seqlen_q=0, max_seqlen_k=0, sinks=None):
-    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty(_lse_shape(q), dtype=torch.float32)
+    return q.new_empty(_out_shape(q, v)), q.new_empty(_lse_shape(q), dtype=torch.float32)
 
 
 def _backward_call(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, cu_seqlens_q: Optional[Tensor],

@@ -48,7 +48,7 @@ def _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache
         cos, sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
     kv = (seqlens, table, max_pages, table_stride, idx, rows, num_splits, cos, sin, rot_seqlen, rot_dim,
           int(rotary_interleaved))
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out = q.new_empty(tuple(q.shape[:-1]) + (v_cache.shape[-1],))  # v's head_dim (MLA: 576 / 512)
     lse = torch.empty((batch, q.shape[2], q.shape[1]), dtype=torch.float32, device=dev)
     sinks = None if learnable_sink is None else _sinks(learnable_sink, q)
     opts = _kvcache.options(softmax_scale, causal, (window_left, window_right), softcap,
@@ -73,7 +73,7 @@ def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor]
 @fwd_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table, softmax_scale,
       causal, window_left, window_right, softcap, rotary_interleaved, num_splits, learnable_sink=None):
-    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+    return (q.new_empty(tuple(q.shape[:-1]) + (v_cache.shape[-1],)),
             q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))
 
 

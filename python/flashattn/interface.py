@@ -31,16 +31,17 @@ def _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, return_lse, probs=False, sin
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_lse=False, *, algo="auto", learnable_sink=None,
                     **extra):
-    """Attention over [batch, seqlen, heads, head_dim] q, k, v (k/v heads may divide q heads: GQA/MQA).
+    """Attention over [batch, seqlen, heads, head_dim] q, k, v (k/v heads may divide q heads: GQA/MQA); v may have a
+    head_dim of its own (MLA's 192 / 128), which out then has.
 
-    softmax_scale None = 1/sqrt(head_dim); causal is bottom-right aligned; window_size (left, right), -1 unbounded;
+    softmax_scale None = 1/sqrt(q's head_dim); causal is bottom-right aligned; window_size (left, right), -1 unbounded;
     softcap 0 = off; algo "auto", "standard", "flash1", "flash2" or "flash3" (CUDA, Hopper; its backward is
     the one "auto" picks: FLASH3's at head_dim 128, else FLASH2's); deterministic applies to the backward.
     dropout_p and alibi_slopes exist for flash-attn's positional order and must stay 0.0 / None.
     learnable_sink (FA4's name): None, or a float32 [heads] tensor/array on q's device, one logit per query head
     that joins every row's softmax denominator and attends to nothing (gpt-oss); a torch tensor that requires grad
     receives its gradient through autograd (docs/numerics.md, "Attention sinks").
-    Returns out [batch, seqlen_q, heads, head_dim], or (out, lse) with lse float32 [batch, heads, seqlen_q]
+    Returns out [batch, seqlen_q, heads, v's head_dim], or (out, lse) with lse float32 [batch, heads, seqlen_q]
     (natural log, the sink included; no gradient flows through it). extra: flash-attn's other keywords
     (_compat.py)."""
     _, probs = _compat.extra("flash_attn_func", extra) if extra else (None, False)
@@ -55,8 +56,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     owns rows cu_seqlens_q[i]:cu_seqlens_q[i+1] of q (int32, n_seqs + 1 entries, on q's device). max_seqlen_q/k
     bound the sequences' lengths, as flash-attn's: on CUDA the library never reads cu_seqlens on the host, so the call
     neither copies nor synchronises and can be captured in a CUDA graph (None: read from cu_seqlens, which
-    synchronises and cannot be captured). learnable_sink as flash_attn_func's. Returns out [total_q, heads,
-    head_dim], or (out, lse) with lse float32 [heads, total_q]. extra: flash-attn's other keywords (_compat.py)."""
+    synchronises and cannot be captured). learnable_sink and v's own head_dim as flash_attn_func's. Returns out
+    [total_q, heads, v's head_dim], or (out, lse) with lse float32 [heads, total_q]. extra: flash-attn's other keywords (_compat.py)."""
     _, probs = _compat.extra("flash_attn_varlen_func", extra) if extra else (None, False)
     opts = _capi.options(softmax_scale, causal, window_size, softcap, algo, deterministic, dropout_p, alibi_slopes)
     hints = (int(max_seqlen_q or 0), int(max_seqlen_k or 0))
@@ -83,7 +84,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     2]) and attended to; cache_seqlens (int32 [batch] or an int; None = the whole cache) is not advanced.
     cache_batch_idx int32 [batch] picks the cache row of each sequence. causal/window are bottom-right aligned over
     the keys after the append. num_splits 0 = heuristic. learnable_sink: None or float32 [heads] on q's device (as
-    flash_attn_func's; no gradient here). Returns out, or (out, lse) with lse float32 [batch, heads, seqlen_q].
+    flash_attn_func's; no gradient here). v_cache (and v) may have a head_dim of their own, up to 512 against q/k's
+    576 (MLA decoding); out has it. Returns out, or (out, lse) with lse float32 [batch, heads, seqlen_q].
     Lengths past the capacity raise CacheIndexError (a ValueError and, as flash-attn's, a RuntimeError naming
     block_table): checked on the host for an int cache_seqlens, for a paged cache (reading the longest length, as
     flash-attn does; not while a CUDA graph is captured) and on the CPU; on CUDA otherwise the kernels clamp every

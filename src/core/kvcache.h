@@ -14,7 +14,8 @@ extern "C" {
 typedef struct fa_kv_problem {
     fa_dtype dtype;
     int64_t batch, sq;         /* sequences, new query rows per sequence (S) */
-    int64_t hq, hk, d;
+    int64_t hq, hk, d;         /* d: the head_dim of q, the cache's k and k_new (dqk) */
+    int64_t d_v;               /* the head_dim of the cache's v, v_new and out (dv) */
     float scale, softcap;      /* scale resolved (never 0); softcap 0 = off */
     int wl, wr;                /* window, -1 = unbounded; causal folded in as wr = 0 */
     fa_tensor q, o;            /* q, out */

@@ -56,7 +56,7 @@ static dev_case to_dev(const t_kv_case *c) {
     dev_case d;
     memset(&d, 0, sizeof d);
     const t_kv_spec *s = &c->s;
-    d.kc = dup_dev(c->kc, c->cache_bytes), d.vc = dup_dev(c->vc, c->cache_bytes);
+    d.kc = dup_dev(c->kc, c->cache_bytes), d.vc = dup_dev(c->vc, c->v_bytes);
     d.q = dup_dev(c->q.mem, c->q.mem_bytes), d.out = dup_dev(c->out.mem, c->out.mem_bytes);
     d.qt = moved(&c->q.t, c->q.mem, d.q), d.outt = moved(&c->out.t, c->out.mem, d.out);
     if (s->append) {
@@ -94,9 +94,9 @@ static fa_status call(fa_context *ctx, const t_kv_case *c, dev_case *d, const fa
 /* Copy the results back into the case's host buffers and verify them against the oracle. */
 static int fetch_verify(const t_kv_case *c, dev_case *d, fa_context *cpu) {
     t_kv_case *h = (t_kv_case *)c;
-    void *k = malloc(c->cache_bytes), *v = malloc(c->cache_bytes);
+    void *k = malloc(c->cache_bytes), *v = malloc(c->v_bytes);
     CU(cudaMemcpy(k, d->kc, c->cache_bytes, cudaMemcpyDeviceToHost));
-    CU(cudaMemcpy(v, d->vc, c->cache_bytes, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(v, d->vc, c->v_bytes, cudaMemcpyDeviceToHost));
     CU(cudaMemcpy(h->out.mem, d->out, c->out.mem_bytes, cudaMemcpyDeviceToHost));
     CU(cudaMemcpy(h->lse, d->lse, sizeof(float) * (size_t)(c->s.batch * c->s.hq * c->s.sq), cudaMemcpyDeviceToHost));
     const int f = t_kv_verify(c, &c->out, c->lse, k, v, cpu, 0);
@@ -276,7 +276,7 @@ static void contract(fa_context *ctx, fa_context *cpu) {
         t_kv_case *c = t_kv_new(&s, &R);
         const int64_t nq = 2 * 3 * 8 * 128, nl = 2 * 8 * 3;
         if (kind == 0) t_store(c->kc, s.dt, t_kv_key_off(c, 0, 1, 40) + 5, NAN);
-        if (kind == 1) t_store(c->vc, s.dt, t_kv_key_off(c, 1, 0, 100) + 7, INFINITY);
+        if (kind == 1) t_store(c->vc, s.dt, t_kv_val_off(c, 1, 0, 100) + 7, INFINITY);
         if (kind == 2) t_set(&c->q.t, 1, 2, 3, 9, NAN);
         if (kind == 3) {
             for (int b = 0; b < 2; b++)

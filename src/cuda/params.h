@@ -41,6 +41,7 @@ typedef struct fa_cuda_params {
     int *dq_turns;          /* FLASH3 deterministic backward: [batch][hq][query blocks] counters, or NULL */
     const float *sinks;     /* opts.sinks [hq], or NULL: the contract's float64 recompute joins them (sinks.h) */
     const int *used_q, *used_k; /* opts.seqused_q/k (device, with cu_q), or NULL: read through fa_get_seq, clamped */
+    int d_v;                /* v's head_dim, and out's, dout's, dv's (dv); d is q's and k's (dqk) */
 } fa_cuda_params;
 
 #ifdef __cplusplus

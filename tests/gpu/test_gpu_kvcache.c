@@ -612,6 +612,25 @@ static void merge(fa_context *ctx) {
     cudaFree(dout), cudaFree(dlse);
 }
 
+/* A cache whose v has its own head_dim (MLA's (576, 512), and (128, 64)): the CUDA kernel holds K and V tiles of one
+ * head_dim, so the call is FA_ERR_UNSUPPORTED naming cache.v and both dims, before anything is written. */
+static void vdim_refusal(fa_context *ctx) {
+    static const int pairs[2][2] = {{576, 512}, {128, 64}};
+    for (int i = 0; i < 2; i++) {
+        t_kv_spec s = spec(FA_DTYPE_BF16, 2, 1, 16, 1, pairs[i][0], 64, 16);
+        s.dv = pairs[i][1], s.append = i;
+        t_kv_case *c = t_kv_new(&s, &R);
+        snprintf(t_case_label, sizeof t_case_label, "decode d %d dv %d refused", pairs[i][0], pairs[i][1]);
+        dev_case d = to_dev(c);
+        CHECK_STATUS(call(ctx, c, &d, NULL), FA_ERR_UNSUPPORTED);
+        char want[96];
+        snprintf(want, sizeof want, "cache.v: head_dim %d differs from q's %d", pairs[i][1], pairs[i][0]);
+        CHECK_STR_CONTAINS(fa_context_last_error(ctx), want);
+        free_dev(&d);
+        t_kv_free(c);
+    }
+}
+
 int main(void) {
     t_rng_seed(&R, t_init("test_gpu_kvcache"));
     const int small = getenv("FA_GPU_TEST_SMALL") && atoi(getenv("FA_GPU_TEST_SMALL"));
@@ -632,6 +651,7 @@ int main(void) {
     contract(ctx, cpu);
     graph(ctx, cpu, small);
     merge(ctx);
+    vdim_refusal(ctx);
     fa_context_destroy(ctx);
     fa_context_destroy(cpu);
     return t_finish();

@@ -143,6 +143,11 @@ static fa_status fa_mma_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_p
                                    "dtype f32: CUDA FA_ALGO_%s runs on 16-bit tensor cores (f16, bf16); "
                                    "FA_ALGO_STANDARD accepts f32",
                                    plan->algo == FA_ALGO_FLASH1 ? "FLASH1" : "FLASH2");
+    if (p->d_v != p->d)
+        return fa_cuda_unsupported(why, why_len,
+                                   "v: head_dim %lld differs from q's %lld: the CUDA FA_ALGO_%s kernels take one head_dim "
+                                   "for q, k, v and out; FA_ALGO_STANDARD runs any pair",
+                                   (long long)p->d_v, (long long)p->d, plan->algo == FA_ALGO_FLASH1 ? "FLASH1" : "FLASH2");
     fa_status rc = fa_flash_pick(tu, p, plan, why, why_len);
     if (rc != FA_OK) return rc;
     const char *name;

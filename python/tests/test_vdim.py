@@ -49,6 +49,9 @@ def check_grads(got, want, dtype, tag):
 @pytest.mark.parametrize("algo", ["standard", "flash1", "flash2", "auto"])
 @pytest.mark.parametrize("kw", OPTIONS, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()) or "plain")
 def test_func(device, algo, kw):
+    if device == "cuda" and algo in ("flash1", "flash2"):
+        pytest.skip("CUDA's flash1 and flash2 backward take one head_dim (auto runs FLASH2's (192, 128) forward and "
+                    "STANDARD's backward)")
     gen = torch.Generator().manual_seed(3)
     for dtype, d, dv in PAIRS[device]:
         # Sq = Sk; Sq < Sk with GQA; Sq > Sk with MQA (causal: the first rows see no key)

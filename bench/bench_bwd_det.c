@@ -1,9 +1,10 @@
 /* The cost of the deterministic backward (opts.deterministic) against the default, for FLASH2 (dQ by a second kernel
  * instead of fp32 bulk reduce-adds) and FLASH3 (the key blocks add dQ in a fixed order), at protocol shapes (bf16,
  * model dim 2048, B·S = 16k). Median of 10 after a warm-up, CUDA events. Benchmark only; run by
- * scripts/bench-gpu.sh. */
+ * scripts/bench-gpu.sh. `bench_bwd_det flash3` (or flash2): that algorithm only. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_runtime_api.h>
 
@@ -15,7 +16,7 @@ static int cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     fa_context *ctx;
     if (fa_context_create(&ctx, FA_BACKEND_CUDA, 0) != FA_OK) {
         fprintf(stderr, "no CUDA context: %s\n", fa_create_error());
@@ -23,13 +24,14 @@ int main(void) {
     }
     printf("| algo | d | causal | seqlen | bwd ms (default) | bwd ms (deterministic) | deterministic / default speed |\n"
            "|---|---|---|---|---|---|---|\n");
-    const int dims[2] = {64, 128}, seqlens[4] = {1024, 2048, 4096, 8192};
+    const int dims[3] = {64, 128, 256}, seqlens[4] = {1024, 2048, 4096, 8192};
     const fa_algo algos[2] = {FA_ALGO_FLASH2, FA_ALGO_FLASH3};
-    for (int ad = 0; ad < 4; ++ad) /* (algorithm, head dim) */
+    const int only = argc > 1 ? (strcmp(argv[1], "flash3") == 0 ? 2 : strcmp(argv[1], "flash2") == 0 ? 1 : 0) : 0;
+    for (int ad = only == 2 ? 3 : 0; ad < (only == 1 ? 3 : 6); ++ad) /* (algorithm, head dim) */
         for (int si = 0; si < 4; ++si)
             for (int causal = 0; causal < 2; ++causal) {
-                const fa_algo algo = algos[ad / 2];
-                const int d = dims[ad % 2], s = seqlens[si], h = 2048 / d, b = 16384 / s;
+                const fa_algo algo = algos[ad / 3];
+                const int d = dims[ad % 3], s = seqlens[si], h = 2048 / d, b = 16384 / s;
                 const size_t n = (size_t)b * s * h * d;
                 unsigned short *host = malloc(n * 2);
                 for (size_t i = 0; i < n; ++i) host[i] = (unsigned short)(0x3c00 + (rand() & 0x3ff) - 0x200); /* bf16 ~U(0.5, 2)·±... */

@@ -28,36 +28,36 @@ test -x "$BUILD/tests/gpu/test_gpu_merge"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
 
 status=0
+# run_test NAME PATTERN LINES: tests/gpu/NAME, its log under LOG_DIR, the matching lines shown; a failure fails the run
+run_test() {
+    local rc=0
+    "$BUILD/tests/gpu/$1" >"$LOG_DIR/$1.log" 2>&1 || rc=$?
+    grep -E "$2" "$LOG_DIR/$1.log" | head -"$3" || true
+    [ "$rc" -eq 0 ] || { echo "$1: exit status $rc"; status=1; }
+}
 echo "== test_gpu"
-"$BUILD/tests/gpu/test_gpu" 2>&1 | tee "$LOG_DIR/test_gpu.log" | grep -E "FAIL|fail|error|summary|passed|seed" | head -60 || true
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+run_test test_gpu "FAIL|fail|error|summary|passed|seed" 60
 tail -3 "$LOG_DIR/test_gpu.log"
 
 echo "== test_gpu_kvcache (KV-cache decoding, docs/kvcache.md)"
-"$BUILD/tests/gpu/test_gpu_kvcache" 2>&1 | tee "$LOG_DIR/test_gpu_kvcache.log" | grep -E "FAIL|checks|seed" | head -40 || true
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+run_test test_gpu_kvcache "FAIL|checks|seed" 40
 
 echo "== test_gpu_sinks (learnable sinks: docs/numerics.md, Attention sinks)"
-"$BUILD/tests/gpu/test_gpu_sinks" 2>&1 | tee "$LOG_DIR/test_gpu_sinks.log" | grep -E "FAIL|checks|seed" | head -40 || true
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+run_test test_gpu_sinks "FAIL|checks|seed" 40
 
 echo "== test_gpu_merge (fa_merge_states: any number of states, head_dim up to 512)"
-"$BUILD/tests/gpu/test_gpu_merge" 2>&1 | tee "$LOG_DIR/test_gpu_merge.log" | grep -E "FAIL|checks|seed" | head -40 || true
+run_test test_gpu_merge "FAIL|checks|seed" 40
 echo "== test_gpu_fp8 (fa_quantize_fp8 against the CPU's bits; the FP8 forward's refusal: docs/numerics.md, FP8)"
-"$BUILD/tests/gpu/test_gpu_fp8" 2>&1 | tee "$LOG_DIR/test_gpu_fp8.log" | grep -E "FAIL|checks|seed" | head -40 || true
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+run_test test_gpu_fp8 "FAIL|checks|seed" 40
 
 echo "== test_gpu_empty (zero extents: docs/api.md, Empty calls)"
-"$BUILD/tests/gpu/test_gpu_empty" 2>&1 | tee "$LOG_DIR/test_gpu_empty.log" | grep -E "FAIL|checks|seed" | head -40 || true
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+run_test test_gpu_empty "FAIL|checks|seed" 40
 
 echo "== test_gpu_ring (ring attention, docs/ring.md)"
-"$BUILD/tests/gpu/test_gpu_ring" 2>&1 | tee "$LOG_DIR/test_gpu_ring.log" | grep -E "FAIL|checks|seed|nccl|rank" | head -40 || true
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+run_test test_gpu_ring "FAIL|checks|seed|nccl|rank" 40
 
 echo "== test_gpu_nonfinite (the numerics contract, docs/numerics.md)"
-"$BUILD/tests/gpu/test_gpu_nonfinite" 2>&1 | tee "$LOG_DIR/test_gpu_nonfinite.log" | grep -E "FAIL|checks" | head -20 || true
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+run_test test_gpu_nonfinite "FAIL|checks|: row|packed row" 30
 
 echo "== flashattn check --device cuda"
 if "$BUILD/flashattn" check --device cuda --count "${CHECK_COUNT:-300}" >"$LOG_DIR/check.log" 2>&1; then

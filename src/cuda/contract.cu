@@ -2,10 +2,11 @@
  * joins them): the fp32 kernels are exact for ordinary inputs but not at the edges (inf − inf in a running max,
  * 0·inf in a masked tile, exp(S − LSE) with an exponent error of ulp(|S|), 16-bit dS beyond the f16 range).
  * Instead of checks in the inner loops:
- *   1. forward: a check of the outputs after the algorithm — every failure mode of the forward kernels shows there:
- *      a non-finite O element (NaN/inf inputs, 0·inf in a masked tile, overflow), an LSE that is NaN or +inf, −inf
- *      for a row that sees keys (a NaN hidden as a fully masked row), or beyond ±2^23 (logits where exp2's exponent
- *      error grows), so one read of O and LSE certifies an item (the inputs are not read);
+ *   1. forward: a check of the outputs after the algorithm — almost every failure mode of the forward kernels shows
+ *      there: a non-finite O element (NaN/inf inputs, 0·inf in a masked tile, overflow), an LSE that is NaN or +inf,
+ *      −inf for a row that sees keys (a NaN hidden as a fully masked row), or beyond ±2^23 (logits where exp2's
+ *      exponent error grows), so one read of O and LSE certifies an item; the exception is an inf in k that only
+ *      ever meets q of the other sign (−inf logits: weights of 0), so k is scanned too (q, v are not read);
  *      backward: a scan before the algorithm, per item the maxima of |q|, |k|, |v|, |o|, |dO| on the bit patterns,
  *      one read of each input, since wrong gradients need not be non-finite; a decide kernel lists the items
  *      that are not certified;
@@ -50,8 +51,8 @@ void fa_contract_layout(fa_arena *a, const fa_problem *p, fa_contract_ws *w) {
 void fa_contract_traffic(const fa_problem *p, fa_plan *plan) {
     const double e = (double)fa_dtype_size(p->dtype), d = (double)p->d, dv = (double)p->d_v, qrows = (double)fa_rows(p);
     const double kvrows = (double)p->k.seqlen * (p->cu_k ? 1 : p->batch) * p->hk;
-    if (!p->is_backward) { /* O and LSE read once (LSE written by the kernel when the caller gave none) */
-        plan->read_bytes += qrows * (dv * e + 4);
+    if (!p->is_backward) { /* K scanned, O and LSE read once (LSE written by the kernel when the caller gave none) */
+        plan->read_bytes += qrows * (dv * e + 4) + kvrows * d * e;
         plan->write_bytes += (double)(1 + fa_items(p) * FA_NSLOT) * sizeof(unsigned) + (p->lse ? 0 : qrows * 4);
         return;
     }
@@ -145,8 +146,8 @@ __device__ __forceinline__ double fa_bits_value(unsigned b, int dtype) {
 /* Are the fp32 kernels' results certified for this item? (its maxima; the longest sequences bound each item) */
 __device__ bool fa_certified(const fa_cuda_params &c, const unsigned *m, int dtype, int backward) {
     if (c.softcap > 0.f && (c.softcap < 0x1p-60f || c.softcap > 0x1p24f)) return false;
-    if (!backward) return m[SLOT_O] == 0; /* the output check found nothing */
     const unsigned inf = dtype == 0 ? 0x7f800000u : dtype == 1 ? 0x7c00u : 0x7f80u;
+    if (!backward) return m[SLOT_O] == 0 && m[SLOT_K] < inf; /* the output check and k's scan found nothing */
     for (int s = 0; s < FA_NSLOT; ++s)
         if (m[s] >= inf) return false;
     const double mq = fa_bits_value(m[SLOT_Q], dtype), mk = fa_bits_value(m[SLOT_K], dtype);
@@ -180,18 +181,21 @@ static fa_scan_tensor fa_scan_of(const fa_tensor *t, int is_k, int n, int div, i
 cudaError_t fa_contract_scan(const fa_cuda_params *c, const fa_problem *p, const fa_contract_ws *w, cudaStream_t st) {
     const int64_t items = fa_items(p);
     cudaError_t e = cudaMemsetAsync(w->scan, 0, (size_t)(1 + items * FA_NSLOT) * sizeof(unsigned), st);
-    if (e != cudaSuccess || items == 0 || !p->is_backward) return e; /* the forward checks its outputs instead */
+    if (e != cudaSuccess || items == 0) return e;
     fa_scan_args a;
     memset(&a, 0, sizeof a);
     const int group = (int)(p->hq / p->hk), bwd = p->is_backward;
-    a.t[0] = fa_scan_of(&p->q, 0, 1, bwd ? group : 1, SLOT_Q);
-    a.t[1] = fa_scan_of(&p->k, 1, bwd ? 1 : group, 1, SLOT_K);
-    a.t[2] = fa_scan_of(&p->v, 1, bwd ? 1 : group, 1, SLOT_V);
-    a.nt = 3;
     if (bwd) {
+        a.t[0] = fa_scan_of(&p->q, 0, 1, group, SLOT_Q);
+        a.t[1] = fa_scan_of(&p->k, 1, 1, 1, SLOT_K);
+        a.t[2] = fa_scan_of(&p->v, 1, 1, 1, SLOT_V);
         a.t[3] = fa_scan_of(&p->o, 0, 1, group, SLOT_O);
         a.t[4] = fa_scan_of(&p->dout, 0, 1, group, SLOT_DO);
         a.nt = 5;
+    } else { /* k only: an inf in k gives −inf logits to the rows whose q has the other sign, and a −inf logit is a
+              * weight of 0 in out and LSE, invisible to the output check (a NaN or inf anywhere else shows there) */
+        a.t[0] = fa_scan_of(&p->k, 1, group, 1, SLOT_K);
+        a.nt = 1;
     }
     a.item_heads = (int)(bwd ? p->hk : p->hq), a.dtype = (int)p->dtype;
     a.sq = c->sq, a.sk = c->sk, a.cu_q = c->cu_q, a.cu_k = c->cu_k, a.scan = w->scan;
@@ -203,6 +207,7 @@ cudaError_t fa_contract_scan(const fa_cuda_params *c, const fa_problem *p, const
         fa_contract_scan_kernel<<<grid, 256, 0, st>>>(a);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
+    if (!bwd) return cudaSuccess; /* the forward decides after its output check (fa_contract_fix) */
     fa_contract_decide_kernel<<<(unsigned)((items + 255) / 256), 256, 0, st>>>(*c, w->scan, w->todo, items, a.dtype, bwd);
     return cudaGetLastError();
 }

@@ -15,11 +15,6 @@ static fa_status fa_try_row(const fa_cuda_tuning *tu, const fa_problem *p, int i
     memset(plan, 0, sizeof *plan);
     plan->algo = f->algo;
     plan->family = i;
-    /* sinks join after any forward (sinks.h) and need only the LSE in a backward; FLASH3's forward is being reworked
-     * and takes none yet, so AUTO passes on to FLASH2 */
-    if (p->sinks && !p->is_backward && f->algo == FA_ALGO_FLASH3)
-        return fa_cuda_unsupported(why, why_len, "opts.sinks: the FLASH3 forward takes no sinks yet; FA_ALGO_FLASH2 "
-                                   "(or FA_ALGO_AUTO) runs them");
     fa_status rc = f->pick(tu, p, plan, why, why_len);
     if (rc == FA_OK) f->traffic(p, plan);
     return rc;

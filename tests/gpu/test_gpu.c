@@ -7,7 +7,7 @@
  *   - status FA_OK, or FA_ERR_UNSUPPORTED exactly when the request is outside what the CUDA kernels are built for
  *     (dtype f32 or head_dim not 32/64/96/128 — FLASH2 also 256; FLASH3 64/128/256 without varlen —
  *     or rows not 16-byte aligned or explicit tiles for the flash kernels), with a reason;
- *   - FLASH3's backward runs from FLASH3's out and lse where it is built (head_dim 64/128, no varlen, every view
+ *   - FLASH3's backward runs from FLASH3's out and lse where it is built (head_dim 64/128/256, no varlen, every view
  *     TMA-addressable), FLASH2's elsewhere (an explicit FLASH3 backward is refused there with a reason);
  *     FA_ALGO_AUTO runs FLASH3 exactly where it can, forward and backward;
  *   - every output element written (outputs poisoned with NaN before each call), nothing outside the views written;
@@ -127,9 +127,11 @@ static int bwd_runs(fa_algo a, const t_case *c, dbuf **bufs) {
     return t_case_dv(c) != c->d && a != FA_ALGO_STANDARD && !flash_pair_built(a, c->d, t_case_dv(c), 1) ? 0 : r;
 }
 
-/* FLASH3's backward: head_dim 64 or 128, no varlen, all 8 views TMA-addressable; explicit tiles: -1 (either) */
+/* FLASH3's backward: head_dim 64, 128 or 256, no varlen, all 8 views TMA-addressable; explicit tiles: -1 (either) */
 static int flash3_bwd_runs(const t_case *c, dbuf **bufs) {
-    if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128) || c->opts.cu_seqlens_q || t_case_dv(c) != c->d) return 0;
+    if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.cu_seqlens_q ||
+        t_case_dv(c) != c->d)
+        return 0;
     for (int i = 0; i < 8; ++i)
         if (!aligned16(bufs[i]) || (bufs[i]->t.stride_batch == 0 && bufs[i]->t.batch > 1)) return 0;
     return c->opts.block_q || c->opts.block_k ? -1 : 1;
@@ -324,8 +326,8 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
             fprintf(stderr, "  auto: %s\n", fa_context_last_error(ctx));
         }
     }
-    /* AUTO backward: FLASH3 exactly where it is built for the call and ahead of FLASH2 (head_dim 128:
-     * src/cuda/wgmma/tiles.h), else FLASH2 where it runs, else STANDARD */
+    /* AUTO backward: FLASH3 exactly where it is built for the call (every row of src/cuda/wgmma/tiles.h is ahead of
+     * FLASH2: auto_pick), else FLASH2 where it runs, else STANDARD */
     if (backward && c->opts.block_q == 0 && c->opts.block_k == 0) {
         opts.algo = FA_ALGO_AUTO;
         opts.deterministic = 0;
@@ -367,12 +369,12 @@ static t_case varlen_case(int n, const int *lq, const int *lk, int hq, int hk, i
 }
 
 /* FLASH3's deterministic backward with more key blocks per head than the GPU holds CTAs (24k keys: 192 blocks of
- * 128): key blocks wait for each other's dQ turn, so a block that waited for one not yet started would hang. Two
- * runs, the same bits; no oracle (the causal and windowed orders are what matter here, the values are checked on
- * the shapes above). */
+ * 128, 384 of 64 at d = 256): key blocks wait for each other's dQ turn, so a block that waited for one not yet
+ * started would hang. Two runs, the same bits; no oracle (the causal and windowed orders are what matter here, the
+ * values are checked on the shapes above). */
 static void det_liveness(fa_context *ctx) {
     enum { S = 24576, H = 1 };
-    for (int d = 64; d <= 128; d *= 2)
+    for (int d = 64; d <= 256; d *= 2)
         for (int mask = 0; mask < 3; ++mask) {
             snprintf(t_case_label, sizeof t_case_label, "FLASH3 deterministic backward, %d keys, d %d, %s", S, d,
                      mask == 0 ? "no mask" : mask == 1 ? "causal" : "window (512, 0)");
@@ -733,6 +735,7 @@ int main(void) {
             c.opts.softcap = v == 2 ? 5.f : 30.f;
             c.opts.causal = v == 1;
             run_case(ctx, &c, 0);
+            if (v == 2) run_case(ctx, &c, 1); /* the d = 256 backward's softcap */
         }
         int32_t cq[4], ck[4];
         const int lq[3] = {100, 0, 130}, lk[3] = {64, 7, 300};

@@ -46,8 +46,15 @@ static void one(fa_context *cpu, fa_context *gpu, fa_dtype dt, int64_t B, int64_
     cuda_ok(cudaDeviceSynchronize(), "sync");
     cuda_ok(cudaMemcpy(yg.mem, dy, yg.mem_bytes, cudaMemcpyDeviceToHost), "down");
     cuda_ok(cudaMemcpy(dsg, dd, sizeof(float) * (size_t)nd, cudaMemcpyDeviceToHost), "down");
-    CHECK(!memcmp(y.mem, yg.mem, y.mem_bytes)); /* the views' codes, and the padding left alone alike */
-    CHECK(!memcmp(ds, dsg, sizeof(float) * (size_t)nd));
+    int64_t first = -1; /* the views' codes, and the padding left alone alike */
+    for (size_t i = 0; i < y.mem_bytes && first < 0; i++)
+        if (((uint8_t *)y.mem)[i] != ((uint8_t *)yg.mem)[i]) first = (int64_t)i;
+    CHECK_MSG(first < 0, "byte %lld of %lld: CPU 0x%02x, CUDA 0x%02x", (long long)first, (long long)y.mem_bytes,
+              first < 0 ? 0 : ((uint8_t *)y.mem)[first], first < 0 ? 0 : ((uint8_t *)yg.mem)[first]);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < nd && bad < 0; i++)
+        if (ds[i] != dsg[i]) bad = i;
+    CHECK_MSG(bad < 0, "descale %lld: CPU %a, CUDA %a", (long long)bad, bad < 0 ? 0. : ds[bad], bad < 0 ? 0. : dsg[bad]);
     cudaFree(dx), cudaFree(dy), cudaFree(dd);
     free(ds), free(dsg);
     t_buf_free(&x), t_buf_free(&y), t_buf_free(&yg);

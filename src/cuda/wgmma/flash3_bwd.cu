@@ -2,7 +2,8 @@
  *   fa3b_prep  D = rowsum(dO ∘ O) and LSE·log2e per query row, padded to whole query blocks (D = 0, +inf past sq,
  *              so that the main kernel reads whole aligned pairs and padded rows give P = 0), and the fp32 dQ
  *              accumulator cleared;
- *   fa3_bwd_kernel (flash3_bwd.cuh), one CTA per key block and K/V head;
+ *   fa3_bwd_kernel (flash3_bwd.cuh; fa3_bwd_wide_kernel, flash3_bwd_wide.cuh, at d = 256), one CTA per key block
+ *              and K/V head;
  *   fa3b_dq    dQ = scale·accumulator, from the accumulator's register order to the caller's layout.
  * The plan's row (wgmma/family.cu) has checked everything the launch relies on. */
 #include <cudaTypedefs.h>
@@ -10,6 +11,7 @@
 
 #include "cuda/params.h"
 #include "flash3_bwd.cuh"
+#include "flash3_bwd_wide.cuh"
 #include "tensor_map.h"
 #include "tiles.h"
 
@@ -67,6 +69,12 @@ template <int D, int Br, bool F16> __global__ void fa3b_dq(const fa_cuda_params 
     if (row + 8 < p.total_q) *(uint32_t *)(dq + (row + 8) * p.dq_ss) = fa3_pack<F16>(a.z * p.scale, a.w * p.scale);
 }
 
+/* The tile's kernel: the d = 256 split, or one CTA's 128 keys split between the warpgroups. */
+template <int D, bool F16, bool DET> static auto fa3b_kernel() {
+    if constexpr (fa3b_tile<D>::WIDE) return fa3_bwd_wide_kernel<D, F16, DET>;
+    else return fa3_bwd_kernel<D, F16, DET>;
+}
+
 template <int D, bool F16, bool DET>
 static cudaError_t fa3b_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
     using T = fa3b_tile<D>;
@@ -99,11 +107,11 @@ static cudaError_t fa3b_launch(const fa_cuda_params *p, const fa_plan *plan, cud
         kp.scale = p->scale, kp.scale_log2 = p->scale_log2;
         kp.cap = p->softcap, kp.cap_scale = p->softcap > 0.f ? p->softcap_scale : 0.f;
         const size_t smem = plan->smem_bytes;
-        if ((e = cudaFuncSetAttribute(fa3_bwd_kernel<D, F16, DET>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)smem)) != cudaSuccess)
+        auto kernel = fa3b_kernel<D, F16, DET>();
+        if ((e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess)
             return e;
         const dim3 grid((unsigned)((p->total_k + Bc - 1) / Bc), (unsigned)p->hk, (unsigned)p->batch);
-        fa3_bwd_kernel<D, F16, DET><<<grid, T::THREADS, smem, st>>>(tq, tk, tv, tdo, kp);
+        kernel<<<grid, T::THREADS, smem, st>>>(tq, tk, tv, tdo, kp);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
     if (rows > 0) {
@@ -121,14 +129,15 @@ template <int R> static int fa3_bwd_inst(int det, fa_cuda_instance *k) {
     static_assert(T::Br == r.bm && T::Bc == r.bn && T::THREADS == r.threads, "the row is its instance's tile");
     if (det) k->f16 = fa3b_launch<r.d, true, true>, k->bf16 = fa3b_launch<r.d, false, true>;
     else k->f16 = fa3b_launch<r.d, true, false>, k->bf16 = fa3b_launch<r.d, false, false>;
-    k->smem = sizeof(fa3b_shared<r.d>) + 1024;
+    k->smem = (T::WIDE ? sizeof(fa3b_wide_shared<r.d>) : sizeof(fa3b_shared<r.d>)) + 1024;
     return 1;
 }
-static_assert(sizeof fa3_bwd_rows / sizeof fa3_bwd_rows[0] == 2, "one case per row of fa3_bwd_rows");
+static_assert(sizeof fa3_bwd_rows / sizeof fa3_bwd_rows[0] == 3, "one case per row of fa3_bwd_rows");
 extern "C" int fa_flash3_bwd_instance(int row, int deterministic, fa_cuda_instance *k) {
     switch (row) {
     case 0: return fa3_bwd_inst<0>(deterministic, k);
     case 1: return fa3_bwd_inst<1>(deterministic, k);
+    case 2: return fa3_bwd_inst<2>(deterministic, k);
     default: return 0;
     }
 }

@@ -3,8 +3,9 @@
 with fp32 accumulators. The accumulator lists are long (N/2 registers), so they are generated, not typed.
 Run: python3 src/cuda/wgmma/gen_wgmma.py > src/cuda/wgmma/wgmma.cuh"""
 
-NS = (64, 80, 128, 176, 192, 256)
+NS = (32, 64, 80, 128, 176, 192, 256)
 NS_TT = (64, 128)  # both operands MN-major: the backward's dQ = dS K
+NS_T = (128,)  # A K-major, B MN-major: the d = 256 backward's dK += dS^T Q, dV += P^T dO with P^T, dS^T in shared memory
 TYPES = (("bf16", "bf16"), ("f16", "f16"))
 
 
@@ -12,14 +13,14 @@ def regs(n, first):
     return ", ".join("%%%d" % (first + i) for i in range(n))
 
 
-def fn(n, rs, ty, tt=False):
+def fn(n, rs, ty, tt=False, t=False):
     na = n // 2
     outs = ", ".join('"+f"(d[%d])' % i for i in range(na))
-    name = "fa_wgmma_%s_m64n%d_%s" % ("rs" if rs else "sstt" if tt else "ss", n, ty)
+    name = "fa_wgmma_%s_m64n%d_%s" % ("rs" if rs else "sstt" if tt else "sst" if t else "ss", n, ty)
     lines = []
-    if tt:
+    if tt or t:
         lines.append("FA_DEV void %s(float (&d)[%d], uint64_t da, uint64_t db, int scale_d) {" % (name, na))
-        ops = "{%s}, %%%d, %%%d, p, 1, 1, 1, 1" % (regs(na, 0), na, na + 1)
+        ops = "{%s}, %%%d, %%%d, p, 1, 1, %d, 1" % (regs(na, 0), na, na + 1, 1 if tt else 0)
         ins = '"l"(da), "l"(db), "r"(scale_d)'
         pred = na + 2
     elif rs:
@@ -55,6 +56,7 @@ def main():
     print(" * ss: A and B from shared-memory descriptors, both K-major (S = Q K^T).")
     print(" * rs: A from four 16-bit-pair registers, B from a descriptor, B MN-major (O += P V with V stored [key][d]).")
     print(" * sstt: A and B from shared-memory descriptors, both MN-major (dQ = dS K with dS stored [key][query]).")
+    print(" * sst: A K-major and B MN-major, both from shared memory (dV += P^T dO with P^T stored [key][query]).")
     print(" * scale_d = 0 overwrites d (D = A B), 1 accumulates. */")
     print("#ifndef FA_WGMMA_WGMMA_CUH\n#define FA_WGMMA_WGMMA_CUH\n\n#include <stdint.h>\n")
     print("#ifndef FA_DEV\n#define FA_DEV __device__ __forceinline__\n#endif\n")
@@ -65,10 +67,14 @@ def main():
     for n in NS_TT:
         for _, ty in TYPES:
             print(fn(n, False, ty, True) + "\n")
+    for n in NS_T:
+        for _, ty in TYPES:
+            print(fn(n, False, ty, t=True) + "\n")
     print("/* Dispatch on the compile-time N and type: F16 selects fp16, else bf16. */")
     dispatch("ss", NS, "uint64_t da, uint64_t db", "da, db")
     dispatch("rs", NS, "const uint32_t (&a)[4], uint64_t db", "a, db")
     dispatch("sstt", NS_TT, "uint64_t da, uint64_t db", "da, db")
+    dispatch("sst", NS_T, "uint64_t da, uint64_t db", "da, db")
     print("#endif")
 
 

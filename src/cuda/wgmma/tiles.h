@@ -22,20 +22,21 @@ static constexpr fa3_fwd_row fa3_fwd_rows[] = {
 };
 #undef FA3_FWD_ROW
 
-/* The FLASH3 backward's rows: one CTA per Bc = 128 keys (64 per consumer warpgroup) of one K/V head, walking
- * Br = bm query rows per step; Br = 128 at d = 64 (FA3's tile), 64 at d = 128 (dK, dV, Sᵀ and dPᵀ in 240
- * registers). auto_pick: FA_ALGO_AUTO takes the row only where it beats FLASH2's backward (else AUTO moves on to
+/* The FLASH3 backward's rows: one CTA per Bc = bn keys of one K/V head, walking Br = bm query rows per step;
+ * Br = 128 at d = 64 (FA3's tile), 64 at d = 128 (dK, dV, Sᵀ and dPᵀ in 240 registers), 64 x 64 at d = 256 with the
+ * warpgroups splitting D (flash3_bwd_steps.cuh). auto_pick: FA_ALGO_AUTO takes the row only where it beats FLASH2's backward (else AUTO moves on to
  * FLASH2); figures: H100, bf16, 16k tokens, TFLOP/s FLASH3 / FLASH2. */
 struct fa3_bwd_row {
     int d, bm, bn, threads, auto_pick;
     const char *kernel, *kernel_det, *why;
 };
-#define FA3_BWD_ROW(D, BM, AUTO, WHY)                                                                                \
-    {D, BM, 128, 384, AUTO, "cuda.flash3.bwd.wgmma.d" #D "." #BM "x128",                                            \
-     "cuda.flash3.bwd.wgmma.deterministic.d" #D "." #BM "x128", WHY}
+#define FA3_BWD_ROW(D, BM, BN, AUTO, WHY)                                                                            \
+    {D, BM, BN, 384, AUTO, "cuda.flash3.bwd.wgmma.d" #D "." #BM "x" #BN,                                            \
+     "cuda.flash3.bwd.wgmma.deterministic.d" #D "." #BM "x" #BN, WHY}
 static constexpr fa3_bwd_row fa3_bwd_rows[] = {
-    FA3_BWD_ROW(64, 128, 1, "FA3's d = 64 tile; 294 / 269 at 4k, 330 / 296 at 16k, causal 1k 139 / 140 (a tie)"),
-    FA3_BWD_ROW(128, 64, 1, "FA3's d = 128 tile; 421 / 309 at 4k, 480 / 336 at 16k, causal 16k 461 / 322"),
+    FA3_BWD_ROW(64, 128, 128, 1, "FA3's d = 64 tile; 294 / 269 at 4k, 330 / 296 at 16k, causal 1k 139 / 140 (a tie)"),
+    FA3_BWD_ROW(128, 64, 128, 1, "FA3's d = 128 tile; 421 / 309 at 4k, 480 / 336 at 16k, causal 16k 461 / 322"),
+    FA3_BWD_ROW(256, 64, 64, 1, "FA3's d = 256 tile; 382 / 253 at 4k, 437 / 259 at 16k, causal 1k 191 / 156"),
 };
 #undef FA3_BWD_ROW
 /* plan->aux[FA3_BWD_AUX_DET]: 1 = the deterministic instance (key blocks add dQ in ascending order) */

@@ -1,0 +1,233 @@
+/* The FLASH3 backward's steps, shared by its two kernels (flash3_bwd.cuh: d = 64, 128; flash3_bwd_wide.cuh:
+ * d = 256): the tile, the kernel parameters, the elementwise Pᵀ and dSᵀ, the LSE / D rows copied a step ahead, the
+ * dQ writer warp, and the stores of dSᵀ, dQi and dK, dV. FA3 paper Algorithm 3. */
+#ifndef FA_WGMMA_FLASH3_BWD_STEPS_CUH
+#define FA_WGMMA_FLASH3_BWD_STEPS_CUH
+
+#include "../../core/visible.h"
+#include "frag.cuh"
+#include "ptx.cuh"
+#include "wgmma.cuh"
+
+/* Tiles (tiles.h has the rows): Bc keys per CTA, Br query rows per step, ST stages of Qi and dOi.
+ *   d = 64, 128: Bc = 128, 64 keys per consumer warpgroup (flash3_bwd.cuh);
+ *   d = 256: Bc = 64, both warpgroups on the same keys, each with half of the step's query rows in Sᵀ and dPᵀ and
+ *     half of the D columns of dK, dV and dQi (flash3_bwd_wide.cuh): 64 x 128 accumulators each, where 64 x 256
+ *     would not fit in registers.
+ * dQi's GEMM is split between the warpgroups by rows (Br = 128: 64 query rows each) or by columns (Br = 64: D/2
+ * columns each); NQ is its accumulators per thread. */
+template <int D> struct fa3b_tile {
+    static constexpr bool WIDE = D == 256;
+    static constexpr int Br = D == 64 ? 128 : 64;
+    static constexpr int Bc = WIDE ? 64 : 128;
+    static constexpr int ST = WIDE ? 1 : 2;
+    static constexpr int THREADS = 384;
+    static constexpr int NQ = Br * D / 256;
+    static constexpr int NQN = Br == 128 ? D : D / 2; /* N of the dQ GEMM */
+};
+
+/* A step's LSE·log2e and D, two steps' worth: the consumers copy step it + 1's in while step it reads its own. */
+template <int Br> struct fa3b_shared_rows {
+    float lse2[2][Br], dsum[2][Br];
+};
+/* Named barriers (0 is __syncthreads): dSᵀ written and a step's LSE / D copied (the 256 consumer threads); a
+ * warpgroup's dQ buffer free and full (its 128 threads and the dQ writer warp: 160). */
+enum { FA3B_DS_READY = 1, FA3B_ROWS_READY = 2, FA3B_DQ_EMPTY = 3, FA3B_DQ_FULL = 5 };
+
+struct fa3b_kparams {
+    uint16_t *dk, *dv;
+    int64_t dk_sb, dk_ss, dk_sh, dv_sb, dv_ss, dv_sh;
+    const float *lse2, *dsum; /* [batch][hq][nmb·Br]: LSE·log2e (+inf past sq: P = 0), D (0 past sq); 8-byte pairs */
+    float *dq_acc;            /* [batch][hq][nmb][Br·D] in accumulator order, zeroed */
+    int *turns;               /* deterministic: [batch][hq][nmb] zeroed counters; else NULL */
+    int sq, sk, hq, group, wl, wr, nmb;
+    float scale, scale_log2; /* scale_log2 = log2 e with softcap (the scale is inside the cap) */
+    float cap, cap_scale;    /* softcap: score = cap·tanh(s·cap_scale); cap_scale 0 = off */
+};
+
+/* What the elementwise steps of a thread need beside the kernel's parameters (which stay in the constant bank, not
+ * in registers): the step's LSE·log2e and D in shared memory, from its pair (query columns 8j + 2t, +1) on, its key
+ * row kr0 (and kr0 + 8), its first query column q0 = m0 + 2t, and the mask (full: the block needs none). */
+struct fa3b_rows {
+    const float *lse2, *dsum;
+    int kr0, q0;
+    bool full;
+};
+/* The mask of key row kr in a masked block, as an offset and a count: query column q0 + c is visible iff
+ * (unsigned)(base + c) < count — one add and one compare per element (rows past sk: none visible). */
+struct fa3b_band {
+    int base;
+    unsigned count;
+};
+FA_DEV fa3b_band fa3b_band_of(const fa3b_kparams &p, int kr, int q0) {
+    int lo = 0, hi = 0;
+    if (kr < p.sk) fa_visible_queries32(kr, kr + 1, p.sq, p.sk, p.wl, p.wr, &lo, &hi);
+    return {q0 - lo, (unsigned)(hi - lo)};
+}
+/* Sᵀ -> Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e); MASK: 0 where masked (query rows past sq have LSE·log2e = +inf: 0).
+ * Element e of block j is key row kr0 + 8·(e / 2), query column q0 + 8j + (e % 2); one key row at a time, so that one
+ * band is live. */
+template <int Br, bool MASK> FA_DEV void fa3b_p(float (&st)[Br / 2], const fa3b_kparams &p, const fa3b_rows &R) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const fa3b_band B = MASK ? fa3b_band_of(p, R.kr0 + 8 * r, R.q0) : fa3b_band{0, 0};
+#pragma unroll
+        for (int j = 0; j < Br / 8; j++) {
+            const float2 L = *reinterpret_cast<const float2 *>(R.lse2 + 8 * j);
+#pragma unroll
+            for (int e = 2 * r; e < 2 * r + 2; e++) {
+                const float pv = fa3_ex2(fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x)));
+                st[4 * j + e] = !MASK || (unsigned)(B.base + 8 * j + (e & 1)) < B.count ? pv : 0.f;
+            }
+        }
+    }
+}
+/* dPᵀ -> dSᵀ = Pᵀ ∘ (dPᵀ − D). */
+template <int Br>
+FA_DEV void fa3b_ds(float (&dpt)[Br / 2], const float (&pt)[Br / 2], const fa3b_kparams &p, const fa3b_rows &R) {
+#pragma unroll
+    for (int j = 0; j < Br / 8; j++) {
+        const float2 Dq = *reinterpret_cast<const float2 *>(R.dsum + 8 * j);
+#pragma unroll
+        for (int e = 0; e < 4; e++) dpt[4 * j + e] = pt[4 * j + e] * (dpt[4 * j + e] - ((e & 1) ? Dq.y : Dq.x));
+    }
+}
+/* Both after dPᵀ, for softcap: the score is cap·th, th = tanh(s·cap_scale), and dS picks up d score / ds =
+ * scale·(1 − th²) (the scale is applied to dK and dQ at the end). The mask from the parameters element by element
+ * (a band per key row, as fa3b_p keeps, spilled at d = 64 beside tanhf's temporaries). */
+template <int Br>
+FA_DEV void fa3b_p_ds(float (&st)[Br / 2], float (&dpt)[Br / 2], const fa3b_kparams &p, const fa3b_rows &R) {
+    const int off = p.sk - p.sq;
+#pragma unroll
+    for (int j = 0; j < Br / 8; j++) {
+        const float2 L = *reinterpret_cast<const float2 *>(R.lse2 + 8 * j);
+        const float2 Dq = *reinterpret_cast<const float2 *>(R.dsum + 8 * j);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float th = tanhf(st[4 * j + e] * p.cap_scale);
+            const int kr = R.kr0 + 8 * (e / 2), q = R.q0 + 8 * j + (e & 1);
+            float pv = fa3_ex2(fmaf(p.cap * th, p.scale_log2, -((e & 1) ? L.y : L.x)));
+            pv = R.full || (kr < p.sk && q < p.sq && (p.wl < 0 || kr >= q + off - p.wl) &&
+                            (p.wr < 0 || kr <= q + off + p.wr)) ? pv : 0.f;
+            st[4 * j + e] = pv;
+            dpt[4 * j + e] = pv * (dpt[4 * j + e] - ((e & 1) ? Dq.y : Dq.x)) * (1.f - th * th);
+        }
+    }
+}
+
+/* Consumer thread c's share of step it's LSE·log2e (c < Br) and D (Br <= c < 2·Br): one float from global memory,
+ * stored into shared memory a step ahead, behind a named barrier (ordering racecheck can check, unlike TMA's). */
+template <int Br> FA_DEV float fa3b_row_load(const fa3b_kparams &p, int b, int hk, int nm, int mlo, int it, int c) {
+    const int h = hk * p.group + it / nm, m = mlo + it % nm;
+    const int64_t row = ((int64_t)(b * p.hq + h) * p.nmb + m) * Br;
+    return c < Br ? __ldg(p.lse2 + row + c) : __ldg(p.dsum + row + c - Br);
+}
+template <int Br> FA_DEV void fa3b_row_store(fa3b_shared_rows<Br> &r, int it, int c, float x) {
+    if (c < Br) r.lse2[it & 1][c] = x;
+    else r.dsum[it & 1][c - Br] = x;
+}
+
+/* The dQ writer (one warp; lane 0 issues): per step, each warpgroup's half of dQi is one bulk reduce-add into the
+ * accumulator, and the buffer is handed back once the copy has read it. Its first hand-back is before the first
+ * step, and none after the last, so every barrier phase completes. */
+template <int D, bool DET>
+FA_DEV void fa3b_dq_writer(const fa3b_kparams &p, uint32_t src, int b, int hk, int nb, int nm, int mlo, int steps) {
+    using T = fa3b_tile<D>;
+    constexpr int Br = T::Br, Bc = T::Bc;
+    constexpr uint32_t HALF = Br * D / 2; /* floats per warpgroup */
+    const bool lead = threadIdx.x % 32 == 0;
+    if (steps > 0) {
+        fa3_named_arrive<FA3B_DQ_EMPTY, 160>();
+        fa3_named_arrive<FA3B_DQ_EMPTY + 1, 160>();
+    }
+    const int64_t chunk0 = (int64_t)(b * p.hq + hk * p.group) * p.nmb + mlo; /* (batch, head, query block) */
+    float *dst = p.dq_acc + chunk0 * (Br * D);
+    int *turn = DET ? p.turns + chunk0 : nullptr;
+    int m = mlo, left = nm; /* query block m of the current head; blocks left in it */
+    for (int it = 0; it < steps; it++) {
+        if (DET && lead) { /* key blocks add in descending order, the order in which a mask's diagonal brings them to
+                            * query block m (the last key block sees it first): this one's turn is its rank from the
+                            * last key block m sees */
+            const int m0 = m * Br;
+            int klo, khi;
+            fa_visible_block32(m0, m0 + Br < p.sq ? m0 + Br : p.sq, p.sq, p.sk, p.wl, p.wr, &klo, &khi);
+            while (fa3_ld_acquire(turn) != (khi - 1) / Bc - nb) {
+            }
+        }
+        __syncwarp(); /* bar.sync is warp-aligned: the lanes meet before each barrier */
+        fa3_named_sync<FA3B_DQ_FULL, 160>();
+        if (lead) fa3_bulk_add_f32(dst, src, HALF * 4), fa3_bulk_commit();
+        __syncwarp();
+        fa3_named_sync<FA3B_DQ_FULL + 1, 160>();
+        if (lead) {
+            fa3_bulk_add_f32(dst + HALF, src + HALF * 4, HALF * 4), fa3_bulk_commit();
+            if (DET) { /* the adds are done in global memory before the next key block's turn */
+                fa3_bulk_wait<0>();
+                asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                __threadfence();
+                atomicAdd(turn, 1);
+            } else {
+                fa3_bulk_wait_read<0>();
+            }
+        }
+        __syncwarp();
+        dst += Br * D, turn += DET; /* the next block, or the next head's first (nmb − nm blocks on) */
+        m++;
+        if (--left == 0) dst += (int64_t)(p.nmb - nm) * (Br * D), turn += DET ? p.nmb - nm : 0, m = mlo, left = nm;
+        if (it + 1 < steps) {
+            fa3_named_arrive<FA3B_DQ_EMPTY, 160>();
+            fa3_named_arrive<FA3B_DQ_EMPTY + 1, 160>();
+        }
+    }
+    if (lead) fa3_bulk_wait<0>();
+}
+
+/* dKj = scale·Σ dSᵀ Q and dVj, 16-bit, straight from the accumulators: register 4j + 2r + e is key row kr0 + 8r,
+ * column c0 + 8j + 2t + e (rows past sk are not written). */
+template <int N, bool F16>
+FA_DEV void fa3b_store_dkv(const fa3b_kparams &p, const float (&dk)[N / 2], const float (&dv)[N / 2], int b, int hk,
+                           int kr0, int c0) {
+    const int t = threadIdx.x % 4;
+    const int64_t kb = (int64_t)b * p.dk_sb + (int64_t)hk * p.dk_sh + c0 + 2 * t;
+    const int64_t vb = (int64_t)b * p.dv_sb + (int64_t)hk * p.dv_sh + c0 + 2 * t;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int kr = kr0 + 8 * r;
+        if (kr >= p.sk) continue;
+        uint16_t *dkrow = p.dk + kb + (int64_t)kr * p.dk_ss, *dvrow = p.dv + vb + (int64_t)kr * p.dv_ss;
+#pragma unroll
+        for (int j = 0; j < N / 8; j++) {
+            *reinterpret_cast<uint32_t *>(dkrow + 8 * j) =
+                fa3_pack<F16>(dk[4 * j + 2 * r] * p.scale, dk[4 * j + 2 * r + 1] * p.scale);
+            *reinterpret_cast<uint32_t *>(dvrow + 8 * j) = fa3_pack<F16>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+        }
+    }
+}
+
+/* dSᵀ or Pᵀ (packed A fragments of 64 keys x 8·NJ queries from query column 8·j0) to a [key][query] tile of 64-query
+ * panels in the 128-byte swizzle wgmma reads: 16-byte chunk j % 8 of row r at chunk (j % 8) ^ (r % 8) — conflict-free. */
+template <int NJ>
+FA_DEV void fa3b_store_kq(uint32_t base, const uint32_t (&a)[NJ / 2][4], int rows, int r, int j0) {
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int jj = 0; jj < NJ; jj++) {
+        const int j = j0 + jj;
+        const uint32_t a0 = base + (j / 8) * rows * 128 + r * 128 + (((j % 8) ^ g) << 4) + 4 * t;
+        const uint32_t *v = a[jj / 2] + 2 * (jj & 1);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0), "r"(v[0]) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0 + 8 * 128), "r"(v[1]) : "memory");
+    }
+}
+
+/* dQi (NQ accumulators) to the writer's buffer: thread ct's registers 4j..4j+3 at float4 j·128 + ct of its
+ * warpgroup's half (consecutive threads, consecutive 16 bytes: no bank conflict), then handed to the writer. */
+template <int NQ> FA_DEV void fa3b_put_dq(uint32_t dq_base, const float (&dq)[NQ], int cw, int ct) {
+    fa3_named_sync(FA3B_DQ_EMPTY + cw, 160);
+    const uint32_t dq_s = dq_base + ((cw * (NQ / 4) * 128 + ct) << 4);
+#pragma unroll
+    for (int j = 0; j < NQ / 4; j++) fa3_st_shared4(dq_s + (j << 11), dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+    fa3_fence_async_smem();
+    fa3_named_arrive(FA3B_DQ_FULL + cw, 160);
+}
+
+#endif

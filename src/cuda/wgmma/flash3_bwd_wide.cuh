@@ -1,0 +1,182 @@
+/* FLASH3 backward kernel for d = 256 (sm_90a), FA3 paper Algorithm 3 with FA3's d = 256 split. One CTA per Bc = 64
+ * keys of one K/V head, Br = 64 query rows per step; 64 keys x 256 columns of dK and dV are 256 registers a thread
+ * for one warpgroup, so the two consumer warpgroups share the keys and split the work:
+ *   warpgroup w: Sᵀ, dPᵀ for query rows 32w..32w+31 of the step (wgmma m64n32, both operands in shared memory),
+ *     Pᵀ and dSᵀ to shared memory [key][query];
+ *   then both: dKj += dSᵀ Qi, dVj += Pᵀ dOi and dQi = dS Kj for D columns 128w..128w+127 (all operands in shared
+ *     memory), so each keeps 64 x 128 of dK, dV and dQi.
+ * One stage of Qi and dOi (shared memory is full: 227 KB); Qi is handed back as soon as dK's GEMM has read it and dOi
+ * after dV's, so the next step's loads run under the rest of this one. The producer, the dQ writer and the row copies
+ * are the d = 64, 128 kernel's (flash3_bwd_steps.cuh). */
+#ifndef FA_WGMMA_FLASH3_BWD_WIDE_CUH
+#define FA_WGMMA_FLASH3_BWD_WIDE_CUH
+
+#include "flash3_bwd_steps.cuh"
+
+/* Shared memory: Kj, Vj, Qi, dOi; Pᵀ and dSᵀ twice (a warpgroup writes step it + 1's while the other may still be
+ * reading step it's); dQi for the writer; the rows' LSE·log2e and D. */
+template <int D> struct alignas(1024) fa3b_wide_shared {
+    using T = fa3b_tile<D>;
+    uint16_t k[T::Bc * D], v[T::Bc * D], q[T::Br * D], dout[T::Br * D];
+    uint16_t pt[2][T::Bc * T::Br], ds[2][T::Bc * T::Br];
+    float dq[T::Br * D];
+    fa3b_shared_rows<T::Br> rows;
+    uint64_t full_kv, full_q, full_do, empty_q, empty_do;
+};
+
+template <int D, bool F16, bool DET>
+__global__ void __launch_bounds__(384, 1)
+    fa3_bwd_wide_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                        const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
+                        const fa3b_kparams p) {
+    using T = fa3b_tile<D>;
+    constexpr int Br = T::Br, Bc = T::Bc, NQ = T::NQ, NQN = T::NQN, H = D / 2; /* H: a warpgroup's columns */
+    static_assert(T::WIDE && Br == 64 && Bc == 64 && NQN == H, "the split this kernel is written for");
+    extern __shared__ uint8_t fa3bw_smem_raw[];
+    fa3b_wide_shared<D> &sm =
+        *reinterpret_cast<fa3b_wide_shared<D> *>(((uintptr_t)fa3bw_smem_raw + 1023) & ~(uintptr_t)1023);
+
+    /* Deterministic: the key blocks start last to first (flash3_bwd.cuh says why). */
+    const int nb = DET ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+    const int n0 = nb * Bc, n1 = n0 + Bc < p.sk ? n0 + Bc : p.sk;
+    int qlo, qhi;
+    fa_visible_queries32(n0, n1, p.sq, p.sk, p.wl, p.wr, &qlo, &qhi);
+    const int mlo = qlo / Br, nm = qhi > qlo ? (qhi + Br - 1) / Br - mlo : 0; /* query blocks per head */
+    const int steps = nm * p.group;
+
+    if (threadIdx.x == 0) {
+        fa3_bar_init(fa3_smem(&sm.full_kv), 1);
+        fa3_bar_init(fa3_smem(&sm.full_q), 1);
+        fa3_bar_init(fa3_smem(&sm.full_do), 1);
+        fa3_bar_init(fa3_smem(&sm.empty_q), 8); /* one arrival per consumer warp */
+        fa3_bar_init(fa3_smem(&sm.empty_do), 8);
+        fa3_bar_init_fence();
+    }
+    __syncthreads();
+
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        fa3_regs_dec<24>();
+        if (threadIdx.x == 0) {
+            fa3_prefetch_map(&tq);
+            fa3_prefetch_map(&tk);
+            fa3_prefetch_map(&tv);
+            fa3_prefetch_map(&tdo);
+            const uint32_t fkv = fa3_smem(&sm.full_kv), fq = fa3_smem(&sm.full_q), fd = fa3_smem(&sm.full_do);
+            fa3_bar_expect_tx(fkv, 2 * Bc * D * 2);
+#pragma unroll
+            for (int c = 0; c < D / 64; c++) {
+                fa3_tma_load4(fa3_smem(sm.k) + c * Bc * 128, &tk, fkv, 64 * c, n0, hk, b);
+                fa3_tma_load4(fa3_smem(sm.v) + c * Bc * 128, &tv, fkv, 64 * c, n0, hk, b);
+            }
+            for (int it = 0; it < steps; it++) {
+                const int h = hk * p.group + it / nm, m = mlo + it % nm;
+                const uint32_t ph = (it & 1) ^ 1;
+                fa3_bar_wait(fa3_smem(&sm.empty_q), ph);
+                fa3_bar_expect_tx(fq, Br * D * 2);
+#pragma unroll
+                for (int c = 0; c < D / 64; c++) fa3_tma_load4(fa3_smem(sm.q) + c * Br * 128, &tq, fq, 64 * c, m * Br, h, b);
+                fa3_bar_wait(fa3_smem(&sm.empty_do), ph);
+                fa3_bar_expect_tx(fd, Br * D * 2);
+#pragma unroll
+                for (int c = 0; c < D / 64; c++)
+                    fa3_tma_load4(fa3_smem(sm.dout) + c * Br * 128, &tdo, fd, 64 * c, m * Br, h, b);
+            }
+        } else if (threadIdx.x / 32 == 1) {
+            fa3b_dq_writer<D, DET>(p, fa3_smem(sm.dq), b, hk, nb, nm, mlo, steps);
+        }
+        return;
+    }
+
+    fa3_regs_inc<240>();
+    const int cw = wg - 1, ct = threadIdx.x % 128, warp = ct / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int kr0 = n0 + 16 * warp + g; /* this thread's key rows: kr0, kr0 + 8 */
+    const int qc = 32 * cw;             /* this warpgroup's first query row of a step in Sᵀ, dPᵀ */
+    const int off = p.sk - p.sq;        /* the diagonal of query i is key i + off */
+    const uint32_t k_base = fa3_smem(sm.k), v_base = fa3_smem(sm.v), q_base = fa3_smem(sm.q);
+    const uint32_t do_base = fa3_smem(sm.dout);
+    float dk[H / 2], dv[H / 2];
+#pragma unroll
+    for (int i = 0; i < H / 2; i++) dk[i] = dv[i] = 0.f;
+    fa3_bar_wait(fa3_smem(&sm.full_kv), 0); /* also when there is no step: no TMA may land after the CTA exits */
+    const int rc = threadIdx.x - 128; /* consumer thread 0..255: which LSE / D value it copies */
+    const bool copies = rc < 2 * Br;
+    if (steps > 0 && copies) fa3b_row_store<Br>(sm.rows, 0, rc, fa3b_row_load<Br>(p, b, hk, nm, mlo, 0, rc));
+    fa3_named_sync<FA3B_ROWS_READY, 256>();
+
+    for (int it = 0; it < steps; it++) {
+        const int m0 = (mlo + it % nm) * Br;
+        const uint32_t ph = it & 1;
+        float st[16], dpt[16];
+        const bool ahead = copies && it + 1 < steps; /* next step's LSE / D: loaded now, stored before FA3B_DS_READY */
+        const float next_row = ahead ? fa3b_row_load<Br>(p, b, hk, nm, mlo, it + 1, rc) : 0.f;
+
+        fa3_bar_wait(fa3_smem(&sm.full_q), ph);
+        fa3_gemm_abt<D, 32, Bc, Br, F16>(st, k_base, q_base + qc * 128); /* Sᵀ = Kj Qiᵀ, 32 query rows */
+        fa3_bar_wait(fa3_smem(&sm.full_do), ph);
+        fa3_gemm_abt<D, 32, Bc, Br, F16>(dpt, v_base, do_base + qc * 128); /* dPᵀ = Vj dOiᵀ */
+
+        fa3b_rows R;
+        R.lse2 = sm.rows.lse2[it & 1] + qc + 2 * t, R.dsum = sm.rows.dsum[it & 1] + qc + 2 * t;
+        R.kr0 = kr0, R.q0 = m0 + qc + 2 * t;
+        R.full = n0 + Bc <= p.sk && m0 + Br <= p.sq && (p.wl < 0 || n0 >= m0 + Br - 1 + off - p.wl) &&
+                 (p.wr < 0 || n0 + Bc - 1 <= m0 + off + p.wr);
+        if (p.cap_scale == 0.f) { /* Pᵀ while dPᵀ is still in the tensor cores */
+            fa3_wgmma_wait<1>();
+            fa3_fence_regs(st);
+            if (R.full) fa3b_p<32, false>(st, p, R);
+            else fa3b_p<32, true>(st, p, R);
+            fa3_wgmma_wait<0>();
+            fa3_fence_regs(dpt);
+            fa3b_ds<32>(dpt, st, p, R);
+        } else {
+            fa3_wgmma_wait<0>();
+            fa3_fence_regs(st);
+            fa3_fence_regs(dpt);
+            fa3b_p_ds<32>(st, dpt, p, R); /* softcap */
+        }
+        uint32_t pa[2][4], dsa[2][4];
+        fa3_pack_a<32, F16>(pa, st);
+        fa3_pack_a<32, F16>(dsa, dpt);
+        const uint32_t pt_base = fa3_smem(sm.pt[it & 1]), ds_base = fa3_smem(sm.ds[it & 1]);
+        fa3b_store_kq<4>(pt_base, pa, Bc, 16 * warp + g, 4 * cw); /* query columns qc.. of the [key][query] tiles */
+        fa3b_store_kq<4>(ds_base, dsa, Bc, 16 * warp + g, 4 * cw);
+        if (ahead) fa3b_row_store<Br>(sm.rows, it + 1, rc, next_row); /* every read of that buffer was before the last
+                                                                        * FA3B_DS_READY */
+        fa3_fence_async_smem();
+        fa3_named_sync<FA3B_DS_READY, 256>();
+
+        /* A = Pᵀ, dSᵀ K-major ([key][query], one 64-query panel: a k16 slice is 32 B); B = this warpgroup's 128
+         * columns of Qi, dOi (panels 2w, 2w + 1), MN-major: a k16 slice is 16 query rows */
+        fa3_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Br / 16; kk++) /* dKj += dSᵀ Qi */
+            fa_wgmma_sst<H, F16>(dk, fa3_desc(ds_base + kk * 32, 16, 1024),
+                                 fa3_desc(q_base + 2 * cw * Br * 128 + kk * 2048, Br * 128, 1024), 1);
+        fa3_wgmma_commit();
+#pragma unroll
+        for (int kk = 0; kk < Br / 16; kk++) /* dVj += Pᵀ dOi */
+            fa_wgmma_sst<H, F16>(dv, fa3_desc(pt_base + kk * 32, 16, 1024),
+                                 fa3_desc(do_base + 2 * cw * Br * 128 + kk * 2048, Br * 128, 1024), 1);
+        fa3_wgmma_commit();
+        float dq[NQ];
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; kk++) /* dQi = dS Kj: A = dS, B = Kj's columns, both MN-major */
+            fa_wgmma_sstt<NQN, F16>(dq, fa3_desc(ds_base + kk * 2048, Bc * 128, 1024),
+                                    fa3_desc(k_base + 2 * cw * Bc * 128 + kk * 2048, Bc * 128, 1024), kk > 0);
+        fa3_wgmma_commit();
+        fa3_wgmma_wait<2>();
+        fa3_fence_regs(dk);
+        fa3_release(fa3_smem(&sm.empty_q), lane); /* Qi is read: the next one loads under dV's and dQ's GEMMs */
+        fa3_wgmma_wait<1>();
+        fa3_fence_regs(dv);
+        fa3_release(fa3_smem(&sm.empty_do), lane);
+        fa3_wgmma_wait<0>();
+        fa3_fence_regs(dq);
+        fa3b_put_dq<NQ>(fa3_smem(sm.dq), dq, cw, ct); /* dQi to the writer */
+    }
+
+    fa3b_store_dkv<H, F16>(p, dk, dv, b, hk, kr0, H * cw);
+}
+
+#endif

@@ -163,7 +163,7 @@ typedef struct fa_attn_opts {
                            * the defaults for fields added after them, so a caller built against an older header keeps
                            * working; a larger size whose extra bytes are not all zero is FA_ERR_UNSUPPORTED (fields
                            * this library does not know), 0 is FA_ERR_INVALID_ARGUMENT. Fields are only ever appended. */
-    float scale;          /* softmax scale; 0 means 1/sqrt(head_dim). Must be finite. */
+    float scale;          /* softmax scale; 0 means 1/sqrt(q's head_dim). Must be finite. */
     int causal;           /* 1: query i sees key j iff j <= i + seqlen_k - seqlen_q (bottom-right aligned) */
     int window_left;      /* sliding window: key j visible iff j >= i + seqlen_k - seqlen_q - window_left; -1 = unbounded */
     int window_right;     /* ... and j <= i + seqlen_k - seqlen_q + window_right; -1 = unbounded (causal = right 0) */
@@ -249,12 +249,14 @@ static inline fa_attn_opts fa_attn_opts_default(void) {
  * Forward: out = softmax(scale · q kᵀ + mask) v.
  *   ctx   a context (not NULL).
  *   opts  options (NULL = fa_attn_opts_default()).
- *   q     [B, Sq, Hq, D];  k, v  [B, Sk, Hk, D] with Hq % Hk == 0 (GQA/MQA: query head h reads K/V head
- *         h / (Hq / Hk)). q, k, v, out share one dtype and D (1..256 on the CPU; on CUDA: STANDARD any D,
+ *   q     [B, Sq, Hq, D];  k [B, Sk, Hk, D];  v [B, Sk, Hk, Dv] with Hq % Hk == 0 (GQA/MQA: query head h reads K/V
+ *         head h / (Hq / Hk)). q, k, v, out share one dtype; q and k share D, v and out share Dv, which may differ
+ *         (MLA: D 192, Dv 128). Each of D, Dv is 1..256 on the CPU (any pair); on CUDA: STANDARD any D and Dv,
  *         FLASH1 f16/bf16 with D 32, 64, 96 or 128, FLASH2 f16/bf16 with D 32, 64, 96, 128 or 256, FLASH3
  *         f16/bf16 with D 64, 128 or 256 (its backward: 64 or 128), no varlen, 16-byte aligned rows, no broadcast
- *         (stride 0) views).
- *   out   [B, Sq, Hq, D], written in full. Must not overlap q, k, v or lse.
+ *         (stride 0) views; the flash algorithms with Dv = D but for the FLASH2 forward's (D, Dv) = (192, 128) (another
+ *         pair is FA_ERR_UNSUPPORTED naming v).
+ *   out   [B, Sq, Hq, Dv], written in full. Must not overlap q, k, v or lse.
  *   lse   NULL, or fp32 [B, Hq, Sq] contiguous: natural-log log-sum-exp of each row of scale·QKᵀ (after softcap and
  *         mask); -INFINITY for a row that sees no key (its output row is 0).
  * Returns FA_OK, FA_ERR_INVALID_ARGUMENT, FA_ERR_UNSUPPORTED, FA_ERR_OUT_OF_MEMORY, FA_ERR_BACKEND_UNAVAILABLE,
@@ -269,8 +271,8 @@ FA_API fa_status fa_forward(fa_context *ctx, const fa_attn_opts *opts, const fa_
 /* Backward: the gradients of L(out) given dout = ∂L/∂out.
  *   q, k, v, out, lse  exactly as given to / produced by fa_forward with the same opts (lse must not be NULL unless
  *         it has zero elements).
- *   dout  [B, Sq, Hq, D].
- *   dq    [B, Sq, Hq, D]; dk, dv [B, Sk, Hk, D] — written in full (with GQA, dk/dv sum over the Hq/Hk query
+ *   dout  [B, Sq, Hq, Dv] (out's shape).
+ *   dq    [B, Sq, Hq, D]; dk [B, Sk, Hk, D]; dv [B, Sk, Hk, Dv] — written in full (with GQA, dk/dv sum over the Hq/Hk query
  *         heads sharing a K/V head). Outputs must not overlap each other or any input.
  * All tensors share one dtype; gradients are accumulated in fp32 and rounded once. A row that sees no key
  * contributes zero to every gradient.
@@ -289,8 +291,8 @@ typedef struct fa_stats {
     const char *kernel;        /* the kernel that ran, e.g. "cpu.flash2.avx512f"; static storage */
     int block_q, block_k;      /* Br, Bc actually used */
     int threads;               /* CPU threads used (CUDA: 0) */
-    double flops;              /* matmul FLOPs of the call: 4·Sq·Sk_visible·D per head (x2.5 for backward); CUDA
-                                * decoding counts every sequence at the cache's capacity, and a CUDA packed batch
+    double flops;              /* matmul FLOPs of the call: 2·Sq·Sk_visible·(D + Dv) per head (x2.5 for backward);
+                                * CUDA decoding counts every sequence at the cache's capacity, and a CUDA packed batch
                                 * every sequence at max_seqlen_q/k (their lengths are on the device): upper bounds */
     int64_t slow_read_bytes;   /* bytes moved from slow memory (main memory / HBM): counted on CPU, modelled on CUDA */
     int64_t slow_write_bytes;  /* bytes moved to slow memory */
@@ -390,13 +392,15 @@ static inline fa_kv_opts fa_kv_opts_default(void) {
  *            either may be set alone, and n_seqs is then the batch.
  *   kv_opts  NULL = fa_kv_opts_default().
  *   q        [batch, S, heads_q, head_dim] (decoding S = 1, speculative decoding a few, chunked prefill more; batch 0
- *            or S = 0: nothing to attend, nothing appended).
- *   cache    the KV cache (above); heads_q % cache.k.heads == 0 (GQA/MQA), same dtype and head_dim as q.
- *   k_new, v_new  NULL (nothing appended), or both [batch, N, heads_k, head_dim] (N may differ from S: speculative
- *            decoding, chunked prefill; CUDA: N = S for now): written into the cache at keys seqlens[b] .. seqlens[b]
- *            + N - 1 of each sequence (rotated first with rotary), then attended to. Only those rows of the cache are
- *            written; seqlens is not updated (the caller advances it).
- *   out      [batch, S, heads_q, head_dim], written in full; must not overlap q, the cache or k_new/v_new.
+ *            or S = 0: nothing to attend, nothing appended); head_dim up to 576.
+ *   cache    the KV cache (above); heads_q % cache.k.heads == 0 (GQA/MQA), cache.k with q's dtype and head_dim,
+ *            cache.v with the same shape but a head_dim of its own, Dv (up to 512: MLA decodes with 576 / 512; CUDA
+ *            takes Dv = head_dim only).
+ *   k_new, v_new  NULL (nothing appended), or both [batch, N, heads_k, head_dim | Dv] (N may differ from S:
+ *            speculative decoding, chunked prefill; CUDA: N = S for now): written into the cache at keys seqlens[b] ..
+ *            seqlens[b] + N - 1 of each sequence (rotated first with rotary), then attended to. Only those rows of the
+ *            cache are written; seqlens is not updated (the caller advances it).
+ *   out      [batch, S, heads_q, Dv], written in full; must not overlap q, the cache or k_new/v_new.
  *   lse      NULL, or fp32 [batch, heads_q, S] contiguous, natural log (as fa_forward).
  * Every length, page and row index is validated on the CPU (and on CUDA with check_indices): seqlens[b] >= 0,
  * seqlens[b] + (k_new ? S : 0) <= capacity, batch_idx[b] < rows, used block-table entries in [0, num_pages),

@@ -112,6 +112,8 @@ MUT(v_seqlen_6) { a->v.seqlen = 6; }
 MUT(k_hd_4) { a->k.head_dim = 4; }
 MUT(v_hd_4) { a->v.head_dim = 4; }
 MUT(o_hd_4) { a->o.head_dim = 4; }
+MUT(vo_hd_4) { a->v.head_dim = a->o.head_dim = 4; } /* v and out with their own head_dim (dv != dqk) */
+MUT(vo_dout_dv_hd_4) { a->v.head_dim = a->o.head_dim = a->dout.head_dim = a->dv.head_dim = 4; }
 MUT(o_seqlen_4) { a->o.seqlen = 4; }
 MUT(o_heads_2) { a->o.heads = 2; }
 static void set_hd(args *a, int64_t d) {
@@ -253,7 +255,10 @@ static const row rows[] = {
     {"v.heads 1 vs k.heads 2", FWD | BWD, v_heads_1, INV, "v:&heads"},
     {"v.seqlen 6 vs k.seqlen 7", FWD | BWD, v_seqlen_6, INV, "seqlen"},
     {"k.head_dim 4 vs 8", FWD | BWD, k_hd_4, INV, "k:&head_dim"},
-    {"v.head_dim 4 vs 8", FWD | BWD, v_hd_4, INV, "v:&head_dim"},
+    {"v.head_dim 4 vs out's 8", FWD | BWD, v_hd_4, INV, "out:&head_dim 8&v's head_dim 4"},
+    {"v, out head_dim 4 vs q's 8", FWD, vo_hd_4, FA_OK, ""},
+    {"v, out head_dim 4, dout 8", BWD, vo_hd_4, INV, "dout:&head_dim 8&out's head_dim 4"},
+    {"v, out, dout, dv head_dim 4 vs q's 8", BWD, vo_dout_dv_hd_4, FA_OK, ""},
     {"out.head_dim 4 vs 8", FWD | BWD, o_hd_4, INV, "out:&head_dim"},
     {"out.seqlen 4 vs 5", FWD | BWD, o_seqlen_4, INV, "out:&seqlen"},
     {"out.heads 2 vs 4", FWD | BWD, o_heads_2, INV, "out:&heads"},

@@ -64,7 +64,7 @@ static void plain(fa_context *ctx) {
         t_run_backward(ctx, &c, T_ALL_ALGOS);
     }
     /* random cases: every option drawn, chunk on all of them */
-    const t_space sp = {239, 128, 1, 1, 0, 20, 2e6, 20, 100};
+    const t_space sp = {239, 128, 1, 1, 0, 20, 2e6, 20, 100, 0};
     int n = 12;
     const char *env = getenv("FA_TEST_RANDOM");
     if (env) n = atoi(env);

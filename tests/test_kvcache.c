@@ -271,15 +271,15 @@ static void merge(fa_context *ctx) {
 /* One bad argument: the status, a message naming it, and nothing written (out poisoned, cache unchanged). */
 static void expect_error(fa_context *ctx, t_kv_case *c, fa_kvcache *kc, const fa_kv_opts *ko, const fa_attn_opts *o,
                          int append, fa_status want, const char *needle) {
-    void *k0 = malloc(c->cache_bytes), *v0 = malloc(c->cache_bytes);
-    memcpy(k0, kc->k.data, c->cache_bytes), memcpy(v0, kc->v.data, c->cache_bytes);
+    void *k0 = malloc(c->cache_bytes), *v0 = malloc(c->v_bytes);
+    memcpy(k0, kc->k.data, c->cache_bytes), memcpy(v0, kc->v.data, c->v_bytes);
     t_buf_poison(&c->out);
     fa_status st = fa_forward_kvcache(ctx, o, ko, &c->q.t, kc, append ? &c->kn.t : NULL, append ? &c->vn.t : NULL,
                                       &c->out.t, c->lse);
     CHECK_MSG(st == want, "error case '%s': got %s, want %s (%s)", needle, fa_status_string(st), fa_status_string(want),
               fa_context_last_error(ctx));
     CHECK_STR_CONTAINS(fa_context_last_error(ctx), needle);
-    CHECK_MSG(!memcmp(k0, kc->k.data, c->cache_bytes) && !memcmp(v0, kc->v.data, c->cache_bytes),
+    CHECK_MSG(!memcmp(k0, kc->k.data, c->cache_bytes) && !memcmp(v0, kc->v.data, c->v_bytes),
               "error case '%s': the cache was written", needle);
     int64_t written = 0;
     for (size_t i = 0; i < c->out.mem_bytes / 2; i++) written += ((uint16_t *)c->out.mem)[i] != 0x7fc0;
@@ -294,8 +294,8 @@ static void errors(fa_context *ctx) {
         s.batch_idx = 1;
         t_kv_case *c = t_kv_new(&s, &R);
         snprintf(t_case_label, sizeof t_case_label, "errors page %d", page);
-        void *k = malloc(c->cache_bytes), *v = malloc(c->cache_bytes);
-        memcpy(k, c->kc, c->cache_bytes), memcpy(v, c->vc, c->cache_bytes);
+        void *k = malloc(c->cache_bytes), *v = malloc(c->v_bytes);
+        memcpy(k, c->kc, c->cache_bytes), memcpy(v, c->vc, c->v_bytes);
         int32_t lens[3], bidx[3], *bt = NULL;
         memcpy(lens, c->seqlens, sizeof lens), memcpy(bidx, c->batch_idx, sizeof bidx);
         if (page) {
@@ -434,7 +434,7 @@ static void extremes(fa_context *ctx) {
         t_kv_case *c = t_kv_new(&s, &R);
         if (x == 0) {
             float *bufs[4] = {(float *)c->q.t.data, (float *)c->kc, (float *)c->kn.t.data, (float *)c->vc};
-            const size_t n[4] = {(size_t)(2 * 3 * 4 * 32), c->cache_bytes / 4, (size_t)(2 * 3 * 2 * 32), c->cache_bytes / 4};
+            const size_t n[4] = {(size_t)(2 * 3 * 4 * 32), c->cache_bytes / 4, (size_t)(2 * 3 * 2 * 32), c->v_bytes / 4};
             for (int b = 0; b < 4; b++)
                 for (size_t i = 0; i < n[b]; i++) bufs[b][i] *= 1e37f;
         }

@@ -239,7 +239,7 @@ int main(void) {
     int n = 12;
     const char *env = getenv("FA_TEST_RANDOM");
     if (env) n = atoi(env);
-    const t_space sp = {239, 128, 1, 0, 0, 25, 2e6, 100, 0};
+    const t_space sp = {239, 128, 1, 0, 0, 25, 2e6, 100, 0, 0};
     for (int i = 0; i < n; i++) {
         t_case c = t_case_draw(&R, &sp);
         t_case_bind(&c);

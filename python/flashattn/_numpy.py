@@ -95,12 +95,12 @@ def _addresses(opts, q):
 
 
 def forward(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse=True, sinks=None, more=None):
-    """(out, lse): out shaped and typed as q (C order), lse float32 [B, H, Sq] ([H, total_q] for varlen), or None
-    when need_lse is False. sinks: learnable_sink or None; more: interface._more's tuple or None."""
+    """(out, lse): out with q's rows and dtype and v's head_dim (C order), lse float32 [B, H, Sq] ([H, total_q] for
+    varlen), or None when need_lse is False. sinks: learnable_sink or None; more: interface._more's tuple or None."""
     ctx = _capi.context(_capi.BACKEND_CPU, 0)
     args = _arg(q, "q"), _arg(k, "k"), _arg(v, "v")
     opts = _addresses(_more(_opts(cu_seqlens_q, cu_seqlens_k, opts), cu_seqlens_q, sinks, None, more), q)
-    out = np.empty(q.shape, dtype=q.dtype)
+    out = np.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)  # v's head_dim
     lse = np.empty(_lse_shape(q), dtype=np.float32) if need_lse else None
     ctx.forward(opts, *args, _arg(out, "out"), 0 if lse is None else lse)
     return out, lse

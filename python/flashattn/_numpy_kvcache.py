@@ -49,7 +49,7 @@ def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, ca
     lp = 0 if cache_leftpad is None else _index(cache_leftpad, "cache_leftpad", 1, batch)
     kv = (seqlens, table, max_pages, table_stride, idx, rows, num_splits, cos, sin, rot_seqlen, rot_dim,
           int(rotary_interleaved), lp)
-    out = np.empty(q.shape, dtype=q.dtype)
+    out = np.empty(q.shape[:-1] + v_cache.shape[-1:], dtype=q.dtype)  # v's head_dim (MLA: 576 / 512)
     lse = np.empty((q.shape[1], q.shape[0]) if q.ndim == 3 else (batch, q.shape[2], q.shape[1]), dtype=np.float32)
     sinks = 0 if learnable_sink is None else sinks_address(learnable_sink, q)
     opts = _kvcache.options(softmax_scale, causal, (window_left, window_right), softcap, sinks, attention_chunk,

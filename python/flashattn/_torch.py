@@ -157,6 +157,11 @@ def _sinks(sinks, q):
     return sinks.contiguous()
 
 
+def _out_shape(q, v):
+    """out has q's rows and v's head_dim (which may differ from q's and k's: MLA's 192 / 128)."""
+    return tuple(q.shape[:-1]) + (v.shape[-1],)
+
+
 def _lse_shape(q):
     s = q.shape
     return (s[0], s[2], s[1]) if len(s) == 4 else (s[1], s[0])
@@ -188,7 +193,7 @@ def _forward_call(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, need_lse=True, sink
         sinks = _sinks(sinks, q)
     opts, keep = _more(opts, keep, q, k, cu_seqlens_q, sinks, None, more)
     views = _view(q, "q"), _view(k, "k"), _view(v, "v")
-    out = torch.empty(q.shape, dtype=_out_dtype(q), device=q.device)
+    out = torch.empty(_out_shape(q, v), dtype=_out_dtype(q), device=q.device)
     lse = q.new_empty(_lse_shape(q), dtype=torch.float32) if need_lse else None
     ctx.forward(opts, *views, _view(out, "out"), lse.data_ptr() if need_lse else 0)
     del keep
@@ -211,7 +216,7 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seql
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left, window_right, softcap, algo,
       deterministic, max_seqlen_q=0, max_seqlen_k=0, sinks=None, seqused_q=None, seqused_k=None, attention_chunk=0,
       q_descale=None, k_descale=None, v_descale=None):
-    return (torch.empty(q.shape, dtype=_out_dtype(q), device=q.device),
+    return (torch.empty(_out_shape(q, v), dtype=_out_dtype(q), device=q.device),
             q.new_empty(_lse_shape(q), dtype=torch.float32))
 
 

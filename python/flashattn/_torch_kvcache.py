@@ -58,7 +58,7 @@ def _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache
     lp = 0 if cache_leftpad is None else _index(cache_leftpad, "cache_leftpad", 1, batch)
     kv = (seqlens, table, max_pages, table_stride, idx, rows, num_splits, cos, sin, rot_seqlen, rot_dim,
           int(rotary_interleaved), lp)
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out = q.new_empty(tuple(q.shape[:-1]) + (v_cache.shape[-1],))  # v's head_dim (MLA: 576 / 512)
     lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=dev)
     sinks = None if learnable_sink is None else _sinks(learnable_sink, q)
     opts = _kvcache.options(softmax_scale, causal, (window_left, window_right), softcap,
@@ -86,7 +86,7 @@ def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor]
 def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table, softmax_scale,
       causal, window_left, window_right, softcap, rotary_interleaved, num_splits, learnable_sink=None,
       attention_chunk=0, cache_leftpad=None, cu_seqlens_q=None, cu_seqlens_k_new=None, max_seqlen_q=0):
-    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+    return (q.new_empty(tuple(q.shape[:-1]) + (v_cache.shape[-1],)),
             q.new_empty(_lse_shape(q), dtype=torch.float32))
 
 

@@ -46,9 +46,10 @@ def _run(q, k, v, cu_seqlens_q, cu_seqlens_k, opts, return_lse, probs=False, sin
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_lse=False, *, algo="auto", learnable_sink=None,
                     attention_chunk=0, q_descale=None, k_descale=None, v_descale=None, **extra):
-    """Attention over [batch, seqlen, heads, head_dim] q, k, v (k/v heads may divide q heads: GQA/MQA).
+    """Attention over [batch, seqlen, heads, head_dim] q, k, v (k/v heads may divide q heads: GQA/MQA); v may have a
+    head_dim of its own (MLA's 192 / 128), which out then has.
 
-    softmax_scale None = 1/sqrt(head_dim); causal is bottom-right aligned; window_size (left, right), -1 unbounded;
+    softmax_scale None = 1/sqrt(q's head_dim); causal is bottom-right aligned; window_size (left, right), -1 unbounded;
     softcap 0 = off; algo "auto", "standard", "flash1", "flash2" or "flash3" (CUDA, Hopper; its backward is
     the one "auto" picks: FLASH3's at head_dim 64, 128, 256 without varlen, else FLASH2's); deterministic applies to
     the backward.
@@ -60,7 +61,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     own chunk of n positions (as its diagonal; combined with causal and the window).
     q_descale/k_descale/v_descale (FA3's): float32 [batch, heads_k] for float8_e4m3fn q, k, v (torch; None = 1); the
     output is bfloat16; forward only (docs/python.md, "FP8").
-    Returns out [batch, seqlen_q, heads, head_dim], or (out, lse) with lse float32 [batch, heads, seqlen_q]
+    Returns out [batch, seqlen_q, heads, v's head_dim], or (out, lse) with lse float32 [batch, heads, seqlen_q]
     (natural log, the sink included; no gradient flows through it). extra: flash-attn's other keywords
     (_compat.py)."""
     _, probs = _compat.extra("flash_attn_func", extra) if extra else (None, False)
@@ -80,9 +81,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     neither copies nor synchronises and can be captured in a CUDA graph (None: read from cu_seqlens, which
     synchronises and cannot be captured). seqused_q/seqused_k (flash-attn's): None, or int32 [n_seqs] on q's device:
     sequence i is its first seqused_q[i] query rows against its first seqused_k[i] keys, the rest of its spans is
-    padding (out 0, lse -inf, zero gradients). learnable_sink, attention_chunk and the FP8 descales ([n_seqs,
-    heads_k]) as flash_attn_func's. Returns out [total_q, heads, head_dim], or (out, lse) with lse float32 [heads,
-    total_q]. extra: flash-attn's other keywords (_compat.py)."""
+    padding (out 0, lse -inf, zero gradients). learnable_sink, attention_chunk, the FP8 descales ([n_seqs,
+    heads_k]) and v's own head_dim as flash_attn_func's. Returns out [total_q, heads, v's head_dim], or (out, lse)
+    with lse float32 [heads, total_q]. extra: flash-attn's other keywords (_compat.py)."""
     block_table = None
     if extra:
         renamed, probs = _compat.extra("flash_attn_varlen_func", extra, accepted=_compat.HINTS + ("block_table",),
@@ -176,7 +177,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     cache_leftpad int32 [batch]: sequence b's keys start at that cache position (the mask aligns to them).
     cu_seqlens_q (int32 [batch + 1], with max_seqlen_q) packs q [total_q, heads, head_dim] (out alike, lse [heads,
     total_q]); cu_seqlens_k_new packs k/v [total_new, kv_heads, head_dim]. These four run on the CPU (CUDA refuses
-    them with a reason for now). Returns out, or (out, lse) with lse float32 [batch, heads, seqlen_q].
+    them with a reason for now). v_cache (and v) may have a head_dim of their own, up to 512 against q/k's 576 (MLA
+    decoding); out has it. Returns out, or (out, lse) with lse float32 [batch, heads, seqlen_q].
     Lengths past the capacity raise CacheIndexError (a ValueError and, as flash-attn's, a RuntimeError naming
     block_table): checked on the host for an int cache_seqlens, for a paged cache (reading the longest length, as
     flash-attn does; not while a CUDA graph is captured) and on the CPU; on CUDA otherwise the kernels clamp every

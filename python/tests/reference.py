@@ -1,4 +1,5 @@
-"""float64 attention for the tests: the masks, softcap and GQA of include/flashattn.h written out plainly."""
+"""float64 attention for the tests: the masks, softcap and GQA of include/flashattn.h written out plainly (numpy), and
+the same with torch ops for autograd's gradients."""
 import math
 
 import numpy as np
@@ -73,3 +74,26 @@ def attention_backward(dout, q, k, v, scale=None, causal=False, window=(-1, -1),
     dk = np.einsum("bhqk,bqhd->bkhd", ds, q) * scale
     b, sk, _, d = k.shape
     return dq, dk.reshape(b, sk, hk, g, d).sum(axis=3), dv.reshape(b, sk, hk, g, d).sum(axis=3)
+
+
+def torch_attention(q, k, v, sink=None, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0):
+    """out [B, Sq, H, dv] and lse [B, H, Sq] in float64 with torch ops, differentiable in q, k, v (and sink): v may
+    have its own head_dim; the sink (None or [H]) is one more logit per head in every row's softmax, whose value is
+    nothing. A row that sees no key (and has no sink) gives out 0, lse -inf."""
+    import torch
+
+    q, k, v = (t.to(torch.float64) for t in (q, k, v))
+    b, sq, hq, d = q.shape
+    sk, g = k.shape[1], hq // k.shape[2]
+    k, v = k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)
+    scale = 1 / math.sqrt(d) if softmax_scale is None else softmax_scale  # q's head_dim
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    seen = torch.from_numpy(visible(sq, sk, causal, window_size)).to(s.device)
+    s = s.masked_fill(~seen, -math.inf)
+    if sink is not None:
+        s = torch.cat([s, sink.to(torch.float64).view(1, hq, 1, 1).expand(b, hq, sq, 1)], dim=-1)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse.masked_fill(lse == -math.inf, 0)[..., None])[..., :sk]
+    return torch.einsum("bhqk,bkhd->bqhd", p, v), lse

@@ -1,11 +1,10 @@
 """learnable_sink (FA4's name for opts.sinks): out, lse and the gradients of q, k, v and the sink against torch
 autograd through a plain float64 reference — flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache, the
 numpy front end, the custom ops under opcheck and torch.compile, and the argument's checks."""
-import math
-
 import numpy as np
 import pytest
 from conftest import assert_close
+from reference import torch_attention
 
 torch = pytest.importorskip("torch")
 import flashattn  # noqa: E402
@@ -17,31 +16,9 @@ CASES = {"cpu": [("float32", 16), ("bfloat16", 40)], "cuda": [("float16", 64), (
 OPTIONS = [dict(), dict(causal=True), dict(window_size=(5, 1), softcap=4.0), dict(softmax_scale=0.3, causal=True)]
 
 
-def reference(q, k, v, sink, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0):
-    """out [B, Sq, H, D] and lse [B, H, Sq] in float64 with torch ops, differentiable in q, k, v and sink: the sink
-    is one more logit per head in every row's softmax, whose value is nothing."""
-    q, k, v, sink = (t.to(torch.float64) for t in (q, k, v, sink))
-    b, sq, hq, d = q.shape
-    sk, g = k.shape[1], hq // k.shape[2]
-    k, v = k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)
-    scale = 1 / math.sqrt(d) if softmax_scale is None else softmax_scale
-    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
-    if softcap:
-        s = softcap * torch.tanh(s / softcap)
-    left, right = window_size
-    if causal:
-        right = 0 if right < 0 else min(right, 0)
-    i = torch.arange(sq)[:, None] + (sk - sq)
-    j = torch.arange(sk)[None, :]
-    seen = torch.ones(sq, sk, dtype=torch.bool)
-    if left >= 0:
-        seen &= j >= i - left
-    if right >= 0:
-        seen &= j <= i + right
-    s = s.masked_fill(~seen.to(s.device), -math.inf)
-    s = torch.cat([s, sink.view(1, hq, 1, 1).expand(b, hq, sq, 1)], dim=-1)
-    p = torch.softmax(s, dim=-1)[..., :sk]
-    return torch.einsum("bhqk,bkhd->bqhd", p, v), torch.logsumexp(s, dim=-1)
+def reference(q, k, v, sink, **kw):
+    """out [B, Sq, H, D] and lse [B, H, Sq] in float64 with torch ops, differentiable in q, k, v and sink."""
+    return torch_attention(q, k, v, sink, **kw)
 
 
 def make(shape, dtype, device, gen, scale=1.0):

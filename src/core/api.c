@@ -151,15 +151,19 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
                        fa_dtype_name(q->dtype), fa_dtype_name(k->dtype), fa_dtype_name(v->dtype),
                        fa_dtype_name(out->dtype), fp8 || out->dtype == FA_DTYPE_F8_E4M3
                            ? "; with FP8, q, k and v are f8_e4m3 and out is f32, f16 or bf16" : "");
+    /* q and k share one head_dim (dqk), v and out another (dv: MLA's 192 / 128) */
     const int64_t kshape[4] = {q->batch, -1, -1, q->head_dim}; /* k's own seqlen and K/V heads */
-    const int64_t oshape[4] = {q->batch, q->seqlen, q->heads, q->head_dim};
-    if ((st = fa_entry_shape(ctx, "k", k, q->dtype, kshape, "q")) || (st = fa_entry_like(ctx, "v", v, "k", k, -1)) ||
-        (st = fa_entry_shape(ctx, "out", out, fp8 ? out->dtype : q->dtype, oshape, "q")))
+    const int64_t vshape[4] = {k->batch, k->seqlen, k->heads, -1};
+    const int64_t oshape[4] = {q->batch, q->seqlen, q->heads, -1};
+    if ((st = fa_entry_shape(ctx, "k", k, q->dtype, kshape, "q")) ||
+        (st = fa_entry_shape(ctx, "v", v, k->dtype, vshape, "k")) ||
+        (st = fa_entry_shape(ctx, "out", out, fp8 ? out->dtype : q->dtype, oshape, "q")) ||
+        (st = fa_entry_head_dims(ctx, "out", out, v, "v")))
         return st;
     if (q->heads % k->heads)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "k: heads = %lld does not divide q.heads = %lld (GQA/MQA)",
                        (long long)k->heads, (long long)q->heads);
-    if ((st = fa_entry_head_dim(ctx, "q", q->head_dim))) return st;
+    if ((st = fa_entry_head_dim(ctx, "q", q->head_dim)) || (st = fa_entry_head_dim(ctx, "v", v->head_dim))) return st;
     if ((st = fa_entry_check_opts(ctx, &opts))) return st;
     if ((int)opts.algo < FA_ALGO_AUTO || opts.algo > FA_ALGO_FLASH3)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.algo: %d is not a fa_algo", (int)opts.algo);
@@ -235,7 +239,8 @@ static fa_status build_problem(fa_context *ctx, const fa_attn_opts *opts_in, con
     p->hq = q->heads;
     p->hk = k->heads;
     p->d = q->head_dim;
-    p->scale = opts.scale != 0 ? opts.scale : (float)(1.0 / sqrt((double)q->head_dim));
+    p->d_v = v->head_dim;
+    p->scale = opts.scale != 0 ? opts.scale : (float)(1.0 / sqrt((double)q->head_dim)); /* 1/sqrt(dqk) */
     p->softcap = opts.softcap;
     p->causal = opts.causal;
     p->wl = opts.window_left;
@@ -320,10 +325,14 @@ fa_status fa_backward(fa_context *ctx, const fa_attn_opts *opts, const fa_tensor
     if ((st = fa_entry_tensor(ctx, "dq", dq, 1, &sp[6])) || (st = fa_entry_tensor(ctx, "dk", dk, 1, &sp[7])) ||
         (st = fa_entry_tensor(ctx, "dv", dv, 1, &sp[8])))
         return st;
-    const fa_tensor *grads[4] = {dout, dq, dk, dv};
-    static const char *gn[4] = {"dout", "dq", "dk", "dv"};
+    /* each gradient has its tensor's shape: dout out's, dq q's, dk k's, dv v's (so dv and dout carry v's head_dim) */
+    const fa_tensor *grads[4] = {dout, dq, dk, dv}, *like[4] = {out, q, k, v};
+    static const char *gn[4] = {"dout", "dq", "dk", "dv"}, *ln[4] = {"out", "q", "k", "v"};
     for (int i = 0; i < 4; i++) {
-        if ((st = fa_entry_like(ctx, gn[i], grads[i], i < 2 ? "q" : "k", i < 2 ? q : k, -1))) return st;
+        const int64_t want[4] = {like[i]->batch, like[i]->seqlen, like[i]->heads, -1};
+        if ((st = fa_entry_shape(ctx, gn[i], grads[i], q->dtype, want, ln[i])) ||
+            (st = fa_entry_head_dims(ctx, gn[i], grads[i], like[i], ln[i])))
+            return st;
     }
     static const char *const names[10] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv", "opts.sinks"};
     for (int i = 6; i < 9; i++) {

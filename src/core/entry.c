@@ -99,6 +99,15 @@ fa_status fa_entry_like(fa_context *ctx, const char *name, const fa_tensor *t, c
     return fa_entry_shape(ctx, name, t, like->dtype, want, like_name);
 }
 
+fa_status fa_entry_head_dims(fa_context *ctx, const char *name, const fa_tensor *t, const fa_tensor *like,
+                             const char *like_name) {
+    if (t->head_dim != like->head_dim)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: head_dim %lld must equal %s's head_dim %lld (q and k share one "
+                       "head_dim, v and out another)", name, (long long)t->head_dim, like_name,
+                       (long long)like->head_dim);
+    return FA_OK;
+}
+
 fa_status fa_entry_head_dim(fa_context *ctx, const char *name, int64_t head_dim) {
     if (head_dim > FA_MAX_HEAD_DIM)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "%s: head_dim %lld is above the supported maximum %d", name,
@@ -220,15 +229,16 @@ static double visible_pairs(int64_t sq, int64_t sk, int wl, int wr, int chunk) {
     return pairs;
 }
 
-static double attn_flops(double pairs, int64_t d, int64_t hq, int is_backward) {
-    const double f = 4.0 * (double)d * (double)hq * pairs;
+/* 2·dqk per pair for QKᵀ, 2·dv for PV */
+static double attn_flops(double pairs, int64_t d, int64_t d_v, int64_t hq, int is_backward) {
+    const double f = 2.0 * (double)(d + d_v) * (double)hq * pairs;
     return is_backward ? 2.5 * f : f;
 }
 
 double fa_problem_flops(const fa_problem *p) {
     double pairs = 0;
     for (int64_t b = 0; b < p->batch; b++) pairs += visible_pairs(fa_seqlen_q(p, b), fa_seqlen_k(p, b), p->wl, p->wr, p->chunk);
-    return attn_flops(pairs, p->d, p->hq, p->is_backward);
+    return attn_flops(pairs, p->d, p->d_v, p->hq, p->is_backward);
 }
 
 double fa_kv_problem_flops(const fa_kv_problem *p, const int32_t *host_seqlens) {
@@ -241,7 +251,7 @@ double fa_kv_problem_flops(const fa_kv_problem *p, const int32_t *host_seqlens) 
         const int64_t L = host_seqlens[b] + fa_kv_sn(p, b) - fa_kv_lp(p, b);
         pairs += visible_pairs(fa_kv_sq(p, b), L, p->wl, p->wr, p->chunk);
     }
-    return attn_flops(pairs, p->d, p->hq, 0);
+    return attn_flops(pairs, p->d, p->d_v, p->hq, 0);
 }
 
 fa_stats fa_entry_stats(const fa_context *ctx, const fa_plan *plan, int is_backward) {

@@ -38,6 +38,10 @@ FA_HIDDEN fa_status fa_entry_shape(fa_context *ctx, const char *name, const fa_t
 /* The same shape as like, or that shape with `heads` heads (heads < 0: like's). */
 FA_HIDDEN fa_status fa_entry_like(fa_context *ctx, const char *name, const fa_tensor *t, const char *like_name,
                                   const fa_tensor *like, int64_t heads);
+/* t's head_dim equal to like's: "<name>: head_dim 64 must equal <like>'s head_dim 128" (q and k share one head_dim,
+ * v and out another). */
+FA_HIDDEN fa_status fa_entry_head_dims(fa_context *ctx, const char *name, const fa_tensor *t, const fa_tensor *like,
+                                       const char *like_name);
 /* head_dim within the library's maximum (FA_MAX_HEAD_DIM), else FA_ERR_UNSUPPORTED naming the argument. */
 FA_HIDDEN fa_status fa_entry_head_dim(fa_context *ctx, const char *name, int64_t head_dim);
 /* The span of a contiguous fp32 [a, b, c] array (an LSE), its extent checked for overflow; x may be NULL only when
@@ -62,8 +66,8 @@ FA_HIDDEN fa_status fa_entry_no_fp8(fa_context *ctx, const char *name, const fa_
 /* The descales of a validated forward apart from its outputs: out's span, lse's (NULL: none). */
 FA_HIDDEN fa_status fa_entry_descales_apart(fa_context *ctx, const fa_problem *p, fa_span out, const fa_span *lse);
 
-/* fa_stats.flops, one formula for every entry point: 4·D per visible (query, key) pair per query head (QKᵀ and PV,
- * 2·D each), x2.5 for the backward. */
+/* fa_stats.flops, one formula for every entry point: 2·(dqk + dv) per visible (query, key) pair per query head (QKᵀ
+ * and PV; 4·D when the head dims agree), x2.5 for the backward. */
 FA_HIDDEN double fa_problem_flops(const fa_problem *p);
 /* Decoding's pairs are over each sequence's keys after the append; seqlens NULL (CUDA: the lengths are on the
  * device) counts every sequence at the cache's capacity, the model the CUDA plan's traffic uses. */

@@ -18,6 +18,10 @@
 /* The largest head_dim of the library, checked once by the entry layer: the CUDA kernels' d = 256 tiles fill shared
  * memory, and the CUDA numerics contract's fix-up holds a row in 8 elements per lane. */
 #define FA_MAX_HEAD_DIM 256
+/* KV-cache decoding's own limits, q/k and v: MLA's absorbed decode shape (DeepSeek-V3: 576 = 512 + 64 rope dims
+ * against v's 512), which the decode kernels hold a row of per lane group. */
+#define FA_MAX_KV_HEAD_DIM 576
+#define FA_MAX_KV_HEAD_DIM_V 512
 
 #define FA_STR_(x) #x
 #define FA_STR(x) FA_STR_(x)
@@ -30,7 +34,8 @@ typedef struct fa_problem {
     int algo_auto;         /* 1: the caller asked for FA_ALGO_AUTO */
     fa_dtype dtype;        /* of every tensor; FA_DTYPE_F8_E4M3: of q, k, v only (o.dtype is out's) */
     int64_t batch;         /* number of sequences: q.batch, or n_seqs for varlen */
-    int64_t hq, hk, d;     /* query heads, K/V heads, head_dim */
+    int64_t hq, hk, d;     /* query heads, K/V heads, the head_dim q and k share (dqk) */
+    int64_t d_v;           /* the head_dim v, out (and dout, dv) share (dv); d unless the caller gave v its own */
     int64_t sq_max, sk_max;/* longest query / key sequence (q.seqlen / k.seqlen unless varlen; cu_device: the
                             * caller's bounds, opts.max_seqlen_q/k) */
     float scale;           /* resolved (never 0) */

@@ -90,9 +90,14 @@ static fa_status check_cache(fa_context *ctx, const fa_kvcache *c, fa_kv_problem
         (st = fa_entry_tensor(ctx, "cache.v", &c->v, p->append, sv)))
         return st;
     const int64_t kshape[4] = {-1, -1, -1, p->d}; /* the cache's own rows and K/V heads */
+    const int64_t vshape[4] = {c->k.batch, c->k.seqlen, c->k.heads, -1}; /* v: its own head_dim (dv) */
     if ((st = fa_entry_shape(ctx, "cache.k", &c->k, p->dtype, kshape, "q")) ||
-        (st = fa_entry_like(ctx, "cache.v", &c->v, "cache.k", &c->k, -1)))
+        (st = fa_entry_shape(ctx, "cache.v", &c->v, p->dtype, vshape, "cache.k")))
         return st;
+    if (c->v.head_dim > FA_MAX_KV_HEAD_DIM_V)
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "cache.v: head_dim %lld is above decoding's maximum %d",
+                       (long long)c->v.head_dim, FA_MAX_KV_HEAD_DIM_V);
+    p->d_v = c->v.head_dim;
     if (p->hq % c->k.heads)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.k: heads = %lld does not divide q.heads = %lld (GQA/MQA)",
                        (long long)c->k.heads, (long long)p->hq);
@@ -156,7 +161,9 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
     fa_status st;
     if ((st = fa_entry_tensor(ctx, "q", q, 0, &sq))) return st;
     if ((st = fa_entry_no_fp8(ctx, "q", q, "fa_forward_kvcache"))) return st;
-    if ((st = fa_entry_head_dim(ctx, "q", q->head_dim))) return st;
+    if (q->head_dim > FA_MAX_KV_HEAD_DIM) /* decoding's own limit: MLA's 576 (core/internal.h) */
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "q: head_dim %lld is above decoding's maximum %d",
+                       (long long)q->head_dim, FA_MAX_KV_HEAD_DIM);
     p->dtype = q->dtype;
     p->batch = q->batch;
     p->sq = q->seqlen;
@@ -188,7 +195,7 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
             p->sq = vo.max_seqlen_q && vo.max_seqlen_q < q->seqlen ? vo.max_seqlen_q : q->seqlen;
         }
     }
-    if (p->scale == 0) p->scale = (float)(1.0 / sqrt((double)p->d));
+    if (p->scale == 0) p->scale = (float)(1.0 / sqrt((double)p->d)); /* 1/sqrt(dqk) */
     if ((st = fa_entry_f32(ctx, "opts.sinks", p->sinks, 1, 1, p->sinks ? p->hq : 0, &ss))) return st;
     if (!k_new != !v_new)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: NULL while %s is set", k_new ? "v_new" : "k_new",
@@ -217,10 +224,13 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
         if ((st = fa_entry_tensor(ctx, "k_new", k_new, 0, &skn)) || (st = fa_entry_tensor(ctx, "v_new", v_new, 0, &svn)))
             return st;
         const int64_t rows[4] = {p->cu_new ? 1 : p->batch, -1, -1, p->d}, heads[4] = {-1, -1, p->hk, -1};
+        const int64_t vrows[4] = {k_new->batch, k_new->seqlen, k_new->heads, -1};
         if ((st = fa_entry_shape(ctx, "k_new", k_new, p->dtype, rows, "q")) ||
             (st = fa_entry_shape(ctx, "k_new", k_new, p->dtype, heads, "cache.k")) ||
-            (st = fa_entry_like(ctx, "v_new", v_new, "k_new", k_new, -1)))
+            (st = fa_entry_shape(ctx, "v_new", v_new, p->dtype, vrows, "k_new")))
             return st;
+        /* v_new: absent when only sized (fa_kvcache_workspace_size passes k_new for it) */
+        if (v_new != k_new && (st = fa_entry_head_dims(ctx, "v_new", v_new, &p->vc, "cache.v"))) return st;
         p->kn = *k_new;
         p->vn = *v_new;
         p->k_new = &p->kn;
@@ -236,7 +246,10 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
     }
     if (check_out) {
         if ((st = fa_entry_tensor(ctx, "out", out, 1, &so))) return st;
-        if ((st = fa_entry_like(ctx, "out", out, "q", &p->q, -1))) return st;
+        const int64_t oshape[4] = {p->q.batch, p->q.seqlen, p->q.heads, -1};
+        if ((st = fa_entry_shape(ctx, "out", out, p->dtype, oshape, "q")) ||
+            (st = fa_entry_head_dims(ctx, "out", out, &p->vc, "cache.v")))
+            return st;
         p->o = *out;
         /* lse against out first, then both against every input, in one list */
         const fa_span all[7] = {so, sq, sk, sv, skn, svn, ss};

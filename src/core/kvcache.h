@@ -17,7 +17,8 @@ typedef struct fa_kv_problem {
     int64_t sn;                /* new key rows per sequence (N; varlen: the longest; 0 without append) */
     const int32_t *cu_q, *cu_new; /* varlen queries / new keys: [batch + 1] offsets into the packed q / k_new (host) */
     const int32_t *leftpad;    /* kv_opts.cache_leftpad [batch] or NULL (host) */
-    int64_t hq, hk, d;
+    int64_t hq, hk, d;         /* d: the head_dim of q, the cache's k and k_new (dqk) */
+    int64_t d_v;               /* the head_dim of the cache's v, v_new and out (dv) */
     float scale, softcap;      /* scale resolved (never 0); softcap 0 = off */
     int wl, wr;                /* window, -1 = unbounded; causal folded in as wr = 0 */
     int chunk;                 /* attention_chunk, 0 = off (core/visible.h) */

@@ -51,7 +51,7 @@ static const char *const kernel_names_fp8[FA_CPU_ENTRIES][FA_CPU_ISA_COUNT] = {
  * range (stride_seq 0 broadcasts, overlapping rows, huge strides) run the tiled STANDARD; f16/bf16 are converted
  * into dense buffers first. So every sgemm argument is valid and BLAS's error handler is unreachable. */
 static int blas_ld(const fa_problem *p, const fa_tensor *t) {
-    return p->dtype != FA_DTYPE_F32 || (t->stride_seq >= p->d && t->stride_seq <= INT_MAX);
+    return p->dtype != FA_DTYPE_F32 || (t->stride_seq >= t->head_dim && t->stride_seq <= INT_MAX);
 }
 static int blas_takes(const fa_problem *p) {
     return p->k.seqlen <= INT_MAX && blas_ld(p, &p->q) && blas_ld(p, &p->k) && blas_ld(p, &p->v) &&
@@ -70,7 +70,7 @@ static fa_cpu_entry pick_entry(const fa_problem *p, const fa_cpu_kernels *kr) {
         return FA_CPU_STANDARD;
     case FA_ALGO_FLASH1: return FA_CPU_FLASH1;
     default:
-        if (!p->is_backward && p->dtype == FA_DTYPE_BF16 && kr->bf16_dot && p->d % 2 == 0)
+        if (!p->is_backward && p->dtype == FA_DTYPE_BF16 && kr->bf16_dot && p->d % 2 == 0) /* Qi pairs along dqk */
             return kr->bf16_tiles ? FA_CPU_FLASH2_AMX : FA_CPU_FLASH2_BF16;
         return FA_CPU_FLASH2;
     }
@@ -99,8 +99,8 @@ static int plan_bwd_split(const fa_problem *p, const fa_plan *pl) {
 }
 
 fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
-    /* every validated problem runs on the CPU (f32/f16/bf16, FP8 forward inputs, head_dim 1..256), except the Hopper
-     * algorithm */
+    /* every validated problem runs on the CPU (f32/f16/bf16, FP8 forward inputs, every pair of head dims 1..256 for
+     * q/k and v/out), except the Hopper algorithm */
     if (p->algo == FA_ALGO_FLASH3) {
         snprintf(why, why_len, "opts.algo: FA_ALGO_FLASH3 runs on CUDA (Hopper) only; the CPU runs FA_ALGO_FLASH2 "
                                "(or FA_ALGO_AUTO)");
@@ -135,7 +135,8 @@ fa_status fa_cpu_plan(const fa_context *ctx, const fa_problem *p, fa_plan *plan,
     if ((e == FA_CPU_FLASH2 || e == FA_CPU_FLASH2_AMX) && !p->is_backward) plan_kv_pack(p, plan);
     if (e == FA_CPU_FLASH2 && p->is_backward) plan->aux[FA_CPU_AUX_SPLIT] = plan_bwd_split(p, plan);
     if ((e == FA_CPU_FLASH1 || e == FA_CPU_FLASH2) && p->is_backward)
-        plan->aux[FA_CPU_AUX_BF16T] = kr->bf16_tiles && p->dtype == FA_DTYPE_BF16 && p->softcap == 0 && p->d % 2 == 0;
+        plan->aux[FA_CPU_AUX_BF16T] = kr->bf16_tiles && p->dtype == FA_DTYPE_BF16 && p->softcap == 0 && p->d % 2 == 0 &&
+                                      p->d_v % 2 == 0; /* pairs along dqk (S, dQ, dK) and dv (dP, dV) */
     plan->workspace_bytes = fa_cpu_frame_bytes(&algos[e][p->is_backward]->layout, p, plan);
     fa_cpu_plan_traffic(p, plan);
     return FA_OK;
@@ -176,7 +177,7 @@ static void nan_sink_heads(const fa_problem *p) {
             fa_head hd;
             fa_cpu_head(p, b, h, &hd);
             for (int64_t i = 0; i < hd.sq; i++) {
-                for (int64_t x = 0; x < p->d; x++) fa_store_elem(hd.o, (int)p->o.dtype, i * hd.ldo + x, NAN);
+                for (int64_t x = 0; x < p->d_v; x++) fa_store_elem(hd.o, (int)p->o.dtype, i * hd.ldo + x, NAN);
                 if (hd.lse) hd.lse[i] = NAN;
             }
         }

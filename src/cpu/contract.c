@@ -17,7 +17,7 @@
 #define FAST_LOGIT_MAX 0x1p24 /* the fp32 loops' exp(S − LSE) keeps an exponent error below 2 up to here */
 #define FAST_SUM_MAX 0x1p100  /* fp32 sums of fewer than 2^28 terms bounded by this cannot overflow */
 
-typedef struct rows_view { const void *base; int64_t ld, rows; } rows_view;
+typedef struct rows_view { const void *base; int64_t ld, rows, d; } rows_view; /* d: the row's head_dim */
 
 /* max |x| over rows (meaningful only where all are finite); *bad |= 1 if any element is NaN or ±inf. On the bit
  * patterns, as fa_absmax_bits (tile_io.h): signed integer maxima over independent lanes, which the compiler
@@ -26,7 +26,7 @@ typedef struct rows_view { const void *base; int64_t ld, rows; } rows_view;
  * every algorithm). */
 static double scan(const fa_problem *p, rows_view r, int *bad) {
     /* in unsigned arithmetic, as the tile loads: a one-row view may have any stride */
-    const int64_t d = p->d, ld_bytes = (int64_t)((uint64_t)r.ld * fa_dtype_size(p->dtype));
+    const int64_t d = r.d, ld_bytes = (int64_t)((uint64_t)r.ld * fa_dtype_size(p->dtype));
     const size_t row_bytes = (size_t)d * fa_dtype_size(p->dtype);
     fa_prefetch_rows(r.base, ld_bytes, 0, r.rows < FA_PF_ROWS ? r.rows : FA_PF_ROWS, row_bytes, 0);
     if (p->dtype == FA_DTYPE_F32) {
@@ -69,7 +69,7 @@ static double at(const fa_problem *p, rows_view r, int64_t i, int64_t x) {
 }
 
 static int row_bad(const fa_problem *p, rows_view r, int64_t i) {
-    for (int64_t x = 0; x < p->d; x++)
+    for (int64_t x = 0; x < r.d; x++)
         if (!isfinite(at(p, r, i, x))) return 1;
     return 0;
 }
@@ -101,10 +101,10 @@ static double logit(const fa_problem *p, rows_view q, int64_t i, rows_view k, in
     return s > FA_LOGIT_SAT ? FA_LOGIT_SAT : s < -FA_LOGIT_SAT ? -FA_LOGIT_SAT : s;
 }
 
-/* One (sequence b, query head h) forward from the definition. kbad: sk flags; s: sk doubles; o: d doubles. */
+/* One (sequence b, query head h) forward from the definition. kbad: sk flags; s: sk doubles; o: dv doubles. */
 static void forward_head(const fa_problem *p, const fa_head *hd, rows_view q, rows_view k, rows_view v,
                          const char *kbad, double *s, double *o) {
-    const int64_t d = p->d;
+    const int64_t d = p->d_v; /* out's */
     for (int64_t i = 0; i < hd->sq; i++) {
         int64_t lo, hi;
         fa_key_range(p, hd->sq, hd->sk, i, &lo, &hi);
@@ -138,19 +138,19 @@ static void forward_head(const fa_problem *p, const fa_head *hd, rows_view q, ro
 
 /* One (sequence b, K/V head) backward from the definition, D = rowsum(dO ∘ O). P = exp(S − LSE) with the row's
  * LSE recomputed in float64 (at |logits| > 2^24 the fp32 LSE's rounding alone moves P by more than its size); a
- * NaN or −∞ LSE from the forward stands (an affected or a fully masked row). s: sk doubles; dq: d doubles; dk, dv:
- * sk·d doubles. */
+ * NaN or −∞ LSE from the forward stands (an affected or a fully masked row). s: sk doubles; dq: d doubles; dk:
+ * sk·d doubles, dv: sk·dv. */
 static void backward_group(const fa_problem *p, int64_t b, int64_t hk, double *s, double *dq, double *dk, double *dv) {
-    const int64_t d = p->d, group = p->hq / p->hk;
+    const int64_t d = p->d, e = p->d_v, group = p->hq / p->hk;
     fa_head hd;
     fa_cpu_head(p, b, hk * group, &hd);
-    const rows_view k = {hd.k, hd.ldk, hd.sk}, v = {hd.v, hd.ldv, hd.sk};
+    const rows_view k = {hd.k, hd.ldk, hd.sk, d}, v = {hd.v, hd.ldv, hd.sk, e};
     memset(dk, 0, sizeof(double) * (size_t)(hd.sk * d));
-    memset(dv, 0, sizeof(double) * (size_t)(hd.sk * d));
+    memset(dv, 0, sizeof(double) * (size_t)(hd.sk * e));
     for (int64_t g = 0; g < group; g++) {
         fa_head h;
         fa_cpu_head(p, b, hk * group + g, &h);
-        const rows_view q = {h.q, h.ldq, h.sq}, o = {h.o, h.ldo, h.sq}, dout = {h.dout, h.lddo, h.sq};
+        const rows_view q = {h.q, h.ldq, h.sq, d}, o = {h.o, h.ldo, h.sq, e}, dout = {h.dout, h.lddo, h.sq, e};
         for (int64_t i = 0; i < h.sq; i++) {
             int64_t lo, hi;
             fa_key_range(p, h.sq, h.sk, i, &lo, &hi);
@@ -163,11 +163,11 @@ static void backward_group(const fa_problem *p, int64_t b, int64_t hk, double *s
                 L = m + log(l);
                 if (h.sink) L = fa_sink_lse(L, *h.sink);
             }
-            for (int64_t x = 0; x < d; x++) D += at(p, dout, i, x) * at(p, o, i, x);
+            for (int64_t x = 0; x < e; x++) D += at(p, dout, i, x) * at(p, o, i, x);
             for (int64_t j = lo; j < hi; j++) {
                 const double sj = logit(p, q, i, k, j), pj = L == -INFINITY ? 0.0 : exp(sj - L);
                 double dp = 0;
-                for (int64_t x = 0; x < d; x++) dp += at(p, dout, i, x) * at(p, v, j, x);
+                for (int64_t x = 0; x < e; x++) dp += at(p, dout, i, x) * at(p, v, j, x);
                 double ds = pj * (dp - D);
                 if (p->softcap > 0) {
                     const double th = sj / (double)p->softcap;
@@ -177,17 +177,16 @@ static void backward_group(const fa_problem *p, int64_t b, int64_t hk, double *s
                 for (int64_t x = 0; x < d; x++) {
                     dq[x] += ds * at(p, k, j, x);
                     dk[j * d + x] += ds * at(p, q, i, x);
-                    dv[j * d + x] += pj * at(p, dout, i, x);
                 }
+                for (int64_t x = 0; x < e; x++) dv[j * e + x] += pj * at(p, dout, i, x);
             }
             for (int64_t x = 0; x < d; x++) fa_store_elem(h.dq, p->dtype, i * h.lddq + x, (float)dq[x]);
         }
     }
-    for (int64_t j = 0; j < hd.sk; j++)
-        for (int64_t x = 0; x < d; x++) {
-            fa_store_elem(hd.dk, p->dtype, j * hd.lddk + x, (float)dk[j * d + x]);
-            fa_store_elem(hd.dv, p->dtype, j * hd.lddv + x, (float)dv[j * d + x]);
-        }
+    for (int64_t j = 0; j < hd.sk; j++) {
+        for (int64_t x = 0; x < d; x++) fa_store_elem(hd.dk, p->dtype, j * hd.lddk + x, (float)dk[j * d + x]);
+        for (int64_t x = 0; x < e; x++) fa_store_elem(hd.dv, p->dtype, j * hd.lddv + x, (float)dv[j * e + x]);
+    }
 }
 
 /* Scan the inputs of item it (forward: (sequence, query head); backward: (sequence, K/V head)): 1 if the fp32
@@ -198,32 +197,33 @@ static int item_certified(const fa_problem *p, int64_t it) {
     fa_cpu_head(p, b, p->is_backward ? h * group : h, &hd);
     /* any non-finite input: the tile loops would spread it through 0·inf to rows that do not see it */
     int bad = 0;
-    const double mk = scan(p, (rows_view){hd.k, hd.ldk, hd.sk}, &bad), mv = scan(p, (rows_view){hd.v, hd.ldv, hd.sk}, &bad);
+    const double mk = scan(p, (rows_view){hd.k, hd.ldk, hd.sk, p->d}, &bad);
+    const double mv = scan(p, (rows_view){hd.v, hd.ldv, hd.sk, p->d_v}, &bad);
     if (!p->is_backward) {
-        const double mq = scan(p, (rows_view){hd.q, hd.ldq, hd.sq}, &bad);
+        const double mq = scan(p, (rows_view){hd.q, hd.ldq, hd.sq, p->d}, &bad);
         return certified(p, bad, mq, mk, mv, hd.sk);
     }
     double mq = 0, mo = 0, mdo = 0;
     for (int64_t g = 0; g < group; g++) {
         fa_head hq;
         fa_cpu_head(p, b, h * group + g, &hq);
-        const double a = scan(p, (rows_view){hq.q, hq.ldq, hq.sq}, &bad);
-        const double c = scan(p, (rows_view){hq.o, hq.ldo, hq.sq}, &bad);
-        const double e = scan(p, (rows_view){hq.dout, hq.lddo, hq.sq}, &bad);
+        const double a = scan(p, (rows_view){hq.q, hq.ldq, hq.sq, p->d}, &bad);
+        const double c = scan(p, (rows_view){hq.o, hq.ldo, hq.sq, p->d_v}, &bad);
+        const double e = scan(p, (rows_view){hq.dout, hq.lddo, hq.sq, p->d_v}, &bad);
         mq = a > mq ? a : mq, mo = c > mo ? c : mo, mdo = e > mdo ? e : mdo;
     }
-    /* |dS| <= 2·d·max|dO|·(max|V| + max|O|); dQ, dK sum at most n terms of |scale·dS|·max|q, k|, dV n of 2·|dO| */
+    /* |dS| <= 2·dv·max|dO|·(max|V| + max|O|); dQ, dK sum at most n terms of |scale·dS|·max|q, k|, dV n of 2·|dO| */
     const double n = (double)(hd.sq > hd.sk ? hd.sq : hd.sk) * (double)group, mqk = mq > mk ? mq : mk;
-    const double grad = fabs((double)p->scale) * 2.0 * (double)p->d * mdo * (mv + mo) * n * (mqk > 1 ? mqk : 1);
+    const double grad = fabs((double)p->scale) * 2.0 * (double)p->d_v * mdo * (mv + mo) * n * (mqk > 1 ? mqk : 1);
     return certified(p, bad, mq, mk, mv, hd.sk) && grad <= FAST_SUM_MAX && 2 * n * mdo <= FAST_SUM_MAX;
 }
 
-/* Per thread: s (sk doubles), o or dq (d), and sk flags (forward) or dK, dV (sk·d doubles each, backward), in
- * 64-byte aligned slices (no false sharing). */
+/* Per thread: s (sk doubles), o (dv, forward) or dq (d, backward), and sk flags (forward) or dK (sk·d doubles), dV
+ * (sk·dv, backward), in 64-byte aligned slices (no false sharing). */
 static size_t fix_slice(const fa_problem *p) {
-    const int64_t d = p->d, sk = p->sk_max;
-    const size_t bytes = p->is_backward ? sizeof(double) * (size_t)(sk + d + 2 * sk * d)
-                                        : sizeof(double) * (size_t)(sk + d) + (size_t)sk;
+    const int64_t d = p->d, dv = p->d_v, sk = p->sk_max;
+    const size_t bytes = p->is_backward ? sizeof(double) * (size_t)(sk + d + sk * (d + dv))
+                                        : sizeof(double) * (size_t)(sk + dv) + (size_t)sk;
     return (bytes + 63) & ~(size_t)63;
 }
 
@@ -242,7 +242,8 @@ fa_status fa_cpu_contract_prepare(fa_context *ctx, const fa_problem *p, int *fix
 }
 
 void fa_cpu_contract_fix(fa_context *ctx, const fa_problem *p) {
-    const int64_t d = p->d, sk = p->sk_max, heads = p->is_backward ? p->hk : p->hq, items = p->batch * heads;
+    const int64_t d = p->is_backward ? p->d : p->d_v, sk = p->sk_max, heads = p->is_backward ? p->hk : p->hq;
+    const int64_t items = p->batch * heads;
     const size_t per = fix_slice(p);
     /* the workspace only grows: prepare's reservation is still there, so this returns it and cannot fail */
     char *ws = fa_workspace(ctx, per * (size_t)ctx->threads);
@@ -257,7 +258,8 @@ void fa_cpu_contract_fix(fa_context *ctx, const fa_problem *p) {
         }
         fa_head hd;
         fa_cpu_head(p, b, h, &hd);
-        const rows_view q = {hd.q, hd.ldq, hd.sq}, k = {hd.k, hd.ldk, hd.sk}, v = {hd.v, hd.ldv, hd.sk};
+        const rows_view q = {hd.q, hd.ldq, hd.sq, p->d}, k = {hd.k, hd.ldk, hd.sk, p->d};
+        const rows_view v = {hd.v, hd.ldv, hd.sk, p->d_v};
         char *kbad = (char *)(o + d);
         for (int64_t j = 0; j < hd.sk; j++) kbad[j] = (char)row_bad(p, k, j);
         forward_head(p, &hd, q, k, v, kbad, s, o);

@@ -51,7 +51,7 @@ void fa_cpu_fp8_problem(const fa_problem *p, void *buf, fa_problem *p32) {
 /* One (sequence, head) of src widened into dst: rows of the sequence, times the factor. */
 static void widen_head(const fa_problem *p, const fa_tensor *src, const fa_tensor *dst, int is_k, int64_t b, int64_t h,
                        float factor, const float lut[256]) {
-    const int64_t rows = is_k ? fa_seqlen_k(p, b) : fa_seqlen_q(p, b), d = p->d;
+    const int64_t rows = is_k ? fa_seqlen_k(p, b) : fa_seqlen_q(p, b), d = src->head_dim;
     const uint8_t *s = (const uint8_t *)src->data + fa_row0(p, src, is_k, b, h);
     float *o = (float *)dst->data + fa_row0(p, dst, is_k, b, h);
     for (int64_t r = 0; r < rows; r++)

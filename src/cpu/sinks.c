@@ -6,7 +6,7 @@
 #include "core/half.h"
 
 void fa_cpu_sinks_grad(const fa_problem *p, int threads, fa_io *io) {
-    const int64_t d = p->d, es = (int64_t)fa_dtype_size(p->dtype);
+    const int64_t d = p->d_v, es = (int64_t)fa_dtype_size(p->dtype); /* out's and dout's head_dim */
     int64_t rows = 0;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) reduction(+ : rows)
     for (int64_t h = 0; h < p->hq; h++) {

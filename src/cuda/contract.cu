@@ -49,14 +49,14 @@ void fa_contract_layout(fa_arena *a, const fa_problem *p, fa_contract_ws *w) {
 }
 
 void fa_contract_traffic(const fa_problem *p, fa_plan *plan) {
-    const double e = (double)fa_dtype_size(p->dtype), d = (double)p->d, qrows = (double)fa_rows(p);
+    const double e = (double)fa_dtype_size(p->dtype), d = (double)p->d, dv = (double)p->d_v, qrows = (double)fa_rows(p);
     const double kvrows = (double)p->k.seqlen * (p->cu_k ? 1 : p->batch) * p->hk;
     if (!p->is_backward) { /* K scanned, O and LSE read once (LSE written by the kernel when the caller gave none) */
-        plan->read_bytes += qrows * (d * e + 4) + kvrows * d * e;
+        plan->read_bytes += qrows * (dv * e + 4) + kvrows * d * e;
         plan->write_bytes += (double)(1 + fa_items(p) * FA_NSLOT) * sizeof(unsigned) + (p->lse ? 0 : qrows * 4);
         return;
     }
-    plan->read_bytes += (qrows * 3 + 2 * kvrows) * d * e;
+    plan->read_bytes += (qrows * (d + 2 * dv) + kvrows * (d + dv)) * e; /* q, o, dout; k, v */
     plan->write_bytes += (double)(1 + fa_items(p) * FA_NSLOT) * sizeof(unsigned);
 }
 
@@ -66,12 +66,13 @@ typedef struct fa_scan_tensor {
     const void *data;
     int64_t sb, ss, sh;
     int heads, is_k; /* is_k: rows from cu_k / sk, else cu_q / sq */
+    int d;           /* the tensor's head_dim (q, k: dqk; v, o, dO: dv) */
     int n, div;      /* head h feeds items (h / div)·n .. + n − 1 (forward K/V: the group's query heads) */
     int slot, vec;   /* vec: 16-byte aligned rows (d·size a multiple of 16) */
 } fa_scan_tensor;
 typedef struct fa_scan_args {
     fa_scan_tensor t[FA_NSLOT];
-    int nt, chunks, item_heads, dtype, d, sq, sk, total_q, total_k;
+    int nt, chunks, item_heads, dtype, sq, sk, total_q, total_k;
     const int *cu_q, *cu_k;
     const int *used_q, *used_k; /* seqused: scan the used rows only, as the kernels read them */
     unsigned *scan;
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(256) fa_contract_scan_kernel(const fa_scan_arg
     const char *g = (const char *)t.data;
     unsigned mx = 0;
     if (t.vec) { /* 16-byte chunks, FA_SCAN_ILP loads in flight per thread */
-        const int cpr = a.d * es / 16, n = nr * cpr;
+        const int cpr = t.d * es / 16, n = nr * cpr;
         for (int i0 = threadIdx.x; i0 < n; i0 += FA_SCAN_ILP * blockDim.x) {
             uint4 w[FA_SCAN_ILP];
 #pragma unroll
@@ -119,8 +120,8 @@ __global__ void __launch_bounds__(256) fa_contract_scan_kernel(const fa_scan_arg
             }
         }
     } else {
-        for (int idx = threadIdx.x; idx < nr * a.d; idx += blockDim.x) {
-            const int r = idx / a.d, x = idx % a.d;
+        for (int idx = threadIdx.x; idx < nr * t.d; idx += blockDim.x) {
+            const int r = idx / t.d, x = idx % t.d;
             const int64_t e = base + (int64_t)r * t.ss + x;
             const unsigned w = es == 4 ? ((const unsigned *)g)[e] : ((const unsigned short *)g)[e];
             mx = max(mx, fa_abs_bits(w, a.dtype));
@@ -152,9 +153,10 @@ __device__ bool fa_certified(const fa_cuda_params &c, const unsigned *m, int dty
     const double mq = fa_bits_value(m[SLOT_Q], dtype), mk = fa_bits_value(m[SLOT_K], dtype);
     const double mv = fa_bits_value(m[SLOT_V], dtype), d = (double)c.d, dot = d * mq * mk, scale = fabs((double)c.scale);
     if (dot > FAST_SUM_MAX || (double)c.sk * mv > FAST_SUM_MAX || scale * dot > FAST_LOGIT_MAX) return false;
-    /* |dS| <= d·max|dO|·(max|V| + max|O|); dQ, dK sum at most n terms of |scale·dS|·max|q, k|, dV n of |dO| */
+    /* |dS| <= dv·max|dO|·(max|V| + max|O|); dQ, dK sum at most n terms of |scale·dS|·max|q, k|, dV n of |dO| */
     const double mo = fa_bits_value(m[SLOT_O], dtype), mdo = fa_bits_value(m[SLOT_DO], dtype);
-    const double n = (double)max(c.sq, c.sk) * c.group, mqk = fmax(fmax(mq, mk), 1.0), ds = d * mdo * (mv + mo);
+    const double n = (double)max(c.sq, c.sk) * c.group, mqk = fmax(fmax(mq, mk), 1.0);
+    const double ds = (double)c.d_v * mdo * (mv + mo);
     if (dtype == 1 && ds > FAST_DS_F16_MAX) return false;
     return scale * 2.0 * ds * n * mqk <= FAST_SUM_MAX && 2 * n * mdo <= FAST_SUM_MAX;
 }
@@ -170,7 +172,7 @@ static fa_scan_tensor fa_scan_of(const fa_tensor *t, int is_k, int n, int div, i
     fa_scan_tensor s;
     const int64_t es = (int64_t)fa_dtype_size(t->dtype);
     s.data = t->data, s.sb = t->stride_batch, s.ss = t->stride_seq, s.sh = t->stride_head;
-    s.heads = (int)t->heads, s.is_k = is_k, s.n = n, s.div = div, s.slot = slot;
+    s.heads = (int)t->heads, s.is_k = is_k, s.n = n, s.div = div, s.slot = slot, s.d = (int)t->head_dim;
     s.vec = (uintptr_t)t->data % 16 == 0 && (t->head_dim * es) % 16 == 0 && (t->stride_batch * es) % 16 == 0 &&
             (t->stride_seq * es) % 16 == 0 && (t->stride_head * es) % 16 == 0;
     return s;
@@ -195,7 +197,7 @@ cudaError_t fa_contract_scan(const fa_cuda_params *c, const fa_problem *p, const
         a.t[0] = fa_scan_of(&p->k, 1, group, 1, SLOT_K);
         a.nt = 1;
     }
-    a.item_heads = (int)(bwd ? p->hk : p->hq), a.dtype = (int)p->dtype, a.d = (int)p->d;
+    a.item_heads = (int)(bwd ? p->hk : p->hq), a.dtype = (int)p->dtype;
     a.sq = c->sq, a.sk = c->sk, a.cu_q = c->cu_q, a.cu_k = c->cu_k, a.scan = w->scan;
     a.used_q = c->used_q, a.used_k = c->used_k;
     a.total_q = c->total_q, a.total_k = c->total_k;
@@ -223,7 +225,8 @@ __device__ __forceinline__ double fa_warp_sum(double x) {
     for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
     return x;
 }
-/* A row's elements, lane-strided: element lane + 32·t in r[t] (0 beyond d); returns 1 if any is not finite. */
+/* A row's elements, lane-strided: element lane + 32·t in r[t] (0 beyond d: q, k rows take c.d, v, o, dO rows c.d_v);
+ * returns 1 if any is not finite. */
 template <typename T> __device__ __forceinline__ int fa_load_row(double (&r)[FA_DMAX], const void *base, int64_t off,
                                                                  int d, int lane) {
     int bad = 0;
@@ -281,7 +284,7 @@ template <typename T> __device__ void fa_fix_fwd_row(const fa_cuda_params &c, in
         l += pj;
 #pragma unroll
         for (int t = 0; t < FA_DMAX; ++t)
-            if (lane + 32 * t < c.d) o[t] += pj * fa_ld<T>(c.v, vo + lane + 32 * t);
+            if (lane + 32 * t < c.d_v) o[t] += pj * fa_ld<T>(c.v, vo + lane + 32 * t);
     }
     if (nan_row) {
         lse = NAN;
@@ -295,7 +298,7 @@ template <typename T> __device__ void fa_fix_fwd_row(const fa_cuda_params &c, in
     const int64_t oo = fa_qoff(c, s, c.o_sb, c.o_ss, c.o_sh, b, h, i);
 #pragma unroll
     for (int t = 0; t < FA_DMAX; ++t)
-        if (lane + 32 * t < c.d) fa_st<T>(c.out, oo + lane + 32 * t, o[t]);
+        if (lane + 32 * t < c.d_v) fa_st<T>(c.out, oo + lane + 32 * t, o[t]);
     if (c.lse && lane == 0) c.lse[s.stat0 + i] = (float)lse;
 }
 
@@ -320,8 +323,8 @@ template <typename T> __device__ void fa_fix_dq_row(const fa_cuda_params &c, con
     fa_chunk_keys32(i + s.sk - s.sq, i + s.sk - s.sq, c.chunk, &lo, &hi);
     double q[FA_DMAX], k[FA_DMAX], v[FA_DMAX], dout[FA_DMAX], o[FA_DMAX], dq[FA_DMAX] = {};
     fa_load_row<T>(q, c.q, fa_qoff(c, s, c.q_sb, c.q_ss, c.q_sh, b, h, i), c.d, lane);
-    fa_load_row<T>(dout, c.dout, fa_qoff(c, s, c.do_sb, c.do_ss, c.do_sh, b, h, i), c.d, lane);
-    fa_load_row<T>(o, c.o, fa_qoff(c, s, c.o_sb, c.o_ss, c.o_sh, b, h, i), c.d, lane);
+    fa_load_row<T>(dout, c.dout, fa_qoff(c, s, c.do_sb, c.do_ss, c.do_sh, b, h, i), c.d_v, lane);
+    fa_load_row<T>(o, c.o, fa_qoff(c, s, c.o_sb, c.o_ss, c.o_sh, b, h, i), c.d_v, lane);
     double L = (double)c.lse[s.stat0 + i];
     const double D = fa_dot(dout, o);
     if (!isnan(L) && L != -INFINITY && hi > lo) {
@@ -338,7 +341,7 @@ template <typename T> __device__ void fa_fix_dq_row(const fa_cuda_params &c, con
     if (lane == 0) w.row_lse[s.stat0 + i] = L, w.row_dsum[s.stat0 + i] = D;
     for (int j = lo; j < hi; ++j) {
         fa_load_row<T>(k, c.k, fa_koff(c, s, c.k_sb, c.k_ss, c.k_sh, b, hk, j), c.d, lane);
-        fa_load_row<T>(v, c.v, fa_koff(c, s, c.v_sb, c.v_ss, c.v_sh, b, hk, j), c.d, lane);
+        fa_load_row<T>(v, c.v, fa_koff(c, s, c.v_sb, c.v_ss, c.v_sh, b, hk, j), c.d_v, lane);
         const double sj = fa_logit(c, fa_dot(q, k)), pj = L == -INFINITY ? 0.0 : exp(sj - L);
         const double ds = fa_dscore(c, sj, pj, fa_dot(dout, v), D);
 #pragma unroll
@@ -357,7 +360,7 @@ template <typename T> __device__ void fa_fix_dkv_row(const fa_cuda_params &c, co
     double q[FA_DMAX], k[FA_DMAX], v[FA_DMAX], dout[FA_DMAX], dk[FA_DMAX] = {}, dv[FA_DMAX] = {};
     const fa_seq s0 = fa_get_seq(c, b, hk * c.group);
     fa_load_row<T>(k, c.k, fa_koff(c, s0, c.k_sb, c.k_ss, c.k_sh, b, hk, j), c.d, lane);
-    fa_load_row<T>(v, c.v, fa_koff(c, s0, c.v_sb, c.v_ss, c.v_sh, b, hk, j), c.d, lane);
+    fa_load_row<T>(v, c.v, fa_koff(c, s0, c.v_sb, c.v_ss, c.v_sh, b, hk, j), c.d_v, lane);
     for (int g = 0; g < c.group; ++g) {
         const int h = hk * c.group + g;
         const fa_seq s = fa_get_seq(c, b, h);
@@ -368,7 +371,7 @@ template <typename T> __device__ void fa_fix_dkv_row(const fa_cuda_params &c, co
             if (j < lo || j >= hi) continue;
             const double L = w.row_lse[s.stat0 + i], D = w.row_dsum[s.stat0 + i];
             fa_load_row<T>(q, c.q, fa_qoff(c, s, c.q_sb, c.q_ss, c.q_sh, b, h, i), c.d, lane);
-            fa_load_row<T>(dout, c.dout, fa_qoff(c, s, c.do_sb, c.do_ss, c.do_sh, b, h, i), c.d, lane);
+            fa_load_row<T>(dout, c.dout, fa_qoff(c, s, c.do_sb, c.do_ss, c.do_sh, b, h, i), c.d_v, lane);
             const double sj = fa_logit(c, fa_dot(q, k)), pj = L == -INFINITY ? 0.0 : exp(sj - L);
             const double ds = fa_dscore(c, sj, pj, fa_dot(dout, v), D);
 #pragma unroll
@@ -378,8 +381,10 @@ template <typename T> __device__ void fa_fix_dkv_row(const fa_cuda_params &c, co
     const int64_t ko = fa_koff(c, s0, c.dk_sb, c.dk_ss, c.dk_sh, b, hk, j);
     const int64_t vo = fa_koff(c, s0, c.dv_sb, c.dv_ss, c.dv_sh, b, hk, j);
 #pragma unroll
-    for (int t = 0; t < FA_DMAX; ++t)
-        if (lane + 32 * t < c.d) fa_st<T>(c.dk, ko + lane + 32 * t, dk[t]), fa_st<T>(c.dv, vo + lane + 32 * t, dv[t]);
+    for (int t = 0; t < FA_DMAX; ++t) {
+        if (lane + 32 * t < c.d) fa_st<T>(c.dk, ko + lane + 32 * t, dk[t]);
+        if (lane + 32 * t < c.d_v) fa_st<T>(c.dv, vo + lane + 32 * t, dv[t]);
+    }
 }
 
 /* The listed items' rows dealt out to every warp of the grid. pass 0: forward; 1: backward dQ (and LSE, D);
@@ -424,13 +429,13 @@ __global__ void __launch_bounds__(256) fa_contract_check_kernel(const fa_cuda_pa
         const char *row = out + fa_qoff(c, s, c.o_sb, c.o_ss, c.o_sh, b, h, i) * es;
         int nf = 0;
         if (vec) {
-            for (int x = lane; x < c.d * es / 16; x += 32) {
+            for (int x = lane; x < c.d_v * es / 16; x += 32) { /* out's rows: d_v wide */
                 const uint4 w = reinterpret_cast<const uint4 *>(row)[x];
                 nf |= fa_word_nonfinite(w.x, dtype) | fa_word_nonfinite(w.y, dtype) | fa_word_nonfinite(w.z, dtype) |
                       fa_word_nonfinite(w.w, dtype);
             }
         } else {
-            for (int x = lane; x < c.d; x += 32)
+            for (int x = lane; x < c.d_v; x += 32)
                 nf |= fa_word_nonfinite(es == 4 ? ((const unsigned *)row)[x] : ((const unsigned short *)row)[x], dtype);
         }
         if (lane == 0) {

@@ -77,19 +77,19 @@ void fa_cuda_model_pairs(const fa_problem *p, int bm, int bn, double *pairs, dou
 
 fa_cuda_traffic_in fa_cuda_traffic_of(const fa_problem *p) {
     fa_cuda_traffic_in t;
-    t.e = (double)fa_dtype_size(p->dtype), t.d = (double)p->d;
+    t.e = (double)fa_dtype_size(p->dtype), t.d = (double)p->d, t.dv = (double)p->d_v;
     t.qrows = (double)fa_cuda_stat_rows(p), t.kvrows = (double)p->k.seqlen * (p->cu_k ? 1 : p->batch) * p->hk;
     return t;
 }
 
 void fa_cuda_traffic_q_outer(const fa_problem *p, fa_plan *plan) {
     const fa_cuda_traffic_in t = fa_cuda_traffic_of(p);
-    const double e = t.e, d = t.d, qrows = t.qrows;
+    const double e = t.e, d = t.d, dv = t.dv, qrows = t.qrows;
     const int bm = plan->block_q, bn = plan->block_k;
     double pairs, qb;
     fa_cuda_model_pairs(p, bm, bn, &pairs, &qb);
-    plan->read_bytes = qb * bm * d * e + pairs * 2.0 * bn * d * e;
-    plan->write_bytes = qrows * d * e + (p->lse ? qrows * 4 : 0);
+    plan->read_bytes = qb * bm * d * e + pairs * bn * (d + dv) * e;
+    plan->write_bytes = qrows * dv * e + (p->lse ? qrows * 4 : 0);
 }
 
 void fa_cuda_ws_layout(fa_arena *a, const fa_problem *p, const fa_plan *plan, fa_cuda_ws *w) {

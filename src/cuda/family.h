@@ -90,9 +90,10 @@ size_t fa_cuda_stat_rows(const fa_problem *p);
 size_t fa_cuda_krows_q_heads(const fa_problem *p);
 /* Visited (query block, key block) pairs and query blocks visited, summed over sequences and query heads. */
 void fa_cuda_model_pairs(const fa_problem *p, int bm, int bn, double *pairs, double *qblocks);
-/* Element bytes, head dim, query-side rows (B·Hq·Sq), K/V rows (B·Hk·Sk) of the traffic models. */
+/* Element bytes, head dims (q/k's d, v/out's dv), query-side rows (B·Hq·Sq), K/V rows (B·Hk·Sk) of the traffic
+ * models. */
 typedef struct fa_cuda_traffic_in {
-    double e, d, qrows, kvrows;
+    double e, d, dv, qrows, kvrows;
 } fa_cuda_traffic_in;
 fa_cuda_traffic_in fa_cuda_traffic_of(const fa_problem *p);
 /* "32, 64, ...": the distinct non-zero values of d[0..n), ascending (the head dims a tile table lists). */

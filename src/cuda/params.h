@@ -46,6 +46,7 @@ typedef struct fa_cuda_params {
     unsigned chunk_mul;     /* diag / chunk = umulhi(diag, chunk_mul) >> chunk_shift for 0 <= diag < 2^31 (a division
                              * costs the flash kernels' masked steps registers they do not have); 0: chunk 1 */
     int chunk_shift;
+    int d_v;                /* v's head_dim, and out's, dout's, dv's (dv); d is q's and k's (dqk) */
 } fa_cuda_params;
 
 #ifdef __cplusplus

@@ -76,7 +76,7 @@ fa_sink_rows rows_of(const fa_problem *p, float *lse) {
     a.o = p->o.data, a.dout = p->dout.data, a.lse = lse, a.sinks = p->sinks, a.d_sinks = p->d_sinks;
     a.o_sb = p->o.stride_batch, a.o_ss = p->o.stride_seq, a.o_sh = p->o.stride_head;
     a.do_sb = p->dout.stride_batch, a.do_ss = p->dout.stride_seq, a.do_sh = p->dout.stride_head;
-    a.B = p->q.batch, a.H = p->hq, a.S = p->q.seqlen, a.d = (int)p->d, a.dtype = (int)p->dtype;
+    a.B = p->q.batch, a.H = p->hq, a.S = p->q.seqlen, a.d = (int)p->d_v, a.dtype = (int)p->dtype;
     return a;
 }
 

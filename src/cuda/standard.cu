@@ -6,7 +6,8 @@
  *             -> dQ = scale·dS K, dK = scale·dSᵀ Q; D = rowsum(dO ∘ O) from bwd_util.cu
  * Extra memory: Θ(Hq·Sq·Sk) per sequence (S fp32 + P; backward + dP fp32), reused across the sequences of a batch.
  * GQA: the query heads of one K/V head are one strided batch with a K/V stride of 0; dK, dV per query head in
- * fp32 are then summed (bwd_util.cu). */
+ * fp32 are then summed (bwd_util.cu). q, k (dq, dk) are d = dqk wide, v, out (dout, dv) d_v: each GEMM takes its
+ * operands' width, so any pair of head dims runs. */
 #include "family.h"
 #include "mma_sync/common.cuh"
 
@@ -146,23 +147,23 @@ __global__ void fa_std_bwd_kernel(const float *S, const float *dP, void *outv, f
     } while (0)
 
 /* The scratch of one sequence (sq x sk per query head), described once for its size and its pointers: S (fp32),
- * P (dtype); backward also dP (fp32) and, for GQA, dK, dV per query head (fp32). */
-static void fa_std_layout(fa_arena *a, int hq, int d, int group, int64_t sq, int64_t sk, size_t es, int backward,
-                          fa_std_parts *w) {
-    const size_t hss = (size_t)hq * sq * sk, kv = (size_t)hq * sk * d * 4;
+ * P (dtype); backward also dP (fp32) and, for GQA, dK (d wide), dV (dv wide) per query head (fp32). */
+static void fa_std_layout(fa_arena *a, int hq, int d, int dv, int group, int64_t sq, int64_t sk, size_t es,
+                          int backward, fa_std_parts *w) {
+    const size_t hss = (size_t)hq * sq * sk, kv = (size_t)hq * sk * 4;
     w->S = (float *)fa_arena_take(a, hss * 4, 256);
     w->dP = backward ? (float *)fa_arena_take(a, hss * 4, 256) : NULL;
     w->P = fa_arena_take(a, hss * es, 256);
-    w->dkw = backward && group > 1 ? (float *)fa_arena_take(a, kv, 256) : NULL;
-    w->dvw = backward && group > 1 ? (float *)fa_arena_take(a, kv, 16) : NULL;
+    w->dkw = backward && group > 1 ? (float *)fa_arena_take(a, kv * d, 256) : NULL;
+    w->dvw = backward && group > 1 ? (float *)fa_arena_take(a, kv * dv, 16) : NULL;
 }
 
 /* Scratch bytes for a sequence of sq queries and sk keys (the longest of the call; dtype 0 = f32, 1 = f16,
  * 2 = bf16): the layout's dry run. */
-static size_t fa_standard_ws_bytes(int hq, int d, int group, int64_t sq, int64_t sk, int dtype, int backward) {
+static size_t fa_standard_ws_bytes(int hq, int d, int dv, int group, int64_t sq, int64_t sk, int dtype, int backward) {
     fa_arena a = fa_arena_dry();
     fa_std_parts w;
-    fa_std_layout(&a, hq, d, group, sq, sk, fa_esize(dtype), backward, &w);
+    fa_std_layout(&a, hq, d, dv, group, sq, sk, fa_esize(dtype), backward, &w);
     return a.size;
 }
 
@@ -211,13 +212,13 @@ static fa_cuda_result fa_standard_forward(const fa_cuda_params *p, int dtype, co
         char *o = (char *)p->out + FA_OFF(p, o, b, qr) * es;
         fa_arena a = fa_arena_over(ws, ws_bytes);
         fa_std_parts w;
-        fa_std_layout(&a, p->hq, p->d, p->group, sq, sk, es, 0, &w);
+        fa_std_layout(&a, p->hq, p->d, p->d_v, p->group, sq, sk, es, 0, &w);
         float *S = w.S;
         void *P = w.P;
         const fa_std_row rw = {sq, sk, p->wl, p->wr, p->chunk, p->softcap};
         if (sk == 0) { /* no keys: O = 0, LSE = -inf */
             for (int h = 0; h < p->hq; ++h) {
-                r.cuda = cudaMemset2DAsync(o + (size_t)h * p->o_sh * es, p->o_ss * es, 0, p->d * es, sq, st);
+                r.cuda = cudaMemset2DAsync(o + (size_t)h * p->o_sh * es, p->o_ss * es, 0, p->d_v * es, sq, st);
                 if (r.cuda != cudaSuccess) return r;
             }
             if (p->lse) {
@@ -234,10 +235,10 @@ static fa_cuda_result fa_standard_forward(const fa_cuda_params *p, int dtype, co
         FA_STD_DT(dtype, fa_std_softmax_kernel, (unsigned)(p->hq * sq), 256, st, S, P, rw,
                   p->lse ? p->lse + lse0 : (float *)0, lse_hs);
         if ((r.cuda = cudaGetLastError()) != cudaSuccess) return r;
-        /* Oᵀ (col-major d x sq) = (V as col-major d x sk) · (P as col-major sk x sq) */
+        /* Oᵀ (col-major dv x sq) = (V as col-major dv x sk) · (P as col-major sk x sq) */
         fa_gop A2 = {v, p->v_ss, p->v_sh, 1, t, es}, B2 = {P, sk, (int64_t)sq * sk, 0, t, es};
-        r.blas = fa_gemm_heads(hd, CUBLAS_OP_N, CUBLAS_OP_N, p->d, sq, sk, 1.f, A2, B2, 0.f, o, t, es, p->o_ss, p->o_sh,
-                               p->hq, p->group);
+        r.blas = fa_gemm_heads(hd, CUBLAS_OP_N, CUBLAS_OP_N, p->d_v, sq, sk, 1.f, A2, B2, 0.f, o, t, es, p->o_ss,
+                               p->o_sh, p->hq, p->group);
         if (r.blas != CUBLAS_STATUS_SUCCESS) return r;
     }
     return r;
@@ -263,7 +264,7 @@ static fa_cuda_result fa_standard_backward(const fa_cuda_params *p, int dtype, c
         char *dv = (char *)p->dv + FA_OFF(p, dv, b, kr) * es;
         fa_arena a = fa_arena_over(ws, ws_bytes);
         fa_std_parts w;
-        fa_std_layout(&a, p->hq, p->d, p->group, sq, sk, es, 1, &w);
+        fa_std_layout(&a, p->hq, p->d, p->d_v, p->group, sq, sk, es, 1, &w);
         float *S = w.S, *dP = w.dP, *dkw = w.dkw, *dvw = w.dvw;
         void *P = w.P;
         const int gqa = p->group > 1;
@@ -276,7 +277,7 @@ static fa_cuda_result fa_standard_backward(const fa_cuda_params *p, int dtype, c
             for (int h = 0; h < p->hk && sk > 0; ++h) {
                 r.cuda = cudaMemset2DAsync(dk + (size_t)h * p->dk_sh * es, p->dk_ss * es, 0, p->d * es, sk, st);
                 if (r.cuda == cudaSuccess)
-                    r.cuda = cudaMemset2DAsync(dv + (size_t)h * p->dv_sh * es, p->dv_ss * es, 0, p->d * es, sk, st);
+                    r.cuda = cudaMemset2DAsync(dv + (size_t)h * p->dv_sh * es, p->dv_ss * es, 0, p->d_v * es, sk, st);
                 if (r.cuda != cudaSuccess) return r;
             }
             continue;
@@ -289,14 +290,15 @@ static fa_cuda_result fa_standard_backward(const fa_cuda_params *p, int dtype, c
         FA_STD_DT(dtype, fa_std_bwd_kernel, (unsigned)(p->hq * sq), 256, st, S, dP, P, rw, p->lse + lse0,
                   p->dsum + lse0, lse_hs, 0);
         if ((r.cuda = cudaGetLastError()) != cudaSuccess) return r;
-        /* dVᵀ (col-major d x sk) = (dO col-major d x sq) · (P col-major sk x sq)ᵀ */
+        /* dVᵀ (col-major dv x sk) = (dO col-major dv x sq) · (P col-major sk x sq)ᵀ */
         fa_gop Pop = {P, sk, (int64_t)sq * sk, 0, t, es};
-        r.blas = fa_gemm_heads(hd, CUBLAS_OP_N, CUBLAS_OP_T, p->d, sk, sq, 1.f, (fa_gop){dO, p->do_ss, p->do_sh, 0, t, es},
-                               Pop, 0.f, gqa ? (void *)dvw : (void *)dv, gqa ? CUDA_R_32F : t, gqa ? 4 : es,
-                               gqa ? p->d : p->dv_ss, gqa ? (int64_t)sk * p->d : p->dv_sh, p->hq, gqa ? 1 : 1);
+        r.blas = fa_gemm_heads(hd, CUBLAS_OP_N, CUBLAS_OP_T, p->d_v, sk, sq, 1.f,
+                               (fa_gop){dO, p->do_ss, p->do_sh, 0, t, es}, Pop, 0.f, gqa ? (void *)dvw : (void *)dv,
+                               gqa ? CUDA_R_32F : t, gqa ? 4 : es, gqa ? p->d_v : p->dv_ss,
+                               gqa ? (int64_t)sk * p->d_v : p->dv_sh, p->hq, gqa ? 1 : 1);
         if (r.blas != CUBLAS_STATUS_SUCCESS) return r;
-        /* dPᵀ (col-major sk x sq) = (V col-major d x sk)ᵀ · (dO col-major d x sq) */
-        r.blas = fa_gemm_heads(hd, CUBLAS_OP_T, CUBLAS_OP_N, sk, sq, p->d, 1.f, (fa_gop){v, p->v_ss, p->v_sh, 1, t, es},
+        /* dPᵀ (col-major sk x sq) = (V col-major dv x sk)ᵀ · (dO col-major dv x sq) */
+        r.blas = fa_gemm_heads(hd, CUBLAS_OP_T, CUBLAS_OP_N, sk, sq, p->d_v, 1.f, (fa_gop){v, p->v_ss, p->v_sh, 1, t, es},
                                (fa_gop){dO, p->do_ss, p->do_sh, 0, t, es}, 0.f, dP, CUDA_R_32F, 4, sk, (int64_t)sq * sk,
                                p->hq, p->group);
         if (r.blas != CUBLAS_STATUS_SUCCESS) return r;
@@ -355,23 +357,23 @@ static fa_status fa_std_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_p
 static void fa_std_ws(fa_arena *a, const fa_problem *p, const fa_plan *plan, fa_cuda_ws *w) {
     (void)plan;
     if (p->is_backward) w->dsum = (float *)fa_arena_take(a, fa_cuda_stat_rows(p) * sizeof(float), 256);
-    w->standard_bytes = fa_standard_ws_bytes((int)p->hq, (int)p->d, (int)(p->hq / p->hk), p->sq_max, p->sk_max,
-                                             (int)p->dtype, p->is_backward);
+    w->standard_bytes = fa_standard_ws_bytes((int)p->hq, (int)p->d, (int)p->d_v, (int)(p->hq / p->hk), p->sq_max,
+                                             p->sk_max, (int)p->dtype, p->is_backward);
     w->standard = fa_arena_take(a, w->standard_bytes, 256);
 }
 
 static void fa_std_traffic(const fa_problem *p, fa_plan *plan) {
     const fa_cuda_traffic_in t = fa_cuda_traffic_of(p);
-    const double e = t.e, d = t.d, qrows = t.qrows, kvrows = t.kvrows;
+    const double e = t.e, d = t.d, dv = t.dv, qrows = t.qrows, kvrows = t.kvrows;
     double ss = 0;
     for (int64_t b = 0; b < p->batch; ++b) ss += (double)fa_seqlen_q(p, b) * fa_seqlen_k(p, b);
     ss *= (double)p->hq;
     if (!p->is_backward) { /* Q, K, V; S written (fp32) and read by the softmax; P written and read by the PV GEMM; O, LSE */
-        plan->read_bytes = qrows * d * e + 2 * kvrows * d * e + ss * 4 + ss * e;
-        plan->write_bytes = ss * 4 + ss * e + qrows * d * e + (p->lse ? qrows * 4 : 0);
+        plan->read_bytes = qrows * d * e + kvrows * (d + dv) * e + ss * 4 + ss * e;
+        plan->write_bytes = ss * 4 + ss * e + qrows * dv * e + (p->lse ? qrows * 4 : 0);
     } else { /* inputs once (Q, K, V, O, dO, LSE); S, dP (fp32) and P/dS written and read back */
-        plan->read_bytes = 3 * qrows * d * e + 2 * kvrows * d * e + qrows * 4 + ss * (4 + 4 + 4 + 3 * e);
-        plan->write_bytes = ss * (4 + 4 + 2 * e) + qrows * d * e + 2 * kvrows * d * e;
+        plan->read_bytes = qrows * (d + 2 * dv) * e + kvrows * (d + dv) * e + qrows * 4 + ss * (4 + 4 + 4 + 3 * e);
+        plan->write_bytes = ss * (4 + 4 + 2 * e) + qrows * d * e + kvrows * (d + dv) * e;
     }
 }
 

@@ -37,6 +37,9 @@ fa_status fa_ring_check(fa_context *ctx, const fa_ring_comm *comm, const fa_attn
     for (int i = 0; i < 4; i++)
         if ((st = fa_entry_tensor(ctx, names[i], t[i], i == 3 && !is_bwd, &sp[i])) != FA_OK) return st;
     if ((st = fa_entry_no_fp8(ctx, "q", q, "ring attention"))) return st;
+    if (v->head_dim != q->head_dim) /* its K/V blocks travel and merge as [S, H, D] of the one D */
+        return fa_fail(ctx, FA_ERR_UNSUPPORTED, "v: head_dim %lld differs from q's %lld: ring attention takes one "
+                       "head_dim for q, k, v and out", (long long)v->head_dim, (long long)q->head_dim);
     if ((st = fa_entry_like(ctx, "k", k, "q", q, k->heads)) || (st = fa_entry_like(ctx, "v", v, "k", k, -1)) ||
         (st = fa_entry_like(ctx, "out", out, "q", q, -1)))
         return st;

@@ -1,7 +1,8 @@
 /* libFuzzer harness over fa_forward_kvcache (CPU), built with ASan + UBSan by tests/fuzz/build.sh fuzz_kvcache.
  * The input's first bytes pick the call (dtype, contiguous or paged cache with page sizes 1..64, block tables and
  * batch_idx valid or not, lengths 0..capacity and beyond, seqlen_new 1..5, append on/off, GQA, causal/window/softcap,
- * splits, NULLs, out overlapping q, injected NaN/±inf); the rest seeds the values. Properties (docs/kvcache.md):
+ * splits, NULLs, out overlapping q, injected NaN/±inf; on a quarter of the inputs the cache's v, v_new and out of a
+ * head_dim of their own); the rest seeds the values. Properties (docs/kvcache.md):
  *   error:   every buffer (q, k_new, v_new, the whole K and V cache, out, lse) byte-identical, a message set; an
  *            index the harness made invalid (length past capacity, row or used page out of range) is an error;
  *   success: out (poisoned first) and lse fully written; with append the cache changed only in the appended rows,
@@ -35,10 +36,17 @@ static void mk(rd *r, buf *x, fa_dtype dt, int64_t b, int64_t s, int64_t h, int6
     x->mem = malloc(x->bytes), x->copy = malloc(x->bytes);
     x->t.data = x->mem;
 }
-/* A second buffer with x's layout (the cache's V shares K's, so one element index names both). */
-static void like(buf *y, const buf *x) {
+/* A second buffer with x's layout (the cache's V shares K's, so one element index names both), or with a head_dim
+ * dv of its own (then contiguous: no pick, so the corpus's picks stay where they were). */
+static void like(buf *y, const buf *x, int64_t dv) {
     *y = *x;
-    y->mem = malloc(x->bytes), y->copy = malloc(x->bytes);
+    if (dv != x->t.head_dim) {
+        const fa_tensor *t = &x->t;
+        y->t = (fa_tensor){NULL, t->dtype, t->batch, t->seqlen, t->heads, dv, t->seqlen * t->heads * dv,
+                           t->heads * dv, dv};
+        y->bytes = (size_t)(t->batch * t->seqlen * t->heads * dv) * es_of(t->dtype);
+    }
+    y->mem = malloc(y->bytes), y->copy = malloc(y->bytes);
     y->t.data = y->mem;
 }
 static void rm(buf *x) { free(x->mem), free(x->copy); }
@@ -93,6 +101,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int paged = pick(&r, 2), append = pick(&r, 3) != 0;
     const int64_t B = 1 + pick(&r, 3), S = 1 + pick(&r, 5), hk = 1 + pick(&r, 2), hq = hk * (1 + pick(&r, 3));
     const int64_t d = pick(&r, 16) == 0 ? 120 + pick(&r, 10) : 1 + pick(&r, 24);
+    /* v's own head_dim (MLA decoding) from a hash of the input, not its bytes: the corpus keeps its picks */
+    const uint64_t hv = r.s * 0xD6E8FEB86659FD93ull;
+    const int64_t dv = hv >> 62                ? d
+                       : (hv >> 40) % 16 == 0 ? 120 + (int64_t)((hv >> 8) % 10)
+                                              : 1 + (int64_t)((hv >> 8) % 24);
     const int use_bidx = pick(&r, 2);
     const int64_t rows = B + (use_bidx ? pick(&r, 2) : 0);
     const int64_t ps = paged ? page_sizes[pick(&r, sizeof page_sizes / sizeof *page_sizes)] : 0;
@@ -150,17 +163,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 bt[row * bt_stride + pick(&r, (unsigned)used)] = pick(&r, 2) ? (int32_t)pages : -1, must_fail = 1;
         }
     }
-    snprintf(desc, sizeof desc, "%s %s B %lld S %lld hq %lld hk %lld d %lld cap %lld page %lld pages %lld max_pages %lld "
-             "rows %lld bidx %d append %d scale %g softcap %g causal %d window (%d, %d) splits %d/%d mag %g inject %d (%g)",
-             fa_dtype_name(dt), paged ? "paged" : "contiguous", (long long)B, (long long)S, (long long)hq,
-             (long long)hk, (long long)d, (long long)cap, (long long)ps, (long long)pages, (long long)max_pages,
-             (long long)rows, use_bidx, append, o.scale, o.softcap, o.causal, o.window_left, o.window_right,
-             ko.num_splits, ko.split_size, mag, inject, bad);
+    snprintf(desc, sizeof desc, "%s %s B %lld S %lld hq %lld hk %lld d %lld dv %lld cap %lld page %lld pages %lld "
+             "max_pages %lld rows %lld bidx %d append %d scale %g softcap %g causal %d window (%d, %d) splits %d/%d mag "
+             "%g inject %d (%g)", fa_dtype_name(dt), paged ? "paged" : "contiguous", (long long)B, (long long)S,
+             (long long)hq, (long long)hk, (long long)d, (long long)dv, (long long)cap, (long long)ps, (long long)pages,
+             (long long)max_pages, (long long)rows, use_bidx, append, o.scale, o.softcap, o.causal, o.window_left,
+             o.window_right, ko.num_splits, ko.split_size, mag, inject, bad);
 
     buf q, kc, vc, kn, vn, out;
     const int64_t cb = paged ? pages : rows, cs = paged ? ps : cap;
-    mk(&r, &q, dt, B, S, hq, d), mk(&r, &kc, dt, cb, cs, hk, d), like(&vc, &kc);
-    mk(&r, &kn, dt, B, S, hk, d), mk(&r, &vn, dt, B, S, hk, d), mk(&r, &out, dt, B, S, hq, d);
+    mk(&r, &q, dt, B, S, hq, d), mk(&r, &kc, dt, cb, cs, hk, d), like(&vc, &kc, dv);
+    mk(&r, &kn, dt, B, S, hk, d), mk(&r, &vn, dt, B, S, hk, dv), mk(&r, &out, dt, B, S, hq, dv);
     fill(&r, &q, mag), fill(&r, &kc, mag), fill(&r, &kn, mag);
     fill(&r, &vc, pick(&r, 2) ? 1 : mag), fill(&r, &vn, pick(&r, 2) ? 1 : mag);
     if (inject) {
@@ -205,33 +218,38 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int64_t b = 0; b < B; b++)
             for (int64_t s = 0; s < S; s++)
                 for (int64_t h = 0; h < hq; h++)
-                    for (int64_t x = 0; x < d; x++)
+                    for (int64_t x = 0; x < dv; x++)
                         if (isnan(at(&out, off(&out.t, b, s, h, x))))
                             FAIL("out[%lld, %lld, %lld, %lld] is NaN with finite inputs", (long long)b, (long long)s,
                                  (long long)h, (long long)x);
     /* the cache: the appended rows hold k_new / v_new, every other element is untouched */
     {
-        uint8_t *mark = calloc(elems(&kc), 1);
+        uint8_t *mark_k = calloc(elems(&kc), 1), *mark_v = calloc(elems(&vc), 1);
         const size_t es = es_of(dt);
         for (int64_t b = 0; b < B && append; b++)
             for (int64_t s = 0; s < S; s++) {
                 const int64_t row = use_bidx ? bidx[b] : b, t = seqlens[b] + s;
                 const int64_t cr = paged ? bt[row * bt_stride + t / ps] : row, cp = paged ? t % ps : t;
                 for (int64_t h = 0; h < hk; h++)
-                    for (int64_t x = 0; x < d; x++) {
-                        const int64_t e = off(&kc.t, cr, cp, h, x);
-                        const double ek = at(&kc, e), ev = at(&vc, e);
-                        const double nk = at(&kn, off(&kn.t, b, s, h, x)), nv = at(&vn, off(&vn.t, b, s, h, x));
-                        mark[e] = 1;
-                        if (!(ek == nk || (isnan(ek) && isnan(nk))) || !(ev == nv || (isnan(ev) && isnan(nv))))
+                    for (int64_t x = 0; x < (d > dv ? d : dv); x++) {
+                        const int64_t ek = off(&kc.t, cr, cp, h, x), ev = off(&vc.t, cr, cp, h, x);
+                        const double ck = x < d ? at(&kc, ek) : 0, cv = x < dv ? at(&vc, ev) : 0;
+                        const double nk = x < d ? at(&kn, off(&kn.t, b, s, h, x)) : 0;
+                        const double nv = x < dv ? at(&vn, off(&vn.t, b, s, h, x)) : 0;
+                        if (x < d) mark_k[ek] = 1;
+                        if (x < dv) mark_v[ev] = 1;
+                        if (!(ck == nk || (isnan(ck) && isnan(nk))) || !(cv == nv || (isnan(cv) && isnan(nv))))
                             FAIL("appended key %lld of sequence %lld head %lld elem %lld: cache (%g, %g), new (%g, %g)",
-                                 (long long)t, (long long)b, (long long)h, (long long)x, ek, ev, nk, nv);
+                                 (long long)t, (long long)b, (long long)h, (long long)x, ck, cv, nk, nv);
                     }
             }
         for (size_t e = 0; e < elems(&kc); e++)
-            if (!mark[e] && (memcmp(kc.mem + e * es, kc.copy + e * es, es) || memcmp(vc.mem + e * es, vc.copy + e * es, es)))
-                FAIL("cache element %zu outside the appended rows was written", e);
-        free(mark);
+            if (!mark_k[e] && memcmp(kc.mem + e * es, kc.copy + e * es, es))
+                FAIL("cache k element %zu outside the appended rows was written", e);
+        for (size_t e = 0; e < elems(&vc); e++)
+            if (!mark_v[e] && memcmp(vc.mem + e * es, vc.copy + e * es, es))
+                FAIL("cache v element %zu outside the appended rows was written", e);
+        free(mark_k), free(mark_v);
     }
 done:
     rm(&q), rm(&kc), rm(&vc), rm(&kn), rm(&vn), rm(&out);

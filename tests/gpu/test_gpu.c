@@ -13,6 +13,9 @@
  *   - every output element written (outputs poisoned with NaN before each call), nothing outside the views written;
  *   - out, lse, dq, dk, dv within the rule of tests/lib/tolerance.h: max|x − ref| ≤ 2·max|standard − ref| + atol
  *     (STANDARD = our cuBLAS path in the same dtype);
+ *   - v with a head_dim of its own (dv != dqk): STANDARD runs any pair, the FLASH2 forward the pairs its table
+ *     builds ((192, 128)), the FLASH2 backward, FLASH1 and FLASH3 none (FA_ERR_UNSUPPORTED naming v); AUTO's
+ *     backward then runs STANDARD from FLASH2's out and lse;
  *   - FLASH2 and FLASH3 deterministic backward: dq, dk, dv bitwise identical over two runs, the second in another
  *     context (its own workspace); FLASH3's with more key blocks than resident CTAs finishes (det_liveness).
  * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer).
@@ -90,10 +93,17 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The (dqk, dv) pairs with dv != dqk the mma.sync tables build (src/cuda/mma_sync/tiles.h): the FLASH2 forward's
+ * (192, 128); no backward, FLASH1 or FLASH3 row. */
+static int flash_pair_built(fa_algo a, int64_t d, int64_t dv, int backward) {
+    return a == FA_ALGO_FLASH2 && !backward && d == 192 && dv == 128;
+}
+
 /* Expected: does the CUDA backend run algo a on this case? (nb = 8: the backward's tensors; FLASH3 runs the forward
  * only, so its row is asked with the forward's 4) */
 static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     if (a == FA_ALGO_STANDARD) return 1;
+    if (t_case_dv(c) != c->d && !flash_pair_built(a, c->d, t_case_dv(c), 0)) return 0;
     if (a == FA_ALGO_FLASH3) { /* varlen: the forward only (flash3_bwd_runs), without seqused */
         if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.seqused_q ||
             c->opts.seqused_k || c->opts.attention_chunk)
@@ -112,10 +122,16 @@ static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     return 1;
 }
 
+/* The backward of algo a: its forward's rule and, for a pair of head dims, a backward row of its own. */
+static int bwd_runs(fa_algo a, const t_case *c, dbuf **bufs) {
+    const int r = cuda_runs(a, c, bufs, 8);
+    return t_case_dv(c) != c->d && a != FA_ALGO_STANDARD && !flash_pair_built(a, c->d, t_case_dv(c), 1) ? 0 : r;
+}
+
 /* FLASH3's backward: head_dim 64, 128 or 256, no varlen, all 8 views TMA-addressable; explicit tiles: -1 (either) */
 static int flash3_bwd_runs(const t_case *c, dbuf **bufs) {
     if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.cu_seqlens_q ||
-        c->opts.attention_chunk)
+        c->opts.attention_chunk || t_case_dv(c) != c->d)
         return 0;
     for (int i = 0; i < 8; ++i)
         if (!aligned16(bufs[i]) || (bufs[i]->t.stride_batch == 0 && bufs[i]->t.batch > 1)) return 0;
@@ -136,14 +152,15 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
     printf("gpu %s %s:", backward ? "bwd" : "fwd", desc);
     fflush(stdout);
     t_layout lo = c->lay_o == T_BCAST ? T_BSHD : c->lay_o;
+    const int64_t e = t_case_dv(c); /* v, out, dout, dv */
     t_buf q = t_buf_new(c->dt, c->b, c->sq, c->hq, c->d, c->lay_q);
     t_buf k = t_buf_new(c->dt, c->b, c->sk, c->hk, c->d, c->lay_kv);
-    t_buf v = t_buf_new(c->dt, c->b, c->sk, c->hk, c->d, c->lay_kv);
-    t_buf o = t_buf_new(c->dt, c->b, c->sq, c->hq, c->d, lo);
-    t_buf dout = t_buf_new(c->dt, c->b, c->sq, c->hq, c->d, lo);
+    t_buf v = t_buf_new(c->dt, c->b, c->sk, c->hk, e, c->lay_kv);
+    t_buf o = t_buf_new(c->dt, c->b, c->sq, c->hq, e, lo);
+    t_buf dout = t_buf_new(c->dt, c->b, c->sq, c->hq, e, lo);
     t_buf dq = t_buf_new(c->dt, c->b, c->sq, c->hq, c->d, lo);
     t_buf dk = t_buf_new(c->dt, c->b, c->sk, c->hk, c->d, lo);
-    t_buf dv = t_buf_new(c->dt, c->b, c->sk, c->hk, c->d, lo);
+    t_buf dv = t_buf_new(c->dt, c->b, c->sk, c->hk, e, lo);
     const double sigma = c->sigma > 0 ? c->sigma : 1;
     t_buf_randn(&q, sigma);
     t_buf_randn(&k, sigma);
@@ -155,21 +172,22 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
     dbuf *fwd_bufs[4] = {&Q, &K, &V, &O}, *all_bufs[8] = {&Q, &K, &V, &O, &DO, &DQ, &DK, &DV};
 
     const int64_t nq = c->b * c->sq * c->hq * c->d, nk = c->b * c->sk * c->hk * c->d, nl = c->b * c->hq * c->sq;
-    double *ref = malloc(sizeof(double) * (size_t)(nq > 0 ? nq : 1)), *rlse = malloc(sizeof(double) * (size_t)(nl > 0 ? nl : 1));
+    const int64_t no = c->b * c->sq * c->hq * e, nv = c->b * c->sk * c->hk * e;
+    double *ref = malloc(sizeof(double) * (size_t)(no > 0 ? no : 1)), *rlse = malloc(sizeof(double) * (size_t)(nl > 0 ? nl : 1));
     double *rdq = NULL, *rdk = NULL, *rdv = NULL;
     fa_attn_opts opts = c->opts;
     const double t0 = now_s();
     CHECK_STATUS(t_oracle_forward(&opts, &q.t, &k.t, &v.t, ref, rlse), FA_OK);
-    const double refmax = t_max_abs(ref, nq);
+    const double refmax = t_max_abs(ref, no);
     double lscale = t_max_abs(rlse, nl);
     if (!(lscale > 1)) lscale = 1;
     double mq = 0, mk = 0, mv = 0, gmax = 0;
     if (backward) {
         rdq = malloc(sizeof(double) * (size_t)(nq > 0 ? nq : 1));
         rdk = malloc(sizeof(double) * (size_t)(nk > 0 ? nk : 1));
-        rdv = malloc(sizeof(double) * (size_t)(nk > 0 ? nk : 1));
+        rdv = malloc(sizeof(double) * (size_t)(nv > 0 ? nv : 1));
         CHECK_STATUS(t_oracle_backward(&opts, &q.t, &k.t, &v.t, &dout.t, rdq, rdk, rdv), FA_OK);
-        mq = t_max_abs(rdq, nq), mk = t_max_abs(rdk, nk), mv = t_max_abs(rdv, nk);
+        mq = t_max_abs(rdq, nq), mk = t_max_abs(rdk, nk), mv = t_max_abs(rdv, nv);
         gmax = fmax(mq, fmax(mk, mv));
     }
     const double t1 = now_s();
@@ -184,7 +202,8 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
         /* FLASH3's backward where it is built, else FLASH2's from FLASH3's out and lse where FLASH2 runs it */
         const int f3b = backward && a == FA_ALGO_FLASH3 ? flash3_bwd_runs(c, all_bufs) : 0;
         const fa_algo ab = a == FA_ALGO_FLASH3 && f3b != 1 ? FA_ALGO_FLASH2 : a;
-        const int expect_b = a == FA_ALGO_FLASH3 && f3b != 1 ? cuda_runs(ab, c, all_bufs, 8) : expect;
+        const int expect_b = a == FA_ALGO_FLASH3 && f3b != 1 ? bwd_runs(ab, c, all_bufs)
+                             : backward && a != FA_ALGO_FLASH3 ? bwd_runs(a, c, all_bufs) : expect;
         for (int det = 0; det <= (backward && (ab == FA_ALGO_FLASH2 || ab == FA_ALGO_FLASH3) ? 1 : 0); ++det) {
             opts.algo = a;
             opts.deterministic = det;
@@ -195,6 +214,8 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
             fa_status st = fa_forward(ctx, &opts, &Q.t, &K.t, &V.t, &O.t, dlse);
             if (st == FA_ERR_UNSUPPORTED && expect != 1) {
                 CHECK_MSG(strlen(fa_context_last_error(ctx)) > 10, "%s: UNSUPPORTED without a reason", fa_algo_name(a));
+                if (e != c->d && c->dt != FA_DTYPE_F32 && !flash_pair_built(a, c->d, e, 0)) /* refused for the pair */
+                    CHECK_STR_CONTAINS(fa_context_last_error(ctx), "v: head_dim");
                 printf(" %s:unsupported", fa_algo_name(a));
                 break;
             }
@@ -316,7 +337,7 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
         CHECK_STATUS(st, FA_OK);
         if (st == FA_OK) {
             const fa_algo want = flash3_bwd_runs(c, all_bufs) == 1 ? FA_ALGO_FLASH3
-                                 : cuda_runs(FA_ALGO_FLASH2, c, all_bufs, 8) ? FA_ALGO_FLASH2
+                                 : bwd_runs(FA_ALGO_FLASH2, c, all_bufs) ? FA_ALGO_FLASH2
                                                                             : FA_ALGO_STANDARD;
             fa_stats s;
             CHECK_STATUS(fa_last_stats(ctx, &s), FA_OK);
@@ -496,6 +517,13 @@ static void unsupported_checks(fa_context *ctx) {
     d_up(&Q);
     CHECK_STATUS(fa_forward(ctx, &op, &Q.t, &Q.t, &Q.t, &O.t, NULL), FA_OK);
     d_free(&Q), d_free(&O), t_buf_free(&q), t_buf_free(&o);
+    /* v of its own head_dim on FLASH3: refused naming v and both dims */
+    t_buf q2 = t_buf_new(FA_DTYPE_BF16, 1, 8, 1, 128, T_BSHD), v2 = t_buf_new(FA_DTYPE_BF16, 1, 8, 1, 64, T_BSHD);
+    dbuf Q2 = d_new(&q2), V2 = d_new(&v2), O2 = d_new(&v2);
+    op.algo = FA_ALGO_FLASH3;
+    CHECK_STATUS(fa_forward(ctx, &op, &Q2.t, &Q2.t, &V2.t, &O2.t, NULL), FA_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(fa_context_last_error(ctx), "v: head_dim 64 differs from q's 128");
+    d_free(&Q2), d_free(&V2), d_free(&O2), t_buf_free(&q2), t_buf_free(&v2);
     printf("unsupported: %s\n", t_failures ? "FAILED" : "ok");
 }
 
@@ -745,6 +773,31 @@ int main(void) {
         cv.opts.causal = 1, cv.opts.attention_chunk = 48;
         run_case(ctx, &cv, 0);
         run_case(ctx, &cv, 1);
+    }
+    /* v with a head_dim of its own: MLA's (192, 128) and (128, 192), pairs of built and unbuilt dims, masks, GQA,
+     * softcap, layouts, varlen; STANDARD runs each, the flash algorithms where their tables build the pair (else
+     * FA_ERR_UNSUPPORTED naming v), AUTO what runs */
+    {
+        static const int pairs[][2] = {{192, 128}, {128, 192}, {128, 64}, {64, 32}, {96, 128}, {80, 48}};
+        for (int pi = 0; pi < 6; ++pi)
+            for (int mode = 0; mode < (small ? 2 : 5); ++mode) {
+                t_case c = t_case_make(2, small ? 113 : 239, small ? 239 : 1023, 4, mode == 3 ? 1 : 2, pairs[pi][0],
+                                       dts[(pi + mode) & 1]);
+                c.dv = pairs[pi][1];
+                if (mode == 1) c.opts.causal = 1;
+                if (mode == 2) c.opts.window_left = 37, c.opts.window_right = 5;
+                if (mode == 4) c.opts.softcap = 20.f, c.opts.causal = 1, c.lay_q = T_BHSD, c.lay_kv = T_STRIDED;
+                run_case(ctx, &c, 0);
+                run_case(ctx, &c, 1);
+            }
+        int32_t cq[5], ck[5];
+        static const int lq[4] = {17, 0, 130, 64}, lk[4] = {33, 5, 64, 200};
+        t_case c = varlen_case(4, lq, lk, 4, 2, 192, FA_DTYPE_BF16, cq, ck);
+        c.dv = 128, c.opts.causal = 1;
+        run_case(ctx, &c, 0);
+        run_case(ctx, &c, 1);
+        c.dt = FA_DTYPE_F32; /* STANDARD's f32 path (cuBLAS fp32 GEMMs) */
+        run_case(ctx, &c, 1);
     }
     /* random small cases (any dtype, head_dim, layout, mask; explicit tiles dropped half the time) */
     for (int i = 0; i < (small ? 2 : 40); ++i) {

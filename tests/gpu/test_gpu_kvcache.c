@@ -56,7 +56,7 @@ static dev_case to_dev(const t_kv_case *c) {
     dev_case d;
     memset(&d, 0, sizeof d);
     const t_kv_spec *s = &c->s;
-    d.kc = dup_dev(c->kc, c->cache_bytes), d.vc = dup_dev(c->vc, c->cache_bytes);
+    d.kc = dup_dev(c->kc, c->cache_bytes), d.vc = dup_dev(c->vc, c->v_bytes);
     d.q = dup_dev(c->q.mem, c->q.mem_bytes), d.out = dup_dev(c->out.mem, c->out.mem_bytes);
     d.qt = moved(&c->q.t, c->q.mem, d.q), d.outt = moved(&c->out.t, c->out.mem, d.out);
     if (s->append) {
@@ -94,9 +94,9 @@ static fa_status call(fa_context *ctx, const t_kv_case *c, dev_case *d, const fa
 /* Copy the results back into the case's host buffers and verify them against the oracle. */
 static int fetch_verify(const t_kv_case *c, dev_case *d, fa_context *cpu) {
     t_kv_case *h = (t_kv_case *)c;
-    void *k = malloc(c->cache_bytes), *v = malloc(c->cache_bytes);
+    void *k = malloc(c->cache_bytes), *v = malloc(c->v_bytes);
     CU(cudaMemcpy(k, d->kc, c->cache_bytes, cudaMemcpyDeviceToHost));
-    CU(cudaMemcpy(v, d->vc, c->cache_bytes, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(v, d->vc, c->v_bytes, cudaMemcpyDeviceToHost));
     CU(cudaMemcpy(h->out.mem, d->out, c->out.mem_bytes, cudaMemcpyDeviceToHost));
     CU(cudaMemcpy(h->lse, d->lse, sizeof(float) * (size_t)(c->s.batch * c->s.hq * c->s.sq), cudaMemcpyDeviceToHost));
     const int f = t_kv_verify(c, &c->out, c->lse, k, v, cpu, 0);
@@ -296,7 +296,7 @@ static void contract(fa_context *ctx, fa_context *cpu) {
         t_kv_case *c = t_kv_new(&s, &R);
         const int64_t nq = 2 * 3 * 8 * 128, nl = 2 * 8 * 3;
         if (kind == 0) t_store(c->kc, s.dt, t_kv_key_off(c, 0, 1, 40) + 5, NAN);
-        if (kind == 1) t_store(c->vc, s.dt, t_kv_key_off(c, 1, 0, 100) + 7, INFINITY);
+        if (kind == 1) t_store(c->vc, s.dt, t_kv_val_off(c, 1, 0, 100) + 7, INFINITY);
         if (kind == 2) t_set(&c->q.t, 1, 2, 3, 9, NAN);
         if (kind == 3) {
             for (int b = 0; b < 2; b++)
@@ -632,6 +632,25 @@ static void merge(fa_context *ctx) {
     cudaFree(dout), cudaFree(dlse);
 }
 
+/* A cache whose v has its own head_dim (MLA's (576, 512), and (128, 64)): the CUDA kernel holds K and V tiles of one
+ * head_dim, so the call is FA_ERR_UNSUPPORTED naming cache.v and both dims, before anything is written. */
+static void vdim_refusal(fa_context *ctx) {
+    static const int pairs[2][2] = {{576, 512}, {128, 64}};
+    for (int i = 0; i < 2; i++) {
+        t_kv_spec s = spec(FA_DTYPE_BF16, 2, 1, 16, 1, pairs[i][0], 64, 16);
+        s.dv = pairs[i][1], s.append = i;
+        t_kv_case *c = t_kv_new(&s, &R);
+        snprintf(t_case_label, sizeof t_case_label, "decode d %d dv %d refused", pairs[i][0], pairs[i][1]);
+        dev_case d = to_dev(c);
+        CHECK_STATUS(call(ctx, c, &d, NULL), FA_ERR_UNSUPPORTED);
+        char want[96];
+        snprintf(want, sizeof want, "cache.v: head_dim %d differs from q's %d", pairs[i][1], pairs[i][0]);
+        CHECK_STR_CONTAINS(fa_context_last_error(ctx), want);
+        free_dev(&d);
+        t_kv_free(c);
+    }
+}
+
 int main(void) {
     t_rng_seed(&R, t_init("test_gpu_kvcache"));
     const int small = getenv("FA_GPU_TEST_SMALL") && atoi(getenv("FA_GPU_TEST_SMALL"));
@@ -653,6 +672,7 @@ int main(void) {
     contract(ctx, cpu);
     graph(ctx, cpu, small);
     merge(ctx);
+    vdim_refusal(ctx);
     fa_context_destroy(ctx);
     fa_context_destroy(cpu);
     return t_finish();

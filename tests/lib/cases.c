@@ -29,6 +29,7 @@ void t_case_describe(const t_case *c, char *buf, size_t n) {
                      (long long)c->b, (long long)c->sq, (long long)c->sk, (long long)c->hq, (long long)c->hk,
                      (long long)c->d, t_layout_name(c->lay_q), t_layout_name(c->lay_kv), t_layout_name(c->lay_o));
     if (w < 0 || (size_t)w >= n) return;
+    if (t_case_dv(c) != c->d) w += snprintf(buf + w, n - (size_t)w, " dv%lld", (long long)t_case_dv(c));
     if (o->causal) w += snprintf(buf + w, n - (size_t)w, " causal");
     if (o->window_left >= 0 || o->window_right >= 0)
         w += snprintf(buf + w, n - (size_t)w, " win(%d,%d)", o->window_left, o->window_right);
@@ -95,6 +96,11 @@ t_case t_case_draw(t_rng *r, const t_space *sp) {
     int64_t b = t_rng_int(r, 1, 3), sq = seqlens[t_rng_int(r, 0, ns - 1)], sk = seqlens[t_rng_int(r, 0, ns - 1)];
     int64_t d = dims[t_rng_int(r, 0, nd - 1)];
     t_case c = t_case_make(b, sq, sk, hk * group, hk, d, dts[t_rng_int(r, 0, ndt - 1)]);
+    /* v/out's own head_dim from the same list (MLA's 192/128 among the pairs when 256 is allowed) */
+    if (sp->dv_pct > 0 && t_rng_int(r, 0, 99) < sp->dv_pct) {
+        if (sp->max_d >= 192 && t_rng_int(r, 0, 3) == 0) c.d = 192, c.dv = 128;
+        else c.dv = dims[t_rng_int(r, 0, nd - 1)];
+    }
     c.lay_q = (t_layout)t_rng_int(r, 0, 2);
     c.lay_kv = (t_layout)t_rng_int(r, 0, sp->bcast ? 3 : 2);
     c.lay_o = (t_layout)t_rng_int(r, 0, 2);
@@ -113,16 +119,17 @@ t_case t_case_draw(t_rng *r, const t_space *sp) {
     /* sinks around the logits' range: from a small share of the weight to most of it */
     if (sp->sinks_pct > 0 && t_rng_int(r, 0, 99) < sp->sinks_pct) t_case_sinks(&c, r, -2, 4);
     if (sp->max_work > 0) {
-        while ((double)c.b * c.hq * c.sq * c.sk * c.d > sp->max_work && (c.hq > c.hk || c.b > 1)) {
+        const double w = (double)(c.d + t_case_dv(&c)) / 2; /* the oracle's work per (query, key) pair */
+        while ((double)c.b * c.hq * c.sq * c.sk * w > sp->max_work && (c.hq > c.hk || c.b > 1)) {
             if (c.hq > c.hk) c.hq = c.hk;
             else c.b--;
         }
-        while ((double)c.b * c.hq * c.sq * c.sk * c.d > sp->max_work && c.hk > 1) c.hq = --c.hk;
+        while ((double)c.b * c.hq * c.sq * c.sk * w > sp->max_work && c.hk > 1) c.hq = --c.hk;
     }
     return c;
 }
 
 t_case t_case_random(int max_seqlen, int max_d, int allow_bcast) {
-    t_space sp = {max_seqlen, max_d, allow_bcast, 1, 0, 0, 0, 0, 0};
+    t_space sp = {max_seqlen, max_d, allow_bcast, 1, 0, 0, 0, 0, 0, 0};
     return t_case_draw(&t_default_rng, &sp);
 }

@@ -13,7 +13,8 @@
 #define T_MAX_SINK_HEADS 64
 
 typedef struct t_case {
-    int64_t b, sq, sk, hq, hk, d; /* varlen: b = 1, sq/sk = totals, opts.cu_seqlens_* set */
+    int64_t b, sq, sk, hq, hk, d; /* varlen: b = 1, sq/sk = totals, opts.cu_seqlens_* set; d: q/k's head_dim */
+    int64_t dv;                    /* v/out's head_dim; 0 = d (t_case_dv) */
     fa_dtype dt;
     t_layout lay_q, lay_kv, lay_o; /* lay_o is used for out, dout and the gradients */
     fa_attn_opts opts;             /* opts.algo is set per run */
@@ -25,6 +26,9 @@ typedef struct t_case {
     int with_sinks;                /* opts.sinks = sinks (see t_case_bind) */
     float sinks[T_MAX_SINK_HEADS];
 } t_case;
+
+/* v's (and out's) head_dim of the case. */
+static inline int64_t t_case_dv(const t_case *c) { return c->dv > 0 ? c->dv : c->d; }
 
 t_case t_case_make(int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hk, int64_t d, fa_dtype dt);
 /* The same with the layouts of q (and dq), k/v (and dk/dv) and out (and dout) given. */
@@ -42,9 +46,11 @@ typedef struct t_space {
     double max_work;       /* > 0: fewer heads, then batches, until b·hq·sq·sk·d ≤ max_work (the oracle's cost) */
     int sinks_pct;         /* percent of cases with learnable sinks (opts.sinks) */
     int chunk_pct;         /* percent of cases with attention_chunk (1..40) */
+    int dv_pct;            /* percent of cases whose v/out head_dim is drawn apart from q/k's (MLA: dqk != dv) */
 } t_space;
 
-/* A random case: seqlen_q ≠ seqlen_k, GQA/MQA, every layout, causal/window/softcap/scale/sigma/sinks drawn at random.
+/* A random case: seqlen_q ≠ seqlen_k, GQA/MQA, every layout, causal/window/softcap/scale/sigma/sinks/dv drawn at
+ * random.
  * A varlen case keeps its offsets in c.cu_q/cu_k (and sinks in c.sinks): call t_case_bind once the case is where it
  * will be used. */
 t_case t_case_draw(t_rng *r, const t_space *sp);

@@ -11,12 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define T_KV_MAX_D 576 /* decoding's longest head_dim (q/k) */
+
 static int64_t es_of(fa_dtype dt) { return (int64_t)fa_dtype_size(dt); }
 static int64_t len_after(const t_kv_case *c, int64_t b) { return c->seqlens[b] + (c->s.append ? c->s.sq : 0); }
 static int64_t row_of(const t_kv_case *c, int64_t b) { return c->batch_idx ? c->batch_idx[b] : b; }
 
-int64_t t_kv_key_off(const t_kv_case *c, int64_t b, int64_t h, int64_t t) {
-    const fa_tensor *k = &c->kct;
+static int64_t key_off(const t_kv_case *c, const fa_tensor *k, int64_t b, int64_t h, int64_t t) {
     const int64_t row = row_of(c, b);
     if (c->s.page_size) {
         const int64_t pg = c->block_table[row * c->max_pages + t / c->s.page_size];
@@ -24,6 +25,8 @@ int64_t t_kv_key_off(const t_kv_case *c, int64_t b, int64_t h, int64_t t) {
     }
     return row * k->stride_batch + t * k->stride_seq + h * k->stride_head;
 }
+int64_t t_kv_key_off(const t_kv_case *c, int64_t b, int64_t h, int64_t t) { return key_off(c, &c->kct, b, h, t); }
+int64_t t_kv_val_off(const t_kv_case *c, int64_t b, int64_t h, int64_t t) { return key_off(c, &c->vct, b, h, t); }
 
 static void shuffle(t_rng *r, int32_t *x, int64_t n) {
     for (int64_t i = n - 1; i > 0; i--) {
@@ -36,8 +39,9 @@ static void shuffle(t_rng *r, int32_t *x, int64_t n) {
 t_kv_case *t_kv_new(const t_kv_spec *spec, t_rng *r) {
     t_kv_case *c = calloc(1, sizeof *c);
     c->s = *spec;
+    if (!c->s.dv) c->s.dv = c->s.d;
     const t_kv_spec *s = &c->s;
-    const int64_t B = s->batch, cap = s->capacity, es = es_of(s->dt), add = s->append ? s->sq : 0;
+    const int64_t B = s->batch, cap = s->capacity, es = es_of(s->dt), add = s->append ? s->sq : 0, dv = s->dv;
     c->seqlens = malloc(sizeof(int32_t) * (size_t)B);
     for (int64_t b = 0; b < B; b++) {
         int len = s->lens ? s->lens[b] : t_rng_int(r, 0, (int)(cap - add));
@@ -70,37 +74,37 @@ t_kv_case *t_kv_new(const t_kv_spec *spec, t_rng *r) {
             for (int64_t j = used; j < c->max_pages; j++) c->block_table[row_of(c, b) * c->max_pages + j] = -1;
         }
         c->kct = fa_tensor_bshd(NULL, s->dt, c->num_pages, s->page_size, s->hk, s->d);
+        c->vct = fa_tensor_bshd(NULL, s->dt, c->num_pages, s->page_size, s->hk, dv);
         n_keys = c->num_pages * s->page_size;
     } else {
         c->kct = fa_tensor_bshd(NULL, s->dt, c->rows, cap, s->hk, s->d);
+        c->vct = fa_tensor_bshd(NULL, s->dt, c->rows, cap, s->hk, dv);
         n_keys = c->rows * cap;
     }
     c->cache_bytes = (size_t)(n_keys * s->hk * s->d * es);
+    c->v_bytes = (size_t)(n_keys * s->hk * dv * es);
     c->kc = malloc(c->cache_bytes);
-    c->vc = malloc(c->cache_bytes);
+    c->vc = malloc(c->v_bytes);
     c->kct.data = c->kc;
-    c->vct = c->kct;
     c->vct.data = c->vc;
     /* everything NaN, then random values at the keys each sequence has */
-    for (int64_t i = 0; i < n_keys * s->hk * s->d; i++) {
-        t_store_nan((char *)c->kc + i * es, s->dt);
-        t_store_nan((char *)c->vc + i * es, s->dt);
-    }
+    for (int64_t i = 0; i < n_keys * s->hk * s->d; i++) t_store_nan((char *)c->kc + i * es, s->dt);
+    for (int64_t i = 0; i < n_keys * s->hk * dv; i++) t_store_nan((char *)c->vc + i * es, s->dt);
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < c->seqlens[b]; t++)
             for (int64_t h = 0; h < s->hk; h++) {
-                const int64_t o = t_kv_key_off(c, b, h, t);
-                for (int64_t x = 0; x < s->d; x++) {
-                    t_store(c->kc, s->dt, o + x, t_rng_randn(r));
-                    t_store(c->vc, s->dt, o + x, t_rng_randn(r));
+                const int64_t o = t_kv_key_off(c, b, h, t), ov = t_kv_val_off(c, b, h, t);
+                for (int64_t x = 0; x < (s->d > dv ? s->d : dv); x++) { /* k, v interleaved, as with one d */
+                    if (x < s->d) t_store(c->kc, s->dt, o + x, t_rng_randn(r));
+                    if (x < dv) t_store(c->vc, s->dt, ov + x, t_rng_randn(r));
                 }
             }
     c->q = t_buf_new_r(r, s->dt, B, s->sq, s->hq, s->d, T_BSHD);
-    c->out = t_buf_new_r(r, s->dt, B, s->sq, s->hq, s->d, T_BSHD);
+    c->out = t_buf_new_r(r, s->dt, B, s->sq, s->hq, dv, T_BSHD);
     t_buf_randn_r(r, &c->q, 1);
     if (s->append) {
         c->kn = t_buf_new_r(r, s->dt, B, s->sq, s->hk, s->d, T_BSHD);
-        c->vn = t_buf_new_r(r, s->dt, B, s->sq, s->hk, s->d, T_BSHD);
+        c->vn = t_buf_new_r(r, s->dt, B, s->sq, s->hk, dv, T_BSHD);
         t_buf_randn_r(r, &c->kn, 1);
         t_buf_randn_r(r, &c->vn, 1);
     }
@@ -183,10 +187,10 @@ static int check_cache(const t_kv_case *c, const void *k_after, const void *v_af
     const t_kv_spec *s = &c->s;
     const int64_t es = es_of(s->dt), d = s->d;
     int fails = 0;
-    unsigned char *expect_k = malloc(c->cache_bytes), *expect_v = malloc(c->cache_bytes), *fuzzy = calloc(c->cache_bytes, 1);
+    unsigned char *expect_k = malloc(c->cache_bytes), *expect_v = malloc(c->v_bytes), *fuzzy = calloc(c->cache_bytes, 1);
     memcpy(expect_k, c->kc, c->cache_bytes);
-    memcpy(expect_v, c->vc, c->cache_bytes);
-    double x[256], worst = 0;
+    memcpy(expect_v, c->vc, c->v_bytes);
+    double x[T_KV_MAX_D], worst = 0;
     if (s->append)
         for (int64_t b = 0; b < s->batch; b++)
             for (int64_t i = 0; i < s->sq; i++)
@@ -204,16 +208,17 @@ static int check_cache(const t_kv_case *c, const void *k_after, const void *v_af
                     } else {
                         for (int64_t e = 0; e < d; e++) t_store(expect_k, s->dt, o + e, x[e]);
                     }
-                    for (int64_t e = 0; e < d; e++) t_store(expect_v, s->dt, o + e, t_get(&c->vn.t, b, i, h, e));
+                    const int64_t ov = t_kv_val_off(c, b, h, t);
+                    for (int64_t e = 0; e < s->dv; e++) t_store(expect_v, s->dt, ov + e, t_get(&c->vn.t, b, i, h, e));
                 }
     CHECK_MSG(worst == 0, "%s: appended rotated k off the float64 rotary by %.3g units in the last place", t_case_label,
               worst);
     fails += worst != 0;
     size_t bad_k = 0, bad_v = 0;
-    for (size_t i = 0; i < c->cache_bytes; i++) {
+    for (size_t i = 0; i < c->cache_bytes; i++)
         if (!fuzzy[i] && ((const unsigned char *)k_after)[i] != expect_k[i]) bad_k++;
+    for (size_t i = 0; i < c->v_bytes; i++)
         if (((const unsigned char *)v_after)[i] != expect_v[i]) bad_v++;
-    }
     CHECK_MSG(bad_k == 0 && bad_v == 0, "%s: cache bytes differ from the expected (k %zu, v %zu of %zu)", t_case_label,
               bad_k, bad_v, c->cache_bytes);
     fails += bad_k || bad_v;
@@ -224,23 +229,23 @@ static int check_cache(const t_kv_case *c, const void *k_after, const void *v_af
 int t_kv_verify(const t_kv_case *c, const t_buf *out, const float *lse, const void *k_after, const void *v_after,
                 fa_context *std_ctx, double relax) {
     const t_kv_spec *s = &c->s;
-    const int64_t B = s->batch, S = s->sq, Hq = s->hq, Hk = s->hk, D = s->d;
+    const int64_t B = s->batch, S = s->sq, Hq = s->hq, Hk = s->hk, D = s->d, DV = s->dv;
     int fails = check_cache(c, k_after, v_after);
     const int64_t unwritten = t_buf_check_written(out);
     CHECK_MSG(unwritten == 0, "%s: %lld out elements not written (or padding touched)", t_case_label, (long long)unwritten);
     fails += unwritten != 0;
     double err = 0, err_std = 0, refmax = 0, lerr = 0, lerr_std = 0, lscale = 1;
-    int have_std = std_ctx && !s->rotary;
+    int have_std = std_ctx && !s->rotary && D <= 256 && DV <= 256; /* fa_forward's head dims */
     for (int64_t b = 0; b < B; b++) {
         const int64_t L = len_after(c, b);
-        double *ref = malloc(sizeof(double) * (size_t)(S * Hq * D)), *rl = malloc(sizeof(double) * (size_t)(Hq * S));
+        double *ref = malloc(sizeof(double) * (size_t)(S * Hq * DV)), *rl = malloc(sizeof(double) * (size_t)(Hq * S));
         if (L == 0) {
-            for (int64_t i = 0; i < S * Hq * D; i++) ref[i] = 0;
+            for (int64_t i = 0; i < S * Hq * DV; i++) ref[i] = 0;
             for (int64_t i = 0; i < Hq * S; i++) rl[i] = s->opts.sinks ? s->opts.sinks[i / S] : -INFINITY;
         } else {
             t_buf q32 = t_buf_new(FA_DTYPE_F32, 1, S, Hq, D, T_BSHD), k32 = t_buf_new(FA_DTYPE_F32, 1, L, Hk, D, T_BSHD);
-            t_buf v32 = t_buf_new(FA_DTYPE_F32, 1, L, Hk, D, T_BSHD);
-            double x[256];
+            t_buf v32 = t_buf_new(FA_DTYPE_F32, 1, L, Hk, DV, T_BSHD);
+            double x[T_KV_MAX_D];
             for (int64_t i = 0; i < S; i++)
                 for (int64_t h = 0; h < Hq; h++) {
                     for (int64_t e = 0; e < D; e++) x[e] = t_get(&c->q.t, b, i, h, e);
@@ -249,25 +254,22 @@ int t_kv_verify(const t_kv_case *c, const t_buf *out, const float *lse, const vo
                 }
             for (int64_t t = 0; t < L; t++)
                 for (int64_t h = 0; h < Hk; h++) {
-                    const int64_t o = t_kv_key_off(c, b, h, t);
-                    for (int64_t e = 0; e < D; e++) {
-                        t_set(&k32.t, 0, t, h, e, t_load(k_after, s->dt, o + e));
-                        t_set(&v32.t, 0, t, h, e, t_load(v_after, s->dt, o + e));
-                    }
+                    const int64_t o = t_kv_key_off(c, b, h, t), ov = t_kv_val_off(c, b, h, t);
+                    for (int64_t e = 0; e < D; e++) t_set(&k32.t, 0, t, h, e, t_load(k_after, s->dt, o + e));
+                    for (int64_t e = 0; e < DV; e++) t_set(&v32.t, 0, t, h, e, t_load(v_after, s->dt, ov + e));
                 }
             CHECK_STATUS(t_oracle_forward(&s->opts, &q32.t, &k32.t, &v32.t, ref, rl), FA_OK);
             if (have_std) { /* STANDARD in the case's dtype on the same keys: the baseline of the pass rule */
                 t_buf qd = t_buf_new(s->dt, 1, S, Hq, D, T_BSHD), kd = t_buf_new(s->dt, 1, L, Hk, D, T_BSHD);
-                t_buf vd = t_buf_new(s->dt, 1, L, Hk, D, T_BSHD), od = t_buf_new(s->dt, 1, S, Hq, D, T_BSHD);
+                t_buf vd = t_buf_new(s->dt, 1, L, Hk, DV, T_BSHD), od = t_buf_new(s->dt, 1, S, Hq, DV, T_BSHD);
                 for (int64_t i = 0; i < S; i++)
                     for (int64_t h = 0; h < Hq; h++)
                         for (int64_t e = 0; e < D; e++) t_set(&qd.t, 0, i, h, e, t_get(&q32.t, 0, i, h, e));
                 for (int64_t t = 0; t < L; t++)
-                    for (int64_t h = 0; h < Hk; h++)
-                        for (int64_t e = 0; e < D; e++) {
-                            t_set(&kd.t, 0, t, h, e, t_get(&k32.t, 0, t, h, e));
-                            t_set(&vd.t, 0, t, h, e, t_get(&v32.t, 0, t, h, e));
-                        }
+                    for (int64_t h = 0; h < Hk; h++) {
+                        for (int64_t e = 0; e < D; e++) t_set(&kd.t, 0, t, h, e, t_get(&k32.t, 0, t, h, e));
+                        for (int64_t e = 0; e < DV; e++) t_set(&vd.t, 0, t, h, e, t_get(&v32.t, 0, t, h, e));
+                    }
                 fa_attn_opts so = s->opts;
                 so.algo = FA_ALGO_STANDARD;
                 float *sl = malloc(sizeof(float) * (size_t)(Hq * S));
@@ -279,12 +281,12 @@ int t_kv_verify(const t_kv_case *c, const t_buf *out, const float *lse, const vo
             }
             t_buf_free(&q32), t_buf_free(&k32), t_buf_free(&v32);
         }
-        refmax = fmax(refmax, t_max_abs(ref, S * Hq * D));
+        refmax = fmax(refmax, t_max_abs(ref, S * Hq * DV));
         lscale = fmax(lscale, t_lse_scale(rl, Hq * S));
         for (int64_t i = 0; i < S; i++)
             for (int64_t h = 0; h < Hq; h++) {
-                for (int64_t e = 0; e < D; e++) {
-                    const double got = t_get(&out->t, b, i, h, e), want = ref[(i * Hq + h) * D + e];
+                for (int64_t e = 0; e < DV; e++) {
+                    const double got = t_get(&out->t, b, i, h, e), want = ref[(i * Hq + h) * DV + e];
                     const double dd = fabs(got - want);
                     err = isnan(dd) ? INFINITY : fmax(err, dd);
                 }
@@ -313,9 +315,9 @@ int t_kv_verify(const t_kv_case *c, const t_buf *out, const float *lse, const vo
 }
 
 int t_kv_run_cpu(fa_context *ctx, const t_kv_case *c) {
-    void *k = malloc(c->cache_bytes), *v = malloc(c->cache_bytes);
+    void *k = malloc(c->cache_bytes), *v = malloc(c->v_bytes);
     memcpy(k, c->kc, c->cache_bytes);
-    memcpy(v, c->vc, c->cache_bytes);
+    memcpy(v, c->vc, c->v_bytes);
     t_buf_poison((t_buf *)&c->out);
     for (int64_t i = 0; i < c->s.batch * c->s.hq * c->s.sq; i++) c->lse[i] = t_nanf();
     fa_kvcache kc = t_kv_cache(c, k, v, c->seqlens, c->block_table, c->batch_idx);

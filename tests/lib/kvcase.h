@@ -12,7 +12,8 @@
 
 typedef struct t_kv_spec {
     fa_dtype dt;
-    int batch, sq, hq, hk, d;
+    int batch, sq, hq, hk, d; /* d: q's and the cache's k head_dim */
+    int dv;              /* the cache's v (v_new's, out's) head_dim; 0 = d (MLA decoding: 576 / 512) */
     int capacity;        /* keys per sequence */
     int page_size;       /* 0 = contiguous */
     int append;          /* 1: k_new / v_new */
@@ -28,7 +29,7 @@ typedef struct t_kv_case {
     t_kv_spec s;
     int32_t *seqlens, *block_table, *batch_idx; /* host */
     int64_t rows, max_pages, num_pages;
-    size_t cache_bytes;                         /* of k (= of v) */
+    size_t cache_bytes, v_bytes;                /* of k, of v */
     void *kc, *vc;                              /* host cache, as before the call */
     fa_tensor kct, vct;                         /* views of kc, vc */
     t_buf q, kn, vn, out;
@@ -38,8 +39,9 @@ typedef struct t_kv_case {
 
 t_kv_case *t_kv_new(const t_kv_spec *spec, t_rng *r);
 void t_kv_free(t_kv_case *c);
-/* Element offset of key t, K/V head h of sequence b in the case's cache (kc, vc). */
+/* Element offset of key t, K/V head h of sequence b in the case's k cache (kc), and in its v cache (vc). */
 int64_t t_kv_key_off(const t_kv_case *c, int64_t b, int64_t h, int64_t t);
+int64_t t_kv_val_off(const t_kv_case *c, int64_t b, int64_t h, int64_t t);
 /* The cache descriptor over the given k/v data and index arrays (host or device copies of the case's). */
 fa_kvcache t_kv_cache(const t_kv_case *c, void *k, void *v, const int32_t *seqlens, const int32_t *block_table,
                       const int32_t *batch_idx);

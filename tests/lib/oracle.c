@@ -202,7 +202,8 @@ fa_status t_oracle_forward(const fa_attn_opts *opts, const fa_tensor *q, const f
                            double *out, double *lse) {
     if (!q || !k || !v || !out) return FA_ERR_INVALID_ARGUMENT;
     fa_attn_opts o = opts ? *opts : fa_attn_opts_default();
-    const int64_t d = q->head_dim, H = q->heads, group = q->heads / k->heads, Sq = q->seqlen, Sk = k->seqlen;
+    const int64_t d = q->head_dim, dv = v->head_dim, H = q->heads, group = q->heads / k->heads, Sq = q->seqlen;
+    const int64_t Sk = k->seqlen;
     const double scale = o.scale != 0 ? o.scale : 1.0 / sqrt((double)d);
     dense Q, K, V;
     int ok = dense_new(&Q, q, 0) & dense_new(&K, k, 1) & dense_new(&V, v, 0), oom = !ok;
@@ -228,23 +229,23 @@ fa_status t_oracle_forward(const fa_attn_opts *opts, const fa_tensor *q, const f
             const ref_seq r = owner(&o, q, k, o.cu_seqlens_q, b, row);
             const int64_t i = row - r.q0;
             if (i >= r.sq) { /* a padding row past seqused_q: O = 0, LSE = -inf */
-                memset(out + ((r.b * Sq + row) * H + h) * d, 0, sizeof(double) * (size_t)d);
+                memset(out + ((r.b * Sq + row) * H + h) * dv, 0, sizeof(double) * (size_t)dv);
                 if (lse) lse[(r.b * H + h) * Sq + row] = -INFINITY;
                 continue;
             }
             int64_t lo, hi;
             double m = row_scores(&o, &r, i, drow(&Q, r.b, h, row), dcol(&K, r.b, hk) + r.k0, Sk, d, scale, S, &lo,
                                   &hi);
-            double *O = out + ((r.b * Sq + row) * H + h) * d, l = 0;
+            double *O = out + ((r.b * Sq + row) * H + h) * dv, l = 0;
             const double sink = o.sinks ? o.sinks[h] : -INFINITY, mk = m; /* the sink: a logit with v = 0 */
             if (sink > m) m = sink;
-            memset(O, 0, sizeof(double) * (size_t)d);
+            memset(O, 0, sizeof(double) * (size_t)dv);
             if (mk > -INFINITY) { /* O = Σ_j P_ij vj over the unmasked keys, in order of j */
                 l = row_sum(S, lo, hi, m) + (sink > -INFINITY ? exp(sink - m) : 0);
                 int64_t cnt = 0;
                 for (int64_t j = lo; j < hi; j++)
                     if (S[j] != -INFINITY) P[cnt] = exp(S[j] - m) / l, idx[cnt++] = j;
-                axpys(cnt, P, idx, drow(&V, r.b, hk, r.k0), d, O);
+                axpys(cnt, P, idx, drow(&V, r.b, hk, r.k0), dv, O);
             }
             if (lse) lse[(r.b * H + h) * Sq + row] = mk > -INFINITY ? m + log(l) : sink;
         }
@@ -274,11 +275,12 @@ fa_status t_oracle_backward_mag(const fa_attn_opts *opts, const fa_tensor *q, co
 }
 
 fa_status t_oracle_backward_sinks(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
-                                  const fa_tensor *dout, double *dq, double *dk, double *dv, double *dv_mag,
+                                  const fa_tensor *dout, double *dq, double *dk, double *dvo, double *dv_mag,
                                   double *dsinks) {
-    if (!q || !k || !v || !dout || !dq || !dk || !dv) return FA_ERR_INVALID_ARGUMENT;
+    if (!q || !k || !v || !dout || !dq || !dk || !dvo) return FA_ERR_INVALID_ARGUMENT;
     fa_attn_opts o = opts ? *opts : fa_attn_opts_default();
-    const int64_t d = q->head_dim, H = q->heads, Hk = k->heads, group = H / Hk, Sq = q->seqlen, Sk = k->seqlen;
+    const int64_t d = q->head_dim, dv = v->head_dim, H = q->heads, Hk = k->heads, group = H / Hk, Sq = q->seqlen;
+    const int64_t Sk = k->seqlen;
     const double scale = o.scale != 0 ? o.scale : 1.0 / sqrt((double)d);
     const size_t n_rows = (size_t)(q->batch * H * Sq), ns = (size_t)(Sk > Sq ? Sk : Sq) + 1;
     dense Q, K, V, dO;
@@ -287,7 +289,7 @@ fa_status t_oracle_backward_sinks(const fa_attn_opts *opts, const fa_tensor *q, 
     int oom = !ok;
 #pragma omp parallel if (ok && oracle_big(q, k))
     {
-        double *S = malloc(sizeof(double) * 4 * ns), *O = malloc(sizeof(double) * (size_t)(d > 0 ? d : 1));
+        double *S = malloc(sizeof(double) * 4 * ns), *O = malloc(sizeof(double) * (size_t)(dv > 0 ? dv : 1));
         double *dP = S ? S + ns : NULL, *P = S ? S + 2 * ns : NULL, *C = S ? S + 3 * ns : NULL; /* C = scale·dS */
         int64_t *idx = malloc(sizeof(int64_t) * ns), *idx2 = malloc(sizeof(int64_t) * ns);
         const int scratch = S && O && idx && idx2;
@@ -319,14 +321,14 @@ fa_status t_oracle_backward_sinks(const fa_attn_opts *opts, const fa_tensor *q, 
             if (sink > m) st[0] = m = sink;
             const double l = st[1] = row_sum(S, lo, hi, m) + (sink > -INFINITY ? exp(sink - m) : 0);
             for (int64_t j = lo; j < hi; j++) P[j - lo] = p_of(S[j], m, l), idx[j - lo] = j;
-            memset(O, 0, sizeof(double) * (size_t)d); /* out_i again, every key of the hull with P_ij as dq_i uses it */
-            axpys(hi - lo, P, idx, drow(&V, r.b, hk, r.k0), d, O);
+            memset(O, 0, sizeof(double) * (size_t)dv); /* out_i again, every key of the hull with P_ij as dq_i uses it */
+            axpys(hi - lo, P, idx, drow(&V, r.b, hk, r.k0), dv, O);
             const double *doi = drow(&dO, r.b, h, row);
             double D = 0;
-            for (int64_t x = 0; x < d; x++) D += doi[x] * O[x];
+            for (int64_t x = 0; x < dv; x++) D += doi[x] * O[x];
             st[2] = D;
             st[3] = sink > -INFINITY ? -exp(sink - m) / l * D : 0; /* d sink = −exp(sink − LSE_i) · D_i */
-            dots(doi, dcol(&V, r.b, hk) + r.k0 + lo, Sk, d, hi - lo, dP + lo);
+            dots(doi, dcol(&V, r.b, hk) + r.k0 + lo, Sk, dv, hi - lo, dP + lo);
             int64_t cnt = 0;
             for (int64_t j = lo; j < hi; j++) {
                 const double p = P[j - lo];
@@ -345,11 +347,11 @@ fa_status t_oracle_backward_sinks(const fa_attn_opts *opts, const fa_tensor *q, 
             const int64_t b = n / (Hk * Sk), hk = n / Sk % Hk, row = n % Sk;
             const ref_seq r = owner(&o, q, k, o.cu_seqlens_k, b, row);
             const int64_t j = row - r.k0;
-            double *dkj = dk + ((r.b * Sk + row) * Hk + hk) * d, *dvj = dv + ((r.b * Sk + row) * Hk + hk) * d;
+            double *dkj = dk + ((r.b * Sk + row) * Hk + hk) * d, *dvj = dvo + ((r.b * Sk + row) * Hk + hk) * dv;
             memset(dkj, 0, sizeof(double) * (size_t)d);
-            memset(dvj, 0, sizeof(double) * (size_t)d);
+            memset(dvj, 0, sizeof(double) * (size_t)dv);
             if (j >= r.sk) { /* a padding key past seqused_k: dk = dv = 0 */
-                if (dv_mag) memset(dv_mag + ((r.b * Sk + row) * Hk + hk) * d, 0, sizeof(double) * (size_t)d);
+                if (dv_mag) memset(dv_mag + ((r.b * Sk + row) * Hk + hk) * dv, 0, sizeof(double) * (size_t)dv);
                 continue;
             }
             int64_t lo = 0, hi = r.sq;
@@ -358,7 +360,7 @@ fa_status t_oracle_backward_sinks(const fa_attn_opts *opts, const fa_tensor *q, 
             const double *kj = drow(&K, r.b, hk, row), *vj = drow(&V, r.b, hk, row);
             for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
                 dots(kj, dcol(&Q, r.b, h) + r.q0 + lo, Sq, d, hi - lo, S + lo);
-                dots(vj, dcol(&dO, r.b, h) + r.q0 + lo, Sq, d, hi - lo, dP + lo);
+                dots(vj, dcol(&dO, r.b, h) + r.q0 + lo, Sq, dv, hi - lo, dP + lo);
                 int64_t cnt = 0;
                 for (int64_t i = lo; i < hi; i++) {
                     const double *st = ml + 4 * ((r.b * H + h) * Sq + r.q0 + i);
@@ -366,14 +368,14 @@ fa_status t_oracle_backward_sinks(const fa_attn_opts *opts, const fa_tensor *q, 
                     const double s = capped(&o, S[i], scale), p = p_of(s, st[0], st[1]);
                     if (p != 0) P[cnt] = p, C[cnt] = scale * ds_of(&o, p, s, dP[i], st[2]), idx[cnt++] = i;
                 }
-                axpys(cnt, P, idx, drow(&dO, r.b, h, r.q0), d, dvj);
+                axpys(cnt, P, idx, drow(&dO, r.b, h, r.q0), dv, dvj);
                 axpys(cnt, C, idx, drow(&Q, r.b, h, r.q0), d, dkj);
                 if (dv_mag) {
-                    double *mj = dv_mag + ((r.b * Sk + row) * Hk + hk) * d;
-                    if (h == hk * group) memset(mj, 0, sizeof(double) * (size_t)d);
+                    double *mj = dv_mag + ((r.b * Sk + row) * Hk + hk) * dv;
+                    if (h == hk * group) memset(mj, 0, sizeof(double) * (size_t)dv);
                     const double *dob = drow(&dO, r.b, h, r.q0);
                     for (int64_t c = 0; c < cnt; c++)
-                        for (int64_t x = 0; x < d; x++) mj[x] += P[c] * fabs(dob[idx[c] * d + x]);
+                        for (int64_t x = 0; x < dv; x++) mj[x] += P[c] * fabs(dob[idx[c] * dv + x]);
                 }
             }
         }

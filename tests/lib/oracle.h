@@ -6,15 +6,16 @@
 
 #include "flashattn.h"
 
-/* out: contiguous [q.batch, q.seqlen, q.heads, d] doubles; lse (may be NULL): [q.batch, q.heads, q.seqlen]
+/* q and k share one head_dim (dqk), v and out another (dv; the scale defaults to 1/sqrt(dqk)).
+ * out: contiguous [q.batch, q.seqlen, q.heads, dv] doubles; lse (may be NULL): [q.batch, q.heads, q.seqlen]
  * doubles, -INFINITY for a row that sees no key (its out row is 0). opts.sinks (host) join every row's denominator:
  * a row that sees no key then has LSE = its sink. FP8 inputs take opts.q/k/v_descale (host). Returns FA_OK or
  * FA_ERR_INVALID_ARGUMENT. */
 fa_status t_oracle_forward(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                            double *out, double *lse);
 
-/* Gradients of sum(out ∘ dout): dq contiguous like out; dk, dv contiguous [k.batch, k.seqlen, k.heads, d]
- * (GQA: summed over the query heads sharing a K/V head). */
+/* Gradients of sum(out ∘ dout) (dout: out's shape, dv wide): dq contiguous [q.batch, q.seqlen, q.heads, dqk]; dk, dv
+ * contiguous [k.batch, k.seqlen, k.heads, dqk | dv] (GQA: summed over the query heads sharing a K/V head). */
 fa_status t_oracle_backward(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                             const fa_tensor *dout, double *dq, double *dk, double *dv);
 /* The same, and (dv_mag non-NULL) dv's magnitude: dv_mag = Σ_i P_ij |dO_i| in dv's layout, the size of the terms

@@ -68,10 +68,11 @@ int t_run_forward(fa_context *ctx, const t_case *c, unsigned algos) {
     snprintf(t_case_label, sizeof t_case_label, "fwd %s", desc);
     printf("fwd %s:", desc);
 
+    const int64_t dv = t_case_dv(c);
     t_buf q = t_buf_new(c->dt, c->b, c->sq, c->hq, c->d, c->lay_q);
     t_buf k = t_buf_new(c->dt, c->b, c->sk, c->hk, c->d, c->lay_kv);
-    t_buf v = t_buf_new(c->dt, c->b, c->sk, c->hk, c->d, c->lay_kv);
-    t_buf o = t_buf_new(c->dt, c->b, c->sq, c->hq, c->d, c->lay_o);
+    t_buf v = t_buf_new(c->dt, c->b, c->sk, c->hk, dv, c->lay_kv);
+    t_buf o = t_buf_new(c->dt, c->b, c->sq, c->hq, dv, c->lay_o);
     double sigma = c->sigma > 0 ? c->sigma : 1;
     t_buf_randn(&q, sigma);
     t_buf_randn(&k, sigma);
@@ -79,7 +80,7 @@ int t_run_forward(fa_context *ctx, const t_case *c, unsigned algos) {
     unsigned char *q0, *k0, *v0;
     snapshot(&q, &q0), snapshot(&k, &k0), snapshot(&v, &v0);
 
-    int64_t n_out = c->b * c->sq * c->hq * c->d, n_lse = c->b * c->hq * c->sq;
+    int64_t n_out = c->b * c->sq * c->hq * dv, n_lse = c->b * c->hq * c->sq;
     double *ref = xmalloc(sizeof(double) * (size_t)n_out), *ref_lse = xmalloc(sizeof(double) * (size_t)n_lse);
     float *lse = xmalloc(sizeof(float) * (size_t)n_lse);
     fa_attn_opts opts = c->opts;
@@ -119,14 +120,15 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
     printf("bwd %s:", desc);
 
     t_layout lo = c->lay_o == T_BCAST ? T_BSHD : c->lay_o;
+    const int64_t e = t_case_dv(c); /* v's head_dim: v, out, dout, dv */
     t_buf q = t_buf_new(c->dt, c->b, c->sq, c->hq, c->d, c->lay_q);
     t_buf k = t_buf_new(c->dt, c->b, c->sk, c->hk, c->d, c->lay_kv);
-    t_buf v = t_buf_new(c->dt, c->b, c->sk, c->hk, c->d, c->lay_kv);
-    t_buf o = t_buf_new(c->dt, c->b, c->sq, c->hq, c->d, lo);
-    t_buf dout = t_buf_new(c->dt, c->b, c->sq, c->hq, c->d, lo);
+    t_buf v = t_buf_new(c->dt, c->b, c->sk, c->hk, e, c->lay_kv);
+    t_buf o = t_buf_new(c->dt, c->b, c->sq, c->hq, e, lo);
+    t_buf dout = t_buf_new(c->dt, c->b, c->sq, c->hq, e, lo);
     t_buf dq = t_buf_new(c->dt, c->b, c->sq, c->hq, c->d, lo);
     t_buf dk = t_buf_new(c->dt, c->b, c->sk, c->hk, c->d, lo);
-    t_buf dv = t_buf_new(c->dt, c->b, c->sk, c->hk, c->d, lo);
+    t_buf dv = t_buf_new(c->dt, c->b, c->sk, c->hk, e, lo);
     double sigma = c->sigma > 0 ? c->sigma : 1;
     t_buf_randn(&q, sigma);
     t_buf_randn(&k, sigma);
@@ -136,8 +138,9 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
     snapshot(&q, &q0), snapshot(&k, &k0), snapshot(&v, &v0), snapshot(&dout, &do0);
 
     int64_t nq = c->b * c->sq * c->hq * c->d, nk = c->b * c->sk * c->hk * c->d, n_lse = c->b * c->hq * c->sq;
+    int64_t nv = c->b * c->sk * c->hk * e;
     double *rdq = xmalloc(sizeof(double) * (size_t)nq), *rdk = xmalloc(sizeof(double) * (size_t)nk),
-           *rdv = xmalloc(sizeof(double) * (size_t)nk), *rdvm = xmalloc(sizeof(double) * (size_t)nk);
+           *rdv = xmalloc(sizeof(double) * (size_t)nv), *rdvm = xmalloc(sizeof(double) * (size_t)nv);
     float *lse = xmalloc(sizeof(float) * (size_t)n_lse);
     fa_attn_opts opts = c->opts;
     /* with sinks, d sinks too: poisoned before each call, against the oracle's like a gradient */
@@ -145,7 +148,7 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
     float ds[T_MAX_SINK_HEADS];
     CHECK_STATUS(t_oracle_backward_sinks(&opts, &q.t, &k.t, &v.t, &dout.t, rdq, rdk, rdv, rdvm,
                                          opts.sinks ? rds : NULL), FA_OK);
-    double mq = t_max_abs(rdq, nq), mk = t_max_abs(rdk, nk), mv = t_max_abs(rdv, nk), mvm = t_max_abs(rdvm, nk);
+    double mq = t_max_abs(rdq, nq), mk = t_max_abs(rdk, nk), mv = t_max_abs(rdv, nv), mvm = t_max_abs(rdvm, nv);
     const double mds = opts.sinks ? t_max_abs(rds, c->hq) : 0;
     opts.d_sinks = opts.sinks ? ds : NULL;
 

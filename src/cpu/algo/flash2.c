@@ -19,15 +19,15 @@
 
 #include <string.h>
 
-/* Kj, Vj rows [a, z) of a head, converted to fp32 and packed contiguously ([z − a][d] each) into the thread's
+/* Kj, Vj rows [a, z) of a head, converted to fp32 and packed contiguously ([z − a][d], [z − a][dv]) into the thread's
  * workspace: counted as read from the tensors and written to slow memory; max |k|, |v| into mk, mv. */
 static void pack_kv(const fa_problem *p, const fa_head *hd, int64_t a, int64_t z, float *Kp, float *Vp, fa_io *io,
                     uint32_t *mk, uint32_t *mv) {
-    const int d = (int)p->d, n = (int)(z - a);
+    const int d = (int)p->d, dv = (int)p->d_v, n = (int)(z - a);
     const size_t es = fa_dtype_size(p->dtype);
     fa_tile_load_max(Kp, d, (const char *)hd->k + a * hd->ldk * es, p->dtype, hd->ldk, n, d, io, mk);
-    fa_tile_load_max(Vp, d, (const char *)hd->v + a * hd->ldv * es, p->dtype, hd->ldv, n, d, io, mv);
-    io->written += 2 * (int64_t)n * d * 4;
+    fa_tile_load_max(Vp, dv, (const char *)hd->v + a * hd->ldv * es, p->dtype, hd->ldv, n, dv, io, mv);
+    io->written += (int64_t)n * (d + dv) * 4;
 }
 
 /* Keys [*k0, *k1) of the tile j0.. (cols keys) that some query of rows [a, b) of the Q block i0.. can see. */
@@ -54,20 +54,21 @@ static void masked_qk(const fa_problem *p, const fa_cpu_kernels *kr, const fa_he
 /* O += P Vj on a masked tile, per 48-row chunk only over the keys the chunk can see (P = 0 elsewhere). */
 static void masked_pv(const fa_problem *p, const fa_cpu_kernels *kr, const fa_head *hd, int64_t i0, int rows, int rp,
                       int64_t j0, int cols, const float *ST, const float *Vj, float *O) {
-    const int d = (int)p->d;
+    const int dv = (int)p->d_v;
     for (int r0 = 0; r0 < rows; r0 += 48) {
         const int nr = rows - r0 < 48 ? rows - r0 : 48;
         int k0, k1;
         tile_keys(p, hd, i0, r0, r0 + nr, j0, cols, &k0, &k1);
         if (k1 > k0)
-            kr->gemm_nn(nr, d, k1 - k0, ST + (int64_t)k0 * rp + r0, 1, rp, Vj + (int64_t)k0 * d, d, O + (int64_t)r0 * d, d, 1);
+            kr->gemm_nn(nr, dv, k1 - k0, ST + (int64_t)k0 * rp + r0, 1, rp, Vj + (int64_t)k0 * dv, dv,
+                        O + (int64_t)r0 * dv, dv, 1);
     }
 }
 
 /* ---- forward ---- */
 
-/* A thread's fast tiles: Qi, Qiᵀ, O (Br padded to whole zmm, x d), the K/V tiles or pack (kvrows x d), Sᵀ, and the
- * softmax state m, ℓ, α, LSE. */
+/* A thread's fast tiles: Qi, Qiᵀ (Br padded to whole zmm, x d), O (x dv), the K/V tiles or pack (kvrows x d, dv),
+ * Sᵀ, and the softmax state m, ℓ, α, LSE. */
 typedef struct fwd_tiles {
     float *Qi, *QiT, *O, *Kp, *Vp, *ST, *m, *l, *alpha, *lse;
 } fwd_tiles;
@@ -75,12 +76,13 @@ typedef struct fwd_tiles {
 static void fwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *tiles) {
     const fa_problem *p = problem;
     fwd_tiles *t = tiles;
-    const size_t d = (size_t)p->d, brp = (size_t)fa_pad16(pl->block_q), kvrows = (size_t)pl->aux[FA_CPU_AUX_KVROWS];
+    const size_t d = (size_t)p->d, dv = (size_t)p->d_v, brp = (size_t)fa_pad16(pl->block_q);
+    const size_t kvrows = (size_t)pl->aux[FA_CPU_AUX_KVROWS];
     t->Qi = fa_take_f32(a, brp * d);
     t->QiT = fa_take_f32(a, brp * d);
-    t->O = fa_take_f32(a, brp * d);
+    t->O = fa_take_f32(a, brp * dv);
     t->Kp = fa_take_f32(a, kvrows * d);
-    t->Vp = fa_take_f32(a, kvrows * d);
+    t->Vp = fa_take_f32(a, kvrows * dv);
     t->ST = fa_take_f32(a, brp * (size_t)pl->block_k);
     t->m = fa_take_f32(a, brp);
     t->l = fa_take_f32(a, brp);
@@ -92,7 +94,7 @@ static void fwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *p
  * are packed once (fp32, contiguous, at most kvrows keys) and shared by its Q blocks; otherwise each K/V block is
  * loaded into the tiles Kp, Vp as it is visited. */
 static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
-    const int d = (int)p->d, br = pl->block_q, bc = pl->block_k;
+    const int d = (int)p->d, dv = (int)p->d_v, br = pl->block_q, bc = pl->block_k;
     const int group = pl->aux[FA_CPU_AUX_GROUP], kvrows = pl->aux[FA_CPU_AUX_KVROWS];
     const size_t es = fa_dtype_size(p->dtype);
     const int64_t tr = (p->sq_max + br - 1) / br;
@@ -131,23 +133,24 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
             memset(Qi + (int64_t)rows * d, 0, (size_t)(rp - rows) * d * 4);
             kr->pack_t(rp, d, Qi, d, QiT, rp, sgn);                       /* Qiᵀ [d][rp], once per Q block */
             for (int r = 0; r < rp; r++) { m[r] = -INFINITY; l[r] = 0; }
-            memset(O, 0, (size_t)rows * d * 4);
+            memset(O, 0, (size_t)rows * dv * 4);
             fa_cpu_block_keys(p, hd.sq, hd.sk, i0, i0 + rows, &lo, &hi);
             for (int64_t j0 = lo / bc * bc; j0 < hi; j0 += bc) {
                 const int cols = (int)(hd.sk - j0 < bc ? hd.sk - j0 : bc);
                 const float *Kj = Kp, *Vj = Vp;
                 if (packed) {
-                    Kj = Kp + (j0 - klo) * d, Vj = Vp + (j0 - klo) * d;
-                    io->read += 2 * (int64_t)cols * d * 4;                /* Kj, Vj from the packed rows */
+                    Kj = Kp + (j0 - klo) * d, Vj = Vp + (j0 - klo) * dv;
+                    io->read += (int64_t)cols * (d + dv) * 4;             /* Kj, Vj from the packed rows */
                 } else {
                     fa_tile_load_max(Kp, d, (const char *)hd.k + j0 * hd.ldk * es, p->dtype, hd.ldk, cols, d, io, &mk);
-                    fa_tile_load_max(Vp, d, (const char *)hd.v + j0 * hd.ldv * es, p->dtype, hd.ldv, cols, d, io, &mv);
+                    fa_tile_load_max(Vp, dv, (const char *)hd.v + j0 * hd.ldv * es, p->dtype, hd.ldv, cols, dv, io,
+                                     &mv);
                 }
                 const int plain = p->softcap == 0 && !fa_cpu_tile_needs_mask(p, hd.sq, hd.sk, i0, rows, j0, cols);
                 if (plain && kr->qk_softmax_t) {
                     /* Sᵀ = Kj Qiᵀ and Pᵀ = 2^(c·(Sᵀ − m)), ℓ += colsum Pᵀ in registers; m rises lazily (simd/kernels.h) */
                     if (kr->qk_softmax_t(cols, rp, d, Kj, d, QiT, rp, ST, rp, c, m, l, alpha))
-                        kr->scale_rows(rows, d, O, d, alpha);             /* O = diag(α) O, only if m rose */
+                        kr->scale_rows(rows, dv, O, dv, alpha);           /* O = diag(α) O, only if m rose */
                 } else {
                     if (plain) kr->gemm_nn(cols, rp, d, Kj, d, 1, QiT, rp, ST, rp, 0); /* Sᵀ = Kj Qiᵀ */
                     else masked_qk(p, kr, &hd, i0, rows, rp, j0, cols, Kj, QiT, ST);
@@ -155,13 +158,14 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
                         continue;
                     /* m_new = max(m, colmax Sᵀ); Pᵀ = 2^(c·(Sᵀ − m_new)); ℓ = α·ℓ + colsum Pᵀ, α = 2^(c·(m − m_new)) */
                     kr->softmax_step_t(cols, rp, ST, rp, c, m, l, alpha);
-                    kr->scale_rows(rows, d, O, d, alpha);                 /* O = diag(α) O  */
+                    kr->scale_rows(rows, dv, O, dv, alpha);               /* O = diag(α) O  */
                 }
-                if (plain) kr->gemm_nn(rows, d, cols, ST, 1, rp, Vj, d, O, d, 1); /* O += P Vj */
+                if (plain) kr->gemm_nn(rows, dv, cols, ST, 1, rp, Vj, dv, O, dv, 1); /* O += P Vj */
                 else masked_pv(p, kr, &hd, i0, rows, rp, j0, cols, ST, Vj, O);
             }
-            fa_cpu_fwd_finish(kr, rows, d, O, m, l, unit, hd.sink, alpha, lse);   /* O /= ℓ once; LSE = scale·max S + ln ℓ */
-            fa_tile_store((char *)hd.o + i0 * hd.ldo * es, p->dtype, hd.ldo, O, d, rows, d, io);
+            /* O /= ℓ once; LSE = scale·max S + ln ℓ */
+            fa_cpu_fwd_finish(kr, rows, dv, O, m, l, unit, hd.sink, alpha, lse);
+            fa_tile_store((char *)hd.o + i0 * hd.ldo * es, p->dtype, hd.ldo, O, dv, rows, dv, io);
             if (hd.lse) fa_vec_store(hd.lse + i0, lse, rows, io);
         }
         if (!fa_cpu_certified_bits(p, mq, mk, mv, hd.sk)) io->uncertified++;
@@ -181,7 +185,7 @@ typedef struct bwd_mode {
      * the later blocks) and starts its dQ at 0, instead of a pre-pass reading O and dO and zeroing dQ in slow memory;
      * with a split the parts run at once, so D comes from the pre-pass */
     int fused;
-    size_t sQ;           /* floats of one dQ accumulator, group · sq_max · d, padded to 64 bytes */
+    size_t sQ;           /* floats of one dQ accumulator, group · sq_max · d (dqk), padded to 64 bytes */
 } bwd_mode;
 
 static bwd_mode mode_of(const fa_problem *p, const fa_plan *pl) {
@@ -198,7 +202,7 @@ static bwd_mode mode_of(const fa_problem *p, const fa_plan *pl) {
 static void bwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *tiles) {
     const fa_problem *p = problem;
     const bwd_mode m = mode_of(p, pl);
-    fa_cpu_bwd_tiles_layout(a, (int)p->d, pl->block_q, pl->block_k, m.fused, pl->aux[FA_CPU_AUX_BF16T],
+    fa_cpu_bwd_tiles_layout(a, (int)p->d, (int)p->d_v, pl->block_q, pl->block_k, m.fused, pl->aux[FA_CPU_AUX_BF16T],
                             m.nsplit == 1 && !m.acc_in_place ? m.sQ : 0, tiles);
 }
 
@@ -220,7 +224,8 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
     const bwd_mode W = mode_of(p, pl);
     bwd_parts sh;
     fa_cpu_frame_shared(f, &sh);
-    const int d = (int)p->d, br = pl->block_q, bc = pl->block_k, nsplit = W.nsplit, acc_in_place = W.acc_in_place;
+    const int d = (int)p->d, dv = (int)p->d_v, br = pl->block_q, bc = pl->block_k, nsplit = W.nsplit;
+    const int acc_in_place = W.acc_in_place;
     const size_t es = fa_dtype_size(p->dtype);
     const int64_t group = p->hq / p->hk, sq_max = p->sq_max, items = p->batch * p->hk * nsplit;
     float *Dall = sh.Dall, *dQparts = sh.dQparts;
@@ -231,16 +236,16 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
     for (int64_t bh = 0; bh < (W.fused ? 0 : p->batch * p->hq); bh++) {
         fa_cpu_bwd_tiles t;
         fa_io *io = fa_cpu_frame_thread(f, &t);
-        float *Oi = t.Qi, *dOi = t.dOi, *Z = t.dQi, *D_i = t.D_i;
+        float *Oi = t.Qi, *dOi = t.dOi, *Z = t.dQi, *D_i = t.D_i; /* Qi: a row buffer of max(d, dv) floats */
         const int64_t b = bh / p->hq, h = bh % p->hq;
         fa_head hq;
         fa_cpu_head(p, b, h, &hq);
         memset(Z, 0, (size_t)br * d * 4);
         for (int64_t i0 = 0; i0 < hq.sq; i0 += br) {
             const int rows = (int)(hq.sq - i0 < br ? hq.sq - i0 : br);
-            fa_tile_load(Oi, d, (const char *)hq.o + i0 * hq.ldo * es, p->dtype, hq.ldo, rows, d, io);
-            fa_tile_load(dOi, d, (const char *)hq.dout + i0 * hq.lddo * es, p->dtype, hq.lddo, rows, d, io);
-            kr->rowdots(rows, d, dOi, d, Oi, d, D_i);
+            fa_tile_load(Oi, dv, (const char *)hq.o + i0 * hq.ldo * es, p->dtype, hq.ldo, rows, dv, io);
+            fa_tile_load(dOi, dv, (const char *)hq.dout + i0 * hq.lddo * es, p->dtype, hq.lddo, rows, dv, io);
+            kr->rowdots(rows, dv, dOi, dv, Oi, dv, D_i);
             fa_vec_store(Dall + bh * sq_max + i0, D_i, rows, io);
             if (acc_in_place)
                 fa_tile_store((char *)hq.dq + i0 * hq.lddq * es, FA_DTYPE_F32, hq.lddq, Z, d, rows, d, io);
@@ -296,8 +301,9 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
                     fa_cpu_bwd_load_q(p, &hq, i0, rows, &t, io);
                     if (first) { /* D = rowsum(dO ∘ O) (the FMA order of the tile products: dP − D is exactly 0
                                     where it should be), kept for the later blocks */
-                        fa_tile_load(t.Oi, d, (const char *)hq.o + i0 * hq.ldo * es, p->dtype, hq.ldo, rows, d, io);
-                        kr->rowdots(rows, d, t.dOi, d, t.Oi, d, t.D_i);
+                        fa_tile_load(t.Oi, dv, (const char *)hq.o + i0 * hq.ldo * es, p->dtype, hq.ldo, rows, dv,
+                                     io);
+                        kr->rowdots(rows, dv, t.dOi, dv, t.Oi, dv, t.D_i);
                         if (j0 + bc < hi) fa_vec_store(D_slow, t.D_i, rows, io);
                     } else {
                         fa_vec_load(t.D_i, D_slow, rows, io);
@@ -326,7 +332,7 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
         for (int64_t it = 0; it < rows_items; it++) {
             fa_cpu_bwd_tiles t;
             fa_io *io = fa_cpu_frame_thread(f, &t);
-            float *A = t.Qi, *B = t.dOi;
+            float *A = t.Qi, *B = t.dOi; /* row buffers of max(d, dv) floats */
             const int64_t b = it / (p->hq * tr), h = (it / tr) % p->hq, i0 = (it % tr) * br;
             fa_head hq;
             fa_cpu_head(p, b, h, &hq);

@@ -35,7 +35,7 @@ typedef struct thread_parts {
     int64_t *lo, *hi;
 } thread_parts;
 
-/* Shared: the splits' partial states, [batch, hq, sq, nsplit] x (d | 1) (NULL without splits). */
+/* Shared: the splits' partial states, [batch, hq, sq, nsplit] x (dv | 1) (NULL without splits). */
 typedef struct split_parts {
     float *part_o, *part_lse;
 } split_parts;
@@ -53,7 +53,7 @@ static void thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, v
     const size_t R = (size_t)rows_of(p) * (size_t)pl->aux[AUX_HPI], dp = (size_t)padded(p->d), f = sizeof(float);
     t->qs = fa_arena_take(a, R * dp * f, 64);
     t->qb = p->dtype == FA_DTYPE_BF16 ? fa_arena_take(a, R * 2 * dp * sizeof(uint16_t), 64) : NULL;
-    t->O = fa_arena_take(a, R * dp * f, 64);
+    t->O = fa_arena_take(a, R * (size_t)padded(p->d_v) * f, 64);
     t->S = fa_arena_take(a, R * FA_KV_BC * f, 64);
     t->Lv = fa_arena_take(a, R * 16 * f, 64);
     t->qbad = fa_arena_take(a, R * f, 64);
@@ -70,7 +70,7 @@ static void shared_layout(fa_arena *a, const void *problem, const fa_plan *pl, v
     w->part_o = w->part_lse = NULL;
     if (ns > 1) {
         const size_t rows = (size_t)(p->batch * p->hq * p->sq) * (size_t)ns;
-        w->part_o = fa_arena_take(a, rows * (size_t)p->d * sizeof(float), 64);
+        w->part_o = fa_arena_take(a, rows * (size_t)p->d_v * sizeof(float), 64);
         w->part_lse = fa_arena_take(a, rows * sizeof(float), 64);
     }
 }
@@ -110,9 +110,9 @@ fa_status fa_cpu_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan 
     plan->aux[FA_KV_AUX_SPLITS] = ns < 1 ? 1 : ns;
     plan->workspace_bytes = fa_cpu_frame_bytes(&kv_layout, p, plan);
     /* modelled at full capacity; the run counts the keys each sequence has */
-    const double e = (double)fa_dtype_size(p->dtype), rowb = (double)p->d * e;
-    plan->read_bytes = (double)p->batch * ((double)p->capacity * 2 * p->hk + p->sq * p->hq) * rowb;
-    plan->write_bytes = (double)p->batch * p->sq * p->hq * rowb;
+    const double e = (double)fa_dtype_size(p->dtype), kb = (double)p->d * e, vb = (double)p->d_v * e;
+    plan->read_bytes = (double)p->batch * ((double)p->capacity * p->hk * (kb + vb) + p->sq * p->hq * kb);
+    plan->write_bytes = (double)p->batch * p->sq * p->hq * vb;
     return FA_OK;
 }
 
@@ -143,12 +143,12 @@ static void rotate(const fa_kv_problem *p, float *x, int64_t pos) {
 
 static void append(const fa_kv_problem *p, int threads) {
     const int64_t n = p->batch * p->sn, d = p->d;
-    const size_t rowb = (size_t)d * fa_dtype_size(p->dtype);
+    const size_t vrowb = (size_t)p->d_v * fa_dtype_size(p->dtype), rowb = (size_t)d * fa_dtype_size(p->dtype);
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t bi = 0; bi < n; bi++) {
         const int64_t b = bi / p->sn, i = bi % p->sn, row = fa_kv_row(p, b), t = p->seqlens[b] + i;
         if (i >= fa_kv_sn(p, b)) continue; /* a packed sequence with fewer new rows than the longest */
-        float x[256];
+        float x[FA_KV_MAX_D];
         for (int64_t h = 0; h < p->hk; h++) {
             const int64_t kin = fa_kv_nrow0(p, &p->kn, b, h) + i * p->kn.stride_seq;
             const int64_t vin = fa_kv_nrow0(p, &p->vn, b, h) + i * p->vn.stride_seq;
@@ -160,7 +160,7 @@ static void append(const fa_kv_problem *p, int threads) {
             } else {
                 memcpy(kd, (const char *)p->kn.data + kin * (int64_t)fa_dtype_size(p->dtype), rowb);
             }
-            memcpy(vd, (const char *)p->vn.data + vin * (int64_t)fa_dtype_size(p->dtype), rowb);
+            memcpy(vd, (const char *)p->vn.data + vin * (int64_t)fa_dtype_size(p->dtype), vrowb);
         }
     }
 }
@@ -173,7 +173,7 @@ static void append(const fa_kv_problem *p, int threads) {
 #define LOGIT_MAX 0x1p16  /* fp32 exp2(S − m) loses no more than 2^-8 of a weight up to here (log2 units) */
 
 /* Does row r's fp32 state stand? A row that sees no key stands as O = 0, LSE = −inf. */
-static int row_stands(const thread_parts *t, int64_t r, int dp, int64_t d) {
+static int row_stands(const thread_parts *t, int64_t r, int dp, int64_t d) { /* O's row: d = dv, padded to dp */
     if (t->hi[r] <= t->lo[r]) return 1;
     const float m = t->m[r], l = t->l[r];
     if (t->qbad[r] != 0 || !(fabsf(m) <= LOGIT_MAX) || !(l > 0 && l < INFINITY)) return 0;
@@ -183,13 +183,13 @@ static int row_stands(const thread_parts *t, int64_t r, int dp, int64_t d) {
     return z == 0;
 }
 
-/* Query row i of head hq over keys [lo, hi) from the definition, in float64: o (d) and the natural-log LSE. A row
+/* Query row i of head hq over keys [lo, hi) from the definition, in float64: o (dv) and the natural-log LSE. A row
  * whose q or a visible key has a NaN/inf is NaN; a row that sees no key is O = 0, LSE = −∞. */
 static double exact_row(const fa_kv_problem *p, int64_t b, int64_t i, int64_t hq, int64_t lo, int64_t hi, double *o) {
-    const int64_t d = p->d, hk = hq / (p->hq / p->hk), row = fa_kv_row(p, b);
+    const int64_t d = p->d, dv = p->d_v, hk = hq / (p->hq / p->hk), row = fa_kv_row(p, b);
     const int64_t qo = fa_kv_qrow0(p, &p->q, b, hq) + i * p->q.stride_seq;
-    double q[256];
-    for (int64_t c = 0; c < d; c++) o[c] = 0;
+    double q[FA_KV_MAX_D];
+    for (int64_t c = 0; c < dv; c++) o[c] = 0;
     if (hi <= lo) return -INFINITY;
     int nan_row = 0;
     for (int64_t c = 0; c < d; c++) q[c] = fa_load_elem(p->q.data, (int)p->dtype, qo + c), nan_row |= !isfinite(q[c]);
@@ -198,7 +198,7 @@ static double exact_row(const fa_kv_problem *p, int64_t b, int64_t i, int64_t hq
         for (int64_t c = 0; c < d; c++) nan_row |= !isfinite((double)fa_load_elem(kr, (int)p->dtype, c));
     }
     if (nan_row) {
-        for (int64_t c = 0; c < d; c++) o[c] = NAN;
+        for (int64_t c = 0; c < dv; c++) o[c] = NAN;
         return NAN;
     }
     if (p->rot_cos) {
@@ -224,14 +224,14 @@ static double exact_row(const fa_kv_problem *p, int64_t b, int64_t i, int64_t hq
         if (s > m) {
             const double f = exp(m - s);
             l *= f;
-            for (int64_t c = 0; c < d; c++) o[c] *= f;
+            for (int64_t c = 0; c < dv; c++) o[c] *= f;
             m = s;
         }
         const double pj = exp(s - m);
         l += pj;
-        for (int64_t c = 0; c < d; c++) o[c] += pj * fa_load_elem(vr, (int)p->dtype, c);
+        for (int64_t c = 0; c < dv; c++) o[c] += pj * fa_load_elem(vr, (int)p->dtype, c);
     }
-    for (int64_t c = 0; c < d; c++) o[c] /= l;
+    for (int64_t c = 0; c < dv; c++) o[c] /= l;
     return m + log(l);
 }
 
@@ -239,8 +239,8 @@ static double exact_row(const fa_kv_problem *p, int64_t b, int64_t i, int64_t hq
  * (h − h0)·R + i·G + g of the thread's state. */
 static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *kern, const thread_parts *t,
                  const split_parts *w, int64_t b, int64_t h0, int nh, int s, fa_io *io) {
-    const int64_t G = p->hq / p->hk, L = p->seqlens[b] + fa_kv_sn(p, b), d = p->d, S = fa_kv_sq(p, b);
-    const int dp = padded(d), R = (int)(G * S); /* this sequence's rows per K/V head */
+    const int64_t G = p->hq / p->hk, L = p->seqlens[b] + fa_kv_sn(p, b), d = p->d, dv = p->d_v, S = fa_kv_sq(p, b);
+    const int dp = padded(d), dvp = padded(dv), R = (int)(G * S); /* this sequence's rows per K/V head */
     int64_t chunk;
     int ns;
     split_of(pl, L, &chunk, &ns);
@@ -261,7 +261,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
                 const int64_t r = hh * R + i * G + g, hq = (h0 + hh) * G + g;
                 t->lo[r] = lo;
                 t->hi[r] = hi;
-                float *q = t->qs + r * dp, x[256];
+                float *q = t->qs + r * dp, x[FA_KV_MAX_D];
                 const int64_t qo = fa_kv_qrow0(p, &p->q, b, hq) + i * p->q.stride_seq;
                 float bad = 0;
                 for (int64_t c = 0; c < d; c++) {
@@ -269,7 +269,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
                     bad += x[c] * 0.0f;
                 }
                 if (p->rot_cos) rotate(p, x, fa_kv_rotary_q_pos(p, p->seqlens[b], i));
-                for (int64_t c = 0; c < d; c++) q[fa_kv_lane(kern, p->dtype, d, c)] = x[c] * qmul;
+                for (int64_t c = 0; c < d; c++) q[fa_kv_lane(kern, p->dtype, d, dv, c)] = x[c] * qmul;
                 for (int64_t c = d; c < dp; c++) q[c] = 0;
                 if (t->qb) { /* the raw bf16 q (exact; qmul applied to the sums), or with rotary qmul·q as hi + lo */
                     uint16_t *qb = t->qb + r * 2 * dp;
@@ -282,12 +282,13 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
                 t->qbad[r] = bad;
                 t->m[r] = -INFINITY;
                 t->l[r] = 0;
-                memset(t->O + r * dp, 0, (size_t)dp * sizeof(float));
+                memset(t->O + r * dvp, 0, (size_t)dvp * sizeof(float));
             }
     }
     if (k1 > k0) {
         const int64_t es = (int64_t)fa_dtype_size(p->dtype), row = fa_kv_row(p, b);
-        fa_kv_args a = {.R = R, .nh = nh, .d = (int)d, .dp = dp, .dtype = p->dtype, .qs = t->qs, .qb = t->qb,
+        fa_kv_args a = {.R = R, .nh = nh, .d = (int)d, .dp = dp, .dv = (int)dv, .dvp = dvp, .dtype = p->dtype,
+                         .qs = t->qs, .qb = t->qb,
                          .qb_parts = p->rot_cos ? 2 : 1, .qb_mul = p->rot_cos ? 1.f : qmul, .qbad = t->qbad,
                          .lo = t->lo, .hi = t->hi, .k0 = k0, .k1 = k1,
                          .softcap_mul = p->softcap > 0 ? p->softcap * LOG2E : 0, .S = t->S, .Lv = t->Lv,
@@ -306,7 +307,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
         a.k_ss = p->kc.stride_seq * es, a.v_ss = p->vc.stride_seq * es;
         a.k_sh = p->kc.stride_head * es, a.v_sh = p->vc.stride_head * es;
         kern->attend(&a);
-        io->read += 2 * (k1 - k0) * d * es * nh;
+        io->read += (k1 - k0) * (d + dv) * es * nh;
     }
     /* finish: O / l and LSE = (m + log2 l)·ln 2, into out (one split) or the split's partial; the sink joins a row
      * once: here without splits, else after their merge (merge_splits) */
@@ -316,24 +317,24 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
                 const int64_t r = hh * R + i * G + g, hq = (h0 + hh) * G + g;
                 const float l = t->l[r], *sink = p->sinks && ns == 1 ? p->sinks + hq : NULL;
                 float inv = l == 0 ? 0 : 1 / l;
-                float lse = l == 0 ? -INFINITY : (float)((t->m[r] + log2f(l)) * LN2), o[256];
-                const float *so = t->O + r * dp;
-                if (row_stands(t, r, dp, d)) {
+                float lse = l == 0 ? -INFINITY : (float)((t->m[r] + log2f(l)) * LN2), o[FA_KV_MAX_D];
+                const float *so = t->O + r * dvp;
+                if (row_stands(t, r, dvp, dv)) {
                     if (sink) inv = fa_sink_join(l == 0 ? -INFINITY : t->m[r] * LN2, l, *sink, &lse);
-                    for (int64_t c = 0; c < d; c++) o[c] = so[fa_kv_lane(kern, p->dtype, d, c)] * inv;
+                    for (int64_t c = 0; c < dv; c++) o[c] = so[fa_kv_lane(kern, p->dtype, d, dv, c)] * inv;
                 } else {
-                    double x[256];
+                    double x[FA_KV_MAX_D];
                     lse = (float)exact_row(p, b, i, hq, t->lo[r], t->hi[r], x);
                     const float f = sink ? fa_sink_join_lse(lse, *sink, &lse) : 1.0f;
-                    for (int64_t c = 0; c < d; c++) o[c] = (float)x[c] * f;
+                    for (int64_t c = 0; c < dv; c++) o[c] = (float)x[c] * f;
                 }
                 if (ns == 1) {
                     const int64_t oo = fa_kv_qrow0(p, &p->o, b, hq) + i * p->o.stride_seq;
-                    for (int64_t c = 0; c < d; c++) fa_store_elem(p->o.data, (int)p->dtype, oo + c, o[c]);
+                    for (int64_t c = 0; c < dv; c++) fa_store_elem(p->o.data, (int)p->dtype, oo + c, o[c]);
                     if (p->lse) p->lse[fa_kv_lse0(p, b, hq) + i] = lse;
                 } else {
                     const int64_t pr = ((b * p->hq + hq) * p->sq + i) * pl->aux[FA_KV_AUX_SPLITS] + s;
-                    for (int64_t c = 0; c < d; c++) w->part_o[pr * d + c] = o[c];
+                    for (int64_t c = 0; c < dv; c++) w->part_o[pr * dv + c] = o[c];
                     w->part_lse[pr] = lse;
                 }
             }
@@ -368,7 +369,7 @@ static double merge_weight(float lse, double M, double inv) {
 }
 
 static void merge_splits(const fa_kv_problem *p, const fa_plan *pl, const split_parts *w, int threads) {
-    const int64_t rows = p->batch * p->hq * p->sq, d = p->d;
+    const int64_t rows = p->batch * p->hq * p->sq, d = p->d_v; /* out's head_dim */
     const int nsplit = pl->aux[FA_KV_AUX_SPLITS];
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t r = 0; r < rows; r++) {
@@ -416,7 +417,7 @@ fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *
     fa_io io;
     memset(&io, 0, sizeof io);
     fa_cpu_frame_total(&f, &io);
-    const int64_t e = (int64_t)fa_dtype_size(p->dtype), rowb = p->d * e;
+    const int64_t e = (int64_t)fa_dtype_size(p->dtype), kb = p->d * e, vb = p->d_v * e;
     int64_t q_rows = 0, new_rows = 0;
     double pairs = 0;
     for (int64_t b = 0; b < p->batch; b++) {
@@ -428,9 +429,9 @@ fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *
             pairs += (double)(hi - lo);
         }
     }
-    st->slow_read_bytes = io.read + q_rows * p->hq * rowb + 2 * new_rows * p->hk * rowb;
-    st->slow_write_bytes = q_rows * p->hq * rowb + (p->lse ? q_rows * p->hq * 4 : 0) + 2 * new_rows * p->hk * rowb;
-    st->flops = 4.0 * (double)p->d * (double)p->hq * pairs;
+    st->slow_read_bytes = io.read + q_rows * p->hq * kb + new_rows * p->hk * (kb + vb);
+    st->slow_write_bytes = q_rows * p->hq * vb + (p->lse ? q_rows * p->hq * 4 : 0) + new_rows * p->hk * (kb + vb);
+    st->flops = 2.0 * (double)(p->d + p->d_v) * (double)p->hq * pairs;
     return FA_OK;
 }
 

@@ -34,11 +34,11 @@ static void materialise_scores(const fa_problem *p, const fa_cpu_kernels *kr, co
     }
 }
 
-/* C (sq x d, fast tiles, stored to dst) = A (sq x sk, slow) · B (sk x d, tensor rows): O = P V, dQ = dS K. */
-static void slow_times_rows(const fa_problem *p, const fa_cpu_kernels *kr, int64_t sq, int64_t sk, int br, int bc,
+/* C (sq x d, fast tiles, stored to dst) = A (sq x sk, slow) · B (sk x d, tensor rows): O = P V (d = dv),
+ * dQ = dS K (d = dqk). */
+static void slow_times_rows(const fa_problem *p, const fa_cpu_kernels *kr, int64_t sq, int64_t sk, int br, int bc, int d,
                             const float *A, const void *B, int64_t ldb, void *dst, fa_dtype dst_dt, int64_t ldd,
                             float *Ai, float *Bj, float *Ci, fa_io *io) {
-    const int d = (int)p->d;
     const size_t es = fa_dtype_size(p->dtype);
     for (int64_t i0 = 0; i0 < sq; i0 += br) {
         const int rows = (int)(sq - i0 < br ? sq - i0 : br);
@@ -53,11 +53,11 @@ static void slow_times_rows(const fa_problem *p, const fa_cpu_kernels *kr, int64
     }
 }
 
-/* C (sk x d) += A (sq x sk, slow)ᵀ · B (sq x d, tensor rows), C an fp32 buffer in slow memory: dV, dK. */
+/* C (sk x d) += A (sq x sk, slow)ᵀ · B (sq x d, tensor rows), C an fp32 buffer in slow memory: dV (d = dv), dK
+ * (d = dqk). */
 static void slow_t_times_rows(const fa_problem *p, const fa_cpu_kernels *kr, int64_t sq, int64_t sk, int br, int bc,
-                              const float *A, const void *B, int64_t ldb, float *C, float *Ai, float *Bi, float *Cj,
-                              fa_io *io) {
-    const int d = (int)p->d;
+                              int d, const float *A, const void *B, int64_t ldb, float *C, float *Ai, float *Bi,
+                              float *Cj, fa_io *io) {
     const size_t es = fa_dtype_size(p->dtype);
     for (int64_t j0 = 0; j0 < sk; j0 += bc) {
         const int cols = (int)(sk - j0 < bc ? sk - j0 : bc);
@@ -74,7 +74,8 @@ static void slow_t_times_rows(const fa_problem *p, const fa_cpu_kernels *kr, int
 
 /* ---- forward ---- */
 
-/* A thread's slice: tiles Qi, Oi, Kj, T (Br x Bc), one row R of S, and the head's S (sq x sk, slow memory). */
+/* A thread's slice: tiles Qi (Br x d), Oi (Br x dv), Kj (Bc rows of K, then of V: max(d, dv) wide), T (Br x Bc), one
+ * row R of S, and the head's S (sq x sk, slow memory). */
 typedef struct fwd_tiles {
     float *Qi, *Oi, *Kj, *T, *R, *S;
 } fwd_tiles;
@@ -82,10 +83,10 @@ typedef struct fwd_tiles {
 static void fwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *tiles) {
     const fa_problem *p = problem;
     fwd_tiles *t = tiles;
-    const size_t d = (size_t)p->d, br = (size_t)pl->block_q, bc = (size_t)pl->block_k;
+    const size_t d = (size_t)p->d, dv = (size_t)p->d_v, br = (size_t)pl->block_q, bc = (size_t)pl->block_k;
     t->Qi = fa_take_f32(a, br * d);
-    t->Oi = fa_take_f32(a, br * d);
-    t->Kj = fa_take_f32(a, bc * d);
+    t->Oi = fa_take_f32(a, br * dv);
+    t->Kj = fa_take_f32(a, bc * (d > dv ? d : dv));
     t->T = fa_take_f32(a, br * bc);
     t->R = fa_take_f32(a, (size_t)p->sk_max);
     t->S = fa_take_f32(a, (size_t)(p->sq_max * p->sk_max));
@@ -116,7 +117,8 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
             fa_vec_store(S + i * sk, R, (int)sk, io);
             if (hd.lse) fa_vec_store(hd.lse + i, &l, 1, io);
         }
-        slow_times_rows(p, kr, sq, sk, br, bc, S, hd.v, hd.ldv, hd.o, p->dtype, hd.ldo, T, Kj, Oi, io); /* O = P V */
+        slow_times_rows(p, kr, sq, sk, br, bc, (int)p->d_v, S, hd.v, hd.ldv, hd.o, p->dtype, hd.ldo, T, Kj, Oi,
+                        io);                                                /* O = P V */
     }
 }
 
@@ -124,8 +126,9 @@ const fa_cpu_algo fa_cpu_standard_fwd = {FA_CPU_LAYOUT(fwd_thread_layout, fwd_ti
 
 /* ---- backward ---- */
 
-/* A thread's slice: tiles Qi, Oi, Ci (Br x d), Kj, Vj (Bc x d), T, U (Br x Bc), L, D (Br), and in slow memory the
- * head's P and dS (sq x sk) and fp32 dK, dV accumulators (sk x d). */
+/* A thread's slice: tiles Qi, Oi, Ci (Br rows), Kj, Vj (Bc rows), each max(d, dv) wide (they hold rows of q, k, dq,
+ * dk or of v, out, dout, dv), T, U (Br x Bc), L, D (Br), and in slow memory the head's P and dS (sq x sk) and fp32 dK
+ * (sk x d), dV (sk x dv) accumulators. */
 typedef struct bwd_tiles {
     float *Qi, *Oi, *Ci, *Kj, *Vj, *T, *U, *L, *D, *P, *dS, *dK, *dV;
 } bwd_tiles;
@@ -133,12 +136,13 @@ typedef struct bwd_tiles {
 static void bwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *tiles) {
     const fa_problem *p = problem;
     bwd_tiles *t = tiles;
-    const size_t d = (size_t)p->d, br = (size_t)pl->block_q, bc = (size_t)pl->block_k;
-    t->Qi = fa_take_f32(a, br * d);
-    t->Oi = fa_take_f32(a, br * d);
-    t->Ci = fa_take_f32(a, br * d);
-    t->Kj = fa_take_f32(a, bc * d);
-    t->Vj = fa_take_f32(a, bc * d);
+    const size_t d = (size_t)p->d, dv = (size_t)p->d_v, w = d > dv ? d : dv;
+    const size_t br = (size_t)pl->block_q, bc = (size_t)pl->block_k;
+    t->Qi = fa_take_f32(a, br * w);
+    t->Oi = fa_take_f32(a, br * w);
+    t->Ci = fa_take_f32(a, br * w);
+    t->Kj = fa_take_f32(a, bc * w);
+    t->Vj = fa_take_f32(a, bc * w);
     t->T = fa_take_f32(a, br * bc);
     t->U = fa_take_f32(a, br * bc);
     t->L = fa_take_f32(a, br);
@@ -146,11 +150,11 @@ static void bwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *p
     t->P = fa_take_f32(a, (size_t)(p->sq_max * p->sk_max));
     t->dS = fa_take_f32(a, (size_t)(p->sq_max * p->sk_max));
     t->dK = fa_take_f32(a, (size_t)p->sk_max * d);
-    t->dV = fa_take_f32(a, (size_t)p->sk_max * d);
+    t->dV = fa_take_f32(a, (size_t)p->sk_max * dv);
 }
 
 static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
-    const int d = (int)p->d, br = pl->block_q, bc = pl->block_k;
+    const int d = (int)p->d, dv = (int)p->d_v, br = pl->block_q, bc = pl->block_k;
     const int64_t group = p->hq / p->hk, items = p->batch * p->hk;
     const size_t es = fa_dtype_size(p->dtype);
 
@@ -164,11 +168,11 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
         fa_head hd;
         fa_cpu_head(p, b, hk * group, &hd);
         const int64_t sq = hd.sq, sk = hd.sk;
-        memset(Kj, 0, (size_t)bc * d * 4);                                  /* dK = dV = 0 (fp32, slow) */
+        memset(Kj, 0, (size_t)bc * (d > dv ? d : dv) * 4);                  /* dK = dV = 0 (fp32, slow) */
         for (int64_t j0 = 0; j0 < sk; j0 += bc) {
             const int cols = (int)(sk - j0 < bc ? sk - j0 : bc);
             fa_tile_store(dK + j0 * d, FA_DTYPE_F32, d, Kj, d, cols, d, io);
-            fa_tile_store(dV + j0 * d, FA_DTYPE_F32, d, Kj, d, cols, d, io);
+            fa_tile_store(dV + j0 * dv, FA_DTYPE_F32, dv, Kj, dv, cols, dv, io);
         }
         for (int64_t g = 0; g < group; g++) {
             fa_head hq;
@@ -176,18 +180,18 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
             materialise_scores(p, kr, &hq, br, bc, Qi, Kj, T, P, io);       /* S */
             for (int64_t i0 = 0; i0 < sq; i0 += br) {                       /* dP = dO Vᵀ, stored in dS */
                 const int rows = (int)(sq - i0 < br ? sq - i0 : br);
-                fa_tile_load(Qi, d, (const char *)hq.dout + i0 * hq.lddo * es, p->dtype, hq.lddo, rows, d, io);
+                fa_tile_load(Qi, dv, (const char *)hq.dout + i0 * hq.lddo * es, p->dtype, hq.lddo, rows, dv, io);
                 for (int64_t j0 = 0; j0 < sk; j0 += bc) {
                     const int cols = (int)(sk - j0 < bc ? sk - j0 : bc);
-                    fa_tile_load(Vj, d, (const char *)hq.v + j0 * hq.ldv * es, p->dtype, hq.ldv, cols, d, io);
-                    kr->gemm_abt(rows, cols, d, Qi, d, Vj, d, T, cols);
+                    fa_tile_load(Vj, dv, (const char *)hq.v + j0 * hq.ldv * es, p->dtype, hq.ldv, cols, dv, io);
+                    kr->gemm_abt(rows, cols, dv, Qi, dv, Vj, dv, T, cols);
                     fa_tile_store(dS + i0 * sk + j0, FA_DTYPE_F32, sk, T, cols, rows, cols, io);
                 }
                 /* D = rowsum(dO ∘ O) */
-                fa_tile_load(Oi, d, (const char *)hq.o + i0 * hq.ldo * es, p->dtype, hq.ldo, rows, d, io);
+                fa_tile_load(Oi, dv, (const char *)hq.o + i0 * hq.ldo * es, p->dtype, hq.ldo, rows, dv, io);
                 for (int r = 0; r < rows; r++) {
                     float acc = 0;
-                    for (int x = 0; x < d; x++) acc += Qi[(int64_t)r * d + x] * Oi[(int64_t)r * d + x];
+                    for (int x = 0; x < dv; x++) acc += Qi[(int64_t)r * dv + x] * Oi[(int64_t)r * dv + x];
                     D[r] = acc;
                 }
                 fa_vec_load(L, hq.lse + i0, rows, io);
@@ -209,16 +213,17 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
                     fa_tile_store(dS + i0 * sk + j0, FA_DTYPE_F32, sk, U, cols, rows, cols, io);
                 }
             }
-            slow_t_times_rows(p, kr, sq, sk, br, bc, P, hq.dout, hq.lddo, dV, T, Qi, Kj, io);   /* dV += Pᵀ dO */
-            slow_t_times_rows(p, kr, sq, sk, br, bc, dS, hq.q, hq.ldq, dK, T, Qi, Kj, io);      /* dK += dSᵀ Q */
-            slow_times_rows(p, kr, sq, sk, br, bc, dS, hq.k, hq.ldk, hq.dq, p->dtype, hq.lddq, T, Vj, Ci, io); /* dQ */
+            slow_t_times_rows(p, kr, sq, sk, br, bc, dv, P, hq.dout, hq.lddo, dV, T, Qi, Kj, io); /* dV += Pᵀ dO */
+            slow_t_times_rows(p, kr, sq, sk, br, bc, d, dS, hq.q, hq.ldq, dK, T, Qi, Kj, io);     /* dK += dSᵀ Q */
+            slow_times_rows(p, kr, sq, sk, br, bc, d, dS, hq.k, hq.ldk, hq.dq, p->dtype, hq.lddq, T, Vj, Ci,
+                            io);                                                                    /* dQ = dS K */
         }
         for (int64_t j0 = 0; j0 < sk; j0 += bc) {                           /* dK, dV in the dtype */
             const int cols = (int)(sk - j0 < bc ? sk - j0 : bc);
             fa_tile_load(Kj, d, dK + j0 * d, FA_DTYPE_F32, d, cols, d, io);
             fa_tile_store((char *)hd.dk + j0 * hd.lddk * es, p->dtype, hd.lddk, Kj, d, cols, d, io);
-            fa_tile_load(Kj, d, dV + j0 * d, FA_DTYPE_F32, d, cols, d, io);
-            fa_tile_store((char *)hd.dv + j0 * hd.lddv * es, p->dtype, hd.lddv, Kj, d, cols, d, io);
+            fa_tile_load(Kj, dv, dV + j0 * dv, FA_DTYPE_F32, dv, cols, dv, io);
+            fa_tile_store((char *)hd.dv + j0 * hd.lddv * es, p->dtype, hd.lddv, Kj, dv, cols, dv, io);
         }
     }
 }

@@ -8,11 +8,10 @@
 #include <cblas.h>
 #include <string.h>
 
-/* Rows of one head as a dense fp32 matrix: the tensor itself (f32) or a converted copy in buf (f16/bf16).
- * Not counted here: the callers count each operand where a product reads it. */
-static const float *head_f32(const fa_problem *p, const void *src, int64_t ld, int64_t rows, float *buf, int64_t *ldo,
-                             fa_io *io) {
-    const int d = (int)p->d;
+/* Rows of one head (d wide: dqk or dv) as a dense fp32 matrix: the tensor itself (f32) or a converted copy in buf
+ * (f16/bf16). Not counted here: the callers count each operand where a product reads it. */
+static const float *head_f32(const fa_problem *p, int d, const void *src, int64_t ld, int64_t rows, float *buf,
+                             int64_t *ldo, fa_io *io) {
     if (p->dtype == FA_DTYPE_F32) {
         *ldo = ld;
         return (const float *)src;
@@ -68,7 +67,8 @@ static void fa_cpu_blas_threads(int n) {
 
 /* ---- forward ---- */
 
-/* A thread's slice: the head's S (sq x sk), fp32 copies of Q, O, K, V for f16/bf16, and the LSE row. */
+/* A thread's slice: the head's S (sq x sk), fp32 copies of Q, O, K, V for f16/bf16 (O, V dv wide), and the LSE
+ * row. */
 typedef struct fwd_bufs {
     float *S, *Qb, *Ob, *Kb, *Vb, *L;
 } fwd_bufs;
@@ -77,19 +77,19 @@ static void fwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *p
     const fa_problem *p = problem;
     fwd_bufs *t = tiles;
     (void)pl;
-    const size_t sq = (size_t)p->q.seqlen, sk = (size_t)p->k.seqlen, d = (size_t)p->d;
+    const size_t sq = (size_t)p->q.seqlen, sk = (size_t)p->k.seqlen, d = (size_t)p->d, dv = (size_t)p->d_v;
     const int conv = p->dtype != FA_DTYPE_F32;
     t->S = fa_take_f32(a, sq * sk);
     t->Qb = conv ? fa_take_f32(a, sq * d) : NULL;
-    t->Ob = conv ? fa_take_f32(a, sq * d) : NULL;
+    t->Ob = conv ? fa_take_f32(a, sq * dv) : NULL;
     t->Kb = conv ? fa_take_f32(a, sk * d) : NULL;
-    t->Vb = conv ? fa_take_f32(a, sk * d) : NULL;
+    t->Vb = conv ? fa_take_f32(a, sk * dv) : NULL;
     t->L = fa_take_f32(a, sq);
 }
 
 static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
     (void)pl;
-    const int d = (int)p->d;
+    const int d = (int)p->d, dv = (int)p->d_v;
     const size_t es = fa_dtype_size(p->dtype);
     const int64_t sq = p->q.seqlen, sk = p->k.seqlen, items = p->batch * p->hq;
     const int conv = p->dtype != FA_DTYPE_F32;
@@ -106,11 +106,11 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
         fa_head hd;
         fa_cpu_head(p, it / p->hq, it % p->hq, &hd);
         int64_t ldq, ldk, ldv;
-        const float *Q = head_f32(p, hd.q, hd.ldq, sq, Qb, &ldq, io);
-        const float *K = head_f32(p, hd.k, hd.ldk, sk, Kb, &ldk, io);
-        const float *V = head_f32(p, hd.v, hd.ldv, sk, Vb, &ldv, io);
+        const float *Q = head_f32(p, d, hd.q, hd.ldq, sq, Qb, &ldq, io);
+        const float *K = head_f32(p, d, hd.k, hd.ldk, sk, Kb, &ldk, io);
+        const float *V = head_f32(p, dv, hd.v, hd.ldv, sk, Vb, &ldv, io);
         float *O = conv ? Ob : (float *)hd.o;
-        const int64_t ldo = conv ? d : hd.ldo;
+        const int64_t ldo = conv ? dv : hd.ldo;
         for (int64_t i0 = 0; i0 < sq; i0 += STD_PANEL) {
             const int rows = (int)(sq - i0 < STD_PANEL ? sq - i0 : STD_PANEL);
             int64_t lo, hi;
@@ -137,19 +137,19 @@ static void fwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
             io->read += (int64_t)rows * (hi - lo) * 4;
             io->written += (int64_t)rows * (hi - lo) * 4;
             if (hi > lo)                                                           /* O = P V */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, (int)(hi - lo), 1.0f, S + i0 * sk + lo,
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, dv, (int)(hi - lo), 1.0f, S + i0 * sk + lo,
                             (int)sk, V + lo * ldv, (int)ldv, 0.0f, O + i0 * ldo, (int)ldo);
             else
-                for (int r = 0; r < rows; r++) memset(O + (i0 + r) * ldo, 0, (size_t)d * 4);
-            io->read += (int64_t)rows * (hi - lo) * 4 + (hi - lo) * d * (int64_t)es;
+                for (int r = 0; r < rows; r++) memset(O + (i0 + r) * ldo, 0, (size_t)dv * 4);
+            io->read += (int64_t)rows * (hi - lo) * 4 + (hi - lo) * dv * (int64_t)es;
         }
         if (conv)
             for (int64_t r0 = 0; r0 < sq; r0 += 4096) {
                 const int n = (int)(sq - r0 < 4096 ? sq - r0 : 4096);
-                fa_tile_store((char *)hd.o + r0 * hd.ldo * es, p->dtype, hd.ldo, O + r0 * d, d, n, d, io);
+                fa_tile_store((char *)hd.o + r0 * hd.ldo * es, p->dtype, hd.ldo, O + r0 * dv, dv, n, dv, io);
             }
         else
-            io->written += sq * d * 4;
+            io->written += sq * dv * 4;
         if (hd.lse) fa_vec_store(hd.lse, L, (int)sq, io);
     }
     if (blas_was > 0) fa_cpu_blas_set_threads(blas_was);
@@ -159,8 +159,8 @@ const fa_cpu_algo fa_cpu_standard_blas_fwd = {FA_CPU_LAYOUT(fwd_thread_layout, f
 
 /* ---- backward ---- */
 
-/* A thread's slice: the head's P, dS (sq x sk); fp32 copies of Q, dO, dQ, O, K, V for f16/bf16; fp32 dK, dV
- * accumulators; the LSE and D rows. */
+/* A thread's slice: the head's P, dS (sq x sk); fp32 copies of Q, dO, dQ, O, K, V for f16/bf16 (dO, O, V dv wide);
+ * fp32 dK, dV accumulators; the LSE and D rows. */
 typedef struct bwd_bufs {
     float *P, *dS, *Qb, *dOb, *dQb, *Ob, *Kb, *Vb, *dK, *dV, *L, *Dr;
 } bwd_bufs;
@@ -169,25 +169,25 @@ static void bwd_thread_layout(fa_arena *a, const void *problem, const fa_plan *p
     const fa_problem *p = problem;
     bwd_bufs *t = tiles;
     (void)pl;
-    const size_t sq = (size_t)p->q.seqlen, sk = (size_t)p->k.seqlen, d = (size_t)p->d;
+    const size_t sq = (size_t)p->q.seqlen, sk = (size_t)p->k.seqlen, d = (size_t)p->d, dv = (size_t)p->d_v;
     const int conv = p->dtype != FA_DTYPE_F32;
     t->P = fa_take_f32(a, sq * sk);
     t->dS = fa_take_f32(a, sq * sk);
     t->Qb = conv ? fa_take_f32(a, sq * d) : NULL;
-    t->dOb = conv ? fa_take_f32(a, sq * d) : NULL;
+    t->dOb = conv ? fa_take_f32(a, sq * dv) : NULL;
     t->dQb = conv ? fa_take_f32(a, sq * d) : NULL;
-    t->Ob = conv ? fa_take_f32(a, sq * d) : NULL;
+    t->Ob = conv ? fa_take_f32(a, sq * dv) : NULL;
     t->Kb = conv ? fa_take_f32(a, sk * d) : NULL;
-    t->Vb = conv ? fa_take_f32(a, sk * d) : NULL;
+    t->Vb = conv ? fa_take_f32(a, sk * dv) : NULL;
     t->dK = fa_take_f32(a, sk * d);
-    t->dV = fa_take_f32(a, sk * d);
+    t->dV = fa_take_f32(a, sk * dv);
     t->L = fa_take_f32(a, sq);
     t->Dr = fa_take_f32(a, sq);
 }
 
 static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan *pl, const fa_cpu_frame *f) {
     (void)pl;
-    const int d = (int)p->d;
+    const int d = (int)p->d, dv = (int)p->d_v;
     const size_t es = fa_dtype_size(p->dtype);
     const int64_t sq = p->q.seqlen, sk = p->k.seqlen, group = p->hq / p->hk, items = p->batch * p->hk;
     const int conv = p->dtype != FA_DTYPE_F32;
@@ -205,23 +205,23 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
         fa_head hd;
         fa_cpu_head(p, b, hk * group, &hd);
         int64_t ldk, ldv;
-        const float *K = head_f32(p, hd.k, hd.ldk, sk, Kb, &ldk, io);
-        const float *V = head_f32(p, hd.v, hd.ldv, sk, Vb, &ldv, io);
+        const float *K = head_f32(p, d, hd.k, hd.ldk, sk, Kb, &ldk, io);
+        const float *V = head_f32(p, dv, hd.v, hd.ldv, sk, Vb, &ldv, io);
         memset(dK, 0, (size_t)sk * d * 4);                                          /* dK = dV = 0 (fp32, slow) */
-        memset(dV, 0, (size_t)sk * d * 4);
-        io->written += 2 * sk * d * 4;
+        memset(dV, 0, (size_t)sk * dv * 4);
+        io->written += sk * (d + dv) * 4;
         for (int64_t g = 0; g < group; g++) {
             fa_head hq;
             fa_cpu_head(p, b, hk * group + g, &hq);
             int64_t ldq, lddo;
-            const float *Q = head_f32(p, hq.q, hq.ldq, sq, Qb, &ldq, io);
-            const float *dO = head_f32(p, hq.dout, hq.lddo, sq, dOb, &lddo, io);
+            const float *Q = head_f32(p, d, hq.q, hq.ldq, sq, Qb, &ldq, io);
+            const float *dO = head_f32(p, dv, hq.dout, hq.lddo, sq, dOb, &lddo, io);
             fa_vec_load(L, hq.lse, (int)sq, io);
             if (conv) { /* f16/bf16: D = rowsum(dO ∘ O) from the rounded output, as FLASH1/FLASH2 must (below) */
                 int64_t ldo;
-                const float *O = head_f32(p, hq.o, hq.ldo, sq, Ob, &ldo, io);
-                kr->rowdots((int)sq, d, dO, (int)lddo, O, (int)ldo, Dr);
-                io->read += sq * d * (int64_t)es;
+                const float *O = head_f32(p, dv, hq.o, hq.ldo, sq, Ob, &ldo, io);
+                kr->rowdots((int)sq, dv, dO, (int)lddo, O, (int)ldo, Dr);
+                io->read += sq * dv * (int64_t)es;
             }
             float *dQ = conv ? dQb : (float *)hq.dq;
             const int64_t lddq = conv ? d : hq.lddq;
@@ -235,9 +235,9 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
                     continue;
                 }
                 scores_blas(p, sq, sk, i0, rows, lo, hi, Q, ldq, K, ldk, P, sk);   /* S */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, d, 1.0f, dO + i0 * lddo, (int)lddo,
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, dv, 1.0f, dO + i0 * lddo, (int)lddo,
                             V + lo * ldv, (int)ldv, 0.0f, dS + i0 * sk + lo, (int)sk); /* dP = dO Vᵀ */
-                io->read += 2 * ((int64_t)rows + n) * d * (int64_t)es;                 /* Q, dO panels; K, V ranges */
+                io->read += ((int64_t)rows + n) * (d + dv) * (int64_t)es;              /* Q, dO panels; K, V ranges */
                 io->written += 2 * (int64_t)rows * n * 4;                              /* S, dP */
                 for (int r = 0; r < rows; r++) {
                     float *s = P + (i0 + r) * sk + lo, *dp = dS + (i0 + r) * sk + lo;
@@ -271,12 +271,12 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
                 io->read += 4 * (int64_t)rows * n * 4; /* P, dP read for D and for dS */
                 io->written += 2 * (int64_t)rows * n * 4;
                 /* dV[lo, hi) += Pᵀ dO, dK[lo, hi) += dSᵀ Q (fp32 accumulators, summed over the panels and the group) */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, d, rows, 1.0f, P + i0 * sk + lo, (int)sk,
-                            dO + i0 * lddo, (int)lddo, 1.0f, dV + lo * d, d);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, dv, rows, 1.0f, P + i0 * sk + lo, (int)sk,
+                            dO + i0 * lddo, (int)lddo, 1.0f, dV + lo * dv, dv);
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, d, rows, 1.0f, dS + i0 * sk + lo, (int)sk,
                             Q + i0 * ldq, (int)ldq, 1.0f, dK + lo * d, d);
-                io->read += 2 * (int64_t)rows * n * 4 + 2 * (int64_t)rows * d * es + 2 * (int64_t)n * d * 4;
-                io->written += 2 * (int64_t)n * d * 4;
+                io->read += 2 * (int64_t)rows * n * 4 + (int64_t)rows * (d + dv) * es + (int64_t)n * (d + dv) * 4;
+                io->written += (int64_t)n * (d + dv) * 4;
                 /* dQ = dS K (this panel's rows) */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, n, 1.0f, dS + i0 * sk + lo, (int)sk,
                             K + lo * ldk, (int)ldk, 0.0f, dQ + i0 * lddq, (int)lddq);
@@ -292,7 +292,7 @@ static void bwd_run(const fa_cpu_kernels *kr, const fa_problem *p, const fa_plan
         for (int64_t r0 = 0; r0 < sk; r0 += 4096) {                                 /* dK, dV in the dtype */
             const int n = (int)(sk - r0 < 4096 ? sk - r0 : 4096);
             fa_tile_store((char *)hd.dk + r0 * hd.lddk * es, p->dtype, hd.lddk, dK + r0 * d, d, n, d, io);
-            fa_tile_store((char *)hd.dv + r0 * hd.lddv * es, p->dtype, hd.lddv, dV + r0 * d, d, n, d, io);
+            fa_tile_store((char *)hd.dv + r0 * hd.lddv * es, p->dtype, hd.lddv, dV + r0 * dv, dv, n, dv, io);
         }
     }
     if (blas_was > 0) fa_cpu_blas_set_threads(blas_was);

@@ -13,9 +13,11 @@
 
 #define FA_KV_BC 32    /* keys per chunk: two score vectors per row */
 #define FA_KV_LANES 16 /* fp32 rows are padded to a multiple of 16 (one zmm) */
+#define FA_KV_MAX_D 576 /* the longest row, q/k's or v's (FA_MAX_KV_HEAD_DIM): the kernels' row buffers */
 
 typedef struct fa_kv_args {
-    int R, nh, d, dp;           /* rows per head, K/V heads, head_dim, padded head_dim */
+    int R, nh, d, dp;           /* rows per head, K/V heads, q/k's head_dim, padded */
+    int dv, dvp;                /* v's head_dim (out's), padded */
     fa_dtype dtype;
     const float *qs;            /* nh·R x dp: q rows pre-multiplied (scale·log2 e, or scale/softcap), zero-padded,
                                    in fa_kv_lane order */
@@ -35,7 +37,7 @@ typedef struct fa_kv_args {
     int64_t page_size;
     float softcap_mul;          /* 0 = off; else s = softcap_mul · tanh(q·k) (softcap · log2 e) */
     float *S, *Lv;              /* scratch: nh·R x FA_KV_BC, nh·R x 16 (64-byte aligned) */
-    float *O, *m, *l;           /* nh·R x dp (fa_kv_lane order), nh·R, nh·R: the running state (O = 0, m = -inf,
+    float *O, *m, *l;           /* nh·R x dvp (fa_kv_lane order), nh·R, nh·R: the running state (O = 0, m = -inf,
                                    l = 0 at the start) */
 } fa_kv_args;
 
@@ -48,13 +50,14 @@ typedef struct fa_kv_kernel {
     int keypairs; /* 1: O += P V by vdpbf16ps on V rows interleaved by pairs of keys (the vpunpck{l,h}wd order) */
 } fa_kv_kernel;
 
-/* Where element c of a row sits in kernel k's fp32 rows (qs and O). bf16 rows with d % group == 0: each group of
- * elements is two vectors, the even elements then the odd ones (a 32-bit lane holds a bf16 pair, converted by one
- * shift or one mask); with keypairs (group 32) the vectors of vpunpcklwd and vpunpckhwd instead, elements 0-3,
- * 8-11, 16-19, 24-27 then the other fours. Every other row in order. */
-static inline int64_t fa_kv_lane(const fa_kv_kernel *k, fa_dtype dt, int64_t d, int64_t c) {
+/* Where element c of a row sits in kernel k's fp32 rows (qs and O) of a call with head dims d (q/k) and dv (v).
+ * bf16 rows with both a multiple of the group (the kernel's bf16 mode): each group of elements is two vectors, the
+ * even elements then the odd ones (a 32-bit lane holds a bf16 pair, converted by one shift or one mask); with
+ * keypairs (group 32) the vectors of vpunpcklwd and vpunpckhwd instead, elements 0-3, 8-11, 16-19, 24-27 then the
+ * other fours. Every other row in order. */
+static inline int64_t fa_kv_lane(const fa_kv_kernel *k, fa_dtype dt, int64_t d, int64_t dv, int64_t c) {
     const int64_t g = k->group, w = c & (g - 1), base = c & ~(g - 1);
-    if (dt != FA_DTYPE_BF16 || d % g) return c;
+    if (dt != FA_DTYPE_BF16 || d % g || dv % g) return c;
     if (k->keypairs) return base | (w >> 2 & 1) * 16 | (w >> 3) * 4 | (w & 3);
     return base | (w & 1) * (g / 2) | w >> 1;
 }

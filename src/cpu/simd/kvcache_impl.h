@@ -131,8 +131,10 @@ static void row_to_f32(float *restrict dst, const char *src, fa_dtype dt, int d,
     for (; i < dp; i++) dst[i] = 0;
 }
 
-/* Vectors [v0, v0 + nv) of one K or V row in the kernel's lane order (M_BF16: v0 and nv even). */
-AI void row_vecs(vf *x, const char *src, int v0, int nv, const int MODE, const fa_kv_args *a, float *tmp) {
+/* Vectors [v0, v0 + nv) of one K or V row (d elements, padded to dp) in the kernel's lane order (M_BF16: v0 and nv
+ * even). */
+AI void row_vecs(vf *x, const char *src, int v0, int nv, const int MODE, const fa_kv_args *a, int d, int dp,
+                 float *tmp) {
     if (MODE == M_BF16) {
 #pragma GCC unroll 16
         for (int i = 0; i < nv; i += 2) bf16_pairs(src + 2 * VW * (v0 + i), &x[i], &x[i + 1]);
@@ -143,7 +145,7 @@ AI void row_vecs(vf *x, const char *src, int v0, int nv, const int MODE, const f
 #pragma GCC unroll 16
         for (int i = 0; i < nv; i++) memcpy(&x[i], (const float *)src + VW * (v0 + i), 4 * VW);
     } else {
-        row_to_f32(tmp, src, a->dtype, a->d, a->dp);
+        row_to_f32(tmp, src, a->dtype, d, dp);
         for (int i = 0; i < nv; i++) x[i] = LD(tmp + VW * (v0 + i));
     }
 }
@@ -320,7 +322,7 @@ AI void qk(const fa_kv_args *a, const char *const *kr, int hh, int r0, const int
 #pragma GCC unroll 16
                 for (int j = 0; j < NK; j++) {
                     vf k[2];
-                    row_vecs(k, kr[j0 + j] + hh * a->k_sh, i, STEP, MODE, a, tmp);
+                    row_vecs(k, kr[j0 + j] + hh * a->k_sh, i, STEP, MODE, a, a->d, dp, tmp);
 #pragma GCC unroll 16
                     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 2
@@ -374,8 +376,8 @@ AI void softmax_row(const fa_kv_args *a, int row, int64_t j0, int n, const int M
         const float alpha = fa_port_exp2(a->m[row] - mx);
         const vf av = vbcast(alpha);
         lv *= av;
-        float *o = a->O + (size_t)row * a->dp;
-        for (int i = 0; i < a->dp; i += VW) ST(o + i, LD(o + i) * av);
+        float *o = a->O + (size_t)row * a->dvp;
+        for (int i = 0; i < a->dvp; i += VW) ST(o + i, LD(o + i) * av);
         a->m[row] = mx;
     }
     const vf mv = vbcast(a->m[row]);
@@ -430,7 +432,7 @@ AI void pv_keys(const fa_kv_args *a, const char *const *vr, int hh, const float 
     for (int jj = ja; jj < jb; jj++) {
         if (pf) pf_lines(&c, c.per);
         vf v[16];
-        row_vecs(v, vr[jj] + hh * a->v_sh, v0, NW, MODE, a, tmp);
+        row_vecs(v, vr[jj] + hh * a->v_sh, v0, NW, MODE, a, a->dv, a->dvp, tmp);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const vf p = vbcast(P[r * FA_KV_BC + jj]);
@@ -445,7 +447,7 @@ AI void pv_keys(const fa_kv_args *a, const char *const *vr, int hh, const float 
  * rows r0.. of O loaded, the keys added, stored back. */
 AI void pv_span(const fa_kv_args *a, const char *const *vr, int hh, const float *P, float *O, int ja, int jb,
                 int v0, int v1, const int NR, const int NW, const int MODE, float *tmp, pf_rows *pf) {
-    const int dp = a->dp;
+    const int dp = a->dvp;
     for (; v0 + NW <= v1; v0 += NW) {
         vf A[16]; /* NR x NW <= 16 accumulators, flat: an array of 64 vectors was kept on the stack (spilled) */
 #pragma GCC unroll 4
@@ -468,7 +470,7 @@ AI void pv_span(const fa_kv_args *a, const char *const *vr, int hh, const float 
  * of d at a time (PV_WIDTH), so each V row is converted once per group of rows. */
 AI void pv(const fa_kv_args *a, const char *const *vr, int hh, int r0, int64_t j0, int n, const int NR,
            const int MODE, float *tmp, pf_rows *pf) {
-    const int W = PV_WIDTH(NR), NV = a->dp / VW, dp = a->dp;
+    const int W = PV_WIDTH(NR), NV = a->dvp / VW, dp = a->dvp;
     int ja = FA_KV_BC, jb = 0;
     for (int r = 0; r < NR; r++) {
         const int64_t l = a->lo[r0 + r] - j0, h = a->hi[r0 + r] - j0;
@@ -496,27 +498,28 @@ AI void pv(const fa_kv_args *a, const char *const *vr, int hh, int r0, int64_t j
  * compile-time constant after inlining; d is not (only the piece widths of pv are). */
 AI void chunk(const fa_kv_args *a, int64_t j0, int n, const char *const *kr, const char *const *vr,
               const char *const *kn, const char *const *vn, int nn, const int MODE) {
-    const int NV = a->dp / VW;
-    const int R = a->R, row_bytes = a->d * (int)fa_dtype_size(a->dtype);
-    /* PV key steps of a head: (groups of rows) x (pieces of d) x keys */
+    const int NV = a->dvp / VW, es = (int)fa_dtype_size(a->dtype);
+    const int R = a->R, k_bytes = a->d * es, v_bytes = a->dv * es;
+    /* PV key steps of a head: (groups of rows) x (pieces of dv) x keys */
     const int groups = R / 4 + (R % 4) / 2 + (R % 2), W = PV_WIDTH(R >= 4 ? 4 : R >= 2 ? 2 : 1);
     const int sites = groups * ((NV + W - 1) / W) * FA_KV_BC;
-    _Alignas(64) float tmp[256];
+    _Alignas(64) float tmp[FA_KV_MAX_D];
     /* the prefetch of the next chunk (pf_rows): whole rows (all heads), K's spread over every head's QKᵀ steps, into
      * L2 on every ISA (into L1, MHA's many lines per QKᵀ step held up the demand loads), and V's over every head's
      * PV steps; or each head's own K and V rows over its own PV steps, the cursor restarting per head */
-    const int whole = a->nh > 1 && a->k_sh == row_bytes && a->v_sh == row_bytes;
-    const int bytes = whole ? row_bytes * a->nh : row_bytes, steps = whole ? sites * a->nh : sites;
-    const int lines = nn * ((bytes + 63) / 64); /* of K, and as many of V */
+    const int whole = a->nh > 1 && a->k_sh == k_bytes && a->v_sh == v_bytes;
+    const int kb = whole ? k_bytes * a->nh : k_bytes, vb = whole ? v_bytes * a->nh : v_bytes;
+    const int steps = whole ? sites * a->nh : sites;
+    const int klines = nn * ((kb + 63) / 64), vlines = nn * ((vb + 63) / 64);
     /* QKᵀ steps of all heads: a group of NR rows takes FA_KV_BC / (VW / NR) steps, so R rows FA_KV_BC · R / VW */
     const int qsteps = a->nh * R * (FA_KV_BC / VW);
-    int qc = whole ? (lines + qsteps - 1) / qsteps : 0;
+    int qc = whole ? (klines + qsteps - 1) / qsteps : 0;
     if (qc > FA_KV_QK_PF_MAX) qc = FA_KV_QK_PF_MAX;
-    const int left = whole && lines > qc * qsteps ? lines - qc * qsteps : 0; /* K's lines the QKᵀ steps leave */
+    const int left = whole && klines > qc * qsteps ? klines - qc * qsteps : 0; /* K's lines the QKᵀ steps leave */
     pf_run runs[2 * FA_KV_BC];
-    const int nk = pf_runs(kn, nn, bytes, runs);
-    pf_rows pf = {runs, nk + pf_runs(vn, nn, bytes, runs + nk), nk, ((whole ? 1 : 2) * lines + left + steps - 1) / steps,
-                  0, NULL, NULL, 0, 0};
+    const int nk = pf_runs(kn, nn, kb, runs);
+    pf_rows pf = {runs, nk + pf_runs(vn, nn, vb, runs + nk), nk,
+                  ((whole ? vlines : klines + vlines) + left + steps - 1) / steps, 0, NULL, NULL, 0, 0};
     pf_start(&pf, a, 0);
     for (int hh = 0; hh < a->nh; hh++) {
         for (int r = 0; r < R;) {
@@ -581,11 +584,12 @@ FA_KV_NOINLINE void walk_f16(const fa_kv_args *a) { walk(a, M_F16); }
 FA_KV_NOINLINE void walk_any(const fa_kv_args *a) { walk(a, M_ANY); }
 
 static void attend(const fa_kv_args *a) {
-    /* fp32, bf16 and f16 rows converted by whole vectors where d is its padded width (the loops run to dp: a row
-     * of d % 16 != 0 would be read past its end); any other d through M_ANY */
-    if (a->d == a->dp && a->dtype == FA_DTYPE_F32) walk_f32(a);
-    else if (a->d == a->dp && a->dtype == FA_DTYPE_F16) walk_f16(a);
-    else if (a->d % FA_KV_GROUP == 0 && a->d == a->dp && a->dtype == FA_DTYPE_BF16) walk_bf16(a);
+    /* fp32, bf16 and f16 rows converted by whole vectors where d and dv are their padded widths (the loops run to dp,
+     * dvp: a row of d % 16 != 0 would be read past its end); any other pair through M_ANY */
+    const int whole = a->d == a->dp && a->dv == a->dvp;
+    if (whole && a->dtype == FA_DTYPE_F32) walk_f32(a);
+    else if (whole && a->dtype == FA_DTYPE_F16) walk_f16(a);
+    else if (a->d % FA_KV_GROUP == 0 && a->dv % FA_KV_GROUP == 0 && a->dtype == FA_DTYPE_BF16) walk_bf16(a);
     else walk_any(a);
 }
 

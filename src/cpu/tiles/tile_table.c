@@ -42,9 +42,10 @@ static long l2_bytes(void) {
     return b > 0 ? b : 512 * 1024;
 }
 
-static int fits_l2(int backward, long br, long bc, long d, long l2) {
-    if (backward) return 6 * bc * d * 4 + 3 * br * d * 4 + 2 * br * bc * 4 <= l2;
-    return 2 * br * d * 4 + 2 * bc * d * 4 + br * bc * 4 <= l2;
+/* d: q/k's head_dim, dv: v/out's (the formulas above with d for the q/k-side tiles, dv for the v/o-side ones) */
+static int fits_l2(int backward, long br, long bc, long d, long dv, long l2) {
+    if (backward) return 3 * bc * (d + dv) * 4 + br * (2 * d + dv) * 4 + 2 * br * bc * 4 <= l2;
+    return br * (d + dv) * 4 + bc * (d + dv) * 4 + br * bc * 4 <= l2;
 }
 
 void fa_cpu_tiles(const fa_problem *p, int *br, int *bc) {
@@ -54,7 +55,8 @@ void fa_cpu_tiles(const fa_problem *p, int *br, int *bc) {
     for (size_t i = 0; i < sizeof tile_table / sizeof tile_table[0]; i++) {
         const struct tile_row *t = &tile_table[i];
         if (!(t->algos & ALGO(p->algo)) || (t->pass != ANY_PASS && t->pass != p->is_backward)) continue;
-        if ((t->unmasked && masked) || (t->fit_l2 && !fits_l2(p->is_backward, t->br, t->bc, (long)p->d, l2))) continue;
+        if (t->unmasked && masked) continue;
+        if (t->fit_l2 && !fits_l2(p->is_backward, t->br, t->bc, (long)p->d, (long)p->d_v, l2)) continue;
         q = t->br;
         k = t->bc;
         break;
@@ -83,6 +85,6 @@ void fa_cpu_kv_pack(const fa_problem *p, int64_t tr, int bc, int threads, int *g
     *group = (int)(g < 1 ? 1 : g > 16 ? 16 : g);
     int64_t bytes = FA_PACK_PER_THREAD * threads;
     bytes = bytes < FA_PACK_MIN ? FA_PACK_MIN : bytes > FA_PACK_MAX ? FA_PACK_MAX : bytes;
-    const int64_t keys = bytes / (2 * p->d * 4) / bc * bc;
+    const int64_t keys = bytes / ((p->d + p->d_v) * 4) / bc * bc;
     *seg = *group > 1 ? (int)(keys < bc ? bc : keys) : 0;
 }

@@ -50,10 +50,10 @@ static inline int fa_cpu_block_sees(const fa_problem *p, int64_t sq, int64_t sk,
     return hi > j0 && lo < j0 + cols;
 }
 
-/* The end of a forward Q block: O /= ℓ and LSE = unit·m + ln ℓ (m in the units of the softmax state; a row with
- * ℓ = 0 sees no key: O = 0, LSE = −∞); with a sink (NULL: none) ℓ gains exp(sink) first (core/sink.h). alpha is
- * scratch of rows floats. */
-static inline void fa_cpu_fwd_finish(const fa_cpu_kernels *kr, int rows, int d, float *O, const float *m,
+/* The end of a forward Q block (O: rows x dv): O /= ℓ and LSE = unit·m + ln ℓ (m in the units of the softmax state;
+ * a row with ℓ = 0 sees no key: O = 0, LSE = −∞); with a sink (NULL: none) ℓ gains exp(sink) first (core/sink.h).
+ * alpha is scratch of rows floats. */
+static inline void fa_cpu_fwd_finish(const fa_cpu_kernels *kr, int rows, int dv, float *O, const float *m,
                                      const float *l, float unit, const float *sink, float *alpha, float *lse) {
     for (int r = 0; r < rows; r++) {
         if (sink) {
@@ -63,7 +63,7 @@ static inline void fa_cpu_fwd_finish(const fa_cpu_kernels *kr, int rows, int d, 
         alpha[r] = l[r] > 0 ? 1.0f / l[r] : 0.0f;
         lse[r] = l[r] > 0 ? m[r] * unit + logf(l[r]) : -INFINITY;
     }
-    kr->scale_rows(rows, d, O, d, alpha);
+    kr->scale_rows(rows, dv, O, dv, alpha);
 }
 
 /* Does any (query, key) pair of rows [i0, i0+rows) x keys [j0, j0+cols) need a mask? */
@@ -79,10 +79,11 @@ int64_t fa_cpu_scores(const fa_problem *p, float *S, ptrdiff_t rs, ptrdiff_t cs,
 
 /* ---- backward (FLASH1 and FLASH2) ---- */
 
-/* A thread's fast tiles for the backward: Br x d rows, Bc x d K/V rows, d x pad16(Bc) packed Kjᵀ Vjᵀ, Br x
- * pad16(Bc) S and dP, Br-vectors. Oi only where D is recomputed per tile (FLASH1). With bf16 tiles (bf16 = 1) also
- * the operands of the five products as words of two bf16: A operands row-major (pairs along the row), B operands
- * as pairs of rows; NULL otherwise. */
+/* A thread's fast tiles for the backward: Br rows of Qi, dQi (d = dqk wide) and dOi, Oi (dv wide), Bc rows of Kj,
+ * dKj (d) and Vj, dVj (dv), packed Kjᵀ (d x pad16(Bc)) and Vjᵀ (dv x pad16(Bc)), Br x pad16(Bc) S and dP,
+ * Br-vectors; Qi and dOi hold max(d, dv) floats a row, so that either serves as a row buffer of any operand. Oi only
+ * where D is recomputed per tile (FLASH1). With bf16 tiles (bf16 = 1) also the operands of the five products as
+ * words of two bf16: A operands row-major (pairs along the row), B operands as pairs of rows; NULL otherwise. */
 typedef struct fa_cpu_bwd_tiles {
     int ldt;                          /* pad16(Bc): row stride of KjT, VjT, S, dP */
     int ldr;                          /* Br rounded up to even: row stride of the transposed P and dS */
@@ -98,7 +99,7 @@ typedef struct fa_cpu_bwd_tiles {
     float *dQacc;                     /* the thread's fp32 dQ accumulator in slow memory (dq_floats), or NULL */
 } fa_cpu_bwd_tiles;
 
-void fa_cpu_bwd_tiles_layout(fa_arena *a, int d, int br, int bc, int with_o, int bf16, size_t dq_floats,
+void fa_cpu_bwd_tiles_layout(fa_arena *a, int d, int dv, int br, int bc, int with_o, int bf16, size_t dq_floats,
                              fa_cpu_bwd_tiles *t);
 
 /* Start K/V block j: load Kj, Vj (cols keys from j0), pack Kjᵀ, Vjᵀ once, zero dKj, dVj. */

@@ -47,6 +47,12 @@ static int supports(const fa_kv_problem *p, char *why, size_t why_len) {
         snprintf(why, why_len, "dtype: f32 KV-cache attention runs on the CPU only (CUDA: f16, bf16)");
         return 0;
     }
+    if (p->d_v != p->d) { /* MLA's (576, 512) wants its own kernel: d = 256's K and V rings already fill shared memory */
+        snprintf(why, why_len, "cache.v: head_dim %lld differs from q's %lld: the CUDA KV-cache kernel holds K and V "
+                 "tiles of one head_dim (64, 128 or 256); a CPU context decodes any pair up to (576, 512)",
+                 (long long)p->d_v, (long long)p->d);
+        return 0;
+    }
     if (inst_of(p->d, 4) < 0) { /* every built head dim has a 4-warp row */
         char dims[64] = "";
         for (int i = 0, n = 0; i < FA_KV_NINST; i++)

@@ -1,4 +1,5 @@
-/* Small memory-bound kernels around the backward pass, shared by STANDARD, FLASH1 and FLASH2:
+/* Small memory-bound kernels around the backward pass, shared by STANDARD, FLASH1 and FLASH2 (O, dO, dV rows are
+ * d_v wide, Q, dQ, dK rows d):
  *   D = rowsum(dO ∘ O) (fp32, laid out like LSE), and for the flash kernels LSE·log2(e) (+inf for a row that saw
  *   no key), so that they can copy both with cp.async; dQ = scale·dQacc -> dtype; GQA: dK, dV = Σ over the query heads
  *   of a K/V head of the fp32 per-query-head gradients (fixed order: deterministic).
@@ -19,7 +20,7 @@ template <typename T> __global__ void fa_dsum_kernel(const fa_cuda_params p, int
     const T *o = (const T *)p.o + fa_qrow_off(p, r, p.o_sb, p.o_ss, p.o_sh);
     const T *g = (const T *)p.dout + fa_qrow_off(p, r, p.do_sb, p.do_ss, p.do_sh);
     float acc = 0.f;
-    for (int c = lane; c < p.d; c += 32) acc += fa_to_f32<T>(o[c]) * fa_to_f32<T>(g[c]);
+    for (int c = lane; c < p.d_v; c += 32) acc += fa_to_f32<T>(o[c]) * fa_to_f32<T>(g[c]);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (lane == 0) {
@@ -76,31 +77,30 @@ template <typename T, int TPR> __global__ void fa_dq_convert_vec_kernel(const fa
     *(uint4 *)((T *)p.dq + fa_qrow_off(p, r, p.dq_sb, p.dq_ss, p.dq_sh) + c) = o;
 }
 
-template <typename T> __global__ void fa_dkv_reduce_kernel(const fa_cuda_params p, int64_t n) {
-    const int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+/* Elements [0, nk) are dK's (rows of d), the rest dV's (rows of d_v): one launch for both. */
+template <typename T> __global__ void fa_dkv_reduce_kernel(const fa_cuda_params p, int64_t nk, int64_t n) {
+    int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (x >= n) return;
-    const int64_t r = x / p.d, c = x % p.d; /* r: a K/V-side row over (b, hk, sk) or (hk, total_k) */
-    int64_t src0, step, dko, dvo;
+    const int is_v = x >= nk, w = is_v ? p.d_v : p.d;
+    if (is_v) x -= nk;
+    const int64_t r = x / w, c = x % w; /* r: a K/V-side row over (b, hk, sk) or (hk, total_k) */
+    const int64_t sb = is_v ? p.dv_sb : p.dk_sb, ss = is_v ? p.dv_ss : p.dk_ss, sh = is_v ? p.dv_sh : p.dk_sh;
+    int64_t src0, step, dst;
     if (p.cu_k) {
         const int64_t t = r % p.total_k, g = r / p.total_k;
-        src0 = (g * p.group * p.total_k + t) * p.d + c;
-        step = (int64_t)p.total_k * p.d;
-        dko = t * p.dk_ss + g * p.dk_sh;
-        dvo = t * p.dv_ss + g * p.dv_sh;
+        src0 = (g * p.group * p.total_k + t) * w + c;
+        step = (int64_t)p.total_k * w;
+        dst = t * ss + g * sh;
     } else {
         const int64_t j = r % p.sk, g = (r / p.sk) % p.hk, b = r / ((int64_t)p.sk * p.hk);
-        src0 = ((b * p.hq + g * p.group) * p.sk + j) * p.d + c;
-        step = (int64_t)p.sk * p.d;
-        dko = b * p.dk_sb + j * p.dk_ss + g * p.dk_sh;
-        dvo = b * p.dv_sb + j * p.dv_ss + g * p.dv_sh;
+        src0 = ((b * p.hq + g * p.group) * p.sk + j) * w + c;
+        step = (int64_t)p.sk * w;
+        dst = b * sb + j * ss + g * sh;
     }
-    float sk = 0.f, sv = 0.f;
-    for (int h = 0; h < p.group; ++h) {
-        sk += p.dk_acc[src0 + h * step];
-        sv += p.dv_acc[src0 + h * step];
-    }
-    ((T *)p.dk)[dko + c] = fa_from_f32<T>(sk);
-    ((T *)p.dv)[dvo + c] = fa_from_f32<T>(sv);
+    const float *acc = is_v ? p.dv_acc : p.dk_acc;
+    float sum = 0.f;
+    for (int h = 0; h < p.group; ++h) sum += acc[src0 + h * step];
+    ((T *)(is_v ? p.dv : p.dk))[dst + c] = fa_from_f32<T>(sum);
 }
 
 static int64_t fa_q_rows(const fa_cuda_params *p) {
@@ -131,10 +131,10 @@ static int64_t fa_k_rows(const fa_cuda_params *p) {
     } while (0)
 
 /* The flash kernels' tensors: 16-bit, rows 16-byte aligned (the plan's rule), LSE·log2e wanted, and d / 8 a power
- * of two from 4 to 32. */
+ * of two from 4 to 32; one head_dim for every row (the vector kernels' D and dQ rows share a width). */
 static int fa_flash_rows(const fa_cuda_params *p, int dtype) {
     const int v = p->d / 8;
-    return p->lse2 && dtype != 0 && p->d % 8 == 0 && v >= 4 && v <= 32 && (v & (v - 1)) == 0;
+    return p->lse2 && dtype != 0 && p->d == p->d_v && p->d % 8 == 0 && v >= 4 && v <= 32 && (v & (v - 1)) == 0;
 }
 
 extern "C" cudaError_t fa_bwd_dsum_launch(const fa_cuda_params *p, int dtype, int zero_dq, cudaStream_t st) {
@@ -164,8 +164,8 @@ extern "C" cudaError_t fa_bwd_dq_convert_launch(const fa_cuda_params *p, int dty
     return cudaGetLastError();
 }
 extern "C" cudaError_t fa_bwd_dkv_reduce_launch(const fa_cuda_params *p, int dtype, cudaStream_t st) {
-    const int64_t n = fa_k_rows(p) * p->d;
+    const int64_t nk = fa_k_rows(p) * p->d, n = nk + fa_k_rows(p) * p->d_v;
     if (n == 0) return cudaSuccess;
-    FA_DTYPE_SWITCH(dtype, fa_dkv_reduce_kernel, (unsigned)((n + 255) / 256), 256, st, *p, n);
+    FA_DTYPE_SWITCH(dtype, fa_dkv_reduce_kernel, (unsigned)((n + 255) / 256), 256, st, *p, nk, n);
     return cudaGetLastError();
 }

@@ -11,16 +11,26 @@
 
 /* ---- tile rows ---- */
 
-/* FLASH2 forward: the first row for head dim d with tiles bm x bn (0 = any) and nw warps (0 = any; ignored when
- * no matching row has nw). */
-static int fa_f2_fwd_find(int d, int bm, int bn, int nw) {
+/* FLASH2 forward: the first row for head dims d (q, k) and dv (v, out) with tiles bm x bn (0 = any) and nw warps
+ * (0 = any; ignored when no matching row has nw). */
+static int fa_f2_fwd_find(int d, int dv, int bm, int bn, int nw) {
     for (int pass = 0; pass < 2; ++pass)
         for (int i = 0; i < FA_COUNT(fa_f2_fwd_rows); ++i) {
             const fa_f2_fwd_row *r = &fa_f2_fwd_rows[i];
-            if (r->d == d && (bm == 0 || bm == r->bm) && (bn == 0 || bn == r->bn) && (pass || !nw || nw == r->nw))
+            if (r->d == d && r->dv == dv && (bm == 0 || bm == r->bm) && (bn == 0 || bn == r->bn) &&
+                (pass || !nw || nw == r->nw))
                 return i;
         }
     return -1;
+}
+/* "(192, 128)": the (d, dv) pairs with dv != d the FLASH2 forward's table builds. */
+static void fa_built_pairs(char *buf, size_t len) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < FA_COUNT(fa_f2_fwd_rows) && used < len; ++i)
+        if (fa_f2_fwd_rows[i].dv != fa_f2_fwd_rows[i].d)
+            used += (size_t)snprintf(buf + used, len - used, "%s(%d, %d)", used ? ", " : "", fa_f2_fwd_rows[i].d,
+                                     fa_f2_fwd_rows[i].dv);
 }
 static int fa_f1_fwd_find(int d, int bm, int bn) {
     for (int i = 0; i < FA_COUNT(fa_f1_fwd_rows); ++i) {
@@ -44,7 +54,8 @@ static void fa_built_dims(int flash2, int backward, char *buf, size_t len) {
         for (int i = 0; i < FA_COUNT(fa_bwd_rows); ++i)
             d[n++] = (fa_bwd_rows[i].algos & (flash2 ? FA_BWD_F2 : FA_BWD_F1)) ? fa_bwd_rows[i].d : 0;
     } else if (flash2) {
-        for (int i = 0; i < FA_COUNT(fa_f2_fwd_rows); ++i) d[n++] = fa_f2_fwd_rows[i].d;
+        for (int i = 0; i < FA_COUNT(fa_f2_fwd_rows); ++i)
+            d[n++] = fa_f2_fwd_rows[i].dv == fa_f2_fwd_rows[i].d ? fa_f2_fwd_rows[i].d : 0;
     } else {
         for (int i = 0; i < FA_COUNT(fa_f1_fwd_rows); ++i) d[n++] = fa_f1_fwd_rows[i].d;
     }
@@ -77,10 +88,23 @@ static size_t fa_tail_bytes(const fa_problem *p, const fa_plan *plan) {
 
 /* The row of the tile table and its launch shape. */
 static fa_status fa_flash_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
-    const int flash2 = plan->algo == FA_ALGO_FLASH2, d = (int)p->d;
+    const int flash2 = plan->algo == FA_ALGO_FLASH2, d = (int)p->d, dv = (int)p->d_v;
     const char *an = flash2 ? "FLASH2" : "FLASH1", *dir = p->is_backward ? "backward" : "forward";
     const int bwd_algo = flash2 ? FA_BWD_F2 : FA_BWD_F1;
-    int row = p->is_backward ? fa_bwd_find(bwd_algo, d, 0, 0) : flash2 ? fa_f2_fwd_find(d, 0, 0, 0) : fa_f1_fwd_find(d, 0, 0);
+    if (dv != d && (p->is_backward || !flash2)) /* the backward and FLASH1 take one head_dim */
+        return fa_cuda_unsupported(why, why_len,
+                                   "v: head_dim %d differs from q's %d: the CUDA FA_ALGO_%s %s takes one head_dim for "
+                                   "q, k, v and out; FA_ALGO_STANDARD runs any pair",
+                                   dv, d, an, dir);
+    if (dv != d && fa_f2_fwd_find(d, dv, 0, 0, 0) < 0) { /* FLASH2's forward builds a few pairs (tiles.h) */
+        char pairs[64];
+        fa_built_pairs(pairs, sizeof pairs);
+        return fa_cuda_unsupported(why, why_len,
+                                   "v: head_dim %d differs from q's %d: the CUDA FA_ALGO_FLASH2 forward builds the "
+                                   "pairs %s; FA_ALGO_STANDARD runs any pair",
+                                   dv, d, pairs);
+    }
+    int row = p->is_backward ? fa_bwd_find(bwd_algo, d, 0, 0) : flash2 ? fa_f2_fwd_find(d, dv, 0, 0, 0) : fa_f1_fwd_find(d, 0, 0);
     if (row < 0) {
         char dims[64];
         fa_built_dims(flash2, p->is_backward, dims, sizeof dims);
@@ -93,7 +117,7 @@ static fa_status fa_flash_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa
     if (p->is_backward)
         row = fa_bwd_find(bwd_algo, d, bq, bk);
     else
-        row = flash2 ? fa_f2_fwd_find(d, bq, bk, tu->fwd_warps) : fa_f1_fwd_find(d, bq, bk);
+        row = flash2 ? fa_f2_fwd_find(d, dv, bq, bk, tu->fwd_warps) : fa_f1_fwd_find(d, bq, bk);
     if (row < 0)
         return fa_cuda_unsupported(why, why_len,
                                    "block_q %d / block_k %d: no CUDA FA_ALGO_%s %s kernel is built with these tiles "

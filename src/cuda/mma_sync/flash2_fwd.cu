@@ -13,7 +13,8 @@
  * LSE = m·scale + ln ℓ is written (FA2p §3.1.1). Kj, Vj are double-buffered with cp.async: block j-1 is fetched
  * while block j computes, one __syncthreads per block (the single-buffered order hid the load latency worse at
  * 2 CTAs per SM; d=256 keeps it to fit 2 CTAs). Query blocks run last to first, so under a causal mask the
- * longest CTAs of each head start first. Tiles: tiles.h; measurements: docs/cuda-kernels.md. */
+ * longest CTAs of each head start first. Q and K rows are D wide, V and O rows DV (D but for the rows of a pair,
+ * MLA's 192 / 128). Tiles: tiles.h; measurements: docs/cuda-kernels.md. */
 #include "common.cuh"
 #include "tiles.h"
 
@@ -44,21 +45,21 @@ FA_DEV int fa_tid_here() {
  * first (the last key block, the only one the seqlen tail can cut) is whole: the loader checks no row. Issued at
  * the top of the step, after the barrier, not after the QKᵀ GEMM (FA2's place): the loads then have a whole step to
  * land (docs/cuda-kernels.md). */
-template <typename T, int D, int BN, int NTHR>
+template <typename T, int D, int DV, int BN, int NTHR>
 FA_DEV void fa2_fwd_prefetch(const fa_fwd_cta *cta, T *sK, T *sV, const int *sN) {
-    constexpr int LD = D + 8;
+    constexpr int LD = D + 8, LDV = DV + 8;
     const int tid = fa_tid_here(), n = sN[tid];
     if (n > cta->nb_lo) { /* a whole step to land */
         const int64_t kss = cta->k_ss, vss = cta->v_ss, r0 = (int64_t)(n - 1) * BN;
-        T *sK1 = sK + ((n - 1) & 1) * BN * LD, *sV1 = sV + ((n - 1) & 1) * BN * LD;
+        T *sK1 = sK + ((n - 1) & 1) * BN * LD, *sV1 = sV + ((n - 1) & 1) * BN * LDV;
         fa_load_tile<T, BN, D, LD, NTHR, true>(sK1, (const T *)cta->K + r0 * kss, kss, BN, tid);
-        fa_load_tile<T, BN, D, LD, NTHR, true>(sV1, (const T *)cta->V + r0 * vss, vss, BN, tid);
+        fa_load_tile<T, BN, DV, LDV, NTHR, true>(sV1, (const T *)cta->V + r0 * vss, vss, BN, tid);
         fa_cp_async_commit();
     }
 }
 
 /* Single-stage tiles (NST = 1: one K and one V buffer, FA2's own order, so that d = 256's 64 x 64 tile fits two
- * CTAs per SM): key block r of matrix X (K or V) -> buf, whole rows, one commit group. */
+ * CTAs per SM): key block r of matrix X (K or V: rows of D or DV) -> buf, whole rows, one commit group. */
 template <typename T, int D, int BN, int NTHR>
 FA_DEV void fa2_fwd_load1(T *buf, const void *X, int64_t ss, int r, int tid) {
     fa_load_tile<T, BN, D, D + 8, NTHR, true>(buf, (const T *)X + (int64_t)r * BN * ss, ss, BN, tid);
@@ -72,18 +73,18 @@ FA_DEV void fa2_fwd_load1(T *buf, const void *X, int64_t ss, int r, int tid) {
  * GEN = true: softcap / negative scale and the per-element mask (the seqlen tail, the causal diagonal, windows).
  * The thread index, block index and lengths are re-read (special register, shared memory) on each side of the
  * QKᵀ GEMM instead of being held across it: the GEMM (S, O and prefetched fragments live) is the register peak. */
-template <typename T, int D, int BM, int BN, int NW, int NST, bool GEN>
-FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (16 * NW)][BN / 8][4],
+template <typename T, int D, int DV, int BM, int BN, int NW, int NST, bool GEN>
+FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][DV / 8][4], float (&S)[BM / (16 * NW)][BN / 8][4],
                          const fa_cuda_params &p, const fa_fwd_cta *cta, const T *sQ, T *sK, T *sV, float *sRowM,
                          float *sRowL, const int *sN) {
-    constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, NT = BN / 8, DT = D / 8;
+    constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, LDV = DV + 8, NT = BN / 8, DT = DV / 8;
     fa_cp_async_wait<0>();
     __syncthreads(); /* Kn, Vn (and Qi, *cta) landed; every warp is done with the other stage */
     if constexpr (NST == 2) {
-        fa2_fwd_prefetch<T, D, BN, NTHR>(cta, sK, sV, sN);
+        fa2_fwd_prefetch<T, D, DV, BN, NTHR>(cta, sK, sV, sN);
     } else { /* Kn landed, every warp is done with Vn+1: Vn loads during the QKᵀ GEMM and the softmax */
         const int t = fa_tid_here(), n = sN[t];
-        if (n != cta->nb_first) fa2_fwd_load1<T, D, BN, NTHR>(sV, cta->V, cta->v_ss, n, t);
+        if (n != cta->nb_first) fa2_fwd_load1<T, DV, BN, NTHR>(sV, cta->V, cta->v_ss, n, t);
     }
 
     /* S = Qi Knᵀ */
@@ -189,19 +190,20 @@ FA_DEV void fa2_fwd_step(float (&O)[BM / (16 * NW)][D / 8][4], float (&S)[BM / (
         const int t = fa_tid_here(), nn = sN[t];
         if (nn > cta->nb_lo) fa2_fwd_load1<T, D, BN, NTHR>(sK, cta->K, cta->k_ss, nn - 1, t);
     }
-    fa_warp_gemm_rb<T, MW, DT, NT / 2, LD>(O, Pa, sV + (n & (NST - 1)) * BN * LD, lane);
+    fa_warp_gemm_rb<T, MW, DT, NT / 2, LDV>(O, Pa, sV + (n & (NST - 1)) * BN * LDV, lane);
 #pragma unroll
     for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
         for (int r = 0; r < 2; ++r) sRowL[(2 * mi + r) * NTHR + tid] = l_keep[mi][r];
 }
 
-/* The CTA's shared memory: Qi, NST stages of Kj and Vj (rows padded to D + 8), ℓ and m of the rows each thread
- * holds ([MW·2][NTHR] each: private to the thread, no barrier needed), each thread's copy of the loop's block
- * index, the per-CTA values. The launch's dynamic shared memory is its sizeof. */
-template <int D, int BM, int BN, int NW, int NST> struct fa2_fwd_smem {
-    static constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8;
-    uint16_t Q[BM * LD], K[NST * BN * LD], V[NST * BN * LD]; /* 16-bit elements (T) */
+/* The CTA's shared memory: Qi (the O staging tile of the epilogue too), NST stages of Kj and Vj (rows padded to
+ * D + 8, DV + 8), ℓ and m of the rows each thread holds ([MW·2][NTHR] each: private to the thread, no barrier
+ * needed), each thread's copy of the loop's block index, the per-CTA values. The launch's dynamic shared memory is
+ * its sizeof. */
+template <int D, int DV, int BM, int BN, int NW, int NST> struct fa2_fwd_smem {
+    static constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, LDV = DV + 8;
+    uint16_t Q[BM * (LD > LDV ? LD : LDV)], K[NST * BN * LD], V[NST * BN * LDV]; /* 16-bit elements (T) */
     float row_l[2 * MW * NTHR], row_m[2 * MW * NTHR];
     int n[NTHR];
     fa_fwd_cta cta;
@@ -209,11 +211,11 @@ template <int D, int BM, int BN, int NW, int NST> struct fa2_fwd_smem {
 
 /* Launch bounds: CTAS CTAs per SM (the table's column; registers per thread <= 65536 / (CTAS · 32·NW)). With the
  * thread count alone, ptxas capped the 64 x 64 tile at 128 registers and spilled 20 B. */
-template <typename T, int D, int BM, int BN, int NW, int CTAS, int NST>
+template <typename T, int D, int DV, int BM, int BN, int NW, int CTAS, int NST>
 __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_cuda_params p) {
-    constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, NT = BN / 8, DT = D / 8;
+    constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, LDV = DV + 8, NT = BN / 8, DT = DV / 8;
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    fa2_fwd_smem<D, BM, BN, NW, NST> &sm = *(fa2_fwd_smem<D, BM, BN, NW, NST> *)fa_smem;
+    fa2_fwd_smem<D, DV, BM, BN, NW, NST> &sm = *(fa2_fwd_smem<D, DV, BM, BN, NW, NST> *)fa_smem;
     T *sQ = (T *)sm.Q, *sK = (T *)sm.K, *sV = (T *)sm.V;
     float *sRowL = sm.row_l, *sRowM = sm.row_m;
     int *sN = sm.n;
@@ -282,7 +284,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_c
         const int st = (nb_hi - 1) & (NST - 1);
         fa_load_tile<T, BM, D, LD, NTHR>(sQ, Q, p.q_ss, rows, tid);
         fa_load_tile<T, BN, D, LD, NTHR>(sK + st * BN * LD, K + r0 * p.k_ss, p.k_ss, s.sk - (int)r0, tid);
-        fa_load_tile<T, BN, D, LD, NTHR>(sV + st * BN * LD, V + r0 * p.v_ss, p.v_ss, s.sk - (int)r0, tid);
+        fa_load_tile<T, BN, DV, LDV, NTHR>(sV + st * BN * LDV, V + r0 * p.v_ss, p.v_ss, s.sk - (int)r0, tid);
         fa_cp_async_commit();
     }
     __syncthreads(); /* *cta visible */
@@ -294,9 +296,9 @@ __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_c
         if (n < cta->nb_lo) break;
         float S[MW][NT][4];
         if (n <= cta->f_hi && n >= cta->f_lo)
-            fa2_fwd_step<T, D, BM, BN, NW, NST, false>(O_acc, S, p, cta, sQ, sK, sV, sRowM, sRowL, sN);
+            fa2_fwd_step<T, D, DV, BM, BN, NW, NST, false>(O_acc, S, p, cta, sQ, sK, sV, sRowM, sRowL, sN);
         else
-            fa2_fwd_step<T, D, BM, BN, NW, NST, true>(O_acc, S, p, cta, sQ, sK, sV, sRowM, sRowL, sN);
+            fa2_fwd_step<T, D, DV, BM, BN, NW, NST, true>(O_acc, S, p, cta, sQ, sK, sV, sRowM, sRowL, sN);
         const int t = fa_tid_here();
         sN[t] = sN[t] - 1;
     }
@@ -313,19 +315,19 @@ __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_c
             const float inv = l > 0.f ? fa_rcp_normal(l) : 0.f; /* l > 0 is about 1 or more: the row max adds 2^(~0) */
             const int row = wrow + mi * 16 + (lane >> 2) + r * 8;
 #pragma unroll
-            for (int dt = 0; dt < DT; ++dt)
-                *(uint32_t *)(sQ + row * LD + dt * 8 + (lane & 3) * 2) =
+            for (int dt = 0; dt < DT; ++dt) /* O's rows staged DV + 8 apart */
+                *(uint32_t *)(sQ + row * LDV + dt * 8 + (lane & 3) * 2) =
                     fa_pack2<T>(O_acc[mi][dt][2 * r] * inv, O_acc[mi][dt][2 * r + 1] * inv);
             if (p.lse && (lane & 3) == 0 && row < rows_e)
                 p.lse[cta->lse0 + row] = l > 0.f ? sRowM[(2 * mi + r) * NTHR + tid] * kl * FA_LN2 + logf(l) : -INFINITY;
         }
     __syncthreads();
-    fa_store_tile<T, BM, D, LD, NTHR>((T *)cta->O, p.o_ss, sQ, rows_e, tid);
+    fa_store_tile<T, BM, DV, LDV, NTHR>((T *)cta->O, p.o_ss, sQ, rows_e, tid);
 }
 
 template <typename T, int R> static cudaError_t fa2_fwd_run(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
     constexpr fa_f2_fwd_row r = fa_f2_fwd_rows[R];
-    const auto kernel = fa_flash2_fwd_kernel<T, r.d, r.bm, r.bn, r.nw, r.ctas, r.nst>;
+    const auto kernel = fa_flash2_fwd_kernel<T, r.d, r.dv, r.bm, r.bn, r.nw, r.ctas, r.nst>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan->smem_bytes);
     if (e != cudaSuccess) return e;
     if (plan->grid[0] == 0) return cudaSuccess;
@@ -335,10 +337,10 @@ template <typename T, int R> static cudaError_t fa2_fwd_run(const fa_cuda_params
 template <int R> static int fa2_fwd_inst(fa_cuda_instance *k) {
     constexpr fa_f2_fwd_row r = fa_f2_fwd_rows[R];
     k->f16 = fa2_fwd_run<__half, R>, k->bf16 = fa2_fwd_run<__nv_bfloat16, R>;
-    k->smem = sizeof(fa2_fwd_smem<r.d, r.bm, r.bn, r.nw, r.nst>);
+    k->smem = sizeof(fa2_fwd_smem<r.d, r.dv, r.bm, r.bn, r.nw, r.nst>);
     return 1;
 }
-static_assert(sizeof fa_f2_fwd_rows / sizeof fa_f2_fwd_rows[0] == 14, "one case per row of fa_f2_fwd_rows");
+static_assert(sizeof fa_f2_fwd_rows / sizeof fa_f2_fwd_rows[0] == 15, "one case per row of fa_f2_fwd_rows");
 extern "C" int fa_flash2_fwd_instance(int row, fa_cuda_instance *k) {
     switch (row) {
     case 0: return fa2_fwd_inst<0>(k);
@@ -355,6 +357,7 @@ extern "C" int fa_flash2_fwd_instance(int row, fa_cuda_instance *k) {
     case 11: return fa2_fwd_inst<11>(k);
     case 12: return fa2_fwd_inst<12>(k);
     case 13: return fa2_fwd_inst<13>(k);
+    case 14: return fa2_fwd_inst<14>(k);
     default: return 0;
     }
 }

@@ -22,14 +22,17 @@ static constexpr fa_f1_fwd_row fa_f1_fwd_rows[] = {
 #undef FA_F1_FWD_ROW
 
 /* FLASH2 forward: one CTA per query block, NW warps split its Br rows. ctas: CTAs per SM for the launch bounds;
- * nst: K/V stages (2 = double-buffered, 1 = FA2's single-buffered order). Rows past a head dim's first are
- * reachable through opts.block_q/block_k, and rows that differ only in warps through FA_CUDA_FLASH2_FWD_WARPS. */
+ * nst: K/V stages (2 = double-buffered, 1 = FA2's single-buffered order). dv: v's and out's head_dim (d but for the
+ * rows of a pair, dv != d). Rows past a head dim's first are reachable through opts.block_q/block_k, and rows that
+ * differ only in warps through FA_CUDA_FLASH2_FWD_WARPS. */
 struct fa_f2_fwd_row {
-    int d, bm, bn, nw, ctas, nst;
+    int d, dv, bm, bn, nw, ctas, nst;
     const char *kernel, *why;
 };
 #define FA_F2_FWD_ROW(D, BM, BN, NW, CTAS, NST, SUFFIX, WHY)                                                      \
-    {D, BM, BN, NW, CTAS, NST, "cuda.flash2.fwd.mma_sync.d" #D "." #BM "x" #BN "w" #NW SUFFIX, WHY}
+    {D, D, BM, BN, NW, CTAS, NST, "cuda.flash2.fwd.mma_sync.d" #D "." #BM "x" #BN "w" #NW SUFFIX, WHY}
+#define FA_F2_FWD_PAIR(D, DV, BM, BN, NW, CTAS, NST, WHY)                                                        \
+    {D, DV, BM, BN, NW, CTAS, NST, "cuda.flash2.fwd.mma_sync.d" #D "v" #DV "." #BM "x" #BN "w" #NW, WHY}
 static constexpr fa_f2_fwd_row fa_f2_fwd_rows[] = {
     FA_F2_FWD_ROW(64, 128, 64, 4, 3, 2, "", "512 / 4k 267.7 / 305.3 | 143.2 / 265.7; 168 regs: 3 CTAs (12 warps) per SM"),
     FA_F2_FWD_ROW(64, 256, 64, 8, 1, 2, "", "210 regs: 1.98 ms at 4k against 1.88 for 128 x 64 at 2 CTAs/SM"),
@@ -45,8 +48,11 @@ static constexpr fa_f2_fwd_row fa_f2_fwd_rows[] = {
     FA_F2_FWD_ROW(256, 128, 64, 8, 1, 2, "", "203 KB, 1 CTA/SM: 254.3 / 277.6 / 282.8 at 1k / 4k / 16k"),
     FA_F2_FWD_ROW(96, 128, 64, 4, 2, 2, "", "FA2's d=96 tile: 274.2 / 294.6 / 303.4 at 1k / 4k / 16k"),
     FA_F2_FWD_ROW(128, 256, 64, 8, 1, 2, "", "319.2 / 326.4 at 4k / 16k against 336.0 / 340.9 for the default"),
+    FA_F2_FWD_PAIR(192, 128, 128, 64, 8, 1, 2, "MLA's pair; d = 128's 8-warp shape (Q, K rows of 192 fill 142 KB: "
+                                               "1 CTA/SM), not yet measured"),
 };
 #undef FA_F2_FWD_ROW
+#undef FA_F2_FWD_PAIR
 
 /* The backward's per-K/V-block body (bwd_block.cuh), shared by FLASH2 (one CTA per K/V block) and FLASH1 (one CTA
  * per (batch, head) looping over the blocks); 8 warps, 1 CTA per SM. wk_s, wk_kv, wq_dq: the warp grid of the Sᵀ,

@@ -29,11 +29,16 @@ static fa_status fa3_not_built(const Row (&rows)[N], const fa_problem *p, const 
                                (long long)p->d, pass, dims);
 }
 
-/* What both passes need: 16-bit inputs, views TMA can address; varlen (without seqused) in the forward only. */
+/* What both passes need: 16-bit inputs, one head_dim, views TMA can address; varlen in the forward only, no seqused. */
 static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
     if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
         return fa_cuda_unsupported(why, why_len, "dtype %s: FA_ALGO_FLASH3 runs on 16-bit tensor cores (f16, bf16)",
                                    fa_dtype_name(p->dtype));
+    if (p->d_v != p->d) /* its tiles, TMA boxes and warpgroup split are laid out for one head_dim */
+        return fa_cuda_unsupported(why, why_len, "v: head_dim %lld differs from q's %lld: FA_ALGO_FLASH3's kernels "
+                                   "take one head_dim for q, k, v and out; FA_ALGO_FLASH2 (or FA_ALGO_AUTO) runs the "
+                                   "pair where built, FA_ALGO_STANDARD any pair",
+                                   (long long)p->d_v, (long long)p->d);
     if ((p->cu_q || p->cu_k) && p->is_backward)
         return fa_cuda_unsupported(why, why_len,
                                    "opts.cu_seqlens_q: the FA_ALGO_FLASH3 backward has no varlen yet (FA_ALGO_FLASH2's has)");

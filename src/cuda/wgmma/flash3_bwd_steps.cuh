@@ -45,6 +45,43 @@ struct fa3b_kparams {
     float cap, cap_scale;    /* softcap: score = cap·tanh(s·cap_scale); cap_scale 0 = off */
 };
 
+/* A CTA's walk: key block nb (deterministic: the grid reversed, so that the key blocks start last to first — the
+ * order in which they add dQ (fa3b_dq_writer): a CTA then only ever waits for one that started before it, and a
+ * block waiting for one not yet resident would hang), its keys [n0, n1), the query blocks mlo .. mlo + nm − 1 of
+ * each query head that see them, and its steps (nm per query head of the group). */
+struct fa3b_walk {
+    int nb, n0, mlo, nm, steps;
+};
+template <int Br, int Bc, bool DET> FA_DEV fa3b_walk fa3b_walk_of(const fa3b_kparams &p) {
+    fa3b_walk w;
+    w.nb = DET ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    w.n0 = w.nb * Bc;
+    const int n1 = w.n0 + Bc < p.sk ? w.n0 + Bc : p.sk;
+    int qlo, qhi;
+    fa_visible_queries32(w.n0, n1, p.sq, p.sk, p.wl, p.wr, &qlo, &qhi);
+    w.mlo = qlo / Br;
+    w.nm = qhi > qlo ? (qhi + Br - 1) / Br - w.mlo : 0;
+    w.steps = w.nm * p.group;
+    return w;
+}
+
+/* The producer thread's first loads: the four tensor maps prefetched, then Kj and Vj (D/64 panels of Bc rows each)
+ * on one barrier. */
+template <int D, int Bc>
+FA_DEV void fa3b_load_kv(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, const CUtensorMap *tdo,
+                         uint32_t k, uint32_t v, uint32_t full_kv, int n0, int hk, int b) {
+    fa3_prefetch_map(tq);
+    fa3_prefetch_map(tk);
+    fa3_prefetch_map(tv);
+    fa3_prefetch_map(tdo);
+    fa3_bar_expect_tx(full_kv, 2 * Bc * D * 2);
+#pragma unroll
+    for (int c = 0; c < D / 64; c++) {
+        fa3_tma_load4(k + c * Bc * 128, tk, full_kv, 64 * c, n0, hk, b);
+        fa3_tma_load4(v + c * Bc * 128, tv, full_kv, 64 * c, n0, hk, b);
+    }
+}
+
 /* What the elementwise steps of a thread need beside the kernel's parameters (which stay in the constant bank, not
  * in registers): the step's LSE·log2e and D in shared memory, from its pair (query columns 8j + 2t, +1) on, its key
  * row kr0 (and kr0 + 8), its first query column q0 = m0 + 2t, and the mask (full: the block needs none). */

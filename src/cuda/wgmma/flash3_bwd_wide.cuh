@@ -36,13 +36,8 @@ __global__ void __launch_bounds__(384, 1)
     fa3b_wide_shared<D> &sm =
         *reinterpret_cast<fa3b_wide_shared<D> *>(((uintptr_t)fa3bw_smem_raw + 1023) & ~(uintptr_t)1023);
 
-    /* Deterministic: the key blocks start last to first (flash3_bwd.cuh says why). */
-    const int nb = DET ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-    const int n0 = nb * Bc, n1 = n0 + Bc < p.sk ? n0 + Bc : p.sk;
-    int qlo, qhi;
-    fa_visible_queries32(n0, n1, p.sq, p.sk, p.wl, p.wr, &qlo, &qhi);
-    const int mlo = qlo / Br, nm = qhi > qlo ? (qhi + Br - 1) / Br - mlo : 0; /* query blocks per head */
-    const int steps = nm * p.group;
+    const fa3b_walk W = fa3b_walk_of<Br, Bc, DET>(p);
+    const int nb = W.nb, n0 = W.n0, mlo = W.mlo, nm = W.nm, steps = W.steps, hk = blockIdx.y, b = blockIdx.z;
 
     if (threadIdx.x == 0) {
         fa3_bar_init(fa3_smem(&sm.full_kv), 1);
@@ -58,17 +53,8 @@ __global__ void __launch_bounds__(384, 1)
     if (wg == 0) {
         fa3_regs_dec<24>();
         if (threadIdx.x == 0) {
-            fa3_prefetch_map(&tq);
-            fa3_prefetch_map(&tk);
-            fa3_prefetch_map(&tv);
-            fa3_prefetch_map(&tdo);
-            const uint32_t fkv = fa3_smem(&sm.full_kv), fq = fa3_smem(&sm.full_q), fd = fa3_smem(&sm.full_do);
-            fa3_bar_expect_tx(fkv, 2 * Bc * D * 2);
-#pragma unroll
-            for (int c = 0; c < D / 64; c++) {
-                fa3_tma_load4(fa3_smem(sm.k) + c * Bc * 128, &tk, fkv, 64 * c, n0, hk, b);
-                fa3_tma_load4(fa3_smem(sm.v) + c * Bc * 128, &tv, fkv, 64 * c, n0, hk, b);
-            }
+            fa3b_load_kv<D, Bc>(&tq, &tk, &tv, &tdo, fa3_smem(sm.k), fa3_smem(sm.v), fa3_smem(&sm.full_kv), n0, hk, b);
+            const uint32_t fq = fa3_smem(&sm.full_q), fd = fa3_smem(&sm.full_do);
             for (int it = 0; it < steps; it++) {
                 const int h = hk * p.group + it / nm, m = mlo + it % nm;
                 const uint32_t ph = (it & 1) ^ 1;

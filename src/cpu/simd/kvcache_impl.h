@@ -124,6 +124,8 @@ static void row_to_f32(float *restrict dst, const char *src, fa_dtype dt, int d,
         for (; i + VW <= d; i += VW) memcpy(dst + i, (const float *)src + i, 4 * VW);
     } else if (dt == FA_DTYPE_BF16) {
         for (; i + VW <= d; i += VW) ST(dst + i, bf16_vec((const uint16_t *)src + i));
+    } else if (dt == FA_DTYPE_F8_E4M3) { /* an FP8 cache: exact, the descales are folded into q and O outside */
+        for (; i < d; i++) dst[i] = fa_e4m3_to_f32(((const uint8_t *)src)[i]);
     } else {
         for (; i + VW <= d; i += VW) ST(dst + i, f16_vec((const uint16_t *)src + i));
     }

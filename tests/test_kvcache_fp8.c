@@ -1,8 +1,8 @@
 /* KV-cache decoding from FP8 (E4M3) caches on the CPU (fa_forward_kvcache with kv_opts.k_descale / v_descale):
  * against the float64 oracle, which decodes the cache exactly with the descales — contiguous and paged caches,
  * with and without append (the new rows quantised with the sequence's descale, rotary first), split-KV, GQA, every
- * mask option, sinks, batch_idx, q in f32, f16 and bf16; the bad arguments (nothing written, neither out nor the
- * cache); and the accuracy of decoding from a cache made by fa_quantize_fp8 against decoding from the bf16 cache.
+ * mask option, sinks, batch_idx, q in f32, f16 and bf16; leftpad and packed rows against the f32 cache of the same
+ * values; the bad arguments (nothing written, neither out nor the cache); and the accuracy of decoding from a cache made by fa_quantize_fp8 against decoding from the bf16 cache.
  * FA_TEST_RANDOM sets the number of random cases. */
 #include "testlib.h"
 #include "kvcase.h"
@@ -208,6 +208,64 @@ static void accuracy(fa_context *ctx) {
     t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&o16), t_buf_free(&k8), t_buf_free(&v8), t_buf_free(&o8);
 }
 
+/* Leftpad, packed queries and packed new rows (test_kvcache_varlen.c holds them against the oracle on an f32 cache):
+ * an FP8 cache with power-of-two descales against the f32 cache of its exact values, and new rows that E4M3 holds
+ * exactly, so both calls see the same keys; the descales then scale q and O exactly, and the outputs agree to fp32
+ * rounding. */
+static void varlen(fa_context *ctx) {
+    enum { B = 3, CAP = 48, H = 4, HK = 2, D = 32, TQ = 7, TN = 5 };
+    int32_t lens[B] = {10, 0, 30}, lp[B] = {3, 0, 12}, cuq[B + 1] = {0, 3, 4, 7}, cun[B + 1] = {0, 2, 2, 5};
+    float kds[B * HK], vds[B * HK];
+    for (int i = 0; i < B * HK; i++) kds[i] = ldexpf(1, t_rng_int(&R, -6, -3)), vds[i] = ldexpf(1, t_rng_int(&R, -6, -3));
+    const size_t n = (size_t)B * CAP * HK * D;
+    uint8_t *k8 = malloc(n), *v8 = malloc(n);
+    float *k32 = malloc(n * 4), *v32 = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        const int h = (int)(i / D % HK), b = (int)(i / ((size_t)CAP * HK * D));
+        k8[i] = t_encode_e4m3(t_rng_randn(&R) / kds[b * HK + h]), v8[i] = t_encode_e4m3(t_rng_randn(&R) / vds[b * HK + h]);
+        k32[i] = (float)(t_decode_e4m3(k8[i]) * kds[b * HK + h]), v32[i] = (float)(t_decode_e4m3(v8[i]) * vds[b * HK + h]);
+    }
+    t_buf q = t_buf_new_r(&R, FA_DTYPE_F32, 1, TQ, H, D, T_BSHD), kn = t_buf_new_r(&R, FA_DTYPE_F32, 1, TN, HK, D, T_BSHD);
+    t_buf vn = t_buf_new_r(&R, FA_DTYPE_F32, 1, TN, HK, D, T_BSHD), o8 = t_buf_new_r(&R, FA_DTYPE_F32, 1, TQ, H, D, T_BSHD);
+    t_buf o32 = t_buf_new_r(&R, FA_DTYPE_F32, 1, TQ, H, D, T_BSHD);
+    t_buf_randn_r(&R, &q, 1);
+    for (int b = 0; b < B; b++) /* new rows E4M3 holds exactly at their sequence's descale */
+        for (int i = cun[b]; i < cun[b + 1]; i++)
+            for (int h = 0; h < HK; h++)
+                for (int e = 0; e < D; e++) {
+                    t_set(&kn.t, 0, i, h, e, t_decode_e4m3(t_encode_e4m3(t_rng_randn(&R) / kds[b * HK + h])) * kds[b * HK + h]);
+                    t_set(&vn.t, 0, i, h, e, t_decode_e4m3(t_encode_e4m3(t_rng_randn(&R) / vds[b * HK + h])) * vds[b * HK + h]);
+                }
+    fa_attn_opts op = fa_attn_opts_default();
+    op.causal = 1, op.n_seqs = B, op.cu_seqlens_q = cuq, op.cu_seqlens_k = cun;
+    fa_kv_opts ko = fa_kv_opts_default();
+    ko.cache_leftpad = lp, ko.num_splits = 3;
+    fa_kvcache c32 = {.k = fa_tensor_bshd(k32, FA_DTYPE_F32, B, CAP, HK, D), .v = fa_tensor_bshd(v32, FA_DTYPE_F32, B, CAP, HK, D),
+                      .seqlens = lens};
+    fa_kvcache c8 = {.k = fa_tensor_bshd(k8, FA_DTYPE_F8_E4M3, B, CAP, HK, D),
+                     .v = fa_tensor_bshd(v8, FA_DTYPE_F8_E4M3, B, CAP, HK, D), .seqlens = lens};
+    snprintf(t_case_label, sizeof t_case_label, "fp8 leftpad + packed");
+    CHECK_STATUS(fa_forward_kvcache(ctx, &op, &ko, &q.t, &c32, &kn.t, &vn.t, &o32.t, NULL), FA_OK);
+    ko.k_descale = kds, ko.v_descale = vds;
+    CHECK_STATUS(fa_forward_kvcache(ctx, &op, &ko, &q.t, &c8, &kn.t, &vn.t, &o8.t, NULL), FA_OK);
+    CHECK(t_buf_check_written(&o8) == 0);
+    double err = 0, mx = 0;
+    for (int i = 0; i < TQ; i++)
+        for (int h = 0; h < H; h++)
+            for (int e = 0; e < D; e++) {
+                const double a = t_get(&o8.t, 0, i, h, e), w = t_get(&o32.t, 0, i, h, e);
+                err = fmax(err, isnan(a - w) ? INFINITY : fabs(a - w)), mx = fmax(mx, fabs(w));
+            }
+    int bad_cache = 0; /* the appended rows hold the exact values */
+    for (size_t i = 0; i < n; i++)
+        bad_cache += (float)(t_decode_e4m3(k8[i]) * kds[i / D % HK + i / ((size_t)CAP * HK * D) * HK]) != k32[i] ||
+                     (float)(t_decode_e4m3(v8[i]) * vds[i / D % HK + i / ((size_t)CAP * HK * D) * HK]) != v32[i];
+    CHECK_MSG(err <= 1e-6 * fmax(mx, 1), "fp8 leftpad + packed: out differs from the f32 cache's by %.3g", err);
+    CHECK_MSG(bad_cache == 0, "fp8 leftpad + packed: %d cache elements differ from the f32 cache's", bad_cache);
+    free(k8), free(v8), free(k32), free(v32);
+    t_buf_free(&q), t_buf_free(&kn), t_buf_free(&vn), t_buf_free(&o8), t_buf_free(&o32);
+}
+
 int main(void) {
     t_rng_seed(&R, t_init("test_kvcache_fp8"));
     for (int i = 0; i < 64; i++) sinks[i] = (float)(t_rng_randn(&R) * 2);
@@ -216,6 +274,7 @@ int main(void) {
     accuracy(ctx);
     grid(ctx);
     vdims(ctx);
+    varlen(ctx);
     randoms(ctx);
     fa_context_destroy(ctx);
     return t_finish();

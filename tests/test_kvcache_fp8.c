@@ -208,6 +208,27 @@ static void accuracy(fa_context *ctx) {
     t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&o16), t_buf_free(&k8), t_buf_free(&v8), t_buf_free(&o8);
 }
 
+/* Every E4M3 byte through the kernel's conversion: one key, so out = its v row exactly (P = 1), in f32; 0x7f and
+ * 0xff (NaN) are left out (a NaN makes the whole row NaN), the odd dv runs the vector and the tail steps. */
+static void every_byte(fa_context *ctx) {
+    enum { DV = 255, D = 16 };
+    uint8_t k8[D], v8[DV];
+    float qv[D], out[DV];
+    for (int i = 0; i < D; i++) k8[i] = (uint8_t)(0x30 + i), qv[i] = (float)t_rng_randn(&R);
+    for (int i = 0; i < DV; i++) v8[i] = (uint8_t)i;
+    v8[0x7f] = 0x80; /* -0 instead */
+    for (int i = 0; i < DV; i++) out[i] = NAN;
+    int32_t len = 1;
+    fa_kvcache c = {.k = fa_tensor_bshd(k8, FA_DTYPE_F8_E4M3, 1, 1, 1, D), .v = fa_tensor_bshd(v8, FA_DTYPE_F8_E4M3, 1, 1, 1, DV),
+                    .seqlens = &len};
+    fa_tensor q = fa_tensor_bshd(qv, FA_DTYPE_F32, 1, 1, 1, D), o = fa_tensor_bshd(out, FA_DTYPE_F32, 1, 1, 1, DV);
+    snprintf(t_case_label, sizeof t_case_label, "every byte");
+    CHECK_STATUS(fa_forward_kvcache(ctx, NULL, NULL, &q, &c, NULL, NULL, &o, NULL), FA_OK);
+    int bad = 0;
+    for (int i = 0; i < DV; i++) bad += !(out[i] == (float)t_decode_e4m3(v8[i])); /* -0 sums to +0: values only */
+    CHECK_MSG(bad == 0, "every byte: %d of %d E4M3 values converted inexactly", bad, DV);
+}
+
 /* Leftpad, packed queries and packed new rows (test_kvcache_varlen.c holds them against the oracle on an f32 cache):
  * an FP8 cache with power-of-two descales against the f32 cache of its exact values, and new rows that E4M3 holds
  * exactly, so both calls see the same keys; the descales then scale q and O exactly, and the outputs agree to fp32
@@ -271,6 +292,7 @@ int main(void) {
     for (int i = 0; i < 64; i++) sinks[i] = (float)(t_rng_randn(&R) * 2);
     fa_context *ctx = t_cpu_ctx();
     errors(ctx);
+    every_byte(ctx);
     accuracy(ctx);
     grid(ctx);
     vdims(ctx);

@@ -266,7 +266,8 @@ FA_API fa_status fa_forward(fa_context *ctx, const fa_attn_opts *opts, const fa_
 /* FP8 (FA_DTYPE_F8_E4M3) forward: q, k and v all FP8 with opts.q_descale/k_descale/v_descale; out f32, f16 or bf16
  * (never FP8); lse as above. The CPU runs every algorithm on the inputs widened to fp32 with the descales folded in (the
  * rounding reference); CUDA refuses FP8 with FA_ERR_UNSUPPORTED until its Hopper kernel exists. fa_backward,
- * fa_forward_kvcache, fa_merge_states and the ring take no FP8 tensors (FA_ERR_UNSUPPORTED). */
+ * fa_merge_states and the ring take no FP8 tensors, nor do fa_forward_kvcache's q / out (FA_ERR_UNSUPPORTED); its
+ * cache may be FP8 (fa_kv_opts.k_descale). */
 
 /* Backward: the gradients of L(out) given dout = ∂L/∂out.
  *   q, k, v, out, lse  exactly as given to / produced by fa_forward with the same opts (lse must not be NULL unless
@@ -368,6 +369,13 @@ typedef struct fa_kv_opts {
      * to, the mask (causal, window, attention_chunk) aligns to the keys [leftpad[b], seqlens[b] + new keys), and
      * rotary positions stay the cache positions (as flash-attn's). CPU only for now (CUDA: FA_ERR_UNSUPPORTED). */
     const int32_t *cache_leftpad;
+    /* FP8 caches (cache.k and cache.v both FA_DTYPE_F8_E4M3, q / k_new / v_new / out f32, f16 or bf16): fp32
+     * [batch][heads_k] on the call's device, NULL = 1, as flash-attn's k_descale / v_descale: the real value of a cached
+     * element of sequence b (cache row batch_idx[b] or its pages), K/V head h is e4m3 · descale[b][h]. Appended rows are
+     * quantised with the same factor: x / descale rounded to nearest-even in E4M3, saturating at ±448, NaN kept (as
+     * fa_quantize_fp8). A CPU context rejects a factor that is not finite and > 0; set with a 16/32-bit cache:
+     * FA_ERR_INVALID_ARGUMENT. CPU only for now (CUDA: FA_ERR_UNSUPPORTED). docs/kvcache.md ("FP8 caches"). */
+    const float *k_descale, *v_descale;
 } fa_kv_opts;
 
 /* As fa_attn_opts_init: fill the first struct_size bytes with the defaults (heuristic splits, no rotary, the
@@ -393,7 +401,8 @@ static inline fa_kv_opts fa_kv_opts_default(void) {
  *   kv_opts  NULL = fa_kv_opts_default().
  *   q        [batch, S, heads_q, head_dim] (decoding S = 1, speculative decoding a few, chunked prefill more; batch 0
  *            or S = 0: nothing to attend, nothing appended); head_dim up to 576.
- *   cache    the KV cache (above); heads_q % cache.k.heads == 0 (GQA/MQA), cache.k with q's dtype and head_dim,
+ *   cache    the KV cache (above); heads_q % cache.k.heads == 0 (GQA/MQA), cache.k with q's dtype (or both k and v
+ *            FA_DTYPE_F8_E4M3 with kv_opts.k_descale / v_descale) and head_dim,
  *            cache.v with the same shape but a head_dim of its own, Dv (up to 512: MLA decodes with 576 / 512; CUDA
  *            takes Dv = head_dim only).
  *   k_new, v_new  NULL (nothing appended), or both [batch, N, heads_k, head_dim | Dv] (N may differ from S:

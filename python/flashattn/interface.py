@@ -171,7 +171,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     cache_batch_idx int32 [batch] picks the cache row of each sequence. causal/window are bottom-right aligned over
     the keys after the append, and so is attention_chunk (FA3's: a query sees only the keys of its own chunk of
     attention_chunk positions; 0 = off). num_splits 0 = heuristic. learnable_sink: None or float32 [heads] on q's
-    device (as flash_attn_func's; no gradient here). The FP8 descales are refused (no FP8 KV cache yet).
+    device (as flash_attn_func's; no gradient here). The FP8 descales are refused (the binding passes no FP8 cache yet).
     k/v may have a number of rows other than q's (speculative decoding, chunked prefill): row i of sequence b is key
     cache_seqlens[b] + i, and query row i sees the keys up to i + L - seqlen_q (L: the keys after the append).
     cache_leftpad int32 [batch]: sequence b's keys start at that cache position (the mask aligns to them).
@@ -187,8 +187,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
         if t is not None:
             raise _capi.UnsupportedError(_capi.ERR_UNSUPPORTED, f"FA_ERR_UNSUPPORTED: flash_attn_with_kvcache: {name}: "
-                                         f"decoding from FP8 caches is not offered yet (fa_forward_kvcache takes no "
-                                         f"FP8)")
+                                         f"decoding from FP8 caches is not offered by the Python binding yet (the C API's "
+                                         f"fa_forward_kvcache takes them: fa_kv_opts.k_descale / v_descale, CPU)")
     chunk = _more(None, None, attention_chunk, None, None, None)
     if extra:
         renamed, _ = _compat.extra("flash_attn_with_kvcache", extra, renames={"page_table": "block_table"})

@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define FA_FP8_FN static __host__ __device__ __forceinline__
@@ -24,6 +25,18 @@ FA_FP8_FN double fa_e4m3_to_f64(uint8_t b) {
     if (e == 0) v = ldexp((double)m, -9);              /* subnormal: m · 2^-9 */
     else v = ldexp((double)(8 + m), e - 10);           /* (1 + m/8) · 2^(e-7) */
     return (b & 0x80) ? -v : v;
+}
+
+/* The same value in fp32 from its bits (exact: 4 significant bits), without the float64 of fa_e4m3_to_f64: what
+ * decoding from an FP8 KV cache converts each element with. */
+FA_FP8_FN float fa_e4m3_to_f32(uint8_t b) {
+    const uint32_t e = (b >> 3) & 15, m = b & 7, sign = (uint32_t)(b & 0x80) << 24;
+    if (e == 15 && m == 7) return (b & 0x80) ? -NAN : NAN;
+    if (e == 0) return (b & 0x80) ? -(float)m * 0x1p-9f : (float)m * 0x1p-9f; /* subnormal: m · 2^-9 */
+    const uint32_t bits = sign | (e + 120) << 23 | m << 20;                    /* rebias 7 -> 127 */
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
 }
 
 /* x rounded to nearest-even in E4M3, saturating: |x| >= 448 (inf included) gives ±448, NaN gives 0x7f with x's sign. */

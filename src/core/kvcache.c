@@ -26,6 +26,9 @@ static fa_status check_attn_opts(fa_context *ctx, const fa_attn_opts *in, fa_kv_
     if ((o.cu_seqlens_q || o.cu_seqlens_k) && (o.n_seqs < 0 || o.n_seqs > INT32_MAX || o.max_seqlen_q < 0))
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.n_seqs / max_seqlen_q: (%lld, %lld) with cu_seqlens must be "
                        "in 0..2^31-1 and >= 0", (long long)o.n_seqs, (long long)o.max_seqlen_q);
+    if (o.q_descale || o.k_descale || o.v_descale)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "opts.%s_descale: set; decoding takes an FP8 cache's descales in "
+                       "kv_opts.k_descale / v_descale (q is never FP8)", o.q_descale ? "q" : o.k_descale ? "k" : "v");
     *varlen = o;
     if ((st = fa_entry_check_opts(ctx, &o))) return st;
     p->scale = o.scale;
@@ -79,20 +82,59 @@ static fa_status check_kv_opts(fa_context *ctx, const fa_kv_opts *in, fa_kv_prob
     p->workspace_bytes = o.workspace ? o.workspace_bytes : 0;
     p->check_indices = o.check_indices;
     p->leftpad = o.cache_leftpad;
+    p->k_descale = o.k_descale;
+    p->v_descale = o.v_descale;
+    return FA_OK;
+}
+
+/* A 16/32-bit tensor of the call (q, k_new, v_new, out): FP8 lives only in the cache. */
+static fa_status no_fp8(fa_context *ctx, const char *name, const fa_tensor *t) {
+    if (!t || t->dtype != FA_DTYPE_F8_E4M3) return FA_OK;
+    return fa_fail(ctx, FA_ERR_UNSUPPORTED, "%s: dtype f8_e4m3: fa_forward_kvcache takes FP8 only in the cache "
+                   "(q, k_new, v_new and out are f32, f16 or bf16)", name);
+}
+
+/* The cache's dtype (q's, or E4M3 for both k and v) and the descales: set only with an FP8 cache, [batch][hk]
+ * fp32, on a CPU context finite and > 0. Their spans go to sp[2]. */
+static fa_status check_fp8_cache(fa_context *ctx, const fa_kvcache *c, fa_kv_problem *p, fa_span sp[2]) {
+    const int k8 = c->k.dtype == FA_DTYPE_F8_E4M3, v8 = c->v.dtype == FA_DTYPE_F8_E4M3;
+    if (k8 != v8)
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.%s: dtype %s does not match cache.%s's %s (an FP8 cache "
+                       "holds both k and v in f8_e4m3)", k8 ? "v" : "k", fa_dtype_name(k8 ? c->v.dtype : c->k.dtype),
+                       k8 ? "k" : "v", fa_dtype_name(FA_DTYPE_F8_E4M3));
+    p->cdtype = k8 ? FA_DTYPE_F8_E4M3 : p->dtype;
+    static const char *const names[2] = {"kv_opts.k_descale", "kv_opts.v_descale"};
+    const float *ds[2] = {p->k_descale, p->v_descale};
+    for (int i = 0; i < 2; i++) {
+        sp[i].lo = sp[i].hi = 0;
+        if (!ds[i]) continue;
+        if (!k8)
+            return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s: set, but the cache is %s (descales belong to an "
+                           "f8_e4m3 cache)", names[i], fa_dtype_name(c->k.dtype));
+        fa_status st = fa_entry_f32(ctx, names[i], ds[i], 1, p->batch, c->k.heads, &sp[i]);
+        if (st != FA_OK) return st;
+        if (ctx->backend != FA_BACKEND_CPU) continue; /* device memory: the host cannot read it */
+        for (int64_t n = 0; n < p->batch * c->k.heads; n++)
+            if (!(isfinite(ds[i][n]) && ds[i][n] > 0))
+                return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s[%lld][%lld] = %g must be finite and > 0", names[i],
+                               (long long)(n / c->k.heads), (long long)(n % c->k.heads), (double)ds[i][n]);
+    }
     return FA_OK;
 }
 
 /* The cache descriptor's shapes (not its index arrays). */
-static fa_status check_cache(fa_context *ctx, const fa_kvcache *c, fa_kv_problem *p, fa_span *sk, fa_span *sv) {
+static fa_status check_cache(fa_context *ctx, const fa_kvcache *c, fa_kv_problem *p, fa_span *sk, fa_span *sv,
+                             fa_span sds[2]) {
     if (!c) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache: NULL");
-    fa_status st;
+    fa_status st = check_fp8_cache(ctx, c, p, sds);
+    if (st != FA_OK) return st;
     if ((st = fa_entry_tensor(ctx, "cache.k", &c->k, p->append, sk)) ||
         (st = fa_entry_tensor(ctx, "cache.v", &c->v, p->append, sv)))
         return st;
     const int64_t kshape[4] = {-1, -1, -1, p->d}; /* the cache's own rows and K/V heads */
     const int64_t vshape[4] = {c->k.batch, c->k.seqlen, c->k.heads, -1}; /* v: its own head_dim (dv) */
-    if ((st = fa_entry_shape(ctx, "cache.k", &c->k, p->dtype, kshape, "q")) ||
-        (st = fa_entry_shape(ctx, "cache.v", &c->v, p->dtype, vshape, "cache.k")))
+    if ((st = fa_entry_shape(ctx, "cache.k", &c->k, p->cdtype, kshape, "q")) ||
+        (st = fa_entry_shape(ctx, "cache.v", &c->v, p->cdtype, vshape, "cache.k")))
         return st;
     if (c->v.head_dim > FA_MAX_KV_HEAD_DIM_V)
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "cache.v: head_dim %lld is above decoding's maximum %d",
@@ -157,10 +199,10 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
                        const fa_kvcache *cache, const fa_tensor *k_new, const fa_tensor *v_new, const fa_tensor *out,
                        float *lse, int check_out, fa_kv_problem *p) {
     memset(p, 0, sizeof *p);
-    fa_span sq, sk, sv, skn = {0, 0}, svn = {0, 0}, so = {0, 0}, sl = {0, 0}, ss = {0, 0};
+    fa_span sq, sk, sv, skn = {0, 0}, svn = {0, 0}, so = {0, 0}, sl = {0, 0}, ss = {0, 0}, sds[2];
     fa_status st;
     if ((st = fa_entry_tensor(ctx, "q", q, 0, &sq))) return st;
-    if ((st = fa_entry_no_fp8(ctx, "q", q, "fa_forward_kvcache"))) return st;
+    if ((st = no_fp8(ctx, "q", q))) return st;
     if (q->head_dim > FA_MAX_KV_HEAD_DIM) /* decoding's own limit: MLA's 576 (core/internal.h) */
         return fa_fail(ctx, FA_ERR_UNSUPPORTED, "q: head_dim %lld is above decoding's maximum %d",
                        (long long)q->head_dim, FA_MAX_KV_HEAD_DIM);
@@ -216,13 +258,14 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
             (st = fa_entry_cu_seqlens(ctx, "opts.cu_seqlens_k", p->cu_new, p->batch, k_new->seqlen, &p->sn)))
             return st;
     }
-    if ((st = check_cache(ctx, cache, p, &sk, &sv))) return st;
+    if ((st = check_cache(ctx, cache, p, &sk, &sv, sds))) return st;
     if (p->split_size && (p->capacity + p->split_size - 1) / p->split_size > 65535)
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.split_size: %d cuts the capacity of %lld keys into more "
                        "than 65535 splits", p->split_size, (long long)p->capacity);
     if (p->append) {
         if ((st = fa_entry_tensor(ctx, "k_new", k_new, 0, &skn)) || (st = fa_entry_tensor(ctx, "v_new", v_new, 0, &svn)))
             return st;
+        if ((st = no_fp8(ctx, "k_new", k_new)) || (st = no_fp8(ctx, "v_new", v_new))) return st;
         const int64_t rows[4] = {p->cu_new ? 1 : p->batch, -1, -1, p->d}, heads[4] = {-1, -1, p->hk, -1};
         const int64_t vrows[4] = {k_new->batch, k_new->seqlen, k_new->heads, -1};
         if ((st = fa_entry_shape(ctx, "k_new", k_new, p->dtype, rows, "q")) ||
@@ -237,26 +280,28 @@ static fa_status build(fa_context *ctx, const fa_attn_opts *opts, const fa_kv_op
         p->v_new = &p->vn;
         /* the cache is written: it must not overlap what is read while writing it */
         if (fa_span_overlap(sk, sv)) return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache.v: memory overlaps cache.k (appended to)");
-        const fa_span ins[4] = {sq, skn, svn, ss};
-        static const char *const in_names[4] = {"q", "k_new", "v_new", "opts.sinks"};
-        for (int i = 0; i < 4; i++)
+        const fa_span ins[6] = {sq, skn, svn, ss, sds[0], sds[1]};
+        static const char *const in_names[6] = {"q", "k_new", "v_new", "opts.sinks", "kv_opts.k_descale",
+                                                "kv_opts.v_descale"};
+        for (int i = 0; i < 6; i++)
             if (fa_span_overlap(sk, ins[i]) || fa_span_overlap(sv, ins[i]))
                 return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "cache: memory overlaps %s (the cache is appended to)",
                                in_names[i]);
     }
     if (check_out) {
-        if ((st = fa_entry_tensor(ctx, "out", out, 1, &so))) return st;
+        if ((st = fa_entry_tensor(ctx, "out", out, 1, &so)) || (st = no_fp8(ctx, "out", out))) return st;
         const int64_t oshape[4] = {p->q.batch, p->q.seqlen, p->q.heads, -1};
         if ((st = fa_entry_shape(ctx, "out", out, p->dtype, oshape, "q")) ||
             (st = fa_entry_head_dims(ctx, "out", out, &p->vc, "cache.v")))
             return st;
         p->o = *out;
         /* lse against out first, then both against every input, in one list */
-        const fa_span all[7] = {so, sq, sk, sv, skn, svn, ss};
-        static const char *const names[7] = {"out", "q", "cache.k", "cache.v", "k_new", "v_new", "opts.sinks"};
-        if ((st = fa_entry_disjoint(ctx, "out", so, names + 1, all + 1, 6))) return st;
+        const fa_span all[9] = {so, sq, sk, sv, skn, svn, ss, sds[0], sds[1]};
+        static const char *const names[9] = {"out", "q", "cache.k", "cache.v", "k_new", "v_new", "opts.sinks",
+                                             "kv_opts.k_descale", "kv_opts.v_descale"};
+        if ((st = fa_entry_disjoint(ctx, "out", so, names + 1, all + 1, 8))) return st;
         if (lse && ((st = fa_entry_f32(ctx, "lse", lse, p->q.batch, p->hq, p->q.seqlen, &sl)) ||
-                    (st = fa_entry_disjoint(ctx, "lse", sl, names, all, 7))))
+                    (st = fa_entry_disjoint(ctx, "lse", sl, names, all, 9))))
             return st;
         p->lse = lse;
     }

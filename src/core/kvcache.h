@@ -12,7 +12,9 @@ extern "C" {
 
 /* A validated fa_forward_kvcache call. */
 typedef struct fa_kv_problem {
-    fa_dtype dtype;
+    fa_dtype dtype;            /* q's, out's, k_new's and v_new's */
+    fa_dtype cdtype;           /* the cache's k and v: dtype, or FA_DTYPE_F8_E4M3 */
+    const float *k_descale, *v_descale; /* FP8 cache: fp32 [batch][hk] on the call's device, or NULL = 1 */
     int64_t batch, sq;         /* sequences, query rows per sequence (S; varlen: the longest) */
     int64_t sn;                /* new key rows per sequence (N; varlen: the longest; 0 without append) */
     const int32_t *cu_q, *cu_new; /* varlen queries / new keys: [batch + 1] offsets into the packed q / k_new (host) */
@@ -84,6 +86,11 @@ static inline void fa_kv_visible(const fa_kv_problem *p, int64_t b, int64_t i, i
     const int64_t lp = fa_kv_lp(p, b);
     fa_visible_keys(i, fa_kv_sq(p, b), L - lp, p->wl, p->wr, p->chunk, lo, hi);
     *lo += lp, *hi += lp;
+}
+
+/* The descale of sequence b, K/V head h (1 without one). Host arrays only. */
+static inline float fa_kv_descale(const fa_kv_problem *p, const float *ds, int64_t b, int64_t h) {
+    return ds ? ds[b * p->hk + h] : 1.0f;
 }
 
 /* Cache row of sequence b (batch_idx or b). Host arrays only. */

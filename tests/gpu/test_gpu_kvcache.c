@@ -651,6 +651,30 @@ static void vdim_refusal(fa_context *ctx) {
     }
 }
 
+/* An FP8 (E4M3) cache with device descales: CPU only for now, so FA_ERR_UNSUPPORTED naming the dtype, with the
+ * cache and out untouched. */
+static void fp8_refusal(fa_context *ctx) {
+    t_kv_spec s = spec(FA_DTYPE_BF16, 2, 1, 8, 2, 128, 64, 0);
+    s.fp8 = 1, s.append = 1;
+    t_kv_case *c = t_kv_new(&s, &R);
+    snprintf(t_case_label, sizeof t_case_label, "decode fp8 cache refused");
+    dev_case d = to_dev(c);
+    void *kd = dup_dev(c->k_descale, sizeof(float) * 4), *vd = dup_dev(c->v_descale, sizeof(float) * 4);
+    fa_kvcache kc = t_kv_cache(c, d.kc, d.vc, d.seqlens, d.bt, d.bidx);
+    fa_kv_opts ko = t_kv_opts(c, d.cos, d.sin);
+    ko.k_descale = kd, ko.v_descale = vd;
+    CHECK_STATUS(fa_forward_kvcache(ctx, &c->s.opts, &ko, &d.qt, &kc, &d.knt, &d.vnt, &d.outt, d.lse),
+                 FA_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(fa_context_last_error(ctx), "f8_e4m3");
+    void *k = malloc(c->cache_bytes);
+    CU(cudaMemcpy(k, d.kc, c->cache_bytes, cudaMemcpyDeviceToHost));
+    CHECK(memcmp(k, c->kc, c->cache_bytes) == 0);
+    free(k);
+    cudaFree(kd), cudaFree(vd);
+    free_dev(&d);
+    t_kv_free(c);
+}
+
 int main(void) {
     t_rng_seed(&R, t_init("test_gpu_kvcache"));
     const int small = getenv("FA_GPU_TEST_SMALL") && atoi(getenv("FA_GPU_TEST_SMALL"));
@@ -673,6 +697,7 @@ int main(void) {
     graph(ctx, cpu, small);
     merge(ctx);
     vdim_refusal(ctx);
+    fp8_refusal(ctx);
     fa_context_destroy(ctx);
     fa_context_destroy(cpu);
     return t_finish();

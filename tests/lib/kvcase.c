@@ -16,6 +16,12 @@
 static int64_t es_of(fa_dtype dt) { return (int64_t)fa_dtype_size(dt); }
 static int64_t len_after(const t_kv_case *c, int64_t b) { return c->seqlens[b] + (c->s.append ? c->s.sq : 0); }
 static int64_t row_of(const t_kv_case *c, int64_t b) { return c->batch_idx ? c->batch_idx[b] : b; }
+fa_dtype t_kv_cache_dtype(const t_kv_case *c) { return c->s.fp8 ? FA_DTYPE_F8_E4M3 : c->s.dt; }
+/* The descale of sequence b, K/V head h of the k (is_v 0) or v cache: 1 without FP8. */
+static double ds_of(const t_kv_case *c, int is_v, int64_t b, int64_t h) {
+    const float *ds = is_v ? c->v_descale : c->k_descale;
+    return ds ? ds[b * c->s.hk + h] : 1.0;
+}
 
 static int64_t key_off(const t_kv_case *c, const fa_tensor *k, int64_t b, int64_t h, int64_t t) {
     const int64_t row = row_of(c, b);
@@ -41,7 +47,16 @@ t_kv_case *t_kv_new(const t_kv_spec *spec, t_rng *r) {
     c->s = *spec;
     if (!c->s.dv) c->s.dv = c->s.d;
     const t_kv_spec *s = &c->s;
-    const int64_t B = s->batch, cap = s->capacity, es = es_of(s->dt), add = s->append ? s->sq : 0, dv = s->dv;
+    const fa_dtype cdt = s->fp8 ? FA_DTYPE_F8_E4M3 : s->dt;
+    const int64_t B = s->batch, cap = s->capacity, es = es_of(cdt), add = s->append ? s->sq : 0, dv = s->dv;
+    if (s->fp8) { /* N(0, 1) values / [0.02, 0.05) stay well inside ±448 */
+        c->k_descale = malloc(sizeof(float) * (size_t)(B * s->hk));
+        c->v_descale = malloc(sizeof(float) * (size_t)(B * s->hk));
+        for (int64_t i = 0; i < B * s->hk; i++) {
+            c->k_descale[i] = (float)(0.02 + 0.03 * t_rng_uniform(r));
+            c->v_descale[i] = (float)(0.02 + 0.03 * t_rng_uniform(r));
+        }
+    }
     c->seqlens = malloc(sizeof(int32_t) * (size_t)B);
     for (int64_t b = 0; b < B; b++) {
         int len = s->lens ? s->lens[b] : t_rng_int(r, 0, (int)(cap - add));
@@ -73,12 +88,12 @@ t_kv_case *t_kv_new(const t_kv_spec *spec, t_rng *r) {
             const int64_t used = (len_after(c, b) + s->page_size - 1) / s->page_size;
             for (int64_t j = used; j < c->max_pages; j++) c->block_table[row_of(c, b) * c->max_pages + j] = -1;
         }
-        c->kct = fa_tensor_bshd(NULL, s->dt, c->num_pages, s->page_size, s->hk, s->d);
-        c->vct = fa_tensor_bshd(NULL, s->dt, c->num_pages, s->page_size, s->hk, dv);
+        c->kct = fa_tensor_bshd(NULL, cdt, c->num_pages, s->page_size, s->hk, s->d);
+        c->vct = fa_tensor_bshd(NULL, cdt, c->num_pages, s->page_size, s->hk, dv);
         n_keys = c->num_pages * s->page_size;
     } else {
-        c->kct = fa_tensor_bshd(NULL, s->dt, c->rows, cap, s->hk, s->d);
-        c->vct = fa_tensor_bshd(NULL, s->dt, c->rows, cap, s->hk, dv);
+        c->kct = fa_tensor_bshd(NULL, cdt, c->rows, cap, s->hk, s->d);
+        c->vct = fa_tensor_bshd(NULL, cdt, c->rows, cap, s->hk, dv);
         n_keys = c->rows * cap;
     }
     c->cache_bytes = (size_t)(n_keys * s->hk * s->d * es);
@@ -88,15 +103,15 @@ t_kv_case *t_kv_new(const t_kv_spec *spec, t_rng *r) {
     c->kct.data = c->kc;
     c->vct.data = c->vc;
     /* everything NaN, then random values at the keys each sequence has */
-    for (int64_t i = 0; i < n_keys * s->hk * s->d; i++) t_store_nan((char *)c->kc + i * es, s->dt);
-    for (int64_t i = 0; i < n_keys * s->hk * dv; i++) t_store_nan((char *)c->vc + i * es, s->dt);
+    for (int64_t i = 0; i < n_keys * s->hk * s->d; i++) t_store_nan((char *)c->kc + i * es, cdt);
+    for (int64_t i = 0; i < n_keys * s->hk * dv; i++) t_store_nan((char *)c->vc + i * es, cdt);
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < c->seqlens[b]; t++)
             for (int64_t h = 0; h < s->hk; h++) {
                 const int64_t o = t_kv_key_off(c, b, h, t), ov = t_kv_val_off(c, b, h, t);
                 for (int64_t x = 0; x < (s->d > dv ? s->d : dv); x++) { /* k, v interleaved, as with one d */
-                    if (x < s->d) t_store(c->kc, s->dt, o + x, t_rng_randn(r));
-                    if (x < dv) t_store(c->vc, s->dt, ov + x, t_rng_randn(r));
+                    if (x < s->d) t_store(c->kc, cdt, o + x, t_rng_randn(r) / ds_of(c, 0, b, h));
+                    if (x < dv) t_store(c->vc, cdt, ov + x, t_rng_randn(r) / ds_of(c, 1, b, h));
                 }
             }
     c->q = t_buf_new_r(r, s->dt, B, s->sq, s->hq, s->d, T_BSHD);
@@ -131,7 +146,7 @@ void t_kv_free(t_kv_case *c) {
     free(c->seqlens), free(c->block_table), free(c->batch_idx), free(c->kc), free(c->vc);
     t_buf_free(&c->q), t_buf_free(&c->out);
     if (c->s.append) t_buf_free(&c->kn), t_buf_free(&c->vn);
-    free(c->cos), free(c->sin), free(c->lse);
+    free(c->cos), free(c->sin), free(c->lse), free(c->k_descale), free(c->v_descale);
     free(c);
 }
 
@@ -157,6 +172,7 @@ fa_kv_opts t_kv_opts(const t_kv_case *c, const float *cos, const float *sin) {
         o.rotary_dim = c->s.rot_dim;
         o.rotary_interleaved = c->s.rotary == 2;
     }
+    if (c->s.fp8) o.k_descale = c->k_descale, o.v_descale = c->v_descale;
     return o;
 }
 
@@ -185,7 +201,8 @@ static int64_t q_pos(const t_kv_case *c, int64_t len, int64_t i) {
  * of the dtype's last place of the float64 rotation) and v_new; every other byte is unchanged. */
 static int check_cache(const t_kv_case *c, const void *k_after, const void *v_after) {
     const t_kv_spec *s = &c->s;
-    const int64_t es = es_of(s->dt), d = s->d;
+    const fa_dtype cdt = t_kv_cache_dtype(c);
+    const int64_t es = es_of(cdt), d = s->d;
     int fails = 0;
     unsigned char *expect_k = malloc(c->cache_bytes), *expect_v = malloc(c->v_bytes), *fuzzy = calloc(c->cache_bytes, 1);
     memcpy(expect_k, c->kc, c->cache_bytes);
@@ -196,20 +213,24 @@ static int check_cache(const t_kv_case *c, const void *k_after, const void *v_af
             for (int64_t i = 0; i < s->sq; i++)
                 for (int64_t h = 0; h < s->hk; h++) {
                     const int64_t t = c->seqlens[b] + i, o = t_kv_key_off(c, b, h, t);
+                    const double kds = ds_of(c, 0, b, h), vds = ds_of(c, 1, b, h);
                     for (int64_t e = 0; e < d; e++) x[e] = t_get(&c->kn.t, b, i, h, e);
                     if (s->rotary) {
                         rotate(c, x, t);
+                        /* an FP8 cache: one unit of E4M3's spacing at x (3 mantissa bits; subnormals 2^-9) */
+                        const double rel = s->fp8 ? 0x1p-3 : s->dt == FA_DTYPE_F32 ? 0x1p-23 : s->dt == FA_DTYPE_F16 ? 0x1p-10 : 0x1p-7;
                         for (int64_t e = 0; e < d; e++) {
-                            const double got = t_load(k_after, s->dt, o + e), ulp = fabs(x[e]) * (s->dt == FA_DTYPE_F32 ? 0x1p-23 : s->dt == FA_DTYPE_F16 ? 0x1p-10 : 0x1p-7);
+                            const double got = t_load(k_after, cdt, o + e) * kds;
+                            const double ulp = fabs(x[e]) * rel + (s->fp8 ? kds * 0x1p-9 : 0);
                             const double err = fabs(got - x[e]) / (ulp + 1e-30);
                             if (!(err <= 1.0 + 1e-9) && fabs(got - x[e]) > 1e-6) worst = fmax(worst, isnan(err) ? INFINITY : err);
                             memset(fuzzy + (o + e) * es, 1, (size_t)es);
                         }
                     } else {
-                        for (int64_t e = 0; e < d; e++) t_store(expect_k, s->dt, o + e, x[e]);
+                        for (int64_t e = 0; e < d; e++) t_store(expect_k, cdt, o + e, x[e] / kds);
                     }
                     const int64_t ov = t_kv_val_off(c, b, h, t);
-                    for (int64_t e = 0; e < s->dv; e++) t_store(expect_v, s->dt, ov + e, t_get(&c->vn.t, b, i, h, e));
+                    for (int64_t e = 0; e < s->dv; e++) t_store(expect_v, cdt, ov + e, t_get(&c->vn.t, b, i, h, e) / vds);
                 }
     CHECK_MSG(worst == 0, "%s: appended rotated k off the float64 rotary by %.3g units in the last place", t_case_label,
               worst);
@@ -235,7 +256,9 @@ int t_kv_verify(const t_kv_case *c, const t_buf *out, const float *lse, const vo
     CHECK_MSG(unwritten == 0, "%s: %lld out elements not written (or padding touched)", t_case_label, (long long)unwritten);
     fails += unwritten != 0;
     double err = 0, err_std = 0, refmax = 0, lerr = 0, lerr_std = 0, lscale = 1;
-    int have_std = std_ctx && !s->rotary && D <= 256 && DV <= 256; /* fa_forward's head dims */
+    /* an FP8 cache: no same-dtype baseline (fa_forward's FP8 takes FP8 queries too), the ceiling alone */
+    int have_std = std_ctx && !s->rotary && !s->fp8 && D <= 256 && DV <= 256; /* fa_forward's head dims */
+    const fa_dtype cdt = t_kv_cache_dtype(c), kdt = s->fp8 ? cdt : FA_DTYPE_F32;
     for (int64_t b = 0; b < B; b++) {
         const int64_t L = len_after(c, b);
         double *ref = malloc(sizeof(double) * (size_t)(S * Hq * DV)), *rl = malloc(sizeof(double) * (size_t)(Hq * S));
@@ -243,8 +266,9 @@ int t_kv_verify(const t_kv_case *c, const t_buf *out, const float *lse, const vo
             for (int64_t i = 0; i < S * Hq * DV; i++) ref[i] = 0;
             for (int64_t i = 0; i < Hq * S; i++) rl[i] = s->opts.sinks ? s->opts.sinks[i / S] : -INFINITY;
         } else {
-            t_buf q32 = t_buf_new(FA_DTYPE_F32, 1, S, Hq, D, T_BSHD), k32 = t_buf_new(FA_DTYPE_F32, 1, L, Hk, D, T_BSHD);
-            t_buf v32 = t_buf_new(FA_DTYPE_F32, 1, L, Hk, DV, T_BSHD);
+            /* the keys gathered as they are (E4M3 for an FP8 cache: the oracle decodes them with the descales) */
+            t_buf q32 = t_buf_new(FA_DTYPE_F32, 1, S, Hq, D, T_BSHD), k32 = t_buf_new(kdt, 1, L, Hk, D, T_BSHD);
+            t_buf v32 = t_buf_new(kdt, 1, L, Hk, DV, T_BSHD);
             double x[T_KV_MAX_D];
             for (int64_t i = 0; i < S; i++)
                 for (int64_t h = 0; h < Hq; h++) {
@@ -255,10 +279,12 @@ int t_kv_verify(const t_kv_case *c, const t_buf *out, const float *lse, const vo
             for (int64_t t = 0; t < L; t++)
                 for (int64_t h = 0; h < Hk; h++) {
                     const int64_t o = t_kv_key_off(c, b, h, t), ov = t_kv_val_off(c, b, h, t);
-                    for (int64_t e = 0; e < D; e++) t_set(&k32.t, 0, t, h, e, t_load(k_after, s->dt, o + e));
-                    for (int64_t e = 0; e < DV; e++) t_set(&v32.t, 0, t, h, e, t_load(v_after, s->dt, ov + e));
+                    for (int64_t e = 0; e < D; e++) t_set(&k32.t, 0, t, h, e, t_load(k_after, cdt, o + e));
+                    for (int64_t e = 0; e < DV; e++) t_set(&v32.t, 0, t, h, e, t_load(v_after, cdt, ov + e));
                 }
-            CHECK_STATUS(t_oracle_forward(&s->opts, &q32.t, &k32.t, &v32.t, ref, rl), FA_OK);
+            fa_attn_opts oo = s->opts;
+            if (s->fp8) oo.k_descale = c->k_descale + b * Hk, oo.v_descale = c->v_descale + b * Hk;
+            CHECK_STATUS(t_oracle_forward(&oo, &q32.t, &k32.t, &v32.t, ref, rl), FA_OK);
             if (have_std) { /* STANDARD in the case's dtype on the same keys: the baseline of the pass rule */
                 t_buf qd = t_buf_new(s->dt, 1, S, Hq, D, T_BSHD), kd = t_buf_new(s->dt, 1, L, Hk, D, T_BSHD);
                 t_buf vd = t_buf_new(s->dt, 1, L, Hk, DV, T_BSHD), od = t_buf_new(s->dt, 1, S, Hq, DV, T_BSHD);

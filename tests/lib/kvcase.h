@@ -2,7 +2,8 @@
  * contiguous or paged (pages shuffled, unused block-table entries -1, every key past a sequence's length NaN so a
  * read of it shows), and the checks of one call — out and LSE against the float64 oracle on each sequence's
  * gathered keys, every out element written, the cache byte-identical outside the appended rows, the appended rows
- * equal to k_new / v_new (rotated by a plain float64 rotary). */
+ * equal to k_new / v_new (rotated by a plain float64 rotary; an FP8 cache's quantised with its descales: the oracle
+ * decodes it with them). */
 #ifndef FA_TESTLIB_KVCASE_H
 #define FA_TESTLIB_KVCASE_H
 
@@ -20,6 +21,7 @@ typedef struct t_kv_spec {
     int rotary;          /* 0 off, 1 half-split, 2 interleaved (needs append) */
     int rot_dim;         /* 0 = d */
     int batch_idx;       /* 1: sequences reach their rows through a shuffled batch_idx over batch + 2 rows */
+    int fp8;             /* 1: the cache is FA_DTYPE_F8_E4M3 with random kv.k_descale / v_descale (case's) */
     const int *lens;     /* lengths before the append, or NULL = random in 0..capacity - append·sq, both ends drawn */
     fa_attn_opts opts;
     fa_kv_opts kv;
@@ -34,6 +36,7 @@ typedef struct t_kv_case {
     fa_tensor kct, vct;                         /* views of kc, vc */
     t_buf q, kn, vn, out;
     float *cos, *sin, *lse;                     /* rotary tables [capacity + 8, rot_dim / 2], lse [b, hq, sq] */
+    float *k_descale, *v_descale;               /* fp8: [batch][hk] (host), else NULL */
     int64_t rot_len;
 } t_kv_case;
 
@@ -45,8 +48,10 @@ int64_t t_kv_val_off(const t_kv_case *c, int64_t b, int64_t h, int64_t t);
 /* The cache descriptor over the given k/v data and index arrays (host or device copies of the case's). */
 fa_kvcache t_kv_cache(const t_kv_case *c, void *k, void *v, const int32_t *seqlens, const int32_t *block_table,
                       const int32_t *batch_idx);
-/* The case's kv_opts with its rotary tables (host or device copies). */
+/* The case's kv_opts with its rotary tables (host or device copies); an FP8 case's descales (host). */
 fa_kv_opts t_kv_opts(const t_kv_case *c, const float *cos, const float *sin);
+/* The cache's dtype: the case's, or E4M3. */
+fa_dtype t_kv_cache_dtype(const t_kv_case *c);
 /* Checks of one call's results: out (its poisoned view, written), lse, and the cache after the call (k, v host
  * copies). std_ctx: a CPU context for the same-dtype STANDARD baseline of the pass rule (NULL: the ceiling only).
  * relax as t_ceiling. Returns the number of failures. */

@@ -52,7 +52,7 @@ static void thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, v
     thread_parts *t = parts;
     const size_t R = (size_t)rows_of(p) * (size_t)pl->aux[AUX_HPI], dp = (size_t)padded(p->d), f = sizeof(float);
     t->qs = fa_arena_take(a, R * dp * f, 64);
-    t->qb = p->dtype == FA_DTYPE_BF16 ? fa_arena_take(a, R * 2 * dp * sizeof(uint16_t), 64) : NULL;
+    t->qb = p->cdtype == FA_DTYPE_BF16 ? fa_arena_take(a, R * 2 * dp * sizeof(uint16_t), 64) : NULL;
     t->O = fa_arena_take(a, R * (size_t)padded(p->d_v) * f, 64);
     t->S = fa_arena_take(a, R * FA_KV_BC * f, 64);
     t->Lv = fa_arena_take(a, R * 16 * f, 64);
@@ -111,14 +111,15 @@ fa_status fa_cpu_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan 
     plan->workspace_bytes = fa_cpu_frame_bytes(&kv_layout, p, plan);
     /* modelled at full capacity; the run counts the keys each sequence has */
     const double e = (double)fa_dtype_size(p->dtype), kb = (double)p->d * e, vb = (double)p->d_v * e;
-    plan->read_bytes = (double)p->batch * ((double)p->capacity * p->hk * (kb + vb) + p->sq * p->hq * kb);
+    const double ce = (double)fa_dtype_size(p->cdtype); /* an FP8 cache reads 1 byte an element */
+    plan->read_bytes = (double)p->batch * ((double)p->capacity * p->hk * (p->d + p->d_v) * ce + p->sq * p->hq * kb);
     plan->write_bytes = (double)p->batch * p->sq * p->hq * vb;
     return FA_OK;
 }
 
 /* Byte address of key t's row of K/V head h for sequence row `row` (cache row or block-table row). */
 static char *key_addr(const fa_kv_problem *p, const fa_tensor *c, int64_t row, int64_t h, int64_t t) {
-    const int64_t es = (int64_t)fa_dtype_size(p->dtype);
+    const int64_t es = (int64_t)fa_dtype_size(p->cdtype);
     int64_t el;
     if (p->paged) {
         const int64_t pg = p->block_table[row * p->bt_stride + t / p->page_size];
@@ -141,8 +142,14 @@ static void rotate(const fa_kv_problem *p, float *x, int64_t pos) {
     }
 }
 
+/* n elements of a new row (x, rotated or as loaded) into an FP8 cache row: x / descale, rounded as fa_quantize_fp8. */
+static void quantise_row(uint8_t *dst, const float *x, int64_t n, float descale) {
+    for (int64_t c = 0; c < n; c++) dst[c] = fa_f64_to_e4m3((double)x[c] / (double)descale);
+}
+
 static void append(const fa_kv_problem *p, int threads) {
     const int64_t n = p->batch * p->sn, d = p->d;
+    const int fp8 = p->cdtype == FA_DTYPE_F8_E4M3;
     const size_t vrowb = (size_t)p->d_v * fa_dtype_size(p->dtype), rowb = (size_t)d * fa_dtype_size(p->dtype);
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t bi = 0; bi < n; bi++) {
@@ -153,6 +160,14 @@ static void append(const fa_kv_problem *p, int threads) {
             const int64_t kin = fa_kv_nrow0(p, &p->kn, b, h) + i * p->kn.stride_seq;
             const int64_t vin = fa_kv_nrow0(p, &p->vn, b, h) + i * p->vn.stride_seq;
             char *kd = key_addr(p, &p->kc, row, h, t), *vd = key_addr(p, &p->vc, row, h, t);
+            if (fp8) { /* rotated (in fp32, as a 16-bit cache's rows) before quantising */
+                for (int64_t c = 0; c < d; c++) x[c] = fa_load_elem(p->kn.data, (int)p->dtype, kin + c);
+                if (p->rot_cos) rotate(p, x, t);
+                quantise_row((uint8_t *)kd, x, d, fa_kv_descale(p, p->k_descale, b, h));
+                for (int64_t c = 0; c < p->d_v; c++) x[c] = fa_load_elem(p->vn.data, (int)p->dtype, vin + c);
+                quantise_row((uint8_t *)vd, x, p->d_v, fa_kv_descale(p, p->v_descale, b, h));
+                continue;
+            }
             if (p->rot_cos) {
                 for (int64_t c = 0; c < d; c++) x[c] = fa_load_elem(p->kn.data, (int)p->dtype, kin + c);
                 rotate(p, x, t);
@@ -195,8 +210,9 @@ static double exact_row(const fa_kv_problem *p, int64_t b, int64_t i, int64_t hq
     for (int64_t c = 0; c < d; c++) q[c] = fa_load_elem(p->q.data, (int)p->dtype, qo + c), nan_row |= !isfinite(q[c]);
     for (int64_t t = lo; t < hi && !nan_row; t++) {
         const char *kr = key_addr(p, &p->kc, row, hk, t);
-        for (int64_t c = 0; c < d; c++) nan_row |= !isfinite((double)fa_load_elem(kr, (int)p->dtype, c));
+        for (int64_t c = 0; c < d; c++) nan_row |= !isfinite((double)fa_load_elem(kr, (int)p->cdtype, c));
     }
+    const double kds = fa_kv_descale(p, p->k_descale, b, hk), vds = fa_kv_descale(p, p->v_descale, b, hk);
     if (nan_row) {
         for (int64_t c = 0; c < dv; c++) o[c] = NAN;
         return NAN;
@@ -217,7 +233,7 @@ static double exact_row(const fa_kv_problem *p, int64_t b, int64_t i, int64_t hq
     for (int64_t t = lo; t < hi; t++) {
         const char *kr = key_addr(p, &p->kc, row, hk, t), *vr = key_addr(p, &p->vc, row, hk, t);
         double s = 0;
-        for (int64_t c = 0; c < d; c++) s += q[c] * fa_load_elem(kr, (int)p->dtype, c);
+        for (int64_t c = 0; c < d; c++) s += q[c] * (fa_load_elem(kr, (int)p->cdtype, c) * kds);
         s *= (double)p->scale;
         if (p->softcap > 0) s = (double)p->softcap * tanh(s / (double)p->softcap);
         s = s > LOGIT_SAT ? LOGIT_SAT : s < -LOGIT_SAT ? -LOGIT_SAT : s;
@@ -229,7 +245,7 @@ static double exact_row(const fa_kv_problem *p, int64_t b, int64_t i, int64_t hq
         }
         const double pj = exp(s - m);
         l += pj;
-        for (int64_t c = 0; c < dv; c++) o[c] += pj * fa_load_elem(vr, (int)p->dtype, c);
+        for (int64_t c = 0; c < dv; c++) o[c] += pj * (fa_load_elem(vr, (int)p->cdtype, c) * vds);
     }
     for (int64_t c = 0; c < dv; c++) o[c] /= l;
     return m + log(l);
@@ -259,6 +275,8 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
         for (int hh = 0; hh < nh; hh++)
             for (int64_t g = 0; g < G; g++) {
                 const int64_t r = hh * R + i * G + g, hq = (h0 + hh) * G + g;
+                /* an FP8 cache's k descale folded into q: q·(k·kds) = (q·kds)·k */
+                const float qmk = qmul * fa_kv_descale(p, p->k_descale, b, h0 + hh);
                 t->lo[r] = lo;
                 t->hi[r] = hi;
                 float *q = t->qs + r * dp, x[FA_KV_MAX_D];
@@ -269,7 +287,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
                     bad += x[c] * 0.0f;
                 }
                 if (p->rot_cos) rotate(p, x, fa_kv_rotary_q_pos(p, p->seqlens[b], i));
-                for (int64_t c = 0; c < d; c++) q[fa_kv_lane(kern, p->dtype, d, dv, c)] = x[c] * qmul;
+                for (int64_t c = 0; c < d; c++) q[fa_kv_lane(kern, p->cdtype, d, dv, c)] = x[c] * qmk;
                 for (int64_t c = d; c < dp; c++) q[c] = 0;
                 if (t->qb) { /* the raw bf16 q (exact; qmul applied to the sums), or with rotary qmul·q as hi + lo */
                     uint16_t *qb = t->qb + r * 2 * dp;
@@ -286,8 +304,8 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
             }
     }
     if (k1 > k0) {
-        const int64_t es = (int64_t)fa_dtype_size(p->dtype), row = fa_kv_row(p, b);
-        fa_kv_args a = {.R = R, .nh = nh, .d = (int)d, .dp = dp, .dv = (int)dv, .dvp = dvp, .dtype = p->dtype,
+        const int64_t es = (int64_t)fa_dtype_size(p->cdtype), row = fa_kv_row(p, b);
+        fa_kv_args a = {.R = R, .nh = nh, .d = (int)d, .dp = dp, .dv = (int)dv, .dvp = dvp, .dtype = p->cdtype,
                          .qs = t->qs, .qb = t->qb,
                          .qb_parts = p->rot_cos ? 2 : 1, .qb_mul = p->rot_cos ? 1.f : qmul, .qbad = t->qbad,
                          .lo = t->lo, .hi = t->hi, .k0 = k0, .k1 = k1,
@@ -321,7 +339,8 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
                 const float *so = t->O + r * dvp;
                 if (row_stands(t, r, dvp, dv)) {
                     if (sink) inv = fa_sink_join(l == 0 ? -INFINITY : t->m[r] * LN2, l, *sink, &lse);
-                    for (int64_t c = 0; c < dv; c++) o[c] = so[fa_kv_lane(kern, p->dtype, d, dv, c)] * inv;
+                    inv *= fa_kv_descale(p, p->v_descale, b, h0 + hh); /* an FP8 cache's v descale: P (v·vds) */
+                    for (int64_t c = 0; c < dv; c++) o[c] = so[fa_kv_lane(kern, p->cdtype, d, dv, c)] * inv;
                 } else {
                     double x[FA_KV_MAX_D];
                     lse = (float)exact_row(p, b, i, hq, t->lo[r], t->hi[r], x);
@@ -418,6 +437,7 @@ fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *
     memset(&io, 0, sizeof io);
     fa_cpu_frame_total(&f, &io);
     const int64_t e = (int64_t)fa_dtype_size(p->dtype), kb = p->d * e, vb = p->d_v * e;
+    const int64_t ce = (int64_t)fa_dtype_size(p->cdtype); /* the cache's element (the appended rows written) */
     int64_t q_rows = 0, new_rows = 0;
     double pairs = 0;
     for (int64_t b = 0; b < p->batch; b++) {
@@ -430,7 +450,7 @@ fa_status fa_cpu_kv_run(fa_context *ctx, const fa_kv_problem *p, const fa_plan *
         }
     }
     st->slow_read_bytes = io.read + q_rows * p->hq * kb + new_rows * p->hk * (kb + vb);
-    st->slow_write_bytes = q_rows * p->hq * vb + (p->lse ? q_rows * p->hq * 4 : 0) + new_rows * p->hk * (kb + vb);
+    st->slow_write_bytes = q_rows * p->hq * vb + (p->lse ? q_rows * p->hq * 4 : 0) + new_rows * p->hk * (p->d + p->d_v) * ce;
     st->flops = 2.0 * (double)(p->d + p->d_v) * (double)p->hq * pairs;
     return FA_OK;
 }

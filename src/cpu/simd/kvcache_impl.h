@@ -117,6 +117,25 @@ static inline vf f16_vec(const uint16_t *s) {
 #endif
 }
 
+/* VW E4M3 bytes -> fp32, exact and branch-free: normal numbers rebiased in the integer bits (7 -> 127), subnormals
+ * m·2^-9 from an exact int conversion (no fp32 subnormal, so DAZ cannot touch them), 0x7f a NaN, then the sign. */
+typedef uint8_t vb8 __attribute__((vector_size(VW)));
+static inline vf e4m3_vec(const uint8_t *s) {
+    vb8 b;
+    memcpy(&b, s, sizeof b);
+    const vu u = __builtin_convertvector(b, vu), a = u & 0x7f;
+    const vf sub = __builtin_convertvector((vi)a, vf) * 0x1p-9f;
+    vu x, sb;
+    memcpy(&sb, &sub, sizeof sb);
+    const vu is_sub = (vu)(a < 8), is_nan = (vu)(a == 0x7f);
+    x = (sb & is_sub) | (((a << 20) + (120u << 23)) & ~is_sub);
+    x = (x & ~is_nan) | (0x7fc00000u & is_nan);
+    x |= (u & 0x80) << 24;
+    vf r;
+    memcpy(&r, &x, sizeof r);
+    return r;
+}
+
 /* One row of d elements -> fp32 dst[dp] in order, zero-padded (M_ANY: any dtype, any d). */
 static void row_to_f32(float *restrict dst, const char *src, fa_dtype dt, int d, int dp) {
     int i = 0;
@@ -124,6 +143,21 @@ static void row_to_f32(float *restrict dst, const char *src, fa_dtype dt, int d,
         for (; i + VW <= d; i += VW) memcpy(dst + i, (const float *)src + i, 4 * VW);
     } else if (dt == FA_DTYPE_BF16) {
         for (; i + VW <= d; i += VW) ST(dst + i, bf16_vec((const uint16_t *)src + i));
+    } else if (dt == FA_DTYPE_F8_E4M3) { /* an FP8 cache: exact, the descales are folded into q and O outside */
+        /* by vectors (e4m3_vec), the tail by the same steps per element */
+        const uint8_t *s8 = (const uint8_t *)src;
+        for (; i + VW <= d; i += VW) ST(dst + i, e4m3_vec(s8 + i));
+        for (; i < d; i++) {
+            const uint32_t u = s8[i], a = u & 0x7f, nb = (a << 20) + (120u << 23);
+            float fn, x;
+            memcpy(&fn, &nb, sizeof fn);
+            x = a < 8 ? (float)(int)a * 0x1p-9f : fn;
+            x = a == 0x7f ? NAN : x;
+            uint32_t xb;
+            memcpy(&xb, &x, sizeof xb);
+            xb |= (u & 0x80) << 24;
+            memcpy(dst + i, &xb, sizeof xb);
+        }
     } else {
         for (; i + VW <= d; i += VW) ST(dst + i, f16_vec((const uint16_t *)src + i));
     }
@@ -145,8 +179,12 @@ AI void row_vecs(vf *x, const char *src, int v0, int nv, const int MODE, const f
 #pragma GCC unroll 16
         for (int i = 0; i < nv; i++) memcpy(&x[i], (const float *)src + VW * (v0 + i), 4 * VW);
     } else {
-        row_to_f32(tmp, src, a->dtype, d, dp);
-        for (int i = 0; i < nv; i++) x[i] = LD(tmp + VW * (v0 + i));
+        /* only the piece's elements: the callers walk a row piece by piece, and converting the whole row for each
+         * piece cost an FP8 cache (which only this path reads) 4x its conversions at d = 128 */
+        const int off = VW * v0, n = d - off < VW * nv ? d - off : VW * nv;
+        (void)dp;
+        row_to_f32(tmp, src + (size_t)off * fa_dtype_size(a->dtype), a->dtype, n > 0 ? n : 0, VW * nv);
+        for (int i = 0; i < nv; i++) x[i] = LD(tmp + VW * i);
     }
 }
 

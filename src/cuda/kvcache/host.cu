@@ -47,6 +47,11 @@ static int supports(const fa_kv_problem *p, char *why, size_t why_len) {
         snprintf(why, why_len, "dtype: f32 KV-cache attention runs on the CPU only (CUDA: f16, bf16)");
         return 0;
     }
+    if (p->cdtype == FA_DTYPE_F8_E4M3) {
+        snprintf(why, why_len, "cache.k: dtype f8_e4m3: FP8 KV caches decode on the CPU only for now (CUDA: f16, bf16 "
+                 "caches)");
+        return 0;
+    }
     if (p->d_v != p->d) { /* MLA's (576, 512) wants its own kernel: d = 256's K and V rings already fill shared memory */
         snprintf(why, why_len, "cache.v: head_dim %lld differs from q's %lld: the CUDA KV-cache kernel holds K and V "
                  "tiles of one head_dim (64, 128 or 256); a CPU context decodes any pair up to (576, 512)",

@@ -165,6 +165,8 @@ static fa_status fa_cuda_run_on(fa_context *ctx, const fa_problem *p, const fa_p
     fa_cuda_params c;
     fa_cuda_prepare(p, &w, &c);
     if (!p->is_backward && !c.lse) c.lse = w.contract.lse; /* the contract's check reads the forward's LSE */
+    if (!p->is_backward && fa_cuda_families[plan->family]->checks_outputs)
+        c.o_check = fa_contract_o_flags(&w.contract); /* the kernel marks the items it cannot certify */
     cudaError_t e = fa_contract_scan(&c, p, &w.contract, s->stream);
     if (e != cudaSuccess) return fa_cuda_err(ctx, "contract scan", e);
     if ((rc = fa_cuda_launch_row(ctx, s, p, plan, &w, &c)) != FA_OK) return rc;

@@ -31,6 +31,9 @@
 #define FA_DMAX (FA_MAX_HEAD_DIM / 32) /* elements of a row per lane */
 
 enum { SLOT_Q, SLOT_K, SLOT_V, SLOT_O, SLOT_DO };
+static_assert(FA_NSLOT == FA_CONTRACT_STRIDE, "a self-checking kernel steps over the items' slots");
+
+unsigned *fa_contract_o_flags(const fa_contract_ws *w) { return w->scan + 1 + SLOT_O; }
 
 static int64_t fa_items(const fa_problem *p) { return p->batch * (p->is_backward ? p->hk : p->hq); }
 static size_t fa_rows(const fa_problem *p) { return (size_t)p->hq * p->q.seqlen * (p->cu_q ? 1 : p->batch); }
@@ -48,11 +51,13 @@ void fa_contract_layout(fa_arena *a, const fa_problem *p, fa_contract_ws *w) {
     }
 }
 
-void fa_contract_traffic(const fa_problem *p, fa_plan *plan) {
+void fa_contract_traffic(const fa_problem *p, int self_checked, fa_plan *plan) {
     const double e = (double)fa_dtype_size(p->dtype), d = (double)p->d, dv = (double)p->d_v, qrows = (double)fa_rows(p);
     const double kvrows = (double)p->k.seqlen * (p->cu_k ? 1 : p->batch) * p->hk;
-    if (!p->is_backward) { /* K scanned, O and LSE read once (LSE written by the kernel when the caller gave none) */
-        plan->read_bytes += qrows * (dv * e + 4) + kvrows * d * e;
+    if (!p->is_backward) { /* K (and q with a softcap) scanned, O and LSE read once, unless the kernel checks itself;
+                            * LSE written by the kernel when the caller gave none */
+        if (!self_checked)
+            plan->read_bytes += qrows * (dv * e + 4 + (p->softcap > 0.f ? d * e : 0)) + kvrows * d * e;
         plan->write_bytes += (double)(1 + fa_items(p) * FA_NSLOT) * sizeof(unsigned) + (p->lse ? 0 : qrows * 4);
         return;
     }
@@ -147,7 +152,8 @@ __device__ __forceinline__ double fa_bits_value(unsigned b, int dtype) {
 __device__ bool fa_certified(const fa_cuda_params &c, const unsigned *m, int dtype, int backward) {
     if (c.softcap > 0.f && (c.softcap < 0x1p-60f || c.softcap > 0x1p24f)) return false;
     const unsigned inf = dtype == 0 ? 0x7f800000u : dtype == 1 ? 0x7c00u : 0x7f80u;
-    if (!backward) return m[SLOT_O] == 0 && m[SLOT_K] < inf; /* the output check and k's scan found nothing */
+    if (!backward) /* the output check and the scans of k (and q) found nothing */
+        return m[SLOT_O] == 0 && m[SLOT_K] < inf && m[SLOT_Q] < inf;
     for (int s = 0; s < FA_NSLOT; ++s)
         if (m[s] >= inf) return false;
     const double mq = fa_bits_value(m[SLOT_Q], dtype), mk = fa_bits_value(m[SLOT_K], dtype);
@@ -192,17 +198,21 @@ cudaError_t fa_contract_scan(const fa_cuda_params *c, const fa_problem *p, const
         a.t[3] = fa_scan_of(&p->o, 0, 1, group, SLOT_O);
         a.t[4] = fa_scan_of(&p->dout, 0, 1, group, SLOT_DO);
         a.nt = 5;
-    } else { /* k only: an inf in k gives −inf logits to the rows whose q has the other sign, and a −inf logit is a
-              * weight of 0 in out and LSE, invisible to the output check (a NaN or inf anywhere else shows there) */
+    } else if (!c->o_check) {
+        /* k: an inf in k gives −inf logits to the rows whose q has the other sign, and a −inf logit is a weight of 0
+         * in out and LSE, invisible to the output check (a NaN or inf anywhere else shows there); q too with a
+         * softcap, whose tanh turns the ±inf logits of an inf in q into finite ones. A self-checking kernel tests
+         * its logits instead (contract.h). */
         a.t[0] = fa_scan_of(&p->k, 1, group, 1, SLOT_K);
         a.nt = 1;
+        if (p->softcap > 0.f) a.t[a.nt++] = fa_scan_of(&p->q, 0, 1, 1, SLOT_Q);
     }
     a.item_heads = (int)(bwd ? p->hk : p->hq), a.dtype = (int)p->dtype;
     a.sq = c->sq, a.sk = c->sk, a.cu_q = c->cu_q, a.cu_k = c->cu_k, a.scan = w->scan;
     a.used_q = c->used_q, a.used_k = c->used_k;
     a.total_q = c->total_q, a.total_k = c->total_k;
     a.chunks = (max(c->sq, c->sk) + FA_SCAN_ROWS - 1) / FA_SCAN_ROWS;
-    if (a.chunks > 0) {
+    if (a.chunks > 0 && a.nt > 0) {
         const dim3 grid((unsigned)(a.chunks * a.nt), (unsigned)p->hq, (unsigned)p->batch);
         fa_contract_scan_kernel<<<grid, 256, 0, st>>>(a);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
@@ -413,7 +423,6 @@ __global__ void __launch_bounds__(FA_FIX_WARPS * 32) fa_contract_fix_kernel(cons
 
 /* The forward's output check: one warp per row of item (b, h); a bad row marks the item (slot O). Non-finite is
  * an all-ones exponent, tested on the bit patterns: 16-byte loads where the rows allow (vec). */
-#define FA_LSE_CERTIFIED 0x1p23f /* |LSE| below this: |max logit| < 2^24, where the kernels' exp2 is exact enough */
 __device__ __forceinline__ int fa_word_nonfinite(unsigned w, int dtype) {
     if (dtype == 0) return (w & 0x7f800000u) == 0x7f800000u;
     const unsigned e = dtype == 1 ? 0x7c00u : 0x7f80u;
@@ -456,7 +465,7 @@ cudaError_t fa_contract_fix(const fa_cuda_params *c, const fa_problem *p, const 
     if (items == 0) return cudaSuccess;
     if (!p->is_backward) {
         const unsigned chunks = (unsigned)((c->sq + 8 * FA_SCAN_ROWS - 1) / (8 * FA_SCAN_ROWS));
-        if (chunks > 0) {
+        if (chunks > 0 && !c->o_check) { /* a self-checking kernel has marked its items */
             const dim3 grid(chunks, (unsigned)p->hq, (unsigned)p->batch);
             const int vec = fa_scan_of(&p->o, 0, 1, 1, SLOT_O).vec;
             fa_contract_check_kernel<<<grid, 256, 0, st>>>(*c, w->scan, (int)p->dtype, vec);

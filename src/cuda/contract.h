@@ -20,10 +20,20 @@ typedef struct fa_contract_ws {
     float *lse;                 /* forward without the caller's LSE: the kernels write theirs here for the check */
 } fa_contract_ws;
 
+/* A self-checking forward kernel (fa_cuda_family.checks_outputs) marks item (b, h) uncertified with
+ * atomicOr(&fa_cuda_params.o_check[(b·hq + h)·FA_CONTRACT_STRIDE], 1) when a logit it computed is not finite
+ * (before the mask: an inf or NaN in q or k, which −inf logits and a softcap's tanh can hide from the outputs), an
+ * element of out is not finite, or an LSE is not certified (FA_LSE_CERTIFIED): the same test as the contract's own
+ * scan of k and check of out and LSE, which then do not run. */
+#define FA_CONTRACT_STRIDE 5
+#define FA_LSE_CERTIFIED 0x1p23f /* |LSE| below this: |max logit| < 2^24, where the kernels' exp2 is exact enough */
+unsigned *fa_contract_o_flags(const fa_contract_ws *w);
+
 /* The contract's part of the device workspace (fa_cuda_ws_layout calls it). */
 void fa_contract_layout(fa_arena *a, const fa_problem *p, fa_contract_ws *w);
-/* Adds the scan's HBM traffic (every input read once, the item maxima written) to the plan's model. */
-void fa_contract_traffic(const fa_problem *p, fa_plan *plan);
+/* Adds the scan's HBM traffic (every input read once, the item maxima written) to the plan's model; self_checked:
+ * the forward's kernel checks itself (fa_cuda_family.checks_outputs). */
+void fa_contract_traffic(const fa_problem *p, int self_checked, fa_plan *plan);
 /* Before the algorithm: clear; backward: scan the inputs, list the uncertified items. */
 cudaError_t fa_contract_scan(const fa_cuda_params *c, const fa_problem *p, const fa_contract_ws *w, cudaStream_t st);
 /* After the algorithm: forward: check the outputs, list the uncertified items; then rewrite the outputs of the

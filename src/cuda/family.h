@@ -62,6 +62,9 @@ typedef struct fa_cuda_family {
     /* plan->read_bytes, write_bytes: the modelled HBM traffic (no cache) of the picked plan */
     void (*traffic)(const fa_problem *p, fa_plan *plan);
     fa_cuda_result (*launch)(const fa_cuda_launch *l);
+    /* forward: 1 when the kernel checks its own logits and outputs for the numerics contract (marks an item through
+     * fa_cuda_params.o_check), so that the contract skips its scan of k and its read of out and LSE (contract.h) */
+    int checks_outputs;
 } fa_cuda_family;
 
 /* The rows, each in its family's folder. */

@@ -47,6 +47,9 @@ typedef struct fa_cuda_params {
                              * costs the flash kernels' masked steps registers they do not have); 0: chunk 1 */
     int chunk_shift;
     int d_v;                /* v's head_dim, and out's, dout's, dv's (dv); d is q's and k's (dqk) */
+    unsigned *o_check;      /* forward of a self-checking family (fa_cuda_family.checks_outputs): the numerics
+                             * contract's item flags, item (b, h) at o_check[(b·hq + h)·FA_CONTRACT_STRIDE] (contract.h),
+                             * which the kernel marks itself; NULL for the other families */
 } fa_cuda_params;
 
 #ifdef __cplusplus

@@ -86,7 +86,7 @@ extern "C" fa_status fa_cuda_plan(const fa_context *ctx, const fa_problem *p, fa
     const fa_status rc = p->algo_auto ? fa_plan_auto(tu, p, pass, plan, why, why_len)
                                       : fa_plan_explicit(tu, p, pass, plan, why, why_len);
     if (rc != FA_OK) return rc;
-    fa_contract_traffic(p, plan);
+    fa_contract_traffic(p, fa_cuda_families[plan->family]->checks_outputs, plan);
     fa_arena a = fa_arena_dry();
     fa_cuda_ws w;
     fa_cuda_ws_layout(&a, p, plan, &w);

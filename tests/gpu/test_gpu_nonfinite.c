@@ -2,8 +2,8 @@
  * FLASH1, FLASH2 and FLASH3 (not the packed cases: no varlen), f16 and bf16 (STANDARD also f32), head_dim 64:
  *   - finite inputs with huge scales (1e20, 1e30, ±FLT_MAX), denormal scale·softcap, logits beyond the fp32 range:
  *     no NaN in out or LSE, LSE finite, out inside the convex hull of V; no NaN in dq, dk, dv;
- *   - NaN/±inf in q row 5 (or key row 5): exactly the rows that see it are NaN (out and LSE), the others as in the
- *     clean run; NaN/inf in v[4][2] reaches column 2 of exactly the rows that see key 4;
+ *   - NaN/±inf in q row 5 (or key row 5), with and without a softcap: exactly the rows that see it are NaN (out
+ *     and LSE), the others as in the clean run; NaN/inf in v[4][2] reaches column 2 of exactly the rows that see key 4;
  *   - the same for a key row inside a packed (varlen) batch with GQA, an empty query sequence, fully masked rows
  *     and padded rows (odd strides for STANDARD): out, LSE and dQ of exactly the rows that see it are NaN, fully
  *     masked rows stay O = 0 / LSE = −∞, every other row and gradient as in the clean run.
@@ -155,12 +155,13 @@ static void finite_never_nan(fa_dtype dt, fa_algo a, float scale, float softcap,
     EXPECT(count_nan(P->dv, N) == 0, "%d NaN in dv", count_nan(P->dv, N));
 }
 
-static void bad_input_rows(fa_dtype dt, fa_algo a, int in_k, float bad, int masked) {
-    snprintf(label, sizeof label, "%s[5][1] = %g%s %s %s", in_k ? "k" : "q", bad, masked ? " causal window 2" : "",
-             fa_dtype_name(dt), fa_algo_name(a));
+/* softcap: its tanh turns the ±inf logits of an inf in q or k into finite ones, which the outputs cannot show */
+static void bad_input_rows(fa_dtype dt, fa_algo a, int in_k, float bad, int masked, float softcap) {
+    snprintf(label, sizeof label, "%s[5][1] = %g%s softcap %g %s %s", in_k ? "k" : "q", bad,
+             masked ? " causal window 2" : "", softcap, fa_dtype_name(dt), fa_algo_name(a));
     fill(dt, 1);
     fa_attn_opts o = fa_attn_opts_default();
-    o.algo = a;
+    o.algo = a, o.softcap = softcap;
     if (masked) o.causal = 1, o.window_left = 2; /* row i sees keys i-2..i */
     float *x = in_k ? P->k : P->q;
     AT(x, 5, 1, 1) = 0.5f;
@@ -384,7 +385,9 @@ int main(void) {
             if (dt == FA_DTYPE_F32) finite_never_nan(dt, a, 1, 0, 3e37, "products beyond fp32 range");
             for (int m = 0; m <= 1; m++) {
                 const float bads[3] = {INFINITY, -INFINITY, NAN};
-                for (int b = 0; b < 3; b++) bad_input_rows(dt, a, 0, bads[b], m), bad_input_rows(dt, a, 1, bads[b], m);
+                for (int b = 0; b < 3; b++)
+                    for (int in_k = 0; in_k <= 1; in_k++)
+                        for (int cap = 0; cap <= 1; cap++) bad_input_rows(dt, a, in_k, bads[b], m, cap ? 30.f : 0.f);
                 bad_v(dt, a, INFINITY, m);
                 bad_v(dt, a, NAN, m);
                 if (a == FA_ALGO_FLASH3) continue; /* packed batches: FLASH3 has no varlen (refused) */

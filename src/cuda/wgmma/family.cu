@@ -103,7 +103,7 @@ static fa_cuda_result fa3_run(const fa_cuda_launch *l) {
 }
 
 const fa_cuda_family fa_cuda_flash3_fwd = {"FLASH3", FA_ALGO_FLASH3, FA_CUDA_FWD, 1, FA_CUDA_DT_16, fa3_pick,
-                                           fa3_ws, fa_cuda_traffic_q_outer, fa3_run};
+                                           fa3_ws, fa_cuda_traffic_q_outer, fa3_run, 1};
 
 /* ---- the backward ---- */
 
@@ -175,4 +175,4 @@ static fa_cuda_result fa3_bwd_run(const fa_cuda_launch *l) {
 }
 
 const fa_cuda_family fa_cuda_flash3_bwd = {"FLASH3", FA_ALGO_FLASH3, FA_CUDA_BWD, 1, FA_CUDA_DT_16, fa3_bwd_pick,
-                                           fa3_bwd_ws, fa3_bwd_traffic, fa3_bwd_run};
+                                           fa3_bwd_ws, fa3_bwd_traffic, fa3_bwd_run, 0};

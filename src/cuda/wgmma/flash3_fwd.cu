@@ -58,6 +58,7 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
     kp.scale_log2 = (cap ? 1.f : p->scale) * 1.44269504088896340736f;
     kp.cap = p->softcap;
     kp.cap_scale = cap ? p->scale / p->softcap : 0.f; /* IEEE fp32 division, as the other CUDA kernels */
+    kp.check = p->o_check;
     const size_t smem = plan->smem_bytes;
     cudaError_t e = cudaFuncSetAttribute(fa3_fwd_kernel<D, WIDE, F16>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);

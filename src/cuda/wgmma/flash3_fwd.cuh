@@ -11,10 +11,13 @@
 #ifndef FA_WGMMA_FLASH3_FWD_CUH
 #define FA_WGMMA_FLASH3_FWD_CUH
 
+#include <float.h>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "../../core/visible.h"
+#include "../contract.h"
 #include "frag.cuh"
 #include "ptx.cuh"
 #include "wgmma.cuh"
@@ -58,6 +61,7 @@ struct fa3_kparams {
     float scale, scale_log2; /* LSE = m·scale + ln ℓ; P = exp2(S·scale_log2 − m·scale_log2) */
     float cap, cap_scale;    /* softcap: S = cap·tanh(s·cap_scale) first (cap_scale = scale / cap; 0 = off), then
                               * scale = 1 and scale_log2 = log2 e */
+    unsigned *check;         /* the numerics contract's item flags (fa_cuda_params.o_check), or NULL */
 };
 
 /* Per-thread softmax state of the two rows a consumer thread owns (g and g + 8 of its warp's 16 rows). */
@@ -65,6 +69,7 @@ struct fa3_rows {
     int lo0, hi0, lo1, hi1, t;
     float sl2, m0, m1, l0, l1;
     float cap, cap_scale; /* softcap (cap_scale 0: off) */
+    float amax;           /* max |logit| before the softcap and the mask: inf when q or k holds an inf or NaN */
 };
 
 /* Issues O += P Vj (no wait): V is [key][d], MN-major here; a k16 slice is 16 key rows = 2048 B further. */
@@ -80,6 +85,15 @@ FA_DEV void fa3_pv(float (&o)[D / 2], const uint32_t (&pa)[Bc / 16][4], uint32_t
 /* Mask, then the online-softmax step on S (in place to P, fp32): m_new = max(m, rowmax S); P = exp2(S·scale·log2e −
  * m_new·scale·log2e); l = l·corr + rowsum P (thread-local); corr = exp2((m − m_new)·scale·log2e) is returned for O. */
 template <int Bc> FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_rows &R, float &c0, float &c1) {
+    /* the contract's logit test (contract.h): a −inf logit is a weight of 0 and a softcap makes ±inf finite, so an
+     * inf in q or k can hide from the outputs; two chains keep it off the critical path */
+    float a0 = R.amax, a1 = 0.f;
+#pragma unroll
+    for (int i = 0; i < Bc / 2; i += 2) {
+        a0 = fmaxf(a0, fabsf(sacc[i]));
+        a1 = fmaxf(a1, fabsf(sacc[i + 1]));
+    }
+    R.amax = fmaxf(a0, a1);
     if (R.cap_scale != 0.f) { /* softcap: a uniform branch, the scores bounded by ±cap before the mask */
 #pragma unroll
         for (int i = 0; i < Bc / 2; i++) sacc[i] = R.cap * tanhf(sacc[i] * R.cap_scale);
@@ -123,6 +137,12 @@ template <int Bc> FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_
     }
     R.l0 = R.l0 * c0 + ps0;
     R.l1 = R.l1 * c1 + ps1;
+}
+
+/* Two 16-bit values of out as stored: adding one exponent ulp to the exponent field carries into bit 15 only for an
+ * all-ones exponent (inf, NaN); OR over the words, then bits 15 and 31 say whether any value is not finite. */
+template <bool F16> FA_DEV uint32_t fa3_exp_carry(uint32_t x) {
+    return F16 ? (x & 0x7c007c00u) + 0x04000400u : (x & 0x7f807f80u) + 0x00800080u;
 }
 
 template <int D> FA_DEV void fa3_rescale(float (&o)[D / 2], float c0, float c1) {
@@ -288,6 +308,7 @@ __global__ void __launch_bounds__(384, 1)
         R.cap = p.cap, R.cap_scale = p.cap_scale;
         R.m0 = R.m1 = -INFINITY;
         R.l0 = R.l1 = 0.f;
+        R.amax = 0.f;
         float o[D / 2];
 #pragma unroll
         for (int i = 0; i < D / 2; i++) o[i] = 0.f;
@@ -360,23 +381,40 @@ __global__ void __launch_bounds__(384, 1)
         const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
         uint16_t *ob = p.o + (p.cu_q ? (int64_t)w.qrow * p.o_row_stride : (int64_t)w.b * p.o_batch_stride) +
                        (int64_t)w.h * p.o_head_stride + 2 * t;
+        /* the contract (contract.h): logits, out's elements as stored and the LSE of every row */
+        uint32_t bad = !(R.amax <= FLT_MAX), nf = 0;
         if (r0 < w.sq) {
             uint16_t *orow = ob + (int64_t)r0 * p.o_row_stride;
 #pragma unroll
-            for (int j = 0; j < D / 8; j++)
-                *reinterpret_cast<uint32_t *>(orow + 8 * j) = fa3_pack<F16>(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+            for (int j = 0; j < D / 8; j++) {
+                const uint32_t x = fa3_pack<F16>(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+                *reinterpret_cast<uint32_t *>(orow + 8 * j) = x;
+                nf |= fa3_exp_carry<F16>(x);
+            }
         }
         if (r1 < w.sq) {
             uint16_t *orow = ob + (int64_t)r1 * p.o_row_stride;
 #pragma unroll
-            for (int j = 0; j < D / 8; j++)
-                *reinterpret_cast<uint32_t *>(orow + 8 * j) = fa3_pack<F16>(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+            for (int j = 0; j < D / 8; j++) {
+                const uint32_t x = fa3_pack<F16>(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+                *reinterpret_cast<uint32_t *>(orow + 8 * j) = x;
+                nf |= fa3_exp_carry<F16>(x);
+            }
         }
+        const float L0 = l0 > 0.f ? R.m0 * p.scale + logf(l0) : -INFINITY;
+        const float L1 = l1 > 0.f ? R.m1 * p.scale + logf(l1) : -INFINITY;
         if (p.lse && t == 0) {
             /* [b][hq][sq], varlen [hq][total_q] */
             float *lrow = p.lse + (p.cu_q ? (int64_t)w.h * p.total_q + w.qrow : ((int64_t)w.b * p.hq + w.h) * p.sq);
-            if (r0 < w.sq) lrow[r0] = l0 > 0.f ? R.m0 * p.scale + logf(l0) : -INFINITY;
-            if (r1 < w.sq) lrow[r1] = l1 > 0.f ? R.m1 * p.scale + logf(l1) : -INFINITY;
+            if (r0 < w.sq) lrow[r0] = L0;
+            if (r1 < w.sq) lrow[r1] = L1;
+        }
+        if (p.check) {
+            bad |= (nf & 0x80008000u) != 0;
+            bad |= r0 < w.sq && !(fabsf(L0) < FA_LSE_CERTIFIED) && !(L0 == -INFINITY && R.hi0 <= R.lo0);
+            bad |= r1 < w.sq && !(fabsf(L1) < FA_LSE_CERTIFIED) && !(L1 == -INFINITY && R.hi1 <= R.lo1);
+            if (__any_sync(0xffffffffu, bad) && lane == 0)
+                atomicOr(p.check + ((int64_t)w.b * p.hq + w.h) * FA_CONTRACT_STRIDE, 1u);
         }
     }
 }

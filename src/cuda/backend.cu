@@ -135,6 +135,9 @@ static void fa_cuda_prepare(const fa_problem *p, const fa_cuda_ws *w, fa_cuda_pa
     c->cu_q = p->cu_q, c->cu_k = p->cu_k; /* device memory, read by the kernels only (fa_get_seq clamps them) */
     c->used_q = p->used_q, c->used_k = p->used_k; /* likewise */
     c->d_v = (int)p->d_v;
+    c->q_descale = p->q_descale, c->k_descale = p->k_descale, c->v_descale = p->v_descale;
+    c->v_t = w->v_t;
+    c->o_dtype = (int)p->o.dtype;
 }
 
 static fa_status fa_cuda_err(fa_context *ctx, const char *what, cudaError_t e) {

@@ -18,7 +18,9 @@
 #include "mma_sync/common.cuh"
 #include "core/sink.h"
 
+#include <cuda_fp8.h>
 #include <string.h>
+#include <type_traits>
 
 #define FA_LOGIT_SAT 0x1p126   /* |logit| saturates here: LSE = max + log ℓ stays finite in fp32 */
 #define FAST_LOGIT_MAX 0x1p24  /* the kernels' exp2(S·c − LSE·c) keeps an exponent error below 2 up to here */
@@ -225,7 +227,17 @@ cudaError_t fa_contract_scan(const fa_cuda_params *c, const fa_problem *p, const
 /* ---- the fix-up: float64 from the definition ---- */
 
 template <typename T> __device__ __forceinline__ double fa_ld(const void *base, int64_t i) {
-    return (double)fa_to_f32<T>(((const T *)base)[i]);
+    if constexpr (std::is_same<T, __nv_fp8_e4m3>::value)
+        return (double)(float)((const __nv_fp8_e4m3 *)base)[i];
+    else
+        return (double)fa_to_f32<T>(((const T *)base)[i]);
+}
+/* FP8 inputs: a row times its (batch, K/V head)'s descale (NULL: 1) */
+__device__ __forceinline__ void fa_descale_row(double (&r)[FA_DMAX], const float *descale, int64_t i) {
+    if (!descale) return;
+    const double f = (double)descale[i];
+#pragma unroll
+    for (int t = 0; t < FA_DMAX; ++t) r[t] *= f;
 }
 template <typename T> __device__ __forceinline__ void fa_st(void *base, int64_t i, double x) {
     ((T *)base)[i] = fa_from_f32<T>((float)x);
@@ -270,17 +282,23 @@ __device__ __forceinline__ int64_t fa_koff(const fa_cuda_params &c, const fa_seq
 }
 
 /* Forward row i of (b, h): online softmax in float64 over the visible keys. */
-template <typename T> __device__ void fa_fix_fwd_row(const fa_cuda_params &c, int b, int h, int i, int lane) {
+/* TI: q, k, v's type (e4m3: times their descales), TO: out's. */
+template <typename TI, typename TO>
+__device__ void fa_fix_fwd_row(const fa_cuda_params &c, int b, int h, int i, int lane) {
     const fa_seq s = fa_get_seq(c, b, h);
     const int hk = h / c.group;
+    const int64_t di = (int64_t)b * c.hk + hk; /* descales [batch][hk] */
     int lo, hi;
     fa_visible_keys32(i, s.sq, s.sk, c.wl, c.wr, &lo, &hi);
     fa_chunk_keys32(i + s.sk - s.sq, i + s.sk - s.sq, c.chunk, &lo, &hi);
     double q[FA_DMAX], k[FA_DMAX], o[FA_DMAX] = {}, m = -INFINITY, l = 0, lse = -INFINITY;
-    int nan_row = fa_load_row<T>(q, c.q, fa_qoff(c, s, c.q_sb, c.q_ss, c.q_sh, b, h, i), c.d, lane) && hi > lo;
+    int nan_row = fa_load_row<TI>(q, c.q, fa_qoff(c, s, c.q_sb, c.q_ss, c.q_sh, b, h, i), c.d, lane) && hi > lo;
+    fa_descale_row(q, c.q_descale, di);
+    const double vd = c.v_descale ? (double)c.v_descale[di] : 1.0;
     for (int j = lo; j < hi && !nan_row; ++j) {
-        nan_row = fa_load_row<T>(k, c.k, fa_koff(c, s, c.k_sb, c.k_ss, c.k_sh, b, hk, j), c.d, lane);
+        nan_row = fa_load_row<TI>(k, c.k, fa_koff(c, s, c.k_sb, c.k_ss, c.k_sh, b, hk, j), c.d, lane);
         if (nan_row) break;
+        fa_descale_row(k, c.k_descale, di);
         const double sj = fa_logit(c, fa_dot(q, k));
         if (sj > m) { /* rescale the running sums to the new maximum */
             const double f = exp(m - sj);
@@ -294,7 +312,7 @@ template <typename T> __device__ void fa_fix_fwd_row(const fa_cuda_params &c, in
         l += pj;
 #pragma unroll
         for (int t = 0; t < FA_DMAX; ++t)
-            if (lane + 32 * t < c.d_v) o[t] += pj * fa_ld<T>(c.v, vo + lane + 32 * t);
+            if (lane + 32 * t < c.d_v) o[t] += pj * vd * fa_ld<TI>(c.v, vo + lane + 32 * t);
     }
     if (nan_row) {
         lse = NAN;
@@ -308,7 +326,7 @@ template <typename T> __device__ void fa_fix_fwd_row(const fa_cuda_params &c, in
     const int64_t oo = fa_qoff(c, s, c.o_sb, c.o_ss, c.o_sh, b, h, i);
 #pragma unroll
     for (int t = 0; t < FA_DMAX; ++t)
-        if (lane + 32 * t < c.d_v) fa_st<T>(c.out, oo + lane + 32 * t, o[t]);
+        if (lane + 32 * t < c.d_v) fa_st<TO>(c.out, oo + lane + 32 * t, o[t]);
     if (c.lse && lane == 0) c.lse[s.stat0 + i] = (float)lse;
 }
 
@@ -398,8 +416,9 @@ template <typename T> __device__ void fa_fix_dkv_row(const fa_cuda_params &c, co
 }
 
 /* The listed items' rows dealt out to every warp of the grid. pass 0: forward; 1: backward dQ (and LSE, D);
- * 2: backward dK, dV (after pass 1, in stream order). */
-template <typename T>
+ * 2: backward dK, dV (after pass 1, in stream order). T: the inputs' type, TO: out's (another only after FP8
+ * inputs, which have no backward). */
+template <typename T, typename TO = T>
 __global__ void __launch_bounds__(FA_FIX_WARPS * 32) fa_contract_fix_kernel(const fa_cuda_params c, const fa_contract_ws w,
                                                                             int pass) {
     const int lane = threadIdx.x & 31, nwarps = gridDim.x * FA_FIX_WARPS;
@@ -409,14 +428,16 @@ __global__ void __launch_bounds__(FA_FIX_WARPS * 32) fa_contract_fix_kernel(cons
         const int64_t it = w.todo[k];
         if (pass == 0) {
             const int b = (int)(it / c.hq), h = (int)(it % c.hq), sq = fa_get_seq(c, b, h).sq;
-            for (int i = wid; i < sq; i += nwarps) fa_fix_fwd_row<T>(c, b, h, i, lane);
+            for (int i = wid; i < sq; i += nwarps) fa_fix_fwd_row<T, TO>(c, b, h, i, lane);
         } else if (pass == 1) {
             const int b = (int)(it / c.hk), hk = (int)(it % c.hk), sq = fa_get_seq(c, b, hk * c.group).sq;
             for (int64_t r = wid; r < (int64_t)sq * c.group; r += nwarps)
+                if constexpr (std::is_same<T, TO>::value)
                 fa_fix_dq_row<T>(c, w, b, hk * c.group + (int)(r / sq), (int)(r % sq), lane);
         } else {
             const int b = (int)(it / c.hk), hk = (int)(it % c.hk), sk = fa_get_seq(c, b, hk * c.group).sk;
-            for (int j = wid; j < sk; j += nwarps) fa_fix_dkv_row<T>(c, w, b, hk, j, lane);
+            if constexpr (std::is_same<T, TO>::value)
+                for (int j = wid; j < sk; j += nwarps) fa_fix_dkv_row<T>(c, w, b, hk, j, lane);
         }
     }
 }
@@ -477,7 +498,14 @@ cudaError_t fa_contract_fix(const fa_cuda_params *c, const fa_problem *p, const 
     }
     const unsigned grid = (unsigned)(ctas > 0 ? ctas : 1), threads = FA_FIX_WARPS * 32;
     for (int pass = p->is_backward ? 1 : 0; pass <= (p->is_backward ? 2 : 0); ++pass) {
-        if (p->dtype == FA_DTYPE_F32)
+        if (p->dtype == FA_DTYPE_F8_E4M3) { /* the forward only; out f32, f16 or bf16 */
+            if (p->o.dtype == FA_DTYPE_F32)
+                fa_contract_fix_kernel<__nv_fp8_e4m3, float><<<grid, threads, 0, st>>>(*c, *w, pass);
+            else if (p->o.dtype == FA_DTYPE_F16)
+                fa_contract_fix_kernel<__nv_fp8_e4m3, __half><<<grid, threads, 0, st>>>(*c, *w, pass);
+            else
+                fa_contract_fix_kernel<__nv_fp8_e4m3, __nv_bfloat16><<<grid, threads, 0, st>>>(*c, *w, pass);
+        } else if (p->dtype == FA_DTYPE_F32)
             fa_contract_fix_kernel<float><<<grid, threads, 0, st>>>(*c, *w, pass);
         else if (p->dtype == FA_DTYPE_F16)
             fa_contract_fix_kernel<__half><<<grid, threads, 0, st>>>(*c, *w, pass);

@@ -22,8 +22,8 @@ fa_status fa_cuda_unsupported(char *why, size_t why_len, const char *fmt, ...) {
 }
 
 fa_status fa_cuda_fp8_refusal(char *why, size_t why_len) {
-    return fa_cuda_unsupported(why, why_len, "dtype f8_e4m3: no CUDA kernel takes FP8 inputs yet (the Hopper FP8 "
-                               "forward is to come); a CPU context runs FP8");
+    return fa_cuda_unsupported(why, why_len, "dtype f8_e4m3: on CUDA only the FA_ALGO_FLASH3 forward takes FP8 inputs "
+                               "(FA_ALGO_AUTO runs it where built); a CPU context runs FP8 on every algorithm");
 }
 
 const fa_tensor *fa_cuda_view_failing(const fa_problem *p, int (*ok)(const fa_tensor *), const char **name) {

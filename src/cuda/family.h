@@ -24,6 +24,7 @@ typedef struct fa_cuda_ws {
     void *standard;                                           /* STANDARD's per-sequence scratch */
     int *tile_counter;                                        /* FLASH3's dynamic scheduler (masked calls) */
     int *dq_turns;                                            /* FLASH3 deterministic backward's dQ order */
+    void *v_t;                                                /* FLASH3 FP8 forward: Vᵀ */
     size_t standard_bytes;
     fa_contract_ws contract;                                  /* every call: the numerics contract (contract.h) */
 } fa_cuda_ws;
@@ -80,7 +81,7 @@ extern const fa_cuda_family *const fa_cuda_families[FA_CUDA_FAMILIES];
 /* ---- helpers the rows share (family.cu) ---- */
 
 fa_status fa_cuda_unsupported(char *why, size_t why_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Every row's answer to FP8 inputs until the Hopper FP8 forward row exists (issue 49): FA_ERR_UNSUPPORTED, why. */
+/* The answer to FP8 inputs of every row but the FLASH3 forward: FA_ERR_UNSUPPORTED, why. */
 fa_status fa_cuda_fp8_refusal(char *why, size_t why_len);
 /* The call's first view (forward: q, k, v, out; backward also dout, dq, dk, dv) that fails ok, with its name; NULL
  * when every view passes. */

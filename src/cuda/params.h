@@ -50,6 +50,8 @@ typedef struct fa_cuda_params {
     unsigned *o_check;      /* forward of a self-checking family (fa_cuda_family.checks_outputs): the numerics
                              * contract's item flags, item (b, h) at o_check[(b·hq + h)·FA_CONTRACT_STRIDE] (contract.h),
                              * which the kernel marks itself; NULL for the other families */
+    void *v_t;              /* FLASH3 FP8 forward: V transposed, [batch][hk][d][sk rounded up to 32] (flash3_fp8.cuh) */
+    int o_dtype;            /* fa_dtype of out (dtype's, except after FP8 inputs) */
 } fa_cuda_params;
 
 #ifdef __cplusplus

@@ -1,6 +1,9 @@
 /* FP8 on CUDA: fa_quantize_fp8 on the device gives the CPU's bits (codes and descales) for every option (per head,
- * per block, grouped heads, per tensor, the Hadamard rotation; f32, f16, bf16; strided views); an FP8 fa_forward is
- * refused with FA_ERR_UNSUPPORTED and nothing written until the Hopper FP8 kernel exists. Run by scripts/test-gpu.sh. */
+ * per block, grouped heads, per tensor, the Hadamard rotation; f32, f16, bf16; strided views); the FLASH3 FP8 forward
+ * (e4m3 q, k, v with descales, out f16/bf16) against the float64 oracle on the same e4m3 values (masks, softcap, GQA,
+ * odd lengths, strided views, descales NULL), its refusals with a reason and nothing written. P goes through e4m3
+ * (3 mantissa bits, RNE: a relative error of at most 2^-4 per weight), so out is held to 8 % of max|V·vd| and its
+ * RMS to 1.5 %; a wrong key order between P and Vᵀ misses both by far. Run by scripts/test-gpu.sh. */
 #include "testlib.h"
 
 #include <cuda_runtime.h>
@@ -61,6 +64,90 @@ static void one(fa_context *cpu, fa_context *gpu, fa_dtype dt, int64_t B, int64_
     t_buf_free(&x), t_buf_free(&y), t_buf_free(&yg);
 }
 
+/* E4M3 values of sigma·N(0,1) (stored saturating by t_set) */
+static void fill8(t_buf *x, double sigma) {
+    const fa_tensor *t = &x->t;
+    for (int64_t b = 0; b < t->batch; b++)
+        for (int64_t s = 0; s < t->seqlen; s++)
+            for (int64_t h = 0; h < t->heads; h++)
+                for (int64_t i = 0; i < t->head_dim; i++) t_set(t, b, s, h, i, sigma * t_randn());
+}
+
+static void fwd8(fa_context *gpu, int64_t B, int64_t sq, int64_t sk, int64_t hq, int64_t hk, int64_t D, t_layout lay,
+                 fa_attn_opts o, fa_dtype odt, int descales) {
+    snprintf(t_case_label, sizeof t_case_label, "fp8 forward b%lld sq%lld sk%lld hq%lld hk%lld d%lld %s causal %d "
+             "window %d/%d softcap %g out %s%s", (long long)B, (long long)sq, (long long)sk, (long long)hq,
+             (long long)hk, (long long)D, t_layout_name(lay), o.causal, o.window_left, o.window_right,
+             (double)o.softcap, fa_dtype_name(odt), descales ? "" : " descales NULL");
+    const fa_dtype E = FA_DTYPE_F8_E4M3;
+    t_buf q = t_buf_new(E, B, sq, hq, D, lay), k = t_buf_new(E, B, sk, hk, D, lay), v = t_buf_new(E, B, sk, hk, D, lay);
+    t_buf out = t_buf_new(odt, B, sq, hq, D, lay);
+    fill8(&q, 40), fill8(&k, 40), fill8(&v, 60);
+    const int64_t nd = B * hk, n = B * sq * hq * D, nl = B * hq * sq;
+    float *ds = malloc(sizeof(float) * 3 * (size_t)nd), *dd;
+    for (int64_t i = 0; i < nd; i++) /* q·k ≈ 40² · d · qd · kd: logits O(1); V·vd about 1 */
+        ds[i] = ds[nd + i] = (float)((0.5 + t_uniform()) * 0.05 / sqrt((double)D)), ds[2 * nd + i] = (float)(0.01 + 0.02 * t_uniform());
+    cuda_ok(cudaMalloc((void **)&dd, sizeof(float) * 3 * (size_t)nd), "cudaMalloc");
+    cuda_ok(cudaMemcpy(dd, ds, sizeof(float) * 3 * (size_t)nd, cudaMemcpyHostToDevice), "up");
+    if (!descales) o.scale = 0.0005f;
+    o.algo = FA_ALGO_FLASH3;
+    fa_attn_opts oh = o, od = o;
+    if (descales) oh.q_descale = ds, oh.k_descale = ds + nd, oh.v_descale = ds + 2 * nd;
+    if (descales) od.q_descale = dd, od.k_descale = dd + nd, od.v_descale = dd + 2 * nd;
+    double *ref = malloc(sizeof(double) * (size_t)n), *lref = malloc(sizeof(double) * (size_t)nl);
+    CHECK_STATUS(t_oracle_forward(&oh, &q.t, &k.t, &v.t, ref, lref), FA_OK);
+    fa_tensor qt, kt, vt, ot;
+    void *dq = d_up(&q, &qt), *dk = d_up(&k, &kt), *dv = d_up(&v, &vt), *dout = d_up(&out, &ot);
+    float *lse = malloc(sizeof(float) * (size_t)nl), *dl;
+    cuda_ok(cudaMalloc((void **)&dl, sizeof(float) * (size_t)nl), "cudaMalloc");
+    cuda_ok(cudaMemset(dl, 0xff, sizeof(float) * (size_t)nl), "poison");
+    CHECK_STATUS(fa_forward(gpu, &od, &qt, &kt, &vt, &ot, dl), FA_OK);
+    cuda_ok(cudaDeviceSynchronize(), "sync");
+    fa_stats st;
+    if (fa_last_stats(gpu, &st) == FA_OK) CHECK_STR_CONTAINS(st.kernel, "e4m3");
+    cuda_ok(cudaMemcpy(out.mem, dout, out.mem_bytes, cudaMemcpyDeviceToHost), "down");
+    cuda_ok(cudaMemcpy(lse, dl, sizeof(float) * (size_t)nl, cudaMemcpyDeviceToHost), "down");
+    CHECK_EQ_INT(t_buf_check_written(&out), 0);
+    double se = 0, sr = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t s = 0; s < sq; s++)
+            for (int64_t h = 0; h < hq; h++)
+                for (int64_t i = 0; i < D; i++) {
+                    const double r = ref[((b * sq + s) * hq + h) * D + i], e = t_get(&out.t, b, s, h, i) - r;
+                    se += e * e, sr += r * r;
+                }
+    const double err = t_max_diff(&out.t, ref), vmax = t_max_abs(ref, n), rms = sqrt(se / (double)n);
+    CHECK_MSG(err <= 0.08 * vmax + 1e-6, "out: max error %g, max|out| %g", err, vmax);
+    CHECK_MSG(rms <= 0.015 * sqrt(sr / (double)n) + 1e-6, "out: RMS error %g, RMS out %g", rms, sqrt(sr / (double)n));
+    double lerr = 0;
+    for (int64_t i = 0; i < nl; i++) {
+        const double e = isinf(lref[i]) ? (lse[i] == lref[i] ? 0 : INFINITY) : fabs(lse[i] - lref[i]) / (1 + fabs(lref[i]));
+        lerr = e > lerr ? e : lerr;
+    }
+    CHECK_MSG(lerr <= 2e-3, "lse: relative error %g", lerr);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dl), cudaFree(dd);
+    free(ds), free(ref), free(lref), free(lse);
+    t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&out);
+}
+
+/* The FP8 forward's refusals: a reason naming the argument, out untouched. */
+static void refused8(fa_context *gpu, int64_t D, fa_dtype odt, fa_algo algo, const char *why) {
+    snprintf(t_case_label, sizeof t_case_label, "fp8 forward refused: d%lld out %s algo %s", (long long)D,
+             fa_dtype_name(odt), fa_algo_name(algo));
+    t_buf q = t_buf_new(FA_DTYPE_F8_E4M3, 1, 64, 2, D, T_BSHD), o = t_buf_new(odt, 1, 64, 2, D, T_BSHD);
+    fa_tensor qt, ot;
+    void *dq = d_up(&q, &qt), *dout = d_up(&o, &ot);
+    fa_attn_opts opts = fa_attn_opts_default();
+    opts.algo = algo;
+    CHECK_STATUS(fa_forward(gpu, &opts, &qt, &qt, &qt, &ot, NULL), FA_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(fa_context_last_error(gpu), why);
+    t_buf back = t_buf_new(odt, 1, 64, 2, D, T_BSHD);
+    cuda_ok(cudaMemcpy(back.mem, dout, back.mem_bytes, cudaMemcpyDeviceToHost), "down");
+    CHECK(!memcmp(back.mem, o.mem, o.mem_bytes));
+    cudaFree(dq), cudaFree(dout);
+    t_buf_free(&q), t_buf_free(&o), t_buf_free(&back);
+}
+
 int main(void) {
     t_init("test_gpu_fp8");
     fa_context *cpu = t_cpu_ctx(), *gpu;
@@ -83,19 +170,21 @@ int main(void) {
     qo.hadamard = 0;
     one(cpu, gpu, FA_DTYPE_F16, 2, 0, 2, 8, T_BSHD, qo); /* no rows: descales of 1 */
 
-    /* an FP8 forward: refused, out untouched */
-    snprintf(t_case_label, sizeof t_case_label, "fp8 forward refused");
-    t_buf q = t_buf_new(FA_DTYPE_F8_E4M3, 1, 64, 2, 64, T_BSHD), o = t_buf_new(FA_DTYPE_BF16, 1, 64, 2, 64, T_BSHD);
-    fa_tensor qt, ot;
-    void *dq = d_up(&q, &qt), *dout = d_up(&o, &ot);
-    fa_attn_opts opts = fa_attn_opts_default();
-    CHECK_STATUS(fa_forward(gpu, &opts, &qt, &qt, &qt, &ot, NULL), FA_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(fa_context_last_error(gpu), "f8_e4m3");
-    t_buf back = t_buf_new(FA_DTYPE_BF16, 1, 64, 2, 64, T_BSHD);
-    cuda_ok(cudaMemcpy(back.mem, dout, back.mem_bytes, cudaMemcpyDeviceToHost), "down");
-    CHECK(!memcmp(back.mem, o.mem, o.mem_bytes));
-    cudaFree(dq), cudaFree(dout);
-    t_buf_free(&q), t_buf_free(&o), t_buf_free(&back);
+    /* the FLASH3 FP8 forward (d = 128) */
+    const fa_attn_opts o0 = fa_attn_opts_default();
+    fa_attn_opts o = o0;
+    fwd8(gpu, 2, 256, 256, 4, 4, 128, T_BSHD, o, FA_DTYPE_BF16, 1);
+    fwd8(gpu, 1, 300, 257, 8, 2, 128, T_STRIDED, o, FA_DTYPE_F16, 1); /* GQA, partial tiles, sk not a multiple of 32 */
+    fwd8(gpu, 3, 1, 700, 4, 1, 128, T_BSHD, o, FA_DTYPE_BF16, 1);     /* decoding shape, MQA */
+    fwd8(gpu, 1, 129, 33, 2, 2, 128, T_BHSD, o, FA_DTYPE_BF16, 0);    /* descales NULL */
+    o.causal = 1;
+    fwd8(gpu, 2, 333, 333, 4, 2, 128, T_BSHD, o, FA_DTYPE_BF16, 1);
+    fwd8(gpu, 1, 200, 517, 2, 2, 128, T_STRIDED, o, FA_DTYPE_F16, 1); /* bottom-right causal */
+    o = o0, o.window_left = 40, o.window_right = 7, o.softcap = 15;
+    fwd8(gpu, 1, 400, 390, 4, 4, 128, T_BSHD, o, FA_DTYPE_BF16, 1);
+    refused8(gpu, 128, FA_DTYPE_F32, FA_ALGO_FLASH3, "out");
+    refused8(gpu, 64, FA_DTYPE_BF16, FA_ALGO_FLASH3, "head_dim 64");
+    refused8(gpu, 64, FA_DTYPE_BF16, FA_ALGO_AUTO, "f8_e4m3");
     fa_context_destroy(gpu);
     fa_context_destroy(cpu);
     return t_finish();

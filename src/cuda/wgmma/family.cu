@@ -10,12 +10,13 @@
 
 /* TMA: a 16-byte aligned base, strides in non-zero multiples of 16 bytes below 2^38 elements, 0 only as a broadcast
  * over an extent of 1 (the launcher then encodes 16 bytes). */
-static int fa3_stride_ok(int64_t s, int64_t extent) {
-    return s % 8 == 0 && s < ((int64_t)1 << 38) && (s != 0 || extent <= 1);
+static int fa3_stride_ok(int64_t s, int64_t extent, int64_t esize) {
+    return (s * esize) % 16 == 0 && s < ((int64_t)1 << 38) && (s != 0 || extent <= 1);
 }
 static int fa3_tma_ok(const fa_tensor *t) {
-    return (uintptr_t)t->data % 16 == 0 && fa3_stride_ok(t->stride_batch, t->batch) &&
-           fa3_stride_ok(t->stride_seq, t->seqlen) && fa3_stride_ok(t->stride_head, t->heads);
+    const int64_t e = fa_dtype_size(t->dtype);
+    return (uintptr_t)t->data % 16 == 0 && fa3_stride_ok(t->stride_batch, t->batch, e) &&
+           fa3_stride_ok(t->stride_seq, t->seqlen, e) && fa3_stride_ok(t->stride_head, t->heads, e);
 }
 
 /* The reason for a head dim a tile table (either pass's) does not list, with the ones it does. */
@@ -29,11 +30,21 @@ static fa_status fa3_not_built(const Row (&rows)[N], const fa_problem *p, const 
                                (long long)p->d, pass, dims);
 }
 
-/* What both passes need: 16-bit inputs, one head_dim, views TMA can address; varlen in the forward only, no seqused. */
+/* What both passes need: 16-bit inputs (the forward also e4m3 with f16/bf16 out), one head_dim, views TMA can
+ * address; varlen in the forward only (not e4m3), no seqused. */
 static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
-    if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16)
-        return fa_cuda_unsupported(why, why_len, "dtype %s: FA_ALGO_FLASH3 runs on 16-bit tensor cores (f16, bf16)",
-                                   fa_dtype_name(p->dtype));
+    if (p->dtype == FA_DTYPE_F8_E4M3 && !p->is_backward) {
+        if (p->o.dtype != FA_DTYPE_F16 && p->o.dtype != FA_DTYPE_BF16)
+            return fa_cuda_unsupported(why, why_len, "out: dtype %s: the FA_ALGO_FLASH3 FP8 forward writes f16 or bf16",
+                                       fa_dtype_name(p->o.dtype));
+        if (p->cu_q || p->cu_k)
+            return fa_cuda_unsupported(why, why_len, "opts.cu_seqlens_q: the FA_ALGO_FLASH3 FP8 forward has no varlen "
+                                       "yet");
+    } else if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16) {
+        return fa_cuda_unsupported(why, why_len, "dtype %s: FA_ALGO_FLASH3 runs on 16-bit tensor cores (f16, bf16)%s",
+                                   fa_dtype_name(p->dtype),
+                                   p->dtype == FA_DTYPE_F8_E4M3 ? "; f8_e4m3 in the forward only" : "");
+    }
     if (p->d_v != p->d) /* its tiles, TMA boxes and warpgroup split are laid out for one head_dim */
         return fa_cuda_unsupported(why, why_len, "v: head_dim %lld differs from q's %lld: FA_ALGO_FLASH3's kernels "
                                    "take one head_dim for q, k, v and out; FA_ALGO_FLASH2 (or FA_ALGO_AUTO) runs the "
@@ -52,7 +63,7 @@ static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
     if (fa_cuda_view_failing(p, fa3_tma_ok, &name))
         return fa_cuda_unsupported(why, why_len,
                                    "%s: FA_ALGO_FLASH3 (TMA) needs a 16-byte aligned data pointer and strides that are "
-                                   "multiples of 8 elements, below 2^38, and 0 only over an extent of 1",
+                                   "multiples of 16 bytes, below 2^38 elements, and 0 only over an extent of 1",
                                    name);
     return FA_OK;
 }
@@ -60,10 +71,18 @@ static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
 static fa_status fa3_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
     const fa_status rc = fa3_common(p, why, why_len);
     if (rc != FA_OK) return rc;
-    const int masks = p->wl >= 0 || p->wr >= 0 ? FA3_MASKED : FA3_UNMASKED;
+    const int masks = p->wl >= 0 || p->wr >= 0 ? FA3_MASKED : FA3_UNMASKED, f8 = p->dtype == FA_DTYPE_F8_E4M3;
     int row = -1;
     for (int i = 0; i < FA_COUNT(fa3_fwd_rows) && row < 0; ++i)
-        if (fa3_fwd_rows[i].d == p->d && (fa3_fwd_rows[i].masks & masks)) row = i;
+        if (fa3_fwd_rows[i].d == p->d && (fa3_fwd_rows[i].masks & masks) && fa3_fwd_rows[i].f8 == f8) row = i;
+    if (row < 0 && f8) {
+        int d[FA_COUNT(fa3_fwd_rows)];
+        char dims[64];
+        for (int i = 0; i < FA_COUNT(fa3_fwd_rows); ++i) d[i] = fa3_fwd_rows[i].f8 ? fa3_fwd_rows[i].d : 0;
+        fa_cuda_dims_list(d, FA_COUNT(fa3_fwd_rows), dims, sizeof dims);
+        return fa_cuda_unsupported(why, why_len, "head_dim %lld is not built for the CUDA FA_ALGO_FLASH3 FP8 forward "
+                                   "(built: %s)", (long long)p->d, dims);
+    }
     if (row < 0) return fa3_not_built(fa3_fwd_rows, p, "forward", why, why_len);
     const fa3_fwd_row *r = &fa3_fwd_rows[row];
     if ((p->block_q && p->block_q != r->bm) || (p->block_k && p->block_k != r->bn))
@@ -89,10 +108,23 @@ static fa_status fa3_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan
     return FA_OK;
 }
 
-/* The dynamic scheduler's tile counter (masked calls: their tiles differ in work). */
+/* Keys of the FP8 forward's Vᵀ rows: sk rounded up to 32 (flash3_fp8.cuh). */
+static int64_t fa3_vt_keys(const fa_problem *p) { return (p->sk_max + 31) / 32 * 32; }
+
+/* The dynamic scheduler's tile counter (masked calls: their tiles differ in work); FP8: Vᵀ. */
 static void fa3_ws(fa_arena *a, const fa_problem *p, const fa_plan *plan, fa_cuda_ws *w) {
     (void)plan;
     if (p->wl >= 0 || p->wr >= 0) w->tile_counter = (int *)fa_arena_take(a, sizeof(int), 256);
+    if (p->dtype == FA_DTYPE_F8_E4M3)
+        w->v_t = fa_arena_take(a, (size_t)(p->batch * p->hk * p->d * fa3_vt_keys(p)), 1024);
+}
+
+/* FLASH2's loops; FP8: V read once more and Vᵀ written, then read in V's place (the same bytes). */
+static void fa3_traffic(const fa_problem *p, fa_plan *plan) {
+    fa_cuda_traffic_q_outer(p, plan);
+    if (p->dtype != FA_DTYPE_F8_E4M3) return;
+    const double vt = (double)p->batch * p->hk * p->d * fa3_vt_keys(p);
+    plan->read_bytes += (double)p->batch * p->hk * p->sk_max * p->d, plan->write_bytes += vt;
 }
 
 static fa_cuda_result fa3_run(const fa_cuda_launch *l) {
@@ -102,8 +134,9 @@ static fa_cuda_result fa3_run(const fa_cuda_launch *l) {
     return r;
 }
 
-const fa_cuda_family fa_cuda_flash3_fwd = {"FLASH3", FA_ALGO_FLASH3, FA_CUDA_FWD, 1, FA_CUDA_DT_16, fa3_pick,
-                                           fa3_ws, fa_cuda_traffic_q_outer, fa3_run, 1};
+const fa_cuda_family fa_cuda_flash3_fwd = {"FLASH3", FA_ALGO_FLASH3, FA_CUDA_FWD, 1,
+                                           FA_CUDA_DT_16 | FA_CUDA_DT(FA_DTYPE_F8_E4M3), fa3_pick, fa3_ws,
+                                           fa3_traffic, fa3_run, 1};
 
 /* ---- the backward ---- */
 

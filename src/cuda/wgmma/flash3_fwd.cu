@@ -29,16 +29,34 @@ static int fa3_blocks_of(const fa_cuda_params *p, int Br, int Bc, int mb) {
  * swizzle's alignment). Varlen: tiles for every sequence at the grid's bounds (max_seqlen_q), each tile reading its
  * sequence's rows from the device cu_seqlens (a tile past its sequence's end has no work); the tensors are one
  * packed batch, so the tensor maps have batch 1. */
-template <int D, bool WIDE, bool F16>
+/* F8: e4m3 q, k (mapped as 16-bit tensors of half the columns: TMA moves bytes) and Vᵀ, written first by
+ * fa3_vt_kernel into the workspace (no varlen: the plan refuses it); F16 is then out's type. */
+template <int D, bool WIDE, bool F16, bool F8>
 static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t stream) {
-    using T = fa3_tile<D, WIDE>;
+    using T = fa3_tile<D, WIDE, F8>;
     if (p->batch == 0 || p->total_q == 0 || p->sq == 0) return cudaSuccess;
     CUtensorMap tq, tk, tv;
     const int tb = p->cu_q ? 1 : p->batch; /* the tensors' batch */
-    if (fa3_map(&tq, p->q, p->dtype, D, p->total_q, p->hq, tb, p->q_ss, p->q_sh, p->q_sb, T::Br) ||
-        fa3_map(&tk, p->k, p->dtype, D, p->total_k, p->hk, tb, p->k_ss, p->k_sh, p->k_sb, T::Bc) ||
-        fa3_map(&tv, p->v, p->dtype, D, p->total_k, p->hk, tb, p->v_ss, p->v_sh, p->v_sb, T::Bc))
+    if constexpr (F8) {
+        const int skp = (p->sk + 31) & ~31;
+        if (skp == 0 || !p->v_t) return cudaErrorInvalidValue;
+        fa3_vt_kernel<D><<<dim3((unsigned)((skp + FA3_VT_KEYS - 1) / FA3_VT_KEYS), (unsigned)p->hk, (unsigned)p->batch),
+                           256, 0, stream>>>((const uint8_t *)p->v, p->v_sb, p->v_ss, p->v_sh, p->sk, skp,
+                                             (uint8_t *)p->v_t);
+        const cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+        const int64_t half = skp / 2; /* Vᵀ's rows in 16-bit columns */
+        if (fa3_map(&tq, p->q, FA_DTYPE_BF16, D / 2, p->total_q, p->hq, tb, p->q_ss / 2, p->q_sh / 2, p->q_sb / 2,
+                    T::Br) ||
+            fa3_map(&tk, p->k, FA_DTYPE_BF16, D / 2, p->total_k, p->hk, tb, p->k_ss / 2, p->k_sh / 2, p->k_sb / 2,
+                    T::Bc) ||
+            fa3_map(&tv, p->v_t, FA_DTYPE_BF16, (int)half, D, p->hk, p->batch, half, D * half, p->hk * D * half, D))
+            return cudaErrorInvalidValue;
+    } else if (fa3_map(&tq, p->q, p->dtype, D, p->total_q, p->hq, tb, p->q_ss, p->q_sh, p->q_sb, T::Br) ||
+               fa3_map(&tk, p->k, p->dtype, D, p->total_k, p->hk, tb, p->k_ss, p->k_sh, p->k_sb, T::Bc) ||
+               fa3_map(&tv, p->v, p->dtype, D, p->total_k, p->hk, tb, p->v_ss, p->v_sh, p->v_sb, T::Bc)) {
         return cudaErrorInvalidValue;
+    }
     fa3_kparams kp;
     kp.o = (uint16_t *)p->out;
     kp.lse = p->lse;
@@ -59,8 +77,9 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
     kp.cap = p->softcap;
     kp.cap_scale = cap ? p->scale / p->softcap : 0.f; /* IEEE fp32 division, as the other CUDA kernels */
     kp.check = p->o_check;
+    kp.qd = p->q_descale, kp.kd = p->k_descale, kp.vd = p->v_descale, kp.hk = p->hk;
     const size_t smem = plan->smem_bytes;
-    cudaError_t e = cudaFuncSetAttribute(fa3_fwd_kernel<D, WIDE, F16>,
+    cudaError_t e = cudaFuncSetAttribute(fa3_fwd_kernel<D, WIDE, F16, F8>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
     kp.nmb = (p->sq + T::Br - 1) / T::Br;
@@ -70,32 +89,35 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
     if (fa3_masked(p) && p->tile_counter) { /* tiles differ in work: longest first, dynamically (the .cuh) */
         /* sections of (batch, head)s whose K and V take at most FA3_L2_KV_BYTES, so that the tiles in flight
          * share their K/V in L2 */
-        const double kv_bytes = 4.0 * (double)p->sk * D;
+        const double kv_bytes = (F8 ? 2.0 : 4.0) * (double)p->sk * D;
         const double sec = (double)FA3_L2_KV_BYTES / (kv_bytes > 1 ? kv_bytes : 1);
         kp.sec_heads = sec >= kp.bh ? kp.bh : sec < 1 ? 1 : (int)sec;
         kp.mb_up = fa3_blocks_of(p, T::Br, T::Bc, 0) > fa3_blocks_of(p, T::Br, T::Bc, kp.nmb - 1);
         kp.counter = p->tile_counter;
     }
     /* persistent: one CTA per SM (the register budget allows no second), tiles handed out round-robin */
-    fa3_fwd_kernel<D, WIDE, F16><<<plan->grid[0], plan->threads, smem, stream>>>(tq, tk, tv, kp);
+    fa3_fwd_kernel<D, WIDE, F16, F8><<<plan->grid[0], plan->threads, smem, stream>>>(tq, tk, tv, kp);
     return cudaGetLastError();
 }
 
+/* f16 / bf16: the instance for out of that type (the inputs' type but for the e4m3 rows) */
 template <int R> static int fa3_fwd_inst(fa_cuda_instance *k) {
     constexpr fa3_fwd_row r = fa3_fwd_rows[R];
-    using T = fa3_tile<r.d, (bool)r.wide>;
+    constexpr bool W = r.wide, F8 = r.f8;
+    using T = fa3_tile<r.d, W, F8>;
     static_assert(T::Br == r.bm && T::Bc == r.bn && T::THREADS == r.threads, "the row is its instance's tile");
-    k->f16 = fa3_launch<r.d, (bool)r.wide, true>, k->bf16 = fa3_launch<r.d, (bool)r.wide, false>;
-    k->smem = sizeof(fa3_shared<r.d, (bool)r.wide>) + 1024;
+    k->f16 = fa3_launch<r.d, W, true, F8>, k->bf16 = fa3_launch<r.d, W, false, F8>;
+    k->smem = sizeof(fa3_shared<r.d, W, F8>) + 1024;
     return 1;
 }
-static_assert(sizeof fa3_fwd_rows / sizeof fa3_fwd_rows[0] == 4, "one case per row of fa3_fwd_rows");
+static_assert(sizeof fa3_fwd_rows / sizeof fa3_fwd_rows[0] == 5, "one case per row of fa3_fwd_rows");
 extern "C" int fa_flash3_fwd_instance(int row, fa_cuda_instance *k) {
     switch (row) {
     case 0: return fa3_fwd_inst<0>(k);
     case 1: return fa3_fwd_inst<1>(k);
     case 2: return fa3_fwd_inst<2>(k);
     case 3: return fa3_fwd_inst<3>(k);
+    case 4: return fa3_fwd_inst<4>(k);
     default: return 0;
     }
 }
@@ -103,5 +125,5 @@ extern "C" int fa_flash3_fwd_instance(int row, fa_cuda_instance *k) {
 extern "C" cudaError_t fa_flash3_fwd_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
     fa_cuda_instance k;
     if (!fa_flash3_fwd_instance(plan->entry, &k)) return cudaErrorInvalidValue;
-    return (p->dtype == FA_DTYPE_F16 ? k.f16 : k.bf16)(p, plan, st);
+    return (p->o_dtype == FA_DTYPE_F16 ? k.f16 : k.bf16)(p, plan, st);
 }

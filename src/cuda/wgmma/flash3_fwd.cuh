@@ -18,25 +18,29 @@
 
 #include "../../core/visible.h"
 #include "../contract.h"
+#include "flash3_fp8.cuh"
 #include "frag.cuh"
 #include "ptx.cuh"
 #include "wgmma.cuh"
 
 /* Tiles: Br = 128 query rows (2 consumer warpgroups x 64, wgmma M = 64), Bc keys per block, ST K/V stages.
  * Bc keeps S (Bc/2) + O (D/2) + P (Bc/4) registers per thread under the consumers' 240 and the stages in 227 KB;
- * WIDE is the larger block (FA3's: 176 at d = 128, 80 at d = 256; 192 at d = 64). */
-template <int D, bool WIDE> struct fa3_tile {
+ * WIDE is the larger block (FA3's: 176 at d = 128, 80 at d = 256; 192 at d = 64). F8 (e4m3 inputs): Bc = 128, one
+ * 128-byte panel of Vᵀ's keys. DP: a row's 16-bit columns, d/2 for e4m3 (its tiles are laid out as 16-bit ones of
+ * half the columns: the same bytes, panels and swizzle). */
+template <int D, bool WIDE, bool F8 = false> struct fa3_tile {
     static constexpr int Br = 128;
-    static constexpr int Bc = WIDE ? (D == 64 ? 192 : D == 128 ? 176 : 80) : (D == 256 ? 64 : 128);
+    static constexpr int Bc = F8 ? 128 : WIDE ? (D == 64 ? 192 : D == 128 ? 176 : 80) : (D == 256 ? 64 : 128);
     static constexpr int ST = 2;
     static constexpr int THREADS = 384;
+    static constexpr int DP = F8 ? D / 2 : D;
 };
 
-template <int D, bool WIDE> struct alignas(1024) fa3_shared {
-    using T = fa3_tile<D, WIDE>;
-    uint16_t q[T::Br * D];
-    uint16_t k[T::ST][T::Bc * D];
-    uint16_t v[T::ST][T::Bc * D];
+template <int D, bool WIDE, bool F8 = false> struct alignas(1024) fa3_shared {
+    using T = fa3_tile<D, WIDE, F8>;
+    uint16_t q[T::Br * T::DP];
+    uint16_t k[T::ST][T::Bc * T::DP];
+    uint16_t v[T::ST][T::Bc * T::DP]; /* F8: Vᵀ, D rows of Bc keys */
     uint64_t full_q, empty_q;
     uint64_t full_k[T::ST], full_v[T::ST];
     uint64_t empty_k[T::ST], empty_v[T::ST];
@@ -62,6 +66,8 @@ struct fa3_kparams {
     float cap, cap_scale;    /* softcap: S = cap·tanh(s·cap_scale) first (cap_scale = scale / cap; 0 = off), then
                               * scale = 1 and scale_log2 = log2 e */
     unsigned *check;         /* the numerics contract's item flags (fa_cuda_params.o_check), or NULL */
+    const float *qd, *kd, *vd; /* F8: descales [batch][hk] (NULL = 1): S by qd·kd, O by vd */
+    int hk;
 };
 
 /* Per-thread softmax state of the two rows a consumer thread owns (g and g + 8 of its warp's 16 rows). */
@@ -72,13 +78,20 @@ struct fa3_rows {
     float amax;           /* max |logit| before the softcap and the mask: inf when q or k holds an inf or NaN */
 };
 
-/* Issues O += P Vj (no wait): V is [key][d], MN-major here; a k16 slice is 16 key rows = 2048 B further. */
-template <int D, int Bc, bool F16>
-FA_DEV void fa3_pv(float (&o)[D / 2], const uint32_t (&pa)[Bc / 16][4], uint32_t v_base) {
+/* Issues O += P Vj (no wait): V is [key][d], MN-major here; a k16 slice is 16 key rows = 2048 B further. F8: Vjᵀ
+ * [d][key] is K-major, 128 keys a panel of D rows; a k32 slice is 32 B further (flash3_fp8.cuh). */
+template <int D, int Bc, bool F16, bool F8 = false>
+FA_DEV void fa3_pv(float (&o)[D / 2], const uint32_t (&pa)[Bc / (F8 ? 32 : 16)][4], uint32_t v_base) {
     fa3_wgmma_fence();
+    if constexpr (F8) {
 #pragma unroll
-    for (int kk = 0; kk < Bc / 16; kk++)
-        fa_wgmma_rs<D, F16>(o, pa[kk], fa3_desc(v_base + kk * 2048, Bc * 128, 1024), 1);
+        for (int kk = 0; kk < Bc / 32; kk++)
+            fa_wgmma_rs8<D>(o, pa[kk], fa3_desc(v_base + (kk / 4) * D * 128 + (kk % 4) * 32, 16, 1024), 1);
+    } else {
+#pragma unroll
+        for (int kk = 0; kk < Bc / 16; kk++)
+            fa_wgmma_rs<D, F16>(o, pa[kk], fa3_desc(v_base + kk * 2048, Bc * 128, 1024), 1);
+    }
     fa3_wgmma_commit();
 }
 
@@ -145,6 +158,15 @@ template <bool F16> FA_DEV uint32_t fa3_exp_carry(uint32_t x) {
     return F16 ? (x & 0x7c007c00u) + 0x04000400u : (x & 0x7f807f80u) + 0x00800080u;
 }
 
+/* P into the PV GEMM's A fragments: 16-bit pairs, or e4m3 in fa3_key_slot order (flash3_fp8.cuh). */
+template <int Bc, bool F16, bool F8>
+FA_DEV void fa3_pack_p(uint32_t (&pa)[Bc / (F8 ? 32 : 16)][4], const float (&sacc)[Bc / 2]) {
+    if constexpr (F8)
+        fa3_pack_a8<Bc>(pa, sacc);
+    else
+        fa3_pack_a<Bc, F16>(pa, sacc);
+}
+
 template <int D> FA_DEV void fa3_rescale(float (&o)[D / 2], float c0, float c1) {
 #pragma unroll
     for (int j = 0; j < D / 8; j++) {
@@ -205,16 +227,17 @@ template <int Br, int Bc> FA_DEV fa3_work fa3_work_at(int tile, const fa3_kparam
 
 /* The schedule: intra-warpgroup overlap plus ping-pong between the warpgroups (README.md; the serial and the
  * overlap-only schedules measured slower: bench/lab/flash3/results). */
-template <int D, bool WIDE, bool F16>
+/* F8: e4m3 q, k, v (tv maps Vᵀ, flash3_fp8.cuh); F16 then says out's type. */
+template <int D, bool WIDE, bool F16, bool F8>
 __global__ void __launch_bounds__(384, 1)
     fa3_fwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                    const __grid_constant__ CUtensorMap tv, const fa3_kparams p) {
-    using T = fa3_tile<D, WIDE>;
-    constexpr int Br = T::Br, Bc = T::Bc, ST = T::ST;
-    constexpr uint32_t KV_STAGE = Bc * D * 2;
+    using T = fa3_tile<D, WIDE, F8>;
+    constexpr int Br = T::Br, Bc = T::Bc, ST = T::ST, DP = T::DP, KS = F8 ? 32 : 16;
+    constexpr uint32_t KV_STAGE = Bc * DP * 2;
     extern __shared__ uint8_t fa3_smem_raw[];
-    fa3_shared<D, WIDE> &sm =
-        *reinterpret_cast<fa3_shared<D, WIDE> *>(((uintptr_t)fa3_smem_raw + 1023) & ~(uintptr_t)1023);
+    fa3_shared<D, WIDE, F8> &sm =
+        *reinterpret_cast<fa3_shared<D, WIDE, F8> *>(((uintptr_t)fa3_smem_raw + 1023) & ~(uintptr_t)1023);
 
     if (threadIdx.x == 0) {
         fa3_bar_init(fa3_smem(&sm.full_q), 1);
@@ -259,9 +282,9 @@ __global__ void __launch_bounds__(384, 1)
                     continue;
                 }
                 const int hk = w.h / p.group;
-                fa3_bar_expect_tx(fq, Br * D * 2);
+                fa3_bar_expect_tx(fq, Br * DP * 2);
 #pragma unroll
-                for (int c = 0; c < D / 64; c++) /* varlen: rows past the sequence are its neighbour's (the rows
+                for (int c = 0; c < DP / 64; c++) /* varlen: rows past the sequence are its neighbour's (the rows
                                                   * of out beyond sq are not written; a key beyond sk is masked) */
                     fa3_tma_load4(fa3_smem(sm.q) + c * Br * 128, &tq, fq, 64 * c, w.qrow + w.m0, w.h,
                                   p.cu_q ? 0 : w.b);
@@ -271,17 +294,24 @@ __global__ void __launch_bounds__(384, 1)
                     const uint32_t ph = (kv / ST) & 1;
                     const uint32_t fk = fa3_smem(&sm.full_k[s]), fv = fa3_smem(&sm.full_v[s]);
                     fa3_bar_wait(fa3_smem(&sm.empty_k[s]), ph ^ 1);
-                    fa3_bar_expect_tx(fk, Bc * D * 2);
+                    fa3_bar_expect_tx(fk, KV_STAGE);
 #pragma unroll
-                    for (int c = 0; c < D / 64; c++)
+                    for (int c = 0; c < DP / 64; c++)
                         fa3_tma_load4(fa3_smem(sm.k[s]) + c * Bc * 128, &tk, fk, 64 * c, w.krow + n * Bc, hk,
                                       p.cu_q ? 0 : w.b);
                     fa3_bar_wait(fa3_smem(&sm.empty_v[s]), ph ^ 1);
-                    fa3_bar_expect_tx(fv, Bc * D * 2);
+                    fa3_bar_expect_tx(fv, KV_STAGE);
+                    if constexpr (F8) { /* Vᵀ [b][hk][D][keys]: 128 keys (64 16-bit columns) a panel of D rows */
 #pragma unroll
-                    for (int c = 0; c < D / 64; c++)
-                        fa3_tma_load4(fa3_smem(sm.v[s]) + c * Bc * 128, &tv, fv, 64 * c, w.krow + n * Bc, hk,
-                                      p.cu_q ? 0 : w.b);
+                        for (int c = 0; c < Bc / 128; c++)
+                            fa3_tma_load4(fa3_smem(sm.v[s]) + c * D * 128, &tv, fv, (n * Bc + 128 * c) / 2, 0, hk,
+                                          w.b);
+                    } else {
+#pragma unroll
+                        for (int c = 0; c < D / 64; c++)
+                            fa3_tma_load4(fa3_smem(sm.v[s]) + c * Bc * 128, &tv, fv, 64 * c, w.krow + n * Bc, hk,
+                                          p.cu_q ? 0 : w.b);
+                    }
                 }
             }
         }
@@ -304,8 +334,16 @@ __global__ void __launch_bounds__(384, 1)
         fa_visible_keys32(r0, w.sq, w.sk, p.wl, p.wr, &R.lo0, &R.hi0);
         fa_visible_keys32(r1, w.sq, w.sk, p.wl, p.wr, &R.lo1, &R.hi1);
         R.t = t;
-        R.sl2 = p.scale_log2;
-        R.cap = p.cap, R.cap_scale = p.cap_scale;
+        /* F8: the descales of the tile's (batch, K/V head) join the scale (S = qd·kd·q·k) and 1/ℓ (O = vd·P V) */
+        float qk = 1.f, vs = 1.f;
+        if constexpr (F8) {
+            const int64_t di = (int64_t)w.b * p.hk + w.h / p.group;
+            qk = (p.qd ? p.qd[di] : 1.f) * (p.kd ? p.kd[di] : 1.f);
+            vs = p.vd ? p.vd[di] : 1.f;
+        }
+        R.sl2 = p.cap_scale != 0.f ? p.scale_log2 : p.scale_log2 * qk;
+        const float lse_scale = p.cap_scale != 0.f ? p.scale : p.scale * qk;
+        R.cap = p.cap, R.cap_scale = p.cap_scale * qk;
         R.m0 = R.m1 = -INFINITY;
         R.l0 = R.l1 = 0.f;
         R.amax = 0.f;
@@ -313,7 +351,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int i = 0; i < D / 2; i++) o[i] = 0.f;
         float sacc[Bc / 2];
-        uint32_t pa[Bc / 16][4];
+        uint32_t pa[Bc / KS][4];
         float c0, c1;
 
         if (nblk == 0) fa3_release(fa3_smem(&sm.empty_q), lane); /* nothing loaded: sm.tile is read */
@@ -326,23 +364,23 @@ __global__ void __launch_bounds__(384, 1)
             if (cw == 1) fa3_named_arrive(1, 256);
             fa3_named_sync(my_turn, 256);
             fa3_bar_wait(fa3_smem(&sm.full_k[kv % ST]), (kv / ST) & 1);
-            fa3_gemm_abt<D, Bc, Br, Bc, F16>(sacc, q_base, k0 + (kv % ST) * KV_STAGE);
+            fa3_gemm_abt<DP, Bc, Br, Bc, F16, F8>(sacc, q_base, k0 + (kv % ST) * KV_STAGE);
             fa3_named_arrive(other_turn, 256);
             fa3_wgmma_wait<0>();
             fa3_fence_regs(sacc);
             fa3_release(fa3_smem(&sm.empty_k[kv % ST]), lane);
             fa3_softmax<Bc>(sacc, (n_hi - 1) * Bc, R, c0, c1);
-            fa3_pack_a<Bc, F16>(pa, sacc);
+            fa3_pack_p<Bc, F16, F8>(pa, sacc);
             for (int it = 1; it < nblk; it++) {
                 const int g = kv + it, s = g % ST, sp = (g - 1) % ST;
                 const uint32_t ph = (g / ST) & 1, php = ((g - 1) / ST) & 1;
                 fa3_named_sync(my_turn, 256);
                 fa3_bar_wait(fa3_smem(&sm.full_k[s]), ph);
-                fa3_gemm_abt<D, Bc, Br, Bc, F16>(sacc, q_base, k0 + s * KV_STAGE);
+                fa3_gemm_abt<DP, Bc, Br, Bc, F16, F8>(sacc, q_base, k0 + s * KV_STAGE);
                 fa3_bar_wait(fa3_smem(&sm.full_v[sp]), php);
                 fa3_fence_regs(o);
                 fa3_fence_regs(pa);
-                fa3_pv<D, Bc, F16>(o, pa, v0 + sp * KV_STAGE);
+                fa3_pv<D, Bc, F16, F8>(o, pa, v0 + sp * KV_STAGE);
                 fa3_named_arrive(other_turn, 256);
                 fa3_wgmma_wait<1>();
                 fa3_fence_regs(sacc);
@@ -353,7 +391,7 @@ __global__ void __launch_bounds__(384, 1)
                 fa3_fence_regs(pa);
                 fa3_release(fa3_smem(&sm.empty_v[sp]), lane);
                 fa3_rescale<D>(o, c0, c1);
-                fa3_pack_a<Bc, F16>(pa, sacc);
+                fa3_pack_p<Bc, F16, F8>(pa, sacc);
             }
             /* every S GEMM of the tile has completed: the producer may load the next Qi */
             fa3_release(fa3_smem(&sm.empty_q), lane);
@@ -362,7 +400,7 @@ __global__ void __launch_bounds__(384, 1)
             fa3_bar_wait(fa3_smem(&sm.full_v[s]), (g / ST) & 1);
             fa3_fence_regs(o);
             fa3_fence_regs(pa);
-            fa3_pv<D, Bc, F16>(o, pa, v0 + s * KV_STAGE);
+            fa3_pv<D, Bc, F16, F8>(o, pa, v0 + s * KV_STAGE);
             /* the second warpgroup's last turn of the tile is not passed on: each sync has one arrive */
             if (cw == 0) fa3_named_arrive(other_turn, 256);
             fa3_wgmma_wait<0>();
@@ -378,7 +416,7 @@ __global__ void __launch_bounds__(384, 1)
         l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
         l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
         l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-        const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+        const float inv0 = l0 > 0.f ? vs / l0 : 0.f, inv1 = l1 > 0.f ? vs / l1 : 0.f;
         uint16_t *ob = p.o + (p.cu_q ? (int64_t)w.qrow * p.o_row_stride : (int64_t)w.b * p.o_batch_stride) +
                        (int64_t)w.h * p.o_head_stride + 2 * t;
         /* the contract (contract.h): logits, out's elements as stored and the LSE of every row */
@@ -401,8 +439,8 @@ __global__ void __launch_bounds__(384, 1)
                 nf |= fa3_exp_carry<F16>(x);
             }
         }
-        const float L0 = l0 > 0.f ? R.m0 * p.scale + logf(l0) : -INFINITY;
-        const float L1 = l1 > 0.f ? R.m1 * p.scale + logf(l1) : -INFINITY;
+        const float L0 = l0 > 0.f ? R.m0 * lse_scale + logf(l0) : -INFINITY;
+        const float L1 = l1 > 0.f ? R.m1 * lse_scale + logf(l1) : -INFINITY;
         if (p.lse && t == 0) {
             /* [b][hq][sq], varlen [hq][total_q] */
             float *lrow = p.lse + (p.cu_q ? (int64_t)w.h * p.total_q + w.qrow : ((int64_t)w.b * p.hq + w.h) * p.sq);

@@ -11,15 +11,19 @@
 
 /* Issues acc = A Bᵀ (no wait): A = 64 rows from a_base of a K-major tile of A_ROWS rows, B = N rows of a K-major
  * tile of B_ROWS rows, both D columns in 64-column panels (rows × 128 B each); D/16 k-slices, 32 B apart inside a
- * panel (S = Qi Kjᵀ in the forward, Sᵀ = Kj Qiᵀ and dPᵀ = Vj dOiᵀ in the backward). */
-template <int D, int N, int A_ROWS, int B_ROWS, bool F16>
+ * panel (S = Qi Kjᵀ in the forward, Sᵀ = Kj Qiᵀ and dPᵀ = Vj dOiᵀ in the backward). F8: e4m3 tiles, whose rows of
+ * d bytes are laid out as those of D = d/2 16-bit columns, so that a k32 slice is one of these 32-byte slices. */
+template <int D, int N, int A_ROWS, int B_ROWS, bool F16, bool F8 = false>
 FA_DEV void fa3_gemm_abt(float (&acc)[N / 2], uint32_t a_base, uint32_t b_base) {
     fa3_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
         const uint64_t da = fa3_desc(a_base + (kk / 4) * A_ROWS * 128 + (kk % 4) * 32, 16, 1024);
         const uint64_t db = fa3_desc(b_base + (kk / 4) * B_ROWS * 128 + (kk % 4) * 32, 16, 1024);
-        fa_wgmma_ss<N, F16>(acc, da, db, kk > 0);
+        if constexpr (F8)
+            fa_wgmma_ss8<N>(acc, da, db, kk > 0);
+        else
+            fa_wgmma_ss<N, F16>(acc, da, db, kk > 0);
     }
     fa3_wgmma_commit();
 }

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Writes wgmma.cuh: one inline-PTX wrapper per (N, operand source, 16-bit type) for wgmma.mma_async m64nNk16
-with fp32 accumulators. The accumulator lists are long (N/2 registers), so they are generated, not typed.
+with fp32 accumulators, and for e4m3 (m64nNk32; both operands K-major, the only layout 8-bit types have). The
+accumulator lists are long (N/2 registers), so they are generated, not typed.
 Run: python3 src/cuda/wgmma/gen_wgmma.py > src/cuda/wgmma/wgmma.cuh"""
 
 NS = (32, 64, 80, 128, 176, 192, 256)
 NS_TT = (64, 128)  # both operands MN-major: the backward's dQ = dS K
 NS_T = (128,)  # A K-major, B MN-major: the d = 256 backward's dK += dS^T Q, dV += P^T dO with P^T, dS^T in shared memory
 TYPES = (("bf16", "bf16"), ("f16", "f16"))
+NS_E4M3 = (64, 128, 256)  # the FP8 forward: S = Q K^T (N = Bc), O += P V^T (N = head_dim, V transposed in memory)
 
 
 def regs(n, first):
@@ -41,6 +43,38 @@ def fn(n, rs, ty, tt=False, t=False):
     return "\n".join(lines)
 
 
+def fn8(n, rs):
+    """e4m3 x e4m3 -> f32, m64nNk32: A from shared memory (ss) or four registers of 4 e4m3 each (rs); B K-major."""
+    na = n // 2
+    outs = ", ".join('"+f"(d[%d])' % i for i in range(na))
+    name = "fa_wgmma_%s8_m64n%d" % ("rs" if rs else "ss", n)
+    lines = []
+    if rs:
+        lines.append("FA_DEV void %s(float (&d)[%d], const uint32_t (&a)[4], uint64_t db, int scale_d) {" % (name, na))
+        ops = "{%s}, {%s}, %%%d, p, 1, 1" % (regs(na, 0), regs(4, na), na + 4)
+        ins = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d)'
+        pred = na + 5
+    else:
+        lines.append("FA_DEV void %s(float (&d)[%d], uint64_t da, uint64_t db, int scale_d) {" % (name, na))
+        ops = "{%s}, %%%d, %%%d, p, 1, 1" % (regs(na, 0), na, na + 1)
+        ins = '"l"(da), "l"(db), "r"(scale_d)'
+        pred = na + 2
+    lines.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"' % pred)
+    lines.append('                 "wgmma.mma_async.sync.aligned.m64n%dk32.f32.e4m3.e4m3 %s;\\n}\\n"' % (n, ops))
+    lines.append("                 : %s" % outs)
+    lines.append("                 : %s);" % ins)
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def dispatch8(kind, params, args):
+    print("template <int N>\nFA_DEV void fa_wgmma_%s8(float (&d)[N / 2], %s, int scale_d) {" % (kind, params))
+    for i, n in enumerate(NS_E4M3):
+        kw = "if constexpr" if i == 0 else "else if constexpr"
+        print("    %s (N == %d) fa_wgmma_%s8_m64n%d(d, %s, scale_d);" % (kw, n, kind, n, args))
+    print("}\n")
+
+
 def dispatch(kind, ns, params, args):
     """template <int N, bool F16> fa_wgmma_<kind>(...): the wrapper of that N and type."""
     print("template <int N, bool F16>\nFA_DEV void fa_wgmma_%s(float (&d)[N / 2], %s, int scale_d) {" % (kind, params))
@@ -57,6 +91,8 @@ def main():
     print(" * rs: A from four 16-bit-pair registers, B from a descriptor, B MN-major (O += P V with V stored [key][d]).")
     print(" * sstt: A and B from shared-memory descriptors, both MN-major (dQ = dS K with dS stored [key][query]).")
     print(" * sst: A K-major and B MN-major, both from shared memory (dV += P^T dO with P^T stored [key][query]).")
+    print(" * ss8, rs8: e4m3 (m64nNk32), A from shared memory or from registers, B K-major (O += P V^T with V^T stored")
+    print(" * [d][key]).")
     print(" * scale_d = 0 overwrites d (D = A B), 1 accumulates. */")
     print("#ifndef FA_WGMMA_WGMMA_CUH\n#define FA_WGMMA_WGMMA_CUH\n\n#include <stdint.h>\n")
     print("#ifndef FA_DEV\n#define FA_DEV __device__ __forceinline__\n#endif\n")
@@ -70,11 +106,16 @@ def main():
     for n in NS_T:
         for _, ty in TYPES:
             print(fn(n, False, ty, t=True) + "\n")
+    for n in NS_E4M3:
+        print(fn8(n, False) + "\n")
+        print(fn8(n, True) + "\n")
     print("/* Dispatch on the compile-time N and type: F16 selects fp16, else bf16. */")
     dispatch("ss", NS, "uint64_t da, uint64_t db", "da, db")
     dispatch("rs", NS, "const uint32_t (&a)[4], uint64_t db", "a, db")
     dispatch("sstt", NS_TT, "uint64_t da, uint64_t db", "da, db")
     dispatch("sst", NS_T, "uint64_t da, uint64_t db", "da, db")
+    dispatch8("ss", "uint64_t da, uint64_t db", "da, db")
+    dispatch8("rs", "const uint32_t (&a)[4], uint64_t db", "a, db")
     print("#endif")
 
 

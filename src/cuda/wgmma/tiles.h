@@ -8,19 +8,25 @@
 /* masks: the calls a row takes: unmasked, masked (causal or a window), or both. */
 enum { FA3_UNMASKED = 1, FA3_MASKED = 2, FA3_ANY_MASK = 3 };
 /* bm x bn = Br x Bc; wide: FA3's larger key block (fa3_tile's WIDE); threads: one producer and two consumer
- * warpgroups, one persistent CTA per SM. */
+ * warpgroups, one persistent CTA per SM; f8: e4m3 q, k, v (out f16 or bf16), V transposed first (flash3_fp8.cuh). */
 struct fa3_fwd_row {
-    int d, bm, bn, wide, masks, threads;
+    int d, bm, bn, wide, masks, threads, f8;
     const char *kernel, *why;
 };
-#define FA3_FWD_ROW(D, BN, WIDE, MASKS, WHY) {D, 128, BN, WIDE, MASKS, 384, "cuda.flash3.fwd.wgmma.d" #D ".128x" #BN, WHY}
+#define FA3_FWD_ROW(D, BN, WIDE, MASKS, WHY)                                                                         \
+    {D, 128, BN, WIDE, MASKS, 384, 0, "cuda.flash3.fwd.wgmma.d" #D ".128x" #BN, WHY}
+#define FA3_FWD_ROW8(D, WHY) {D, 128, 128, 0, FA3_ANY_MASK, 384, 1, "cuda.flash3.fwd.wgmma.e4m3.d" #D ".128x128", WHY}
 static constexpr fa3_fwd_row fa3_fwd_rows[] = {
     FA3_FWD_ROW(64, 128, 0, FA3_ANY_MASK, "the wide 192 was slower below 8k (271 vs 320 at 512), equal above"),
     FA3_FWD_ROW(128, 176, 1, FA3_UNMASKED, "630 vs 579 at 8k, 636 vs 609 at 16k against 128 keys"),
     FA3_FWD_ROW(128, 128, 0, FA3_MASKED, "causal: ahead of 176 keys below 4k"),
     FA3_FWD_ROW(256, 80, 1, FA3_ANY_MASK, "671 vs 619 at 16k, 623 vs 582 at 4k against 64 keys"),
+    /* e4m3: 128 keys, one 128-byte panel of Vᵀ's keys. Not built: d = 64 (64-byte rows: another swizzle), d = 256
+     * (S, O and P take 208 registers at 128 keys and ptxas spills; 64 keys are half a panel of Vᵀ) */
+    FA3_FWD_ROW8(128, "the first FP8 tile: one 128-byte panel of keys"),
 };
 #undef FA3_FWD_ROW
+#undef FA3_FWD_ROW8
 
 /* The FLASH3 backward's rows: one CTA per Bc = bn keys of one K/V head, walking Br = bm query rows per step;
  * Br = 128 at d = 64 (FA3's tile), 64 at d = 128 (dK, dV, Sᵀ and dPᵀ in 240 registers), 64 x 64 at d = 256 with the

@@ -64,6 +64,9 @@ static int alloc_random(dev_buf *b, fa_backend dev, fa_dtype dt, int64_t n, uint
     return rc;
 }
 
+/* out's dtype: the inputs' but after FP8 (e4m3) inputs, bf16 (FP8 is an input type of the forward only) */
+static fa_dtype out_dtype(fa_dtype dt) { return dt == FA_DTYPE_F8_E4M3 ? FA_DTYPE_BF16 : dt; }
+
 static fa_status call_algo(fa_context *ctx, const bench_config *c, fa_algo algo, group_bufs *g, int slot,
                            int backward) {
     fa_attn_opts o = make_opts(c, algo);
@@ -71,7 +74,7 @@ static fa_status call_algo(fa_context *ctx, const bench_config *c, fa_algo algo,
     fa_tensor q = fa_tensor_bshd(g->q.ptr, c->dtype, c->batch, c->seqlen_q, c->heads, c->head_dim);
     fa_tensor k = fa_tensor_bshd(g->k.ptr, c->dtype, c->batch, c->seqlen_k, c->heads_k, c->head_dim);
     fa_tensor v = fa_tensor_bshd(g->v.ptr, c->dtype, c->batch, c->seqlen_k, c->heads_k, c->head_dim);
-    fa_tensor out = fa_tensor_bshd(g->out[slot].ptr, c->dtype, c->batch, c->seqlen_q, c->heads, c->head_dim);
+    fa_tensor out = fa_tensor_bshd(g->out[slot].ptr, out_dtype(c->dtype), c->batch, c->seqlen_q, c->heads, c->head_dim);
     if (!backward) return fa_forward(ctx, &o, &q, &k, &v, &out, (float *)g->lse[slot].ptr);
     fa_tensor dout = fa_tensor_bshd(g->dout.ptr, c->dtype, c->batch, c->seqlen_q, c->heads, c->head_dim);
     fa_tensor dq = fa_tensor_bshd(g->dq.ptr, c->dtype, c->batch, c->seqlen_q, c->heads, c->head_dim);
@@ -100,12 +103,12 @@ void bench_run_group(fa_context *ctx, const bench_config *c, const fa_algo *algo
         rows[a].algo = algos[a];
         snprintf(rows[a].status, sizeof rows[a].status, "error");
     }
-    size_t es = fa_dtype_size(c->dtype);
+    size_t es = fa_dtype_size(c->dtype), oes = fa_dtype_size(out_dtype(c->dtype));
     int64_t nq = c->batch * c->seqlen_q * c->heads * c->head_dim;
     int64_t nk = c->batch * c->seqlen_k * c->heads_k * c->head_dim;
     int64_t nl = c->batch * c->heads * c->seqlen_q;
     /* Our own allocations: q, k, v, one out + lse per algorithm, and for backward dout, dq, dk, dv. */
-    double need = (double)es * (double)(nq + 2 * nk + n_algo * nq) + 4.0 * (double)(n_algo * nl);
+    double need = (double)es * (double)(nq + 2 * nk) + (double)oes * (double)(n_algo * nq) + 4.0 * (double)(n_algo * nl);
     if (c->backward) need += (double)es * (double)(2 * nq + 2 * nk);
     if (need > (double)mem_limit) {
         for (int a = 0; a < n_algo; a++) {
@@ -122,7 +125,7 @@ void bench_run_group(fa_context *ctx, const bench_config *c, const fa_algo *algo
     int bad = alloc_random(&g.q, c->dev, c->dtype, nq, &rng) || alloc_random(&g.k, c->dev, c->dtype, nk, &rng) ||
               alloc_random(&g.v, c->dev, c->dtype, nk, &rng);
     for (int a = 0; a < n_algo && !bad; a++)
-        bad = dev_alloc(&g.out[a], c->dev, (size_t)nq * es) || dev_alloc(&g.lse[a], c->dev, (size_t)nl * 4);
+        bad = dev_alloc(&g.out[a], c->dev, (size_t)nq * oes) || dev_alloc(&g.lse[a], c->dev, (size_t)nl * 4);
     if (!bad && c->backward)
         bad = alloc_random(&g.dout, c->dev, c->dtype, nq, &rng) || dev_alloc(&g.dq, c->dev, (size_t)nq * es) ||
               dev_alloc(&g.dk, c->dev, (size_t)nk * es) || dev_alloc(&g.dv, c->dev, (size_t)nk * es);
@@ -352,7 +355,7 @@ static void bench_help(void) {
         "  --causal LIST     0, 1                                        (default 0)\n"
         "  --window LIST     sliding window W (keys within W of the diagonal; -1 = none)  (default -1)\n"
         "  --gqa LIST        query heads per K/V head (must divide heads) (default 1)\n"
-        "  --dtype LIST      f32, f16, bf16                              (default f32 on cpu, bf16 on cuda)\n"
+        "  --dtype LIST      f32, f16, bf16, f8_e4m3 (forward; out bf16)   (default f32 on cpu, bf16 on cuda)\n"
         "  --pass LIST       fwd, bwd (bwd times fa_backward only)       (default fwd)\n"
         "  --tokens N        batch*seqlen when --batch is not given      (default 16384)\n"
         "  --batch LIST      batch size (overrides --tokens)\n"
@@ -449,7 +452,7 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         LISTOPT("--window", parse_int_list, -1, 1 << 24, &a->window)
         LISTOPT("--gqa", parse_int_list, 1, 1 << 16, &a->gqa)
         if (opt_is(x, "--dtype")) {
-            if (!(v = opt_value(S, argc, argv, &i, "--dtype")) || parse_dtype_list(S, "--dtype", v, &a->dtype)) return -1;
+            if (!(v = opt_value(S, argc, argv, &i, "--dtype")) || parse_dtype_list(S, "--dtype", v, &a->dtype, 1)) return -1;
             a->have_dtype = 1;
             continue;
         }

@@ -118,7 +118,7 @@ static int parse(int argc, char **argv, kv_args *a) {
             continue;
         }
         if (opt_is(x, "--dtype")) {
-            if (!(v = opt_value(S, argc, argv, &i, "--dtype")) || parse_dtype_list(S, "--dtype", v, &a->dtype)) return -1;
+            if (!(v = opt_value(S, argc, argv, &i, "--dtype")) || parse_dtype_list(S, "--dtype", v, &a->dtype, 0)) return -1;
             continue;
         }
         CHOICE("--flush", "write", "read", flush_read)

@@ -290,7 +290,7 @@ int cmd_check(int argc, char **argv) {
             continue;
         }
         if (opt_is(x, "--dtype")) {
-            if (!(v = opt_value(S, argc, argv, &i, "--dtype")) || parse_dtype_list(S, "--dtype", v, &dtypes))
+            if (!(v = opt_value(S, argc, argv, &i, "--dtype")) || parse_dtype_list(S, "--dtype", v, &dtypes, 0))
                 return CLI_EXIT_USAGE;
             continue;
         }

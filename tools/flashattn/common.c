@@ -152,10 +152,13 @@ int parse_algo_list(const char *sub, const char *opt, const char *arg, int_list 
     return parse_list(sub, opt, arg, out, name_item, &t);
 }
 
-int parse_dtype_list(const char *sub, const char *opt, const char *arg, int_list *out) {
-    static const name_value tab[] = {{"f32", FA_DTYPE_F32}, {"f16", FA_DTYPE_F16}, {"bf16", FA_DTYPE_BF16},
-                                     {"fp32", FA_DTYPE_F32}, {"fp16", FA_DTYPE_F16}, {NULL, 0}};
-    name_table t = {tab, "dtype", "f32, f16 or bf16"};
+int parse_dtype_list(const char *sub, const char *opt, const char *arg, int_list *out, int fp8) {
+#define FA_DTYPE_NAMES {"f32", FA_DTYPE_F32}, {"f16", FA_DTYPE_F16}, {"bf16", FA_DTYPE_BF16}, {"fp32", FA_DTYPE_F32}, \
+                       {"fp16", FA_DTYPE_F16}
+    static const name_value tab[] = {FA_DTYPE_NAMES, {NULL, 0}};
+    static const name_value tab8[] = {FA_DTYPE_NAMES, {"f8_e4m3", FA_DTYPE_F8_E4M3}, {"e4m3", FA_DTYPE_F8_E4M3}, {NULL, 0}};
+#undef FA_DTYPE_NAMES
+    name_table t = {fp8 ? tab8 : tab, "dtype", fp8 ? "f32, f16, bf16 or f8_e4m3" : "f32, f16 or bf16"};
     return parse_list(sub, opt, arg, out, name_item, &t);
 }
 

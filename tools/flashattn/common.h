@@ -27,7 +27,7 @@ int parse_int(const char *sub, const char *opt, const char *arg, int64_t lo, int
 int parse_double(const char *sub, const char *opt, const char *arg, double lo, double hi, double *out);
 /* Lists of names; results stored as ints in out->v. */
 int parse_algo_list(const char *sub, const char *opt, const char *arg, int_list *out);
-int parse_dtype_list(const char *sub, const char *opt, const char *arg, int_list *out);
+int parse_dtype_list(const char *sub, const char *opt, const char *arg, int_list *out, int fp8);
 int parse_device_list(const char *sub, const char *opt, const char *arg, int_list *out);
 int parse_pass_list(const char *sub, const char *opt, const char *arg, int_list *out); /* 0 fwd, 1 bwd */
 /* The value of option argv[*i] ("--x V" or "--x=V"); advances *i. NULL (after an error message) if missing. */

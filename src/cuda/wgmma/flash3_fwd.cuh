@@ -76,6 +76,7 @@ struct fa3_rows {
     float sl2, m0, m1, l0, l1;
     float cap, cap_scale; /* softcap (cap_scale 0: off) */
     float amax;           /* max |logit| before the softcap and the mask: inf when q or k holds an inf or NaN */
+    float p_log2;         /* P = 2^p_log2 at the row's max: 0, or 8 for e4m3 P (weights down to 2^-17 stay normal) */
 };
 
 /* Issues O += P Vj (no wait): V is [key][d], MN-major here; a k16 slice is 16 key rows = 2048 B further. F8: Vjᵀ
@@ -137,7 +138,7 @@ template <int Bc> FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_
     c1 = fa3_ex2((R.m1 - mu1) * R.sl2);
     R.m0 = mx0;
     R.m1 = mx1;
-    const float ms0 = mu0 * R.sl2, ms1 = mu1 * R.sl2;
+    const float ms0 = mu0 * R.sl2 - R.p_log2, ms1 = mu1 * R.sl2 - R.p_log2;
     float ps0 = 0.f, ps1 = 0.f;
 #pragma unroll
     for (int j = 0; j < Bc / 8; j++) {
@@ -347,6 +348,7 @@ __global__ void __launch_bounds__(384, 1)
         R.m0 = R.m1 = -INFINITY;
         R.l0 = R.l1 = 0.f;
         R.amax = 0.f;
+        R.p_log2 = F8 ? 8.f : 0.f; /* e4m3's normal range starts at 2^-6: P up to 256 (FA3's max offset) */
         float o[D / 2];
 #pragma unroll
         for (int i = 0; i < D / 2; i++) o[i] = 0.f;
@@ -439,8 +441,9 @@ __global__ void __launch_bounds__(384, 1)
                 nf |= fa3_exp_carry<F16>(x);
             }
         }
-        const float L0 = l0 > 0.f ? R.m0 * lse_scale + logf(l0) : -INFINITY;
-        const float L1 = l1 > 0.f ? R.m1 * lse_scale + logf(l1) : -INFINITY;
+        constexpr float ln_p = F8 ? 8.f * 0.69314718f : 0.f; /* ℓ carries P's 2^p_log2 */
+        const float L0 = l0 > 0.f ? R.m0 * lse_scale + (logf(l0) - ln_p) : -INFINITY;
+        const float L1 = l1 > 0.f ? R.m1 * lse_scale + (logf(l1) - ln_p) : -INFINITY;
         if (p.lse && t == 0) {
             /* [b][hq][sq], varlen [hq][total_q] */
             float *lrow = p.lse + (p.cu_q ? (int64_t)w.h * p.total_q + w.qrow : ((int64_t)w.b * p.hq + w.h) * p.sq);

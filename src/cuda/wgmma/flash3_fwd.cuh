@@ -75,7 +75,10 @@ struct fa3_rows {
     int lo0, hi0, lo1, hi1, t;
     float sl2, m0, m1, l0, l1;
     float cap, cap_scale; /* softcap (cap_scale 0: off) */
-    float amax;           /* max |logit| before the softcap and the mask: inf when q or k holds an inf or NaN */
+    float amax;           /* max |logit| before the softcap and the mask, over the blocks the tile tests: not finite
+                           * when q or k holds an inf or NaN there */
+    int n_test;           /* the tile tests the logits of key blocks from key n_test on (set with the tile), all with
+                           * a softcap */
     float p_log2;         /* P = 2^p_log2 at the row's max: 0, or 8 for e4m3 P (weights down to 2^-17 stay normal) */
 };
 
@@ -101,13 +104,15 @@ FA_DEV void fa3_pv(float (&o)[D / 2], const uint32_t (&pa)[Bc / (F8 ? 32 : 16)][
 template <int Bc> FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_rows &R, float &c0, float &c1) {
     /* the contract's logit test (contract.h): a −inf logit is a weight of 0 and a softcap makes ±inf finite, so an
      * inf in q or k can hide from the outputs; two chains keep it off the critical path */
-    float a0 = R.amax, a1 = 0.f;
+    if (kbase >= R.n_test) {
+        float a0 = R.amax, a1 = 0.f;
 #pragma unroll
-    for (int i = 0; i < Bc / 2; i += 2) {
-        a0 = fmaxf(a0, fabsf(sacc[i]));
-        a1 = fmaxf(a1, fabsf(sacc[i + 1]));
+        for (int i = 0; i < Bc / 2; i += 2) {
+            a0 = fa3_max_nan(a0, fabsf(sacc[i]));
+            a1 = fa3_max_nan(a1, fabsf(sacc[i + 1]));
+        }
+        R.amax = fa3_max_nan(a0, a1);
     }
-    R.amax = fmaxf(a0, a1);
     if (R.cap_scale != 0.f) { /* softcap: a uniform branch, the scores bounded by ±cap before the mask */
 #pragma unroll
         for (int i = 0; i < Bc / 2; i++) sacc[i] = R.cap * tanhf(sacc[i] * R.cap_scale);
@@ -349,6 +354,16 @@ __global__ void __launch_bounds__(384, 1)
         R.l0 = R.l1 = 0.f;
         R.amax = 0.f;
         R.p_log2 = F8 ? 8.f : 0.f; /* e4m3's normal range starts at 2^-6: P up to 256 (FA3's max offset) */
+        /* The logit test needs each key block once per (sequence, head): raw S covers the whole block whatever the
+         * mask, a NaN in a key reaches the out of every row that sees it, and only ±inf (a −inf weight of 0; the
+         * softcap's tanh) can hide. The visited ranges grow with the query block, so a tile tests the blocks the
+         * query block before it does not visit; with a softcap every block (an inf in q hides there too). */
+        R.n_test = 0;
+        if (w.m0 > 0 && p.cap_scale == 0.f) {
+            int plo, phi;
+            fa_visible_block32(w.m0 - Br, w.m0, w.sq, w.sk, p.wl, p.wr, &plo, &phi);
+            if (phi > plo) R.n_test = (phi + Bc - 1) / Bc * Bc; /* in keys, as kbase */
+        }
         float o[D / 2];
 #pragma unroll
         for (int i = 0; i < D / 2; i++) o[i] = 0.f;

@@ -111,6 +111,12 @@ FA_DEV void fa3_named_arrive(int id, int nthreads) {
 /* The same with the barrier and the count as immediates: no register holds them (the producer has 24). */
 template <int ID, int N> FA_DEV void fa3_named_sync() { asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(N) : "memory"); }
 template <int ID, int N> FA_DEV void fa3_named_arrive() { asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(N) : "memory"); }
+/* max that keeps a NaN (fmaxf drops it) */
+FA_DEV float fa3_max_nan(float a, float b) {
+    float y;
+    asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(a), "f"(b));
+    return y;
+}
 FA_DEV float fa3_ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));

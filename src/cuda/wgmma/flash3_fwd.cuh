@@ -71,7 +71,8 @@ struct fa3_rows {
     float cap, cap_scale; /* softcap (cap_scale 0: off) */
     float amax;           /* max |logit| before the softcap and the mask, over the blocks the tile tests: not finite
                            * when q or k holds an inf or NaN there */
-    int n_test;           /* the tile tests the logits of key blocks n >= n_test (fa3_work's note), all with softcap */
+    int n_test;           /* the tile tests the logits of key blocks from key n_test on (set with the tile), all with
+                           * a softcap */
 };
 
 /* Issues O += P Vj (no wait): V is [key][d], MN-major here; a k16 slice is 16 key rows = 2048 B further. */

@@ -6,8 +6,8 @@
 #include <string.h>
 
 /* AUTO takes the first row with auto_pick that runs the call: FLASH3, FLASH2, STANDARD. Refusals of the rows before
- * the one of the algorithm api.c resolved AUTO to (FLASH2) stay unreported: the caller did not ask for them. Slot:
- * an FP8 forward (algo FLASH3, dtypes FP8 only) goes before FLASH3's. */
+ * the one of the algorithm api.c resolved AUTO to (FLASH2) stay unreported: the caller did not ask for them. FP8
+ * inputs: the FLASH3 forward's f8 tile rows (wgmma/tiles.h); every other row refuses them. */
 const fa_cuda_family *const fa_cuda_families[] = { /* the count: family.h */
     &fa_cuda_flash3_fwd, &fa_cuda_flash3_bwd, &fa_cuda_flash2_fwd, &fa_cuda_flash2_bwd,
     &fa_cuda_standard,   &fa_cuda_flash1_fwd, &fa_cuda_flash1_bwd,

@@ -14,9 +14,14 @@
  *       quantisations);
  *   (e) bf16: q, k, v rounded to bf16, fa_forward FLASH2 on bf16.
  * Every O is rounded to bf16 as FA3's outputs are. The CPU's FP8 path computes P in fp32: unlike a Hopper kernel it does
- * not quantise P, which is (a)'s difference from (d). docs/numerics.md ("FP8 accuracy") has the table.
- * Usage: fp8_accuracy [--seqlen N] [--heads H] [--head-dim D] [--block R] [--seed S] */
+ * not quantise P, which is (a)'s difference from (d). With --device cuda, (a), (a') and (c') run on the CUDA backend
+ * (the FLASH3 FP8 forward, which rounds P to E4M3; head_dim 128) and the rest on the CPU. docs/numerics.md
+ * ("FP8 accuracy") has the table.
+ * Usage: fp8_accuracy [--seqlen N] [--heads H] [--head-dim D] [--block R] [--seed S] [--device cpu|cuda] */
 #include "testlib.h"
+#ifdef FA_BENCH_CUDA
+#include "cuda_check.h"
+#endif
 
 #include <math.h>
 #include <stdio.h>
@@ -61,6 +66,37 @@ static void forward(fa_context *ctx, const fa_attn_opts *o, const t_buf *q, cons
         exit(1);
     }
 }
+
+#ifdef FA_BENCH_CUDA
+/* The FP8 forward on a CUDA context: q, k, v, the descales (per tensor or per (batch, head): s·h floats at most)
+ * and out through device copies. */
+static void forward_cuda(fa_context *gpu, const fa_attn_opts *o, const t_buf *q, const t_buf *k, const t_buf *v,
+                         t_buf *out, int64_t nds) {
+    const t_buf *in[3] = {q, k, v};
+    const float *hds[3] = {o->q_descale, o->k_descale, o->v_descale};
+    void *d[4];
+    float *dds[3];
+    fa_tensor t[4];
+    for (int i = 0; i < 3; i++) {
+        CK(cudaMalloc(&d[i], in[i]->mem_bytes));
+        CK(cudaMemcpy(d[i], in[i]->mem, in[i]->mem_bytes, cudaMemcpyHostToDevice));
+        t[i] = in[i]->t, t[i].data = (char *)d[i] + in[i]->offset;
+        CK(cudaMalloc((void **)&dds[i], sizeof(float) * (size_t)nds));
+        CK(cudaMemcpy(dds[i], hds[i], sizeof(float) * (size_t)nds, cudaMemcpyHostToDevice));
+    }
+    CK(cudaMalloc(&d[3], out->mem_bytes));
+    t[3] = out->t, t[3].data = (char *)d[3] + out->offset;
+    fa_attn_opts od = *o;
+    od.q_descale = dds[0], od.k_descale = dds[1], od.v_descale = dds[2];
+    if (fa_forward(gpu, &od, &t[0], &t[1], &t[2], &t[3], NULL) != FA_OK) {
+        fprintf(stderr, "fa_forward (cuda): %s\n", fa_context_last_error(gpu));
+        exit(1);
+    }
+    CK(cudaMemcpy(out->mem, d[3], out->mem_bytes, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 4; i++) CK(cudaFree(d[i]));
+    for (int i = 0; i < 3; i++) CK(cudaFree(dds[i]));
+}
+#endif
 
 /* f32 forward into a bf16-rounded copy. */
 static double rmse_f32(fa_context *ctx, shape sh, const t_buf *q, const t_buf *k, const t_buf *v, const double *ref) {
@@ -110,16 +146,24 @@ int main(int argc, char **argv) {
     shape sh = {1024, 4, 128};
     int64_t block = 128;
     uint64_t seed = 1;
+    int cuda = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--seqlen")) sh.s = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--heads")) sh.h = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--head-dim")) sh.d = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--block")) block = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--seed")) seed = strtoull(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--device")) cuda = !strcmp(argv[i + 1], "cuda");
         else return fprintf(stderr, "unknown option %s\n", argv[i]), 2;
     }
-    fa_context *ctx;
+    fa_context *ctx, *gpu = NULL;
     if (fa_context_create(&ctx, FA_BACKEND_CPU, 0) != FA_OK) return fprintf(stderr, "%s\n", fa_create_error()), 1;
+#ifdef FA_BENCH_CUDA
+    if (cuda && fa_context_create(&gpu, FA_BACKEND_CUDA, 0) != FA_OK)
+        return fprintf(stderr, "%s\n", fa_create_error()), 1;
+#else
+    if (cuda) return fprintf(stderr, "--device cuda: this build has no CUDA backend\n"), 2;
+#endif
     t_rng r;
     t_rng_seed(&r, seed);
     const int64_t n = sh.s * sh.h * sh.d;
@@ -151,7 +195,12 @@ int main(int argc, char **argv) {
             quant(ctx, &qo, &x[t].t, &x8[t], ds[t]);
         }
         o.q_descale = ds[0], o.k_descale = ds[1], o.v_descale = ds[2];
-        forward(ctx, &o, &x8[0], &x8[1], &x8[2], &ob);
+#ifdef FA_BENCH_CUDA
+        if (gpu)
+            forward_cuda(gpu, &o, &x8[0], &x8[1], &x8[2], &ob, sh.s * sh.h);
+        else
+#endif
+            forward(ctx, &o, &x8[0], &x8[1], &x8[2], &ob);
         res[mode] = rmse(&ob.t, ref);
         if (mode == 0) res[5] = rmse_naive(sh, &x8[0], &x8[1], &x8[2], ds[0][0], ds[1][0], ds[2][0], ref);
     }
@@ -171,8 +220,8 @@ int main(int argc, char **argv) {
     forward(ctx, &o, &xb[0], &xb[1], &xb[2], &ob);
     res[6] = rmse(&ob.t, ref);
     printf("FP8 accuracy (FA3's test): seqlen %lld, heads %lld, head_dim %lld, block %lld rows, seed %llu; RMSE of O "
-           "(bf16) against float64\n", (long long)sh.s, (long long)sh.h, (long long)sh.d, (long long)block,
-           (unsigned long long)seed);
+           "(bf16) against float64; (a), (a'), (c') on %s\n", (long long)sh.s, (long long)sh.h, (long long)sh.d,
+           (long long)block, (unsigned long long)seed, gpu ? "CUDA (P in e4m3)" : "the CPU");
     static const char *const names[7] = {
         "(a)  FP8, per-tensor scales", "(a') FP8, per-head scales", "(c') FP8, per-tensor scales + rotation",
         "(b)  FP8, per-block scales", "(c)  FP8, per-block scales + rotation",
@@ -184,5 +233,6 @@ int main(int argc, char **argv) {
     for (int t = 0; t < 3; t++) t_buf_free(&x[t]), t_buf_free(&x8[t]), t_buf_free(&xf[t]), t_buf_free(&xb[t]), free(ds[t]);
     t_buf_free(&ob), free(ref);
     fa_context_destroy(ctx);
+    if (gpu) fa_context_destroy(gpu);
     return 0;
 }

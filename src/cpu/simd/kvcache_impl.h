@@ -160,6 +160,22 @@ static inline vf e4m3_vec8(const uint8_t *s) {
 #endif
 }
 
+/* AVX2: 2·VW E4M3 bytes -> two vectors, the integer steps on all 16 at once (a ymm of fp16) */
+#if VW == 8 && defined(__F16C__)
+#define F8_STEP 2 /* row_vecs converts E4M3 vectors in pairs */
+AI void e4m3_pair8(const uint8_t *s, vf *lo, vf *hi) {
+    typedef uint16_t vh16 __attribute__((vector_size(32)));
+    const vh16 w = (vh16)_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s));
+    const vh16 t = w << 7, h = t ^ ((t + 0x80u) & 0x4000u);
+    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128((__m256i)h));
+    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256((__m256i)h, 1));
+}
+#else
+#define F8_STEP 1
+#endif
+/* The vectors row_vecs takes at once in MODE: bf16 pairs; E4M3 pairs on AVX2 */
+#define VSTEP(MODE) ((MODE) == M_BF16 ? 2 : (MODE) == M_F8 ? F8_STEP : 1)
+
 /* One row of d elements -> fp32 dst[dp] in order, zero-padded (M_ANY: any dtype, any d; E4M3 as M_F8 reads it). */
 static void row_to_f32(float *restrict dst, const char *src, fa_dtype dt, int d, int dp) {
     int i = 0;
@@ -190,8 +206,8 @@ static void row_to_f32(float *restrict dst, const char *src, fa_dtype dt, int d,
     for (; i < dp; i++) dst[i] = 0;
 }
 
-/* Vectors [v0, v0 + nv) of one K or V row (d elements, padded to dp) in the kernel's lane order (M_BF16: v0 and nv
- * even). */
+/* Vectors [v0, v0 + nv) of one K or V row (d elements, padded to dp) in the kernel's lane order (v0 and nv
+ * multiples of VSTEP(MODE)). */
 AI void row_vecs(vf *x, const char *src, int v0, int nv, const int MODE, const fa_kv_args *a, int d, int dp,
                  float *tmp) {
     if (MODE == M_BF16) {
@@ -204,8 +220,13 @@ AI void row_vecs(vf *x, const char *src, int v0, int nv, const int MODE, const f
 #pragma GCC unroll 16
         for (int i = 0; i < nv; i++) memcpy(&x[i], (const float *)src + VW * (v0 + i), 4 * VW);
     } else if (MODE == M_F8) {
+#if VW == 8 && defined(__F16C__)
+#pragma GCC unroll 16
+        for (int i = 0; i < nv; i += 2) e4m3_pair8((const uint8_t *)src + VW * (v0 + i), &x[i], &x[i + 1]);
+#else
 #pragma GCC unroll 16
         for (int i = 0; i < nv; i++) x[i] = e4m3_vec8((const uint8_t *)src + VW * (v0 + i));
+#endif
     } else {
         /* only the piece's elements: the callers walk a row piece by piece, and converting the whole row for each
          * piece cost an FP8 cache (which only this path reads) 4x its conversions at d = 128 */
@@ -352,7 +373,7 @@ static inline int pf_runs(const char *const *rows, int n, int bytes, pf_run *out
  * each key's vectors converted once for the NR rows, the group's VW sums in one sum_lanes. */
 AI void qk(const fa_kv_args *a, const char *const *kr, int hh, int r0, const int NR, const int MODE, float *tmp,
           pf_rows *pf, int cnt) {
-    const int NK = VW / NR, NV = a->dp / VW, dp = a->dp, STEP = MODE == M_BF16 ? 2 : 1;
+    const int NK = VW / NR, NV = a->dp / VW, dp = a->dp, STEP = VSTEP(MODE);
     const float *q = a->qs + ((size_t)hh * a->R + r0) * dp;
     float *S = a->S + ((size_t)hh * a->R + r0) * FA_KV_BC;
     for (int j0 = 0; j0 < FA_KV_BC; j0 += NK) {
@@ -547,13 +568,13 @@ AI void pv(const fa_kv_args *a, const char *const *vr, int hh, int r0, int64_t j
     if (jb <= ja) return;
     const float *P = a->S + ((size_t)hh * a->R + r0) * FA_KV_BC;
     float *O = a->O + ((size_t)hh * a->R + r0) * dp;
-    /* pieces of W (or 4) vectors where they divide d's vector count, then 2 (bf16 pairs) or 1 for the rest */
+    /* pieces of W (or 4) vectors where they divide d's vector count, then VSTEP (pairs: bf16; E4M3 on AVX2) */
     if (NV % W == 0) {
         pv_span(a, vr, hh, P, O, ja, jb, 0, NV, NR, W, MODE, tmp, pf);
     } else {
         const int P4 = VW == 16 ? 4 : 2, n4 = NV / P4 * P4;
         pv_span(a, vr, hh, P, O, ja, jb, 0, n4, NR, P4, MODE, tmp, pf);
-        pv_span(a, vr, hh, P, O, ja, jb, n4, NV, NR, MODE == M_BF16 ? 2 : 1, MODE, tmp, pf);
+        pv_span(a, vr, hh, P, O, ja, jb, n4, NV, NR, VSTEP(MODE), MODE, tmp, pf);
     }
 }
 

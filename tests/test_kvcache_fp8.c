@@ -14,23 +14,9 @@
 static t_rng R;
 
 static t_kv_spec spec(fa_dtype dt, int batch, int sq, int hq, int hk, int d, int cap, int page) {
-    t_kv_spec s;
-    memset(&s, 0, sizeof s);
-    s.dt = dt, s.batch = batch, s.sq = sq, s.hq = hq, s.hk = hk, s.d = d, s.capacity = cap, s.page_size = page;
+    t_kv_spec s = t_kv_spec_of(dt, batch, sq, hq, hk, d, cap, page);
     s.fp8 = 1;
-    s.opts = fa_attn_opts_default();
-    s.kv = fa_kv_opts_default();
     return s;
-}
-
-static void set_mask(t_kv_spec *s, int m) {
-    switch (m) {
-    case 1: s->opts.causal = 1; break;
-    case 2: s->opts.window_left = 37, s->opts.window_right = 2; break;
-    case 3: s->opts.causal = 1, s->opts.window_left = 50; break;
-    case 4: s->opts.softcap = 3.5f, s->opts.causal = 1; break;
-    default: break;
-    }
 }
 
 static float sinks[64];
@@ -60,7 +46,7 @@ static void grid(fa_context *ctx) {
                     s.append = ap;
                     s.rotary = ap ? n % 3 : 0;
                     s.batch_idx = n % 2;
-                    set_mask(&s, n % 5);
+                    t_kv_set_mask(&s, n % 5);
                     if (sp == 1) s.kv.num_splits = 1;
                     else if (sp == 2) s.kv.num_splits = 5;
                     else if (sp == 3) s.kv.split_size = 40;
@@ -82,19 +68,9 @@ static void vdims(fa_context *ctx) {
 static void randoms(fa_context *ctx) {
     const char *env = getenv("FA_TEST_RANDOM");
     const int n = env && *env ? atoi(env) : 16;
-    static const int pages[] = {0, 1, 2, 3, 5, 16, 64, 256};
     for (int i = 0; i < n; i++) {
-        const int hk = t_rng_int(&R, 1, 3), g = (int[]){1, 2, 4, 8}[t_rng_int(&R, 0, 3)];
-        t_kv_spec s = spec((fa_dtype)t_rng_int(&R, 0, 2), t_rng_int(&R, 1, 5), t_rng_int(&R, 1, 9), hk * g, hk,
-                           t_rng_int(&R, 1, 160), t_rng_int(&R, 9, 700), pages[t_rng_int(&R, 0, 7)]);
-        s.append = t_rng_int(&R, 0, 1);
-        s.rotary = s.append && s.d % 2 == 0 ? t_rng_int(&R, 0, 2) : 0;
-        s.batch_idx = t_rng_int(&R, 0, 1);
-        set_mask(&s, t_rng_int(&R, 0, 4));
-        if (t_rng_int(&R, 0, 2) == 0) s.kv.num_splits = t_rng_int(&R, 1, 9);
-        else if (t_rng_int(&R, 0, 1)) s.kv.split_size = t_rng_int(&R, 1, 300);
-        if (t_rng_int(&R, 0, 3) == 0) s.opts.sinks = sinks;
-        if (s.sq > s.capacity) s.sq = s.capacity;
+        t_kv_spec s = t_kv_spec_random(&R, sinks);
+        s.fp8 = 1;
         run(ctx, &s, "random");
     }
 }

@@ -52,9 +52,7 @@ static void thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, v
     thread_parts *t = parts;
     const size_t R = (size_t)rows_of(p) * (size_t)pl->aux[AUX_HPI], dp = (size_t)padded(p->d), f = sizeof(float);
     t->qs = fa_arena_take(a, R * dp * f, 64);
-    /* bf16 q for vdpbf16ps: a bf16 cache's, or against an FP8 cache's K converted to bf16 (exact) */
-    const int qb = p->cdtype == FA_DTYPE_BF16 || (p->cdtype == FA_DTYPE_F8_E4M3 && p->dtype == FA_DTYPE_BF16);
-    t->qb = qb ? fa_arena_take(a, R * 2 * dp * sizeof(uint16_t), 64) : NULL;
+    t->qb = p->cdtype == FA_DTYPE_BF16 ? fa_arena_take(a, R * 2 * dp * sizeof(uint16_t), 64) : NULL;
     t->O = fa_arena_take(a, R * (size_t)padded(p->d_v) * f, 64);
     t->S = fa_arena_take(a, R * FA_KV_BC * f, 64);
     t->Lv = fa_arena_take(a, R * 16 * f, 64);
@@ -266,8 +264,6 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
     const int64_t s0 = s * chunk, s1 = s0 + chunk < L ? s0 + chunk : L;
     const float qmul = p->softcap > 0 ? p->scale / p->softcap : p->scale * LOG2E;
     const float f8 = p->cdtype == FA_DTYPE_F8_E4M3 ? FA_KV_F8_SCALE : 1; /* the kernel reads E4M3 as value · 2^-8 */
-    float hmul[MAX_HPI]; /* an FP8 cache: qb's sums times k's descale (qs has it folded in) */
-    for (int hh = 0; hh < nh; hh++) hmul[hh] = fa_kv_descale(p, p->k_descale, b, h0 + hh) * f8;
     int64_t k0 = s1, k1 = s0;
     for (int64_t i = 0; i < S; i++) {
         int64_t lo, hi;
@@ -312,8 +308,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
         const int64_t es = (int64_t)fa_dtype_size(p->cdtype), row = fa_kv_row(p, b);
         fa_kv_args a = {.R = R, .nh = nh, .d = (int)d, .dp = dp, .dv = (int)dv, .dvp = dvp, .dtype = p->cdtype,
                          .qs = t->qs, .qb = t->qb,
-                         .qb_parts = p->rot_cos ? 2 : 1, .qb_mul = p->rot_cos ? 1.f : qmul,
-                         .qb_hmul = p->cdtype == FA_DTYPE_F8_E4M3 ? hmul : NULL, .qbad = t->qbad,
+                         .qb_parts = p->rot_cos ? 2 : 1, .qb_mul = p->rot_cos ? 1.f : qmul, .qbad = t->qbad,
                          .lo = t->lo, .hi = t->hi, .k0 = k0, .k1 = k1,
                          .softcap_mul = p->softcap > 0 ? p->softcap * LOG2E : 0, .S = t->S, .Lv = t->Lv,
                          .O = t->O, .m = t->m, .l = t->l};

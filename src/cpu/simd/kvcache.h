@@ -23,13 +23,11 @@ typedef struct fa_kv_args {
     fa_dtype dtype;
     const float *qs;            /* nh·R x dp: q rows pre-multiplied (scale·log2 e, or scale/softcap), zero-padded,
                                    in fa_kv_lane order */
-    const uint16_t *qb;         /* bf16 rows, or bf16 q with an FP8 cache (NULL otherwise): nh·R x 2·dp, q in element
-                                   order as bf16: the raw q (qb_parts 1, exact; the sums times qb_mul = qmul), or with
-                                   rotary the pre-multiplied q as hi then lo (qb_parts 2, qb_mul 1) — for dot products
-                                   of bf16 pairs */
+    const uint16_t *qb;         /* bf16 rows (NULL otherwise): nh·R x 2·dp, q in element order as bf16: the raw q
+                                   (qb_parts 1, exact; the sums times qb_mul = qmul), or with rotary the pre-multiplied
+                                   q as hi then lo (qb_parts 2, qb_mul 1) — for dot products of bf16 pairs */
     int qb_parts;
     float qb_mul;
-    const float *qb_hmul;       /* nh: the sums of head hh times qb_hmul[hh] too (an FP8 cache's k descale · 2^8) */
     const float *qbad;          /* nh·R: 0, or NaN for a q row with a NaN/inf (the numerics contract) */
     const int64_t *lo, *hi;     /* R: keys [lo, hi) row r of every head sees inside this item */
     int64_t k0, k1;             /* keys of the item: the union of the rows' ranges */

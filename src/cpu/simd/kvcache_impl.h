@@ -176,11 +176,6 @@ AI void e4m3_pair8(const uint8_t *s, vf *lo, vf *hi) {
 /* The vectors row_vecs takes at once in MODE: bf16 pairs; E4M3 pairs on AVX2 */
 #define VSTEP(MODE) ((MODE) == M_BF16 ? 2 : (MODE) == M_F8 ? F8_STEP : 1)
 
-#ifdef __AVX512BF16__
-/* 32 E4M3 bytes -> their values · 2^-8 as bf16, in order: exact (3 mantissa bits, exponents well inside bf16's) */
-AI __m512bh e4m3_bf16(const uint8_t *s) { return _mm512_cvtne2ps_pbh((__m512)e4m3_vec8(s + 16), (__m512)e4m3_vec8(s)); }
-#endif
-
 /* One row of d elements -> fp32 dst[dp] in order, zero-padded (M_ANY: any dtype, any d; E4M3 as M_F8 reads it). */
 static void row_to_f32(float *restrict dst, const char *src, fa_dtype dt, int d, int dp) {
     int i = 0;
@@ -381,22 +376,16 @@ AI void qk(const fa_kv_args *a, const char *const *kr, int hh, int r0, const int
     const int NK = VW / NR, NV = a->dp / VW, dp = a->dp, STEP = VSTEP(MODE);
     const float *q = a->qs + ((size_t)hh * a->R + r0) * dp;
     float *S = a->S + ((size_t)hh * a->R + r0) * FA_KV_BC;
-#ifdef __AVX512BF16__
-    /* bf16 q against an FP8 cache: its K rows converted to bf16 (exact) for vdpbf16ps, half the FMAs of fp32 */
-    const int f8b = MODE == M_F8 && a->qb && dp % 32 == 0;
-#endif
     for (int j0 = 0; j0 < FA_KV_BC; j0 += NK) {
         if (cnt) pf_lines_at(pf, cnt, 1);
         vf acc[VW] = {{0}}; /* acc[r·NK + j]: row r0 + r, key j0 + j */
 #ifdef __AVX512BF16__
-        if (MODE == M_BF16 || f8b) { /* bf16 K rows: one vdpbf16ps per row and 32 elements (two with hi + lo) */
+        if (MODE == M_BF16) { /* bf16 K rows as they are: one vdpbf16ps per row and 32 elements (two with hi + lo) */
             const uint16_t *qb = a->qb + ((size_t)hh * a->R + r0) * 2 * dp;
             for (int i = 0; i < NV; i += 2)
 #pragma GCC unroll 16
                 for (int j = 0; j < NK; j++) {
-                    const char *kj = kr[j0 + j] + hh * a->k_sh;
-                    const __m512bh k = MODE == M_BF16 ? (__m512bh)_mm512_loadu_si512(kj + 2 * VW * i)
-                                                      : e4m3_bf16((const uint8_t *)kj + VW * i);
+                    const __m512bh k = (__m512bh)_mm512_loadu_si512(kr[j0 + j] + hh * a->k_sh + 2 * VW * i);
 #pragma GCC unroll 16
                     for (int r = 0; r < NR; r++) {
                         const uint16_t *q0 = qb + (size_t)r * 2 * dp + VW * i;
@@ -433,7 +422,6 @@ AI void qk(const fa_kv_args *a, const char *const *kr, int hh, int r0, const int
         vf w = sum_lanes(x);
 #ifdef __AVX512BF16__
         if (MODE == M_BF16) w *= a->qb_mul;
-        if (f8b) w *= a->qb_mul * a->qb_hmul[hh];
 #endif
 #pragma GCC unroll 16
         for (int r = 0; r < NR; r++) memcpy(S + r * FA_KV_BC + j0, (const float *)&w + r * NK, sizeof(float) * NK);

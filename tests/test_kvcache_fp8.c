@@ -205,8 +205,7 @@ static void every_byte(fa_context *ctx) {
     CHECK_MSG(bad == 0, "every byte: %d of %d E4M3 values converted inexactly", bad, DV);
 }
 
-/* Every E4M3 byte through the kernels' vector path (d = 256: whole vectors; with bf16 q on avx512bf16 QKᵀ runs on
- * vdpbf16ps), q f32 and bf16: V exactly (one key: out = its v row), K one element at a time (q one-hot on element i
+/* Every E4M3 byte through the kernels' vector path (d = 256: whole vectors), q f32 and bf16: V exactly (one key: out = its v row), K one element at a time (q one-hot on element i
  * and a second key of zeros: lse = log(1 + e^(k_i / 16)) against float64), and the NaN bytes 0x7f / 0xff in K making
  * the row NaN and in V their column. */
 static void every_byte_vec(fa_context *ctx) {

@@ -140,7 +140,7 @@ static inline vf e4m3_vec(const uint8_t *s) {
 /* VW E4M3 bytes -> their values · 2^-8 (FA_KV_F8_SCALE, folded into the descales by the caller), exact. With F16C
  * or AVX-512, the byte sign-extended to 16 bits and shifted left by 7 holds the sign at bit 15 and the magnitude at
  * bits 13..7: an fp16 of that value · 2^-8 (E4M3 subnormals land on fp16 subnormals, which vcvtph2ps converts
- * exactly whatever MXCSR says) once bit 14, a second copy of the sign, is cleared — or set for 0x7f (NaN), whose
+ * exactly whatever MXCSR says) once bit 14, a second copy of the sign, is cleared — or set for 0x7f/0xff (NaN), whose
  * magnitude +1 carries into it: bit 14 := bit 14 of t XOR bit 14 of t + 0x80. Five ops a vector, no table. */
 static inline vf e4m3_vec8(const uint8_t *s) {
 #if defined(__AVX512F__) || (defined(__F16C__) && VW == 8)

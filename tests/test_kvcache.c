@@ -16,29 +16,10 @@
 
 static t_rng R;
 
-static t_kv_spec spec(fa_dtype dt, int batch, int sq, int hq, int hk, int d, int cap, int page) {
-    t_kv_spec s;
-    memset(&s, 0, sizeof s);
-    s.dt = dt, s.batch = batch, s.sq = sq, s.hq = hq, s.hk = hk, s.d = d, s.capacity = cap, s.page_size = page;
-    s.opts = fa_attn_opts_default();
-    s.kv = fa_kv_opts_default();
-    return s;
-}
-
 static const char *mask_name(const fa_attn_opts *o) {
     if (o->softcap > 0) return "softcap";
     if (o->window_left >= 0 || o->window_right >= 0) return o->causal ? "causal+window" : "window";
     return o->causal ? "causal" : "none";
-}
-
-static void set_mask(t_kv_spec *s, int m) {
-    switch (m) {
-    case 1: s->opts.causal = 1; break;
-    case 2: s->opts.window_left = 37, s->opts.window_right = 2; break;
-    case 3: s->opts.causal = 1, s->opts.window_left = 50; break;
-    case 4: s->opts.softcap = 3.5f, s->opts.causal = 1; break;
-    default: break;
-    }
 }
 
 static void run(fa_context *ctx, const t_kv_spec *s, const char *what) {
@@ -61,13 +42,13 @@ static void grid(fa_context *ctx) {
         for (int si = 0; si < 3; si++)
             for (int gi = 0; gi < 4; gi++, n++) {
                 const int d = (int[]){64, 32, 128, 40}[n % 4];
-                t_kv_spec s = spec(dts[n % 3], 3 + n % 2, sqs[si], gqa[gi][0], gqa[gi][1], d, 200 + 57 * (n % 5),
+                t_kv_spec s = t_kv_spec_of(dts[n % 3], 3 + n % 2, sqs[si], gqa[gi][0], gqa[gi][1], d, 200 + 57 * (n % 5),
                                    pages[pi]);
                 s.append = n % 3 != 2;
                 s.rotary = s.append ? n % 3 : 0;
                 s.rot_dim = s.rotary && n % 2 ? d / 2 : 0;
                 s.batch_idx = n % 5 == 1;
-                set_mask(&s, n % 5);
+                t_kv_set_mask(&s, n % 5);
                 run(ctx, &s, "grid");
             }
 }
@@ -79,7 +60,7 @@ static void widths(fa_context *ctx) {
     int n = 0;
     for (int di = 0; di < 7; di++)
         for (int ri = 0; ri < 5; ri++, n++) {
-            t_kv_spec s = spec((fa_dtype)(n % 3), 2, rows[ri][1], 2 * rows[ri][0], 2, ds[di], 150 + 37 * (n % 4),
+            t_kv_spec s = t_kv_spec_of((fa_dtype)(n % 3), 2, rows[ri][1], 2 * rows[ri][0], 2, ds[di], 150 + 37 * (n % 4),
                                n % 2 ? 16 : 0);
             s.append = n % 3 == 0;
             run(ctx, &s, "widths");
@@ -91,9 +72,9 @@ static void masks(fa_context *ctx) {
     for (int m = 0; m < 5; m++)
         for (int page = 0; page <= 16; page += 16)
             for (int app = 0; app < 2; app++) {
-                t_kv_spec s = spec(FA_DTYPE_BF16, 4, 4, 8, 2, 64, 333, page);
+                t_kv_spec s = t_kv_spec_of(FA_DTYPE_BF16, 4, 4, 8, 2, 64, 333, page);
                 s.append = app;
-                set_mask(&s, m);
+                t_kv_set_mask(&s, m);
                 run(ctx, &s, "mask");
             }
 }
@@ -119,7 +100,7 @@ static void splits(fa_context *ctx) {
     static const int ns[] = {1, 2, 3, 7, 64, 1024};
     for (int page = 0; page <= 3; page += 3) {
         const int lens[2] = {1500, 777};
-        t_kv_spec s = spec(FA_DTYPE_F32, 2, 2, 4, 1, 64, 1600, page);
+        t_kv_spec s = t_kv_spec_of(FA_DTYPE_F32, 2, 2, 4, 1, 64, 1600, page);
         s.lens = lens;
         s.append = 1;
         s.opts.causal = 1;
@@ -151,7 +132,7 @@ static void splits(fa_context *ctx) {
         t_kv_free(c);
     }
     for (int split_size = 16; split_size <= 4096; split_size *= 16) { /* fixed splits against the oracle */
-        t_kv_spec s = spec(FA_DTYPE_BF16, 3, 1, 8, 8, 128, 1111, split_size == 256 ? 16 : 0);
+        t_kv_spec s = t_kv_spec_of(FA_DTYPE_BF16, 3, 1, 8, 8, 128, 1111, split_size == 256 ? 16 : 0);
         s.append = 1;
         s.kv.split_size = split_size;
         run(ctx, &s, "fixed split");
@@ -161,7 +142,7 @@ static void splits(fa_context *ctx) {
 /* Fixed-split mode: a sequence's out and LSE are the same bits alone as in any batch. */
 static void batch_invariance(fa_context *ctx) {
     for (int page = 0; page <= 16; page += 16) {
-        t_kv_spec s = spec(FA_DTYPE_BF16, 5, 2, 8, 2, 64, 900, page);
+        t_kv_spec s = t_kv_spec_of(FA_DTYPE_BF16, 5, 2, 8, 2, 64, 900, page);
         s.batch_idx = 1;
         s.kv.split_size = 128;
         s.opts.causal = 1;
@@ -289,7 +270,7 @@ static void expect_error(fa_context *ctx, t_kv_case *c, fa_kvcache *kc, const fa
 
 static void errors(fa_context *ctx) {
     for (int page = 0; page <= 8; page += 8) {
-        t_kv_spec s = spec(FA_DTYPE_BF16, 3, 2, 4, 2, 32, 64, page);
+        t_kv_spec s = t_kv_spec_of(FA_DTYPE_BF16, 3, 2, 4, 2, 32, 64, page);
         s.append = 1;
         s.batch_idx = 1;
         t_kv_case *c = t_kv_new(&s, &R);
@@ -387,7 +368,7 @@ static void block_table_bounds(fa_context *ctx) {
     for (int pi = 0; pi < 3; pi++)
         for (int full = 0; full < 2; full++) {
             const int page = pages[pi];
-            t_kv_spec s = spec(FA_DTYPE_BF16, 2, 1, 4, 2, 32, page, page); /* one page per sequence: max_pages 1 */
+            t_kv_spec s = t_kv_spec_of(FA_DTYPE_BF16, 2, 1, 4, 2, 32, page, page); /* one page per sequence: max_pages 1 */
             s.append = full;
             t_kv_case *c = t_kv_new(&s, &R);
             snprintf(t_case_label, sizeof t_case_label, "block-table bounds: page %d, %s", page,
@@ -406,7 +387,7 @@ static void block_table_bounds(fa_context *ctx) {
 
 /* The numerics contract: NaN in one cached key makes exactly the rows of its K/V head NaN; finite elsewhere. */
 static void nonfinite(fa_context *ctx) {
-    t_kv_spec s = spec(FA_DTYPE_F32, 1, 1, 4, 2, 32, 100, 0);
+    t_kv_spec s = t_kv_spec_of(FA_DTYPE_F32, 1, 1, 4, 2, 32, 100, 0);
     const int lens[1] = {90};
     s.lens = lens;
     t_kv_case *c = t_kv_new(&s, &R);
@@ -428,7 +409,7 @@ static void nonfinite(fa_context *ctx) {
 static void extremes(fa_context *ctx) {
     static const float scales[3][2] = {{0, 0}, {1e30f, 1e-30f}, {FLT_MAX, 0.5f}};
     for (int x = 0; x < 3; x++) {
-        t_kv_spec s = spec(FA_DTYPE_F32, 2, 3, 4, 2, 32, 100, 16);
+        t_kv_spec s = t_kv_spec_of(FA_DTYPE_F32, 2, 3, 4, 2, 32, 100, 16);
         s.append = 1, s.opts.causal = 1, s.kv.num_splits = 3;
         s.opts.scale = scales[x][0], s.opts.softcap = scales[x][1];
         t_kv_case *c = t_kv_new(&s, &R);
@@ -455,18 +436,8 @@ static void extremes(fa_context *ctx) {
 static void randoms(fa_context *ctx) {
     const char *env = getenv("FA_TEST_RANDOM");
     const int n = env && *env ? atoi(env) : 24;
-    static const int pages[] = {0, 1, 2, 3, 5, 16, 64, 256};
     for (int i = 0; i < n; i++) {
-        const int hk = t_rng_int(&R, 1, 3), g = (int[]){1, 2, 4, 8}[t_rng_int(&R, 0, 3)];
-        t_kv_spec s = spec((fa_dtype)t_rng_int(&R, 0, 2), t_rng_int(&R, 1, 5), t_rng_int(&R, 1, 9), hk * g, hk,
-                           t_rng_int(&R, 1, 160), t_rng_int(&R, 9, 700), pages[t_rng_int(&R, 0, 7)]);
-        s.append = t_rng_int(&R, 0, 1);
-        s.rotary = s.append && s.d % 2 == 0 ? t_rng_int(&R, 0, 2) : 0;
-        s.batch_idx = t_rng_int(&R, 0, 1);
-        set_mask(&s, t_rng_int(&R, 0, 4));
-        if (t_rng_int(&R, 0, 2) == 0) s.kv.num_splits = t_rng_int(&R, 1, 9);
-        else if (t_rng_int(&R, 0, 1)) s.kv.split_size = t_rng_int(&R, 1, 300);
-        if (s.sq > s.capacity) s.sq = s.capacity;
+        const t_kv_spec s = t_kv_spec_random(&R, NULL);
         run(ctx, &s, "random");
     }
 }

@@ -14,23 +14,9 @@
 static t_rng R;
 
 static t_kv_spec spec(fa_dtype dt, int batch, int sq, int hq, int hk, int d, int cap, int page) {
-    t_kv_spec s;
-    memset(&s, 0, sizeof s);
-    s.dt = dt, s.batch = batch, s.sq = sq, s.hq = hq, s.hk = hk, s.d = d, s.capacity = cap, s.page_size = page;
+    t_kv_spec s = t_kv_spec_of(dt, batch, sq, hq, hk, d, cap, page);
     s.fp8 = 1;
-    s.opts = fa_attn_opts_default();
-    s.kv = fa_kv_opts_default();
     return s;
-}
-
-static void set_mask(t_kv_spec *s, int m) {
-    switch (m) {
-    case 1: s->opts.causal = 1; break;
-    case 2: s->opts.window_left = 37, s->opts.window_right = 2; break;
-    case 3: s->opts.causal = 1, s->opts.window_left = 50; break;
-    case 4: s->opts.softcap = 3.5f, s->opts.causal = 1; break;
-    default: break;
-    }
 }
 
 static float sinks[64];
@@ -60,7 +46,7 @@ static void grid(fa_context *ctx) {
                     s.append = ap;
                     s.rotary = ap ? n % 3 : 0;
                     s.batch_idx = n % 2;
-                    set_mask(&s, n % 5);
+                    t_kv_set_mask(&s, n % 5);
                     if (sp == 1) s.kv.num_splits = 1;
                     else if (sp == 2) s.kv.num_splits = 5;
                     else if (sp == 3) s.kv.split_size = 40;
@@ -82,19 +68,9 @@ static void vdims(fa_context *ctx) {
 static void randoms(fa_context *ctx) {
     const char *env = getenv("FA_TEST_RANDOM");
     const int n = env && *env ? atoi(env) : 16;
-    static const int pages[] = {0, 1, 2, 3, 5, 16, 64, 256};
     for (int i = 0; i < n; i++) {
-        const int hk = t_rng_int(&R, 1, 3), g = (int[]){1, 2, 4, 8}[t_rng_int(&R, 0, 3)];
-        t_kv_spec s = spec((fa_dtype)t_rng_int(&R, 0, 2), t_rng_int(&R, 1, 5), t_rng_int(&R, 1, 9), hk * g, hk,
-                           t_rng_int(&R, 1, 160), t_rng_int(&R, 9, 700), pages[t_rng_int(&R, 0, 7)]);
-        s.append = t_rng_int(&R, 0, 1);
-        s.rotary = s.append && s.d % 2 == 0 ? t_rng_int(&R, 0, 2) : 0;
-        s.batch_idx = t_rng_int(&R, 0, 1);
-        set_mask(&s, t_rng_int(&R, 0, 4));
-        if (t_rng_int(&R, 0, 2) == 0) s.kv.num_splits = t_rng_int(&R, 1, 9);
-        else if (t_rng_int(&R, 0, 1)) s.kv.split_size = t_rng_int(&R, 1, 300);
-        if (t_rng_int(&R, 0, 3) == 0) s.opts.sinks = sinks;
-        if (s.sq > s.capacity) s.sq = s.capacity;
+        t_kv_spec s = t_kv_spec_random(&R, sinks);
+        s.fp8 = 1;
         run(ctx, &s, "random");
     }
 }
@@ -229,6 +205,51 @@ static void every_byte(fa_context *ctx) {
     CHECK_MSG(bad == 0, "every byte: %d of %d E4M3 values converted inexactly", bad, DV);
 }
 
+/* Every E4M3 byte through the kernels' vector path (d = 256: whole vectors), q f32 and bf16: V exactly (one key: out = its v row), K one element at a time (q one-hot on element i
+ * and a second key of zeros: lse = log(1 + e^(k_i / 16)) against float64), and the NaN bytes 0x7f / 0xff in K making
+ * the row NaN and in V their column. */
+static void every_byte_vec(fa_context *ctx) {
+    enum { D = 256 };
+    static uint8_t k8[2 * D], v8[2 * D], qo[2][2 * D * 4]; /* q, out: f32 or bf16 */
+    int bad = 0;
+    for (int t = 0; t < 2; t++) {
+        const fa_dtype dt = t ? FA_DTYPE_BF16 : FA_DTYPE_F32;
+        int32_t len = 1;
+        float lse = 0;
+        fa_kvcache c = {.k = fa_tensor_bshd(k8, FA_DTYPE_F8_E4M3, 1, 2, 1, D),
+                        .v = fa_tensor_bshd(v8, FA_DTYPE_F8_E4M3, 1, 2, 1, D), .seqlens = &len};
+        fa_tensor q = fa_tensor_bshd(qo[0], dt, 1, 1, 1, D), o = fa_tensor_bshd(qo[1], dt, 1, 1, 1, D);
+        snprintf(t_case_label, sizeof t_case_label, "every byte, vectors, q %s", fa_dtype_name(dt));
+        memset(k8, 0, sizeof k8), memset(qo[0], 0, sizeof qo[0]);
+        for (int i = 0; i < D; i++) v8[i] = (uint8_t)((i & 0x7f) == 0x7f ? i & 0x80 : i); /* NaN: ±0 instead */
+        for (int nan = 0; nan < 2; nan++) { /* V: the row exactly; then 0x7f at column 5: that column NaN */
+            v8[5] = nan ? 0x7f : 5;
+            CHECK_STATUS(fa_forward_kvcache(ctx, NULL, NULL, &q, &c, NULL, NULL, &o, NULL), FA_OK);
+            for (int i = 0; i < D; i++) {
+                const double got = t_load(qo[1], dt, i), want = t_decode_e4m3(v8[i]);
+                bad += isnan(want) ? !isnan(got) : !(got == want);
+            }
+        }
+        len = 2; /* K: key 0 the bytes, key 1 zeros; V zeros */
+        memset(v8, 0, sizeof v8);
+        for (int i = 0; i < D; i++) k8[i] = (uint8_t)((i & 0x7f) == 0x7f ? i & 0x80 : i);
+        for (int i = 0; i < D; i++) {
+            memset(qo[0], 0, sizeof qo[0]);
+            if (t) ((uint16_t *)qo[0])[i] = 0x3f80; /* 1.0 */
+            else ((float *)qo[0])[i] = 1.0f;
+            CHECK_STATUS(fa_forward_kvcache(ctx, NULL, NULL, &q, &c, NULL, NULL, &o, &lse), FA_OK);
+            const double want = log1p(exp(t_decode_e4m3(k8[i]) / 16));
+            bad += !(fabs(lse - want) <= 1e-6 * fmax(1, want));
+        }
+        for (int x = 0; x < 2; x++) { /* a NaN byte anywhere in k makes the row NaN */
+            k8[77] = x ? 0xff : 0x7f;
+            CHECK_STATUS(fa_forward_kvcache(ctx, NULL, NULL, &q, &c, NULL, NULL, &o, &lse), FA_OK);
+            bad += !isnan(lse) || !isnan(t_load(qo[1], dt, 0));
+        }
+    }
+    CHECK_MSG(bad == 0, "every byte through the vectors: %d values differ", bad);
+}
+
 /* Leftpad, packed queries and packed new rows (test_kvcache_varlen.c holds them against the oracle on an f32 cache):
  * an FP8 cache with power-of-two descales against the f32 cache of its exact values, and new rows that E4M3 holds
  * exactly, so both calls see the same keys; the descales then scale q and O exactly, and the outputs agree to fp32
@@ -293,6 +314,7 @@ int main(void) {
     fa_context *ctx = t_cpu_ctx();
     errors(ctx);
     every_byte(ctx);
+    every_byte_vec(ctx);
     accuracy(ctx);
     grid(ctx);
     vdims(ctx);

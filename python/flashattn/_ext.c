@@ -162,15 +162,18 @@ done:
 }
 
 /* kv: (seqlens, block_table, max_pages, block_table_stride, batch_idx, cache_rows, num_splits, rotary_cos,
- * rotary_sin, rotary_seqlen, rotary_dim, rotary_interleaved [, cache_leftpad]); every array as an address (0 = NULL). */
+ * rotary_sin, rotary_seqlen, rotary_dim, rotary_interleaved [, cache_leftpad [, k_descale, v_descale]]); every array
+ * as an address (0 = NULL). */
 static int get_kv(PyObject *o, fa_kvcache *c, fa_kv_opts *kv) {
-    unsigned long long seqlens, table, idx, cos, sin, leftpad = 0;
+    unsigned long long seqlens, table, idx, cos, sin, leftpad = 0, kds = 0, vds = 0;
     g_kv_opts_init(kv, sizeof *kv);
-    if (!PyArg_ParseTuple(o, "KKLLKLiKKLii|K", &seqlens, &table, &c->max_pages, &c->block_table_stride, &idx,
+    if (!PyArg_ParseTuple(o, "KKLLKLiKKLii|KKK", &seqlens, &table, &c->max_pages, &c->block_table_stride, &idx,
                           &c->cache_rows, &kv->num_splits, &cos, &sin, &kv->rotary_seqlen, &kv->rotary_dim,
-                          &kv->rotary_interleaved, &leftpad))
+                          &kv->rotary_interleaved, &leftpad, &kds, &vds))
         return -1;
     kv->cache_leftpad = (const int32_t *)(uintptr_t)leftpad;
+    kv->k_descale = (const float *)(uintptr_t)kds;
+    kv->v_descale = (const float *)(uintptr_t)vds;
     c->seqlens = (const int32_t *)(uintptr_t)seqlens;
     c->block_table = (const int32_t *)(uintptr_t)table;
     c->batch_idx = (const int32_t *)(uintptr_t)idx;

@@ -15,8 +15,12 @@ def _index(a, name, ndim, batch=None):
 def kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
             softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits,
             learnable_sink=None, attention_chunk=0, cache_leftpad=None, cu_seqlens_q=None, cu_seqlens_k_new=None,
-            max_seqlen_q=0):
+            max_seqlen_q=0, k_descale=None, v_descale=None):
     """(out, lse) as the torch front end's, for numpy arrays."""
+    for name, t in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if t is not None:
+            raise _kvcache.unsupported(f"{name}: FP8 caches are offered for torch tensors (numpy has no "
+                                       f"float8_e4m3fn)")
     ctx = _capi.context(_capi.BACKEND_CPU, 0)
     args = [_arg(q, "q"), _arg(k_cache, "k_cache"), _arg(v_cache, "v_cache"),
             None if k is None else _arg(k, "k"), None if v is None else _arg(v, "v")]

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from . import _capi, _kvcache
-from ._torch import _context, _lse_shape, _plain_eager, _sinks, _view
+from ._torch import _FP8, _context, _lse_shape, _plain_eager, _sinks, _view
 
 
 def _index(t, name, ndim, batch=None):
@@ -16,14 +16,30 @@ def _index(t, name, ndim, batch=None):
     return t.data_ptr()
 
 
+def _descale(t, name, k_cache, batch):
+    """k_descale/v_descale (flash-attn's): float32 [batch, kv_heads] for a float8_e4m3fn cache (its device was
+    checked with the others); the contiguous tensor the library reads."""
+    if t is None:
+        return None
+    if _FP8 is None or k_cache.dtype != _FP8:
+        raise _kvcache.invalid(f"{name}: given with a {k_cache.dtype} cache; descales go with a float8_e4m3fn cache")
+    shape = (batch, k_cache.shape[-2])
+    if not isinstance(t, Tensor) or t.dtype != torch.float32 or tuple(t.shape) != shape:
+        got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__
+        raise _kvcache.invalid(f"{name}: expected a float32 {list(shape)} tensor ([batch, kv_heads]), got {got}; "
+                               f"flashattn does not cast")
+    return t.contiguous()
+
+
 def _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
          softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits,
          learnable_sink=None, attention_chunk=0, cache_leftpad=None, cu_seqlens_q=None, cu_seqlens_k_new=None,
-         max_seqlen_q=0):
+         max_seqlen_q=0, k_descale=None, v_descale=None):
     named = (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v), ("rotary_cos", rotary_cos),
              ("rotary_sin", rotary_sin), ("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
              ("block_table", block_table), ("learnable_sink", learnable_sink), ("cache_leftpad", cache_leftpad),
-             ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k_new", cu_seqlens_k_new))
+             ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k_new", cu_seqlens_k_new), ("k_descale", k_descale),
+             ("v_descale", v_descale))
     if q.is_cpu and all(t is None or t.is_cpu for _, t in named):
         ctx = _capi.context(_capi.BACKEND_CPU, 0)
     else:
@@ -56,8 +72,9 @@ def _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache
         rot_seqlen, rot_dim = _kvcache.check_rotary(rotary_cos.shape, rotary_sin.shape, ok, q.shape[-1])
         cos, sin = rotary_cos.data_ptr(), rotary_sin.data_ptr()
     lp = 0 if cache_leftpad is None else _index(cache_leftpad, "cache_leftpad", 1, batch)
+    scales = [_descale(t, n, k_cache, batch) for t, n in ((k_descale, "k_descale"), (v_descale, "v_descale"))]
     kv = (seqlens, table, max_pages, table_stride, idx, rows, num_splits, cos, sin, rot_seqlen, rot_dim,
-          int(rotary_interleaved), lp)
+          int(rotary_interleaved), lp) + tuple(0 if t is None else t.data_ptr() for t in scales)
     out = q.new_empty(tuple(q.shape[:-1]) + (v_cache.shape[-1],))  # v's head_dim (MLA: 576 / 512)
     lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=dev)
     sinks = None if learnable_sink is None else _sinks(learnable_sink, q)
@@ -76,16 +93,19 @@ def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor]
                 window_left: int, window_right: int, softcap: float, rotary_interleaved: bool,
                 num_splits: int, learnable_sink: Optional[Tensor] = None, attention_chunk: int = 0,
                 cache_leftpad: Optional[Tensor] = None, cu_seqlens_q: Optional[Tensor] = None,
-                cu_seqlens_k_new: Optional[Tensor] = None, max_seqlen_q: int = 0) -> Tuple[Tensor, Tensor]:
+                cu_seqlens_k_new: Optional[Tensor] = None, max_seqlen_q: int = 0,
+                k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     return _run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
                 softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits,
-                learnable_sink, attention_chunk, cache_leftpad, cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q)
+                learnable_sink, attention_chunk, cache_leftpad, cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q,
+                k_descale, v_descale)
 
 
 @fwd_kvcache.register_fake
 def _(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table, softmax_scale,
       causal, window_left, window_right, softcap, rotary_interleaved, num_splits, learnable_sink=None,
-      attention_chunk=0, cache_leftpad=None, cu_seqlens_q=None, cu_seqlens_k_new=None, max_seqlen_q=0):
+      attention_chunk=0, cache_leftpad=None, cu_seqlens_q=None, cu_seqlens_k_new=None, max_seqlen_q=0,
+      k_descale=None, v_descale=None):
     return (q.new_empty(tuple(q.shape[:-1]) + (v_cache.shape[-1],)),
             q.new_empty(_lse_shape(q), dtype=torch.float32))
 

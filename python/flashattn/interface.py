@@ -171,7 +171,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     cache_batch_idx int32 [batch] picks the cache row of each sequence. causal/window are bottom-right aligned over
     the keys after the append, and so is attention_chunk (FA3's: a query sees only the keys of its own chunk of
     attention_chunk positions; 0 = off). num_splits 0 = heuristic. learnable_sink: None or float32 [heads] on q's
-    device (as flash_attn_func's; no gradient here). The FP8 descales are refused (the binding passes no FP8 cache yet).
+    device (as flash_attn_func's; no gradient here). An FP8 cache (torch.float8_e4m3fn k_cache and v_cache, torch on
+    the CPU; CUDA refuses it with the C library's reason) takes k_descale/v_descale, float32 [batch, kv_heads] (None =
+    1): element x of sequence b, head h stands for x * descale[b, h]; new rows k/v (q's dtype) are quantised with it.
+    q_descale is refused: decoding reads a 16/32-bit q.
     k/v may have a number of rows other than q's (speculative decoding, chunked prefill): row i of sequence b is key
     cache_seqlens[b] + i, and query row i sees the keys up to i + L - seqlen_q (L: the keys after the append).
     cache_leftpad int32 [batch]: sequence b's keys start at that cache position (the mask aligns to them).
@@ -184,11 +187,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     flash-attn does; not while a CUDA graph is captured) and on the CPU; on CUDA otherwise the kernels clamp every
     index out of range and record it, and kvcache_check(device) raises it (docs/python.md).
     extra: FA3's other keywords (page_table is block_table; _compat.py)."""
-    for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
-        if t is not None:
-            raise _capi.UnsupportedError(_capi.ERR_UNSUPPORTED, f"FA_ERR_UNSUPPORTED: flash_attn_with_kvcache: {name}: "
-                                         f"decoding from FP8 caches is not offered by the Python binding yet (the C API's "
-                                         f"fa_forward_kvcache takes them: fa_kv_opts.k_descale / v_descale, CPU)")
+    if q_descale is not None:
+        raise _capi.UnsupportedError(_capi.ERR_UNSUPPORTED, "FA_ERR_UNSUPPORTED: flash_attn_with_kvcache: q_descale: "
+                                     "decoding takes q as float32, float16 or bfloat16 (an FP8 cache's descales are "
+                                     "k_descale and v_descale)")
     chunk = _more(None, None, attention_chunk, None, None, None)
     if extra:
         renamed, _ = _compat.extra("flash_attn_with_kvcache", extra, renames={"page_table": "block_table"})
@@ -214,10 +216,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
             float(softmax_scale or 0.0), bool(causal), int(left), int(right), float(softcap), bool(rotary_interleaved),
             int(num_splits), learnable_sink, chunk[2] if chunk else 0)
-    if cache_leftpad is None and cu_seqlens_q is None and cu_seqlens_k_new is None:
+    if cache_leftpad is None and cu_seqlens_q is None and cu_seqlens_k_new is None and k_descale is None \
+            and v_descale is None:
         out, lse = front(*args)
     else:
-        out, lse = front(*args, cache_leftpad, cu_seqlens_q, cu_seqlens_k_new, int(max_seqlen_q or 0))
+        out, lse = front(*args, cache_leftpad, cu_seqlens_q, cu_seqlens_k_new, int(max_seqlen_q or 0), k_descale,
+                         v_descale)
     return (out, lse) if return_softmax_lse else out
 
 

@@ -91,5 +91,5 @@ def test_chunk_errors():
     q = torch.randn(1, 4, 2, 16)
     with pytest.raises(flashattn.InvalidArgumentError, match="attention_chunk"):
         flashattn.flash_attn_func(q, q, q, attention_chunk=-2)
-    with pytest.raises(flashattn.UnsupportedError, match="k_descale"):
+    with pytest.raises(flashattn.InvalidArgumentError, match="k_descale: given with a torch.float32 cache"):
         flashattn.flash_attn_with_kvcache(q, q, q, k_descale=torch.ones(1, 2))

@@ -59,7 +59,7 @@ def test_fp8_varlen_and_refusals():
     with pytest.raises(flashattn.InvalidArgumentError, match="descales go with float8_e4m3fn"):
         flashattn.flash_attn_func(torch.randn(1, 4, 2, 32), torch.randn(1, 4, 2, 32), torch.randn(1, 4, 2, 32),
                                   q_descale=torch.ones(1, 2))
-    with pytest.raises(flashattn.UnsupportedError, match="k_descale"):
+    with pytest.raises(flashattn.InvalidArgumentError, match="k_descale: given with a torch.float32 cache"):
         flashattn.flash_attn_with_kvcache(torch.randn(1, 1, 2, 32), torch.randn(1, 8, 2, 32),
                                           torch.randn(1, 8, 2, 32), k_descale=torch.ones(1, 2))
 

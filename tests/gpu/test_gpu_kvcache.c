@@ -122,15 +122,6 @@ static void run(fa_context *ctx, fa_context *cpu, const t_kv_spec *s, const char
     t_kv_free(c);
 }
 
-static t_kv_spec spec(fa_dtype dt, int batch, int sq, int hq, int hk, int d, int cap, int page) {
-    t_kv_spec s;
-    memset(&s, 0, sizeof s);
-    s.dt = dt, s.batch = batch, s.sq = sq, s.hq = hq, s.hk = hk, s.d = d, s.capacity = cap, s.page_size = page;
-    s.opts = fa_attn_opts_default();
-    s.kv = fa_kv_opts_default();
-    return s;
-}
-
 /* attention_chunk: chunks of the sequence after the append (a query row sees its diagonal's chunk only), with causal
  * and a window, contiguous and paged, append with rotary (chunk rotates q rows as a local call), splits. */
 static void chunks(fa_context *ctx, fa_context *cpu, int small) {
@@ -139,7 +130,7 @@ static void chunks(fa_context *ctx, fa_context *cpu, int small) {
     for (int pi = 0; pi < 3; pi++)
         for (int ci = 0; ci < 4; ci++, n++) {
             if (small && n % 3) continue;
-            t_kv_spec s = spec(n % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 3, (int[]){1, 4, 17}[n % 3], 8, 2,
+            t_kv_spec s = t_kv_spec_of(n % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 3, (int[]){1, 4, 17}[n % 3], 8, 2,
                                n % 2 ? 64 : 128, 700, pages[pi]);
             s.append = n % 2 == 0;
             s.rotary = s.append && n % 4 == 0;
@@ -160,7 +151,7 @@ static void grid(fa_context *ctx, fa_context *cpu, int small) {
             for (int gi = 0; gi < 4; gi++, n++) {
                 if (small && n % 4) continue;
                 const int d = (int[]){128, 64, 128, 256}[n % 4];
-                t_kv_spec s = spec(n % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 3 + n % 2, sqs[si], gqa[gi][0], gqa[gi][1], d,
+                t_kv_spec s = t_kv_spec_of(n % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 3 + n % 2, sqs[si], gqa[gi][0], gqa[gi][1], d,
                                    small ? 300 : 700 + 111 * (n % 5), pages[pi]);
                 s.append = n % 3 != 2;
                 s.rotary = s.append ? n % 3 : 0;
@@ -181,7 +172,7 @@ static void grid(fa_context *ctx, fa_context *cpu, int small) {
 static void splits(fa_context *ctx, fa_context *cpu, int small) {
     static const int ns[] = {0, 1, 2, 5, 33, 128};
     for (int i = 0; i < 6; i++) {
-        t_kv_spec s = spec(FA_DTYPE_BF16, 1, 1, 32, 8, 128, small ? 2000 : 16384, i % 2 ? 16 : 0);
+        t_kv_spec s = t_kv_spec_of(FA_DTYPE_BF16, 1, 1, 32, 8, 128, small ? 2000 : 16384, i % 2 ? 16 : 0);
         s.append = 1;
         s.kv.num_splits = ns[i];
         run(ctx, cpu, &s, "splits");
@@ -201,7 +192,7 @@ static void sinks(fa_context *ctx, fa_context *cpu, int small) {
     for (int i = 0; i < 16; i++) {
         if (small && i % 2) continue;
         const int d = (int[]){128, 64, 256}[i % 3], lens[3] = {0, 1 + i * 37, small ? 697 : 1897};
-        t_kv_spec s = spec(i % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 3, (int[]){1, 4, 1, 2}[i % 4], i % 4 < 2 ? 32 : 8,
+        t_kv_spec s = t_kv_spec_of(i % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 3, (int[]){1, 4, 1, 2}[i % 4], i % 4 < 2 ? 32 : 8,
                            8, d, small ? 701 : 1901, (int[]){0, 16, 3, 0}[i / 4]);
         s.lens = i % 3 == 2 ? NULL : lens;
         s.append = i % 3 != 1;
@@ -232,7 +223,7 @@ static void misalign(void **dev, fa_tensor *t, const t_buf *host) {
 static void paths(fa_context *ctx, fa_context *cpu, int small) {
     for (int i = 0; i < 12; i++) {
         const int unaligned = i & 1, user_ws = (i >> 1) & 1;
-        t_kv_spec s = spec(i % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 2, i % 4 < 2 ? 1 : 4, 32, 8, i % 3 ? 128 : 64,
+        t_kv_spec s = t_kv_spec_of(i % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 2, i % 4 < 2 ? 1 : 4, 32, 8, i % 3 ? 128 : 64,
                            small ? 2048 : 4096, (int[]){0, 16, 3}[i / 4]);
         s.append = 1;
         s.opts.causal = 1;
@@ -269,7 +260,7 @@ static void paths(fa_context *ctx, fa_context *cpu, int small) {
 static void many_splits(fa_context *ctx, fa_context *cpu, int small) {
     static const int shapes[][3] = {{8, 8, 64}, {32, 8, 128}, {3, 1, 128}, {16, 1, 256}, {16, 1, 64}, {8, 8, 256}};
     for (int i = 0; i < 6; i++) {
-        t_kv_spec s = spec(i % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 2, 1, shapes[i][0], shapes[i][1], shapes[i][2],
+        t_kv_spec s = t_kv_spec_of(i % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 2, 1, shapes[i][0], shapes[i][1], shapes[i][2],
                            small ? 2400 : 4096, i % 3 == 1 ? 16 : 0);
         s.append = i % 2;
         s.kv.split_size = 16;
@@ -286,7 +277,7 @@ static void contract(fa_context *ctx, fa_context *cpu) {
     static const float sk[8] = {0.5f, -1, 2, -INFINITY, 3, 0, 1.5f, -0.25f};
     for (int x = 0; x < 24; x++) { /* 12..23: the same with sinks (their join after the float64 recompute) */
         const int kind = x % 6;
-        t_kv_spec s = spec(FA_DTYPE_BF16, 2, 3, 8, 2, 128, 300, x / 6 % 2 ? 16 : 0);
+        t_kv_spec s = t_kv_spec_of(FA_DTYPE_BF16, 2, 3, 8, 2, 128, 300, x / 6 % 2 ? 16 : 0);
         s.opts.sinks = x < 12 ? NULL : sk;
         const int lens[2] = {250, 120};
         s.lens = lens;
@@ -367,7 +358,7 @@ static void contract(fa_context *ctx, fa_context *cpu) {
 
 /* check_indices: a bad length is reported, nothing is written. */
 static void check_indices(fa_context *ctx) {
-    t_kv_spec s = spec(FA_DTYPE_BF16, 2, 1, 8, 2, 128, 100, 16);
+    t_kv_spec s = t_kv_spec_of(FA_DTYPE_BF16, 2, 1, 8, 2, 128, 100, 16);
     s.append = 1;
     t_kv_case *c = t_kv_new(&s, &R);
     snprintf(t_case_label, sizeof t_case_label, "check_indices");
@@ -425,7 +416,7 @@ static void out_of_range(fa_context *ctx) {
         for (int kind = 0; kind < OOR_KINDS; kind++) {
             if (!page && (kind == OOR_PAGE_HIGH || kind == OOR_PAGE_NEG)) continue;
             /* paged: a block table of one column of 16 keys (flash-attn's bounds test) */
-            t_kv_spec s = spec(FA_DTYPE_BF16, 2, 1, 8, 2, 128, page ? 16 : 40, page);
+            t_kv_spec s = t_kv_spec_of(FA_DTYPE_BF16, 2, 1, 8, 2, 128, page ? 16 : 40, page);
             int lens[2] = {5, 7};
             s.lens = lens;
             s.append = kind == OOR_FULL_APPEND || kind == OOR_ROTARY;
@@ -498,7 +489,7 @@ static void out_of_range(fa_context *ctx) {
 
 /* A fault inside a graph replay: captured with valid lengths, replayed after one is set past the capacity. */
 static void graph_fault(fa_context *ctx) {
-    t_kv_spec s = spec(FA_DTYPE_F16, 2, 1, 8, 2, 64, 64, 16);
+    t_kv_spec s = t_kv_spec_of(FA_DTYPE_F16, 2, 1, 8, 2, 64, 64, 16);
     s.append = 1;
     t_kv_case *c = t_kv_new(&s, &R);
     snprintf(t_case_label, sizeof t_case_label, "fault in a graph replay");
@@ -534,7 +525,7 @@ static void graph(fa_context *ctx, fa_context *cpu, int small) {
     for (int page = 0; page <= 16; page += 16) {
         const int cap = small ? 600 : 4096;
         int big[3] = {cap - 2, cap / 2, cap / 3 + 5}, little[3] = {7, cap / 3, cap / 3}; /* pages cover big */
-        t_kv_spec s = spec(FA_DTYPE_BF16, 3, 2, 16, 2, 128, cap, page);
+        t_kv_spec s = t_kv_spec_of(FA_DTYPE_BF16, 3, 2, 16, 2, 128, cap, page);
         s.append = 1;
         s.opts.causal = 1;
         s.lens = big;
@@ -637,7 +628,7 @@ static void merge(fa_context *ctx) {
 static void vdim_refusal(fa_context *ctx) {
     static const int pairs[2][2] = {{576, 512}, {128, 64}};
     for (int i = 0; i < 2; i++) {
-        t_kv_spec s = spec(FA_DTYPE_BF16, 2, 1, 16, 1, pairs[i][0], 64, 16);
+        t_kv_spec s = t_kv_spec_of(FA_DTYPE_BF16, 2, 1, 16, 1, pairs[i][0], 64, 16);
         s.dv = pairs[i][1], s.append = i;
         t_kv_case *c = t_kv_new(&s, &R);
         snprintf(t_case_label, sizeof t_case_label, "decode d %d dv %d refused", pairs[i][0], pairs[i][1]);
@@ -654,7 +645,7 @@ static void vdim_refusal(fa_context *ctx) {
 /* An FP8 (E4M3) cache with device descales: CPU only for now, so FA_ERR_UNSUPPORTED naming the dtype, with the
  * cache and out untouched. */
 static void fp8_refusal(fa_context *ctx) {
-    t_kv_spec s = spec(FA_DTYPE_BF16, 2, 1, 8, 2, 128, 64, 0);
+    t_kv_spec s = t_kv_spec_of(FA_DTYPE_BF16, 2, 1, 8, 2, 128, 64, 0);
     s.fp8 = 1, s.append = 1;
     t_kv_case *c = t_kv_new(&s, &R);
     snprintf(t_case_label, sizeof t_case_label, "decode fp8 cache refused");

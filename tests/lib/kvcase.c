@@ -42,6 +42,43 @@ static void shuffle(t_rng *r, int32_t *x, int64_t n) {
     }
 }
 
+t_kv_spec t_kv_spec_of(fa_dtype dt, int batch, int sq, int hq, int hk, int d, int cap, int page) {
+    t_kv_spec s;
+    memset(&s, 0, sizeof s);
+    s.dt = dt, s.batch = batch, s.sq = sq, s.hq = hq, s.hk = hk, s.d = d, s.capacity = cap, s.page_size = page;
+    s.opts = fa_attn_opts_default();
+    s.kv = fa_kv_opts_default();
+    return s;
+}
+
+void t_kv_set_mask(t_kv_spec *s, int m) {
+    switch (m) {
+    case 1: s->opts.causal = 1; break;
+    case 2: s->opts.window_left = 37, s->opts.window_right = 2; break;
+    case 3: s->opts.causal = 1, s->opts.window_left = 50; break;
+    case 4: s->opts.softcap = 3.5f, s->opts.causal = 1; break;
+    default: break;
+    }
+}
+
+t_kv_spec t_kv_spec_random(t_rng *r, const float *sinks) {
+    static const int pages[] = {0, 1, 2, 3, 5, 16, 64, 256};
+    const int hk = t_rng_int(r, 1, 3), g = (int[]){1, 2, 4, 8}[t_rng_int(r, 0, 3)];
+    const fa_dtype dt = (fa_dtype)t_rng_int(r, 0, 2);
+    const int batch = t_rng_int(r, 1, 5), sq = t_rng_int(r, 1, 9), d = t_rng_int(r, 1, 160);
+    const int cap = t_rng_int(r, 9, 700), page = pages[t_rng_int(r, 0, 7)];
+    t_kv_spec s = t_kv_spec_of(dt, batch, sq, hk * g, hk, d, cap, page);
+    s.append = t_rng_int(r, 0, 1);
+    s.rotary = s.append && s.d % 2 == 0 ? t_rng_int(r, 0, 2) : 0;
+    s.batch_idx = t_rng_int(r, 0, 1);
+    t_kv_set_mask(&s, t_rng_int(r, 0, 4));
+    if (t_rng_int(r, 0, 2) == 0) s.kv.num_splits = t_rng_int(r, 1, 9);
+    else if (t_rng_int(r, 0, 1)) s.kv.split_size = t_rng_int(r, 1, 300);
+    if (sinks && t_rng_int(r, 0, 3) == 0) s.opts.sinks = sinks;
+    if (s.sq > s.capacity) s.sq = s.capacity;
+    return s;
+}
+
 t_kv_case *t_kv_new(const t_kv_spec *spec, t_rng *r) {
     t_kv_case *c = calloc(1, sizeof *c);
     c->s = *spec;

@@ -40,6 +40,13 @@ typedef struct t_kv_case {
     int64_t rot_len;
 } t_kv_case;
 
+/* A spec with these sizes, default options, contiguous (page 0) or paged, nothing else set. */
+t_kv_spec t_kv_spec_of(fa_dtype dt, int batch, int sq, int hq, int hk, int d, int cap, int page);
+/* Mask m of the suites: 0 none, 1 causal, 2 window (37, 2), 3 causal + window 50, 4 causal + softcap 3.5. */
+void t_kv_set_mask(t_kv_spec *s, int m);
+/* A random spec of the suites' random cases: dtype, sizes, page size, append, rotary, batch_idx, mask and splits
+ * drawn; with sinks (non-NULL, hq entries or more) a quarter of them use it. */
+t_kv_spec t_kv_spec_random(t_rng *r, const float *sinks);
 t_kv_case *t_kv_new(const t_kv_spec *spec, t_rng *r);
 void t_kv_free(t_kv_case *c);
 /* Element offset of key t, K/V head h of sequence b in the case's k cache (kc), and in its v cache (vc). */

@@ -18,7 +18,7 @@
 #endif
 
 typedef struct kv_args {
-    int_list dev, batch, seqlen_k, page, heads, heads_k, seqlen, dtype, splits, d;
+    int_list dev, batch, seqlen_k, page, heads, heads_k, seqlen, dtype, splits, d, kv_dtype;
     int64_t threads, reps, warmup, split_size, ragged, append, warm_table;
     double until_ci_pct, max_seconds; /* as in the attention mode */
     int csv, flush_read, bhsd, pages_in_order;
@@ -33,6 +33,8 @@ void bench_kvcache_help(void) {
            "\n"
            "  --device LIST      cpu, cuda                                  (default cpu)\n"
            "  --dtype LIST       bf16, f16, f32                             (default bf16)\n"
+           "  --kv-dtype LIST    the cache's: same (as --dtype) or e4m3 (FP8, descales 1; the innermost list,\n"
+           "                     so `same,e4m3` alternates the two)          (default same)\n"
            "  --d LIST           head_dim, 1..256 [--head-dim]              (default 128)\n"
            "  --batch LIST       sequences                                  (default 1)\n"
            "  --seqlen LIST      new query rows per sequence [--seqlen-new] (default 1)\n"
@@ -62,7 +64,7 @@ void bench_kvcache_help(void) {
            "  --csv              CSV with the columns\n"
            "                     device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,\n"
            "                     kv_gbs,memcpy_gbs,read_gbs,status,host_ms,append,flush,layout,page_order,warm_table,\n"
-           "                     reps,ms_ci_lo,ms_ci_hi\n",
+           "                     reps,ms_ci_lo,ms_ci_hi,kv_dtype\n",
            BENCH_TIMES_MAX);
 }
 
@@ -82,6 +84,7 @@ static int parse(int argc, char **argv, kv_args *a) {
     a->dtype = (int_list){1, {FA_DTYPE_BF16}};
     a->splits = (int_list){1, {0}};
     a->d = (int_list){1, {128}};
+    a->kv_dtype = (int_list){1, {0}};
     a->reps = 20, a->warmup = 3, a->append = 1, a->flush_read = 1;
     for (int i = 0; i < argc; i++) {
         const char *x = argv[i], *v, *nm;
@@ -119,6 +122,11 @@ static int parse(int argc, char **argv, kv_args *a) {
         }
         if (opt_is(x, "--dtype")) {
             if (!(v = opt_value(S, argc, argv, &i, "--dtype")) || parse_dtype_list(S, "--dtype", v, &a->dtype, 0)) return -1;
+            continue;
+        }
+        if (opt_is(x, "--kv-dtype")) {
+            if (!(v = opt_value(S, argc, argv, &i, "--kv-dtype")) || parse_kv_dtype_list(S, "--kv-dtype", v, &a->kv_dtype))
+                return -1;
             continue;
         }
         CHOICE("--flush", "write", "read", flush_read)
@@ -243,6 +251,8 @@ static int enough(const kv_shape *s, const double *ms, int n, double t0) {
 
 int kv_bench_open(fa_context *ctx, const kv_shape *s, kv_bench *kb, kv_result *res) {
     const int64_t d = s->d, es = (int64_t)fa_dtype_size(s->dt), B = s->b, cap = s->cache;
+    const fa_dtype cdt = s->fp8 ? FA_DTYPE_F8_E4M3 : s->dt; /* the cache's dtype */
+    const int64_t ces = (int64_t)fa_dtype_size(cdt);
     memset(kb, 0, sizeof *kb);
     memset(res, 0, sizeof *res);
     kb->s = *s;
@@ -253,7 +263,7 @@ int kv_bench_open(fa_context *ctx, const kv_shape *s, kv_bench *kb, kv_result *r
         lens[b] = (int32_t)(s->ragged ? cap / 2 + rng_int(&rng, 0, (int)(cap - cap / 2 - s->sq)) : cap - s->sq);
         if (s->no_append) lens[b] += (int32_t)s->sq; /* the same keys, all already in the cache */
         const int64_t keys = lens[b] + (s->no_append ? 0 : s->sq);
-        kb->kv_bytes += 2.0 * (double)keys * (double)s->hk * (double)d * (double)es;
+        kb->kv_bytes += 2.0 * (double)keys * (double)s->hk * (double)d * (double)ces;
         res->keys += keys;
         res->paged_rows[0] += (keys + 15) / 16 * 16;
         res->paged_rows[1] += (keys + 255) / 256 * 256;
@@ -274,7 +284,7 @@ int kv_bench_open(fa_context *ctx, const kv_shape *s, kv_bench *kb, kv_result *r
     /* K and V in one allocation, so the read-only anchor passes over both in one launch */
     dev_buf kc, vc;
     kb->flush = (dev_buf){s->dev, NULL, 0}, kb->sink = (dev_buf){s->dev, NULL, 0};
-    int fail = dev_alloc(&kb->kv, s->dev, (size_t)(2 * n_cache * es)) ||
+    int fail = dev_alloc(&kb->kv, s->dev, (size_t)(2 * n_cache * ces)) ||
                dev_alloc(&kb->q, s->dev, (size_t)(B * s->sq * s->hq * d * es)) ||
                dev_alloc(&kb->kn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
                dev_alloc(&kb->vn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
@@ -282,7 +292,7 @@ int kv_bench_open(fa_context *ctx, const kv_shape *s, kv_bench *kb, kv_result *r
                dev_alloc(&kb->dl, s->dev, sizeof(int32_t) * (size_t)B) ||
                dev_alloc(&kb->dbt, s->dev, sizeof(int32_t) * (size_t)(npages ? npages : 1));
     if (fail) {
-        fprintf(stderr, "bench kvcache: cannot allocate the cache (%.2f GB)\n", 2e-9 * (double)(n_cache * es));
+        fprintf(stderr, "bench kvcache: cannot allocate the cache (%.2f GB)\n", 2e-9 * (double)(n_cache * ces));
         free(lens), free(bt);
         kv_bench_close(kb);
         res->status = FA_ERR_OUT_OF_MEMORY;
@@ -290,17 +300,17 @@ int kv_bench_open(fa_context *ctx, const kv_shape *s, kv_bench *kb, kv_result *r
         return -1;
     }
     kc = kb->kv, vc = kb->kv;
-    kc.bytes = vc.bytes = (size_t)(n_cache * es);
+    kc.bytes = vc.bytes = (size_t)(n_cache * ces);
     vc.ptr = (char *)kb->kv.ptr + kc.bytes;
     {
         /* the cache: copies of a random block of up to 32 MB (the speed does not depend on the values; a host
          * buffer and a random fill of a many-GB cache would take longer than the measurement) */
-        const int64_t nq = B * s->sq * s->hq * d, nblk = n_cache < ((int64_t)32 << 20) / es ? n_cache : ((int64_t)32 << 20) / es;
-        void *h = malloc((size_t)((nblk > nq ? nblk : nq) * es));
-        fill_random(h, s->dt, nblk, &rng, 1.0f);
-        dev_upload_tiled(&kc, h, (size_t)(nblk * es));
-        fill_random(h, s->dt, nblk, &rng, 1.0f);
-        dev_upload_tiled(&vc, h, (size_t)(nblk * es));
+        const int64_t nq = B * s->sq * s->hq * d, nblk = n_cache < ((int64_t)32 << 20) / ces ? n_cache : ((int64_t)32 << 20) / ces;
+        void *h = malloc((size_t)((nblk * ces > nq * es ? nblk * ces : nq * es)));
+        fill_random(h, cdt, nblk, &rng, 1.0f);
+        dev_upload_tiled(&kc, h, (size_t)(nblk * ces));
+        fill_random(h, cdt, nblk, &rng, 1.0f);
+        dev_upload_tiled(&vc, h, (size_t)(nblk * ces));
         fill_random(h, s->dt, nq, &rng, 1.0f);
         dev_upload(&kb->q, h, (size_t)(B * s->sq * s->hq * d * es));
         fill_random(h, s->dt, B * s->sq * s->hk * d, &rng, 1.0f);
@@ -315,7 +325,7 @@ int kv_bench_open(fa_context *ctx, const kv_shape *s, kv_bench *kb, kv_result *r
     fa_kvcache *cache = &kb->cache;
     memset(cache, 0, sizeof *cache);
     const int64_t rows = s->page ? npages : B, keys = s->page ? s->page : cap;
-    cache->k = s->bhsd ? fa_tensor_bhsd(kc.ptr, s->dt, rows, s->hk, keys, d) : fa_tensor_bshd(kc.ptr, s->dt, rows, keys, s->hk, d);
+    cache->k = s->bhsd ? fa_tensor_bhsd(kc.ptr, cdt, rows, s->hk, keys, d) : fa_tensor_bshd(kc.ptr, cdt, rows, keys, s->hk, d);
     cache->v = cache->k;
     cache->v.data = vc.ptr;
     cache->seqlens = kb->dl.ptr;
@@ -411,7 +421,7 @@ int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
 
 void bench_kvcache_csv_header(FILE *f) {
     fprintf(f, "device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,kv_gbs,memcpy_gbs,"
-               "read_gbs,status,host_ms,append,flush,layout,page_order,warm_table,reps,ms_ci_lo,ms_ci_hi\n");
+               "read_gbs,status,host_ms,append,flush,layout,page_order,warm_table,reps,ms_ci_lo,ms_ci_hi,kv_dtype\n");
 }
 
 void bench_kvcache_csv_row(FILE *f, const kv_shape *s, const kv_result *r) {
@@ -421,8 +431,9 @@ void bench_kvcache_csv_row(FILE *f, const kv_shape *s, const kv_result *r) {
             r->memcpy_gbs, r->read_gbs, r->status == FA_OK ? "ok" : fa_status_string(r->status), r->host_ms,
             !s->no_append, s->dev == FA_BACKEND_CPU ? "-" : s->flush_read ? "read" : "write", s->bhsd ? "bhsd" : "bshd",
             s->pages_in_order ? "in-order" : "shuffled", s->warm_table);
-    if (r->status == FA_OK) fprintf(f, "%d,%.4f,%.4f\n", r->reps_run, r->ci_lo, r->ci_hi);
-    else fprintf(f, ",,\n");
+    if (r->status == FA_OK) fprintf(f, "%d,%.4f,%.4f,", r->reps_run, r->ci_lo, r->ci_hi);
+    else fprintf(f, ",,,");
+    fprintf(f, "%s\n", fa_dtype_name(s->fp8 ? FA_DTYPE_F8_E4M3 : s->dt));
 }
 
 static int run_one(const kv_args *A, const kv_shape *s, fa_context *ctx) {
@@ -432,8 +443,9 @@ static int run_one(const kv_args *A, const kv_shape *s, fa_context *ctx) {
     if (A->csv) {
         bench_kvcache_csv_row(stdout, s, &r);
     } else if (ok) {
-        printf("%-4s %-4s b=%-3lld seqlen_k=%-6lld page=%-4lld heads=%lld/%lld seqlen=%lld d=%lld splits=%-3lld  %9.3f ms  "
-               "%7.2f GB/s K+V%s", fa_backend_name(s->dev), fa_dtype_name(s->dt), (long long)s->b, (long long)s->cache,
+        printf("%-4s %-4s%s b=%-3lld seqlen_k=%-6lld page=%-4lld heads=%lld/%lld seqlen=%lld d=%lld splits=%-3lld  %9.3f ms  "
+               "%7.2f GB/s K+V%s", fa_backend_name(s->dev), fa_dtype_name(s->dt), s->fp8 ? " kv=e4m3" : "",
+               (long long)s->b, (long long)s->cache,
                (long long)s->page, (long long)s->hq, (long long)s->hk, (long long)s->sq, (long long)s->d,
                (long long)s->ns, r.ms, r.gbs, s->no_append ? " (no append)" : "");
         if (s->dev == FA_BACKEND_CPU)
@@ -476,11 +488,12 @@ int cmd_bench_kvcache(int argc, char **argv) {
         for (int h = 0; h < A.heads.n; h++)
         for (int k = 0; k < A.heads_k.n; k++)
         for (int s = 0; s < A.seqlen.n; s++)
-        for (int n = 0; n < A.splits.n; n++) {
+        for (int n = 0; n < A.splits.n; n++)
+        for (int f = 0; f < A.kv_dtype.n; f++) {
             const kv_shape sh = {dev, (fa_dtype)A.dtype.v[a], A.batch.v[b], A.seqlen_k.v[c], A.page.v[p], A.heads.v[h],
                                  A.heads_k.v[k], A.seqlen.v[s], A.splits.v[n], A.d.v[e], A.split_size, (int)A.ragged,
                                  (int)A.reps, (int)A.warmup, 1, !A.append, A.flush_read, A.bhsd, A.pages_in_order,
-                                 (int)A.warm_table, A.until_ci_pct / 100, A.max_seconds};
+                                 (int)A.warm_table, A.until_ci_pct / 100, A.max_seconds, (int)A.kv_dtype.v[f]};
             if (sh.sq > sh.cache || sh.hq % sh.hk) continue;
             failures += run_one(&A, &sh, ctx) != 0;
         }

@@ -162,6 +162,12 @@ int parse_dtype_list(const char *sub, const char *opt, const char *arg, int_list
     return parse_list(sub, opt, arg, out, name_item, &t);
 }
 
+int parse_kv_dtype_list(const char *sub, const char *opt, const char *arg, int_list *out) {
+    static const name_value tab[] = {{"same", 0}, {"e4m3", 1}, {"f8_e4m3", 1}, {NULL, 0}};
+    name_table t = {tab, "cache dtype", "same or e4m3"};
+    return parse_list(sub, opt, arg, out, name_item, &t);
+}
+
 int parse_device_list(const char *sub, const char *opt, const char *arg, int_list *out) {
     static const name_value tab[] = {{"cpu", FA_BACKEND_CPU}, {"cuda", FA_BACKEND_CUDA}, {"gpu", FA_BACKEND_CUDA},
                                      {NULL, 0}};

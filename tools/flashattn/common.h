@@ -28,6 +28,7 @@ int parse_double(const char *sub, const char *opt, const char *arg, double lo, d
 /* Lists of names; results stored as ints in out->v. */
 int parse_algo_list(const char *sub, const char *opt, const char *arg, int_list *out);
 int parse_dtype_list(const char *sub, const char *opt, const char *arg, int_list *out, int fp8);
+int parse_kv_dtype_list(const char *sub, const char *opt, const char *arg, int_list *out); /* same: 0, e4m3: 1 */
 int parse_device_list(const char *sub, const char *opt, const char *arg, int_list *out);
 int parse_pass_list(const char *sub, const char *opt, const char *arg, int_list *out); /* 0 fwd, 1 bwd */
 /* The value of option argv[*i] ("--x V" or "--x=V"); advances *i. NULL (after an error message) if missing. */
@@ -73,6 +74,7 @@ typedef struct kv_shape {
     int warm_table;     /* CUDA: the lengths and the block table read back into the L2 after each flush */
     double until_ci, max_seconds; /* after reps, repeat until the median's 95 % interval is at most until_ci of it
                                      or max_seconds of calls have run (0: off), at most BENCH_TIMES_MAX calls */
+    int fp8;            /* 1: the cache is FA_DTYPE_F8_E4M3 (q, out and the new rows stay dt), descales 1 */
 } kv_shape;
 typedef struct kv_result {
     fa_status status;

@@ -263,6 +263,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
     if (s >= ns || S == 0) return;
     const int64_t s0 = s * chunk, s1 = s0 + chunk < L ? s0 + chunk : L;
     const float qmul = p->softcap > 0 ? p->scale / p->softcap : p->scale * LOG2E;
+    const float f8 = p->cdtype == FA_DTYPE_F8_E4M3 ? FA_KV_F8_SCALE : 1; /* the kernel reads E4M3 as value · 2^-8 */
     int64_t k0 = s1, k1 = s0;
     for (int64_t i = 0; i < S; i++) {
         int64_t lo, hi;
@@ -275,8 +276,8 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
         for (int hh = 0; hh < nh; hh++)
             for (int64_t g = 0; g < G; g++) {
                 const int64_t r = hh * R + i * G + g, hq = (h0 + hh) * G + g;
-                /* an FP8 cache's k descale folded into q: q·(k·kds) = (q·kds)·k */
-                const float qmk = qmul * fa_kv_descale(p, p->k_descale, b, h0 + hh);
+                /* an FP8 cache's k descale folded into q: q·(k·kds) = (q·kds)·k, with the kernel's 2^-8 */
+                const float qmk = qmul * fa_kv_descale(p, p->k_descale, b, h0 + hh) * f8;
                 t->lo[r] = lo;
                 t->hi[r] = hi;
                 float *q = t->qs + r * dp, x[FA_KV_MAX_D];
@@ -339,7 +340,7 @@ static void item(const fa_kv_problem *p, const fa_plan *pl, const fa_kv_kernel *
                 const float *so = t->O + r * dvp;
                 if (row_stands(t, r, dvp, dv)) {
                     if (sink) inv = fa_sink_join(l == 0 ? -INFINITY : t->m[r] * LN2, l, *sink, &lse);
-                    inv *= fa_kv_descale(p, p->v_descale, b, h0 + hh); /* an FP8 cache's v descale: P (v·vds) */
+                    inv *= fa_kv_descale(p, p->v_descale, b, h0 + hh) * f8; /* an FP8 cache's v descale: P (v·vds) */
                     for (int64_t c = 0; c < dv; c++) o[c] = so[fa_kv_lane(kern, p->cdtype, d, dv, c)] * inv;
                 } else {
                     double x[FA_KV_MAX_D];

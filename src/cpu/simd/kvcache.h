@@ -13,6 +13,8 @@
 
 #define FA_KV_BC 32    /* keys per chunk: two score vectors per row */
 #define FA_KV_LANES 16 /* fp32 rows are padded to a multiple of 16 (one zmm) */
+#define FA_KV_F8_SCALE 256.0f /* the kernels read an E4M3 element as its value · 2^-8 (its bits as an fp16's):
+                                  the caller multiplies the descales by this */
 #define FA_KV_MAX_D 576 /* the longest row, q/k's or v's (FA_MAX_KV_HEAD_DIM): the kernels' row buffers */
 
 typedef struct fa_kv_args {

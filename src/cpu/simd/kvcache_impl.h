@@ -55,8 +55,9 @@ static inline __attribute__((always_inline)) vf vbcast(float x) {
 }
 #define AI static inline __attribute__((always_inline))
 
-/* How a row's elements become fp32 vectors: a compile-time constant of the loops below */
-enum { M_F32, M_BF16, M_F16, M_ANY };
+/* How a row's elements become fp32 vectors: a compile-time constant of the loops below (M_F8: E4M3 bytes, read as
+ * their values · 2^-8, FA_KV_F8_SCALE) */
+enum { M_F32, M_BF16, M_F16, M_F8, M_ANY };
 
 /* Halves folded onto each other: after it, every lane of the low half holds op over both halves. */
 #if VW == 16
@@ -136,17 +137,56 @@ static inline vf e4m3_vec(const uint8_t *s) {
     return r;
 }
 
-/* One row of d elements -> fp32 dst[dp] in order, zero-padded (M_ANY: any dtype, any d). */
+/* VW E4M3 bytes -> their values · 2^-8 (FA_KV_F8_SCALE, folded into the descales by the caller), exact. With F16C
+ * or AVX-512, the byte sign-extended to 16 bits and shifted left by 7 holds the sign at bit 15 and the magnitude at
+ * bits 13..7: an fp16 of that value · 2^-8 (E4M3 subnormals land on fp16 subnormals, which vcvtph2ps converts
+ * exactly whatever MXCSR says) once bit 14, a second copy of the sign, is cleared — or set for 0x7f/0xff (NaN), whose
+ * magnitude +1 carries into it: bit 14 := bit 14 of t XOR bit 14 of t + 0x80. Five ops a vector, no table. */
+static inline vf e4m3_vec8(const uint8_t *s) {
+#if defined(__AVX512F__) || (defined(__F16C__) && VW == 8)
+#if VW == 16
+    const vh w = (vh)_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s));
+#else
+    const vh w = (vh)_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)s));
+#endif
+    const vh t = w << 7, h = t ^ ((t + 0x80u) & 0x4000u);
+#if VW == 16
+    return _mm512_cvtph_ps((__m256i)h);
+#else
+    return _mm256_cvtph_ps((__m128i)h);
+#endif
+#else
+    return e4m3_vec(s) * 0x1p-8f;
+#endif
+}
+
+/* AVX2: 2·VW E4M3 bytes -> two vectors, the integer steps on all 16 at once (a ymm of fp16) */
+#if VW == 8 && defined(__F16C__)
+#define F8_STEP 2 /* row_vecs converts E4M3 vectors in pairs */
+AI void e4m3_pair8(const uint8_t *s, vf *lo, vf *hi) {
+    typedef uint16_t vh16 __attribute__((vector_size(32)));
+    const vh16 w = (vh16)_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s));
+    const vh16 t = w << 7, h = t ^ ((t + 0x80u) & 0x4000u);
+    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128((__m256i)h));
+    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256((__m256i)h, 1));
+}
+#else
+#define F8_STEP 1
+#endif
+/* The vectors row_vecs takes at once in MODE: bf16 pairs; E4M3 pairs on AVX2 */
+#define VSTEP(MODE) ((MODE) == M_BF16 ? 2 : (MODE) == M_F8 ? F8_STEP : 1)
+
+/* One row of d elements -> fp32 dst[dp] in order, zero-padded (M_ANY: any dtype, any d; E4M3 as M_F8 reads it). */
 static void row_to_f32(float *restrict dst, const char *src, fa_dtype dt, int d, int dp) {
     int i = 0;
     if (dt == FA_DTYPE_F32) {
         for (; i + VW <= d; i += VW) memcpy(dst + i, (const float *)src + i, 4 * VW);
     } else if (dt == FA_DTYPE_BF16) {
         for (; i + VW <= d; i += VW) ST(dst + i, bf16_vec((const uint16_t *)src + i));
-    } else if (dt == FA_DTYPE_F8_E4M3) { /* an FP8 cache: exact, the descales are folded into q and O outside */
-        /* by vectors (e4m3_vec), the tail by the same steps per element */
+    } else if (dt == FA_DTYPE_F8_E4M3) { /* an FP8 cache: exact · 2^-8, the descales are folded into q and O outside */
+        /* by vectors (e4m3_vec8), the tail by e4m3_vec's steps per element */
         const uint8_t *s8 = (const uint8_t *)src;
-        for (; i + VW <= d; i += VW) ST(dst + i, e4m3_vec(s8 + i));
+        for (; i + VW <= d; i += VW) ST(dst + i, e4m3_vec8(s8 + i));
         for (; i < d; i++) {
             const uint32_t u = s8[i], a = u & 0x7f, nb = (a << 20) + (120u << 23);
             float fn, x;
@@ -156,7 +196,8 @@ static void row_to_f32(float *restrict dst, const char *src, fa_dtype dt, int d,
             uint32_t xb;
             memcpy(&xb, &x, sizeof xb);
             xb |= (u & 0x80) << 24;
-            memcpy(dst + i, &xb, sizeof xb);
+            memcpy(&x, &xb, sizeof x);
+            dst[i] = x * 0x1p-8f;
         }
     } else {
         for (; i + VW <= d; i += VW) ST(dst + i, f16_vec((const uint16_t *)src + i));
@@ -165,8 +206,8 @@ static void row_to_f32(float *restrict dst, const char *src, fa_dtype dt, int d,
     for (; i < dp; i++) dst[i] = 0;
 }
 
-/* Vectors [v0, v0 + nv) of one K or V row (d elements, padded to dp) in the kernel's lane order (M_BF16: v0 and nv
- * even). */
+/* Vectors [v0, v0 + nv) of one K or V row (d elements, padded to dp) in the kernel's lane order (v0 and nv
+ * multiples of VSTEP(MODE)). */
 AI void row_vecs(vf *x, const char *src, int v0, int nv, const int MODE, const fa_kv_args *a, int d, int dp,
                  float *tmp) {
     if (MODE == M_BF16) {
@@ -178,6 +219,14 @@ AI void row_vecs(vf *x, const char *src, int v0, int nv, const int MODE, const f
     } else if (MODE == M_F32) {
 #pragma GCC unroll 16
         for (int i = 0; i < nv; i++) memcpy(&x[i], (const float *)src + VW * (v0 + i), 4 * VW);
+    } else if (MODE == M_F8) {
+#if VW == 8 && defined(__F16C__)
+#pragma GCC unroll 16
+        for (int i = 0; i < nv; i += 2) e4m3_pair8((const uint8_t *)src + VW * (v0 + i), &x[i], &x[i + 1]);
+#else
+#pragma GCC unroll 16
+        for (int i = 0; i < nv; i++) x[i] = e4m3_vec8((const uint8_t *)src + VW * (v0 + i));
+#endif
     } else {
         /* only the piece's elements: the callers walk a row piece by piece, and converting the whole row for each
          * piece cost an FP8 cache (which only this path reads) 4x its conversions at d = 128 */
@@ -324,7 +373,7 @@ static inline int pf_runs(const char *const *rows, int n, int bytes, pf_run *out
  * each key's vectors converted once for the NR rows, the group's VW sums in one sum_lanes. */
 AI void qk(const fa_kv_args *a, const char *const *kr, int hh, int r0, const int NR, const int MODE, float *tmp,
           pf_rows *pf, int cnt) {
-    const int NK = VW / NR, NV = a->dp / VW, dp = a->dp, STEP = MODE == M_BF16 ? 2 : 1;
+    const int NK = VW / NR, NV = a->dp / VW, dp = a->dp, STEP = VSTEP(MODE);
     const float *q = a->qs + ((size_t)hh * a->R + r0) * dp;
     float *S = a->S + ((size_t)hh * a->R + r0) * FA_KV_BC;
     for (int j0 = 0; j0 < FA_KV_BC; j0 += NK) {
@@ -519,13 +568,13 @@ AI void pv(const fa_kv_args *a, const char *const *vr, int hh, int r0, int64_t j
     if (jb <= ja) return;
     const float *P = a->S + ((size_t)hh * a->R + r0) * FA_KV_BC;
     float *O = a->O + ((size_t)hh * a->R + r0) * dp;
-    /* pieces of W (or 4) vectors where they divide d's vector count, then 2 (bf16 pairs) or 1 for the rest */
+    /* pieces of W (or 4) vectors where they divide d's vector count, then VSTEP (pairs: bf16; E4M3 on AVX2) */
     if (NV % W == 0) {
         pv_span(a, vr, hh, P, O, ja, jb, 0, NV, NR, W, MODE, tmp, pf);
     } else {
         const int P4 = VW == 16 ? 4 : 2, n4 = NV / P4 * P4;
         pv_span(a, vr, hh, P, O, ja, jb, 0, n4, NR, P4, MODE, tmp, pf);
-        pv_span(a, vr, hh, P, O, ja, jb, n4, NV, NR, MODE == M_BF16 ? 2 : 1, MODE, tmp, pf);
+        pv_span(a, vr, hh, P, O, ja, jb, n4, NV, NR, VSTEP(MODE), MODE, tmp, pf);
     }
 }
 
@@ -594,6 +643,13 @@ static inline void key_rows(const fa_kv_args *a, int64_t j0, int n, const char *
     for (int jj = n; jj < FA_KV_BC; jj++) kr[jj] = kr[n - 1], vr[jj] = vr[n - 1];
 }
 
+/* How many chunks ahead the prefetches run: one for 16/32-bit rows; an E4M3 chunk is half the bytes, so two keep
+ * as many lines in flight (the kernel is bound by them on a Zen 4, docs/kvcache.md) */
+#ifndef FA_KV_F8_AHEAD
+#define FA_KV_F8_AHEAD 2
+#endif
+#define FA_KV_PF_AHEAD(MODE) ((MODE) == M_F8 ? FA_KV_F8_AHEAD : 1)
+
 /* The keys of the item chunk by chunk, with the row format and vector count fixed at compile time. */
 AI void walk(const fa_kv_args *a, const int MODE) {
     const char *kr[FA_KV_BC], *vr[FA_KV_BC], *kp[FA_KV_BC], *vp[FA_KV_BC]; /* this chunk, the next one */
@@ -605,7 +661,7 @@ AI void walk(const fa_kv_args *a, const int MODE) {
     }
     for (int64_t j0 = a->k0; j0 < a->k1; j0 += FA_KV_BC) {
         const int n = (int)(a->k1 - j0 < FA_KV_BC ? a->k1 - j0 : FA_KV_BC);
-        const int64_t jp = j0 + FA_KV_BC;
+        const int64_t jp = j0 + FA_KV_PF_AHEAD(MODE) * FA_KV_BC;
         const int np = (int)(a->k1 - jp < FA_KV_BC ? (a->k1 > jp ? a->k1 - jp : 0) : FA_KV_BC);
         key_rows(a, j0, n, kr, vr);
         if (np) key_rows(a, jp, np, kp, vp);
@@ -619,6 +675,7 @@ AI void walk(const fa_kv_args *a, const int MODE) {
 FA_KV_NOINLINE void walk_f32(const fa_kv_args *a) { walk(a, M_F32); }
 FA_KV_NOINLINE void walk_bf16(const fa_kv_args *a) { walk(a, M_BF16); }
 FA_KV_NOINLINE void walk_f16(const fa_kv_args *a) { walk(a, M_F16); }
+FA_KV_NOINLINE void walk_f8(const fa_kv_args *a) { walk(a, M_F8); }
 FA_KV_NOINLINE void walk_any(const fa_kv_args *a) { walk(a, M_ANY); }
 
 static void attend(const fa_kv_args *a) {
@@ -627,6 +684,7 @@ static void attend(const fa_kv_args *a) {
     const int whole = a->d == a->dp && a->dv == a->dvp;
     if (whole && a->dtype == FA_DTYPE_F32) walk_f32(a);
     else if (whole && a->dtype == FA_DTYPE_F16) walk_f16(a);
+    else if (whole && a->dtype == FA_DTYPE_F8_E4M3) walk_f8(a);
     else if (a->d % FA_KV_GROUP == 0 && a->dv % FA_KV_GROUP == 0 && a->dtype == FA_DTYPE_BF16) walk_bf16(a);
     else walk_any(a);
 }

@@ -51,9 +51,11 @@ __device__ void fa_kv_exact_row(const fa_kv_params &p, int b, int row, int hk, i
         q[j] = p.qrot ? (double)p.qrot[(((int64_t)b * p.sq + i) * p.hq + hq) * D + c]
                       : (double)fa_ld((const T *)p.q + b * p.q_sb + i * p.q_ss + hq * p.q_sh + c);
         bad |= !isfinite(q[j]);
+        if (DV == D) o[j < DV / 32 ? j : 0] = 0.0; /* (in this loop: the single-head-dim kernels' code as it was) */
     }
+    if (DV != D)
 #pragma unroll
-    for (int j = 0; j < DV / 32; j++) o[j] = 0.0;
+        for (int j = 0; j < DV / 32; j++) o[j] = 0.0;
     const T *kc = (const T *)p.kc, *vc = (const T *)p.vc;
     for (int t = lo; t < hi && !__any_sync(0xffffffffu, bad); t++) {
         const T *k = kc + fa_kv_key(p, row, t, hk, p.k_sb, p.k_ss, p.k_sh);

@@ -261,7 +261,7 @@ static void params_of(const fa_kv_problem *p, const fa_plan *plan, const kv_ws *
     c->seqlens = p->seqlens, c->block_table = p->block_table, c->batch_idx = p->batch_idx;
     c->bt_stride = p->bt_stride;
     c->batch = (int)p->batch, c->sq = (int)p->sq, c->hq = (int)p->hq, c->hk = (int)p->hk;
-    c->group = (int)(p->hq / p->hk), c->d = (int)p->d, c->d_v = (int)p->d_v;
+    c->group = (int)(p->hq / p->hk), c->d = (int)p->d;
     c->paged = p->paged, c->page_size = (int)p->page_size, c->num_pages = (int)p->num_pages;
     /* a cache without rows or pages holds no key: capacity 0 keeps every clamp of an index inside it (clamped to
      * rows - 1 or pages - 1, the index would be -1) */
@@ -338,11 +338,11 @@ extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, con
         const int dt = (int)p->dtype;
         cudaError_t e;
         c.after_first = p->append || c.zero_arrived;
-        if (c.after_first && (e = fa_kv_first_launch(&c, dt, stream)) != cudaSuccess) {
+        if (c.after_first && (e = fa_kv_first_launch(&c, (int)p->d_v, dt, stream)) != cudaSuccess) {
             rc = cuda_err(ctx, "kvcache append launch", e);
             break;
         }
-        e = plan->aux[FA_KV_AUX_PAIR] ? fa_kv_pair_launch(&c, plan->entry, dt, stream)
+        e = plan->aux[FA_KV_AUX_PAIR] ? fa_kv_pair_launch(&c, (int)p->d_v, plan->entry, dt, stream)
                                       : fa_kv_attend_launch(&c, plan->entry, dt, stream);
         if (e != cudaSuccess) {
             rc = cuda_err(ctx, "kvcache split-KV launch", e);

@@ -309,9 +309,9 @@ template <int I> static cudaError_t launch_pair_row(const fa_kv_params *p, int d
     return dtype == 1 ? launch_pair<D, DV, __half>(p, st) : launch_pair<D, DV, __nv_bfloat16>(p, st);
 }
 
-extern "C" cudaError_t fa_kv_pair_launch(const fa_kv_params *p, int inst, int dtype, cudaStream_t st) {
+extern "C" cudaError_t fa_kv_pair_launch(const fa_kv_params *p, int d_v, int inst, int dtype, cudaStream_t st) {
     static_assert(FA_KV_NPAIR == 2, "one case per row of fa_kv_pair_insts");
-    if (inst < 0 || inst >= FA_KV_NPAIR || fa_kv_pair_insts[inst].d != p->d || fa_kv_pair_insts[inst].dv != p->d_v)
+    if (inst < 0 || inst >= FA_KV_NPAIR || fa_kv_pair_insts[inst].d != p->d || fa_kv_pair_insts[inst].dv != d_v)
         return cudaErrorInvalidValue;
     switch (inst) {
     case 0: return launch_pair_row<0>(p, dtype, st);

@@ -1,6 +1,7 @@
 /* What the KV-cache attention kernels (splitkv.cu, pair.cu) share about their tiles: the swizzle of 16-byte chunks,
  * the row tile's Q rows copied in, and the rotated q (fp32, written by the first kernel) as two tiles of the dtype,
- * hi + lo, so that S = hi·Kᵀ + lo·Kᵀ is as exact as fp32 for the scores and the LSE. */
+ * hi + lo, so that S = hi·Kᵀ + lo·Kᵀ is as exact as fp32 for the scores and the LSE. splitkv.cu writes the last two
+ * out in place: called through these functions, nvcc allocated its tuned kernels' registers otherwise (other SASS). */
 #ifndef FA_CUDA_KVCACHE_QTILE_CUH
 #define FA_CUDA_KVCACHE_QTILE_CUH
 

@@ -64,7 +64,14 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
      * Q by the time they took). With rotary the first kernel writes q: it is read after that kernel, below. */
     const int r0 = tile * 16, R = min(16, p.group * p.sq - r0);
     const bool qrot = !PLAIN && p.qrot;
-    if (!qrot) fa_kv_copy_q<T, D, NT>(p, fa_smem_addr(sq), b, hk, r0, R);
+    if (!qrot)
+        for (int c = threadIdx.x; c < 16 * CH; c += NT) {
+            const int r = c / CH, cc = c % CH, gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
+            const bool ok = r < R;
+            fa_cp_async16_at(fa_smem_addr(sq) + swz<D>(r, cc),
+                             ok ? (const void *)((const T *)p.q + b * p.q_sb + i * p.q_ss + hq * p.q_sh + cc * 8) : p.q,
+                             ok ? 16 : 0);
+        }
     fa_cp_async_commit();
     const int len = p.seqlens[b]; /* its load first: the speculated copies wait for nothing it gives */
     T *ring = (T *)(smem + kv_mma_smem<D, NW>::q) + warp * FA_KV_STAGES * 2 * KV_KT * D;
@@ -213,7 +220,14 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2) splitkv_mma
         uint4 u = make_uint4(0, 0, 0, 0), v = u;
         if (r < R) {
             const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
-            fa_kv_qsplit8<T>(p.qrot + (((int64_t)b * p.sq + i) * p.hq + hq) * D + cc * 8, u, v);
+            const float *x = p.qrot + (((int64_t)b * p.sq + i) * p.hq + hq) * D + cc * 8;
+            float hi[8], lo[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) hi[e] = round_to<T>(x[e]), lo[e] = x[e] - hi[e];
+            u.x = fa_pack2<T>(hi[0], hi[1]), u.y = fa_pack2<T>(hi[2], hi[3]);
+            u.z = fa_pack2<T>(hi[4], hi[5]), u.w = fa_pack2<T>(hi[6], hi[7]);
+            v.x = fa_pack2<T>(lo[0], lo[1]), v.y = fa_pack2<T>(lo[2], lo[3]);
+            v.z = fa_pack2<T>(lo[4], lo[5]), v.w = fa_pack2<T>(lo[6], lo[7]);
         }
         *(uint4 *)((unsigned char *)sq + swz<D>(r, cc)) = u;
         *(uint4 *)((unsigned char *)sq_lo + swz<D>(r, cc)) = v;

@@ -404,7 +404,7 @@ static inline fa_kv_opts fa_kv_opts_default(void) {
  *   cache    the KV cache (above); heads_q % cache.k.heads == 0 (GQA/MQA), cache.k with q's dtype (or both k and v
  *            FA_DTYPE_F8_E4M3 with kv_opts.k_descale / v_descale) and head_dim,
  *            cache.v with the same shape but a head_dim of its own, Dv (up to 512: MLA decodes with 576 / 512; CUDA
- *            takes Dv = head_dim only).
+ *            takes Dv = head_dim and the pairs (576, 512) and (192, 128)).
  *   k_new, v_new  NULL (nothing appended), or both [batch, N, heads_k, head_dim | Dv] (N may differ from S:
  *            speculative decoding, chunked prefill; CUDA: N = S for now): written into the cache at keys seqlens[b] ..
  *            seqlens[b] + N - 1 of each sequence (rotated first with rotary), then attended to. Only those rows of the

@@ -124,7 +124,8 @@ enum {
     FA_KV_AUX_CHUNK = 1,   /* keys per split in the fixed-split mode */
     FA_KV_AUX_FIXED = 2,   /* the fixed-split mode (split_size) */
     FA_KV_AUX_CLUSTER = 3, /* CUDA: the splits of a row tile merge in a thread-block cluster */
-    FA_KV_AUX_PLAIN = 4    /* CUDA: the kernel instance without rotary q, softcap and tiles that span pages */
+    FA_KV_AUX_PLAIN = 4,   /* CUDA: the kernel instance without rotary q, softcap and tiles that span pages */
+    FA_KV_AUX_PAIR = 5     /* CUDA: entry is a row of the pair kernel's table (dv != d), not of the d kernel's */
 };
 
 fa_status fa_cpu_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan *plan, char *why, size_t why_len);

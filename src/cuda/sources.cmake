@@ -32,6 +32,7 @@ set(FA_CUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/sinks.cu
     ${CMAKE_CURRENT_LIST_DIR}/quantize.cu
     ${CMAKE_CURRENT_LIST_DIR}/kvcache/splitkv.cu
+    ${CMAKE_CURRENT_LIST_DIR}/kvcache/pair.cu
     ${CMAKE_CURRENT_LIST_DIR}/kvcache/append.cu
     ${CMAKE_CURRENT_LIST_DIR}/kvcache/merge.cu
     ${CMAKE_CURRENT_LIST_DIR}/kvcache/host.cu)

@@ -13,9 +13,9 @@
  *   - every output element written (outputs poisoned with NaN before each call), nothing outside the views written;
  *   - out, lse, dq, dk, dv within the rule of tests/lib/tolerance.h: max|x − ref| ≤ 2·max|standard − ref| + atol
  *     (STANDARD = our cuBLAS path in the same dtype);
- *   - v with a head_dim of its own (dv != dqk): STANDARD runs any pair, the FLASH2 forward the pairs its table
- *     builds ((192, 128)), the FLASH2 backward, FLASH1 and FLASH3 none (FA_ERR_UNSUPPORTED naming v); AUTO's
- *     backward then runs STANDARD from FLASH2's out and lse;
+ *   - v with a head_dim of its own (dv != dqk): STANDARD runs any pair, the FLASH2 forward and backward the pairs
+ *     their tables build ((192, 128), also deterministic), FLASH1 and FLASH3 none (FA_ERR_UNSUPPORTED naming v);
+ *     AUTO runs FLASH2 forward and backward for (192, 128), STANDARD for the other pairs;
  *   - FLASH2 and FLASH3 deterministic backward: dq, dk, dv bitwise identical over two runs, the second in another
  *     context (its own workspace); FLASH3's with more key blocks than resident CTAs finishes (det_liveness).
  * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer).
@@ -93,17 +93,19 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The (dqk, dv) pairs with dv != dqk the mma.sync tables build (src/cuda/mma_sync/tiles.h): the FLASH2 forward's
- * (192, 128); no backward, FLASH1 or FLASH3 row. */
+/* The (dqk, dv) pairs with dv != dqk the mma.sync tables build (src/cuda/mma_sync/tiles.h): (192, 128) for the
+ * FLASH2 forward and backward; no FLASH1 or FLASH3 row. */
 static int flash_pair_built(fa_algo a, int64_t d, int64_t dv, int backward) {
-    return a == FA_ALGO_FLASH2 && !backward && d == 192 && dv == 128;
+    (void)backward;
+    return a == FA_ALGO_FLASH2 && d == 192 && dv == 128;
 }
 
 /* Expected: does the CUDA backend run algo a on this case? (nb = 8: the backward's tensors; FLASH3 runs the forward
  * only, so its row is asked with the forward's 4) */
 static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     if (a == FA_ALGO_STANDARD) return 1;
-    if (t_case_dv(c) != c->d && !flash_pair_built(a, c->d, t_case_dv(c), 0)) return 0;
+    const int pair = t_case_dv(c) != c->d;
+    if (pair && !flash_pair_built(a, c->d, t_case_dv(c), 0)) return 0;
     if (a == FA_ALGO_FLASH3) { /* varlen: the forward only (flash3_bwd_runs), without seqused */
         if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.seqused_q ||
             c->opts.seqused_k || c->opts.attention_chunk)
@@ -112,8 +114,8 @@ static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
             if (!aligned16(bufs[i]) || (bufs[i]->t.stride_batch == 0 && bufs[i]->t.batch > 1)) return 0;
         return c->opts.block_q || c->opts.block_k ? -1 : 1; /* explicit tiles: runs where they are FLASH3's own */
     }
-    /* FLASH1 and FLASH2: head_dim 32, 64, 96, 128; FLASH2 also 256 */
-    if (c->dt == FA_DTYPE_F32 || !(c->d == 32 || c->d == 64 || c->d == 96 || c->d == 128 ||
+    /* FLASH1 and FLASH2: head_dim 32, 64, 96, 128; FLASH2 also 256 and its pairs */
+    if (c->dt == FA_DTYPE_F32 || !(pair || c->d == 32 || c->d == 64 || c->d == 96 || c->d == 128 ||
                                    (a == FA_ALGO_FLASH2 && c->d == 256)))
         return 0;
     if (c->opts.block_q || c->opts.block_k) return -1; /* either: depends on the tile table */
@@ -701,6 +703,11 @@ int main(void) {
                 split_tile(di, &d, &bm, &bn);
                 const int hq = (sms + 69) / 2;
                 t_case c = t_case_make(1, 2 * bm - 17, 2 * bn - 37, hq, hq, d, dts[di & 1]);
+                run_case(c0, &c, 1);
+            }
+            { /* MLA's pair (192, 128), 64 x 64 tiles: the split blocks' fp32 dK rows of 192, dV rows of 128 */
+                t_case c = t_case_make(1, 2 * 64 - 17, 2 * 64 - 37, (sms + 69) / 2, (sms + 69) / 2, 192, FA_DTYPE_BF16);
+                c.dv = 128;
                 run_case(c0, &c, 1);
             }
             fa_context_destroy(c0);

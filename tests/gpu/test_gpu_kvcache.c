@@ -7,8 +7,9 @@
  * cache plus a new key, a negative length, block-table entries and batch_idx outside the cache, rotary positions past
  * the tables): clamped on the device, nothing out of bounds (memcheck), the faulty sequence's append skipped, the
  * other sequence's result unchanged, fa_kvcache_check naming the argument — also after a graph replay — and no
- * fault recorded by any valid case; fa_merge_states; and a CUDA graph captured once and replayed at a different
- * cache length. Run by scripts/test-gpu.sh. FA_GPU_TEST_SMALL=1 keeps the shapes small (sanitizers). */
+ * fault recorded by any valid case; fa_merge_states; a CUDA graph captured once and replayed at a different cache
+ * length; v with a head dim of its own ((576, 512), (192, 128); other pairs refused). Run by scripts/test-gpu.sh.
+ * FA_GPU_TEST_SMALL=1 keeps the shapes small (sanitizers). */
 #include "testlib.h"
 #include "dtype.h"
 #include "kvcase.h"
@@ -623,10 +624,37 @@ static void merge(fa_context *ctx) {
     cudaFree(dout), cudaFree(dlse);
 }
 
-/* A cache whose v has its own head_dim (MLA's (576, 512), and (128, 64)): the CUDA kernel holds K and V tiles of one
- * head_dim, so the call is FA_ERR_UNSUPPORTED naming cache.v and both dims, before anything is written. */
+/* A cache whose v has its own head dim (the pair kernel, pair.cu): MLA's latent (576, 512) — one K/V head for the 16
+ * to 64 query rows of 16 heads — and (192, 128) with GQA 4; contiguous and paged (a page of 3 keys splits the
+ * kernel's 32-key blocks), append with and without rotary, batch_idx, one split, the last CTA's register merge (2-16
+ * splits), its tile merge (33) and the fixed-split mode; causal, a window, softcap, sinks. */
+static void vdim(fa_context *ctx, fa_context *cpu, int small) {
+    static const int pairs[2][2] = {{576, 512}, {192, 128}}, ns[6] = {0, 4, 33, 1, 0, 16};
+    static float sk[16];
+    for (int h = 0; h < 16; h++) sk[h] = (float)(-1 + 4 * t_rng_uniform(&R));
+    for (int i = 0; i < 12; i++) {
+        if (small && i % 3) continue;
+        const int pr = i % 2, cap = small ? 300 : pr ? 1500 : 1100;
+        t_kv_spec s = spec(i % 4 < 2 ? FA_DTYPE_BF16 : FA_DTYPE_F16, 3, (int[]){1, 2, 1, 4}[i / 2 % 4], pr ? 8 : 16,
+                           pr ? 2 : 1, pairs[pr][0], cap, (int[]){0, 16, 3, 64}[i / 3 % 4]);
+        s.dv = pairs[pr][1];
+        s.append = i % 3 != 2;
+        s.rotary = s.append && i % 4 == 1;
+        s.batch_idx = i % 5 == 2;
+        s.opts.causal = i % 2 == 0;
+        if (i % 5 == 3) s.opts.window_left = 50;
+        if (i % 6 == 4) s.opts.softcap = 5;
+        if (i % 4 == 3) s.opts.sinks = sk;
+        s.kv.num_splits = ns[i % 6];
+        if (i == 7) s.kv.split_size = 64;
+        run(ctx, cpu, &s, "vdim");
+    }
+}
+
+/* A cache whose v has a head dim of its own that no pair row builds ((128, 64), (576, 128)): FA_ERR_UNSUPPORTED
+ * naming cache.v and both dims, before anything is written. */
 static void vdim_refusal(fa_context *ctx) {
-    static const int pairs[2][2] = {{576, 512}, {128, 64}};
+    static const int pairs[2][2] = {{576, 128}, {128, 64}};
     for (int i = 0; i < 2; i++) {
         t_kv_spec s = t_kv_spec_of(FA_DTYPE_BF16, 2, 1, 16, 1, pairs[i][0], 64, 16);
         s.dv = pairs[i][1], s.append = i;
@@ -687,6 +715,7 @@ int main(void) {
     contract(ctx, cpu);
     graph(ctx, cpu, small);
     merge(ctx);
+    vdim(ctx, cpu, small);
     vdim_refusal(ctx);
     fp8_refusal(ctx);
     fa_context_destroy(ctx);

@@ -37,7 +37,7 @@ __device__ __forceinline__ float rotated(const fa_kv_params &p, const T *x, int 
 }
 
 template <typename T>
-__global__ void __launch_bounds__(FA_KV_THREADS) first_kernel(const fa_kv_params p) {
+__global__ void __launch_bounds__(FA_KV_THREADS) first_kernel(const fa_kv_params p, const int d_v) {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int i = blockIdx.x, b = blockIdx.y;
     if (p.zero_arrived && i == 0) {
@@ -63,29 +63,33 @@ __global__ void __launch_bounds__(FA_KV_THREADS) first_kernel(const fa_kv_params
     if (p.batch_idx && (p.batch_idx[b] < 0 || p.batch_idx[b] >= p.cache_rows)) return;
     if (p.rcos && len > p.rot_seqlen - p.sq) return;
     if (p.paged && fa_kv_page_checked(p, row, (int)t) < 0) return;
-    if (p.kn_vec) { /* no rotary, 16-byte aligned rows: one 16-byte chunk per thread */
-        const int ch = p.d / 8;
-        for (int e = threadIdx.x; e < p.hk * ch; e += blockDim.x) {
-            const int h = e / ch, c = e % ch * 8;
-            const T *kx = (const T *)p.kn + b * p.kn_sb + i * p.kn_ss + h * p.kn_sh + c;
-            const T *vx = (const T *)p.vn + b * p.vn_sb + i * p.vn_ss + h * p.vn_sh + c;
-            *(uint4 *)((T *)p.kc + fa_kv_key(p, row, (int)t, h, p.k_sb, p.k_ss, p.k_sh) + c) = *(const uint4 *)kx;
-            *(uint4 *)((T *)p.vc + fa_kv_key(p, row, (int)t, h, p.v_sb, p.v_ss, p.v_sh) + c) = *(const uint4 *)vx;
+    if (p.kn_vec) { /* no rotary, 16-byte aligned rows: one 16-byte chunk per thread; K rows d, V rows d_v wide */
+        const int ch = p.d / 8, chv = d_v / 8;
+        for (int e = threadIdx.x; e < p.hk * (ch + chv); e += blockDim.x) {
+            const bool v = e >= p.hk * ch;
+            const int w = v ? chv : ch, f = v ? e - p.hk * ch : e, h = f / w, c = f % w * 8;
+            const T *x = v ? (const T *)p.vn + b * p.vn_sb + i * p.vn_ss + h * p.vn_sh + c
+                           : (const T *)p.kn + b * p.kn_sb + i * p.kn_ss + h * p.kn_sh + c;
+            T *dst = v ? (T *)p.vc + fa_kv_key(p, row, (int)t, h, p.v_sb, p.v_ss, p.v_sh) + c
+                       : (T *)p.kc + fa_kv_key(p, row, (int)t, h, p.k_sb, p.k_ss, p.k_sh) + c;
+            *(uint4 *)dst = *(const uint4 *)x;
         }
         return;
     }
     for (int e = threadIdx.x; e < p.hk * p.d; e += blockDim.x) {
         const int h = e / p.d, c = e % p.d;
         const T *kx = (const T *)p.kn + b * p.kn_sb + i * p.kn_ss + h * p.kn_sh;
-        const T *vx = (const T *)p.vn + b * p.vn_sb + i * p.vn_ss + h * p.vn_sh;
         T *kd = (T *)p.kc + fa_kv_key(p, row, (int)t, h, p.k_sb, p.k_ss, p.k_sh);
-        T *vd = (T *)p.vc + fa_kv_key(p, row, (int)t, h, p.v_sb, p.v_ss, p.v_sh);
         kd[c] = rot ? fa_from_f32<T>(rotated(p, kx, c, (int)t)) : kx[c];
-        vd[c] = vx[c];
+    }
+    for (int e = threadIdx.x; e < p.hk * d_v; e += blockDim.x) {
+        const int h = e / d_v, c = e % d_v;
+        const T *vx = (const T *)p.vn + b * p.vn_sb + i * p.vn_ss + h * p.vn_sh;
+        ((T *)p.vc + fa_kv_key(p, row, (int)t, h, p.v_sb, p.v_ss, p.v_sh))[c] = vx[c];
     }
 }
 
-extern "C" cudaError_t fa_kv_first_launch(const fa_kv_params *p, int dtype, cudaStream_t st) {
+extern "C" cudaError_t fa_kv_first_launch(const fa_kv_params *p, int d_v, int dtype, cudaStream_t st) {
     const dim3 grid(p->append ? p->sq : 1, p->batch);
     /* the attention kernel's shared-memory carveout, so that SMs need no reconfiguring between the two kernels */
     static unsigned char ready[2][64];
@@ -93,7 +97,7 @@ extern "C" cudaError_t fa_kv_first_launch(const fa_kv_params *p, int dtype, cuda
         ready[dtype == 1], dtype == 1 ? (const void *)first_kernel<__half> : (const void *)first_kernel<__nv_bfloat16>,
         cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess) return e;
-    if (dtype == 1) first_kernel<__half><<<grid, FA_KV_THREADS, 0, st>>>(*p);
-    else first_kernel<__nv_bfloat16><<<grid, FA_KV_THREADS, 0, st>>>(*p);
+    if (dtype == 1) first_kernel<__half><<<grid, FA_KV_THREADS, 0, st>>>(*p, d_v);
+    else first_kernel<__nv_bfloat16><<<grid, FA_KV_THREADS, 0, st>>>(*p, d_v);
     return cudaGetLastError();
 }

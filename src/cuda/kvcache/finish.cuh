@@ -38,10 +38,10 @@ __device__ __forceinline__ bool fa_kv_stands(float m, float l, const float *o8) 
 
 /* Query row i of head hq over keys [lo, hi) from the definition, in float64, by one warp (lane: columns
  * lane + 32 j): o and the natural-log LSE. NaN/inf in q or a visible key makes the row NaN; logits saturate at
- * ±2^126. The same rules as the CPU's exact_row. */
-template <int D, typename T>
+ * ±2^126. The same rules as the CPU's exact_row. q, k rows D wide, v and o rows DV. */
+template <int D, typename T, int DV = D>
 __device__ void fa_kv_exact_row(const fa_kv_params &p, int b, int row, int hk, int i, int hq, int lo, int hi,
-                                 double (&o)[D / 32], double *lse) {
+                                 double (&o)[DV / 32], double *lse) {
     const int lane = threadIdx.x & 31;
     double q[D / 32];
     bool bad = false;
@@ -51,8 +51,11 @@ __device__ void fa_kv_exact_row(const fa_kv_params &p, int b, int row, int hk, i
         q[j] = p.qrot ? (double)p.qrot[(((int64_t)b * p.sq + i) * p.hq + hq) * D + c]
                       : (double)fa_ld((const T *)p.q + b * p.q_sb + i * p.q_ss + hq * p.q_sh + c);
         bad |= !isfinite(q[j]);
-        o[j] = 0.0;
+        if (DV == D) o[j < DV / 32 ? j : 0] = 0.0; /* (in this loop: the single-head-dim kernels' code as it was) */
     }
+    if (DV != D)
+#pragma unroll
+        for (int j = 0; j < DV / 32; j++) o[j] = 0.0;
     const T *kc = (const T *)p.kc, *vc = (const T *)p.vc;
     for (int t = lo; t < hi && !__any_sync(0xffffffffu, bad); t++) {
         const T *k = kc + fa_kv_key(p, row, t, hk, p.k_sb, p.k_ss, p.k_sh);
@@ -61,7 +64,7 @@ __device__ void fa_kv_exact_row(const fa_kv_params &p, int b, int row, int hk, i
     }
     if (__any_sync(0xffffffffu, bad)) {
 #pragma unroll
-        for (int j = 0; j < D / 32; j++) o[j] = NAN;
+        for (int j = 0; j < DV / 32; j++) o[j] = NAN;
         *lse = NAN;
         return;
     }
@@ -81,20 +84,20 @@ __device__ void fa_kv_exact_row(const fa_kv_params &p, int b, int row, int hk, i
             const double f = exp(m - s);
             l *= f;
 #pragma unroll
-            for (int j = 0; j < D / 32; j++) o[j] *= f;
+            for (int j = 0; j < DV / 32; j++) o[j] *= f;
             m = s;
         }
         const double pj = exp(s - m);
         l += pj;
 #pragma unroll
-        for (int j = 0; j < D / 32; j++) o[j] += pj * (double)fa_ld(v + lane + 32 * j);
+        for (int j = 0; j < DV / 32; j++) o[j] += pj * (double)fa_ld(v + lane + 32 * j);
     }
     if (hi <= lo) {
         *lse = -INFINITY;
         return;
     }
 #pragma unroll
-    for (int j = 0; j < D / 32; j++) o[j] /= l;
+    for (int j = 0; j < DV / 32; j++) o[j] /= l;
     *lse = m + log(l);
 }
 

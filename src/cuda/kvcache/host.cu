@@ -41,6 +41,13 @@ static int inst_of(int64_t d, int nw) {
     return -1;
 }
 
+/* The row of fa_kv_pair_insts for head dims (d, dv), or -1. */
+static int pair_of(int64_t d, int64_t dv) {
+    for (int i = 0; i < FA_KV_NPAIR; i++)
+        if (fa_kv_pair_insts[i].d == d && fa_kv_pair_insts[i].dv == dv) return i;
+    return -1;
+}
+
 /* ---- supports: yes, or the reason ---- */
 static int supports(const fa_kv_problem *p, char *why, size_t why_len) {
     if (p->dtype == FA_DTYPE_F32) {
@@ -52,13 +59,17 @@ static int supports(const fa_kv_problem *p, char *why, size_t why_len) {
                  "caches)");
         return 0;
     }
-    if (p->d_v != p->d) { /* MLA's (576, 512) wants its own kernel: d = 256's K and V rings already fill shared memory */
-        snprintf(why, why_len, "cache.v: head_dim %lld differs from q's %lld: the CUDA KV-cache kernel holds K and V "
-                 "tiles of one head_dim (64, 128 or 256); a CPU context decodes any pair up to (576, 512)",
-                 (long long)p->d_v, (long long)p->d);
+    if (p->d_v != p->d && pair_of(p->d, p->d_v) < 0) { /* the pair kernel's rows (kvcache.h) */
+        char pairs[64] = "";
+        for (int i = 0, n = 0; i < FA_KV_NPAIR; i++)
+            n += snprintf(pairs + n, sizeof pairs - (size_t)n, "%s(%d, %d)", n ? ", " : "", fa_kv_pair_insts[i].d,
+                          fa_kv_pair_insts[i].dv);
+        snprintf(why, why_len, "cache.v: head_dim %lld differs from q's %lld: CUDA KV-cache attention builds the "
+                 "pairs (d, d_v) %s; a CPU context decodes any pair up to (576, 512)",
+                 (long long)p->d_v, (long long)p->d, pairs);
         return 0;
     }
-    if (inst_of(p->d, 4) < 0) { /* every built head dim has a 4-warp row */
+    if (p->d_v == p->d && inst_of(p->d, 4) < 0) { /* every built head dim has a 4-warp row */
         char dims[64] = "";
         for (int i = 0, n = 0; i < FA_KV_NINST; i++)
             if (fa_kv_insts[i].nw == 4)
@@ -171,18 +182,18 @@ static void layout(fa_arena *a, const fa_kv_problem *p, const fa_plan *plan, kv_
     w->arrived = NULL;
     if (nsplit > 1 && !plan->aux[FA_KV_AUX_CLUSTER]) {
         const size_t tiles = (size_t)row_tiles_of(p);
-        w->part_o = (float *)fa_arena_take(a, rows * (size_t)nsplit * (size_t)p->d * sizeof(float), 256);
+        w->part_o = (float *)fa_arena_take(a, rows * (size_t)nsplit * (size_t)p->d_v * sizeof(float), 256);
         w->part_lse = (float *)fa_arena_take(a, rows * (size_t)nsplit * sizeof(float), 256);
         w->arrived = (int *)fa_arena_take(a, (size_t)(p->batch * p->hk) * tiles * sizeof(int), 256);
     }
     if (p->rot_cos) w->qrot = (float *)fa_arena_take(a, rows * (size_t)p->d * sizeof(float), 256);
 }
 
-/* ---- traffic: modelled at full capacity (the lengths are on the device) ---- */
+/* ---- traffic: modelled at full capacity (the lengths are on the device); q, k rows d wide, v, out rows d_v ---- */
 static void traffic(const fa_kv_problem *p, fa_plan *plan) {
-    const double e = (double)fa_dtype_size(p->dtype), rowb = (double)p->d * e;
-    plan->read_bytes = (double)p->batch * ((double)p->capacity * 2 * p->hk + p->sq * p->hq) * rowb;
-    plan->write_bytes = (double)p->batch * p->sq * p->hq * rowb;
+    const double e = (double)fa_dtype_size(p->dtype), d = (double)p->d, dv = (double)p->d_v;
+    plan->read_bytes = (double)p->batch * ((double)p->capacity * p->hk * (d + dv) + p->sq * p->hq * d) * e;
+    plan->write_bytes = (double)p->batch * p->sq * p->hq * dv * e;
 }
 
 extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem *p, fa_plan *plan, char *why,
@@ -198,23 +209,31 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
     int ns = pick_splits(p, sms, plan);
     if (ns < 1) ns = 1;
     plan->aux[FA_KV_AUX_SPLITS] = ns;
-    const int warps = pick_warps(p, ns, sms);
-    plan->entry = inst_of(p->d, warps);
-    /* 2-16 splits (a cluster's limit), not the fixed-split mode (whose sums must not depend on how the rest of the
-     * batch merges), and the GPU holds every cluster of the grid at once: the splits of a row tile run as one
-     * cluster and merge through distributed shared memory — no partials, fences or counters in global memory. */
-    plan->aux[FA_KV_AUX_CLUSTER] = 0;
-    if (ns >= 2 && ns <= FA_KV_CLUSTER_MAX && !p->split_size)
-        plan->aux[FA_KV_AUX_CLUSTER] = active_clusters(p, plan->entry, ns) >= items;
-    /* no rotary q, no softcap and a tile's keys in one page: the instance without the code of those (instruction
-     * fetch is a third of a short call's stalls) */
-    plan->aux[FA_KV_AUX_PLAIN] = !p->rot_cos && !(p->softcap > 0) && (!p->paged || p->page_size % FA_KV_KEYS == 0);
-    const fa_kv_inst *in = &fa_kv_insts[plan->entry];
-    plan->kernel = plan->aux[FA_KV_AUX_PLAIN] ? in->kernel_plain : in->kernel;
     plan->block_q = FA_KV_ROWS;
     plan->block_k = FA_KV_KEYS;
-    plan->threads = 32 * in->nw;
     plan->grid[0] = ns, plan->grid[1] = (int)(p->hk * row_tiles_of(p)), plan->grid[2] = (int)p->batch;
+    if (p->d_v != p->d) { /* the pair kernel: 8 warps, 32 keys a block, no cluster merge or plain instance */
+        plan->aux[FA_KV_AUX_PAIR] = 1;
+        plan->entry = pair_of(p->d, p->d_v);
+        plan->kernel = fa_kv_pair_insts[plan->entry].kernel;
+        plan->block_k = 32;
+        plan->threads = 256;
+    } else {
+        const int warps = pick_warps(p, ns, sms);
+        plan->entry = inst_of(p->d, warps);
+        /* 2-16 splits (a cluster's limit), not the fixed-split mode (whose sums must not depend on how the rest of the
+         * batch merges), and the GPU holds every cluster of the grid at once: the splits of a row tile run as one
+         * cluster and merge through distributed shared memory — no partials, fences or counters in global memory. */
+        plan->aux[FA_KV_AUX_CLUSTER] = 0;
+        if (ns >= 2 && ns <= FA_KV_CLUSTER_MAX && !p->split_size)
+            plan->aux[FA_KV_AUX_CLUSTER] = active_clusters(p, plan->entry, ns) >= items;
+        /* no rotary q, no softcap and a tile's keys in one page: the instance without the code of those (instruction
+         * fetch is a third of a short call's stalls) */
+        plan->aux[FA_KV_AUX_PLAIN] = !p->rot_cos && !(p->softcap > 0) && (!p->paged || p->page_size % FA_KV_KEYS == 0);
+        const fa_kv_inst *in = &fa_kv_insts[plan->entry];
+        plan->kernel = plan->aux[FA_KV_AUX_PLAIN] ? in->kernel_plain : in->kernel;
+        plan->threads = 32 * in->nw;
+    }
     fa_arena a = fa_arena_dry();
     kv_ws w;
     layout(&a, p, plan, &w);
@@ -260,7 +279,7 @@ static void params_of(const fa_kv_problem *p, const fa_plan *plan, const kv_ws *
     c->nsplit = plan->aux[FA_KV_AUX_SPLITS], c->fixed = plan->aux[FA_KV_AUX_FIXED];
     c->chunk = plan->aux[FA_KV_AUX_CHUNK];
     c->row_tiles = (int)row_tiles_of(p);
-    c->warps = fa_kv_insts[plan->entry].nw;
+    c->warps = plan->aux[FA_KV_AUX_PAIR] ? 8 : fa_kv_insts[plan->entry].nw;
     c->cluster = plan->aux[FA_KV_AUX_CLUSTER];
     c->plain = plan->aux[FA_KV_AUX_PLAIN];
     c->part_o = w->part_o, c->part_lse = w->part_lse, c->arrived = w->arrived;
@@ -319,11 +338,13 @@ extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, con
         const int dt = (int)p->dtype;
         cudaError_t e;
         c.after_first = p->append || c.zero_arrived;
-        if (c.after_first && (e = fa_kv_first_launch(&c, dt, stream)) != cudaSuccess) {
+        if (c.after_first && (e = fa_kv_first_launch(&c, (int)p->d_v, dt, stream)) != cudaSuccess) {
             rc = cuda_err(ctx, "kvcache append launch", e);
             break;
         }
-        if ((e = fa_kv_attend_launch(&c, plan->entry, dt, stream)) != cudaSuccess) {
+        e = plan->aux[FA_KV_AUX_PAIR] ? fa_kv_pair_launch(&c, (int)p->d_v, plan->entry, dt, stream)
+                                      : fa_kv_attend_launch(&c, plan->entry, dt, stream);
+        if (e != cudaSuccess) {
             rc = cuda_err(ctx, "kvcache split-KV launch", e);
             break;
         }

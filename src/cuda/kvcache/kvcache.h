@@ -45,6 +45,18 @@ static constexpr fa_kv_inst fa_kv_insts[] = {
 #undef FA_KV_INST
 #define FA_KV_NINST ((int)(sizeof fa_kv_insts / sizeof fa_kv_insts[0]))
 
+/* The pair kernel's instances (pair.cu): head dims (d, dv) with dv != d (v, out and v_new rows dv wide), 8 warps
+ * that split O's columns. The pairs CUDA decodes are the ones listed here. */
+struct fa_kv_pair_inst {
+    int d, dv;
+    const char *kernel;
+};
+static constexpr fa_kv_pair_inst fa_kv_pair_insts[] = {
+    {576, 512, "cuda.kvcache.pair.d576v512"}, /* MLA's latent K (512 + 64 rotary) and V */
+    {192, 128, "cuda.kvcache.pair.d192v128"}, /* MLA's unabsorbed heads (128 + 64 rotary), V 128 */
+};
+#define FA_KV_NPAIR ((int)(sizeof fa_kv_pair_insts / sizeof fa_kv_pair_insts[0]))
+
 typedef struct fa_kv_params {
     const void *q;           /* [b, sq, hq, d] in the dtype */
     float *qrot;             /* rotary: q rotated, fp32 contiguous [b, sq, hq, d]; else NULL */
@@ -74,7 +86,7 @@ typedef struct fa_kv_params {
     int nsplit, fixed, chunk;/* splits of the grid; fixed: split of `chunk` keys */
     int row_tiles;           /* tiles of FA_KV_ROWS query rows per K/V head */
     int warps;               /* of the attention kernel's CTA: its row's of fa_kv_insts */
-    float *part_o, *part_lse;/* [b, hq, sq, nsplit] x (d | 1), or NULL with one split */
+    float *part_o, *part_lse;/* [b, hq, sq, nsplit] x (v's head dim | 1), or NULL with one split */
     int *arrived;            /* [b, hk x row_tiles]: CTAs of the row tile done, zero between calls, or NULL */
     int zero_arrived;        /* the first kernel zeroes arrived (a caller's workspace: its counters' state unknown) */
     int after_first;         /* the attention kernel follows the first kernel by programmatic dependent launch */
@@ -164,12 +176,15 @@ static __device__ __forceinline__ int64_t fa_kv_key(const fa_kv_params &p, int r
 extern "C" {
 #endif
 /* dtype 1 = f16, 2 = bf16 (merge: 0 = f32 too). */
-/* The first kernel: append (p->append), rotated q (p->qrot), zeroed counters (p->zero_arrived); needed when any
- * is. */
-cudaError_t fa_kv_first_launch(const fa_kv_params *p, int dtype, cudaStream_t st);
+/* The first kernel: append (p->append; v rows d_v wide, k rows p->d), rotated q (p->qrot), zeroed counters
+ * (p->zero_arrived); needed when any is. d_v is apart from the parameter block, which the attention kernels take. */
+cudaError_t fa_kv_first_launch(const fa_kv_params *p, int d_v, int dtype, cudaStream_t st);
 /* The attention kernel of row inst of fa_kv_insts (whose d and warps must be p's: cudaErrorInvalidValue
  * otherwise), launched as the first kernel's programmatic dependent when p->after_first. */
 cudaError_t fa_kv_attend_launch(const fa_kv_params *p, int inst, int dtype, cudaStream_t st);
+/* The pair kernel of row inst of fa_kv_pair_insts (whose d and dv must be p->d and d_v: cudaErrorInvalidValue
+ * otherwise), launched as the first kernel's programmatic dependent when p->after_first. */
+cudaError_t fa_kv_pair_launch(const fa_kv_params *p, int d_v, int inst, int dtype, cudaStream_t st);
 /* Clusters of p's launch shape (p->nsplit CTAs each) of row inst that the GPU holds at once; 0 when it holds none
  * (or inst is not p's row). */
 int fa_kv_active_clusters(const fa_kv_params *p, int inst, int dtype);

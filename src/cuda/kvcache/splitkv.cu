@@ -16,6 +16,7 @@
 #include "../mma_sync/mma.cuh"
 #include "kvcache.h"
 #include "finish.cuh"
+#include "qtile.cuh"
 
 #include "core/visible.h"
 
@@ -33,16 +34,6 @@ template <int D, int NW> struct kv_mma_smem {
     static constexpr int total = q + ring;
     static_assert(NW * 16 * (D + 8) * 4 + 2 * NW * 16 * 4 <= ring, "the warps' merge reuses the ring");
 };
-
-/* Byte offset of element (row, 8·chunk) in a [rows][D] tile of 16-bit values, chunks swizzled by row. */
-template <int D> __device__ __forceinline__ uint32_t swz(int row, int chunk) {
-    return (uint32_t)(row * D + ((chunk ^ (row & 7)) << 3)) * 2u;
-}
-
-/* x rounded to T and back (the high part of a hi + lo split). */
-template <typename T> __device__ __forceinline__ float round_to(float x);
-template <> __device__ __forceinline__ float round_to<__nv_bfloat16>(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-template <> __device__ __forceinline__ float round_to<__half>(float x) { return __half2float(__float2half_rn(x)); }
 
 __device__ __forceinline__ void merge_state8(float &m, float &l, float *o, float m2, float l2, const float *o2) {
     const float mn = fmaxf(m, m2);

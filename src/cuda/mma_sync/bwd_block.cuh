@@ -13,6 +13,8 @@
  *   Sᵀ, dPᵀ (Bc x Br):    WK_S warps along the keys  x 8/WK_S  along the queries;
  *   dKj, dVj (Bc x d):    WK_KV warps along the keys x 8/WK_KV along d;
  *   dQi (Br x d):         WQ_DQ warps along queries  x 8/WQ_DQ along d.
+ * V, dO and dV rows are DV wide (d but for a pair of head dims, MLA's (192, 128)): dPᵀ = Vj dOiᵀ sums over DV
+ * and the dV GEMM's warps split DV as the dK GEMM's split d.
  * P and dS (16-bit, rows = keys) go through shared memory between the first GEMMs and the others: one more
  * __syncthreads per step, for half the B-operand reads of a one-dimensional split. Tiles: tiles.h; measurements:
  * docs/cuda-kernels.md. */
@@ -31,9 +33,9 @@ enum { FA_DQ_REDUCE = 0, FA_DQ_NONE = 1, FA_DQ_RMW = 2 };
 
 /* Br x Bc = BM x BN, 8 warps, the warp grid of each GEMM (see above), and the order of the first half-step. */
 template <int D_, int BM_, int BN_, int WK_S_, int WK_KV_, int WQ_DQ_, bool P_SPLIT_, int QSTAGES_ = 2,
-          bool Q_LATE_ = false>
+          bool Q_LATE_ = false, int DV_ = D_>
 struct fa_bwd_cfg {
-    static constexpr int D = D_, BM = BM_, BN = BN_, NW = 8, WK_S = WK_S_, WK_KV = WK_KV_, WQ_DQ = WQ_DQ_;
+    static constexpr int D = D_, DV = DV_, BM = BM_, BN = BN_, NW = 8, WK_S = WK_S_, WK_KV = WK_KV_, WQ_DQ = WQ_DQ_;
     static constexpr bool P_SPLIT = P_SPLIT_; /* hot blocks: P between the dPᵀ GEMM's k-steps (fa_bwd_split_step) */
     /* with two buffers, where Qi+1, dOi+1 are issued: after the step's first barrier (false: a whole step to land)
      * or after its second (true: the dK/dV/dQ GEMMs to land; the cp.async issue is off the Sᵀ GEMM's start) */
@@ -41,12 +43,14 @@ struct fa_bwd_cfg {
     /* Qi, dOi buffers: 2 = block i+1 loads during all of block i; 1 (d = 256, shared memory): block i+1 loads
      * during block i's dQ GEMM, after a barrier that ends every warp's reads of Qi and dOi */
     static constexpr int QSTAGES = QSTAGES_;
-    static constexpr int LD = D + 8, LDP = BM + 8; /* padded rows: conflict-free ldmatrix (common.cuh) */
+    static constexpr int LD = D + 8, LDV = DV + 8, LDP = BM + 8; /* padded rows: conflict-free ldmatrix (common.cuh) */
     static constexpr int LQ = D + 8; /* FLASH2's fp32 dQ staging rows: conflict-free float2 stores (see below) */
     static constexpr int SK = BN / WK_S, SQ = BM / (NW / WK_S);     /* a warp's Sᵀ tile: SK keys x SQ queries */
     static constexpr int KK = BN / WK_KV, KD = D / (NW / WK_KV);    /* a warp's dK/dV tile: KK keys x KD cols */
+    static constexpr int KDV = DV / (NW / WK_KV);                   /* ... of dV: KK keys x KDV cols */
     static constexpr int QQ = BM / WQ_DQ, QD = D / (NW / WQ_DQ);    /* a warp's dQ tile: QQ queries x QD cols */
-    static_assert(SK % 16 == 0 && SQ % 16 == 0 && KK % 16 == 0 && KD % 16 == 0 && QQ % 16 == 0 && QD % 16 == 0,
+    static_assert(SK % 16 == 0 && SQ % 16 == 0 && KK % 16 == 0 && KD % 16 == 0 && KDV % 16 == 0 && QQ % 16 == 0 &&
+                      QD % 16 == 0,
                   "every warp tile must be whole 16 x 16 MMA tiles");
 };
 
@@ -54,7 +58,8 @@ struct fa_bwd_cfg {
 template <int R>
 struct fa_bwd_row_cfg
     : fa_bwd_cfg<fa_bwd_rows[R].d, fa_bwd_rows[R].bm, fa_bwd_rows[R].bn, fa_bwd_rows[R].wk_s, fa_bwd_rows[R].wk_kv,
-                 fa_bwd_rows[R].wq_dq, fa_bwd_rows[R].p_split != 0, fa_bwd_rows[R].qstages, fa_bwd_rows[R].q_late != 0> {};
+                 fa_bwd_rows[R].wq_dq, fa_bwd_rows[R].p_split != 0, fa_bwd_rows[R].qstages, fa_bwd_rows[R].q_late != 0,
+                 fa_bwd_rows[R].dv> {};
 
 /* The block's addresses, computed before the loop over Qi by thread 0 and parked in shared memory: read where
  * they are used, so that no register carries them (or what they are derived from) across the loop. Kept in
@@ -73,8 +78,8 @@ struct fa_bwd_addr {
  * addresses; for FLASH2, the fp32 dQ staging tile (rows of LQ = D + 8 floats, 8 banks apart, so that the float2
  * stores of a half-warp — 4 rows x 8 floats — hit 32 distinct banks; 16-byte aligned for the bulk reduce). The launch's dynamic shared memory is its sizeof. */
 template <class C> struct fa_bwd_smem_base {
-    uint16_t K[C::BN * C::LD], V[C::BN * C::LD]; /* 16-bit elements (T) */
-    uint16_t Q[C::QSTAGES * C::BM * C::LD], dO[C::QSTAGES * C::BM * C::LD];
+    uint16_t K[C::BN * C::LD], V[C::BN * C::LDV]; /* 16-bit elements (T) */
+    uint16_t Q[C::QSTAGES * C::BM * C::LD], dO[C::QSTAGES * C::BM * C::LDV];
     uint16_t P[C::BN * C::LDP], dS[C::BN * C::LDP];
     float L[2 * C::BM], D[2 * C::BM];
     fa_bwd_addr addr;
@@ -110,10 +115,10 @@ FA_DEV void fa_bwd_copy_stats(const fa_bwd_addr *a, int sq, int m, float *sL, fl
 template <typename T, class C>
 FA_DEV void fa_bwd_prefetch_q(const fa_cuda_params &p, const fa_bwd_addr *sA, T *sQ, T *sdO, float *sL, float *sD,
                               int m, int m1, int nb, int sq, int tid) {
-    constexpr int BM = C::BM, D = C::D, LD = C::LD, NTHR = C::NW * 32, qb = C::QSTAGES == 2;
+    constexpr int BM = C::BM, D = C::D, LD = C::LD, DV = C::DV, LDV = C::LDV, NTHR = C::NW * 32, qb = C::QSTAGES == 2;
     fa_load_tile<T, BM, D, LD, NTHR>(sQ + qb * nb * BM * LD, (const T *)sA->q + (int64_t)m1 * p.q_ss, p.q_ss, sq - m1, tid);
-    fa_load_tile<T, BM, D, LD, NTHR>(sdO + qb * nb * BM * LD, (const T *)sA->dout + (int64_t)m1 * p.do_ss, p.do_ss,
-                                     sq - m1, tid);
+    fa_load_tile<T, BM, DV, LDV, NTHR>(sdO + qb * nb * BM * LDV, (const T *)sA->dout + (int64_t)m1 * p.do_ss, p.do_ss,
+                                       sq - m1, tid);
     fa_bwd_copy_stats<BM>(sA, sq, m, sL + nb * BM, sD + nb * BM, tid);
     fa_cp_async_commit();
 }
@@ -229,9 +234,9 @@ template <int N, int I = 0, class F> FA_DEV void fa_static_for(F f) {
 template <typename T, class C, int MS, int QS>
 FA_DEV void fa_bwd_split_step(float (&St)[MS][QS][4], float (&dPt)[MS][QS][4], const T *sVk, const T *sdOq, float kl,
                               const float *sLq, const float *sDq, uint32_t pa, int lane) {
-    constexpr int KS = C::D / 16, LD = C::LD, LDP = C::LDP;
+    constexpr int KS = C::DV / 16, LDV = C::LDV, LDP = C::LDP;
     uint32_t Pp[MS][QS][2];
-    fa_warp_gemm_abt<T, MS, QS, C::D, LD, LD>(dPt, sVk, sdOq, lane, [&](int k) {
+    fa_warp_gemm_abt<T, MS, QS, C::DV, LDV, LDV>(dPt, sVk, sdOq, lane, [&](int k) {
         fa_static_for<KS>([&](auto K) { /* k is a constant after unrolling: the slice of k-step k */
             constexpr int N0 = decltype(K)::value * QS / KS, N1 = (decltype(K)::value + 1) * QS / KS;
             if (k == decltype(K)::value) {
@@ -317,8 +322,8 @@ template <class C> FA_DEV void fa_bwd_dq_flush(const fa_bwd_addr *sA, const floa
 template <typename T, class C, int DQ_MODE, bool SOFTCAP, bool PART = false>
 FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int h, int n_block, unsigned char *smem,
                             int q_from = 0, int q_to = INT_MAX, float *part = nullptr) {
-    constexpr int D = C::D, BM = C::BM, BN = C::BN, NTHR = C::NW * 32, LD = C::LD, LDP = C::LDP;
-    constexpr int MS = C::SK / 16, QS = C::SQ / 8, MK = C::KK / 16, NK = C::KD / 8;
+    constexpr int D = C::D, DV = C::DV, BM = C::BM, BN = C::BN, NTHR = C::NW * 32, LD = C::LD, LDV = C::LDV;
+    constexpr int LDP = C::LDP, MS = C::SK / 16, QS = C::SQ / 8, MK = C::KK / 16, NK = C::KD / 8, NKV = C::KDV / 8;
     constexpr int QST = C::QSTAGES;
     constexpr bool Q_LATE = C::Q_LATE && DQ_MODE != FA_DQ_RMW; /* FLASH1's d=128 kernels spilled 12-16 B with it */
     fa_bwd_smem_base<C> &sm = *(fa_bwd_smem_base<C> *)smem;
@@ -344,14 +349,14 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         sA->dsum = p.dsum + s.stat0;
         if (PART) {
             sA->dk = part;
-            sA->dv = part + BN * D;
+            sA->dv = part + BN * D; /* the block's fp32 dK (BN x D), then its dV (BN x DV) */
         } else if (p.group == 1) {
             sA->dk = (T *)p.dk + fa_off(p, p.dk_sb, p.dk_ss, p.dk_sh, b, s.krow, hk) + (int64_t)n0 * p.dk_ss;
             sA->dv = (T *)p.dv + fa_off(p, p.dv_sb, p.dv_ss, p.dv_sh, b, s.krow, hk) + (int64_t)n0 * p.dv_ss;
         } else {
             const int64_t k0 = p.cu_k ? (int64_t)h * p.total_k + s.krow : ((int64_t)b * p.hq + h) * p.total_k;
             sA->dk = p.dk_acc + (k0 + n0) * D;
-            sA->dv = p.dv_acc + (k0 + n0) * D;
+            sA->dv = p.dv_acc + (k0 + n0) * DV;
         }
         sA->rows = kv_rows;
     }
@@ -360,19 +365,20 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
     /* this warp's place in each GEMM's warp grid */
     const int s_key = (warp % C::WK_S) * C::SK, s_qry = (warp / C::WK_S) * C::SQ;
     const int kv_key = (warp % C::WK_KV) * C::KK, kv_col = (warp / C::WK_KV) * C::KD;
+    const int kv_colv = (warp / C::WK_KV) * C::KDV; /* dV's columns (kv_col where DV = D) */
     const int q_row = (warp % C::WQ_DQ) * C::QQ, q_col = (warp / C::WQ_DQ) * C::QD;
-    float dK[MK][NK][4], dV[MK][NK][4];
+    float dK[MK][NK][4], dV[MK][NKV][4];
     fa_zero(dK);
     fa_zero(dV);
 
     if (mb_hi > mb_lo) {
         fa_load_tile<T, BN, D, LD, NTHR>(sK, Kj, p.k_ss, kv_rows, tid);
-        fa_load_tile<T, BN, D, LD, NTHR>(sV, Vj, p.v_ss, kv_rows, tid);
+        fa_load_tile<T, BN, DV, LDV, NTHR>(sV, Vj, p.v_ss, kv_rows, tid);
         fa_bwd_prefetch_q<T, C>(p, sA, sQ, sdO, sL, sD, mb_lo, mb_lo * BM, 0, s.sq, tid); /* same commit group as K, V */
     }
     for (int m = mb_lo; m < mb_hi; ++m) {
         const int buf = (m - mb_lo) & 1, m0 = m * BM;
-        T *sQb = sQ + (QST == 2 ? buf : 0) * BM * LD, *sdOb = sdO + (QST == 2 ? buf : 0) * BM * LD;
+        T *sQb = sQ + (QST == 2 ? buf : 0) * BM * LD, *sdOb = sdO + (QST == 2 ? buf : 0) * BM * LDV;
         const float *sLb = sL + buf * BM, *sDb = sD + buf * BM;
         fa_cp_async_wait<0>();
         __syncthreads(); /* Qi, dOi, stats landed; every warp is done with block i-1 (its buffers, sP, sdS, sdQ) */
@@ -393,7 +399,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
             fa_zero(dPt);
             fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(St, sK + s_key * LD, sQb + s_qry * LD, lane);
             if (C::P_SPLIT && !SOFTCAP && fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk)) {
-                fa_bwd_split_step<T, C, MS, QS>(St, dPt, sV + s_key * LD, sdOb + s_qry * LD, p.scale_log2, sLb + s_qry,
+                fa_bwd_split_step<T, C, MS, QS>(St, dPt, sV + s_key * LDV, sdOb + s_qry * LDV, p.scale_log2, sLb + s_qry,
                                                 sDb + s_qry, pa, lane);
             } else {
                 if (SOFTCAP) { /* t = tanh(s·scale/c), or −inf where masked, before dPᵀ is live (no spill for tanhf) */
@@ -411,7 +417,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
                                 St[mi][nt][e] = full || vis ? th : -INFINITY;
                             }
                 }
-                fa_warp_gemm_abt<T, MS, QS, D, LD, LD>(dPt, sV + s_key * LD, sdOb + s_qry * LD, lane);
+                fa_warp_gemm_abt<T, MS, QS, DV, LDV, LDV>(dPt, sV + s_key * LDV, sdOb + s_qry * LDV, lane);
                 /* P = exp2(S·scale·log2e − LSE·log2e), dS = P ∘ (dP − D) [∘ (1 − t²) with softcap], in place */
                 if (SOFTCAP || fa_block_full(p, m0, m0 + BM, n0, n0 + BN, s.sq, s.sk)) /* hot path: no mask, no branch */
                     fa_bwd_p_ds<SOFTCAP, false, MS, QS>(St, dPt, p, s, m0 + s_qry, n0 + s_key, sLb + s_qry, sDb + s_qry, lane);
@@ -426,7 +432,7 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
         if (Q_LATE) prefetch();
 
         /* dVj += Pᵀ dOi; dKj += dSᵀ Qi (this warp's KK keys x KD columns); dQi += dS Kj */
-        fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dV, sP + kv_key * LDP, sdOb + kv_col, lane);
+        fa_warp_gemm_sb<T, false, MK, NKV, BM, LDP, LDV>(dV, sP + kv_key * LDP, sdOb + kv_colv, lane);
         fa_warp_gemm_sb<T, false, MK, NK, BM, LDP, LD>(dK, sdS + kv_key * LDP, sQb + kv_col, lane);
         if (QST == 1) { /* one Q/dO buffer: every warp is done with Qi, dOi; block i+1 loads during the dQ GEMM */
             __syncthreads();
@@ -443,6 +449,8 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
     }
     void *const dk_out = sA->dk, *const dv_out = sA->dv;
     const int rows_e = sA->rows;
+    /* nt < NK: dK's column tiles, nt < NKV: dV's (the same tiles where DV = D) */
+    constexpr int NKM = NK > NKV ? NK : NKV;
     if (p.group == 1 && !PART) {
 #pragma unroll
         for (int mi = 0; mi < MK; ++mi)
@@ -450,15 +458,16 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
             for (int r = 0; r < 2; ++r) {
                 const int row = kv_key + mi * 16 + (lane >> 2) + r * 8;
 #pragma unroll
-                for (int nt = 0; nt < NK; ++nt) {
-                    const int c = kv_col + nt * 8 + (lane & 3) * 2;
-                    *(uint32_t *)(sK + row * LD + c) = fa_pack2<T>(dK[mi][nt][2 * r] * p.scale, dK[mi][nt][2 * r + 1] * p.scale);
-                    *(uint32_t *)(sV + row * LD + c) = fa_pack2<T>(dV[mi][nt][2 * r], dV[mi][nt][2 * r + 1]);
+                for (int nt = 0; nt < NKM; ++nt) {
+                    const int c = kv_col + nt * 8 + (lane & 3) * 2, cv = kv_colv + nt * 8 + (lane & 3) * 2;
+                    if (nt < NK)
+                        *(uint32_t *)(sK + row * LD + c) = fa_pack2<T>(dK[mi][nt][2 * r] * p.scale, dK[mi][nt][2 * r + 1] * p.scale);
+                    if (nt < NKV) *(uint32_t *)(sV + row * LDV + cv) = fa_pack2<T>(dV[mi][nt][2 * r], dV[mi][nt][2 * r + 1]);
                 }
             }
         __syncthreads();
         fa_store_tile<T, BN, D, LD, NTHR>((T *)dk_out, p.dk_ss, sK, rows_e, tid);
-        fa_store_tile<T, BN, D, LD, NTHR>((T *)dv_out, p.dv_ss, sV, rows_e, tid);
+        fa_store_tile<T, BN, DV, LDV, NTHR>((T *)dv_out, p.dv_ss, sV, rows_e, tid);
     } else {
 #pragma unroll
         for (int mi = 0; mi < MK; ++mi)
@@ -466,18 +475,19 @@ FA_DEV void fa_bwd_kv_block(const fa_cuda_params &p, const fa_seq &s, int b, int
             for (int r = 0; r < 2; ++r) {
                 const int row = kv_key + mi * 16 + (lane >> 2) + r * 8;
                 if (row >= rows_e) continue;
-                float *dk = (float *)dk_out + (int64_t)row * D, *dv = (float *)dv_out + (int64_t)row * D;
+                float *dk = (float *)dk_out + (int64_t)row * D, *dv = (float *)dv_out + (int64_t)row * DV;
 #pragma unroll
-                for (int nt = 0; nt < NK; ++nt) {
-                    const int c = kv_col + nt * 8 + (lane & 3) * 2;
-                    const float2 k2 = make_float2(dK[mi][nt][2 * r] * p.scale, dK[mi][nt][2 * r + 1] * p.scale);
-                    const float2 v2 = make_float2(dV[mi][nt][2 * r], dV[mi][nt][2 * r + 1]);
-                    if (PART) {
-                        fa_red_add_f2(dk + c, k2);
-                        fa_red_add_f2(dv + c, v2);
-                    } else {
-                        *(float2 *)(dk + c) = k2;
-                        *(float2 *)(dv + c) = v2;
+                for (int nt = 0; nt < NKM; ++nt) {
+                    const int c = kv_col + nt * 8 + (lane & 3) * 2, cv = kv_colv + nt * 8 + (lane & 3) * 2;
+                    if (nt < NK) {
+                        const float2 k2 = make_float2(dK[mi][nt][2 * r] * p.scale, dK[mi][nt][2 * r + 1] * p.scale);
+                        if (PART) fa_red_add_f2(dk + c, k2);
+                        else *(float2 *)(dk + c) = k2;
+                    }
+                    if (nt < NKV) {
+                        const float2 v2 = make_float2(dV[mi][nt][2 * r], dV[mi][nt][2 * r + 1]);
+                        if (PART) fa_red_add_f2(dv + cv, v2);
+                        else *(float2 *)(dv + cv) = v2;
                     }
                 }
             }

@@ -23,14 +23,21 @@ static int fa_f2_fwd_find(int d, int dv, int bm, int bn, int nw) {
         }
     return -1;
 }
-/* "(192, 128)": the (d, dv) pairs with dv != d the FLASH2 forward's table builds. */
-static void fa_built_pairs(char *buf, size_t len) {
+/* "(192, 128)": the (d, dv) pairs with dv != d the FLASH2 forward's table (backward: FLASH2's rows of the backward
+ * table) builds, each once. */
+static void fa_built_pairs(int backward, char *buf, size_t len) {
     size_t used = 0;
+    const int n = backward ? FA_COUNT(fa_bwd_rows) : FA_COUNT(fa_f2_fwd_rows);
     buf[0] = 0;
-    for (int i = 0; i < FA_COUNT(fa_f2_fwd_rows) && used < len; ++i)
-        if (fa_f2_fwd_rows[i].dv != fa_f2_fwd_rows[i].d)
-            used += (size_t)snprintf(buf + used, len - used, "%s(%d, %d)", used ? ", " : "", fa_f2_fwd_rows[i].d,
-                                     fa_f2_fwd_rows[i].dv);
+    for (int i = 0; i < n && used < len; ++i) {
+        const int d = backward ? fa_bwd_rows[i].d : fa_f2_fwd_rows[i].d;
+        const int dv = backward ? fa_bwd_rows[i].dv : fa_f2_fwd_rows[i].dv;
+        int seen = dv == d || (backward && !(fa_bwd_rows[i].algos & FA_BWD_F2));
+        for (int j = 0; j < i && !seen; ++j)
+            seen = backward ? fa_bwd_rows[j].d == d && fa_bwd_rows[j].dv == dv && (fa_bwd_rows[j].algos & FA_BWD_F2)
+                            : fa_f2_fwd_rows[j].d == d && fa_f2_fwd_rows[j].dv == dv;
+        if (!seen) used += (size_t)snprintf(buf + used, len - used, "%s(%d, %d)", used ? ", " : "", d, dv);
+    }
 }
 static int fa_f1_fwd_find(int d, int bm, int bn) {
     for (int i = 0; i < FA_COUNT(fa_f1_fwd_rows); ++i) {
@@ -39,11 +46,12 @@ static int fa_f1_fwd_find(int d, int bm, int bn) {
     }
     return -1;
 }
-/* The backward rows built for algo (FA_BWD_F1 / FA_BWD_F2). */
-static int fa_bwd_find(int algo, int d, int bm, int bn) {
+/* The backward rows built for algo (FA_BWD_F1 / FA_BWD_F2) and head dims d (q, k), dv (v, out, dout). */
+static int fa_bwd_find(int algo, int d, int dv, int bm, int bn) {
     for (int i = 0; i < FA_COUNT(fa_bwd_rows); ++i) {
         const fa_bwd_row *r = &fa_bwd_rows[i];
-        if ((r->algos & algo) && r->d == d && (bm == 0 || bm == r->bm) && (bn == 0 || bn == r->bn)) return i;
+        if ((r->algos & algo) && r->d == d && r->dv == dv && (bm == 0 || bm == r->bm) && (bn == 0 || bn == r->bn))
+            return i;
     }
     return -1;
 }
@@ -52,7 +60,9 @@ static void fa_built_dims(int flash2, int backward, char *buf, size_t len) {
     int d[FA_COUNT(fa_f2_fwd_rows) + FA_COUNT(fa_bwd_rows) + FA_COUNT(fa_f1_fwd_rows)], n = 0;
     if (backward) {
         for (int i = 0; i < FA_COUNT(fa_bwd_rows); ++i)
-            d[n++] = (fa_bwd_rows[i].algos & (flash2 ? FA_BWD_F2 : FA_BWD_F1)) ? fa_bwd_rows[i].d : 0;
+            d[n++] = (fa_bwd_rows[i].algos & (flash2 ? FA_BWD_F2 : FA_BWD_F1)) && fa_bwd_rows[i].dv == fa_bwd_rows[i].d
+                         ? fa_bwd_rows[i].d
+                         : 0;
     } else if (flash2) {
         for (int i = 0; i < FA_COUNT(fa_f2_fwd_rows); ++i)
             d[n++] = fa_f2_fwd_rows[i].dv == fa_f2_fwd_rows[i].d ? fa_f2_fwd_rows[i].d : 0;
@@ -81,7 +91,7 @@ static void fa_bwd_split(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan 
 
 /* fp32 dK, dV of the split blocks */
 static size_t fa_tail_bytes(const fa_problem *p, const fa_plan *plan) {
-    return (size_t)plan->aux[FA_CUDA_AUX_SPLIT] * 2 * plan->block_k * p->d * sizeof(float);
+    return (size_t)plan->aux[FA_CUDA_AUX_SPLIT] * plan->block_k * (p->d + p->d_v) * sizeof(float);
 }
 
 /* ---- the pick ---- */
@@ -91,20 +101,23 @@ static fa_status fa_flash_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa
     const int flash2 = plan->algo == FA_ALGO_FLASH2, d = (int)p->d, dv = (int)p->d_v;
     const char *an = flash2 ? "FLASH2" : "FLASH1", *dir = p->is_backward ? "backward" : "forward";
     const int bwd_algo = flash2 ? FA_BWD_F2 : FA_BWD_F1;
-    if (dv != d && (p->is_backward || !flash2)) /* the backward and FLASH1 take one head_dim */
+    if (dv != d && !flash2) /* FLASH1 takes one head_dim */
         return fa_cuda_unsupported(why, why_len,
-                                   "v: head_dim %d differs from q's %d: the CUDA FA_ALGO_%s %s takes one head_dim for "
-                                   "q, k, v and out; FA_ALGO_STANDARD runs any pair",
-                                   dv, d, an, dir);
-    if (dv != d && fa_f2_fwd_find(d, dv, 0, 0, 0) < 0) { /* FLASH2's forward builds a few pairs (tiles.h) */
+                                   "v: head_dim %d differs from q's %d: the CUDA FA_ALGO_FLASH1 %s takes one head_dim "
+                                   "for q, k, v and out; FA_ALGO_STANDARD runs any pair",
+                                   dv, d, dir);
+    /* FLASH2's forward and backward build a few pairs each (tiles.h) */
+    if (dv != d && (p->is_backward ? fa_bwd_find(FA_BWD_F2, d, dv, 0, 0) : fa_f2_fwd_find(d, dv, 0, 0, 0)) < 0) {
         char pairs[64];
-        fa_built_pairs(pairs, sizeof pairs);
+        fa_built_pairs(p->is_backward, pairs, sizeof pairs);
         return fa_cuda_unsupported(why, why_len,
-                                   "v: head_dim %d differs from q's %d: the CUDA FA_ALGO_FLASH2 forward builds the "
-                                   "pairs %s; FA_ALGO_STANDARD runs any pair",
-                                   dv, d, pairs);
+                                   "v: head_dim %d differs from q's %d: the CUDA FA_ALGO_FLASH2 %s builds the pairs "
+                                   "(d, d_v) %s; FA_ALGO_STANDARD runs any pair",
+                                   dv, d, dir, pairs);
     }
-    int row = p->is_backward ? fa_bwd_find(bwd_algo, d, 0, 0) : flash2 ? fa_f2_fwd_find(d, dv, 0, 0, 0) : fa_f1_fwd_find(d, 0, 0);
+    int row = p->is_backward ? fa_bwd_find(bwd_algo, d, dv, 0, 0)
+              : flash2       ? fa_f2_fwd_find(d, dv, 0, 0, 0)
+                             : fa_f1_fwd_find(d, 0, 0);
     if (row < 0) {
         char dims[64];
         fa_built_dims(flash2, p->is_backward, dims, sizeof dims);
@@ -115,7 +128,7 @@ static fa_status fa_flash_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa
     }
     const int bq = p->block_q, bk = p->block_k;
     if (p->is_backward)
-        row = fa_bwd_find(bwd_algo, d, bq, bk);
+        row = fa_bwd_find(bwd_algo, d, dv, bq, bk);
     else
         row = flash2 ? fa_f2_fwd_find(d, dv, bq, bk, tu->fwd_warps) : fa_f1_fwd_find(d, bq, bk);
     if (row < 0)
@@ -193,12 +206,12 @@ static void fa_flash1_fwd_ws(fa_arena *a, const fa_problem *p, const fa_plan *pl
  * dK dV; 256-byte aligned parts: the kernels access them as float2 / float4. */
 static void fa_flash_bwd_ws(fa_arena *a, const fa_problem *p, const fa_plan *plan, fa_cuda_ws *w) {
     const size_t rows = fa_cuda_stat_rows(p);
-    const size_t kv = p->hq > p->hk ? fa_cuda_krows_q_heads(p) * p->d * sizeof(float) : 0, tail = fa_tail_bytes(p, plan);
+    const size_t kv = p->hq > p->hk ? fa_cuda_krows_q_heads(p) * sizeof(float) : 0, tail = fa_tail_bytes(p, plan);
     w->dsum = (float *)fa_arena_take(a, rows * sizeof(float), 256);
     w->lse2 = (float *)fa_arena_take(a, rows * sizeof(float), 256);
     w->dq_acc = (float *)fa_arena_take(a, rows * p->d * sizeof(float), 256);
-    w->dk_acc = (float *)fa_arena_take(a, kv, 256);
-    w->dv_acc = (float *)fa_arena_take(a, kv, 16);
+    w->dk_acc = (float *)fa_arena_take(a, kv * p->d, 256);
+    w->dv_acc = (float *)fa_arena_take(a, kv * p->d_v, 16);
     float *t = (float *)fa_arena_take(a, tail, 256);
     w->tail_acc = tail ? t : NULL;
 }
@@ -208,22 +221,23 @@ static void fa_flash_bwd_ws(fa_arena *a, const fa_problem *p, const fa_plan *pla
 /* The backward of FLASH1 and FLASH2 (one body): D pre-pass: O, dO read. Per visited pair: Qi, dOi (+ LSE, D) read;
  * dQi fp32 read+written (bulk reduce-adds or RMW). Kj Vj read once per key block; dK dV written once. dQ
  * conversion: fp32 read, dtype written. FLASH2's split blocks: cleared, partial sums added, read back once;
- * deterministic: no dQ traffic per pair, the dQ kernel reads Kj Vj per pair. */
+ * deterministic: no dQ traffic per pair, the dQ kernel reads Kj Vj per pair. Q, K rows are d wide, V, O, dO dv. */
 static void fa_traffic_flash_bwd(const fa_problem *p, fa_plan *plan) {
     const fa_cuda_traffic_in t = fa_cuda_traffic_of(p);
-    const double e = t.e, d = t.d, qrows = t.qrows, kvrows = t.kvrows;
+    const double e = t.e, d = t.d, dv = t.dv, qrows = t.qrows, kvrows = t.kvrows;
     const int bm = plan->block_q;
-    const size_t gq = p->hq / p->hk > 1 ? fa_cuda_krows_q_heads(p) * p->d * 2 : 0;
+    const size_t gq = p->hq / p->hk > 1 ? fa_cuda_krows_q_heads(p) * (p->d + p->d_v) : 0;
     const double tail = (double)fa_tail_bytes(p, plan);
     double pairs, qb;
     fa_cuda_model_pairs(p, bm, plan->block_k, &pairs, &qb);
-    double rd = 2 * qrows * d * e + pairs * bm * (2 * d * e + 8 + 4 * d) + 2 * kvrows * d * e * p->hq / p->hk + qrows * d * 4;
-    double wr = qrows * 4 + pairs * bm * 4 * d + qrows * d * e + 2 * kvrows * d * e + (double)gq * 4;
+    double rd = 2 * qrows * dv * e + pairs * bm * ((d + dv) * e + 8 + 4 * d) + kvrows * (d + dv) * e * p->hq / p->hk +
+                qrows * d * 4;
+    double wr = qrows * 4 + pairs * bm * 4 * d + qrows * d * e + kvrows * (d + dv) * e + (double)gq * 4;
     rd += tail, wr += 2.0 * tail;
     if (plan->algo == FA_ALGO_FLASH2 && p->deterministic) {
         rd -= pairs * bm * 4 * d + qrows * d * 4;
         wr -= pairs * bm * 4 * d;
-        rd += pairs * 2.0 * bm * d * e;
+        rd += pairs * bm * (d + dv) * e;
     }
     plan->read_bytes = rd, plan->write_bytes = wr;
 }

@@ -8,7 +8,8 @@
  * Deterministic mode (opts.deterministic): step 2 skips dQ and a second kernel computes dQ by query blocks
  * (grid (Tr, Hq, B), warps split Q rows, Qi dOi resident, loop over Kj Vj recomputing S and dP):
  *   dQi = scale · Σj dSij Kj — no reduction across CTAs, the same bits every run, at the price of recomputing S and dP (two of
- *   the five backward GEMMs run twice: ≈ 7/5 of the FLOPs). */
+ *   the five backward GEMMs run twice: ≈ 7/5 of the FLOPs).
+ * Q, K, dQ, dK rows are D wide, V, dO, dV rows DV (D but for a pair of head dims: tiles.h). */
 #include "bwd_block.cuh"
 
 /* The last wave, split (the plan decides: plan->aux). The kernel runs one CTA per SM, so N equal K/V blocks leave
@@ -63,24 +64,26 @@ __global__ void __launch_bounds__(C::NW * 32, 1) fa_flash2_bwd_split_kernel(cons
         const fa_seq s = fa_get_seq(p, b, h);
         fa_bwd_kv_block<T, C, FA_DQ_REDUCE, false, true>(p, s, b, h, n_block, fa_smem, (int)(u0 > j0 ? u0 - j0 : 0),
                                                          (int)(u1 - j0 < t.tr ? u1 - j0 : t.tr),
-                                                         p.tail_acc + (size_t)j * 2 * C::BN * C::D);
+                                                         p.tail_acc + (size_t)j * C::BN * (C::D + C::DV));
     }
 }
 
-/* The split blocks' dK, dV (fp32 sums in p.tail_acc, dK already scaled) -> the outputs; one CTA per block. */
-template <typename T, int BN, int D>
+/* The split blocks' dK, dV (fp32 sums in p.tail_acc, BN x D then BN x DV per block, dK already scaled) -> the
+ * outputs; one CTA per block. */
+template <typename T, int BN, int D, int DV>
 __global__ void __launch_bounds__(256) fa_flash2_tail_store_kernel(const fa_cuda_params p, const fa_bwd_tail t) {
     const int j = blockIdx.x;
     int n_block, h, b;
     fa2_bwd_block_of(p, t, t.whole + j, &n_block, &h, &b);
     const int n0 = n_block * BN, rows = min(BN, p.sk - n0);
-    const float *acc = p.tail_acc + (size_t)j * 2 * BN * D;
+    const float *acc = p.tail_acc + (size_t)j * BN * (D + DV);
     /* no varlen or GQA here (the plan's conditions): K/V head h, rows of batch b */
     T *dk = (T *)p.dk + fa_off(p, p.dk_sb, p.dk_ss, p.dk_sh, b, 0, h) + (int64_t)n0 * p.dk_ss;
     T *dv = (T *)p.dv + fa_off(p, p.dv_sb, p.dv_ss, p.dv_sh, b, 0, h) + (int64_t)n0 * p.dv_ss;
-    for (int i = threadIdx.x; i < 2 * rows * (D / 2); i += blockDim.x) {
-        const int which = i >= rows * (D / 2), k = i - which * rows * (D / 2), row = k / (D / 2), c = k % (D / 2) * 2;
-        const float2 v = *(const float2 *)(acc + (size_t)which * BN * D + row * D + c);
+    for (int i = threadIdx.x; i < rows * (D / 2 + DV / 2); i += blockDim.x) {
+        const int which = i >= rows * (D / 2), w = which ? DV : D, k = i - which * rows * (D / 2), row = k / (w / 2),
+                  c = k % (w / 2) * 2;
+        const float2 v = *(const float2 *)(acc + (size_t)which * BN * D + row * w + c);
         *(uint32_t *)((which ? dv + row * p.dv_ss : dk + row * p.dk_ss) + c) = fa_pack2<T>(v.x, v.y);
     }
 }
@@ -88,16 +91,16 @@ __global__ void __launch_bounds__(256) fa_flash2_tail_store_kernel(const fa_cuda
 /* Deterministic dQ: dQi = scale · Σj (P ∘ (dP − D)) Kj with warps splitting the rows of Qi; Br = 64, 4 warps,
  * Bc from the backward row (dq_bn). */
 enum { FA2_DQ_BM = 64, FA2_DQ_NW = 4 };
-/* Its shared memory: Qi, dOi; Kj, Vj double-buffered (rows padded to D + 8). */
-template <int D, int BM, int BN> struct fa2_dq_smem {
-    uint16_t Q[BM * (D + 8)], dO[BM * (D + 8)], K[2 * BN * (D + 8)], V[2 * BN * (D + 8)]; /* 16-bit elements (T) */
+/* Its shared memory: Qi, dOi; Kj, Vj double-buffered (rows padded to D + 8, DV + 8). */
+template <int D, int DV, int BM, int BN> struct fa2_dq_smem {
+    uint16_t Q[BM * (D + 8)], dO[BM * (DV + 8)], K[2 * BN * (D + 8)], V[2 * BN * (DV + 8)]; /* 16-bit elements (T) */
 };
-template <typename T, int D, int BN>
+template <typename T, int D, int DV, int BN>
 __global__ void __launch_bounds__(FA2_DQ_NW * 32) fa_flash2_dq_kernel(const fa_cuda_params p) {
     constexpr int BM = FA2_DQ_BM, NW = FA2_DQ_NW;
-    constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, NT = BN / 8, DT = D / 8;
+    constexpr int NTHR = NW * 32, MW = BM / (16 * NW), LD = D + 8, LDV = DV + 8, NT = BN / 8, DT = D / 8;
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    fa2_dq_smem<D, BM, BN> &sm = *(fa2_dq_smem<D, BM, BN> *)fa_smem;
+    fa2_dq_smem<D, DV, BM, BN> &sm = *(fa2_dq_smem<D, DV, BM, BN> *)fa_smem;
     T *sQ = (T *)sm.Q, *sdO = (T *)sm.dO, *sK = (T *)sm.K, *sV = (T *)sm.V;
 
     const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -141,19 +144,20 @@ __global__ void __launch_bounds__(FA2_DQ_NW * 32) fa_flash2_dq_kernel(const fa_c
 
     if (nb_hi > nb_lo) {
         fa_load_tile<T, BM, D, LD, NTHR>(sQ, Q, p.q_ss, rows, tid);
-        fa_load_tile<T, BM, D, LD, NTHR>(sdO, dO, p.do_ss, rows, tid);
+        fa_load_tile<T, BM, DV, LDV, NTHR>(sdO, dO, p.do_ss, rows, tid);
         fa_load_tile<T, BN, D, LD, NTHR>(sK, K + (int64_t)nb_lo * BN * p.k_ss, p.k_ss, s.sk - nb_lo * BN, tid);
-        fa_load_tile<T, BN, D, LD, NTHR>(sV, V + (int64_t)nb_lo * BN * p.v_ss, p.v_ss, s.sk - nb_lo * BN, tid);
+        fa_load_tile<T, BN, DV, LDV, NTHR>(sV, V + (int64_t)nb_lo * BN * p.v_ss, p.v_ss, s.sk - nb_lo * BN, tid);
         fa_cp_async_commit();
     }
     for (int n = nb_lo; n < nb_hi; ++n) {
         const int buf = (n - nb_lo) & 1, n0 = n * BN;
-        const T *sKb = sK + buf * BN * LD, *sVb = sV + buf * BN * LD;
+        const T *sKb = sK + buf * BN * LD, *sVb = sV + buf * BN * LDV;
         fa_cp_async_wait<0>();
         __syncthreads();
         if (n + 1 < nb_hi) {
             fa_load_tile<T, BN, D, LD, NTHR>(sK + (buf ^ 1) * BN * LD, K + (int64_t)(n0 + BN) * p.k_ss, p.k_ss, s.sk - n0 - BN, tid);
-            fa_load_tile<T, BN, D, LD, NTHR>(sV + (buf ^ 1) * BN * LD, V + (int64_t)(n0 + BN) * p.v_ss, p.v_ss, s.sk - n0 - BN, tid);
+            fa_load_tile<T, BN, DV, LDV, NTHR>(sV + (buf ^ 1) * BN * LDV, V + (int64_t)(n0 + BN) * p.v_ss, p.v_ss,
+                                               s.sk - n0 - BN, tid);
             fa_cp_async_commit();
         }
         float S[MW][NT][4], dP[MW][NT][4];
@@ -164,7 +168,7 @@ __global__ void __launch_bounds__(FA2_DQ_NW * 32) fa_flash2_dq_kernel(const fa_c
 #pragma unroll
                 for (int e = 0; e < 4; ++e) S[mi][nt][e] = dP[mi][nt][e] = 0.f;
         fa_warp_gemm_abt<T, MW, NT, D, LD, LD>(S, sQ + wrow * LD, sKb, lane);
-        fa_warp_gemm_abt<T, MW, NT, D, LD, LD>(dP, sdO + wrow * LD, sVb, lane);
+        fa_warp_gemm_abt<T, MW, NT, DV, LDV, LDV>(dP, sdO + wrow * LDV, sVb, lane);
         const bool full = fa_block_full(p, m0, m0 + rows, n0, n0 + BN, s.sq, s.sk);
 #pragma unroll
         for (int mi = 0; mi < MW; ++mi)
@@ -220,11 +224,11 @@ static cudaError_t fa2_bwd_main_sc(const fa_cuda_params *p, const fa_plan *plan,
     e = cudaFuncSetAttribute(fa_flash2_bwd_split_kernel<T, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     const int split = plan->aux[FA_CUDA_AUX_SPLIT];
-    if ((e = cudaMemsetAsync(p->tail_acc, 0, (size_t)split * 2 * C::BN * C::D * sizeof(float), st)) != cudaSuccess)
+    if ((e = cudaMemsetAsync(p->tail_acc, 0, (size_t)split * C::BN * (C::D + C::DV) * sizeof(float), st)) != cudaSuccess)
         return e;
     fa_flash2_bwd_split_kernel<T, C><<<t.pieces, plan->threads, smem, st>>>(*p, t);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    fa_flash2_tail_store_kernel<T, C::BN, C::D><<<split, 256, 0, st>>>(*p, t);
+    fa_flash2_tail_store_kernel<T, C::BN, C::D, C::DV><<<split, 256, 0, st>>>(*p, t);
     return cudaGetLastError();
 }
 template <typename T, class C, int DQ_MODE>
@@ -237,16 +241,16 @@ static cudaError_t fa2_bwd_main(const fa_cuda_params *p, const fa_plan *plan, cu
 template <typename T, int R, int DET> static cudaError_t fa2_bwd_run(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
     static_assert(fa_bwd_rows[R].algos & FA_BWD_F2, "a row FLASH2 builds");
     typedef fa_bwd_row_cfg<R> C;
-    constexpr int D = C::D, BN = fa_bwd_rows[R].dq_bn;
+    constexpr int D = C::D, DV = C::DV, BN = fa_bwd_rows[R].dq_bn;
     if (!DET) return fa2_bwd_main<T, C, FA_DQ_REDUCE>(p, plan, st);
     cudaError_t e = fa2_bwd_main<T, C, FA_DQ_NONE>(p, plan, st);
     if (e != cudaSuccess) return e;
-    const int smem = (int)sizeof(fa2_dq_smem<D, FA2_DQ_BM, BN>);
-    e = cudaFuncSetAttribute(fa_flash2_dq_kernel<T, D, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    const int smem = (int)sizeof(fa2_dq_smem<D, DV, FA2_DQ_BM, BN>);
+    e = cudaFuncSetAttribute(fa_flash2_dq_kernel<T, D, DV, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     dim3 grid((p->sq + FA2_DQ_BM - 1) / FA2_DQ_BM, p->hq, p->batch);
     if (grid.x == 0) return cudaSuccess;
-    fa_flash2_dq_kernel<T, D, BN><<<grid, FA2_DQ_NW * 32, smem, st>>>(*p);
+    fa_flash2_dq_kernel<T, D, DV, BN><<<grid, FA2_DQ_NW * 32, smem, st>>>(*p);
     return cudaGetLastError();
 }
 template <int R> static int fa2_bwd_inst(int det, fa_cuda_instance *k) {
@@ -266,6 +270,7 @@ extern "C" int fa_flash2_bwd_instance(int row, int deterministic, fa_cuda_instan
     case 4: return fa2_bwd_inst<4>(deterministic, k);
     case 5: return fa2_bwd_inst<5>(deterministic, k);
     case 7: return fa2_bwd_inst<7>(deterministic, k);
+    case 8: return fa2_bwd_inst<8>(deterministic, k);
     default: return 0;
     }
 }

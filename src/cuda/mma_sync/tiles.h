@@ -59,23 +59,26 @@ static constexpr fa_f2_fwd_row fa_f2_fwd_rows[] = {
  * dK/dV and dQ GEMMs (bwd_block.cuh); p_split: P computed between the dPᵀ GEMM's k-steps on hot blocks; qstages:
  * Qi/dOi buffers; q_late: Qi+1, dOi+1 issued after the step's second barrier (not for FLASH1); algos: which
  * algorithms build the row (the first row of a head dim for an algorithm is its default); dq_bn: Bc of FLASH2's
- * deterministic dQ kernel (64 x dq_bn, 4 warps; d=256 takes 32 keys: 64 spilled 8 B, dQ alone is 128 registers). */
+ * deterministic dQ kernel (64 x dq_bn, 4 warps; d=256 takes 32 keys: 64 spilled 8 B, dQ alone is 128 registers).
+ * dv: v's, out's, dout's and dv's head_dim (d but for the rows of a pair, dv != d: q, k, dq, dk rows are d wide). */
 enum { FA_BWD_F2 = 1, FA_BWD_F1 = 2 };
 struct fa_bwd_row {
-    int d, bm, bn, wk_s, wk_kv, wq_dq, p_split, qstages, q_late, algos, dq_bn;
+    int d, dv, bm, bn, wk_s, wk_kv, wq_dq, p_split, qstages, q_late, algos, dq_bn;
     const char *why;
 };
 static constexpr fa_bwd_row fa_bwd_rows[] = {
-    {64, 128, 128, 2, 4, 4, 0, 2, 0, FA_BWD_F2, 64, "FA2's sm90 tile; P_SPLIT -1.2 % (an fp32 P spills), Q_LATE -3 %"},
-    {64, 64, 128, 4, 4, 2, 0, 2, 0, FA_BWD_F2 | FA_BWD_F1, 64,
+    {64, 64, 128, 128, 2, 4, 4, 0, 2, 0, FA_BWD_F2, 64, "FA2's sm90 tile; P_SPLIT -1.2 % (an fp32 P spills), Q_LATE -3 %"},
+    {64, 64, 64, 128, 4, 4, 2, 0, 2, 0, FA_BWD_F2 | FA_BWD_F1, 64,
      "FLASH2: 0.93x the 128 x 128 row at 4k; FLASH1: 128 x 128 spills 28 B in its outer loop"},
-    {128, 64, 128, 4, 4, 2, 1, 2, 1, FA_BWD_F2 | FA_BWD_F1, 64,
+    {128, 128, 64, 128, 4, 4, 2, 1, 2, 1, FA_BWD_F2 | FA_BWD_F1, 64,
      "FA2's sm90 tile; P_SPLIT +1.3-2.7 %, Q_LATE +3 % at 2k-16k (FLASH1 spilled 12-16 B with Q_LATE)"},
-    {32, 128, 128, 2, 4, 4, 0, 2, 0, FA_BWD_F2, 64, "FA2's sm90 shape and layout, not swept: 0.88 / 0.94x torch at 4k"},
-    {32, 64, 128, 4, 4, 4, 0, 2, 0, FA_BWD_F2 | FA_BWD_F1, 64, "FA2's 64-row layout; FLASH1's d=32 tile"},
-    {96, 64, 128, 4, 4, 4, 0, 2, 0, FA_BWD_F2, 64, "FA2's sm90 shape, not swept: 0.94 / 1.00x torch at 4k"},
-    {96, 64, 64, 4, 4, 4, 0, 2, 0, FA_BWD_F1, 64, "half the dK/dV registers: 64 x 128 spilled 12 B in FLASH1's outer loop"},
-    {256, 64, 64, 4, 2, 2, 0, 1, 0, FA_BWD_F2, 32, "FA2's 4/2/2 layout, one Q/dO buffer: 217 of the 227 KB of shared memory"},
+    {32, 32, 128, 128, 2, 4, 4, 0, 2, 0, FA_BWD_F2, 64, "FA2's sm90 shape and layout, not swept: 0.88 / 0.94x torch at 4k"},
+    {32, 32, 64, 128, 4, 4, 4, 0, 2, 0, FA_BWD_F2 | FA_BWD_F1, 64, "FA2's 64-row layout; FLASH1's d=32 tile"},
+    {96, 96, 64, 128, 4, 4, 4, 0, 2, 0, FA_BWD_F2, 64, "FA2's sm90 shape, not swept: 0.94 / 1.00x torch at 4k"},
+    {96, 96, 64, 64, 4, 4, 4, 0, 2, 0, FA_BWD_F1, 64, "half the dK/dV registers: 64 x 128 spilled 12 B in FLASH1's outer loop"},
+    {256, 256, 64, 64, 4, 2, 2, 0, 1, 0, FA_BWD_F2, 32, "FA2's 4/2/2 layout, one Q/dO buffer: 217 of the 227 KB of shared memory"},
+    {192, 128, 64, 64, 4, 2, 2, 0, 2, 0, FA_BWD_F2, 64,
+     "MLA's pair: FA2's d=192 tile and 4/2/2 layout; dQ, dK 192 wide, dV, dO 128: 200 KB, not yet measured"},
 };
 
 /* plan->aux of a FLASH1/FLASH2 backward. */

@@ -635,7 +635,7 @@ static void vdim(fa_context *ctx, fa_context *cpu, int small) {
     for (int i = 0; i < 12; i++) {
         if (small && i % 3) continue;
         const int pr = i % 2, cap = small ? 300 : pr ? 1500 : 1100;
-        t_kv_spec s = spec(i % 4 < 2 ? FA_DTYPE_BF16 : FA_DTYPE_F16, 3, (int[]){1, 2, 1, 4}[i / 2 % 4], pr ? 8 : 16,
+        t_kv_spec s = t_kv_spec_of(i % 4 < 2 ? FA_DTYPE_BF16 : FA_DTYPE_F16, 3, (int[]){1, 2, 1, 4}[i / 2 % 4], pr ? 8 : 16,
                            pr ? 2 : 1, pairs[pr][0], cap, (int[]){0, 16, 3, 64}[i / 3 % 4]);
         s.dv = pairs[pr][1];
         s.append = i % 3 != 2;

@@ -16,9 +16,12 @@ def regs(n, first):
 
 
 def fn(n, rs, ty, tt=False, t=False):
+    """ty e4m3: m64nNk32, B K-major (8-bit types take no transpose immediates), named fa_wgmma_{ss,rs}8_m64nN."""
     na = n // 2
+    e8 = ty == "e4m3"
     outs = ", ".join('"+f"(d[%d])' % i for i in range(na))
-    name = "fa_wgmma_%s_m64n%d_%s" % ("rs" if rs else "sstt" if tt else "sst" if t else "ss", n, ty)
+    kind = "rs" if rs else "sstt" if tt else "sst" if t else "ss"
+    name = "fa_wgmma_%s8_m64n%d" % (kind, n) if e8 else "fa_wgmma_%s_m64n%d_%s" % (kind, n, ty)
     lines = []
     if tt or t:
         lines.append("FA_DEV void %s(float (&d)[%d], uint64_t da, uint64_t db, int scale_d) {" % (name, na))
@@ -27,40 +30,17 @@ def fn(n, rs, ty, tt=False, t=False):
         pred = na + 2
     elif rs:
         lines.append("FA_DEV void %s(float (&d)[%d], const uint32_t (&a)[4], uint64_t db, int scale_d) {" % (name, na))
-        ops = "{%s}, {%s}, %%%d, p, 1, 1, 1" % (regs(na, 0), regs(4, na), na + 4)
+        ops = "{%s}, {%s}, %%%d, p, 1, 1%s" % (regs(na, 0), regs(4, na), na + 4, "" if e8 else ", 1")
         ins = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d)'
         pred = na + 5
     else:
         lines.append("FA_DEV void %s(float (&d)[%d], uint64_t da, uint64_t db, int scale_d) {" % (name, na))
-        ops = "{%s}, %%%d, %%%d, p, 1, 1, 0, 0" % (regs(na, 0), na, na + 1)
+        ops = "{%s}, %%%d, %%%d, p, 1, 1%s" % (regs(na, 0), na, na + 1, "" if e8 else ", 0, 0")
         ins = '"l"(da), "l"(db), "r"(scale_d)'
         pred = na + 2
     lines.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"' % pred)
-    lines.append('                 "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s %s;\\n}\\n"' % (n, ty, ty, ops))
-    lines.append("                 : %s" % outs)
-    lines.append("                 : %s);" % ins)
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def fn8(n, rs):
-    """e4m3 x e4m3 -> f32, m64nNk32: A from shared memory (ss) or four registers of 4 e4m3 each (rs); B K-major."""
-    na = n // 2
-    outs = ", ".join('"+f"(d[%d])' % i for i in range(na))
-    name = "fa_wgmma_%s8_m64n%d" % ("rs" if rs else "ss", n)
-    lines = []
-    if rs:
-        lines.append("FA_DEV void %s(float (&d)[%d], const uint32_t (&a)[4], uint64_t db, int scale_d) {" % (name, na))
-        ops = "{%s}, {%s}, %%%d, p, 1, 1" % (regs(na, 0), regs(4, na), na + 4)
-        ins = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d)'
-        pred = na + 5
-    else:
-        lines.append("FA_DEV void %s(float (&d)[%d], uint64_t da, uint64_t db, int scale_d) {" % (name, na))
-        ops = "{%s}, %%%d, %%%d, p, 1, 1" % (regs(na, 0), na, na + 1)
-        ins = '"l"(da), "l"(db), "r"(scale_d)'
-        pred = na + 2
-    lines.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n"' % pred)
-    lines.append('                 "wgmma.mma_async.sync.aligned.m64n%dk32.f32.e4m3.e4m3 %s;\\n}\\n"' % (n, ops))
+    lines.append('                 "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s %s;\\n}\\n"'
+                 % (n, 32 if e8 else 16, ty, ty, ops))
     lines.append("                 : %s" % outs)
     lines.append("                 : %s);" % ins)
     lines.append("}")
@@ -107,8 +87,8 @@ def main():
         for _, ty in TYPES:
             print(fn(n, False, ty, t=True) + "\n")
     for n in NS_E4M3:
-        print(fn8(n, False) + "\n")
-        print(fn8(n, True) + "\n")
+        print(fn(n, False, "e4m3") + "\n")
+        print(fn(n, True, "e4m3") + "\n")
     print("/* Dispatch on the compile-time N and type: F16 selects fp16, else bf16. */")
     dispatch("ss", NS, "uint64_t da, uint64_t db", "da, db")
     dispatch("rs", NS, "const uint32_t (&a)[4], uint64_t db", "a, db")

@@ -4,7 +4,8 @@
 # FA3_WHEELS), in one command, printed as one table with TFLOP/s and ratios.
 # Env: BUILD (default build-cuda), OUT_DIR (CSV + logs, default $BUILD/bench-gpu), SEQLENS, DIMS, PASSES, REPS,
 #      STD_MAX_SEQLEN (STANDARD materialises Hq·S² fp32 per sequence: skipped above this, default 8192; 0 = skip
-#      STANDARD), ALGOS (our flash algorithms, default flash3,flash2,flash1).
+#      STANDARD), ALGOS (our flash algorithms, default flash3,flash2,flash1), FP8_DIMS (head dims of the e4m3
+#      forward, ours beside FA3's, default 128,256; empty = none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-cuda}
@@ -15,6 +16,7 @@ PASSES=${PASSES:-fwd,bwd}
 REPS=${REPS:-10}
 STD_MAX=${STD_MAX_SEQLEN:-8192}
 ALGOS=${ALGOS:-flash3,flash2,flash1}
+FP8_DIMS=${FP8_DIMS-128,256}
 mkdir -p "$OUT_DIR"
 if [ ! -x "$BUILD/flashattn" ]; then
   cmake -S . -B "$BUILD" -DFA_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -34,8 +36,11 @@ ours="$OUT_DIR/ours.csv"
 [ -n "$std_seqlens" ] && { "$BUILD/flashattn" bench --device cuda --dtype bf16 --algo standard --d "$DIMS" \
   --seqlen "$std_seqlens" --causal 0,1 --pass "$PASSES" --reps "$REPS" --warmup 2 --csv 2>>"$OUT_DIR/ours.err" |
   tail -n +2 >>"$ours" || true; }
+[ -n "$FP8_DIMS" ] && case ",$PASSES," in *,fwd,*) "$BUILD/flashattn" bench --device cuda --dtype f8_e4m3 --algo flash3 \
+  --d "$FP8_DIMS" --seqlen "$SEQLENS" --causal 0,1 --pass fwd --reps "$REPS" --warmup 2 --csv 2>>"$OUT_DIR/ours.err" |
+  tail -n +2 >>"$ours" || true ;; esac
 PYTHONUNBUFFERED=1 python3 scripts/bench_gpu_torch.py run --out "$OUT_DIR/torch.csv" --d "$DIMS" --seqlen "$SEQLENS" \
-  --causal 0,1 --pass "$PASSES" --reps "$REPS" >"$OUT_DIR/torch.log" 2>&1 || true
+  --causal 0,1 --pass "$PASSES" --reps "$REPS" --fp8 "$FP8_DIMS" >"$OUT_DIR/torch.log" 2>&1 || true
 python3 scripts/bench_gpu_torch.py merge "$ours" "$OUT_DIR/torch.csv" | tee "$OUT_DIR/table.md"
 cmake --build "$BUILD" -j "$(nproc)" --target bench_bwd_det >/dev/null
 echo

@@ -3,6 +3,7 @@
 the real FlashAttention-3 forward (PyPI fa3-fwd, `from fa3_fwd_interface import flash_attn_func`) where it imports.
 
   bench_gpu_torch.py run  --out torch.csv [--d 64,128] [--seqlen 512,...] [--causal 0,1] [--pass fwd,bwd]
+                          [--fp8 128,256]  (FA3's e4m3 forward at these head dims too, as "fa3-e4m3")
   bench_gpu_torch.py merge ours.csv torch.csv     -> one table: TFLOP/s of every algorithm and the ratios
 
 Protocol of docs/benchmarks.md: model dim 2048 (heads = 2048/d), batch*seqlen = 16384, bf16, layout
@@ -27,7 +28,7 @@ def run(args):
     import torch.nn.functional as F
 
     opts = dict(d="64,128", seqlen="512,1024,2048,4096,8192,16384", causal="0,1", **{"pass": "fwd,bwd"}, reps="10",
-                out="torch.csv", tokens="16384")
+                out="torch.csv", tokens="16384", fp8="")
     i = 0
     while i < len(args):
         opts[args[i].lstrip("-")] = args[i + 1]
@@ -77,6 +78,17 @@ def run(args):
                     except Exception as ex:
                         rows.append(["fa3", d, s, causal, "fwd", b, h, "error", str(ex).split("\n")[0][:60]])
                     print(",".join(map(str, rows[-1])), flush=True)
+                    if str(d) in opts["fp8"].split(","):  # FA3's e4m3 forward (descales 1, out bf16)
+                        q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in (qt, kt, vt))
+                        try:
+                            ms = cuda_median_ms(lambda: fa3(q8, k8, v8, causal=bool(causal)), reps)
+                            rows.append(["fa3-e4m3", d, s, causal, "fwd", b, h, "%.4f" % ms,
+                                         "%.1f" % (flops(b, h, s, d, causal, "fwd") / ms / 1e9)])
+                        except Exception as ex:
+                            rows.append(["fa3-e4m3", d, s, causal, "fwd", b, h, "error",
+                                         str(ex).split("\n")[0][:60]])
+                        print(",".join(map(str, rows[-1])), flush=True)
+                        del q8, k8, v8
                     del qt, kt, vt
                 del q, k, v, dout
                 torch.cuda.empty_cache()
@@ -101,7 +113,8 @@ def merge(ours_csv, torch_csv):
                 tf = float(r["gflops"]) / 1e3
             except (ValueError, KeyError):
                 tf = None
-            val[(r["algo"], int(r["head_dim"]), int(r["seqlen_q"]), int(r["causal"]), r["pass"])] = tf
+            algo = r["algo"] + ("-e4m3" if r["dtype"].startswith("f8") else "")
+            val[(algo, int(r["head_dim"]), int(r["seqlen_q"]), int(r["causal"]), r["pass"])] = tf
     with open(torch_csv) as f:
         for r in csv.DictReader(f):
             try:
@@ -130,6 +143,16 @@ def merge(ours_csv, torch_csv):
             keep_worst(worst, (p, name), best, ref)
     for (p, name), r in sorted(worst.items()):
         print("worst best/%s over the %s rows: %.2f" % (name, p, r))
+    fp8 = sorted({k[1:] for k in val if k[0].endswith("-e4m3")}, key=lambda k: (k[0], k[2], k[1]))
+    if fp8:  # the FP8 forward beside FA3's and beside our bf16 FLASH3
+        print()
+        print("FP8 forward, e4m3 in, bf16 out, TFLOP/s (same run)")
+        print("| d | causal | seqlen | flash3 bf16 | flash3 e4m3 | FA3 e4m3 | e4m3/FA3-e4m3 | e4m3/bf16 |")
+        print("|---|---|---|---|---|---|---|---|")
+        for (d, s, c, p) in fp8:
+            a, b, f = (val.get((n, d, s, c, p)) for n in ("flash3", "flash3-e4m3", "fa3-e4m3"))
+            print("| %d | %d | %d | %s | %s | %s | %s | %s |" % (d, c, s, fmt(a), fmt(b), fmt(f), ratio(b, f),
+                                                                 ratio(b, a)))
 
 if __name__ == "__main__":
     main(__doc__, run, merge)

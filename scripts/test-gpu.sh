@@ -69,27 +69,47 @@ else
 fi
 
 if command -v compute-sanitizer >/dev/null; then
-  for t in test_gpu test_gpu_kvcache test_gpu_empty test_gpu_sinks test_gpu_merge test_gpu_fp8; do
-    for tool in ${SANITIZERS-memcheck racecheck}; do
-      echo "== compute-sanitizer --tool $tool: $t (small shapes)"
-      if FA_GPU_TEST_SMALL=1 compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/gpu/$t" \
-           >"$LOG_DIR/sanitizer-$tool-$t.log" 2>&1; then
-        grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$LOG_DIR/sanitizer-$tool-$t.log" | tail -2
+  # Every sanitizer run at once (SAN_JOBS at a time): they spend their time in the tool, not on the GPU. test_gpu's
+  # small set is split into TEST_GPU_SHARDS (FA_GPU_TEST_SHARD) runs per tool.
+  SAN_JOBS=${SAN_JOBS:-$(nproc)}
+  SHARDS=${TEST_GPU_SHARDS:-4}
+  san_names=()
+  san_pids=()
+  san() { # san LOG [VAR=VALUE...] CMD...: one sanitizer run in the background, its log under LOG_DIR
+    local log=$1
+    shift
+    while [ "$(jobs -rp | wc -l)" -ge "$SAN_JOBS" ]; do sleep 0.2; done
+    env "$@" >"$LOG_DIR/$log" 2>&1 &
+    san_names+=("$log")
+    san_pids+=($!)
+  }
+  for tool in ${SANITIZERS-memcheck racecheck}; do
+    for t in test_gpu test_gpu_kvcache test_gpu_empty test_gpu_sinks test_gpu_merge test_gpu_fp8; do
+      if [ "$t" = test_gpu ]; then
+        for ((i = 0; i < SHARDS; i++)); do
+          san "sanitizer-$tool-$t.$i.log" FA_GPU_TEST_SMALL=1 FA_GPU_TEST_SHARD="$i/$SHARDS" \
+            compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/gpu/$t"
+        done
       else
-        status=1
-        grep -E "=========|FAIL" "$LOG_DIR/sanitizer-$tool-$t.log" | head -30
+        san "sanitizer-$tool-$t.log" FA_GPU_TEST_SMALL=1 compute-sanitizer --tool "$tool" --error-exitcode 3 \
+          "$BUILD/tests/gpu/$t"
       fi
     done
   done
-  echo "== compute-sanitizer --tool memcheck: flashattn check --device cuda (${MEMCHECK_COUNT:-200} random cases)"
-  if compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/flashattn" check --device cuda \
-       --count "${MEMCHECK_COUNT:-200}" >"$LOG_DIR/sanitizer-memcheck-check.log" 2>&1; then
-    grep -E "ERROR SUMMARY" "$LOG_DIR/sanitizer-memcheck-check.log" | tail -1
-    tail -1 "$LOG_DIR/sanitizer-memcheck-check.log"
-  else
-    status=1
-    grep -E "=========|FAIL|fail" "$LOG_DIR/sanitizer-memcheck-check.log" | head -30
-  fi
+  case " ${SANITIZERS-memcheck racecheck} " in *" memcheck "*)
+    san sanitizer-memcheck-check.log compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/flashattn" check \
+      --device cuda --count "${MEMCHECK_COUNT:-200}" ;;
+  esac
+  for i in "${!san_pids[@]}"; do
+    log=${san_names[$i]}
+    echo "== compute-sanitizer: ${log%.log} (small shapes)"
+    if wait "${san_pids[$i]}"; then
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|checks|passed" "$LOG_DIR/$log" | tail -2
+    else
+      status=1
+      grep -E "=========|FAIL|fail" "$LOG_DIR/$log" | head -30
+    fi
+  done
 else
   echo "compute-sanitizer not found: memcheck/racecheck skipped"
 fi

@@ -20,6 +20,9 @@ NAME = "flashattn"
 
 # reason -> calls that ran PyTorch's kernel instead (since import)
 fallbacks = collections.Counter()
+# aten op -> calls flashattn ran (since import): counted here because autograd runs the backward on a thread of its
+# own, whose flashattn.last_stats the caller's thread does not see
+calls = collections.Counter()
 
 
 class _Fallback(Exception):
@@ -168,7 +171,9 @@ KERNELS = {"_scaled_dot_product_flash_attention": _sdpa_forward,
 def _kernel(op, fn, original):
     def run(keyset, *args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            calls[op] += 1
+            return result
         except _Fallback as e:
             reason = str(e)
         fallbacks[reason] += 1

@@ -18,7 +18,8 @@
  *     AUTO runs FLASH2 forward and backward for (192, 128), STANDARD for the other pairs;
  *   - FLASH2 and FLASH3 deterministic backward: dq, dk, dv bitwise identical over two runs, the second in another
  *     context (its own workspace); FLASH3's with more key blocks than resident CTAs finishes (det_liveness).
- * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer).
+ * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer);
+ * FA_GPU_TEST_SHARD=i/n runs every n-th of them from the i-th (parallel sanitizer runs).
  * Each case's line ends with the seconds its oracle and its device calls took. */
 #include <math.h>
 #include <stdio.h>
@@ -147,7 +148,11 @@ static double lse_err(const float *lse, const double *ref, int64_t n) { return t
 
 static fa_context *ctx_other; /* the deterministic backward's second run: another context, another workspace */
 
+/* FA_GPU_TEST_SHARD=i/n: this process runs cases i, i + n, ... only, so that n sanitizer runs share the work */
+static int shard_i = 0, shard_n = 1, shard_next = 0;
+
 static void run_case(fa_context *ctx, t_case *c, int backward) {
+    if (shard_next++ % shard_n != shard_i) return;
     char desc[400];
     t_case_describe(c, desc, sizeof desc);
     snprintf(t_case_label, sizeof t_case_label, "gpu %s %s", backward ? "bwd" : "fwd", desc);
@@ -553,12 +558,19 @@ int main(void) {
         return 1;
     }
     const int small = getenv("FA_GPU_TEST_SMALL") != NULL;
+    const char *shard = getenv("FA_GPU_TEST_SHARD");
+    if (shard && (sscanf(shard, "%d/%d", &shard_i, &shard_n) != 2 || shard_n < 1 || shard_i < 0 || shard_i >= shard_n)) {
+        fprintf(stderr, "test_gpu: FA_GPU_TEST_SHARD=%s: expected i/n with 0 <= i < n\n", shard);
+        return 2;
+    }
     static const fa_dtype dts[2] = {FA_DTYPE_BF16, FA_DTYPE_F16};
     CHECK_STATUS(fa_context_create(&ctx_other, FA_BACKEND_CUDA, 0), FA_OK);
 
-    unsupported_checks(ctx);
-    varlen_graph(ctx);
-    if (!small) det_liveness(ctx);
+    if (shard_i == 0) {
+        unsupported_checks(ctx);
+        varlen_graph(ctx);
+    }
+    if (!small && shard_i == 0) det_liveness(ctx);
     /* fixed shapes: awkward seqlens, sq != sk, both head dims, both dtypes, masks */
     static const int shapes[][4] = {{1, 1, 64, 1},    {2, 3, 3, 64},    {1, 113, 239, 64}, {2, 239, 113, 128},
                                     {1, 128, 128, 128}, {1, 1023, 1023, 64}, {1, 256, 512, 128}, {1, 4224, 4224, 128}};

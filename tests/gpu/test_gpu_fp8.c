@@ -161,7 +161,7 @@ int main(void) {
     qo.hadamard = 0;
     one(cpu, gpu, FA_DTYPE_F16, 2, 0, 2, 8, T_BSHD, qo); /* no rows: descales of 1 */
 
-    /* the FLASH3 FP8 forward (d = 128) */
+    /* the FLASH3 FP8 forward (d = 128: 128-key blocks below 4096 keys) */
     const fa_attn_opts o0 = fa_attn_opts_default();
     fa_attn_opts o = o0;
     fwd8(gpu, 2, 256, 256, 4, 4, 128, T_BSHD, o, FA_DTYPE_BF16, 1);
@@ -173,6 +173,21 @@ int main(void) {
     fwd8(gpu, 1, 200, 517, 2, 2, 128, T_BHSD, o, FA_DTYPE_F16, 1); /* bottom-right causal */
     o = o0, o.window_left = 40, o.window_right = 7, o.softcap = 15;
     fwd8(gpu, 1, 400, 390, 4, 4, 128, T_BSHD, o, FA_DTYPE_BF16, 1);
+    /* d = 128's 192-key row (the plan's pick from 4096 keys on; block_k forces it here) */
+    o = o0, o.block_k = 192;
+    fwd8(gpu, 1, 300, 457, 8, 2, 128, T_BHSD, o, FA_DTYPE_F16, 1); /* partial key blocks: Vᵀ's second panel */
+    o.causal = 1;
+    fwd8(gpu, 2, 333, 401, 4, 2, 128, T_BSHD, o, FA_DTYPE_BF16, 1);
+    o = o0, o.block_k = 192, o.window_left = 40, o.window_right = 7, o.softcap = 15;
+    fwd8(gpu, 1, 400, 390, 4, 4, 128, T_BSHD, o, FA_DTYPE_BF16, 1);
+    /* d = 256 (96-key blocks) */
+    o = o0;
+    fwd8(gpu, 2, 256, 300, 4, 4, 256, T_BSHD, o, FA_DTYPE_BF16, 1);
+    fwd8(gpu, 1, 129, 33, 4, 1, 256, T_BHSD, o, FA_DTYPE_F16, 0); /* MQA, descales NULL */
+    o.causal = 1;
+    fwd8(gpu, 1, 300, 517, 4, 2, 256, T_BSHD, o, FA_DTYPE_BF16, 1);
+    o = o0, o.window_left = 40, o.window_right = 7, o.softcap = 15;
+    fwd8(gpu, 1, 250, 250, 2, 2, 256, T_BSHD, o, FA_DTYPE_F16, 1);
     refused8(gpu, 128, FA_DTYPE_F32, FA_ALGO_FLASH3, "out");
     refused8(gpu, 64, FA_DTYPE_BF16, FA_ALGO_FLASH3, "head_dim 64");
     refused8(gpu, 64, FA_DTYPE_BF16, FA_ALGO_AUTO, "f8_e4m3");

@@ -645,8 +645,8 @@ static void vdim(fa_context *ctx, fa_context *cpu, int small) {
         if (i % 5 == 3) s.opts.window_left = 50;
         if (i % 6 == 4) s.opts.softcap = 5;
         if (i % 4 == 3) s.opts.sinks = sk;
-        s.kv.num_splits = ns[i % 6];
-        if (i == 7) s.kv.split_size = 64;
+        if (i == 7) s.kv.split_size = 64; /* the split size, not a count: the two are exclusive */
+        else s.kv.num_splits = ns[i % 6];
         run(ctx, cpu, &s, "vdim");
     }
 }

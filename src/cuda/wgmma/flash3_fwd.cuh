@@ -25,22 +25,27 @@
 
 /* Tiles: Br = 128 query rows (2 consumer warpgroups x 64, wgmma M = 64), Bc keys per block, ST K/V stages.
  * Bc keeps S (Bc/2) + O (D/2) + P (Bc/4) registers per thread under the consumers' 240 and the stages in 227 KB;
- * WIDE is the larger block (FA3's: 176 at d = 128, 80 at d = 256; 192 at d = 64). F8 (e4m3 inputs): Bc = 128, one
- * 128-byte panel of Vᵀ's keys. DP: a row's 16-bit columns, d/2 for e4m3 (its tiles are laid out as 16-bit ones of
- * half the columns: the same bytes, panels and swizzle). */
+ * WIDE is the larger block (FA3's: 176 at d = 128, 80 at d = 256; 192 at d = 64). F8 (e4m3 inputs): Bc = 128 (one
+ * 128-byte panel of Vᵀ's keys) or WIDE 192 (S, O and P in 184 registers; FA3's 224 spills here); 96 at d = 256
+ * (S, O and P in 188; 128 spills). DP: a row's
+ * 16-bit columns, d/2 for e4m3 (its tiles are laid out as 16-bit ones of half the columns: the same bytes, panels
+ * and swizzle). */
 template <int D, bool WIDE, bool F8 = false> struct fa3_tile {
     static constexpr int Br = 128;
-    static constexpr int Bc = F8 ? 128 : WIDE ? (D == 64 ? 192 : D == 128 ? 176 : 80) : (D == 256 ? 64 : 128);
+    static constexpr int Bc = F8 ? (D == 256 ? 96 : WIDE ? 192 : 128)
+                                 : WIDE ? (D == 64 ? 192 : D == 128 ? 176 : 80) : (D == 256 ? 64 : 128);
     static constexpr int ST = 2;
     static constexpr int THREADS = 384;
     static constexpr int DP = F8 ? D / 2 : D;
+    /* a V stage in 16-bit words: F8 holds whole 128-key panels of Vᵀ (D rows each; keys past Bc are loaded, unused) */
+    static constexpr int VS = F8 ? D * ((Bc + 127) / 128) * 64 : Bc * DP;
 };
 
 template <int D, bool WIDE, bool F8 = false> struct alignas(1024) fa3_shared {
     using T = fa3_tile<D, WIDE, F8>;
     uint16_t q[T::Br * T::DP];
     uint16_t k[T::ST][T::Bc * T::DP];
-    uint16_t v[T::ST][T::Bc * T::DP]; /* F8: Vᵀ, D rows of Bc keys */
+    uint16_t v[T::ST][T::VS]; /* F8: Vᵀ, panels of D rows x 128 keys */
     uint64_t full_q, empty_q;
     uint64_t full_k[T::ST], full_v[T::ST];
     uint64_t empty_k[T::ST], empty_v[T::ST];
@@ -72,14 +77,13 @@ struct fa3_kparams {
 
 /* Per-thread softmax state of the two rows a consumer thread owns (g and g + 8 of its warp's 16 rows). */
 struct fa3_rows {
-    int lo0, hi0, lo1, hi1, t;
+    int lo0, hi0, lo1, hi1;
     float sl2, m0, m1, l0, l1;
-    float cap, cap_scale; /* softcap (cap_scale 0: off) */
+    float cap_scale; /* softcap (0: off; cap itself is read from the kernel's parameters) */
     float amax;           /* max |logit| before the softcap and the mask, over the blocks the tile tests: not finite
                            * when q or k holds an inf or NaN there */
     int n_test;           /* the tile tests the logits of key blocks from key n_test on (set with the tile), all with
                            * a softcap */
-    float p_log2;         /* P = 2^p_log2 at the row's max: 0, or 8 for e4m3 P (weights down to 2^-17 stay normal) */
 };
 
 /* Issues O += P Vj (no wait): V is [key][d], MN-major here; a k16 slice is 16 key rows = 2048 B further. F8: Vjᵀ
@@ -101,7 +105,10 @@ FA_DEV void fa3_pv(float (&o)[D / 2], const uint32_t (&pa)[Bc / (F8 ? 32 : 16)][
 
 /* Mask, then the online-softmax step on S (in place to P, fp32): m_new = max(m, rowmax S); P = exp2(S·scale·log2e −
  * m_new·scale·log2e); l = l·corr + rowsum P (thread-local); corr = exp2((m − m_new)·scale·log2e) is returned for O. */
-template <int Bc> FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_rows &R, float &c0, float &c1) {
+template <int Bc, bool F8>
+FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_rows &R, float cap, float &c0, float &c1) {
+    constexpr float p_log2 = F8 ? 8.f : 0.f; /* P = 2^p_log2 at the row's max: e4m3's normal range starts at 2^-6, so
+                                              * P up to 256 (FA3's max offset) keeps weights down to 2^-17 normal */
     /* the contract's logit test (contract.h): a −inf logit is a weight of 0 and a softcap makes ±inf finite, so an
      * inf in q or k can hide from the outputs; two chains keep it off the critical path */
     if (kbase >= R.n_test) {
@@ -115,14 +122,14 @@ template <int Bc> FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_
     }
     if (R.cap_scale != 0.f) { /* softcap: a uniform branch, the scores bounded by ±cap before the mask */
 #pragma unroll
-        for (int i = 0; i < Bc / 2; i++) sacc[i] = R.cap * tanhf(sacc[i] * R.cap_scale);
+        for (int i = 0; i < Bc / 2; i++) sacc[i] = cap * tanhf(sacc[i] * R.cap_scale);
     }
     if (kbase < R.lo1 || kbase + Bc > R.hi0) { /* only blocks that cross a row's visible range [lo, hi) */
 #pragma unroll
         for (int j = 0; j < Bc / 8; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const int col = kbase + 8 * j + 2 * R.t + e;
+                const int col = kbase + 8 * j + 2 * (int)(threadIdx.x % 4) + e;
                 if (col < R.lo0 || col >= R.hi0) sacc[4 * j + e] = -INFINITY;
                 if (col < R.lo1 || col >= R.hi1) sacc[4 * j + 2 + e] = -INFINITY;
             }
@@ -143,7 +150,7 @@ template <int Bc> FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_
     c1 = fa3_ex2((R.m1 - mu1) * R.sl2);
     R.m0 = mx0;
     R.m1 = mx1;
-    const float ms0 = mu0 * R.sl2 - R.p_log2, ms1 = mu1 * R.sl2 - R.p_log2;
+    const float ms0 = mu0 * R.sl2 - p_log2, ms1 = mu1 * R.sl2 - p_log2;
     float ps0 = 0.f, ps1 = 0.f;
 #pragma unroll
     for (int j = 0; j < Bc / 8; j++) {
@@ -231,6 +238,16 @@ template <int Br, int Bc> FA_DEV fa3_work fa3_work_at(int tile, const fa3_kparam
     return w;
 }
 
+/* F8: the descales of the tile's (batch, K/V head), S's (qd·kd) and O's (vd); 1 and 1 otherwise */
+template <bool F8> FA_DEV void fa3_descales(const fa3_kparams &p, const fa3_work &w, float &qk, float &vs) {
+    qk = vs = 1.f;
+    if constexpr (F8) {
+        const int64_t di = (int64_t)w.b * p.hk + w.h / p.group;
+        qk = (p.qd ? p.qd[di] : 1.f) * (p.kd ? p.kd[di] : 1.f);
+        vs = p.vd ? p.vd[di] : 1.f;
+    }
+}
+
 /* The schedule: intra-warpgroup overlap plus ping-pong between the warpgroups (README.md; the serial and the
  * overlap-only schedules measured slower: bench/lab/flash3/results). */
 /* F8: e4m3 q, k, v (tv maps Vᵀ, flash3_fp8.cuh); F16 then says out's type. */
@@ -240,7 +257,7 @@ __global__ void __launch_bounds__(384, 1)
                    const __grid_constant__ CUtensorMap tv, const fa3_kparams p) {
     using T = fa3_tile<D, WIDE, F8>;
     constexpr int Br = T::Br, Bc = T::Bc, ST = T::ST, DP = T::DP, KS = F8 ? 32 : 16;
-    constexpr uint32_t KV_STAGE = Bc * DP * 2;
+    constexpr uint32_t KV_STAGE = Bc * DP * 2, V_STAGE = T::VS * 2; /* bytes of a K and of a V stage */
     extern __shared__ uint8_t fa3_smem_raw[];
     fa3_shared<D, WIDE, F8> &sm =
         *reinterpret_cast<fa3_shared<D, WIDE, F8> *>(((uintptr_t)fa3_smem_raw + 1023) & ~(uintptr_t)1023);
@@ -306,10 +323,10 @@ __global__ void __launch_bounds__(384, 1)
                         fa3_tma_load4(fa3_smem(sm.k[s]) + c * Bc * 128, &tk, fk, 64 * c, w.krow + n * Bc, hk,
                                       p.cu_q ? 0 : w.b);
                     fa3_bar_wait(fa3_smem(&sm.empty_v[s]), ph ^ 1);
-                    fa3_bar_expect_tx(fv, KV_STAGE);
+                    fa3_bar_expect_tx(fv, V_STAGE);
                     if constexpr (F8) { /* Vᵀ [b][hk][D][keys]: 128 keys (64 16-bit columns) a panel of D rows */
 #pragma unroll
-                        for (int c = 0; c < Bc / 128; c++)
+                        for (int c = 0; c < (Bc + 127) / 128; c++)
                             fa3_tma_load4(fa3_smem(sm.v[s]) + c * D * 128, &tv, fv, (n * Bc + 128 * c) / 2, 0, hk,
                                           w.b);
                     } else {
@@ -339,21 +356,14 @@ __global__ void __launch_bounds__(384, 1)
         fa3_rows R;
         fa_visible_keys32(r0, w.sq, w.sk, p.wl, p.wr, &R.lo0, &R.hi0);
         fa_visible_keys32(r1, w.sq, w.sk, p.wl, p.wr, &R.lo1, &R.hi1);
-        R.t = t;
         /* F8: the descales of the tile's (batch, K/V head) join the scale (S = qd·kd·q·k) and 1/ℓ (O = vd·P V) */
-        float qk = 1.f, vs = 1.f;
-        if constexpr (F8) {
-            const int64_t di = (int64_t)w.b * p.hk + w.h / p.group;
-            qk = (p.qd ? p.qd[di] : 1.f) * (p.kd ? p.kd[di] : 1.f);
-            vs = p.vd ? p.vd[di] : 1.f;
-        }
+        float qk, vs; /* read again for the epilogue: fewer registers live through the key loop */
+        fa3_descales<F8>(p, w, qk, vs);
         R.sl2 = p.cap_scale != 0.f ? p.scale_log2 : p.scale_log2 * qk;
-        const float lse_scale = p.cap_scale != 0.f ? p.scale : p.scale * qk;
-        R.cap = p.cap, R.cap_scale = p.cap_scale * qk;
+        R.cap_scale = p.cap_scale * qk;
         R.m0 = R.m1 = -INFINITY;
         R.l0 = R.l1 = 0.f;
         R.amax = 0.f;
-        R.p_log2 = F8 ? 8.f : 0.f; /* e4m3's normal range starts at 2^-6: P up to 256 (FA3's max offset) */
         /* The logit test needs each key block once per (sequence, head): raw S covers the whole block whatever the
          * mask, a NaN in a key reaches the out of every row that sees it, and only ±inf (a −inf weight of 0; the
          * softcap's tanh) can hide. The visited ranges grow with the query block, so a tile tests the blocks the
@@ -386,7 +396,7 @@ __global__ void __launch_bounds__(384, 1)
             fa3_wgmma_wait<0>();
             fa3_fence_regs(sacc);
             fa3_release(fa3_smem(&sm.empty_k[kv % ST]), lane);
-            fa3_softmax<Bc>(sacc, (n_hi - 1) * Bc, R, c0, c1);
+            fa3_softmax<Bc, F8>(sacc, (n_hi - 1) * Bc, R, p.cap, c0, c1);
             fa3_pack_p<Bc, F16, F8>(pa, sacc);
             for (int it = 1; it < nblk; it++) {
                 const int g = kv + it, s = g % ST, sp = (g - 1) % ST;
@@ -397,12 +407,12 @@ __global__ void __launch_bounds__(384, 1)
                 fa3_bar_wait(fa3_smem(&sm.full_v[sp]), php);
                 fa3_fence_regs(o);
                 fa3_fence_regs(pa);
-                fa3_pv<D, Bc, F16, F8>(o, pa, v0 + sp * KV_STAGE);
+                fa3_pv<D, Bc, F16, F8>(o, pa, v0 + sp * V_STAGE);
                 fa3_named_arrive(other_turn, 256);
                 fa3_wgmma_wait<1>();
                 fa3_fence_regs(sacc);
                 fa3_release(fa3_smem(&sm.empty_k[s]), lane);
-                fa3_softmax<Bc>(sacc, (n_hi - 1 - it) * Bc, R, c0, c1);
+                fa3_softmax<Bc, F8>(sacc, (n_hi - 1 - it) * Bc, R, p.cap, c0, c1);
                 fa3_wgmma_wait<0>();
                 fa3_fence_regs(o);
                 fa3_fence_regs(pa);
@@ -417,7 +427,7 @@ __global__ void __launch_bounds__(384, 1)
             fa3_bar_wait(fa3_smem(&sm.full_v[s]), (g / ST) & 1);
             fa3_fence_regs(o);
             fa3_fence_regs(pa);
-            fa3_pv<D, Bc, F16, F8>(o, pa, v0 + s * KV_STAGE);
+            fa3_pv<D, Bc, F16, F8>(o, pa, v0 + s * V_STAGE);
             /* the second warpgroup's last turn of the tile is not passed on: each sync has one arrive */
             if (cw == 0) fa3_named_arrive(other_turn, 256);
             fa3_wgmma_wait<0>();
@@ -433,6 +443,8 @@ __global__ void __launch_bounds__(384, 1)
         l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
         l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
         l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+        fa3_descales<F8>(p, w, qk, vs);
+        const float lse_scale = p.cap_scale != 0.f ? p.scale : p.scale * qk;
         const float inv0 = l0 > 0.f ? vs / l0 : 0.f, inv1 = l1 > 0.f ? vs / l1 : 0.f;
         uint16_t *ob = p.o + (p.cu_q ? (int64_t)w.qrow * p.o_row_stride : (int64_t)w.b * p.o_batch_stride) +
                        (int64_t)w.h * p.o_head_stride + 2 * t;

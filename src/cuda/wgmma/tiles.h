@@ -7,23 +7,27 @@
 
 /* masks: the calls a row takes: unmasked, masked (causal or a window), or both. */
 enum { FA3_UNMASKED = 1, FA3_MASKED = 2, FA3_ANY_MASK = 3 };
-/* bm x bn = Br x Bc; wide: FA3's larger key block (fa3_tile's WIDE); threads: one producer and two consumer
+/* bm x bn = Br x Bc (a call's block_k picks the row of that bn whatever its masks); wide: FA3's larger key block (fa3_tile's WIDE); threads: one producer and two consumer
  * warpgroups, one persistent CTA per SM; f8: e4m3 q, k, v (out f16 or bf16), V transposed first (flash3_fp8.cuh). */
 struct fa3_fwd_row {
     int d, bm, bn, wide, masks, threads, f8;
+    int sk_min; /* taken only from this many keys on (seqlen_k; varlen: max_seqlen_k) */
     const char *kernel, *why;
 };
 #define FA3_FWD_ROW(D, BN, WIDE, MASKS, WHY)                                                                         \
-    {D, 128, BN, WIDE, MASKS, 384, 0, "cuda.flash3.fwd.wgmma.d" #D ".128x" #BN, WHY}
-#define FA3_FWD_ROW8(D, WHY) {D, 128, 128, 0, FA3_ANY_MASK, 384, 1, "cuda.flash3.fwd.wgmma.e4m3.d" #D ".128x128", WHY}
+    {D, 128, BN, WIDE, MASKS, 384, 0, 0, "cuda.flash3.fwd.wgmma.d" #D ".128x" #BN, WHY}
+#define FA3_FWD_ROW8(D, BN, WIDE, SK_MIN, WHY)                                                                       \
+    {D, 128, BN, WIDE, FA3_ANY_MASK, 384, 1, SK_MIN, "cuda.flash3.fwd.wgmma.e4m3.d" #D ".128x" #BN, WHY}
 static constexpr fa3_fwd_row fa3_fwd_rows[] = {
     FA3_FWD_ROW(64, 128, 0, FA3_ANY_MASK, "the wide 192 was slower below 8k (271 vs 320 at 512), equal above"),
     FA3_FWD_ROW(128, 176, 1, FA3_UNMASKED, "630 vs 579 at 8k, 636 vs 609 at 16k against 128 keys"),
     FA3_FWD_ROW(128, 128, 0, FA3_MASKED, "causal: ahead of 176 keys below 4k"),
     FA3_FWD_ROW(256, 80, 1, FA3_ANY_MASK, "671 vs 619 at 16k, 623 vs 582 at 4k against 64 keys"),
-    /* e4m3: 128 keys, one 128-byte panel of Vᵀ's keys. Not built: d = 64 (64-byte rows: another swizzle), d = 256
-     * (S, O and P take 208 registers at 128 keys and ptxas spills; 64 keys are half a panel of Vᵀ) */
-    FA3_FWD_ROW8(128, "the first FP8 tile: one 128-byte panel of keys"),
+    /* e4m3: Vᵀ in 128-key panels (192 keys: the second panel half used). 224 keys (FA3's) spill 16 bytes. Not
+     * built: d = 64 (64-byte rows: another swizzle) */
+    FA3_FWD_ROW8(128, 192, 1, 4096, "H100, 16k: 827 vs 790, causal 807 vs 780 against 128 keys; even at 4k"),
+    FA3_FWD_ROW8(128, 128, 0, 0, "H100, 1k: 483 vs 445, causal 310 vs 294 against 192 keys"),
+    FA3_FWD_ROW8(256, 96, 0, 0, "128 keys spill 28 bytes (S, O and P: 208 registers); Vᵀ's panel three quarters used"),
 };
 #undef FA3_FWD_ROW
 #undef FA3_FWD_ROW8

@@ -757,6 +757,17 @@ int main(void) {
             run_case(ctx, &c, 0);
             if (v == 2) run_case(ctx, &c, 1); /* the d = 256 backward's softcap */
         }
+        /* the rows a call reaches by its tiles only (opts.block_q / block_k, tiles.h): three consumer warpgroups
+         * at d = 64 (192 x 112); odd lengths, GQA, causal, a window, varlen */
+        for (int v = 0; v < (small ? 1 : 4); ++v) {
+            static const int l3[4][2] = {{300, 457}, {1023, 1023}, {17, 113}, {450, 200}};
+            t_case c = t_case_make(v % 2 + 1, l3[v][0], l3[v][1], 8, v == 1 ? 2 : 8, 64, dts[v & 1]);
+            c.opts.block_q = 192, c.opts.block_k = 112;
+            if (v == 1) c.opts.causal = 1;
+            if (v == 2) c.opts.window_left = 37, c.opts.window_right = 5;
+            if (v == 3) c.opts.causal = 1, c.lay_q = T_BHSD; /* sq > sk: fully masked rows */
+            run_case(ctx, &c, 0);
+        }
         /* varlen: the FLASH3 forward reads each tile's sequence from the device cu_seqlens (an empty sequence, one
          * row, lengths across block edges; tiles past a sequence's end; rows past it in a block are its neighbour's);
          * its backward refuses varlen with a reason and FLASH2's runs from FLASH3's out and LSE */

@@ -73,14 +73,16 @@ static fa_status fa3_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan
     if (rc != FA_OK) return rc;
     const int masks = p->wl >= 0 || p->wr >= 0 ? FA3_MASKED : FA3_UNMASKED, f8 = p->dtype == FA_DTYPE_F8_E4M3;
     int row = -1;
-    /* block_k: the row of that bn, for any mask and length; else (or none has it) the first row taking the call's
-     * masks and seqlen_k */
-    for (int pass = p->block_k ? 0 : 1; pass < 2 && row < 0; ++pass)
-        for (int i = 0; i < FA_COUNT(fa3_fwd_rows) && row < 0; ++i)
-            if (fa3_fwd_rows[i].d == p->d && fa3_fwd_rows[i].f8 == f8 &&
-                (pass == 0 ? fa3_fwd_rows[i].bn == p->block_k
-                           : (fa3_fwd_rows[i].masks & masks) != 0 && p->sk_max >= fa3_fwd_rows[i].sk_min))
+    /* block_q / block_k: the row of those tiles, for any mask and length; else (or none has them) the first row
+     * taking the call's masks and seqlen_k */
+    for (int pass = p->block_q || p->block_k ? 0 : 1; pass < 2 && row < 0; ++pass)
+        for (int i = 0; i < FA_COUNT(fa3_fwd_rows) && row < 0; ++i) {
+            const fa3_fwd_row *r = &fa3_fwd_rows[i];
+            if (r->d == p->d && r->f8 == f8 &&
+                (pass == 0 ? (!p->block_q || r->bm == p->block_q) && (!p->block_k || r->bn == p->block_k)
+                           : (r->masks & masks) != 0 && p->sk_max >= r->sk_min))
                 row = i;
+        }
     if (row < 0 && f8) {
         int d[FA_COUNT(fa3_fwd_rows)];
         char dims[64];

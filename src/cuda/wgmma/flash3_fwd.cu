@@ -110,7 +110,7 @@ template <int R> static int fa3_fwd_inst(fa_cuda_instance *k) {
     k->smem = sizeof(fa3_shared<r.d, W, F8>) + 1024;
     return 1;
 }
-static_assert(sizeof fa3_fwd_rows / sizeof fa3_fwd_rows[0] == 7, "one case per row of fa3_fwd_rows");
+static_assert(sizeof fa3_fwd_rows / sizeof fa3_fwd_rows[0] == 8, "one case per row of fa3_fwd_rows");
 extern "C" int fa_flash3_fwd_instance(int row, fa_cuda_instance *k) {
     switch (row) {
     case 0: return fa3_fwd_inst<0>(k);
@@ -120,6 +120,7 @@ extern "C" int fa_flash3_fwd_instance(int row, fa_cuda_instance *k) {
     case 4: return fa3_fwd_inst<4>(k);
     case 5: return fa3_fwd_inst<5>(k);
     case 6: return fa3_fwd_inst<6>(k);
+    case 7: return fa3_fwd_inst<7>(k);
     default: return 0;
     }
 }

@@ -23,19 +23,22 @@
 #include "ptx.cuh"
 #include "wgmma.cuh"
 
-/* Tiles: Br = 128 query rows (2 consumer warpgroups x 64, wgmma M = 64), Bc keys per block, ST K/V stages.
- * Bc keeps S (Bc/2) + O (D/2) + P (Bc/4) registers per thread under the consumers' 240 and the stages in 227 KB;
- * WIDE is the larger block (FA3's: 176 at d = 128, 80 at d = 256; 192 at d = 64). F8 (e4m3 inputs): Bc = 128 (one
- * 128-byte panel of Vᵀ's keys) or WIDE 192 (S, O and P in 184 registers; FA3's 224 spills here); 96 at d = 256
- * (S, O and P in 188; 128 spills). DP: a row's
- * 16-bit columns, d/2 for e4m3 (its tiles are laid out as 16-bit ones of half the columns: the same bytes, panels
- * and swizzle). */
+/* Tiles: Br = 64·NW query rows (NW consumer warpgroups x 64, wgmma M = 64), Bc keys per block, ST K/V stages.
+ * Bc keeps S (Bc/2) + O (D/2) + P (Bc/4) registers per thread under the consumers' setmaxnreg and the stages in
+ * 227 KB. WIDE is the row's larger tile: FA3's key blocks at d = 128 and 256 (176, 80); at d = 64 three consumer
+ * warpgroups (Br = 192, FA3's) at 160 registers, where P stays in registers up to 112 keys. F8 (e4m3 inputs):
+ * Bc = 128 (one 128-byte panel of Vᵀ's keys) or WIDE 192 (S, O and P in 184 registers; FA3's 224 spills here); 96
+ * at d = 256 (188; 128 spills). DP: a row's 16-bit columns, d/2 for e4m3 (its tiles are laid out as 16-bit ones of
+ * half the columns: the same bytes, panels and swizzle). */
 template <int D, bool WIDE, bool F8 = false> struct fa3_tile {
-    static constexpr int Br = 128;
+    static constexpr int NW = D == 64 && WIDE && !F8 ? 3 : 2; /* consumer warpgroups, 64 query rows each */
+    static constexpr int Br = 64 * NW;
     static constexpr int Bc = F8 ? (D == 256 ? 96 : WIDE ? 192 : 128)
-                                 : WIDE ? (D == 64 ? 192 : D == 128 ? 176 : 80) : (D == 256 ? 64 : 128);
+                                 : WIDE ? (D == 64 ? 112 : D == 128 ? 176 : 80) : (D == 256 ? 64 : 128);
     static constexpr int ST = 2;
-    static constexpr int THREADS = 384;
+    static constexpr int THREADS = 128 * (NW + 1);
+    /* setmaxnreg: the producer's and each consumer's registers (64K a CTA) */
+    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = NW == 3 ? 160 : 240;
     static constexpr int DP = F8 ? D / 2 : D;
     /* a V stage in 16-bit words: F8 holds whole 128-key panels of Vᵀ (D rows each; keys past Bc are loaded, unused) */
     static constexpr int VS = F8 ? D * ((Bc + 127) / 128) * 64 : Bc * DP;
@@ -252,7 +255,7 @@ template <bool F8> FA_DEV void fa3_descales(const fa3_kparams &p, const fa3_work
  * overlap-only schedules measured slower: bench/lab/flash3/results). */
 /* F8: e4m3 q, k, v (tv maps Vᵀ, flash3_fp8.cuh); F16 then says out's type. */
 template <int D, bool WIDE, bool F16, bool F8>
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
     fa3_fwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                    const __grid_constant__ CUtensorMap tv, const fa3_kparams p) {
     using T = fa3_tile<D, WIDE, F8>;
@@ -264,12 +267,12 @@ __global__ void __launch_bounds__(384, 1)
 
     if (threadIdx.x == 0) {
         fa3_bar_init(fa3_smem(&sm.full_q), 1);
-        fa3_bar_init(fa3_smem(&sm.empty_q), 8); /* one arrival per consumer warp */
+        fa3_bar_init(fa3_smem(&sm.empty_q), 4 * T::NW); /* one arrival per consumer warp */
         for (int s = 0; s < ST; s++) {
             fa3_bar_init(fa3_smem(&sm.full_k[s]), 1);
             fa3_bar_init(fa3_smem(&sm.full_v[s]), 1);
-            fa3_bar_init(fa3_smem(&sm.empty_k[s]), 8);
-            fa3_bar_init(fa3_smem(&sm.empty_v[s]), 8);
+            fa3_bar_init(fa3_smem(&sm.empty_k[s]), 4 * T::NW);
+            fa3_bar_init(fa3_smem(&sm.empty_v[s]), 4 * T::NW);
         }
         fa3_bar_init_fence();
     }
@@ -281,7 +284,7 @@ __global__ void __launch_bounds__(384, 1)
      * phase parity (kv / ST) & 1 on both sides. */
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
-        fa3_regs_dec<24>();
+        fa3_regs_dec<T::PRODUCER_REGS>();
         if (threadIdx.x == 0) {
             fa3_prefetch_map(&tq);
             fa3_prefetch_map(&tk);
@@ -341,7 +344,7 @@ __global__ void __launch_bounds__(384, 1)
         return;
     }
 
-    fa3_regs_inc<240>();
+    fa3_regs_inc<T::CONSUMER_REGS>();
     const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, t = lane % 4;
     const uint32_t q_base = fa3_smem(sm.q) + cw * 64 * 128;
     const uint32_t k0 = fa3_smem(sm.k[0]), v0 = fa3_smem(sm.v[0]);
@@ -387,8 +390,8 @@ __global__ void __launch_bounds__(384, 1)
              * block j+1 runs while P_j V_j is still in the tensor cores; ping-pong: the two warpgroups take
              * turns to issue their GEMMs (named barriers 1 and 2), so that one's softmax runs under the
              * other's GEMMs. */
-            const int my_turn = 1 + cw, other_turn = 2 - cw;
-            if (cw == 1) fa3_named_arrive(1, 256);
+            const int my_turn = 1 + cw, other_turn = 1 + (cw + 1) % T::NW; /* round robin */
+            if (cw == T::NW - 1) fa3_named_arrive(1, 256);
             fa3_named_sync(my_turn, 256);
             fa3_bar_wait(fa3_smem(&sm.full_k[kv % ST]), (kv / ST) & 1);
             fa3_gemm_abt<DP, Bc, Br, Bc, F16, F8>(sacc, q_base, k0 + (kv % ST) * KV_STAGE);
@@ -428,8 +431,8 @@ __global__ void __launch_bounds__(384, 1)
             fa3_fence_regs(o);
             fa3_fence_regs(pa);
             fa3_pv<D, Bc, F16, F8>(o, pa, v0 + s * V_STAGE);
-            /* the second warpgroup's last turn of the tile is not passed on: each sync has one arrive */
-            if (cw == 0) fa3_named_arrive(other_turn, 256);
+            /* the last warpgroup's last turn of the tile is not passed on: each sync has one arrive */
+            if (cw < T::NW - 1) fa3_named_arrive(other_turn, 256);
             fa3_wgmma_wait<0>();
             fa3_fence_regs(o);
             fa3_release(fa3_smem(&sm.empty_v[s]), lane);

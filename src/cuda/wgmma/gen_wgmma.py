@@ -4,7 +4,7 @@ with fp32 accumulators, and for e4m3 (m64nNk32; both operands K-major, the only 
 accumulator lists are long (N/2 registers), so they are generated, not typed.
 Run: python3 src/cuda/wgmma/gen_wgmma.py > src/cuda/wgmma/wgmma.cuh"""
 
-NS = (32, 64, 80, 128, 176, 192, 256)
+NS = (32, 64, 80, 96, 112, 128, 176, 192, 256)
 NS_TT = (64, 128)  # both operands MN-major: the backward's dQ = dS K
 NS_T = (128,)  # A K-major, B MN-major: the d = 256 backward's dK += dS^T Q, dV += P^T dO with P^T, dS^T in shared memory
 TYPES = (("bf16", "bf16"), ("f16", "f16"))
@@ -52,6 +52,7 @@ def dispatch8(kind, params, args):
     for i, n in enumerate(NS_E4M3):
         kw = "if constexpr" if i == 0 else "else if constexpr"
         print("    %s (N == %d) fa_wgmma_%s8_m64n%d(d, %s, scale_d);" % (kw, n, kind, n, args))
+    print("    else static_assert(N != N, \"no e4m3 %s wrapper of this N: add it to NS_E4M3\");" % kind)
     print("}\n")
 
 
@@ -62,6 +63,7 @@ def dispatch(kind, ns, params, args):
         kw = "if constexpr" if i == 0 else "else if constexpr"
         print("    %s (N == %d) { if constexpr (F16) fa_wgmma_%s_m64n%d_f16(d, %s, scale_d); "
               "else fa_wgmma_%s_m64n%d_bf16(d, %s, scale_d); }" % (kw, n, kind, n, args, kind, n, args))
+    print("    else static_assert(N != N, \"no %s wrapper of this N: add it to gen_wgmma.py\");" % kind)
     print("}\n")
 
 

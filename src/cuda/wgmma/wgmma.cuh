@@ -99,6 +99,62 @@ FA_DEV void fa_wgmma_rs_m64n80_f16(float (&d)[40], const uint32_t (&a)[4], uint6
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
+FA_DEV void fa_wgmma_ss_m64n96_bf16(float (&d)[48], uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+FA_DEV void fa_wgmma_rs_m64n96_bf16(float (&d)[48], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, {%48, %49, %50, %51}, %52, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+FA_DEV void fa_wgmma_ss_m64n96_f16(float (&d)[48], uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+FA_DEV void fa_wgmma_rs_m64n96_f16(float (&d)[48], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, {%48, %49, %50, %51}, %52, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+FA_DEV void fa_wgmma_ss_m64n112_bf16(float (&d)[56], uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}, %56, %57, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+FA_DEV void fa_wgmma_rs_m64n112_bf16(float (&d)[56], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}, {%56, %57, %58, %59}, %60, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+FA_DEV void fa_wgmma_ss_m64n112_f16(float (&d)[56], uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n112k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}, %56, %57, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+FA_DEV void fa_wgmma_rs_m64n112_f16(float (&d)[56], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n112k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}, {%56, %57, %58, %59}, %60, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
 FA_DEV void fa_wgmma_ss_m64n128_bf16(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
@@ -329,10 +385,13 @@ FA_DEV void fa_wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d
     if constexpr (N == 32) { if constexpr (F16) fa_wgmma_ss_m64n32_f16(d, da, db, scale_d); else fa_wgmma_ss_m64n32_bf16(d, da, db, scale_d); }
     else if constexpr (N == 64) { if constexpr (F16) fa_wgmma_ss_m64n64_f16(d, da, db, scale_d); else fa_wgmma_ss_m64n64_bf16(d, da, db, scale_d); }
     else if constexpr (N == 80) { if constexpr (F16) fa_wgmma_ss_m64n80_f16(d, da, db, scale_d); else fa_wgmma_ss_m64n80_bf16(d, da, db, scale_d); }
+    else if constexpr (N == 96) { if constexpr (F16) fa_wgmma_ss_m64n96_f16(d, da, db, scale_d); else fa_wgmma_ss_m64n96_bf16(d, da, db, scale_d); }
+    else if constexpr (N == 112) { if constexpr (F16) fa_wgmma_ss_m64n112_f16(d, da, db, scale_d); else fa_wgmma_ss_m64n112_bf16(d, da, db, scale_d); }
     else if constexpr (N == 128) { if constexpr (F16) fa_wgmma_ss_m64n128_f16(d, da, db, scale_d); else fa_wgmma_ss_m64n128_bf16(d, da, db, scale_d); }
     else if constexpr (N == 176) { if constexpr (F16) fa_wgmma_ss_m64n176_f16(d, da, db, scale_d); else fa_wgmma_ss_m64n176_bf16(d, da, db, scale_d); }
     else if constexpr (N == 192) { if constexpr (F16) fa_wgmma_ss_m64n192_f16(d, da, db, scale_d); else fa_wgmma_ss_m64n192_bf16(d, da, db, scale_d); }
     else if constexpr (N == 256) { if constexpr (F16) fa_wgmma_ss_m64n256_f16(d, da, db, scale_d); else fa_wgmma_ss_m64n256_bf16(d, da, db, scale_d); }
+    else static_assert(N != N, "no ss wrapper of this N: add it to gen_wgmma.py");
 }
 
 template <int N, bool F16>
@@ -340,21 +399,26 @@ FA_DEV void fa_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, 
     if constexpr (N == 32) { if constexpr (F16) fa_wgmma_rs_m64n32_f16(d, a, db, scale_d); else fa_wgmma_rs_m64n32_bf16(d, a, db, scale_d); }
     else if constexpr (N == 64) { if constexpr (F16) fa_wgmma_rs_m64n64_f16(d, a, db, scale_d); else fa_wgmma_rs_m64n64_bf16(d, a, db, scale_d); }
     else if constexpr (N == 80) { if constexpr (F16) fa_wgmma_rs_m64n80_f16(d, a, db, scale_d); else fa_wgmma_rs_m64n80_bf16(d, a, db, scale_d); }
+    else if constexpr (N == 96) { if constexpr (F16) fa_wgmma_rs_m64n96_f16(d, a, db, scale_d); else fa_wgmma_rs_m64n96_bf16(d, a, db, scale_d); }
+    else if constexpr (N == 112) { if constexpr (F16) fa_wgmma_rs_m64n112_f16(d, a, db, scale_d); else fa_wgmma_rs_m64n112_bf16(d, a, db, scale_d); }
     else if constexpr (N == 128) { if constexpr (F16) fa_wgmma_rs_m64n128_f16(d, a, db, scale_d); else fa_wgmma_rs_m64n128_bf16(d, a, db, scale_d); }
     else if constexpr (N == 176) { if constexpr (F16) fa_wgmma_rs_m64n176_f16(d, a, db, scale_d); else fa_wgmma_rs_m64n176_bf16(d, a, db, scale_d); }
     else if constexpr (N == 192) { if constexpr (F16) fa_wgmma_rs_m64n192_f16(d, a, db, scale_d); else fa_wgmma_rs_m64n192_bf16(d, a, db, scale_d); }
     else if constexpr (N == 256) { if constexpr (F16) fa_wgmma_rs_m64n256_f16(d, a, db, scale_d); else fa_wgmma_rs_m64n256_bf16(d, a, db, scale_d); }
+    else static_assert(N != N, "no rs wrapper of this N: add it to gen_wgmma.py");
 }
 
 template <int N, bool F16>
 FA_DEV void fa_wgmma_sstt(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {
     if constexpr (N == 64) { if constexpr (F16) fa_wgmma_sstt_m64n64_f16(d, da, db, scale_d); else fa_wgmma_sstt_m64n64_bf16(d, da, db, scale_d); }
     else if constexpr (N == 128) { if constexpr (F16) fa_wgmma_sstt_m64n128_f16(d, da, db, scale_d); else fa_wgmma_sstt_m64n128_bf16(d, da, db, scale_d); }
+    else static_assert(N != N, "no sstt wrapper of this N: add it to gen_wgmma.py");
 }
 
 template <int N, bool F16>
 FA_DEV void fa_wgmma_sst(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_d) {
     if constexpr (N == 128) { if constexpr (F16) fa_wgmma_sst_m64n128_f16(d, da, db, scale_d); else fa_wgmma_sst_m64n128_bf16(d, da, db, scale_d); }
+    else static_assert(N != N, "no sst wrapper of this N: add it to gen_wgmma.py");
 }
 
 template <int N>
@@ -364,6 +428,7 @@ FA_DEV void fa_wgmma_ss8(float (&d)[N / 2], uint64_t da, uint64_t db, int scale_
     else if constexpr (N == 128) fa_wgmma_ss8_m64n128(d, da, db, scale_d);
     else if constexpr (N == 192) fa_wgmma_ss8_m64n192(d, da, db, scale_d);
     else if constexpr (N == 256) fa_wgmma_ss8_m64n256(d, da, db, scale_d);
+    else static_assert(N != N, "no e4m3 ss wrapper of this N: add it to NS_E4M3");
 }
 
 template <int N>
@@ -373,6 +438,7 @@ FA_DEV void fa_wgmma_rs8(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db,
     else if constexpr (N == 128) fa_wgmma_rs8_m64n128(d, a, db, scale_d);
     else if constexpr (N == 192) fa_wgmma_rs8_m64n192(d, a, db, scale_d);
     else if constexpr (N == 256) fa_wgmma_rs8_m64n256(d, a, db, scale_d);
+    else static_assert(N != N, "no e4m3 rs wrapper of this N: add it to NS_E4M3");
 }
 
 #endif

@@ -164,6 +164,17 @@ template <int Br> FA_DEV void fa3b_row_store(fa3b_shared_rows<Br> &r, int it, in
     else r.dsum[it & 1][c - Br] = x;
 }
 
+/* The consumers' start: K and V have landed, and the first step's LSE / D rows are in shared memory (consumer thread rc
+ * copies value rc) and visible to both warpgroups. Returns rc; threads with rc < 2·Br copy the next steps' rows too. */
+template <int Br, class SM>
+FA_DEV int fa3b_rows_first(SM &sm, const fa3b_kparams &p, int b, int hk, int nm, int mlo, int steps) {
+    fa3_bar_wait(fa3_smem(&sm.full_kv), 0); /* also when there is no step: no TMA may land after the CTA exits */
+    const int rc = threadIdx.x - 128;
+    if (steps > 0 && rc < 2 * Br) fa3b_row_store<Br>(sm.rows, 0, rc, fa3b_row_load<Br>(p, b, hk, nm, mlo, 0, rc));
+    fa3_named_sync<FA3B_ROWS_READY, 256>();
+    return rc;
+}
+
 /* The dQ writer (one warp; lane 0 issues): per step, each warpgroup's half of dQi is one bulk reduce-add into the
  * accumulator, and the buffer is handed back once the copy has read it. Its first hand-back is before the first
  * step, and none after the last, so every barrier phase completes. */

@@ -84,11 +84,8 @@ __global__ void __launch_bounds__(384, 1)
     float dk[H / 2], dv[H / 2];
 #pragma unroll
     for (int i = 0; i < H / 2; i++) dk[i] = dv[i] = 0.f;
-    fa3_bar_wait(fa3_smem(&sm.full_kv), 0); /* also when there is no step: no TMA may land after the CTA exits */
-    const int rc = threadIdx.x - 128; /* consumer thread 0..255: which LSE / D value it copies */
+    const int rc = fa3b_rows_first<Br>(sm, p, b, hk, nm, mlo, steps); /* consumer thread 0..255 */
     const bool copies = rc < 2 * Br;
-    if (steps > 0 && copies) fa3b_row_store<Br>(sm.rows, 0, rc, fa3b_row_load<Br>(p, b, hk, nm, mlo, 0, rc));
-    fa3_named_sync<FA3B_ROWS_READY, 256>();
 
     for (int it = 0; it < steps; it++) {
         const int m0 = (mlo + it % nm) * Br;

@@ -64,17 +64,26 @@ static void one(fa_context *cpu, fa_context *gpu, fa_dtype dt, int64_t B, int64_
     t_buf_free(&x), t_buf_free(&y), t_buf_free(&yg);
 }
 
-static void fwd8(fa_context *gpu, int64_t B, int64_t sq, int64_t sk, int64_t hq, int64_t hk, int64_t D, t_layout lay,
-                 fa_attn_opts o, fa_dtype odt, int descales) {
+/* The FLASH3 FP8 forward against the float64 oracle on the same e4m3 values. nseq > 0: varlen, sequences of lq[i]
+ * query and lk[i] key rows packed into batch 1 (sq, sk: the totals), the cu_seqlens on the device with their bounds. */
+static void fwd8v(fa_context *gpu, int64_t B, int64_t sq, int64_t sk, int64_t hq, int64_t hk, int64_t D, t_layout lay,
+                  fa_attn_opts o, fa_dtype odt, int descales, int nseq, const int *lq, const int *lk) {
+    int32_t cu[2][9] = {{0}, {0}}, *dcu = NULL;
+    for (int i = 0; i < nseq; i++) cu[0][i + 1] = cu[0][i] + lq[i], cu[1][i + 1] = cu[1][i] + lk[i];
+    if (nseq > 0) {
+        B = 1, sq = cu[0][nseq], sk = cu[1][nseq];
+        cuda_ok(cudaMalloc((void **)&dcu, sizeof cu), "cudaMalloc cu_seqlens");
+        cuda_ok(cudaMemcpy(dcu, cu, sizeof cu, cudaMemcpyHostToDevice), "cu_seqlens up");
+    }
     snprintf(t_case_label, sizeof t_case_label, "fp8 forward b%lld sq%lld sk%lld hq%lld hk%lld d%lld %s causal %d "
-             "window %d/%d softcap %g out %s%s", (long long)B, (long long)sq, (long long)sk, (long long)hq,
-             (long long)hk, (long long)D, t_layout_name(lay), o.causal, o.window_left, o.window_right,
-             (double)o.softcap, fa_dtype_name(odt), descales ? "" : " descales NULL");
+             "window %d/%d softcap %g out %s%s%s block_k %d", (long long)B, (long long)sq, (long long)sk,
+             (long long)hq, (long long)hk, (long long)D, t_layout_name(lay), o.causal, o.window_left, o.window_right,
+             (double)o.softcap, fa_dtype_name(odt), descales ? "" : " descales NULL", nseq ? " varlen" : "", o.block_k);
     const fa_dtype E = FA_DTYPE_F8_E4M3;
     t_buf q = t_buf_new(E, B, sq, hq, D, lay), k = t_buf_new(E, B, sk, hk, D, lay), v = t_buf_new(E, B, sk, hk, D, lay);
     t_buf out = t_buf_new(odt, B, sq, hq, D, lay);
     t_buf_randn(&q, 40), t_buf_randn(&k, 40), t_buf_randn(&v, 60); /* e4m3, stored saturating by t_set */
-    const int64_t nd = B * hk, n = B * sq * hq * D, nl = B * hq * sq;
+    const int64_t nd = (nseq > 0 ? nseq : B) * hk, n = B * sq * hq * D, nl = B * hq * sq;
     float *ds = malloc(sizeof(float) * 3 * (size_t)nd), *dd;
     for (int64_t i = 0; i < nd; i++) /* q·k ≈ 40² · d · qd · kd: logits O(1); V·vd about 1 */
         ds[i] = ds[nd + i] = (float)((0.5 + t_uniform()) * 0.05 / sqrt((double)D)), ds[2 * nd + i] = (float)(0.01 + 0.02 * t_uniform());
@@ -85,6 +94,14 @@ static void fwd8(fa_context *gpu, int64_t B, int64_t sq, int64_t sk, int64_t hq,
     fa_attn_opts oh = o, od = o;
     if (descales) oh.q_descale = ds, oh.k_descale = ds + nd, oh.v_descale = ds + 2 * nd;
     if (descales) od.q_descale = dd, od.k_descale = dd + nd, od.v_descale = dd + 2 * nd;
+    if (nseq > 0) {
+        oh.cu_seqlens_q = cu[0], oh.cu_seqlens_k = cu[1], oh.n_seqs = od.n_seqs = nseq;
+        od.cu_seqlens_q = dcu, od.cu_seqlens_k = dcu + 9;
+        for (int i = 0; i < nseq; i++) {
+            if (lq[i] > od.max_seqlen_q) od.max_seqlen_q = lq[i];
+            if (lk[i] > od.max_seqlen_k) od.max_seqlen_k = lk[i];
+        }
+    }
     double *ref = malloc(sizeof(double) * (size_t)n), *lref = malloc(sizeof(double) * (size_t)nl);
     CHECK_STATUS(t_oracle_forward(&oh, &q.t, &k.t, &v.t, ref, lref), FA_OK);
     fa_tensor qt, kt, vt, ot;
@@ -116,9 +133,13 @@ static void fwd8(fa_context *gpu, int64_t B, int64_t sq, int64_t sk, int64_t hq,
         lerr = e > lerr ? e : lerr;
     }
     CHECK_MSG(lerr <= 2e-3, "lse: relative error %g", lerr);
-    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dl), cudaFree(dd);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout), cudaFree(dl), cudaFree(dd), cudaFree(dcu);
     free(ds), free(ref), free(lref), free(lse);
     t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&out);
+}
+static void fwd8(fa_context *gpu, int64_t B, int64_t sq, int64_t sk, int64_t hq, int64_t hk, int64_t D, t_layout lay,
+                 fa_attn_opts o, fa_dtype odt, int descales) {
+    fwd8v(gpu, B, sq, sk, hq, hk, D, lay, o, odt, descales, 0, NULL, NULL);
 }
 
 /* The FP8 forward's refusals: a reason naming the argument, out untouched. */
@@ -188,6 +209,18 @@ int main(void) {
     fwd8(gpu, 1, 300, 517, 4, 2, 256, T_BSHD, o, FA_DTYPE_BF16, 1);
     o = o0, o.window_left = 40, o.window_right = 7, o.softcap = 15;
     fwd8(gpu, 1, 250, 250, 2, 2, 256, T_BSHD, o, FA_DTYPE_F16, 1);
+    /* varlen: an empty sequence, one row, lengths across block edges, sq != sk (bottom-right causal per sequence) */
+    {
+        static const int lq[4] = {100, 0, 300, 1}, lk[4] = {64, 7, 517, 200}, lq2[3] = {257, 1, 130}, lk2[3] = {700, 0, 129};
+        o = o0;
+        fwd8v(gpu, 1, 0, 0, 4, 2, 128, T_BSHD, o, FA_DTYPE_BF16, 1, 4, lq, lk);
+        o.causal = 1;
+        fwd8v(gpu, 1, 0, 0, 4, 4, 128, T_BSHD, o, FA_DTYPE_F16, 1, 3, lq2, lk2);
+        o = o0, o.block_k = 192, o.window_left = 40, o.window_right = 7;
+        fwd8v(gpu, 1, 0, 0, 8, 2, 128, T_BSHD, o, FA_DTYPE_BF16, 0, 4, lq, lk);
+        o = o0, o.causal = 1;
+        fwd8v(gpu, 1, 0, 0, 4, 2, 256, T_BSHD, o, FA_DTYPE_BF16, 1, 3, lq2, lk2);
+    }
     refused8(gpu, 128, FA_DTYPE_F32, FA_ALGO_FLASH3, "out");
     refused8(gpu, 64, FA_DTYPE_BF16, FA_ALGO_FLASH3, "head_dim 64");
     refused8(gpu, 64, FA_DTYPE_BF16, FA_ALGO_AUTO, "f8_e4m3");

@@ -31,15 +31,12 @@ static fa_status fa3_not_built(const Row (&rows)[N], const fa_problem *p, const 
 }
 
 /* What both passes need: 16-bit inputs (the forward also e4m3 with f16/bf16 out), one head_dim, views TMA can
- * address; varlen in the forward only (not e4m3), no seqused. */
+ * address; varlen in the forward only, no seqused. */
 static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
     if (p->dtype == FA_DTYPE_F8_E4M3 && !p->is_backward) {
         if (p->o.dtype != FA_DTYPE_F16 && p->o.dtype != FA_DTYPE_BF16)
             return fa_cuda_unsupported(why, why_len, "out: dtype %s: the FA_ALGO_FLASH3 FP8 forward writes f16 or bf16",
                                        fa_dtype_name(p->o.dtype));
-        if (p->cu_q || p->cu_k)
-            return fa_cuda_unsupported(why, why_len, "opts.cu_seqlens_q: the FA_ALGO_FLASH3 FP8 forward has no varlen "
-                                       "yet");
     } else if (p->dtype != FA_DTYPE_F16 && p->dtype != FA_DTYPE_BF16) {
         return fa_cuda_unsupported(why, why_len, "dtype %s: FA_ALGO_FLASH3 runs on 16-bit tensor cores (f16, bf16)%s",
                                    fa_dtype_name(p->dtype),

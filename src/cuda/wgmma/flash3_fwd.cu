@@ -30,7 +30,8 @@ static int fa3_blocks_of(const fa_cuda_params *p, int Br, int Bc, int mb) {
  * sequence's rows from the device cu_seqlens (a tile past its sequence's end has no work); the tensors are one
  * packed batch, so the tensor maps have batch 1. */
 /* F8: e4m3 q, k (mapped as 16-bit tensors of half the columns: TMA moves bytes) and Vᵀ, written first by
- * fa3_vt_kernel into the workspace (no varlen: the plan refuses it); F16 is then out's type. */
+ * fa3_vt_kernel into the workspace (varlen: one padded Vᵀ per sequence, at the bound max_seqlen_k); F16 is then out's
+ * type. */
 template <int D, bool WIDE, bool F16, bool F8>
 static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t stream) {
     using T = fa3_tile<D, WIDE, F8>;
@@ -41,8 +42,8 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
         const int skp = (p->sk + 31) & ~31;
         if (skp == 0 || !p->v_t) return cudaErrorInvalidValue;
         fa3_vt_kernel<D><<<dim3((unsigned)((skp + FA3_VT_KEYS - 1) / FA3_VT_KEYS), (unsigned)p->hk, (unsigned)p->batch),
-                           256, 0, stream>>>((const uint8_t *)p->v, p->v_sb, p->v_ss, p->v_sh, p->sk, skp,
-                                             (uint8_t *)p->v_t);
+                           256, 0, stream>>>((const uint8_t *)p->v, p->v_sb, p->v_ss, p->v_sh, p->sk, skp, p->cu_k,
+                                             p->total_k, (uint8_t *)p->v_t);
         const cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
         const int64_t half = skp / 2; /* Vᵀ's rows in 16-bit columns */

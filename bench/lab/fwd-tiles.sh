@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# FLASH2 forward tile rows against PyTorch's flash backend, interleaved in rounds (H200, one device call): the
+# Forward tile rows (FLASH2 by default) against PyTorch's flash backend, interleaved in rounds (one device call): the
 # small GPU test set first (every tile row against the float64 oracle), then ROUNDS x (each TILES entry through
 # `flashattn bench --block-q/--block-k`, then PyTorch SDPA), and one table of the best TFLOP/s over the rounds.
 # Env: BUILD (default build-cuda), OUT_DIR (default $BUILD/fwd-tiles), TILES ("d:bq:bk;..." rows of the forward
 #      table, 0:0 = the default; default: the d=96 and d=256 rows), SEQLENS (default 1024,4096,16384), ROUNDS (2),
-#      REPS (10).
+#      REPS (10), ALGO (flash2; flash3 for its rows, tiles.h in src/cuda/wgmma), DTYPE (bf16; f8_e4m3 for FLASH3's
+#      FP8 rows, against the same torch-flash bf16 line), NO_TORCH (1 = skip PyTorch).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build-cuda}
 OUT_DIR=${OUT_DIR:-$BUILD/fwd-tiles}
 TILES=${TILES:-"96:0:0;256:0:0;256:128:64"}
+ALGO=${ALGO:-flash2}
+DTYPE=${DTYPE:-bf16}
 SEQLENS=${SEQLENS:-1024,4096,16384}
 ROUNDS=${ROUNDS:-2}
 REPS=${REPS:-10}
@@ -28,14 +31,14 @@ IFS=';' read -ra TS <<<"$TILES"
 for r in $(seq 1 "$ROUNDS"); do
   for t in "${TS[@]}"; do
     IFS=: read -r d bq bk <<<"$t"
-    "$BUILD/flashattn" bench --device cuda --dtype bf16 --algo flash2 --d "$d" --seqlen "$SEQLENS" --causal 0,1 \
+    "$BUILD/flashattn" bench --device cuda --dtype "$DTYPE" --algo "$ALGO" --d "$d" --seqlen "$SEQLENS" --causal 0,1 \
       --pass fwd --reps "$REPS" --warmup 2 --block-q "$bq" --block-k "$bk" --csv 2>>"$OUT_DIR/ours.err" |
       tail -n +2 | sed "s/^/$d:$bq:$bk,/" >>"$OUT_DIR/ours.csv"
   done
-  python3 scripts/bench_gpu_torch.py run --out "$OUT_DIR/torch-$r.csv" --d "$dims" --seqlen "$SEQLENS" --causal 0,1 \
+  [ "${NO_TORCH:-0}" = 1 ] || python3 scripts/bench_gpu_torch.py run --out "$OUT_DIR/torch-$r.csv" --d "$dims" --seqlen "$SEQLENS" --causal 0,1 \
     --pass fwd --reps "$REPS" >"$OUT_DIR/torch-$r.log" 2>&1
 done
-python3 - "$OUT_DIR" "$ROUNDS" <<'PY'
+python3 - "$OUT_DIR" "$ROUNDS" "$ALGO $DTYPE" <<'PY'
 import csv, sys, collections
 out, rounds = sys.argv[1], int(sys.argv[2])
 best = collections.defaultdict(float)  # (tile, d, causal, seqlen) -> TFLOP/s
@@ -54,7 +57,8 @@ for r in range(1, rounds + 1):
         if row["pass"] == "fwd" and row["algo"] == "torch-flash" and row["ms"] != "error":
             k = ("torch-flash", int(row["d"]), int(row["causal"]), int(row["seqlen"]))
             best[k] = max(best[k], float(row["tflops"]))
-print("forward TFLOP/s, bf16, best of %d rounds; tile d:block_q:block_k (0:0 = default); ratio to torch-flash" % rounds)
+print("forward TFLOP/s, %s, best of %d rounds; tile d:block_q:block_k (0:0 = default); ratio to torch-flash"
+      % (sys.argv[3], rounds))
 for dd in sorted({k[1] for k in best}):
     tiles = sorted({k[0] for k in best if k[0] != "torch-flash" and k[1] == dd}, key=lambda t: [int(x) for x in t.split(":")])
     print("\n| d | causal | seqlen | torch-flash | " + " | ".join(tiles) + " |")

@@ -3,7 +3,8 @@ BUILD ?= build
 JOBS  ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all build demo test bench test-gpu bench-gpu bench-kvcache-gpu bench-decode-gpu bench-ring test-cpu-device clean
+.PHONY: all build demo test bench test-gpu bench-gpu bench-kvcache-gpu bench-decode-gpu bench-sinks-gpu bench-ring \
+	test-cpu-device clean
 
 all: build
 
@@ -37,6 +38,10 @@ bench-kvcache-gpu:
 	BUILD=$(BUILD_GPU) scripts/bench-kvcache-gpu.sh
 
 bench-decode-gpu: bench-kvcache-gpu
+
+# Learnable sinks' cost (with / without, interleaved) and (192, 128) against (128, 128) per FLOP, in one command.
+bench-sinks-gpu:
+	BUILD=$(BUILD_GPU) scripts/bench-sinks-gpu.sh
 
 # GPUs (two or more H200s of one host): ring attention over NCCL against one GPU (scripts/bench-ring.sh, docs/ring.md).
 bench-ring:

@@ -68,8 +68,20 @@ echo "$kv_new" | tail -n +2 | grep -q ',ok,' || fail "bench --mode kvcache: no o
     fail "--mode decode with the former flags differs from --mode kvcache: $kv_old vs $kv_new"
 
 hdr=$("$BIN" bench --seqlen 32 --tokens 64 --heads 2 --d 16 --reps 2 --csv | head -1)
-[ "$hdr" = "device,algo,dtype,batch,heads,seqlen_q,seqlen_k,head_dim,causal,pass,ms,gflops,peak_extra_mb,slow_read_mb,slow_write_mb" ] ||
+[ "$hdr" = "device,algo,dtype,batch,heads,seqlen_q,seqlen_k,head_dim,causal,pass,ms,gflops,peak_extra_mb,slow_read_mb,slow_write_mb,head_dim_v,sinks" ] ||
     fail "CSV header: $hdr"
+# --sinks 0,1: every algorithm without and with sinks (interleaved, one group), forward and backward (d_sinks);
+# --dv: v's own head dim, its FLOPs 2·(d + dv) per pair (16 x 16 pairs, 2 heads: 2·(16 + 8)·2·256)
+out=$("$BIN" bench --seqlen 16 --tokens 16 --heads 2 --d 16 --dv 8,16 --sinks 0,1 --pass fwd,bwd --reps 2 --csv) ||
+    fail "bench --sinks --dv exited $?"
+[ "$(echo "$out" | tail -n +2 | wc -l)" -eq 24 ] && ! echo "$out" | grep -q ',skip,\|,oom,\|,error,' ||
+    fail "bench --sinks 0,1 --dv 8,16 --pass fwd,bwd: expected 24 measured rows: $out"
+[ "$(echo "$out" | awk -F, 'NR > 1 && $16 == 8 && $17 == 1' | wc -l)" -eq 6 ] ||
+    fail "bench --sinks --dv: columns head_dim_v, sinks: $out"
+out=$("$BIN" bench --seqlen 16 --tokens 16 --heads 2 --d 16 --dv 8 --algo flash2 --reps 1 --json) ||
+    fail "bench --dv --json exited $?"
+echo "$out" | grep -q '"flops": 24576,' || fail "bench --dv 8: FLOPs are not 2*(d+dv) per pair: $out"
+echo "$out" | grep -q '"head_dim_v": 8, "sinks": 0' || fail "bench --json: no head_dim_v/sinks: $out"
 rows=$("$BIN" bench --seqlen 32,48 --tokens 96 --heads 2 --d 16 --causal 0,1 --pass fwd,bwd --dtype f32,bf16 --reps 2 --csv | tail -n +2 | wc -l)
 [ "$rows" -eq 48 ] || fail "product of lists gave $rows rows, expected 48"
 out=$("$BIN" bench --seqlen 4096 --tokens 4096 --heads 1 --d 64 --mem-limit 1 --csv 2>/dev/null); rc=$?

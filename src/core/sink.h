@@ -36,6 +36,26 @@ FA_HD float fa_sink_join_lse(float lse_keys, float sink, float *lse) {
     return lse_keys == -INFINITY ? fa_sink_join(-INFINITY, 0.0, sink, lse) : fa_sink_join(lse_keys, 1.0, sink, lse);
 }
 
+/* fa_sink_join_lse in float arithmetic, for the GPU kernels' epilogues that fold the join into their 1/ℓ (16-bit
+ * out: the rounding of the float join, a few ulp of |lse_keys| in the factor, is far below out's). */
+FA_HD float fa_sink_join_lse_f32(float lse_keys, float sink, float *lse) {
+    if (lse_keys != lse_keys || sink != sink || sink == INFINITY) {
+        *lse = NAN;
+        return NAN;
+    }
+    if (lse_keys == -INFINITY) { /* no key: the row's whole weight is on the sink (O = 0) */
+        *lse = sink;
+        return 0.0f;
+    }
+    if (sink == -INFINITY) {
+        *lse = lse_keys;
+        return 1.0f;
+    }
+    const float mx = lse_keys > sink ? lse_keys : sink, lo = lse_keys > sink ? sink : lse_keys;
+    *lse = mx + log1pf(expf(lo - mx));
+    return expf(lse_keys - *lse);
+}
+
 /* log(exp(lse_keys) + exp(sink)) in float64, with fa_sink_join's rules (the float64 recomputes of the contract). */
 FA_HD double fa_sink_lse(double lse_keys, float sink) {
     const double s = sink;

@@ -170,16 +170,18 @@ static fa_status fa_cuda_run_on(fa_context *ctx, const fa_problem *p, const fa_p
     if (!p->is_backward && !c.lse) c.lse = w.contract.lse; /* the contract's check reads the forward's LSE */
     if (!p->is_backward && fa_cuda_families[plan->family]->checks_outputs)
         c.o_check = fa_contract_o_flags(&w.contract); /* the kernel marks the items it cannot certify */
+    const int join_pass = !p->is_backward && p->sinks && !fa_cuda_families[plan->family]->joins_sinks;
+    c.sinks_joined = !p->is_backward && p->sinks && !join_pass;
+    if (p->is_backward) c.d_sinks = p->d_sinks; /* the backward's D pre-pass sums them (sinks.h) */
     cudaError_t e = fa_contract_scan(&c, p, &w.contract, s->stream);
     if (e != cudaSuccess) return fa_cuda_err(ctx, "contract scan", e);
     if ((rc = fa_cuda_launch_row(ctx, s, p, plan, &w, &c)) != FA_OK) return rc;
     if ((e = fa_contract_fix(&c, p, &w.contract, 2 * s->tune.sm_count, s->stream)) != cudaSuccess)
         return fa_cuda_err(ctx, "contract fix-up", e);
-    /* the sinks after the fix-up: every row, recomputed or not, joins its sink once (sinks.h) */
-    if (!p->is_backward && p->sinks && (e = fa_cuda_sinks_join(p, c.lse, s->stream)) != cudaSuccess)
+    /* a family that does not join the sinks in its epilogue: the pass after the fix-up, so that every row,
+     * recomputed or not, joins its sink once (sinks.h); else the kernel and the fix-up have joined them */
+    if (join_pass && (e = fa_cuda_sinks_join(p, c.lse, s->stream)) != cudaSuccess)
         return fa_cuda_err(ctx, "sinks join", e);
-    if (p->is_backward && p->d_sinks && (e = fa_cuda_sinks_grad(p, s->stream)) != cudaSuccess)
-        return fa_cuda_err(ctx, "sinks gradient", e);
     if ((e = fa_cuda_zero_unused(p, s->stream)) != cudaSuccess) return fa_cuda_err(ctx, "seqused padding", e);
     return FA_OK;
 }

@@ -281,6 +281,15 @@ __device__ __forceinline__ int64_t fa_koff(const fa_cuda_params &c, const fa_seq
     return fa_off(c, sb, ss, sh, b, s.krow, h) + (int64_t)j * ss;
 }
 
+/* The sink joined to a finished row (core/sink.h): *lse becomes log(e^lse + e^sink); returns e^(lse_keys − *lse),
+ * the factor of the row's O. Not inlined, and *lse through memory: inlined (or returning both in a struct), its exp
+ * and log made ptxas spill in the FP8 instances. */
+static __device__ __noinline__ double fa_fix_sink_join(double *lse, float sink) {
+    const double L = fa_sink_lse(*lse, sink), f = L == -INFINITY ? 0.0 : exp(*lse - L);
+    *lse = L;
+    return f;
+}
+
 /* Forward row i of (b, h): online softmax in float64 over the visible keys. */
 /* TI: q, k, v's type (e4m3: times their descales), TO: out's. */
 template <typename TI, typename TO>
@@ -318,10 +327,17 @@ __device__ void fa_fix_fwd_row(const fa_cuda_params &c, int b, int h, int i, int
         lse = NAN;
 #pragma unroll
         for (int t = 0; t < FA_DMAX; ++t) o[t] = NAN;
-    } else if (hi > lo) {
+    } else {
+        if (hi > lo) {
 #pragma unroll
-        for (int t = 0; t < FA_DMAX; ++t) o[t] /= l;
-        lse = m + log(l);
+            for (int t = 0; t < FA_DMAX; ++t) o[t] /= l;
+            lse = m + log(l);
+        }
+        if (c.sinks_joined) { /* the kernel joined its rows' sinks: so does this row */
+            const double f = fa_fix_sink_join(&lse, c.sinks[h]);
+#pragma unroll
+            for (int t = 0; t < FA_DMAX; ++t) o[t] *= f;
+        }
     }
     const int64_t oo = fa_qoff(c, s, c.o_sb, c.o_ss, c.o_sh, b, h, i);
 #pragma unroll
@@ -474,6 +490,9 @@ __global__ void __launch_bounds__(256) fa_contract_check_kernel(const fa_cuda_pa
             fa_chunk_keys32(i + s.sk - s.sq, i + s.sk - s.sq, c.chunk, &lo, &hi);
             const float L = c.lse[s.stat0 + i];
             nf |= !(fabsf(L) < FA_LSE_CERTIFIED) && !(L == -INFINITY && hi <= lo);
+            /* an LSE that holds the sink hides the keys' −∞ (a NaN row that looks fully masked) or −2^23 behind
+             * it: a row that sees keys and carries exactly the sink's LSE is recomputed */
+            if (c.sinks_joined) nf |= hi > lo && L == c.sinks[h];
         }
         bad = __any_sync(0xffffffffu, nf);
     }

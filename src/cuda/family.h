@@ -66,6 +66,9 @@ typedef struct fa_cuda_family {
     /* forward: 1 when the kernel checks its own logits and outputs for the numerics contract (marks an item through
      * fa_cuda_params.o_check), so that the contract skips its scan of k and its read of out and LSE (contract.h) */
     int checks_outputs;
+    /* forward: 1 when the kernel joins opts.sinks into out and LSE in its epilogue (core/sink.h), so that backend.cu
+     * runs no join pass after it and the contract's recompute joins its own rows (fa_cuda_params.sinks_joined) */
+    int joins_sinks;
 } fa_cuda_family;
 
 /* The rows, each in its family's folder. */

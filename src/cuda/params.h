@@ -39,7 +39,8 @@ typedef struct fa_cuda_params {
     const float *q_descale, *k_descale, *v_descale; /* FP8 inputs: [batch][hk] fp32 factors, per (batch, K/V head),
                                                      * that turn the stored values back into real ones; NULL today */
     int *dq_turns;          /* FLASH3 deterministic backward: [batch][hq][query blocks] counters, or NULL */
-    const float *sinks;     /* opts.sinks [hq], or NULL: the contract's float64 recompute joins them (sinks.h) */
+    const float *sinks;     /* opts.sinks [hq], or NULL: joined by the kernel's epilogue (sinks_joined) or by the pass
+                             * after the kernel and the contract's fix-up (sinks.h) */
     const int *used_q, *used_k; /* opts.seqused_q/k (device, with cu_q), or NULL: read through fa_get_seq, clamped */
     int chunk;              /* attention_chunk, 0 = off (core/visible.h; at most 2^30: the same keys as any larger
                              * chunk for sequences below 2^30); FLASH3 refuses it */
@@ -52,6 +53,9 @@ typedef struct fa_cuda_params {
                              * which the kernel marks itself; NULL for the other families */
     void *v_t;              /* FLASH3 FP8 forward: V transposed, [batch][hk][d][sk rounded up to 32] (flash3_fp8.cuh) */
     int o_dtype;            /* fa_dtype of out (dtype's, except after FP8 inputs) */
+    int sinks_joined;       /* forward with sinks: 1 when the family joins them in its epilogue (fa_cuda_family.
+                             * joins_sinks): out and LSE hold the sink, and the contract's check and recompute know it */
+    float *d_sinks;         /* backward: opts.d_sinks [hq] or NULL, written from D by the pre-pass's reduction (sinks.h) */
 } fa_cuda_params;
 
 #ifdef __cplusplus

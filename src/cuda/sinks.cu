@@ -1,6 +1,6 @@
-/* Learnable sinks on CUDA (sinks.h): one warp per row joins the sink into out and LSE; one CTA per head sums the
- * sink's gradient. Both read each row once; the join costs one more pass over out, which the FLASH2 epilogue could
- * fold in (docs/numerics.md). */
+/* Learnable sinks on CUDA (sinks.h): one warp per row joins the sink into out and LSE, for the families that do
+ * not fold the join into their epilogue (STANDARD, FLASH1: one more pass over out); one CTA per head sums the
+ * sink's gradient from the D = rowsum(dO ∘ O) that every backward's pre-pass has written (docs/numerics.md). */
 #include "sinks.h"
 
 #include <cuda_bf16.h>
@@ -13,11 +13,9 @@ namespace {
 /* The rows of the LSE layout [B, Hq, S] (packed: [1, Hq, total]) and the views they address. */
 struct fa_sink_rows {
     void *o;
-    const void *dout;
     float *lse;
     const float *sinks;
-    float *d_sinks;
-    int64_t o_sb, o_ss, o_sh, do_sb, do_ss, do_sh;
+    int64_t o_sb, o_ss, o_sh;
     int64_t B, H, S;
     int d, dtype;
 };
@@ -49,33 +47,35 @@ __global__ void fa_sinks_join_kernel(const fa_sink_rows a) {
 
 constexpr int FA_SINK_GRAD_THREADS = 256;
 
-__global__ void __launch_bounds__(FA_SINK_GRAD_THREADS) fa_sinks_grad_kernel(const fa_sink_rows a) {
-    __shared__ double part[FA_SINK_GRAD_THREADS / 32];
-    const int h = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const double sink = a.sinks[h];
+/* d sinks[h] = −Σ exp(sink − LSE) · D over the rows of head h: row i of batch b at dsum[(b·hq + h)·ds + i] and
+ * lse[(b·hq + h)·ls + i]. Float64 partials per thread, summed in a fixed order: the same bits on every run. A row
+ * with LSE = −∞ (no key and no sink, or seqused's padding) has no weight on the sink. */
+__global__ void __launch_bounds__(FA_SINK_GRAD_THREADS) fa_sinks_grad_kernel(const float *dsum, const float *lse,
+                                                                              const float *sinks, float *d_sinks,
+                                                                              int hq, int nb, int n, int64_t ds,
+                                                                              int64_t ls) {
+    __shared__ double part[FA_SINK_GRAD_THREADS];
+    const int h = blockIdx.x, t = threadIdx.x;
+    const double sink = sinks[h];
     double g = 0;
-    for (int64_t n = warp; sink != -INFINITY && n < a.B * a.S; n += FA_SINK_GRAD_THREADS / 32) {
-        const int64_t b = n / a.S, i = n % a.S, o0 = b * a.o_sb + i * a.o_ss + h * a.o_sh;
-        const int64_t d0 = b * a.do_sb + i * a.do_ss + h * a.do_sh;
-        float D = 0; /* D = rowsum(dO ∘ O) */
-        for (int x = lane; x < a.d; x += 32) D += fa_sink_ld(a.dout, a.dtype, d0 + x) * fa_sink_ld(a.o, a.dtype, o0 + x);
-        for (int s = 16; s > 0; s >>= 1) D += __shfl_xor_sync(0xffffffffu, D, s);
-        g -= exp(sink - (double)a.lse[(b * a.H + h) * a.S + i]) * (double)D;
+    for (int64_t x = t; sink != -INFINITY && x < (int64_t)nb * n; x += FA_SINK_GRAD_THREADS) {
+        const int64_t b = x / n, i = x % n, bh = b * hq + h;
+        const float L = lse[bh * ls + i];
+        if (L != -INFINITY) g -= exp(sink - (double)L) * (double)dsum[bh * ds + i];
     }
-    if (lane == 0) part[warp] = g;
+    part[t] = g;
     __syncthreads();
-    if (threadIdx.x == 0) { /* a fixed order: the same sum on every run */
-        double t = 0;
-        for (int w = 0; w < FA_SINK_GRAD_THREADS / 32; ++w) t += part[w];
-        a.d_sinks[h] = (float)t;
+    for (int s = FA_SINK_GRAD_THREADS / 2; s > 0; s >>= 1) { /* a fixed tree */
+        if (t < s) part[t] += part[t + s];
+        __syncthreads();
     }
+    if (t == 0) d_sinks[h] = (float)part[0];
 }
 
 fa_sink_rows rows_of(const fa_problem *p, float *lse) {
     fa_sink_rows a;
-    a.o = p->o.data, a.dout = p->dout.data, a.lse = lse, a.sinks = p->sinks, a.d_sinks = p->d_sinks;
+    a.o = p->o.data, a.lse = lse, a.sinks = p->sinks;
     a.o_sb = p->o.stride_batch, a.o_ss = p->o.stride_seq, a.o_sh = p->o.stride_head;
-    a.do_sb = p->dout.stride_batch, a.do_ss = p->dout.stride_seq, a.do_sh = p->dout.stride_head;
     a.B = p->q.batch, a.H = p->hq, a.S = p->q.seqlen, a.d = (int)p->d_v, a.dtype = (int)p->dtype;
     return a;
 }
@@ -90,8 +90,10 @@ cudaError_t fa_cuda_sinks_join(const fa_problem *p, float *lse, cudaStream_t st)
     return cudaGetLastError();
 }
 
-cudaError_t fa_cuda_sinks_grad(const fa_problem *p, cudaStream_t st) {
-    const fa_sink_rows a = rows_of(p, p->lse);
-    fa_sinks_grad_kernel<<<(unsigned)p->hq, FA_SINK_GRAD_THREADS, 0, st>>>(a);
+cudaError_t fa_cuda_sinks_grad(const fa_cuda_params *c, int nb, int n, int64_t dsum_stride, int64_t lse_stride,
+                               cudaStream_t st) {
+    if (!c->d_sinks || c->hq == 0) return cudaSuccess;
+    fa_sinks_grad_kernel<<<(unsigned)c->hq, FA_SINK_GRAD_THREADS, 0, st>>>(c->dsum, c->lse, c->sinks, c->d_sinks, c->hq,
+                                                                         nb, n, dsum_stride, lse_stride);
     return cudaGetLastError();
 }

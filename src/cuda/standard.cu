@@ -415,4 +415,4 @@ static fa_cuda_result fa_std_run(const fa_cuda_launch *l) {
 
 const fa_cuda_family fa_cuda_standard = {"STANDARD", FA_ALGO_STANDARD, FA_CUDA_FWD | FA_CUDA_BWD, 1,
                                          FA_CUDA_DT_16 | FA_CUDA_DT(FA_DTYPE_F32), fa_std_pick,
-                                         fa_std_ws, fa_std_traffic, fa_std_run, 0};
+                                         fa_std_ws, fa_std_traffic, fa_std_run, 0, 0};

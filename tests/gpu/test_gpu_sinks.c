@@ -1,7 +1,10 @@
 /* Learnable sinks on CUDA (opts.sinks, opts.d_sinks in device memory) against the float64 oracle: forward (out, LSE)
  * and backward (dq, dk, dv, d sinks) of STANDARD, FLASH1, FLASH2, FLASH3 and AUTO, f16/bf16, with GQA, causal (rows
  * without keys: O = 0, LSE = the sink), window and softcap; the same-dtype baseline of the pass rule is the CPU's
- * STANDARD on the same case. Every forward joins the sink in one pass after its kernel (src/cuda/sinks.h). Decoding
+ * STANDARD on the same case. The FLASH2 and FLASH3 forwards join the sink in their epilogues, STANDARD and FLASH1
+ * in a pass after the kernel (src/cuda/sinks.h); every backward sums d sinks from its pre-pass's D. Also: a packed
+ * (varlen) forward of FLASH2 and FLASH3; d sinks bitwise the same on a repeat (default and deterministic backward);
+ * the numerics contract's recompute of an item (a NaN in one q row) joins its rows' sinks exactly once. Decoding
  * with sinks (one split, the merges): tests/gpu/test_gpu_kvcache.c. Run by scripts/test-gpu.sh. */
 #include "testlib.h"
 
@@ -141,6 +144,172 @@ static void auto_pick(fa_context *gpu) {
     t_buf_free(&q), t_buf_free(&o);
 }
 
+/* The packed forward of FLASH2 and FLASH3 with sinks against the oracle: GQA, causal (the first sequence's first
+ * rows see no key: O = 0, LSE = the sink), a sequence of one row; the CPU's STANDARD is the pass rule's baseline. */
+static void varlen_fwd(fa_context *cpu, fa_context *gpu, t_rng *r) {
+    enum { N = 3, HQ = 4, HK = 2, D = 128 };
+    static const int lq[N] = {70, 1, 130}, lk[N] = {50, 90, 130};
+    int32_t cq[N + 1] = {0}, ck[N + 1] = {0};
+    for (int i = 0; i < N; ++i) cq[i + 1] = cq[i] + lq[i], ck[i + 1] = ck[i] + lk[i];
+    t_case c = t_case_make(1, cq[N], ck[N], HQ, HK, D, FA_DTYPE_BF16);
+    c.opts.causal = 1;
+    t_case_sinks(&c, r, -2, 4);
+    t_case_bind(&c);
+    c.opts.cu_seqlens_q = cq, c.opts.cu_seqlens_k = ck, c.opts.n_seqs = N;
+    c.opts.max_seqlen_q = 130, c.opts.max_seqlen_k = 130;
+    snprintf(t_case_label, sizeof t_case_label, "gpu sinks: packed forward");
+    printf("gpu sinks packed forward:");
+    t_buf q = t_buf_new(c.dt, 1, c.sq, HQ, D, T_BSHD), k = t_buf_new(c.dt, 1, c.sk, HK, D, T_BSHD);
+    t_buf v = t_buf_new(c.dt, 1, c.sk, HK, D, T_BSHD), o = t_buf_new(c.dt, 1, c.sq, HQ, D, T_BSHD);
+    t_buf_randn(&q, 1), t_buf_randn(&k, 1), t_buf_randn(&v, 1);
+    const int64_t nq = c.sq * HQ * D, nl = HQ * c.sq;
+    double *ref = malloc(sizeof(double) * (size_t)nq), *rl = malloc(sizeof(double) * (size_t)nl);
+    float *lse = malloc(sizeof(float) * (size_t)nl);
+    CHECK_STATUS(t_oracle_forward(&c.opts, &q.t, &k.t, &v.t, ref, rl), FA_OK);
+    const double om = t_max_abs(ref, nq), ls = t_lse_scale(rl, nl);
+    double base[2] = {0};
+    static const fa_algo algos[3] = {FA_ALGO_STANDARD, FA_ALGO_FLASH2, FA_ALGO_FLASH3};
+    for (int ai = 0; ai < 3; ++ai) {
+        fa_attn_opts opts = c.opts;
+        opts.algo = algos[ai];
+        t_buf_poison(&o);
+        for (int64_t i = 0; i < nl; i++) lse[i] = t_nanf();
+        fa_status st;
+        if (ai == 0) {
+            st = fa_forward(cpu, &opts, &q.t, &k.t, &v.t, &o.t, lse);
+        } else {
+            dbuf Q = d_new(&q), K = d_new(&k), V = d_new(&v), O = d_new(&o);
+            int32_t *dcu = d_copy(cq, sizeof cq), *dck = d_copy(ck, sizeof ck);
+            float *dl = d_copy(lse, sizeof(float) * (size_t)nl), *dsk = d_copy(c.opts.sinks, sizeof(float) * HQ);
+            opts.cu_seqlens_q = dcu, opts.cu_seqlens_k = dck, opts.sinks = dsk;
+            st = fa_forward(gpu, &opts, &Q.t, &K.t, &V.t, &O.t, dl);
+            cuda_ok(cudaDeviceSynchronize(), "sync");
+            d_down(&O);
+            cuda_ok(cudaMemcpy(lse, dl, sizeof(float) * (size_t)nl, cudaMemcpyDeviceToHost), "lse down");
+            cudaFree(Q.mem), cudaFree(K.mem), cudaFree(V.mem), cudaFree(O.mem), cudaFree(dcu), cudaFree(dck);
+            cudaFree(dl), cudaFree(dsk);
+        }
+        CHECK_STATUS(st, FA_OK);
+        if (st != FA_OK) {
+            fprintf(stderr, "  %s: %s\n", fa_algo_name(algos[ai]), fa_context_last_error(ai ? gpu : cpu));
+            continue;
+        }
+        const double e[2] = {t_max_diff(&o.t, ref), t_max_diff_f(lse, rl, nl)};
+        if (ai == 0) {
+            memcpy(base, e, sizeof base);
+            continue;
+        }
+        t_check_err("out", algos[ai], c.dt, e[0], base[0], om, 0, 1);
+        const t_verdict lv = t_judge_lse(0, e[1], base[1], ls);
+        CHECK_MSG(lv.ok, "%s lse: err %.3e, allowed %.3e", fa_algo_name(algos[ai]), e[1], lv.allowed);
+        printf(" %s %.1e/%.1e", fa_algo_name(algos[ai]), e[0], e[1]);
+    }
+    printf("\n");
+    free(ref), free(rl), free(lse);
+    t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&o);
+}
+
+/* d sinks twice from the same out, LSE and dO: the same bits (the pre-pass's reduction sums in a fixed order), for
+ * every algorithm's backward, default and deterministic. */
+static void dsinks_repeat(fa_context *gpu) {
+    enum { B = 2, S = 192, HQ = 4, HK = 2, D = 128 };
+    snprintf(t_case_label, sizeof t_case_label, "gpu sinks: d_sinks repeat");
+    printf("gpu sinks d_sinks bitwise repeat:");
+    t_buf q = t_buf_new(FA_DTYPE_BF16, B, S, HQ, D, T_BSHD), k = t_buf_new(FA_DTYPE_BF16, B, S, HK, D, T_BSHD);
+    t_buf v = t_buf_new(FA_DTYPE_BF16, B, S, HK, D, T_BSHD), o = t_buf_new(FA_DTYPE_BF16, B, S, HQ, D, T_BSHD);
+    t_buf dout = t_buf_new(FA_DTYPE_BF16, B, S, HQ, D, T_BSHD), dq = t_buf_new(FA_DTYPE_BF16, B, S, HQ, D, T_BSHD);
+    t_buf dk = t_buf_new(FA_DTYPE_BF16, B, S, HK, D, T_BSHD), dv = t_buf_new(FA_DTYPE_BF16, B, S, HK, D, T_BSHD);
+    t_buf_randn(&q, 1), t_buf_randn(&k, 1), t_buf_randn(&v, 1), t_buf_randn(&dout, 1);
+    dbuf Q = d_new(&q), K = d_new(&k), V = d_new(&v), O = d_new(&o), DO = d_new(&dout), DQ = d_new(&dq),
+         DK = d_new(&dk), DV = d_new(&dv);
+    const float sinks[HQ] = {0.5f, 3, -1, 4};
+    float *dsk = d_copy(sinks, sizeof sinks), *dl = NULL, *dds = NULL;
+    cuda_ok(cudaMalloc((void **)&dl, sizeof(float) * B * HQ * S), "cudaMalloc lse");
+    cuda_ok(cudaMalloc((void **)&dds, sizeof(float) * HQ), "cudaMalloc d_sinks");
+    static const fa_algo algos[4] = {FA_ALGO_STANDARD, FA_ALGO_FLASH1, FA_ALGO_FLASH2, FA_ALGO_FLASH3};
+    for (int ai = 0; ai < 4; ++ai)
+        for (int det = 0; det < 2; ++det)
+            for (int causal = 0; causal < 2; ++causal) {
+                fa_attn_opts opts = fa_attn_opts_default();
+                opts.algo = algos[ai], opts.deterministic = det, opts.causal = causal, opts.sinks = dsk;
+                CHECK_STATUS(fa_forward(gpu, &opts, &Q.t, &K.t, &V.t, &O.t, dl), FA_OK);
+                opts.d_sinks = dds;
+                float got[2][HQ];
+                for (int rep = 0; rep < 2; ++rep) {
+                    cuda_ok(cudaMemset(dds, 0xff, sizeof(float) * HQ), "poison d_sinks");
+                    CHECK_STATUS(fa_backward(gpu, &opts, &Q.t, &K.t, &V.t, &O.t, dl, &DO.t, &DQ.t, &DK.t, &DV.t), FA_OK);
+                    cuda_ok(cudaMemcpy(got[rep], dds, sizeof(float) * HQ, cudaMemcpyDeviceToHost), "d_sinks down");
+                }
+                CHECK_MSG(memcmp(got[0], got[1], sizeof got[0]) == 0, "%s det %d causal %d: d_sinks differ on a repeat",
+                          fa_algo_name(algos[ai]), det, causal);
+                for (int h = 0; h < HQ; ++h)
+                    CHECK_MSG(isfinite(got[0][h]), "%s: d_sinks[%d] = %g", fa_algo_name(algos[ai]), h, got[0][h]);
+                if (det == 0 && causal == 0) printf(" %s %.3e", fa_algo_name(algos[ai]), got[0][1]);
+            }
+    printf("\n");
+    cudaFree(Q.mem), cudaFree(K.mem), cudaFree(V.mem), cudaFree(O.mem), cudaFree(DO.mem), cudaFree(DQ.mem);
+    cudaFree(DK.mem), cudaFree(DV.mem), cudaFree(dsk), cudaFree(dl), cudaFree(dds);
+    t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&o), t_buf_free(&dout), t_buf_free(&dq);
+    t_buf_free(&dk), t_buf_free(&dv);
+}
+
+/* The numerics contract recomputes an item the check cannot certify (here: a NaN in q row 5 of head 0) in float64;
+ * its rows must join the sink exactly once, whether the kernel folds the join in (FLASH2, FLASH3: the recompute
+ * joins) or a pass after the fix-up does (STANDARD, FLASH1). Row 5 is NaN; every other row as in the clean run.
+ * Sinks near the rows' LSE (about ln 64): a second join, or none, would move out by ~25 %. */
+static void recompute_joins_once(fa_context *gpu) {
+    enum { S = 64, H = 2, D = 64, NL = H * S };
+    snprintf(t_case_label, sizeof t_case_label, "gpu sinks: contract recompute");
+    printf("gpu sinks contract recompute:");
+    t_buf q = t_buf_new(FA_DTYPE_BF16, 1, S, H, D, T_BSHD), k = t_buf_new(FA_DTYPE_BF16, 1, S, H, D, T_BSHD);
+    t_buf v = t_buf_new(FA_DTYPE_BF16, 1, S, H, D, T_BSHD), o = t_buf_new(FA_DTYPE_BF16, 1, S, H, D, T_BSHD);
+    t_buf_randn(&q, 1), t_buf_randn(&k, 1), t_buf_randn(&v, 1);
+    dbuf Q = d_new(&q), K = d_new(&k), V = d_new(&v), O = d_new(&o);
+    t_buf qn = t_buf_new(FA_DTYPE_BF16, 1, S, H, D, T_BSHD);
+    memcpy(qn.mem, q.mem, q.mem_bytes);
+    t_store_nan((char *)qn.t.data + 5 * qn.t.stride_seq * 2, FA_DTYPE_BF16); /* q[0][5][0][0] */
+    dbuf QN = d_new(&qn);
+    const float sinks[H] = {4, 4.5f};
+    float *dsk = d_copy(sinks, sizeof sinks), *dl = NULL;
+    cuda_ok(cudaMalloc((void **)&dl, sizeof(float) * NL), "cudaMalloc lse");
+    static const fa_algo algos[4] = {FA_ALGO_STANDARD, FA_ALGO_FLASH1, FA_ALGO_FLASH2, FA_ALGO_FLASH3};
+    float lse[2][NL];
+    double *out[2] = {malloc(sizeof(double) * S * H * D), malloc(sizeof(double) * S * H * D)};
+    for (int ai = 0; ai < 4; ++ai) {
+        fa_attn_opts opts = fa_attn_opts_default();
+        opts.algo = algos[ai], opts.sinks = dsk;
+        for (int run = 0; run < 2; ++run) {
+            CHECK_STATUS(fa_forward(gpu, &opts, run ? &QN.t : &Q.t, &K.t, &V.t, &O.t, dl), FA_OK);
+            cuda_ok(cudaDeviceSynchronize(), "sync");
+            d_down(&O);
+            cuda_ok(cudaMemcpy(lse[run], dl, sizeof lse[run], cudaMemcpyDeviceToHost), "lse down");
+            for (int64_t i = 0; i < S; ++i)
+                for (int64_t h = 0; h < H; ++h)
+                    for (int64_t x = 0; x < D; ++x)
+                        out[run][(i * H + h) * D + x] = t_get(&o.t, 0, i, h, x);
+        }
+        double worst = 0, lworst = 0;
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t i = 0; i < S; ++i) {
+                const float l0 = lse[0][h * S + i], l1 = lse[1][h * S + i];
+                if (h == 0 && i == 5) {
+                    CHECK_MSG(isnan(l1), "%s: the NaN row's LSE is %g", fa_algo_name(algos[ai]), l1);
+                    continue;
+                }
+                lworst = fmax(lworst, fabs(l1 - l0));
+                for (int64_t x = 0; x < D; ++x)
+                    worst = fmax(worst, fabs(out[1][(i * H + h) * D + x] - out[0][(i * H + h) * D + x]));
+            }
+        CHECK_MSG(worst <= 0.02 && lworst <= 1e-3, "%s: recomputed rows differ from the clean run by %.3e (LSE %.3e)",
+                  fa_algo_name(algos[ai]), worst, lworst);
+        printf(" %s %.1e/%.1e", fa_algo_name(algos[ai]), worst, lworst);
+    }
+    printf("\n");
+    free(out[0]), free(out[1]);
+    cudaFree(Q.mem), cudaFree(QN.mem), cudaFree(K.mem), cudaFree(V.mem), cudaFree(O.mem), cudaFree(dsk), cudaFree(dl);
+    t_buf_free(&q), t_buf_free(&qn), t_buf_free(&k), t_buf_free(&v), t_buf_free(&o);
+}
+
 int main(void) {
     const uint64_t seed = t_init("test_gpu_sinks");
     t_rng r;
@@ -166,6 +335,9 @@ int main(void) {
         one_case(cpu, gpu, &cs[i]);
     }
     auto_pick(gpu);
+    varlen_fwd(cpu, gpu, &r);
+    dsinks_repeat(gpu);
+    recompute_joins_once(gpu);
     fa_context_destroy(gpu);
     fa_context_destroy(cpu);
     return t_finish();

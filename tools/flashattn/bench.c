@@ -35,12 +35,12 @@ static void row_fail(bench_row *r, fa_status st, const char *msg) {
 }
 
 typedef struct group_bufs {
-    dev_buf q, k, v, dout, dq, dk, dv;
+    dev_buf q, k, v, dout, dq, dk, dv, sinks, d_sinks;
     dev_buf out[8], lse[8];
 } group_bufs;
 
 static void free_bufs(group_bufs *g) {
-    dev_buf *all[] = {&g->q, &g->k, &g->v, &g->dout, &g->dq, &g->dk, &g->dv};
+    dev_buf *all[] = {&g->q, &g->k, &g->v, &g->dout, &g->dq, &g->dk, &g->dv, &g->sinks, &g->d_sinks};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dev_free(all[i]);
     for (int i = 0; i < 8; i++) {
         dev_free(&g->out[i]);
@@ -67,19 +67,26 @@ static int alloc_random(dev_buf *b, fa_backend dev, fa_dtype dt, int64_t n, uint
 /* out's dtype: the inputs' but after FP8 (e4m3) inputs, bf16 (FP8 is an input type of the forward only) */
 static fa_dtype out_dtype(fa_dtype dt) { return dt == FA_DTYPE_F8_E4M3 ? FA_DTYPE_BF16 : dt; }
 
+/* Slot a's sinks flag (bench_config.sinks_alt). */
+static int slot_sinks(const bench_config *c, int a) { return c->sinks_alt ? a % 2 : c->sinks; }
+
 static fa_status call_algo(fa_context *ctx, const bench_config *c, fa_algo algo, group_bufs *g, int slot,
                            int backward) {
     fa_attn_opts o = make_opts(c, algo);
     if (c->backward && !backward) o.block_q = o.block_k = 0; /* the forward behind a bwd row: default tiles */
+    const int sinks = slot_sinks(c, slot);
+    o.sinks = sinks ? (const float *)g->sinks.ptr : NULL;
+    if (backward && sinks) o.d_sinks = (float *)g->d_sinks.ptr;
+    const int64_t dv_ = c->head_dim_v;
     fa_tensor q = fa_tensor_bshd(g->q.ptr, c->dtype, c->batch, c->seqlen_q, c->heads, c->head_dim);
     fa_tensor k = fa_tensor_bshd(g->k.ptr, c->dtype, c->batch, c->seqlen_k, c->heads_k, c->head_dim);
-    fa_tensor v = fa_tensor_bshd(g->v.ptr, c->dtype, c->batch, c->seqlen_k, c->heads_k, c->head_dim);
-    fa_tensor out = fa_tensor_bshd(g->out[slot].ptr, out_dtype(c->dtype), c->batch, c->seqlen_q, c->heads, c->head_dim);
+    fa_tensor v = fa_tensor_bshd(g->v.ptr, c->dtype, c->batch, c->seqlen_k, c->heads_k, dv_);
+    fa_tensor out = fa_tensor_bshd(g->out[slot].ptr, out_dtype(c->dtype), c->batch, c->seqlen_q, c->heads, dv_);
     if (!backward) return fa_forward(ctx, &o, &q, &k, &v, &out, (float *)g->lse[slot].ptr);
-    fa_tensor dout = fa_tensor_bshd(g->dout.ptr, c->dtype, c->batch, c->seqlen_q, c->heads, c->head_dim);
+    fa_tensor dout = fa_tensor_bshd(g->dout.ptr, c->dtype, c->batch, c->seqlen_q, c->heads, dv_);
     fa_tensor dq = fa_tensor_bshd(g->dq.ptr, c->dtype, c->batch, c->seqlen_q, c->heads, c->head_dim);
     fa_tensor dk = fa_tensor_bshd(g->dk.ptr, c->dtype, c->batch, c->seqlen_k, c->heads_k, c->head_dim);
-    fa_tensor dv = fa_tensor_bshd(g->dv.ptr, c->dtype, c->batch, c->seqlen_k, c->heads_k, c->head_dim);
+    fa_tensor dv = fa_tensor_bshd(g->dv.ptr, c->dtype, c->batch, c->seqlen_k, c->heads_k, dv_);
     return fa_backward(ctx, &o, &q, &k, &v, &out, (const float *)g->lse[slot].ptr, &dout, &dq, &dk, &dv);
 }
 
@@ -100,16 +107,20 @@ void bench_run_group(fa_context *ctx, const bench_config *c, const fa_algo *algo
     for (int a = 0; a < n_algo; a++) {
         memset(&rows[a], 0, sizeof rows[a]);
         rows[a].cfg = *c;
+        rows[a].cfg.sinks = slot_sinks(c, a), rows[a].cfg.sinks_alt = 0;
         rows[a].algo = algos[a];
         snprintf(rows[a].status, sizeof rows[a].status, "error");
     }
     size_t es = fa_dtype_size(c->dtype), oes = fa_dtype_size(out_dtype(c->dtype));
     int64_t nq = c->batch * c->seqlen_q * c->heads * c->head_dim;
     int64_t nk = c->batch * c->seqlen_k * c->heads_k * c->head_dim;
+    int64_t nqv = c->batch * c->seqlen_q * c->heads * c->head_dim_v; /* out, dout: dv wide */
+    int64_t nkv = c->batch * c->seqlen_k * c->heads_k * c->head_dim_v; /* v, dv */
     int64_t nl = c->batch * c->heads * c->seqlen_q;
     /* Our own allocations: q, k, v, one out + lse per algorithm, and for backward dout, dq, dk, dv. */
-    double need = (double)es * (double)(nq + 2 * nk) + (double)oes * (double)(n_algo * nq) + 4.0 * (double)(n_algo * nl);
-    if (c->backward) need += (double)es * (double)(2 * nq + 2 * nk);
+    double need = (double)es * (double)(nq + nk + nkv) + (double)oes * (double)(n_algo * nqv) +
+                  4.0 * (double)(n_algo * nl + 2 * c->heads);
+    if (c->backward) need += (double)es * (double)(nqv + nq + nk + nkv);
     if (need > (double)mem_limit) {
         for (int a = 0; a < n_algo; a++) {
             rows[a].ok = 0;
@@ -123,12 +134,15 @@ void bench_run_group(fa_context *ctx, const bench_config *c, const fa_algo *algo
     memset(&g, 0, sizeof g);
     uint64_t rng = 0x5eed0000ull + (uint64_t)c->seqlen_q * 131 + (uint64_t)c->head_dim;
     int bad = alloc_random(&g.q, c->dev, c->dtype, nq, &rng) || alloc_random(&g.k, c->dev, c->dtype, nk, &rng) ||
-              alloc_random(&g.v, c->dev, c->dtype, nk, &rng);
+              alloc_random(&g.v, c->dev, c->dtype, nkv, &rng);
     for (int a = 0; a < n_algo && !bad; a++)
-        bad = dev_alloc(&g.out[a], c->dev, (size_t)nq * oes) || dev_alloc(&g.lse[a], c->dev, (size_t)nl * 4);
+        bad = dev_alloc(&g.out[a], c->dev, (size_t)nqv * oes) || dev_alloc(&g.lse[a], c->dev, (size_t)nl * 4);
+    if (!bad && (c->sinks || c->sinks_alt)) /* sinks of the logits' scale, on the call's device; d_sinks for the backward */
+        bad = alloc_random(&g.sinks, c->dev, FA_DTYPE_F32, c->heads, &rng) ||
+              dev_alloc(&g.d_sinks, c->dev, (size_t)c->heads * 4);
     if (!bad && c->backward)
-        bad = alloc_random(&g.dout, c->dev, c->dtype, nq, &rng) || dev_alloc(&g.dq, c->dev, (size_t)nq * es) ||
-              dev_alloc(&g.dk, c->dev, (size_t)nk * es) || dev_alloc(&g.dv, c->dev, (size_t)nk * es);
+        bad = alloc_random(&g.dout, c->dev, c->dtype, nqv, &rng) || dev_alloc(&g.dq, c->dev, (size_t)nq * es) ||
+              dev_alloc(&g.dk, c->dev, (size_t)nk * es) || dev_alloc(&g.dv, c->dev, (size_t)nkv * es);
     if (bad) {
         for (int a = 0; a < n_algo; a++) {
             snprintf(rows[a].status, sizeof rows[a].status, "oom");
@@ -222,7 +236,7 @@ void bench_run_group(fa_context *ctx, const bench_config *c, const fa_algo *algo
     for (int a = 0; a < n_algo; a++)
         if (rows[a].ok && algos[a] == FA_ALGO_STANDARD)
             for (int b = 0; b < n_algo; b++)
-                if (rows[b].ok) rows[b].speedup = rows[a].ms / rows[b].ms;
+                if (rows[b].ok && slot_sinks(c, b) == slot_sinks(c, a)) rows[b].speedup = rows[a].ms / rows[b].ms;
     free(times);
     dev_timer_destroy(tm);
     free_bufs(&g);
@@ -233,7 +247,7 @@ void bench_run_group(fa_context *ctx, const bench_config *c, const fa_algo *algo
  * ------------------------------------------------------------------------------------------------------- */
 void bench_csv_header(FILE *f, int with_extra) {
     fprintf(f, "device,algo,dtype,batch,heads,seqlen_q,seqlen_k,head_dim,causal,pass,ms,gflops,peak_extra_mb,"
-               "slow_read_mb,slow_write_mb");
+               "slow_read_mb,slow_write_mb,head_dim_v,sinks");
     if (with_extra) fprintf(f, ",heads_k,window,block_q,block_k,threads,reps,kernel,status,ms_ci_lo,ms_ci_hi");
     fprintf(f, "\n");
 }
@@ -249,6 +263,7 @@ void bench_csv_row(FILE *f, const bench_row *r, int with_extra) {
                 (double)r->read_bytes / 1e6, (double)r->write_bytes / 1e6);
     else
         fprintf(f, "%s,,,,", r->status);
+    fprintf(f, ",%lld,%d", (long long)c->head_dim_v, c->sinks);
     if (with_extra) {
         fprintf(f, ",%lld,%d,%d,%d,%d,%d,%s,%s", (long long)c->heads_k, c->window, r->block_q, r->block_k, r->threads,
                 r->ok ? r->reps_run : c->reps, r->kernel[0] ? r->kernel : "-", r->status);
@@ -271,11 +286,12 @@ static void json_str(FILE *f, const char *s) {
 static void bench_json_row(FILE *f, const bench_row *r, int first) {
     const bench_config *c = &r->cfg;
     fprintf(f, "%s  {\"device\": \"%s\", \"algo\": \"%s\", \"dtype\": \"%s\", \"batch\": %lld, \"heads\": %lld, "
-               "\"heads_k\": %lld, \"seqlen_q\": %lld, \"seqlen_k\": %lld, \"head_dim\": %lld, \"causal\": %d, "
-               "\"window\": %d, \"pass\": \"%s\", \"threads\": %d, \"reps\": %d, \"status\": \"%s\", \"kernel\": ",
+               "\"heads_k\": %lld, \"seqlen_q\": %lld, \"seqlen_k\": %lld, \"head_dim\": %lld, \"head_dim_v\": %lld, "
+               "\"sinks\": %d, \"causal\": %d, \"window\": %d, \"pass\": \"%s\", \"threads\": %d, \"reps\": %d, \"status\": \"%s\", \"kernel\": ",
             first ? "" : ",\n", fa_backend_name(c->dev), fa_algo_name(r->algo), fa_dtype_name(c->dtype),
             (long long)c->batch, (long long)c->heads, (long long)c->heads_k, (long long)c->seqlen_q,
-            (long long)c->seqlen_k, (long long)c->head_dim, c->causal, c->window, c->backward ? "bwd" : "fwd",
+            (long long)c->seqlen_k, (long long)c->head_dim, (long long)c->head_dim_v, c->sinks, c->causal, c->window,
+            c->backward ? "bwd" : "fwd",
             r->threads, r->ok ? r->reps_run : c->reps, r->status);
     json_str(f, r->kernel);
     if (r->ok)
@@ -293,12 +309,13 @@ static void bench_json_row(FILE *f, const bench_row *r, int first) {
 }
 
 static void table_header(FILE *f, fa_backend dev, double peak) {
-    fprintf(f, "| %-8s | %-28s | %-4s | %5s | %4s | %6s | %6s | %4s | %6s | %4s | %9s | %6s | %8s | %7s | %9s | "
+    fprintf(f, "| %-8s | %-28s | %-4s | %5s | %4s | %6s | %6s | %7s | %4s | %6s | %4s | %9s | %6s | %8s | %7s | %9s | "
                "%9s | %9s |%s\n",
-            "algo", "kernel", "type", "B", "H", "Sq", "Sk", "d", "causal", "pass", "ms", "spread",
+            "algo", "kernel", "type", "B", "H", "Sq", "Sk", "d(/dv)", "sink", "causal", "pass", "ms", "spread",
             dev == FA_BACKEND_CUDA ? "TFLOP/s" : "GFLOP/s", "vs std", "extra MB", "read MB", "write MB",
             peak > 0 ? " % peak |" : "");
-    fprintf(f, "|----------|------------------------------|------|------:|-----:|-------:|-------:|-----:|-------:|------|"
+    fprintf(f, "|----------|------------------------------|------|------:|-----:|-------:|-------:|--------:|------|-------:|"
+               "------|"
                "----------:|-------:|---------:|--------:|----------:|----------:|----------:|%s\n",
             peak > 0 ? "-------:|" : "");
 }
@@ -312,9 +329,13 @@ static void table_row(FILE *f, const bench_row *r, const double peak[2]) {
     char heads[24];
     if (c->heads_k != c->heads) snprintf(heads, sizeof heads, "%lld/%lld", (long long)c->heads, (long long)c->heads_k);
     else snprintf(heads, sizeof heads, "%lld", (long long)c->heads);
-    fprintf(f, "| %-8s | %-28s | %-4s | %5lld | %4s | %6lld | %6lld | %4lld | %6s | %4s | ", fa_algo_name(r->algo),
+    char dims[24]; /* d, or d/dv when v has its own head_dim */
+    if (c->head_dim_v != c->head_dim)
+        snprintf(dims, sizeof dims, "%lld/%lld", (long long)c->head_dim, (long long)c->head_dim_v);
+    else snprintf(dims, sizeof dims, "%lld", (long long)c->head_dim);
+    fprintf(f, "| %-8s | %-28s | %-4s | %5lld | %4s | %6lld | %6lld | %7s | %4s | %6s | %4s | ", fa_algo_name(r->algo),
             r->ok ? r->kernel : "-", fa_dtype_name(c->dtype), (long long)c->batch, heads, (long long)c->seqlen_q,
-            (long long)c->seqlen_k, (long long)c->head_dim, causal, c->backward ? "bwd" : "fwd");
+            (long long)c->seqlen_k, dims, c->sinks ? "yes" : "no", causal, c->backward ? "bwd" : "fwd");
     if (!r->ok) {
         fprintf(f, "%s: %s |\n", r->status, r->note);
         return;
@@ -349,7 +370,10 @@ static void bench_help(void) {
         "\n"
         "  --device LIST     cpu, cuda                                   (default cpu)\n"
         "  --algo LIST       standard, flash1, flash2, flash3, auto      (default standard,flash1,flash2; CUDA +flash3)\n"
-        "  --d LIST          head_dim, 1..256 (also --head-dim)          (default 64)\n"
+        "  --d LIST          head_dim of q and k, 1..256 (also --head-dim) (default 64)\n"
+        "  --dv LIST         head_dim of v and out (dv), 1..256           (default = d)\n"
+        "  --sinks LIST      0, 1: learnable sinks, a random fp32 vector [heads] on the device (bwd: and d_sinks);\n"
+        "                    0,1 times each algorithm without and with them interleaved   (default 0)\n"
         "  --seqlen LIST     query length                                (default 1024)\n"
         "  --seqlen-k LIST   key length                                  (default = seqlen)\n"
         "  --causal LIST     0, 1                                        (default 0)\n"
@@ -371,7 +395,7 @@ static void bench_help(void) {
         "  --mem-limit MB    host memory the run may use (default: 90%% of MemAvailable)\n"
         "  --csv             CSV with the columns\n"
         "                    device,algo,dtype,batch,heads,seqlen_q,seqlen_k,head_dim,causal,pass,ms,gflops,\n"
-        "                    peak_extra_mb,slow_read_mb,slow_write_mb\n"
+        "                    peak_extra_mb,slow_read_mb,slow_write_mb,head_dim_v,sinks\n"
         "  --json            JSON array (all fields, the kernel and failure reasons)\n"
         "  --peak            first measure this CPU's matmul ceilings (our fp32 micro-kernel, bf16 dot product, BLAS\n"
         "                    sgemm when linked); the table then shows each CPU row's GFLOP/s as %% of its dtype's\n"
@@ -379,7 +403,7 @@ static void bench_help(void) {
         "\n"
         "ms is the median; spread = (max-min)/median; ms_ci_lo/ms_ci_hi (JSON, the report's CSV) the 95%% interval of\n"
         "the median from order statistics. MB = 10^6 bytes. gflops = fa_last_stats flops / median time\n"
-        "(4*B*H*Sq*Sk_visible*d, x2.5 for bwd). peak_extra_mb = memory the call needed beyond its inputs and outputs.\n"
+        "(2*B*H*Sq*Sk_visible*(d+dv): d for QK^T, dv for PV; x2.5 for bwd). peak_extra_mb = memory the call needed beyond its inputs and outputs.\n"
         "A configuration that cannot run prints a row with the reason (skip / oom / error) and the run continues;\n"
         "in CSV the ms field holds that status and the reason goes to stderr.\n\n",
         BENCH_TIMES_MAX);
@@ -387,8 +411,8 @@ static void bench_help(void) {
 }
 
 typedef struct bench_args {
-    int_list dev, algo, d, seqlen, seqlen_k, causal, window, gqa, dtype, pass, batch, heads, threads, bq, bk;
-    int have_seqlen_k, have_batch, have_heads, have_dtype, have_algo;
+    int_list dev, algo, d, dv, sinks, seqlen, seqlen_k, causal, window, gqa, dtype, pass, batch, heads, threads, bq, bk;
+    int have_dv, have_seqlen_k, have_batch, have_heads, have_dtype, have_algo;
     int64_t tokens, reps, warmup;
     double until_ci_pct, max_seconds; /* --until-ci, --max-seconds (0: off) */
     double mem_limit_mb;
@@ -404,6 +428,7 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
     a->d.n = 1; a->d.v[0] = 64;
     a->seqlen.n = 1; a->seqlen.v[0] = 1024;
     a->causal.n = 1; a->causal.v[0] = 0;
+    a->sinks.n = 1; a->sinks.v[0] = 0;
     a->window.n = 1; a->window.v[0] = -1;
     a->gqa.n = 1; a->gqa.v[0] = 1;
     a->pass.n = 1; a->pass.v[0] = 0;
@@ -441,6 +466,12 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         LISTOPT("--algo", parse_algo_list, &a->algo)
         LISTOPT("--d", parse_int_list, 1, 256, &a->d)
         LISTOPT("--head-dim", parse_int_list, 1, 256, &a->d)
+        if (opt_is(x, "--dv")) {
+            if (!(v = opt_value(S, argc, argv, &i, "--dv")) || parse_int_list(S, "--dv", v, 1, 256, &a->dv)) return -1;
+            a->have_dv = 1;
+            continue;
+        }
+        LISTOPT("--sinks", parse_int_list, 0, 1, &a->sinks)
         LISTOPT("--seqlen", parse_int_list, 1, 1 << 24, &a->seqlen)
         if (opt_is(x, "--seqlen-k")) {
             if (!(v = opt_value(S, argc, argv, &i, "--seqlen-k")) || parse_int_list(S, "--seqlen-k", v, 1, 1 << 24, &a->seqlen_k))
@@ -524,6 +555,12 @@ static int bench_run_parsed(const bench_args *A, const bench_sink *sink) {
         /* the default list: STANDARD, FLASH1, FLASH2, and FLASH3 where it exists (CUDA) */
         n_algo = A->algo.n > 8 ? 8 : A->algo.n;
         if (!A->have_algo && dev == FA_BACKEND_CUDA) algos[n_algo++] = FA_ALGO_FLASH3;
+        /* --sinks 0,1: each algorithm twice in one group, without and with sinks, timed interleaved (the ratio of
+         * the two is the cost of the sinks); with more than 4 algorithms the two are groups of their own */
+        const int alt = A->sinks.n == 2 && A->sinks.v[0] != A->sinks.v[1] && 2 * n_algo <= 8;
+        fa_algo slots[8];
+        const int n_slot = alt ? 2 * n_algo : n_algo;
+        for (int a = 0; a < n_slot; a++) slots[a] = alt ? algos[a / 2] : algos[a];
         int_list dtypes = A->dtype;
         if (!A->have_dtype) {
             dtypes.n = 1;
@@ -546,6 +583,8 @@ static int bench_run_parsed(const bench_args *A, const bench_sink *sink) {
             }
             for (int ty = 0; ty < dtypes.n; ty++)
             for (int dd = 0; dd < A->d.n; dd++)
+            for (int dvi = 0; dvi < (A->have_dv ? A->dv.n : 1); dvi++)
+            for (int ki = 0; ki < (alt ? 1 : A->sinks.n); ki++)
             for (int si = 0; si < A->seqlen.n; si++)
             for (int ski = 0; ski < (A->have_seqlen_k ? A->seqlen_k.n : 1); ski++)
             for (int ci = 0; ci < A->causal.n; ci++)
@@ -561,6 +600,9 @@ static int bench_run_parsed(const bench_args *A, const bench_sink *sink) {
                 c.dev = dev;
                 c.dtype = (fa_dtype)dtypes.v[ty];
                 c.head_dim = A->d.v[dd];
+                c.head_dim_v = A->have_dv ? A->dv.v[dvi] : c.head_dim;
+                c.sinks = alt ? 0 : (int)A->sinks.v[ki];
+                c.sinks_alt = alt;
                 c.seqlen_q = A->seqlen.v[si];
                 c.seqlen_k = A->have_seqlen_k ? A->seqlen_k.v[ski] : c.seqlen_q;
                 c.causal = (int)A->causal.v[ci];
@@ -580,19 +622,20 @@ static int bench_run_parsed(const bench_args *A, const bench_sink *sink) {
                 if (sink->on_group) sink->on_group(&c, sink->user);
                 if (c.heads % g != 0) {
                     c.heads_k = c.heads;
-                    for (int a = 0; a < n_algo; a++) {
+                    for (int a = 0; a < n_slot; a++) {
                         memset(&rows[a], 0, sizeof rows[a]);
                         rows[a].cfg = c;
-                        rows[a].algo = algos[a];
+                        rows[a].cfg.sinks = alt ? a % 2 : c.sinks, rows[a].cfg.sinks_alt = 0;
+                        rows[a].algo = slots[a];
                         snprintf(rows[a].status, sizeof rows[a].status, "skip");
                         snprintf(rows[a].note, sizeof rows[a].note, "--gqa %lld does not divide heads %lld",
                                  (long long)g, (long long)c.heads);
                     }
                 } else {
                     c.heads_k = c.heads / g;
-                    bench_run_group(ctx, &c, algos, n_algo, mem_limit, rows);
+                    bench_run_group(ctx, &c, slots, n_slot, mem_limit, rows);
                 }
-                for (int a = 0; a < n_algo; a++) {
+                for (int a = 0; a < n_slot; a++) {
                     any_row = 1;
                     any_ok |= rows[a].ok;
                     if (sink->on_row) sink->on_row(&rows[a], sink->user);

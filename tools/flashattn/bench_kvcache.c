@@ -18,7 +18,7 @@
 #endif
 
 typedef struct kv_args {
-    int_list dev, batch, seqlen_k, page, heads, heads_k, seqlen, dtype, splits, d, kv_dtype;
+    int_list dev, batch, seqlen_k, page, heads, heads_k, seqlen, dtype, splits, d, kv_dtype, sinks;
     int64_t threads, reps, warmup, split_size, ragged, append, warm_table;
     double until_ci_pct, max_seconds; /* as in the attention mode */
     int csv, flush_read, bhsd, pages_in_order;
@@ -43,6 +43,7 @@ void bench_kvcache_help(void) {
            "  --heads-k LIST     K/V heads (must divide --heads)            (default 8)\n"
            "  --page LIST        page size, 0 = contiguous                  (default 0)\n"
            "  --splits LIST      num_splits, 0 = the heuristic              (default 0)\n"
+           "  --sinks LIST       0, 1: learnable sinks, a random fp32 vector [heads] on the device  (default 0)\n"
            "  --split-size N     fixed split size in keys (batch-invariant mode; default off)\n"
            "  --ragged 0|1       1: lengths drawn in [seqlen-k/2, seqlen-k] instead of all equal\n"
            "  --append 0|1       1: the call appends the new rows (k_new, v_new; default); 0: the cache already\n"
@@ -64,7 +65,7 @@ void bench_kvcache_help(void) {
            "  --csv              CSV with the columns\n"
            "                     device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,\n"
            "                     kv_gbs,memcpy_gbs,read_gbs,status,host_ms,append,flush,layout,page_order,warm_table,\n"
-           "                     reps,ms_ci_lo,ms_ci_hi,kv_dtype\n",
+           "                     reps,ms_ci_lo,ms_ci_hi,kv_dtype,sinks\n",
            BENCH_TIMES_MAX);
 }
 
@@ -85,6 +86,7 @@ static int parse(int argc, char **argv, kv_args *a) {
     a->splits = (int_list){1, {0}};
     a->d = (int_list){1, {128}};
     a->kv_dtype = (int_list){1, {0}};
+    a->sinks = (int_list){1, {0}};
     a->reps = 20, a->warmup = 3, a->append = 1, a->flush_read = 1;
     for (int i = 0; i < argc; i++) {
         const char *x = argv[i], *v, *nm;
@@ -138,6 +140,7 @@ static int parse(int argc, char **argv, kv_args *a) {
         }
         LIST("--d", "--head-dim", d, 1, 256)
         LIST("--batch", NULL, batch, 1, 1 << 16)
+        LIST("--sinks", NULL, sinks, 0, 1)
         LIST("--seqlen", "--seqlen-new", seqlen, 1, 4096)
         LIST("--seqlen-k", "--cache", seqlen_k, 1, (int64_t)1 << 30)
         LIST("--heads", "--heads-q", heads, 1, 1024)
@@ -290,6 +293,7 @@ int kv_bench_open(fa_context *ctx, const kv_shape *s, kv_bench *kb, kv_result *r
                dev_alloc(&kb->vn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
                dev_alloc(&kb->o, s->dev, (size_t)(B * s->sq * s->hq * d * es)) ||
                dev_alloc(&kb->dl, s->dev, sizeof(int32_t) * (size_t)B) ||
+               (s->sinks && dev_alloc(&kb->sinks, s->dev, sizeof(float) * (size_t)s->hq)) ||
                dev_alloc(&kb->dbt, s->dev, sizeof(int32_t) * (size_t)(npages ? npages : 1));
     if (fail) {
         fprintf(stderr, "bench kvcache: cannot allocate the cache (%.2f GB)\n", 2e-9 * (double)(n_cache * ces));
@@ -315,6 +319,12 @@ int kv_bench_open(fa_context *ctx, const kv_shape *s, kv_bench *kb, kv_result *r
         dev_upload(&kb->q, h, (size_t)(B * s->sq * s->hq * d * es));
         fill_random(h, s->dt, B * s->sq * s->hk * d, &rng, 1.0f);
         dev_upload(&kb->kn, h, kb->kn.bytes), dev_upload(&kb->vn, h, kb->vn.bytes);
+        if (s->sinks) { /* one logit per query head, of the logits' scale */
+            float *sk = malloc(sizeof(float) * (size_t)s->hq);
+            fill_random(sk, FA_DTYPE_F32, s->hq, &rng, 1.0f);
+            dev_upload(&kb->sinks, sk, sizeof(float) * (size_t)s->hq);
+            free(sk);
+        }
         free(h);
     }
     dev_upload(&kb->dl, lens, kb->dl.bytes);
@@ -335,6 +345,7 @@ int kv_bench_open(fa_context *ctx, const kv_shape *s, kv_bench *kb, kv_result *r
     kb->tkn = fa_tensor_bshd(kb->kn.ptr, s->dt, B, s->sq, s->hk, d), kb->tvn = fa_tensor_bshd(kb->vn.ptr, s->dt, B, s->sq, s->hk, d);
     kb->opts = fa_attn_opts_default();
     kb->opts.causal = 1;
+    kb->opts.sinks = s->sinks ? (const float *)kb->sinks.ptr : NULL;
     kb->ko = fa_kv_opts_default();
     kb->ko.num_splits = (int)s->ns;
     kb->ko.split_size = (int)s->split_size;
@@ -365,7 +376,7 @@ fa_status kv_bench_call(fa_context *ctx, kv_bench *kb, double *ms, double *host_
 void kv_bench_close(kv_bench *kb) {
     if (kb->tm) dev_timer_destroy(kb->tm);
     kb->tm = NULL;
-    dev_buf *all[] = {&kb->kv, &kb->q, &kb->kn, &kb->vn, &kb->o, &kb->dl, &kb->dbt, &kb->flush, &kb->sink};
+    dev_buf *all[] = {&kb->kv, &kb->q, &kb->kn, &kb->vn, &kb->o, &kb->dl, &kb->dbt, &kb->flush, &kb->sink, &kb->sinks};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dev_free(all[i]);
 }
 
@@ -421,7 +432,7 @@ int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
 
 void bench_kvcache_csv_header(FILE *f) {
     fprintf(f, "device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,kv_gbs,memcpy_gbs,"
-               "read_gbs,status,host_ms,append,flush,layout,page_order,warm_table,reps,ms_ci_lo,ms_ci_hi,kv_dtype\n");
+               "read_gbs,status,host_ms,append,flush,layout,page_order,warm_table,reps,ms_ci_lo,ms_ci_hi,kv_dtype,sinks\n");
 }
 
 void bench_kvcache_csv_row(FILE *f, const kv_shape *s, const kv_result *r) {
@@ -433,7 +444,7 @@ void bench_kvcache_csv_row(FILE *f, const kv_shape *s, const kv_result *r) {
             s->pages_in_order ? "in-order" : "shuffled", s->warm_table);
     if (r->status == FA_OK) fprintf(f, "%d,%.4f,%.4f,", r->reps_run, r->ci_lo, r->ci_hi);
     else fprintf(f, ",,,");
-    fprintf(f, "%s\n", fa_dtype_name(s->fp8 ? FA_DTYPE_F8_E4M3 : s->dt));
+    fprintf(f, "%s,%d\n", fa_dtype_name(s->fp8 ? FA_DTYPE_F8_E4M3 : s->dt), s->sinks);
 }
 
 static int run_one(const kv_args *A, const kv_shape *s, fa_context *ctx) {
@@ -444,10 +455,10 @@ static int run_one(const kv_args *A, const kv_shape *s, fa_context *ctx) {
         bench_kvcache_csv_row(stdout, s, &r);
     } else if (ok) {
         printf("%-4s %-4s%s b=%-3lld seqlen_k=%-6lld page=%-4lld heads=%lld/%lld seqlen=%lld d=%lld splits=%-3lld  %9.3f ms  "
-               "%7.2f GB/s K+V%s", fa_backend_name(s->dev), fa_dtype_name(s->dt), s->fp8 ? " kv=e4m3" : "",
+               "%7.2f GB/s K+V%s%s", fa_backend_name(s->dev), fa_dtype_name(s->dt), s->fp8 ? " kv=e4m3" : "",
                (long long)s->b, (long long)s->cache,
                (long long)s->page, (long long)s->hq, (long long)s->hk, (long long)s->sq, (long long)s->d,
-               (long long)s->ns, r.ms, r.gbs, s->no_append ? " (no append)" : "");
+               (long long)s->ns, r.ms, r.gbs, s->no_append ? " (no append)" : "", s->sinks ? " sinks" : "");
         if (s->dev == FA_BACKEND_CPU)
             printf("  | memcpy %.2f GB/s (%.0f %%), read %.2f GB/s (%.0f %%)", r.memcpy_gbs, 100 * r.gbs / r.memcpy_gbs,
                    r.read_gbs, 100 * r.gbs / r.read_gbs);
@@ -489,11 +500,13 @@ int cmd_bench_kvcache(int argc, char **argv) {
         for (int k = 0; k < A.heads_k.n; k++)
         for (int s = 0; s < A.seqlen.n; s++)
         for (int n = 0; n < A.splits.n; n++)
-        for (int f = 0; f < A.kv_dtype.n; f++) {
+        for (int f = 0; f < A.kv_dtype.n; f++)
+        for (int z = 0; z < A.sinks.n; z++) {
             const kv_shape sh = {dev, (fa_dtype)A.dtype.v[a], A.batch.v[b], A.seqlen_k.v[c], A.page.v[p], A.heads.v[h],
                                  A.heads_k.v[k], A.seqlen.v[s], A.splits.v[n], A.d.v[e], A.split_size, (int)A.ragged,
                                  (int)A.reps, (int)A.warmup, 1, !A.append, A.flush_read, A.bhsd, A.pages_in_order,
-                                 (int)A.warm_table, A.until_ci_pct / 100, A.max_seconds, (int)A.kv_dtype.v[f]};
+                                 (int)A.warm_table, A.until_ci_pct / 100, A.max_seconds, (int)A.kv_dtype.v[f],
+                                 (int)A.sinks.v[z]};
             if (sh.sq > sh.cache || sh.hq % sh.hk) continue;
             failures += run_one(&A, &sh, ctx) != 0;
         }

@@ -75,6 +75,7 @@ typedef struct kv_shape {
     double until_ci, max_seconds; /* after reps, repeat until the median's 95 % interval is at most until_ci of it
                                      or max_seconds of calls have run (0: off), at most BENCH_TIMES_MAX calls */
     int fp8;            /* 1: the cache is FA_DTYPE_F8_E4M3 (q, out and the new rows stay dt), descales 1 */
+    int sinks;          /* 1: a random fp32 sinks vector [hq] on the device (opts.sinks) */
 } kv_shape;
 typedef struct kv_result {
     fa_status status;
@@ -96,7 +97,7 @@ int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res);
  * freed. */
 typedef struct kv_bench {
     kv_shape s;
-    dev_buf kv, q, kn, vn, o, dl, dbt, flush, sink;
+    dev_buf kv, q, kn, vn, o, dl, dbt, flush, sink, sinks;
     fa_kvcache cache;
     fa_tensor tq, to, tkn, tvn;
     fa_attn_opts opts;
@@ -146,6 +147,10 @@ typedef struct bench_config {
     fa_backend dev;
     fa_dtype dtype;
     int64_t batch, heads, heads_k, seqlen_q, seqlen_k, head_dim;
+    int64_t head_dim_v;   /* v's and out's head_dim (dv; q and k have head_dim) */
+    int sinks;            /* 1: a random fp32 sinks vector [heads] (opts.sinks), and the backward asks for d_sinks */
+    int sinks_alt;        /* 1: bench_run_group's slots alternate without / with sinks (slot a: sinks = a % 2), so
+                             that the same call with and without sinks is timed interleaved (--sinks 0,1) */
     int causal, window;   /* window: -1 none; else window_left = window_right = window (causal adds right = 0) */
     int backward;
     int threads;          /* CPU threads (0 = all) */

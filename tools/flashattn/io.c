@@ -54,7 +54,7 @@ void io_run(fa_context *ctx, const io_config *c, fa_algo algo, io_row *r) {
     bc.batch = c->batch;
     bc.heads = bc.heads_k = c->heads;
     bc.seqlen_q = bc.seqlen_k = c->seqlen;
-    bc.head_dim = c->head_dim;
+    bc.head_dim = bc.head_dim_v = c->head_dim;
     bc.causal = c->causal;
     bc.window = -1;
     bc.backward = c->backward;

@@ -2,9 +2,11 @@
  * d_v wide, Q, dQ, dK rows d):
  *   D = rowsum(dO ∘ O) (fp32, laid out like LSE), and for the flash kernels LSE·log2(e) (+inf for a row that saw
  *   no key), so that they can copy both with cp.async; dQ = scale·dQacc -> dtype; GQA: dK, dV = Σ over the query heads
- *   of a K/V head of the fp32 per-query-head gradients (fixed order: deterministic).
+ *   of a K/V head of the fp32 per-query-head gradients (fixed order: deterministic); with opts.d_sinks, d sinks
+ *   from D right after it (sinks.h), so that no kernel reads dO and O for them again.
  * Rows are addressed without the cu_seqlens: under varlen a packed row t of head h is row h·total + t. */
 #include "common.cuh"
+#include "cuda/sinks.h"
 
 /* Query-side row r -> element offset in a tensor with strides (sb, ss, sh). */
 FA_DEV int64_t fa_qrow_off(const fa_cuda_params &p, int64_t r, int64_t sb, int64_t ss, int64_t sh) {
@@ -137,9 +139,7 @@ static int fa_flash_rows(const fa_cuda_params *p, int dtype) {
     return p->lse2 && dtype != 0 && p->d == p->d_v && p->d % 8 == 0 && v >= 4 && v <= 32 && (v & (v - 1)) == 0;
 }
 
-extern "C" cudaError_t fa_bwd_dsum_launch(const fa_cuda_params *p, int dtype, int zero_dq, cudaStream_t st) {
-    const int64_t rows = fa_q_rows(p);
-    if (rows == 0) return cudaSuccess;
+static cudaError_t fa_bwd_dsum_rows(const fa_cuda_params *p, int dtype, int zero_dq, int64_t rows, cudaStream_t st) {
     if (fa_flash_rows(p, dtype)) {
         const unsigned grid = (unsigned)((rows * (p->d / 8) + 255) / 256);
         FA_VEC_SWITCH(p->d, dtype, fa_dsum_vec_kernel, grid, st, *p, rows, zero_dq);
@@ -151,6 +151,16 @@ extern "C" cudaError_t fa_bwd_dsum_launch(const fa_cuda_params *p, int dtype, in
     }
     FA_DTYPE_SWITCH(dtype, fa_dsum_kernel, (unsigned)((rows + 7) / 8), 256, st, *p, rows);
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t fa_bwd_dsum_launch(const fa_cuda_params *p, int dtype, int zero_dq, cudaStream_t st) {
+    const int64_t rows = fa_q_rows(p);
+    if (rows == 0) return cudaSuccess;
+    const cudaError_t e = fa_bwd_dsum_rows(p, dtype, zero_dq, rows, st);
+    if (e != cudaSuccess || !p->d_sinks) return e;
+    /* d sinks from D, laid out like LSE: [B, Hq, Sq], or [Hq, total_q] under varlen */
+    const int nb = p->cu_q ? 1 : p->batch, n = p->cu_q ? p->total_q : p->sq;
+    return fa_cuda_sinks_grad(p, nb, n, n, n, st);
 }
 extern "C" cudaError_t fa_bwd_dq_convert_launch(const fa_cuda_params *p, int dtype, cudaStream_t st) {
     const int64_t n = fa_q_rows(p) * p->d;

@@ -277,10 +277,10 @@ static fa_cuda_result fa_flash2_bwd_run(const fa_cuda_launch *l) {
 /* ---- the rows ---- */
 
 const fa_cuda_family fa_cuda_flash1_fwd = {"FLASH1", FA_ALGO_FLASH1, FA_CUDA_FWD, 0, FA_CUDA_DT_16, fa_mma_pick,
-                                           fa_flash1_fwd_ws, fa_traffic_flash1_fwd, fa_flash1_fwd_run, 0};
+                                           fa_flash1_fwd_ws, fa_traffic_flash1_fwd, fa_flash1_fwd_run, 0, 0};
 const fa_cuda_family fa_cuda_flash2_fwd = {"FLASH2", FA_ALGO_FLASH2, FA_CUDA_FWD, 1, FA_CUDA_DT_16, fa_mma_pick,
-                                           NULL, fa_cuda_traffic_q_outer, fa_flash2_fwd_run, 0};
+                                           NULL, fa_cuda_traffic_q_outer, fa_flash2_fwd_run, 0, 1};
 const fa_cuda_family fa_cuda_flash1_bwd = {"FLASH1", FA_ALGO_FLASH1, FA_CUDA_BWD, 0, FA_CUDA_DT_16, fa_mma_pick,
-                                           fa_flash_bwd_ws, fa_traffic_flash_bwd, fa_flash1_bwd_run, 0};
+                                           fa_flash_bwd_ws, fa_traffic_flash_bwd, fa_flash1_bwd_run, 0, 0};
 const fa_cuda_family fa_cuda_flash2_bwd = {"FLASH2", FA_ALGO_FLASH2, FA_CUDA_BWD, 1, FA_CUDA_DT_16, fa_mma_pick,
-                                           fa_flash_bwd_ws, fa_traffic_flash_bwd, fa_flash2_bwd_run, 0};
+                                           fa_flash_bwd_ws, fa_traffic_flash_bwd, fa_flash2_bwd_run, 0, 0};

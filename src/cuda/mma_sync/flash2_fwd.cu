@@ -16,6 +16,7 @@
  * longest CTAs of each head start first. Q and K rows are D wide, V and O rows DV (D but for the rows of a pair,
  * MLA's 192 / 128). Tiles: tiles.h; measurements: docs/cuda-kernels.md. */
 #include "common.cuh"
+#include "core/sink.h"
 #include "tiles.h"
 
 /* Per-CTA values that the loop and the epilogue read back from shared memory: thread 0 writes them before the
@@ -303,7 +304,8 @@ __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_c
         sN[t] = sN[t] - 1;
     }
 
-    /* Epilogue: O /= ℓ, LSE = m·scale + ln ℓ (−inf and O = 0 for a row that saw no key). */
+    /* Epilogue: O /= ℓ, LSE = m·scale + ln ℓ (−inf and O = 0 for a row that saw no key); with sinks the join
+     * folds in here (core/sink.h): O ·= 1 / (1 + e^(sink − LSE)), LSE = log(e^LSE + e^sink). */
     __syncthreads(); /* all warps are done with sQ: it becomes the O staging tile; *cta is visible */
     const int rows_e = cta->rows, wrow = warp * 16 * MW;
     const float kl = p.scale_log2 > 0.f && p.softcap == 0.f ? p.scale_log2 : 1.f;
@@ -312,14 +314,15 @@ __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_c
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const float l = fa_quad_sum(sRowL[(2 * mi + r) * NTHR + tid]);
-            const float inv = l > 0.f ? fa_rcp_normal(l) : 0.f; /* l > 0 is about 1 or more: the row max adds 2^(~0) */
+            float inv = l > 0.f ? fa_rcp_normal(l) : 0.f; /* l > 0 is about 1 or more: the row max adds 2^(~0) */
+            float lse = l > 0.f ? sRowM[(2 * mi + r) * NTHR + tid] * kl * FA_LN2 + logf(l) : -INFINITY;
+            if (p.sinks) inv *= fa_sink_join_lse_f32(lse, p.sinks[blockIdx.y], &lse); /* uniform branch */
             const int row = wrow + mi * 16 + (lane >> 2) + r * 8;
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt) /* O's rows staged DV + 8 apart */
                 *(uint32_t *)(sQ + row * LDV + dt * 8 + (lane & 3) * 2) =
                     fa_pack2<T>(O_acc[mi][dt][2 * r] * inv, O_acc[mi][dt][2 * r + 1] * inv);
-            if (p.lse && (lane & 3) == 0 && row < rows_e)
-                p.lse[cta->lse0 + row] = l > 0.f ? sRowM[(2 * mi + r) * NTHR + tid] * kl * FA_LN2 + logf(l) : -INFINITY;
+            if (p.lse && (lane & 3) == 0 && row < rows_e) p.lse[cta->lse0 + row] = lse;
         }
     __syncthreads();
     fa_store_tile<T, BM, DV, LDV, NTHR>((T *)cta->O, p.o_ss, sQ, rows_e, tid);

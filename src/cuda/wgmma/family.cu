@@ -141,7 +141,7 @@ static fa_cuda_result fa3_run(const fa_cuda_launch *l) {
 
 const fa_cuda_family fa_cuda_flash3_fwd = {"FLASH3", FA_ALGO_FLASH3, FA_CUDA_FWD, 1,
                                            FA_CUDA_DT_16 | FA_CUDA_DT(FA_DTYPE_F8_E4M3), fa3_pick, fa3_ws,
-                                           fa3_traffic, fa3_run, 1};
+                                           fa3_traffic, fa3_run, 1, 1};
 
 /* ---- the backward ---- */
 
@@ -213,4 +213,4 @@ static fa_cuda_result fa3_bwd_run(const fa_cuda_launch *l) {
 }
 
 const fa_cuda_family fa_cuda_flash3_bwd = {"FLASH3", FA_ALGO_FLASH3, FA_CUDA_BWD, 1, FA_CUDA_DT_16, fa3_bwd_pick,
-                                           fa3_bwd_ws, fa3_bwd_traffic, fa3_bwd_run, 0};
+                                           fa3_bwd_ws, fa3_bwd_traffic, fa3_bwd_run, 0, 0};

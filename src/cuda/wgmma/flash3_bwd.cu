@@ -1,7 +1,7 @@
 /* FLASH3 backward: the host side and its two small kernels. A call is three launches:
  *   fa3b_prep  D = rowsum(dO ∘ O) and LSE·log2e per query row, padded to whole query blocks (D = 0, +inf past sq,
  *              so that the main kernel reads whole aligned pairs and padded rows give P = 0), and the fp32 dQ
- *              accumulator cleared;
+ *              accumulator cleared (with opts.d_sinks, d sinks from D after it: sinks.h);
  *   fa3_bwd_kernel (flash3_bwd.cuh; fa3_bwd_wide_kernel, flash3_bwd_wide.cuh, at d = 256), one CTA per key block
  *              and K/V head;
  *   fa3b_dq    dQ = scale·accumulator, from the accumulator's register order to the caller's layout.
@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "cuda/params.h"
+#include "cuda/sinks.h"
 #include "flash3_bwd.cuh"
 #include "flash3_bwd_wide.cuh"
 #include "tensor_map.h"
@@ -87,6 +88,9 @@ static cudaError_t fa3b_launch(const fa_cuda_params *p, const fa_plan *plan, cud
         const int per_block = 256 / (D / 8);
         fa3b_prep<D, Br, F16><<<(unsigned)((rows + per_block - 1) / per_block), 256, 0, st>>>(*p, nmb, rows);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        /* d sinks from the padded D (sinks.h) */
+        if ((e = fa_cuda_sinks_grad(p, p->batch, p->total_q, (int64_t)nmb * Br, p->total_q, st)) != cudaSuccess)
+            return e;
         if (DET && (e = cudaMemsetAsync(p->dq_turns, 0, (size_t)(rows / Br) * sizeof(int), st)) != cudaSuccess)
             return e;
     }

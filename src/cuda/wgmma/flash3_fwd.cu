@@ -78,6 +78,7 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
     kp.cap = p->softcap;
     kp.cap_scale = cap ? p->scale / p->softcap : 0.f; /* IEEE fp32 division, as the other CUDA kernels */
     kp.check = p->o_check;
+    kp.sinks = p->sinks;
     kp.qd = p->q_descale, kp.kd = p->k_descale, kp.vd = p->v_descale, kp.hk = p->hk;
     const size_t smem = plan->smem_bytes;
     cudaError_t e = cudaFuncSetAttribute(fa3_fwd_kernel<D, WIDE, F16, F8>,

@@ -16,6 +16,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "../../core/sink.h"
 #include "../../core/visible.h"
 #include "../contract.h"
 #include "flash3_fp8.cuh"
@@ -74,6 +75,7 @@ struct fa3_kparams {
     float cap, cap_scale;    /* softcap: S = cap·tanh(s·cap_scale) first (cap_scale = scale / cap; 0 = off), then
                               * scale = 1 and scale_log2 = log2 e */
     unsigned *check;         /* the numerics contract's item flags (fa_cuda_params.o_check), or NULL */
+    const float *sinks;      /* opts.sinks [hq], or NULL: joined in the epilogue (core/sink.h) */
     const float *qd, *kd, *vd; /* F8: descales [batch][hk] (NULL = 1): S by qd·kd, O by vd */
     int hk;
 };
@@ -448,11 +450,22 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
         l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
         fa3_descales<F8>(p, w, qk, vs);
         const float lse_scale = p.cap_scale != 0.f ? p.scale : p.scale * qk;
-        const float inv0 = l0 > 0.f ? vs / l0 : 0.f, inv1 = l1 > 0.f ? vs / l1 : 0.f;
+        float inv0 = l0 > 0.f ? vs / l0 : 0.f, inv1 = l1 > 0.f ? vs / l1 : 0.f;
+        constexpr float ln_p = F8 ? 8.f * 0.69314718f : 0.f; /* ℓ carries P's 2^p_log2 */
+        float L0 = l0 > 0.f ? R.m0 * lse_scale + (logf(l0) - ln_p) : -INFINITY;
+        float L1 = l1 > 0.f ? R.m1 * lse_scale + (logf(l1) - ln_p) : -INFINITY;
+        /* the contract (contract.h): logits, the keys' LSE of every row (the sink joined below cannot hide a −inf
+         * or an uncertified one), and out's elements as stored */
+        uint32_t bad = !(R.amax <= FLT_MAX), nf = 0;
+        bad |= r0 < w.sq && !(fabsf(L0) < FA_LSE_CERTIFIED) && !(L0 == -INFINITY && R.hi0 <= R.lo0);
+        bad |= r1 < w.sq && !(fabsf(L1) < FA_LSE_CERTIFIED) && !(L1 == -INFINITY && R.hi1 <= R.lo1);
+        if (p.sinks) { /* the join folded into 1/ℓ (core/sink.h); a uniform branch */
+            const float sk = p.sinks[w.h];
+            inv0 *= fa_sink_join_lse_f32(L0, sk, &L0);
+            inv1 *= fa_sink_join_lse_f32(L1, sk, &L1);
+        }
         uint16_t *ob = p.o + (p.cu_q ? (int64_t)w.qrow * p.o_row_stride : (int64_t)w.b * p.o_batch_stride) +
                        (int64_t)w.h * p.o_head_stride + 2 * t;
-        /* the contract (contract.h): logits, out's elements as stored and the LSE of every row */
-        uint32_t bad = !(R.amax <= FLT_MAX), nf = 0;
         if (r0 < w.sq) {
             uint16_t *orow = ob + (int64_t)r0 * p.o_row_stride;
 #pragma unroll
@@ -471,9 +484,6 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                 nf |= fa3_exp_carry<F16>(x);
             }
         }
-        constexpr float ln_p = F8 ? 8.f * 0.69314718f : 0.f; /* ℓ carries P's 2^p_log2 */
-        const float L0 = l0 > 0.f ? R.m0 * lse_scale + (logf(l0) - ln_p) : -INFINITY;
-        const float L1 = l1 > 0.f ? R.m1 * lse_scale + (logf(l1) - ln_p) : -INFINITY;
         if (p.lse && t == 0) {
             /* [b][hq][sq], varlen [hq][total_q] */
             float *lrow = p.lse + (p.cu_q ? (int64_t)w.h * p.total_q + w.qrow : ((int64_t)w.b * p.hq + w.h) * p.sq);
@@ -482,8 +492,6 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
         }
         if (p.check) {
             bad |= (nf & 0x80008000u) != 0;
-            bad |= r0 < w.sq && !(fabsf(L0) < FA_LSE_CERTIFIED) && !(L0 == -INFINITY && R.hi0 <= R.lo0);
-            bad |= r1 < w.sq && !(fabsf(L1) < FA_LSE_CERTIFIED) && !(L1 == -INFINITY && R.hi1 <= R.lo1);
             if (__any_sync(0xffffffffu, bad) && lane == 0)
                 atomicOr(p.check + ((int64_t)w.b * p.hq + w.h) * FA_CONTRACT_STRIDE, 1u);
         }

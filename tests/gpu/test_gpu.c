@@ -5,10 +5,11 @@
  * and FLASH3 through the public API on a CUDA context, copies the allocations back and checks, against the float64
  * oracle (tests/lib/oracle.h):
  *   - status FA_OK, or FA_ERR_UNSUPPORTED exactly when the request is outside what the CUDA kernels are built for
- *     (dtype f32 or head_dim not 32/64/96/128 — FLASH2 also 256; FLASH3 64/128/256, varlen in the forward only,
- *     no seqused — or rows not 16-byte aligned or explicit tiles for the flash kernels), with a reason;
- *   - FLASH3's backward runs from FLASH3's out and lse where it is built (head_dim 64/128/256, no varlen, every view
- *     TMA-addressable), FLASH2's elsewhere (an explicit FLASH3 backward is refused there with a reason);
+ *     (dtype f32 or head_dim not 32/64/96/128 — FLASH2 also 256; FLASH3 64/128/256, no seqused — or rows not
+ *     16-byte aligned or explicit tiles for the flash kernels), with a reason;
+ *   - FLASH3's backward runs from FLASH3's out and lse where it is built (head_dim 64/128/256, varlen too, no
+ *     seqused, every view TMA-addressable), FLASH2's elsewhere (an explicit FLASH3 backward is refused there with a
+ *     reason);
  *     FA_ALGO_AUTO runs FLASH3 exactly where it can, forward and backward;
  *   - every output element written (outputs poisoned with NaN before each call), nothing outside the views written;
  *   - out, lse, dq, dk, dv within the rule of tests/lib/tolerance.h: max|x − ref| ≤ 2·max|standard − ref| + atol
@@ -107,7 +108,7 @@ static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     if (a == FA_ALGO_STANDARD) return 1;
     const int pair = t_case_dv(c) != c->d;
     if (pair && !flash_pair_built(a, c->d, t_case_dv(c), 0)) return 0;
-    if (a == FA_ALGO_FLASH3) { /* varlen: the forward only (flash3_bwd_runs), without seqused */
+    if (a == FA_ALGO_FLASH3) { /* varlen without seqused */
         if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.seqused_q ||
             c->opts.seqused_k || c->opts.attention_chunk)
             return 0;
@@ -131,10 +132,11 @@ static int bwd_runs(fa_algo a, const t_case *c, dbuf **bufs) {
     return t_case_dv(c) != c->d && a != FA_ALGO_STANDARD && !flash_pair_built(a, c->d, t_case_dv(c), 1) ? 0 : r;
 }
 
-/* FLASH3's backward: head_dim 64, 128 or 256, no varlen, all 8 views TMA-addressable; explicit tiles: -1 (either) */
+/* FLASH3's backward: head_dim 64, 128 or 256 (varlen too), no seqused, all 8 views TMA-addressable; explicit tiles:
+ * -1 (either) */
 static int flash3_bwd_runs(const t_case *c, dbuf **bufs) {
-    if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.cu_seqlens_q ||
-        c->opts.attention_chunk || t_case_dv(c) != c->d)
+    if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.seqused_q ||
+        c->opts.seqused_k || c->opts.attention_chunk || t_case_dv(c) != c->d)
         return 0;
     for (int i = 0; i < 8; ++i)
         if (!aligned16(bufs[i]) || (bufs[i]->t.stride_batch == 0 && bufs[i]->t.batch > 1)) return 0;
@@ -770,7 +772,7 @@ int main(void) {
         }
         /* varlen: the FLASH3 forward reads each tile's sequence from the device cu_seqlens (an empty sequence, one
          * row, lengths across block edges; tiles past a sequence's end; rows past it in a block are its neighbour's);
-         * its backward refuses varlen with a reason and FLASH2's runs from FLASH3's out and LSE */
+         * its backward too (below) */
         for (int v = 0; v < (small ? 2 : 6); ++v) {
             int32_t cq[5], ck[5];
             static const int lq[2][4] = {{100, 0, 130, 1}, {1, 257, 1000, 128}}, lk[2][4] = {{64, 7, 300, 129},
@@ -783,6 +785,29 @@ int main(void) {
             run_case(ctx, &cv, 0);
             if (v < 3) run_case(ctx, &cv, 1);
         }
+    }
+    /* FLASH3's varlen backward (flash3_bwd.cu: a CTA per key block of each sequence at max_seqlen_k, TMA boxes
+     * that end at the sequence's last row): odd lengths across block edges, an empty sequence (q, k or both) in the
+     * middle and at the end, one row, seqlen_q != seqlen_k both ways under causal (bottom-right per sequence, fully
+     * masked rows), GQA 1/4/8, windows, softcap, both dtypes, head dims 64, 128, 256; run_case runs the
+     * deterministic instance too (bitwise the same twice, in two contexts). The small set (compute-sanitizer)
+     * keeps two short cases. */
+    {
+        static const int lq[3][5] = {{113, 0, 239, 65, 0}, {1, 300, 130, 64, 17}, {40, 0, 7, 129, 0}};
+        static const int lk[3][5] = {{77, 5, 300, 0, 17}, {129, 64, 257, 64, 0}, {70, 0, 1, 129, 0}};
+        static const int groups[3] = {4, 1, 8};
+        for (int di = 0; di < 3; ++di)
+            for (int mode = 0; mode < 4; ++mode) {
+                const int d = di == 0 ? 64 : di == 1 ? 128 : 256, set = small ? 2 : (di + mode) % 3;
+                if (small && !((di == 0 && mode == 1) || (di == 2 && mode == 2))) continue;
+                int32_t cq[6], ck[6];
+                t_case c = varlen_case(5, lq[set], lk[set], 8, 8 / groups[(di + mode) % 3], d, dts[(di + mode) & 1],
+                                       cq, ck);
+                if (mode == 1) c.opts.causal = 1;
+                if (mode == 2) c.opts.window_left = 37, c.opts.window_right = 5;
+                if (mode == 3) c.opts.softcap = 20.f, c.opts.causal = 1;
+                run_case(ctx, &c, 1);
+            }
     }
     /* attention_chunk (Llama 4's chunked local attention) on STANDARD, FLASH1, FLASH2 forward and backward: chunks
      * shorter and longer than a tile, with causal and windows, sq != sk both ways, GQA, varlen; FLASH3 refuses it

@@ -1,5 +1,5 @@
-/* The FLASH3 rows (family.h): wgmma, TMA, warp specialisation. The forward (a persistent grid; varlen too) and the
- * backward (one CTA per key block and K/V head; no varlen yet) take 16-bit inputs at a head dim of their tile tables
+/* The FLASH3 rows (family.h): wgmma, TMA, warp specialisation. The forward (a persistent grid) and the backward
+ * (one CTA per key block and K/V head), varlen in both, take 16-bit inputs at a head dim of their tile tables
  * (tiles.h), with views TMA can address. The forward's traffic is FLASH2's (the same loops). Host code. */
 #include "cuda/family.h"
 #include "tiles.h"
@@ -31,7 +31,7 @@ static fa_status fa3_not_built(const Row (&rows)[N], const fa_problem *p, const 
 }
 
 /* What both passes need: 16-bit inputs (the forward also e4m3 with f16/bf16 out), one head_dim, views TMA can
- * address; varlen in the forward only, no seqused. */
+ * address; varlen (forward, e4m3 forward and backward), no seqused. */
 static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
     if (p->dtype == FA_DTYPE_F8_E4M3 && !p->is_backward) {
         if (p->o.dtype != FA_DTYPE_F16 && p->o.dtype != FA_DTYPE_BF16)
@@ -47,9 +47,6 @@ static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
                                    "take one head_dim for q, k, v and out; FA_ALGO_FLASH2 (or FA_ALGO_AUTO) runs the "
                                    "pair where built, FA_ALGO_STANDARD any pair",
                                    (long long)p->d_v, (long long)p->d);
-    if ((p->cu_q || p->cu_k) && p->is_backward)
-        return fa_cuda_unsupported(why, why_len,
-                                   "opts.cu_seqlens_q: the FA_ALGO_FLASH3 backward has no varlen yet (FA_ALGO_FLASH2's has)");
     if (p->used_q || p->used_k)
         return fa_cuda_unsupported(why, why_len, "opts.seqused_%s: FA_ALGO_FLASH3 takes no seqused yet (FA_ALGO_FLASH2 "
                                    "does)", p->used_q ? "q" : "k");
@@ -173,16 +170,17 @@ static fa_status fa3_bwd_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_
     plan->kernel = p->deterministic ? r->kernel_det : r->kernel;
     plan->aux[FA3_BWD_AUX_DET] = p->deterministic ? 1 : 0;
     plan->block_q = r->bm, plan->block_k = r->bn, plan->threads = r->threads;
-    plan->grid[0] = (int)((p->k.seqlen + r->bn - 1) / r->bn), plan->grid[1] = (int)p->hk, plan->grid[2] = (int)p->batch;
+    /* varlen: every sequence at the bounds (max_seqlen_k), batch = the sequences */
+    plan->grid[0] = (int)((p->sk_max + r->bn - 1) / r->bn), plan->grid[1] = (int)p->hk, plan->grid[2] = (int)p->batch;
     plan->smem_bytes = k.smem;
     return FA_OK;
 }
 
 /* Query rows padded to whole blocks, over every (batch, query head): the layout of D, LSE·log2e and dQ's fp32
- * accumulator (flash3_bwd.cu). */
+ * accumulator (flash3_bwd.cu); varlen: every sequence at max_seqlen_q. */
 static size_t fa3_bwd_rows_padded(const fa_problem *p, const fa_plan *plan) {
     const size_t bm = (size_t)plan->block_q;
-    return (size_t)p->batch * p->hq * (((size_t)p->q.seqlen + bm - 1) / bm) * bm;
+    return (size_t)p->batch * p->hq * (((size_t)p->sq_max + bm - 1) / bm) * bm;
 }
 
 static void fa3_bwd_ws(fa_arena *a, const fa_problem *p, const fa_plan *plan, fa_cuda_ws *w) {

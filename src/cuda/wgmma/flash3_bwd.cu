@@ -5,6 +5,8 @@
  *   fa3_bwd_kernel (flash3_bwd.cuh; fa3_bwd_wide_kernel, flash3_bwd_wide.cuh, at d = 256), one CTA per key block
  *              and K/V head;
  *   fa3b_dq    dQ = scale·accumulator, from the accumulator's register order to the caller's layout.
+ * Varlen (cu_seqlens): each launch over every sequence at the bounds max_seqlen_q/k, each block reading its
+ * sequence from the device arrays; TMA boxes end at the sequence's last row (ragged maps, tensor_map.h).
  * The plan's row (wgmma/family.cu) has checked everything the launch relies on. */
 #include <cudaTypedefs.h>
 #include <math.h>
@@ -21,8 +23,17 @@ template <bool F16> FA_DEV float fa3b_f32(uint16_t x) {
     else return __bfloat162float(__ushort_as_bfloat16(x));
 }
 
-/* One query row (padded layout) per TPR = D/8 threads, 8 elements (16 bytes) each. */
-template <int D, int Br, bool F16>
+/* Varlen: sequence b's first row in the packed tensors and its length (bounded by the grid's sq), clamped as the
+ * kernels read cu_seqlens (fa3b_seq_of). */
+FA_DEV int fa3b_seq_rows(const fa_cuda_params &p, int b, int *q0) {
+    const int a = min(max(p.cu_q[b], 0), p.total_q), e = min(max(p.cu_q[b + 1], a), p.total_q);
+    *q0 = a;
+    return min(e - a, p.sq);
+}
+
+/* One query row (padded layout: [batch][hq][nmb·Br], also under varlen, with the grid's bounds) per TPR = D/8
+ * threads, 8 elements (16 bytes) each. Varlen: row i of sequence b is packed row q0 + i; LSE is [hq][total_q]. */
+template <int D, int Br, bool F16, bool VARLEN>
 __global__ void fa3b_prep(const fa_cuda_params p, int nmb, int64_t rows) {
     constexpr int TPR = D / 8;
     const int64_t r = (int64_t)blockIdx.x * (blockDim.x / TPR) + threadIdx.x / TPR;
@@ -31,11 +42,14 @@ __global__ void fa3b_prep(const fa_cuda_params p, int nmb, int64_t rows) {
     const int i = (int)(r % per);
     const int64_t bh = r / per;
     const int h = (int)(bh % p.hq), b = (int)(bh / p.hq);
+    int q0 = 0, sq = p.total_q;
+    if (VARLEN && r < rows) sq = fa3b_seq_rows(p, b, &q0);
+    const int ib = VARLEN ? q0 + i : i, bb = VARLEN ? 0 : b; /* the row and batch in the tensors */
     float acc = 0.f;
     if (r < rows) {
-        if (i < p.total_q) {
-            const uint4 o = *(const uint4 *)((const uint16_t *)p.o + b * p.o_sb + i * p.o_ss + h * p.o_sh + c);
-            const uint4 g = *(const uint4 *)((const uint16_t *)p.dout + b * p.do_sb + i * p.do_ss + h * p.do_sh + c);
+        if (i < sq) {
+            const uint4 o = *(const uint4 *)((const uint16_t *)p.o + bb * p.o_sb + ib * p.o_ss + h * p.o_sh + c);
+            const uint4 g = *(const uint4 *)((const uint16_t *)p.dout + bb * p.do_sb + ib * p.do_ss + h * p.do_sh + c);
             const uint16_t *oe = (const uint16_t *)&o, *ge = (const uint16_t *)&g;
 #pragma unroll
             for (int k = 0; k < 8; ++k) acc += fa3b_f32<F16>(oe[k]) * fa3b_f32<F16>(ge[k]);
@@ -46,15 +60,15 @@ __global__ void fa3b_prep(const fa_cuda_params p, int nmb, int64_t rows) {
 #pragma unroll
     for (int o = TPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (r < rows && c == 0) {
-        const float lse = i < p.total_q ? p.lse[bh * p.total_q + i] : -INFINITY;
+        const float lse = i >= sq ? -INFINITY : VARLEN ? p.lse[(int64_t)h * p.total_q + ib] : p.lse[bh * p.total_q + i];
         p.dsum[r] = acc;
         p.lse2[r] = lse == -INFINITY ? INFINITY : lse * 1.44269504088896340736f;
     }
 }
 
 /* dQ = scale·accumulator: one float4 per thread = registers 4j..4j+3 of one consumer thread, i.e. two columns of
- * two rows 8 apart (flash3_bwd.cuh's order). */
-template <int D, int Br, bool F16> __global__ void fa3b_dq(const fa_cuda_params p, int nmb, int64_t n4) {
+ * two rows 8 apart (flash3_bwd.cuh's order). Varlen: rows of sequence b only, at its packed rows. */
+template <int D, int Br, bool F16, bool VARLEN> __global__ void fa3b_dq(const fa_cuda_params p, int nmb, int64_t n4) {
     using T = fa3b_tile<D>;
     const int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (x >= n4) return;
@@ -64,29 +78,42 @@ template <int D, int Br, bool F16> __global__ void fa3b_dq(const fa_cuda_params 
     const int m = (int)(chunk % nmb), h = (int)((chunk / nmb) % p.hq), b = (int)(chunk / nmb / p.hq);
     const int row = m * Br + (Br == 128 ? 64 * w : 0) + 16 * (ct / 32) + lane / 4;
     const int col = (Br == 128 ? 0 : w * (D / 2)) + 8 * j + 2 * (lane % 4);
+    int q0 = 0, sq = p.total_q;
+    if (VARLEN) sq = fa3b_seq_rows(p, b, &q0);
     const float4 a = *(const float4 *)(p.dq_acc + 4 * x);
-    uint16_t *dq = (uint16_t *)p.dq + b * p.dq_sb + h * p.dq_sh + col;
-    if (row < p.total_q) *(uint32_t *)(dq + row * p.dq_ss) = fa3_pack<F16>(a.x * p.scale, a.y * p.scale);
-    if (row + 8 < p.total_q) *(uint32_t *)(dq + (row + 8) * p.dq_ss) = fa3_pack<F16>(a.z * p.scale, a.w * p.scale);
+    uint16_t *dq = (uint16_t *)p.dq + (VARLEN ? q0 * p.dq_ss : b * p.dq_sb) + h * p.dq_sh + col;
+    if (row < sq) *(uint32_t *)(dq + row * p.dq_ss) = fa3_pack<F16>(a.x * p.scale, a.y * p.scale);
+    if (row + 8 < sq) *(uint32_t *)(dq + (row + 8) * p.dq_ss) = fa3_pack<F16>(a.z * p.scale, a.w * p.scale);
 }
 
 /* The tile's kernel: the d = 256 split, or one CTA's 128 keys split between the warpgroups. */
-template <int D, bool F16, bool DET> static auto fa3b_kernel() {
-    if constexpr (fa3b_tile<D>::WIDE) return fa3_bwd_wide_kernel<D, F16, DET>;
-    else return fa3_bwd_kernel<D, F16, DET>;
+template <int D, bool F16, bool DET, bool VARLEN> static auto fa3b_kernel() {
+    if constexpr (fa3b_tile<D>::WIDE) return fa3_bwd_wide_kernel<D, F16, DET, VARLEN>;
+    else return fa3_bwd_kernel<D, F16, DET, VARLEN>;
 }
 
-template <int D, bool F16, bool DET>
-static cudaError_t fa3b_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
+/* The four maps: [batch, rows, heads, D]; varlen: ragged maps of the packed rows (tensor_map.h), so that a box
+ * stops at its sequence's end. */
+static int fa3b_map(CUtensorMap *m, bool varlen, const fa_cuda_params *p, const void *base, int rows, int heads,
+                    int64_t ss, int64_t sh, int64_t sb, int box, int D) {
+    return varlen ? fa3_map_ragged(m, base, p->dtype, D, rows, heads, ss, sh, box)
+                  : fa3_map(m, base, p->dtype, D, rows, heads, p->batch, ss, sh, sb, box);
+}
+
+/* Varlen: a grid over every sequence at the bounds (max_seqlen_q/k), each CTA reading its sequence from the device
+ * cu_seqlens (fa3b_seq_of); the padded rows of D, LSE·log2e and dQ's accumulator per (sequence, head) at those
+ * bounds, as for fixed lengths. */
+template <int D, bool F16, bool DET, bool VARLEN>
+static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
     using T = fa3b_tile<D>;
     constexpr int Br = T::Br, Bc = T::Bc;
     if (p->batch == 0 || p->hq == 0) return cudaSuccess;
-    const int nmb = (p->total_q + Br - 1) / Br;
+    const int nmb = (p->sq + Br - 1) / Br;
     const int64_t rows = (int64_t)p->batch * p->hq * nmb * Br;
     cudaError_t e = cudaSuccess;
     if (rows > 0) {
         const int per_block = 256 / (D / 8);
-        fa3b_prep<D, Br, F16><<<(unsigned)((rows + per_block - 1) / per_block), 256, 0, st>>>(*p, nmb, rows);
+        fa3b_prep<D, Br, F16, VARLEN><<<(unsigned)((rows + per_block - 1) / per_block), 256, 0, st>>>(*p, nmb, rows);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
         /* d sinks from the padded D (sinks.h) */
         if ((e = fa_cuda_sinks_grad(p, p->batch, p->total_q, (int64_t)nmb * Br, p->total_q, st)) != cudaSuccess)
@@ -94,36 +121,43 @@ static cudaError_t fa3b_launch(const fa_cuda_params *p, const fa_plan *plan, cud
         if (DET && (e = cudaMemsetAsync(p->dq_turns, 0, (size_t)(rows / Br) * sizeof(int), st)) != cudaSuccess)
             return e;
     }
-    if (p->total_k > 0) {
+    if (p->sk > 0 && p->total_k > 0) {
         CUtensorMap tq, tk, tv, tdo;
-        if (fa3_map(&tq, p->q, p->dtype, D, p->total_q, p->hq, p->batch, p->q_ss, p->q_sh, p->q_sb, Br) ||
-            fa3_map(&tdo, p->dout, p->dtype, D, p->total_q, p->hq, p->batch, p->do_ss, p->do_sh, p->do_sb, Br) ||
-            fa3_map(&tk, p->k, p->dtype, D, p->total_k, p->hk, p->batch, p->k_ss, p->k_sh, p->k_sb, Bc) ||
-            fa3_map(&tv, p->v, p->dtype, D, p->total_k, p->hk, p->batch, p->v_ss, p->v_sh, p->v_sb, Bc))
+        if (fa3b_map(&tq, VARLEN, p, p->q, p->total_q, p->hq, p->q_ss, p->q_sh, p->q_sb, Br, D) ||
+            fa3b_map(&tdo, VARLEN, p, p->dout, p->total_q, p->hq, p->do_ss, p->do_sh, p->do_sb, Br, D) ||
+            fa3b_map(&tk, VARLEN, p, p->k, p->total_k, p->hk, p->k_ss, p->k_sh, p->k_sb, Bc, D) ||
+            fa3b_map(&tv, VARLEN, p, p->v, p->total_k, p->hk, p->v_ss, p->v_sh, p->v_sb, Bc, D))
             return cudaErrorInvalidValue;
         fa3b_kparams kp;
         kp.dk = (uint16_t *)p->dk, kp.dv = (uint16_t *)p->dv;
         kp.dk_sb = p->dk_sb, kp.dk_ss = p->dk_ss, kp.dk_sh = p->dk_sh;
         kp.dv_sb = p->dv_sb, kp.dv_ss = p->dv_ss, kp.dv_sh = p->dv_sh;
         kp.lse2 = p->lse2, kp.dsum = p->dsum, kp.dq_acc = p->dq_acc, kp.turns = DET ? p->dq_turns : NULL;
-        kp.sq = p->total_q, kp.sk = p->total_k, kp.hq = p->hq, kp.group = p->hq / p->hk;
+        kp.sq = p->sq, kp.sk = p->sk, kp.hq = p->hq, kp.group = p->hq / p->hk;
+        kp.cu_q = VARLEN ? p->cu_q : NULL, kp.cu_k = VARLEN ? p->cu_k : NULL;
+        kp.total_q = p->total_q, kp.total_k = p->total_k, kp.qrow = kp.krow = 0;
         kp.wl = p->wl, kp.wr = p->wr, kp.nmb = nmb;
         kp.scale = p->scale, kp.scale_log2 = p->scale_log2;
         kp.cap = p->softcap, kp.cap_scale = p->softcap > 0.f ? p->softcap_scale : 0.f;
         const size_t smem = plan->smem_bytes;
-        auto kernel = fa3b_kernel<D, F16, DET>();
+        auto kernel = fa3b_kernel<D, F16, DET, VARLEN>();
         if ((e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess)
             return e;
-        const dim3 grid((unsigned)((p->total_k + Bc - 1) / Bc), (unsigned)p->hk, (unsigned)p->batch);
+        const dim3 grid((unsigned)((p->sk + Bc - 1) / Bc), (unsigned)p->hk, (unsigned)p->batch);
         kernel<<<grid, T::THREADS, smem, st>>>(tq, tk, tv, tdo, kp);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
     if (rows > 0) {
         const int64_t n4 = rows * D / 4;
-        fa3b_dq<D, Br, F16><<<(unsigned)((n4 + 255) / 256), 256, 0, st>>>(*p, nmb, n4);
+        fa3b_dq<D, Br, F16, VARLEN><<<(unsigned)((n4 + 255) / 256), 256, 0, st>>>(*p, nmb, n4);
         e = cudaGetLastError();
     }
     return e;
+}
+
+template <int D, bool F16, bool DET>
+static cudaError_t fa3b_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
+    return p->cu_q ? fa3b_run<D, F16, DET, true>(p, plan, st) : fa3b_run<D, F16, DET, false>(p, plan, st);
 }
 
 /* The tile row's instances: f16 and bf16, default and deterministic. */

@@ -29,6 +29,7 @@ template <int D> struct alignas(1024) fa3b_shared {
     float dq[T::Br * D]; /* dQi in the accumulator's order (warpgroup w's half at w·Br·D/2), for the bulk reduce */
     fa3b_shared_rows<T::Br> rows;
     uint64_t full_kv, full_q[T::ST], full_do[T::ST], empty[T::ST];
+    fa3b_kparams kp; /* varlen: the CTA's parameters (fa3b_params) */
 };
 
 /* acc += A B with A (64 keys x Br queries) from registers and B = a [query][D] tile, MN-major: a k16 slice is 16
@@ -39,18 +40,21 @@ FA_DEV void fa3b_rs(float (&acc)[D / 2], const uint32_t (&a)[Br / 16][4], uint32
     for (int kk = 0; kk < Br / 16; kk++) fa_wgmma_rs<D, F16>(acc, a[kk], fa3_desc(b_base + kk * 2048, Br * 128, 1024), 1);
 }
 
-template <int D, bool F16, bool DET>
+template <int D, bool F16, bool DET, bool VARLEN>
 __global__ void __launch_bounds__(384, 1)
     fa3_bwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                    const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
-                   const fa3b_kparams p) {
+                   const fa3b_kparams pk) {
     using T = fa3b_tile<D>;
     constexpr int Br = T::Br, Bc = T::Bc, ST = T::ST, NQ = T::NQ, NQN = T::NQN;
     extern __shared__ uint8_t fa3b_smem_raw[];
     fa3b_shared<D> &sm = *reinterpret_cast<fa3b_shared<D> *>(((uintptr_t)fa3b_smem_raw + 1023) & ~(uintptr_t)1023);
 
-    const fa3b_walk W = fa3b_walk_of<Br, Bc, DET>(p);
+    fa3b_kparams own;
+    const fa3b_kparams &p0 = fa3b_seq_of<VARLEN>(pk, own); /* varlen: this sequence's lengths and rows */
+    const fa3b_walk W = fa3b_walk_of<Br, Bc, DET>(p0);
     const int nb = W.nb, n0 = W.n0, mlo = W.mlo, nm = W.nm, steps = W.steps, hk = blockIdx.y, b = blockIdx.z;
+    if (VARLEN && n0 >= p0.sk) return; /* past the sequence's keys (the grid is sized for the longest): no work */
 
     if (threadIdx.x == 0) {
         fa3_bar_init(fa3_smem(&sm.full_kv), 1);
@@ -60,14 +64,17 @@ __global__ void __launch_bounds__(384, 1)
             fa3_bar_init(fa3_smem(&sm.empty[s]), 8); /* one arrival per consumer warp */
         }
         fa3_bar_init_fence();
+        if constexpr (VARLEN) sm.kp = own;
     }
     __syncthreads();
+    const fa3b_kparams &p = fa3b_params<VARLEN>(pk, sm.kp);
 
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         fa3_regs_dec<24>();
         if (threadIdx.x == 0) {
-            fa3b_load_kv<D, Bc>(&tq, &tk, &tv, &tdo, fa3_smem(sm.k), fa3_smem(sm.v), fa3_smem(&sm.full_kv), n0, hk, b);
+            fa3b_load_kv<D, Bc, VARLEN>(&tq, &tk, &tv, &tdo, fa3_smem(sm.k), fa3_smem(sm.v), fa3_smem(&sm.full_kv), n0,
+                                        hk, b, p);
             for (int it = 0; it < steps; it++) {
                 const int h = hk * p.group + it / nm, m = mlo + it % nm, s = it % ST;
                 const uint32_t fq = fa3_smem(&sm.full_q[s]), fd = fa3_smem(&sm.full_do[s]);
@@ -75,11 +82,13 @@ __global__ void __launch_bounds__(384, 1)
                 fa3_bar_expect_tx(fq, Br * D * 2);
 #pragma unroll
                 for (int c = 0; c < D / 64; c++)
-                    fa3_tma_load4(fa3_smem(sm.q[s]) + c * Br * 128, &tq, fq, 64 * c, m * Br, h, b);
+                    fa3b_box<Br, VARLEN>(fa3_smem(sm.q[s]) + c * Br * 128, &tq, fq, 64 * c,
+                                         VARLEN ? p.qrow + m * Br : m * Br, h, b, p.sq - m * Br); /* varlen: packed */
                 fa3_bar_expect_tx(fd, Br * D * 2);
 #pragma unroll
                 for (int c = 0; c < D / 64; c++)
-                    fa3_tma_load4(fa3_smem(sm.dout[s]) + c * Br * 128, &tdo, fd, 64 * c, m * Br, h, b);
+                    fa3b_box<Br, VARLEN>(fa3_smem(sm.dout[s]) + c * Br * 128, &tdo, fd, 64 * c,
+                                         VARLEN ? p.qrow + m * Br : m * Br, h, b, p.sq - m * Br);
             }
         } else if (threadIdx.x / 32 == 1) {
             fa3b_dq_writer<D, DET>(p, fa3_smem(sm.dq), b, hk, nb, nm, mlo, steps);
@@ -90,7 +99,7 @@ __global__ void __launch_bounds__(384, 1)
     fa3_regs_inc<240>();
     const int cw = wg - 1, ct = threadIdx.x % 128, warp = ct / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int kr0 = n0 + 64 * cw + 16 * warp + g; /* this thread's key rows: kr0, kr0 + 8 */
-    const int off = p.sk - p.sq; /* the diagonal of query i is key i + off */
+    const int off0 = p.sk - p.sq; /* the diagonal of query i is key i + off (varlen: per step, below) */
     const uint32_t k_base = fa3_smem(sm.k), v_base = fa3_smem(sm.v);
     float dk[D / 2], dv[D / 2];
 #pragma unroll
@@ -115,6 +124,7 @@ __global__ void __launch_bounds__(384, 1)
         fa3b_rows R;
         R.lse2 = sm.rows.lse2[it & 1] + 2 * t, R.dsum = sm.rows.dsum[it & 1] + 2 * t;
         R.kr0 = kr0, R.q0 = m0 + 2 * t;
+        const int off = VARLEN ? p.sk - p.sq : off0;
         R.full = n0 + Bc <= p.sk && m0 + Br <= p.sq && (p.wl < 0 || n0 >= m0 + Br - 1 + off - p.wl) &&
                  (p.wr < 0 || n0 + Bc - 1 <= m0 + off + p.wr);
         uint32_t pa[Br / 16][4], dsa[Br / 16][4];
@@ -169,7 +179,7 @@ __global__ void __launch_bounds__(384, 1)
         fa3b_put_dq<NQ>(fa3_smem(sm.dq), dq, cw, ct); /* dQi to the writer */
     }
 
-    fa3b_store_dkv<D, F16>(p, dk, dv, b, hk, kr0, 0);
+    fa3b_store_dkv<D, F16, VARLEN>(p, dk, dv, b, hk, kr0, 0);
 }
 
 #endif

@@ -43,7 +43,46 @@ struct fa3b_kparams {
     int sq, sk, hq, group, wl, wr, nmb;
     float scale, scale_log2; /* scale_log2 = log2 e with softcap (the scale is inside the cap) */
     float cap, cap_scale;    /* softcap: score = cap·tanh(s·cap_scale); cap_scale 0 = off */
+    const int *cu_q, *cu_k;  /* varlen: the caller's device cu_seqlens (read clamped), else NULL */
+    int total_q, total_k;    /* varlen: the packed tensors' rows */
+    int qrow, krow;          /* varlen, in a CTA's copy (fa3b_seq_of): its sequence's first rows; else 0 */
 };
+
+/* A CTA's parameters. Varlen: its sequence's (blockIdx.z's) lengths as sq, sk (bounded by the grid's, max_seqlen_q/k,
+ * and clamped into the packed tensors, as the forward) and its first rows; the tensors are one packed batch. Fixed
+ * lengths: the parameters as they are. */
+template <bool VARLEN> FA_DEV const fa3b_kparams &fa3b_seq_of(const fa3b_kparams &p, fa3b_kparams &s) {
+    if constexpr (!VARLEN) {
+        return p;
+    } else {
+        s = p;
+        const int b = blockIdx.z;
+        const int q0 = min(max(p.cu_q[b], 0), p.total_q), q1 = min(max(p.cu_q[b + 1], q0), p.total_q);
+        const int k0 = min(max(p.cu_k[b], 0), p.total_k), k1 = min(max(p.cu_k[b + 1], k0), p.total_k);
+        s.qrow = q0, s.sq = min(q1 - q0, p.sq);
+        s.krow = k0, s.sk = min(k1 - k0, p.sk);
+        return s;
+    }
+}
+/* The parameters the kernel reads after its start: its own (fixed lengths) or, varlen, the CTA's copy in shared
+ * memory (kp, written by thread 0 before the first __syncthreads): read where used, as parameters are — held in
+ * registers, a copy spilled at d = 64 and 128. */
+template <bool VARLEN> FA_DEV const fa3b_kparams &fa3b_params(const fa3b_kparams &p, const fa3b_kparams &kp) {
+    if constexpr (VARLEN) return kp;
+    else return p;
+}
+
+/* One TMA box of BOX rows of head h: fixed lengths, rows r.. of batch b; varlen (a ragged map, tensor_map.h), packed
+ * rows r.. of which left are the sequence's (the rest zeros, never the next sequence's rows). */
+template <int BOX, bool VARLEN>
+FA_DEV void fa3b_box(uint32_t dst, const CUtensorMap *m, uint32_t bar, int c, int r, int h, int b, int left) {
+    if constexpr (VARLEN) {
+        const int v = left < BOX ? left : BOX;
+        fa3_tma_load4(dst, m, bar, c, BOX - v, h, r + v);
+    } else {
+        fa3_tma_load4(dst, m, bar, c, r, h, b);
+    }
+}
 
 /* A CTA's walk: key block nb (deterministic: the grid reversed, so that the key blocks start last to first — the
  * order in which they add dQ (fa3b_dq_writer): a CTA then only ever waits for one that started before it, and a
@@ -67,9 +106,9 @@ template <int Br, int Bc, bool DET> FA_DEV fa3b_walk fa3b_walk_of(const fa3b_kpa
 
 /* The producer thread's first loads: the four tensor maps prefetched, then Kj and Vj (D/64 panels of Bc rows each)
  * on one barrier. */
-template <int D, int Bc>
+template <int D, int Bc, bool VARLEN>
 FA_DEV void fa3b_load_kv(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, const CUtensorMap *tdo,
-                         uint32_t k, uint32_t v, uint32_t full_kv, int n0, int hk, int b) {
+                         uint32_t k, uint32_t v, uint32_t full_kv, int n0, int hk, int b, const fa3b_kparams &p) {
     fa3_prefetch_map(tq);
     fa3_prefetch_map(tk);
     fa3_prefetch_map(tv);
@@ -77,8 +116,8 @@ FA_DEV void fa3b_load_kv(const CUtensorMap *tq, const CUtensorMap *tk, const CUt
     fa3_bar_expect_tx(full_kv, 2 * Bc * D * 2);
 #pragma unroll
     for (int c = 0; c < D / 64; c++) {
-        fa3_tma_load4(k + c * Bc * 128, tk, full_kv, 64 * c, n0, hk, b);
-        fa3_tma_load4(v + c * Bc * 128, tv, full_kv, 64 * c, n0, hk, b);
+        fa3b_box<Bc, VARLEN>(k + c * Bc * 128, tk, full_kv, 64 * c, VARLEN ? p.krow + n0 : n0, hk, b, p.sk - n0);
+        fa3b_box<Bc, VARLEN>(v + c * Bc * 128, tv, full_kv, 64 * c, VARLEN ? p.krow + n0 : n0, hk, b, p.sk - n0);
     }
 }
 
@@ -231,13 +270,17 @@ FA_DEV void fa3b_dq_writer(const fa3b_kparams &p, uint32_t src, int b, int hk, i
 }
 
 /* dKj = scale·Σ dSᵀ Q and dVj, 16-bit, straight from the accumulators: register 4j + 2r + e is key row kr0 + 8r,
- * column c0 + 8j + 2t + e (rows past sk are not written). */
-template <int N, bool F16>
+ * column c0 + 8j + 2t + e (rows past sk are not written; varlen: rows of the sequence, from its first packed row). */
+template <int N, bool F16, bool VARLEN>
 FA_DEV void fa3b_store_dkv(const fa3b_kparams &p, const float (&dk)[N / 2], const float (&dv)[N / 2], int b, int hk,
                            int kr0, int c0) {
     const int t = threadIdx.x % 4;
-    const int64_t kb = (int64_t)b * p.dk_sb + (int64_t)hk * p.dk_sh + c0 + 2 * t;
-    const int64_t vb = (int64_t)b * p.dv_sb + (int64_t)hk * p.dv_sh + c0 + 2 * t;
+    int64_t kb = (int64_t)b * p.dk_sb + (int64_t)hk * p.dk_sh + c0 + 2 * t;
+    int64_t vb = (int64_t)b * p.dv_sb + (int64_t)hk * p.dv_sh + c0 + 2 * t;
+    if constexpr (VARLEN) { /* one packed batch: from the sequence's first key row instead */
+        const int64_t k0 = p.krow;
+        kb += k0 * p.dk_ss - (int64_t)b * p.dk_sb, vb += k0 * p.dv_ss - (int64_t)b * p.dv_sb;
+    }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int kr = kr0 + 8 * r;

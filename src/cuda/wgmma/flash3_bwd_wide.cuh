@@ -22,13 +22,14 @@ template <int D> struct alignas(1024) fa3b_wide_shared {
     float dq[T::Br * D];
     fa3b_shared_rows<T::Br> rows;
     uint64_t full_kv, full_q, full_do, empty_q, empty_do;
+    fa3b_kparams kp; /* varlen: the CTA's parameters (fa3b_params) */
 };
 
-template <int D, bool F16, bool DET>
+template <int D, bool F16, bool DET, bool VARLEN>
 __global__ void __launch_bounds__(384, 1)
     fa3_bwd_wide_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                         const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
-                        const fa3b_kparams p) {
+                        const fa3b_kparams pk) {
     using T = fa3b_tile<D>;
     constexpr int Br = T::Br, Bc = T::Bc, NQ = T::NQ, NQN = T::NQN, H = D / 2; /* H: a warpgroup's columns */
     static_assert(T::WIDE && Br == 64 && Bc == 64 && NQN == H, "the split this kernel is written for");
@@ -36,8 +37,11 @@ __global__ void __launch_bounds__(384, 1)
     fa3b_wide_shared<D> &sm =
         *reinterpret_cast<fa3b_wide_shared<D> *>(((uintptr_t)fa3bw_smem_raw + 1023) & ~(uintptr_t)1023);
 
-    const fa3b_walk W = fa3b_walk_of<Br, Bc, DET>(p);
+    fa3b_kparams own;
+    const fa3b_kparams &p0 = fa3b_seq_of<VARLEN>(pk, own); /* varlen: this sequence's lengths and rows */
+    const fa3b_walk W = fa3b_walk_of<Br, Bc, DET>(p0);
     const int nb = W.nb, n0 = W.n0, mlo = W.mlo, nm = W.nm, steps = W.steps, hk = blockIdx.y, b = blockIdx.z;
+    if (VARLEN && n0 >= p0.sk) return; /* past the sequence's keys (the grid is sized for the longest): no work */
 
     if (threadIdx.x == 0) {
         fa3_bar_init(fa3_smem(&sm.full_kv), 1);
@@ -46,27 +50,31 @@ __global__ void __launch_bounds__(384, 1)
         fa3_bar_init(fa3_smem(&sm.empty_q), 8); /* one arrival per consumer warp */
         fa3_bar_init(fa3_smem(&sm.empty_do), 8);
         fa3_bar_init_fence();
+        if constexpr (VARLEN) sm.kp = own;
     }
     __syncthreads();
+    const fa3b_kparams &p = fa3b_params<VARLEN>(pk, sm.kp);
 
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         fa3_regs_dec<24>();
         if (threadIdx.x == 0) {
-            fa3b_load_kv<D, Bc>(&tq, &tk, &tv, &tdo, fa3_smem(sm.k), fa3_smem(sm.v), fa3_smem(&sm.full_kv), n0, hk, b);
+            fa3b_load_kv<D, Bc, VARLEN>(&tq, &tk, &tv, &tdo, fa3_smem(sm.k), fa3_smem(sm.v), fa3_smem(&sm.full_kv), n0,
+                                        hk, b, p);
             const uint32_t fq = fa3_smem(&sm.full_q), fd = fa3_smem(&sm.full_do);
             for (int it = 0; it < steps; it++) {
-                const int h = hk * p.group + it / nm, m = mlo + it % nm;
+                const int h = hk * p.group + it / nm, m = mlo + it % nm, r = VARLEN ? p.qrow + m * Br : m * Br;
                 const uint32_t ph = (it & 1) ^ 1;
                 fa3_bar_wait(fa3_smem(&sm.empty_q), ph);
                 fa3_bar_expect_tx(fq, Br * D * 2);
 #pragma unroll
-                for (int c = 0; c < D / 64; c++) fa3_tma_load4(fa3_smem(sm.q) + c * Br * 128, &tq, fq, 64 * c, m * Br, h, b);
+                for (int c = 0; c < D / 64; c++)
+                    fa3b_box<Br, VARLEN>(fa3_smem(sm.q) + c * Br * 128, &tq, fq, 64 * c, r, h, b, p.sq - m * Br);
                 fa3_bar_wait(fa3_smem(&sm.empty_do), ph);
                 fa3_bar_expect_tx(fd, Br * D * 2);
 #pragma unroll
                 for (int c = 0; c < D / 64; c++)
-                    fa3_tma_load4(fa3_smem(sm.dout) + c * Br * 128, &tdo, fd, 64 * c, m * Br, h, b);
+                    fa3b_box<Br, VARLEN>(fa3_smem(sm.dout) + c * Br * 128, &tdo, fd, 64 * c, r, h, b, p.sq - m * Br);
             }
         } else if (threadIdx.x / 32 == 1) {
             fa3b_dq_writer<D, DET>(p, fa3_smem(sm.dq), b, hk, nb, nm, mlo, steps);
@@ -78,7 +86,7 @@ __global__ void __launch_bounds__(384, 1)
     const int cw = wg - 1, ct = threadIdx.x % 128, warp = ct / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int kr0 = n0 + 16 * warp + g; /* this thread's key rows: kr0, kr0 + 8 */
     const int qc = 32 * cw;             /* this warpgroup's first query row of a step in Sᵀ, dPᵀ */
-    const int off = p.sk - p.sq;        /* the diagonal of query i is key i + off */
+    const int off0 = p.sk - p.sq;       /* the diagonal of query i is key i + off (varlen: per step, below) */
     const uint32_t k_base = fa3_smem(sm.k), v_base = fa3_smem(sm.v), q_base = fa3_smem(sm.q);
     const uint32_t do_base = fa3_smem(sm.dout);
     float dk[H / 2], dv[H / 2];
@@ -102,6 +110,7 @@ __global__ void __launch_bounds__(384, 1)
         fa3b_rows R;
         R.lse2 = sm.rows.lse2[it & 1] + qc + 2 * t, R.dsum = sm.rows.dsum[it & 1] + qc + 2 * t;
         R.kr0 = kr0, R.q0 = m0 + qc + 2 * t;
+        const int off = VARLEN ? p.sk - p.sq : off0;
         R.full = n0 + Bc <= p.sk && m0 + Br <= p.sq && (p.wl < 0 || n0 >= m0 + Br - 1 + off - p.wl) &&
                  (p.wr < 0 || n0 + Bc - 1 <= m0 + off + p.wr);
         if (p.cap_scale == 0.f) { /* Pᵀ while dPᵀ is still in the tensor cores */
@@ -159,7 +168,7 @@ __global__ void __launch_bounds__(384, 1)
         fa3b_put_dq<NQ>(fa3_smem(sm.dq), dq, cw, ct); /* dQi to the writer */
     }
 
-    fa3b_store_dkv<H, F16>(p, dk, dv, b, hk, kr0, H * cw);
+    fa3b_store_dkv<H, F16, VARLEN>(p, dk, dv, b, hk, kr0, H * cw);
 }
 
 #endif

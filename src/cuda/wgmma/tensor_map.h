@@ -44,4 +44,26 @@ static inline int fa3_map(CUtensorMap *m, const void *base, int dtype, int D, in
     return r == CUDA_SUCCESS ? 0 : -1;
 }
 
+/* A packed (varlen) [rows, heads, D] tensor as a map whose boxes end at a sequence's last row: {D, box_rows, heads,
+ * rows + 1}, dims 1 and 3 both stepping one row, the base box_rows rows early. A box at coordinates
+ * (c, box_rows − v, h, r + v) holds rows r .. r + v − 1 and zeros after them (dim 1 runs out at box_rows), so a tile
+ * never reads the next sequence's rows (fa3b_box in flash3_bwd_steps.cuh). Only rows r .. r + v − 1 are ever read:
+ * the early base is never dereferenced. */
+static inline int fa3_map_ragged(CUtensorMap *m, const void *base, int dtype, int D, int rows, int heads,
+                                 int64_t row_stride, int64_t head_stride, int box_rows) {
+    PFN_cuTensorMapEncodeTiled_v12000 enc = fa3_encode_fn();
+    if (!enc) return -1;
+    const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)box_rows, (cuuint64_t)heads, (cuuint64_t)rows + 1};
+    const cuuint64_t rs = (cuuint64_t)(row_stride ? row_stride : 8) * 2;
+    const cuuint64_t strides[3] = {rs, (cuuint64_t)(head_stride ? head_stride : 8) * 2, rs};
+    const cuuint32_t box[4] = {64, (cuuint32_t)box_rows, 1, 1};
+    const cuuint32_t estr[4] = {1, 1, 1, 1};
+    const char *early = (const char *)base - (int64_t)box_rows * (int64_t)rs;
+    const CUresult r =
+        enc(m, dtype == FA_DTYPE_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4,
+            (void *)early, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? 0 : -1;
+}
+
 #endif

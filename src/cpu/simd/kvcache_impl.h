@@ -516,7 +516,25 @@ AI void pv_keys(const fa_kv_args *a, const char *const *vr, int hh, const float 
         return;
     }
 #endif
-    for (int jj = ja; jj < jb; jj++) {
+    int jj = ja;
+#if VW == 16
+    /* two keys a step where both rows' vectors fit the registers beside the accumulators: the row addresses, the
+       prefetch cursor and the loop cost once per two keys (each accumulator still adds key j, then j + 1) */
+    if (MODE != M_ANY && NR * NW + 2 * NW <= 30)
+        for (; jj + 2 <= jb; jj += 2) {
+            if (pf) pf_lines(&c, 2 * c.per);
+            vf v[16], w[16];
+            row_vecs(v, vr[jj] + hh * a->v_sh, v0, NW, MODE, a, a->dv, a->dvp, tmp);
+            row_vecs(w, vr[jj + 1] + hh * a->v_sh, v0, NW, MODE, a, a->dv, a->dvp, tmp);
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                const vf p = vbcast(P[r * FA_KV_BC + jj]), q = vbcast(P[r * FA_KV_BC + jj + 1]);
+#pragma GCC unroll 16
+                for (int i = 0; i < NW; i++) A[r * NW + i] = A[r * NW + i] + p * v[i] + q * w[i];
+            }
+        }
+#endif
+    for (; jj < jb; jj++) {
         if (pf) pf_lines(&c, c.per);
         vf v[16];
         row_vecs(v, vr[jj] + hh * a->v_sh, v0, NW, MODE, a, a->dv, a->dvp, tmp);

@@ -215,7 +215,10 @@ static void run_case(const ring_case *c) {
             for (int r = 0; r < W; r++) sum += ds[r][h];
             eds = isnan(sum) ? INFINITY : fmax(eds, fabs(sum - seq.dsinks[h]));
         }
-        t_check_err("d_sinks", a, c->dt, eds, ds_std, fmax(gm, t_max_abs(seq.dsinks, Hq)), 1, c->relax);
+        /* relaxed 2x: d sinks sums each row's D = rowsum(dO ∘ out), whose cancellation magnifies out's 16-bit
+         * rounding, so STANDARD's own error can be small by chance (seed 213597727385: 1.2e-3 against 2.4e-2 for the
+         * one-rank ring, whose other gradients equal STANDARD's) */
+        t_check_err("d_sinks", a, c->dt, eds, ds_std, fmax(gm, t_max_abs(seq.dsinks, Hq)), 1, 2 * c->relax);
         printf(" d_sinks %.1e (std %.1e)", eds, ds_std);
     }
     printf("\n");

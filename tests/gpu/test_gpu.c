@@ -153,6 +153,24 @@ static fa_context *ctx_other; /* the deterministic backward's second run: anothe
 /* FA_GPU_TEST_SHARD=i/n: this process runs cases i, i + n, ... only, so that n sanitizer runs share the work */
 static int shard_i = 0, shard_n = 1, shard_next = 0;
 
+/* The FLASH3 forward row of explicit tiles runs (run_case accepts a refusal of explicit tiles either way). */
+static void flash3_row_runs(fa_context *ctx, int d, int bq, int bk, const char *kernel) {
+    snprintf(t_case_label, sizeof t_case_label, "FLASH3 forward row %s by block_q %d, block_k %d", kernel, bq, bk);
+    t_buf q = t_buf_new(FA_DTYPE_BF16, 1, 300, 2, d, T_BSHD), o = t_buf_new(FA_DTYPE_BF16, 1, 300, 2, d, T_BSHD);
+    t_buf_randn(&q, 1);
+    dbuf dq = d_new(&q), dout = d_new(&o);
+    d_up(&dq);
+    fa_attn_opts op = fa_attn_opts_default();
+    op.algo = FA_ALGO_FLASH3, op.block_q = bq, op.block_k = bk;
+    CHECK_STATUS(fa_forward(ctx, &op, &dq.t, &dq.t, &dq.t, &dout.t, NULL), FA_OK);
+    fa_stats st;
+    CHECK_STATUS(fa_last_stats(ctx, &st), FA_OK);
+    CHECK_STR_CONTAINS(st.kernel, kernel);
+    d_free(&dq), d_free(&dout);
+    t_buf_free(&q), t_buf_free(&o);
+    t_case_label[0] = 0;
+}
+
 static void run_case(fa_context *ctx, t_case *c, int backward) {
     if (shard_next++ % shard_n != shard_i) return;
     char desc[400];
@@ -760,7 +778,8 @@ int main(void) {
             if (v == 2) run_case(ctx, &c, 1); /* the d = 256 backward's softcap */
         }
         /* the rows a call reaches by its tiles only (opts.block_q / block_k, tiles.h): three consumer warpgroups
-         * at d = 64 (192 x 112); odd lengths, GQA, causal, a window, varlen */
+         * at d = 64 (192 x 112); odd lengths, GQA, causal, a window, fully masked rows */
+        flash3_row_runs(ctx, 64, 192, 112, "d64.192x112");
         for (int v = 0; v < (small ? 1 : 4); ++v) {
             static const int l3[4][2] = {{300, 457}, {1023, 1023}, {17, 113}, {450, 200}};
             t_case c = t_case_make(v % 2 + 1, l3[v][0], l3[v][1], 8, v == 1 ? 2 : 8, 64, dts[v & 1]);

@@ -112,7 +112,15 @@ static void fwd8v(fa_context *gpu, int64_t B, int64_t sq, int64_t sk, int64_t hq
     CHECK_STATUS(fa_forward(gpu, &od, &qt, &kt, &vt, &ot, dl), FA_OK);
     cuda_ok(cudaDeviceSynchronize(), "sync");
     fa_stats st;
-    if (fa_last_stats(gpu, &st) == FA_OK) CHECK_STR_CONTAINS(st.kernel, "e4m3");
+    if (fa_last_stats(gpu, &st) == FA_OK) {
+        char want[32]; /* the row: e4m3 at this head dim, of the asked key block */
+        snprintf(want, sizeof want, "e4m3.d%lld.128x", (long long)D);
+        CHECK_STR_CONTAINS(st.kernel, want);
+        if (o.block_k) {
+            snprintf(want, sizeof want, "x%d", o.block_k);
+            CHECK_STR_CONTAINS(st.kernel, want);
+        }
+    }
     cuda_ok(cudaMemcpy(out.mem, dout, out.mem_bytes, cudaMemcpyDeviceToHost), "down");
     cuda_ok(cudaMemcpy(lse, dl, sizeof(float) * (size_t)nl, cudaMemcpyDeviceToHost), "down");
     CHECK_EQ_INT(t_buf_check_written(&out), 0);

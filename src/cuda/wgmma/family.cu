@@ -89,8 +89,8 @@ static fa_status fa3_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan
     const fa3_fwd_row *r = &fa3_fwd_rows[row];
     if ((p->block_q && p->block_q != r->bm) || (p->block_k && p->block_k != r->bn))
         return fa_cuda_unsupported(why, why_len,
-                                   "block_q %d / block_k %d: FA_ALGO_FLASH3 at head_dim %lld runs %d x %d tiles only "
-                                   "(0 = its default)",
+                                   "block_q %d / block_k %d: no FA_ALGO_FLASH3 forward row at head_dim %lld has these "
+                                   "tiles (this call's default: %d x %d; 0 = the default; src/cuda/wgmma/tiles.h)",
                                    p->block_q, p->block_k, (long long)p->d, r->bm, r->bn);
     const long long tiles = (p->sq_max + r->bm - 1) / r->bm * p->hq * p->batch; /* varlen: at max_seqlen_q */
     if (tiles >= ((long long)1 << 31))

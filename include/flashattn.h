@@ -253,8 +253,8 @@ static inline fa_attn_opts fa_attn_opts_default(void) {
  *         head h / (Hq / Hk)). q, k, v, out share one dtype; q and k share D, v and out share Dv, which may differ
  *         (MLA: D 192, Dv 128). Each of D, Dv is 1..256 on the CPU (any pair); on CUDA: STANDARD any D and Dv,
  *         FLASH1 f16/bf16 with D 32, 64, 96 or 128, FLASH2 f16/bf16 with D 32, 64, 96, 128 or 256, FLASH3
- *         f16/bf16 with D 64, 128 or 256 (its backward: 64 or 128), no varlen, 16-byte aligned rows, no broadcast
- *         (stride 0) views; the flash algorithms with Dv = D but for the FLASH2 forward's (D, Dv) = (192, 128) (another
+ *         f16/bf16 with D 64, 128 or 256 (varlen too; the forward also e4m3 at D 128, 256), no seqused or chunk,
+ *         16-byte aligned rows, no broadcast (stride 0) views; the flash algorithms with Dv = D but for the FLASH2 forward's (D, Dv) = (192, 128) (another
  *         pair is FA_ERR_UNSUPPORTED naming v).
  *   out   [B, Sq, Hq, Dv], written in full. Must not overlap q, k, v or lse.
  *   lse   NULL, or fp32 [B, Hq, Sq] contiguous: natural-log log-sum-exp of each row of scale·QKᵀ (after softcap and

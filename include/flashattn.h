@@ -98,7 +98,7 @@ typedef enum fa_algo {
     FA_ALGO_FLASH1 = 2,    /* FlashAttention-1 (Algorithm 1): outer loop K/V blocks, inner loop Q blocks */
     FA_ALGO_FLASH2 = 3,    /* FlashAttention-2: outer loop Q blocks, inner loop K/V blocks, LSE only */
     FA_ALGO_FLASH3 = 4     /* FlashAttention-3: FLASH2's loops on Hopper's asynchrony (wgmma, TMA, warp specialisation);
-                            * CUDA sm_90a; its backward takes D 64 or 128 (FLASH2's runs from its out and LSE elsewhere) */
+                            * CUDA sm_90a, D 64, 128 or 256 (fa_forward lists what else it takes) */
 } fa_algo;
 /* "auto", "standard", "flash1", "flash2", "flash3"; "?" otherwise. */
 FA_API const char *fa_algo_name(fa_algo algo);
@@ -254,8 +254,8 @@ static inline fa_attn_opts fa_attn_opts_default(void) {
  *         (MLA: D 192, Dv 128). Each of D, Dv is 1..256 on the CPU (any pair); on CUDA: STANDARD any D and Dv,
  *         FLASH1 f16/bf16 with D 32, 64, 96 or 128, FLASH2 f16/bf16 with D 32, 64, 96, 128 or 256, FLASH3
  *         f16/bf16 with D 64, 128 or 256 (varlen too; the forward also e4m3 at D 128, 256), no seqused or chunk,
- *         16-byte aligned rows, no broadcast (stride 0) views; the flash algorithms with Dv = D but for the FLASH2 forward's (D, Dv) = (192, 128) (another
- *         pair is FA_ERR_UNSUPPORTED naming v).
+ *         16-byte aligned rows, no broadcast (stride 0) views; the flash algorithms with Dv = D but for FLASH2's
+ *         (D, Dv) = (192, 128), forward and backward (another pair is FA_ERR_UNSUPPORTED naming v).
  *   out   [B, Sq, Hq, Dv], written in full. Must not overlap q, k, v or lse.
  *   lse   NULL, or fp32 [B, Hq, Sq] contiguous: natural-log log-sum-exp of each row of scale·QKᵀ (after softcap and
  *         mask); -INFINITY for a row that sees no key (its output row is 0).

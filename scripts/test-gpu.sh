@@ -7,7 +7,8 @@
 # memcheck over `flashattn check --device cuda` on MEMCHECK_COUNT (default 200) random cases; tests/gpu/test_gpu_ring
 # runs ring attention (the one-GPU loopback; 2 ranks over NCCL when 2 GPUs are present, NCCL_NVLS_ENABLE=0).
 # Exits non-zero on any failure.
-# Env: BUILD (default build-cuda), JOBS (default nproc), LOG_DIR (copies of the logs), SANITIZERS (default
+# Env: STAGES (default "tests sanitizers python": which parts run), BUILD (default build-cuda), JOBS (default nproc),
+# LOG_DIR (copies of the logs), SANITIZERS (default
 # "memcheck racecheck"; empty = none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,8 @@ test -x "$BUILD/tests/gpu/test_gpu_merge"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
 
 status=0
+# STAGES: which parts run (default all three), e.g. STAGES=tests, then STAGES="sanitizers python" on the same build
+has_stage() { case " ${STAGES:-tests sanitizers python} " in *" $1 "*) return 0 ;; esac; return 1; }
 # run_test NAME PATTERN LINES: tests/gpu/NAME, its log under LOG_DIR, the matching lines shown; a failure fails the run
 run_test() {
     local rc=0
@@ -35,6 +38,7 @@ run_test() {
     grep -E "$2" "$LOG_DIR/$1.log" | head -"$3" || true
     [ "$rc" -eq 0 ] || { echo "$1: exit status $rc"; status=1; }
 }
+if has_stage tests; then
 echo "== test_gpu"
 run_test test_gpu "FAIL|fail|error|summary|passed|seed" 60
 tail -3 "$LOG_DIR/test_gpu.log"
@@ -68,7 +72,10 @@ else
   tail -3 "$LOG_DIR/check.log"
 fi
 
-if command -v compute-sanitizer >/dev/null; then
+fi # STAGES tests
+if ! has_stage sanitizers; then
+  :
+elif command -v compute-sanitizer >/dev/null; then
   # Every sanitizer run at once (SAN_JOBS at a time): they spend their time in the tool, not on the GPU. test_gpu's
   # small set is split into TEST_GPU_SHARDS (FA_GPU_TEST_SHARD) runs per tool.
   SAN_JOBS=${SAN_JOBS:-$(nproc)}
@@ -128,7 +135,9 @@ if ! py_cuda && "$PY" -c "import torch" >/dev/null 2>&1; then
     export PYTHONPATH="$PWD/$PKG${PYTHONPATH:+:$PYTHONPATH}" FLASHATTN_LIBRARY="$PWD/$BUILD/libflashattn.so"
   fi
 fi
-if py_cuda; then
+if ! has_stage python; then
+  :
+elif py_cuda; then
   echo "== pytest python/tests -k cuda"
   "$PY" -m pytest -q -p no:cacheprovider python/tests -k cuda 2>&1 | tee "$LOG_DIR/pytest-cuda.log" | tail -5
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

@@ -120,21 +120,9 @@ elif command -v compute-sanitizer >/dev/null; then
 else
   echo "compute-sanitizer not found: memcheck/racecheck skipped"
 fi
-# ---- Python binding (python/) on CUDA: the package's CUDA tests. An installed package with the CUDA backend
-# (pip install ./python) is used; otherwise the package runs from the tree against $BUILD's library, its small call
-# module _ext compiled here (torch must import, and Python's headers be present). ----
+# ---- Python binding (python/) on CUDA: the package's CUDA tests (scripts/py-tree.sh: installed, or from the tree) ----
 PY=${PYTHON:-python3}
-py_cuda() { "$PY" -c "import torch, flashattn._torch as t; assert t.torch.cuda.is_available() and \
-    t._capi.backend_available(t._capi.BACKEND_CUDA)" >/dev/null 2>&1; }
-if ! py_cuda && "$PY" -c "import torch" >/dev/null 2>&1; then
-  PKG="$BUILD/python-tree"
-  rm -rf "$PKG" && mkdir -p "$PKG" && cp -r python/flashattn "$PKG/"
-  read -r PYINC PYSUFFIX < <("$PY" -c "import sysconfig as s; print(s.get_paths()['include'], s.get_config_var('EXT_SUFFIX'))")
-  if ${CC:-cc} -shared -fPIC -O2 -Iinclude -I"$PYINC" python/flashattn/_ext.c -o "$PKG/flashattn/_ext$PYSUFFIX" \
-       >"$LOG_DIR/python-ext.log" 2>&1; then
-    export PYTHONPATH="$PWD/$PKG${PYTHONPATH:+:$PYTHONPATH}" FLASHATTN_LIBRARY="$PWD/$BUILD/libflashattn.so"
-  fi
-fi
+. scripts/py-tree.sh
 if ! has_stage python; then
   :
 elif py_cuda; then

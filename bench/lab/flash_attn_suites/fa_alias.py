@@ -181,3 +181,15 @@ def pytest_configure(config):
     install()
     _pretend_hopper()
 
+
+
+def pytest_collection_modifyitems(config, items):
+    """FA_SUITE_SAMPLE=N (with FA_SUITE_SEED, default 0): run a seeded sample of N of the collected cases, in their
+    collected order, and deselect the rest (the suites hold hundreds of thousands)."""
+    n = int(os.environ.get("FA_SUITE_SAMPLE", "0"))
+    if n <= 0 or n >= len(items):
+        return
+    import random
+    keep = set(random.Random(int(os.environ.get("FA_SUITE_SEED", "0"))).sample(range(len(items)), n))
+    config.hook.pytest_deselected(items=[it for i, it in enumerate(items) if i not in keep])
+    items[:] = [it for i, it in enumerate(items) if i in keep]

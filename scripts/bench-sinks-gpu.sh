@@ -4,7 +4,8 @@
 #      call timed without and with sinks interleaved in one group (`flashattn bench --sinks 0,1`), and KV-cache
 #      decoding (`bench --mode kvcache --sinks 0,1`); the table gives ms with / ms without (target <= 1.03);
 #   2. (dqk, dv) = (192, 128) against (128, 128) at 8k (batch 2, 16 heads both: the same grid), forward and
-#      backward: TFLOP/s per FLOP (the FLOPs count dqk for QK^T and dv for PV), the ratio (target >= 0.95).
+#      backward: TFLOP/s per FLOP (the FLOPs count dqk for QK^T and dv for PV), the ratio (target >= 0.95), with
+#      PyTorch's flash and cuDNN SDPA backends on the same shapes as the anchor (cuDNN takes (192, 128)).
 # Env: BUILD (default build-cuda), OUT_DIR (CSVs, default $BUILD/bench-sinks), SEQLENS, DIMS, REPS, ALGOS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
   --sinks 0,1 --reps 20 --csv >"$OUT_DIR/sinks-kvcache.csv" 2>"$OUT_DIR/sinks-kvcache.err" || true
 "$FA" bench --device cuda --dtype bf16 --algo "$ALGOS" --d 128,192 --dv 128 --seqlen 8192 --batch 2 --heads 16 \
   --causal 0,1 --pass fwd,bwd --reps "$REPS" --warmup 2 --csv >"$OUT_DIR/dv.csv" 2>"$OUT_DIR/dv.err" || true
+# the anchor: PyTorch's SDPA backends on the same two shapes (cuDNN has (192, 128) in both passes)
+for d in 128 192; do
+  python3 scripts/bench_gpu_torch.py run --out "$OUT_DIR/dv-torch-$d.csv" --d "$d" --dv 128 --heads 16 --seqlen 8192 \
+    --causal 0,1 --pass fwd,bwd --reps "$REPS" >"$OUT_DIR/dv-torch-$d.log" 2>&1 || true
+done
 
 python3 - "$OUT_DIR" <<'EOF' | tee "$OUT_DIR/table.md"
 import csv, sys
@@ -62,10 +68,20 @@ rate = {}
 for r in rows("dv.csv"):
     try: rate[(r["algo"], r["causal"], r["pass"], r["head_dim"])] = float(r["gflops"]) / 1e3
     except ValueError: pass
+for d in ("128", "192"):  # PyTorch's backends beside ours (absent where torch is)
+    try: torch_rows = rows(f"dv-torch-{d}.csv")
+    except OSError: continue
+    for r in torch_rows:
+        try: rate[(r["algo"], r["causal"], r["pass"], r["d"])] = float(r["tflops"])
+        except ValueError: pass
 for (algo, causal, pss, d), t in sorted(rate.items()):
     if d != "192": continue
     b = rate.get((algo, causal, pss, "128"))
     print(f"| {algo} | {causal} | {pss} | {b:.1f} | {t:.1f} | {t / b:.3f} |" if b else
           f"| {algo} | {causal} | {pss} | - | {t:.1f} | - |")
+print("\n(192, 128) TFLOP/s against cuDNN's: " + ", ".join(
+    f"{algo} causal {c} {pss} {t / rate[('torch-cudnn', c, pss, '192')]:.2f}x"
+    for (algo, c, pss, d), t in sorted(rate.items())
+    if d == "192" and not algo.startswith("torch") and rate.get(("torch-cudnn", c, pss, "192"))))
 EOF
 echo "CSVs and stderr (skipped rows say why): $OUT_DIR"

@@ -4,6 +4,8 @@ the real FlashAttention-3 forward (PyPI fa3-fwd, `from fa3_fwd_interface import 
 
   bench_gpu_torch.py run  --out torch.csv [--d 64,128] [--seqlen 512,...] [--causal 0,1] [--pass fwd,bwd]
                           [--fp8 128,256]  (FA3's e4m3 forward at these head dims too, as "fa3-e4m3")
+                          [--dv 128] [--heads 16] [--tokens 16384]  (V's own head dim, e.g. d 192 with dv 128; heads
+                          instead of 2048/d; batch = tokens/seqlen)
   bench_gpu_torch.py merge ours.csv torch.csv     -> one table: TFLOP/s of every algorithm and the ratios
 
 Protocol of docs/benchmarks.md: model dim 2048 (heads = 2048/d), batch*seqlen = 16384, bf16, layout
@@ -15,8 +17,8 @@ import subprocess
 from benchtab import cuda_median_ms, keep_worst, main, ratio, write_csv
 
 
-def flops(b, h, s, d, causal, pas):
-    f = 4.0 * b * h * s * s * d
+def flops(b, h, s, d, causal, pas, dv=None):
+    f = 2.0 * b * h * s * s * (d + (d if dv is None else dv))  # QKᵀ over d, PV over dv
     if causal:
         f /= 2
     return f * (2.5 if pas == "bwd" else 1.0)
@@ -28,7 +30,7 @@ def run(args):
     import torch.nn.functional as F
 
     opts = dict(d="64,128", seqlen="512,1024,2048,4096,8192,16384", causal="0,1", **{"pass": "fwd,bwd"}, reps="10",
-                out="torch.csv", tokens="16384", fp8="")
+                out="torch.csv", tokens="16384", fp8="", dv="", heads="")
     i = 0
     while i < len(args):
         opts[args[i].lstrip("-")] = args[i + 1]
@@ -42,13 +44,14 @@ def run(args):
         print("fa3: absent (%s)" % ex, flush=True)
     rows = []
     for d in map(int, opts["d"].split(",")):
-        h = 2048 // d
+        h = int(opts["heads"]) if opts["heads"] else 2048 // d
+        dv = int(opts["dv"]) if opts["dv"] else d
         for s in map(int, opts["seqlen"].split(",")):
             b = max(1, int(opts["tokens"]) // s)
             for causal in map(int, opts["causal"].split(",")):
-                q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-                           for _ in range(3))
-                dout = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+                q, k, v = (torch.randn(b, h, s, x, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                           for x in (d, d, dv))
+                dout = torch.randn(b, h, s, dv, device="cuda", dtype=torch.bfloat16)
                 for name, be in backends:
                     for pas in opts["pass"].split(","):
                         try:
@@ -64,12 +67,12 @@ def run(args):
                                     def step():
                                         fwd()
                                 ms = cuda_median_ms(step, reps)
-                                tf = flops(b, h, s, d, causal, pas) / ms / 1e9
-                                rows.append([name, d, s, causal, pas, b, h, "%.4f" % ms, "%.1f" % tf])
+                                tf = flops(b, h, s, d, causal, pas, dv) / ms / 1e9
+                                rows.append([name, d, s, causal, pas, b, h, "%.4f" % ms, "%.1f" % tf, dv])
                         except Exception as ex:  # a backend that refuses a shape
-                            rows.append([name, d, s, causal, pas, b, h, "error", str(ex).split("\n")[0][:60]])
+                            rows.append([name, d, s, causal, pas, b, h, "error", str(ex).split("\n")[0][:60], dv])
                         print(",".join(map(str, rows[-1])), flush=True)
-                if fa3 is not None and "fwd" in opts["pass"].split(","):  # the real FA3 forward, [B, S, H, D]
+                if fa3 is not None and dv == d and "fwd" in opts["pass"].split(","):  # the real FA3 forward, [B, S, H, D]
                     qt, kt, vt = (x.detach().transpose(1, 2).contiguous() for x in (q, k, v))
                     try:
                         ms = cuda_median_ms(lambda: fa3(qt, kt, vt, causal=bool(causal)), reps)
@@ -92,7 +95,8 @@ def run(args):
                     del qt, kt, vt
                 del q, k, v, dout
                 torch.cuda.empty_cache()
-    write_csv(opts["out"], ["algo", "d", "seqlen", "causal", "pass", "batch", "heads", "ms", "tflops"], rows)
+    rows = [r if len(r) == 10 else r + [r[1]] for r in rows]  # FA3's rows: dv = d
+    write_csv(opts["out"], ["algo", "d", "seqlen", "causal", "pass", "batch", "heads", "ms", "tflops", "dv"], rows)
 
 
 def gpu_name():

@@ -29,11 +29,16 @@
 #define KV_KT FA_KV_KEYS
 static_assert(FA_KV_ROWS == 16 && FA_KV_KEYS == 16, "one m16n8k16 M of rows, two n8 tiles of keys");
 
+/* Elements from one row of a shared-memory tile to the next: d rounded up to 64, so that the chunk swizzle (XOR
+ * with row % 8) stays inside the row at d = 96 (a third of its row unused) */
+#define KV_DS(D) (((D) + 63) / 64 * 64)
+
 /* CB: bytes of a cache element (2, or 1 for E4M3) */
 template <int D, int NW, int CB = 2> struct kv_mma_smem {
-    static constexpr int q = 2 * 16 * D * 2;                       /* Q tile, bf16/f16 (rotary: hi and lo parts) */
-    static constexpr int ring = NW * FA_KV_STAGES * 2 * KV_KT * D * CB; /* per warp: stages x (K tile, V tile) */
-    static constexpr int wide = CB == 1 ? NW * 2 * KV_KT * D * 2 : 0;  /* E4M3: per warp, its tiles widened to T */
+    static constexpr int DS = KV_DS(D);
+    static constexpr int q = 2 * 16 * DS * 2;                       /* Q tile, bf16/f16 (rotary: hi and lo parts) */
+    static constexpr int ring = NW * FA_KV_STAGES * 2 * KV_KT * DS * CB; /* per warp: stages x (K tile, V tile) */
+    static constexpr int wide = CB == 1 ? NW * 2 * KV_KT * DS * 2 : 0;  /* E4M3: per warp, its tiles widened to T */
     static constexpr int total = q + ring + wide;
     static constexpr int after_q = ring + wide; /* what the merges reuse once the loop is done */
     static_assert(NW * 16 * (D + 8) * 4 + 2 * NW * 16 * 4 <= after_q, "the warps' merge reuses the ring");
@@ -43,11 +48,12 @@ template <int D, int NW, int CB = 2> struct kv_mma_smem {
  * E4M3 tiles (rows of D bytes) with the chunk XORed by row % 8 (row % 4 at d = 64), so that the widening's reads,
  * 8 rows of one chunk per shared-memory phase, are conflict-free. */
 template <int D, typename C> __device__ __forceinline__ uint32_t tile_off(int r, int c) {
+    constexpr int DS = KV_DS(D);
     if constexpr (sizeof(C) == 2) {
-        return swz<D>(r, c);
+        return swz<DS>(r, c);
     } else {
-        constexpr int M = (D / 16 < 8 ? D / 16 : 8) - 1;
-        return (uint32_t)(r * D + ((c ^ (r & M)) << 4));
+        constexpr int M = (DS / 16 < 8 ? DS / 16 : 8) - 1;
+        return (uint32_t)(r * DS + ((c ^ (r & M)) << 4));
     }
 }
 
@@ -69,11 +75,11 @@ template <> __device__ __forceinline__ uint32_t e4m3x2_to<__nv_bfloat16>(uint32_
  * layout, what the 16-bit loop reads). Lane: chunk u / 16 of row u % 16, u = lane + 32 i, so that a phase's 8
  * lanes take one chunk of 8 rows — conflict-free reads and writes. */
 template <int D, typename T> __device__ __forceinline__ void widen_tiles(uint32_t sa, uint32_t da, int lane) {
-    constexpr int CC = D / 16;
+    constexpr int CC = D / 16, DS = KV_DS(D);
     /* the row's swizzle, opaque: its offsets are formed here each time, not hoisted into registers held across the
      * key loop (d = 256 spilled) */
     const int x16 = (int)fa_opaque((uint32_t)lane & 7);     /* swz's XOR of row r */
-    const int x = D / 16 < 8 ? x16 & (D / 16 - 1) : x16;     /* tile_off's */
+    const int x = DS / 16 < 8 ? x16 & (DS / 16 - 1) : x16;   /* tile_off's */
 #pragma unroll
     for (int kv = 0; kv < 2; kv++)
 #pragma unroll
@@ -82,13 +88,13 @@ template <int D, typename T> __device__ __forceinline__ void widen_tiles(uint32_
             uint32_t w[4];
             asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                          : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-                         : "r"(sa + kv * KV_KT * D + (uint32_t)(r * D + ((c ^ x) << 4))));
+                         : "r"(sa + kv * KV_KT * DS + (uint32_t)(r * DS + ((c ^ x) << 4))));
             uint32_t y[8];
 #pragma unroll
             for (int e = 0; e < 4; e++) y[2 * e] = e4m3x2_to<T>(w[e]), y[2 * e + 1] = e4m3x2_to<T>(w[e] >> 16);
-            const uint32_t d = da + kv * KV_KT * D * 2;
-            const uint32_t d0 = d + (uint32_t)(r * D * 2 + (((2 * c) ^ x16) << 4)),
-                           d1 = d + (uint32_t)(r * D * 2 + (((2 * c + 1) ^ x16) << 4));
+            const uint32_t d = da + kv * KV_KT * DS * 2;
+            const uint32_t d0 = d + (uint32_t)(r * DS * 2 + (((2 * c) ^ x16) << 4)),
+                           d1 = d + (uint32_t)(r * DS * 2 + (((2 * c + 1) ^ x16) << 4));
             asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(d0), "r"(y[0]), "r"(y[1]), "r"(y[2]),
                          "r"(y[3])
                          : "memory");
@@ -120,6 +126,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2)
     constexpr int CH = D / 8, NT = NW * 32; /* 16-byte chunks per row of Q; threads */
     constexpr int CC = D * (int)sizeof(C) / 16, EC = 16 / (int)sizeof(C); /* chunks per cache row; elements per chunk */
     using SM = kv_mma_smem<D, NW, (int)sizeof(C)>;
+    constexpr int DS = SM::DS; /* elements from one tile row to the next */
     extern __shared__ __align__(128) unsigned char smem[];
     T *sq = (T *)smem;
     const int s = blockIdx.x, hk = blockIdx.y / p.row_tiles, tile = blockIdx.y % p.row_tiles, b = blockIdx.z;
@@ -137,13 +144,13 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2)
         for (int c = threadIdx.x; c < 16 * CH; c += NT) {
             const int r = c / CH, cc = c % CH, gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
             const bool ok = r < R;
-            fa_cp_async16_at(fa_smem_addr(sq) + swz<D>(r, cc),
+            fa_cp_async16_at(fa_smem_addr(sq) + swz<DS>(r, cc),
                              ok ? (const void *)((const T *)p.q + b * p.q_sb + i * p.q_ss + hq * p.q_sh + cc * 8) : p.q,
                              ok ? 16 : 0);
         }
     fa_cp_async_commit();
     const int len = p.seqlens[b]; /* its load first: the speculated copies wait for nothing it gives */
-    C *ring = (C *)(smem + SM::q) + warp * FA_KV_STAGES * 2 * KV_KT * D;
+    C *ring = (C *)(smem + SM::q) + warp * FA_KV_STAGES * 2 * KV_KT * DS;
     const C *kc = (const C *)p.kc, *vc = (const C *)p.vc;
     /* the keys this warp copies: tiles warp, warp + NW, ... of 16 from kbase, the ones inside [klo, khi) */
     int klo = 0, khi = p.capacity, kbase = 0, mine = 0, row = b, fresh = INT_MAX;
@@ -166,13 +173,16 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2)
     /* this lane's copies of a tile: 16-byte chunk lane % CH of rows lane / CH + RP·i, i < NIT; their element
      * offsets from the tile's first key and their ring offsets are fixed per CTA, so a tile costs one base
      * offset and NIT pairs of copies */
-    constexpr int RP = 32 / CC, NIT = KV_KT * CC / 32;
-    const int64_t lk = (int64_t)hk * p.k_sh + (int64_t)(lane / CC) * p.k_ss + (lane % CC) * EC,
-                  lv = (int64_t)hk * p.v_sh + (int64_t)(lane / CC) * p.v_ss + (lane % CC) * EC;
+    /* (a row that is not a divisor of 32 chunks, d = 96: chunk u % CC of row u / CC, u = lane + 32 i, offsets per i) */
+    constexpr bool EVEN = 32 % CC == 0;
+    constexpr int RP = EVEN ? 32 / CC : 1, NIT = KV_KT * CC / 32;
+    static_assert(KV_KT * CC % 32 == 0, "a tile is whole passes of the warp's copies");
+    const int64_t lk = (int64_t)hk * p.k_sh + (EVEN ? (int64_t)(lane / CC) * p.k_ss + (lane % CC) * EC : 0),
+                  lv = (int64_t)hk * p.v_sh + (EVEN ? (int64_t)(lane / CC) * p.v_ss + (lane % CC) * EC : 0);
     const int64_t stk = (int64_t)RP * p.k_ss, stv = (int64_t)RP * p.v_ss;
     const uint32_t ring_a = fa_smem_addr(ring);
-    const uint32_t wide_a = fa_smem_addr(smem) + SM::q + SM::ring + warp * 2 * KV_KT * D * 2; /* E4M3: its pair */
-    constexpr uint32_t TILE_B = KV_KT * D * sizeof(C); /* bytes of a K or V tile; a stage holds K's, then V's */
+    const uint32_t wide_a = fa_smem_addr(smem) + SM::q + SM::ring + warp * 2 * KV_KT * DS * 2; /* E4M3: its pair */
+    constexpr uint32_t TILE_B = KV_KT * DS * sizeof(C); /* bytes of a K or V tile; a stage holds K's, then V's */
     auto stage = [&](int it) { return ring_a + (it % FA_KV_STAGES) * 2 * TILE_B; }; /* the stage of the it-th tile */
     /* pages of a multiple of 16 keys hold a whole tile: its page and first row, once per tile */
     const bool tile_rows = PLAIN || !p.paged || p.page_size % KV_KT == 0;
@@ -196,7 +206,17 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2)
                     tv = (int64_t)row * p.v_sb + (int64_t)base * p.v_ss;
                 }
                 const C *ks = kc + tk + lk, *vs = vc + tv + lv;
-                if (base >= klo && base + KV_KT <= khi) {
+                if constexpr (!EVEN) {
+#pragma unroll
+                    for (int i = 0; i < NIT; i++) {
+                        const int u = lane + 32 * i, kr = u / CC, cc = u % CC;
+                        const bool ok = base + kr >= klo && base + kr < khi;
+                        const uint32_t so = tile_off<D, C>(kr, cc);
+                        const int64_t ko = (int64_t)kr * p.k_ss + cc * EC, vo = (int64_t)kr * p.v_ss + cc * EC;
+                        fa_cp_async16_at(sk + so, ok ? (const void *)(ks + ko) : kc, ok ? 16 : 0);
+                        fa_cp_async16_at(sv + so, ok ? (const void *)(vs + vo) : vc, ok ? 16 : 0);
+                    }
+                } else if (base >= klo && base + KV_KT <= khi) {
 #pragma unroll
                     for (int i = 0; i < NIT; i++) {
                         const uint32_t so = tile_off<D, C>(lane / CC + RP * i, lane % CC);
@@ -292,7 +312,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2)
     if (!spec) first_copies();
     /* With rotary, q is the fp32 rotated q: it goes in as hi + lo (two tiles of the dtype, S = hi·Kᵀ + lo·Kᵀ), as
      * exact as fp32 for the scores and the LSE, 16 rows, zero beyond R */
-    T *sq_lo = sq + 16 * D;
+    T *sq_lo = sq + 16 * DS;
     for (int c = threadIdx.x; qrot && c < 16 * CH; c += NT) {
         const int r = c / CH, cc = c % CH;
         uint4 u = make_uint4(0, 0, 0, 0), v = u;
@@ -307,8 +327,8 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2)
             v.x = fa_pack2<T>(lo[0], lo[1]), v.y = fa_pack2<T>(lo[2], lo[3]);
             v.z = fa_pack2<T>(lo[4], lo[5]), v.w = fa_pack2<T>(lo[6], lo[7]);
         }
-        *(uint4 *)((unsigned char *)sq + swz<D>(r, cc)) = u;
-        *(uint4 *)((unsigned char *)sq_lo + swz<D>(r, cc)) = v;
+        *(uint4 *)((unsigned char *)sq + swz<DS>(r, cc)) = u;
+        *(uint4 *)((unsigned char *)sq_lo + swz<DS>(r, cc)) = v;
     }
     fa_cp_async_wait<FA_KV_STAGES - 1>(); /* Q's group: the first of 1 + (NST - 1) */
     __syncthreads();
@@ -320,7 +340,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2)
     if (D <= 128)
 #pragma unroll
         for (int j = 0; j < QR; j++)
-            fa_ldmatrix_x4(qf[j], qa + swz<D>(((lane >> 3) & 1) * 8 + (lane & 7), j * 2 + (lane >> 4)));
+            fa_ldmatrix_x4(qf[j], qa + swz<DS>(((lane >> 3) & 1) * 8 + (lane & 7), j * 2 + (lane >> 4)));
     /* a tile of at most 8 rows (GQA group x new rows <= 8) leaves rows 8-15 of the products unused: their softmax
      * is skipped (their P and O rows are garbage, never read) */
     const bool rows_hi = R > 8;
@@ -341,7 +361,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2)
         if constexpr (F8) { /* the tile pair widened to T in the warp's own buffer, read below as a 16-bit stage */
             widen_tiles<D, T>(stage(it), wide_a, lane);
             __syncwarp();
-            ka = fa_opaque(wide_a), va = ka + KV_KT * D * 2;
+            ka = fa_opaque(wide_a), va = ka + KV_KT * DS * 2;
         } else {
             ka = fa_opaque(stage(it)), va = ka + TILE_B;
         }
@@ -354,12 +374,12 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2)
             uint32_t a[4], bk[4];
             float(*acc)[4] = j % 2 ? sd : sc;
             if (D <= 128) a[0] = qf[j % QR][0], a[1] = qf[j % QR][1], a[2] = qf[j % QR][2], a[3] = qf[j % QR][3];
-            else fa_ldmatrix_x4(a, qa + swz<D>(((lane >> 3) & 1) * 8 + (lane & 7), j * 2 + (lane >> 4)));
-            fa_ldmatrix_x4(bk, ka + swz<D>((lane >> 4) * 8 + (lane & 7), j * 2 + ((lane >> 3) & 1)));
+            else fa_ldmatrix_x4(a, qa + swz<DS>(((lane >> 3) & 1) * 8 + (lane & 7), j * 2 + (lane >> 4)));
+            fa_ldmatrix_x4(bk, ka + swz<DS>((lane >> 4) * 8 + (lane & 7), j * 2 + ((lane >> 3) & 1)));
             fa_mma_free<T>(acc[0], a, bk[0], bk[1]);
             fa_mma_free<T>(acc[1], a, bk[2], bk[3]);
             if (qrot) {
-                fa_ldmatrix_x4(a, qa + 16 * D * 2 + swz<D>(((lane >> 3) & 1) * 8 + (lane & 7), j * 2 + (lane >> 4)));
+                fa_ldmatrix_x4(a, qa + 16 * DS * 2 + swz<DS>(((lane >> 3) & 1) * 8 + (lane & 7), j * 2 + (lane >> 4)));
                 fa_mma_free<T>(acc[0], a, bk[0], bk[1]);
                 fa_mma_free<T>(acc[1], a, bk[2], bk[3]);
             }
@@ -416,7 +436,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2)
 #pragma unroll
         for (int np = 0; np < D / 16; np++) {
             uint32_t bv[4];
-            fa_ldmatrix_x4_trans(bv, va + swz<D>(((lane >> 3) & 1) * 8 + (lane & 7), np * 2 + (lane >> 4)));
+            fa_ldmatrix_x4_trans(bv, va + swz<DS>(((lane >> 3) & 1) * 8 + (lane & 7), np * 2 + (lane >> 4)));
             fa_mma_free<T>(o[2 * np], pa, bv[0], bv[1]);
             fa_mma_free<T>(o[2 * np + 1], pa, bv[2], bv[3]);
         }
@@ -637,7 +657,7 @@ template <int I, typename T> static kv_row_fns row_fns(int f8) {
 /* The instances of row inst (dtype 1 = f16, else bf16; f8: over an E4M3 cache); none where inst is not a row of the
  * table or not p's. */
 static kv_row_fns row_of(const fa_kv_params *p, int inst, int dtype, int f8) {
-    static_assert(FA_KV_NINST == 5, "one case per row of fa_kv_insts");
+    static_assert(FA_KV_NINST == 6, "one case per row of fa_kv_insts");
     if (inst < 0 || inst >= FA_KV_NINST || fa_kv_insts[inst].d != p->d || fa_kv_insts[inst].nw != p->warps) return {};
     const bool h = dtype == 1;
     switch (inst) {
@@ -646,6 +666,7 @@ static kv_row_fns row_of(const fa_kv_params *p, int inst, int dtype, int f8) {
     case 2: return h ? row_fns<2, __half>(f8) : row_fns<2, __nv_bfloat16>(f8);
     case 3: return h ? row_fns<3, __half>(f8) : row_fns<3, __nv_bfloat16>(f8);
     case 4: return h ? row_fns<4, __half>(f8) : row_fns<4, __nv_bfloat16>(f8);
+    case 5: return h ? row_fns<5, __half>(f8) : row_fns<5, __nv_bfloat16>(f8);
     default: return {};
     }
 }

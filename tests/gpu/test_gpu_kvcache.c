@@ -9,8 +9,9 @@
  * other sequence's result unchanged, fa_kvcache_check naming the argument — also after a graph replay — and no
  * fault recorded by any valid case; fa_merge_states; a CUDA graph captured once and replayed at a different cache
  * length; v with a head dim of its own ((576, 512), (192, 128); other pairs refused); FP8 (E4M3) caches with device
- * descales (the same paths, the contract against the CPU, bad descales); head dim 96. Run by scripts/test-gpu.sh.
- * FA_GPU_TEST_SMALL=1 keeps the shapes small (sanitizers); FA_GPU_TEST_ONLY=fp8 runs the FP8 and d = 96 suites alone. */
+ * descales (the same paths, the contract against the CPU, bad descales); head dims 96 and 80. Run by
+ * scripts/test-gpu.sh. FA_GPU_TEST_SMALL=1 keeps the shapes small (sanitizers); FA_GPU_TEST_ONLY=fp8 runs the FP8 and
+ * d = 96 / 80 suites alone. */
 #include "testlib.h"
 #include "dtype.h"
 #include "kvcase.h"
@@ -715,25 +716,27 @@ static void fp8(fa_context *ctx, fa_context *cpu, int small) {
     }
 }
 
-/* Head dim 96 (tile rows padded to 128 elements in shared memory, copies of 12 chunks a row): 16-bit and E4M3
- * caches, contiguous and paged (16 and 3 keys a page), GQA 1, 4 and 32/8, 1 and 5 new rows, append with and without
- * rotary, masks and softcap, sinks, one split, a cluster or register merge, the tile merge, fixed splits. */
-static void dim96(fa_context *ctx, fa_context *cpu, int small) {
+/* Head dims 96 and 80 (tile rows padded to 128 elements in shared memory, copies of 12 or 10 chunks a row, E4M3's 6
+ * or 5; d = 80's float64 recompute with lanes past the row): 16-bit and E4M3 caches, contiguous and paged (16 and 3
+ * keys a page), GQA 1, 4 and 32/8, 1 and 5 new rows, append with and without rotary, masks and softcap, sinks, one
+ * split, a cluster or register merge, the tile merge, fixed splits. */
+static void padded_dims(fa_context *ctx, fa_context *cpu, int small) {
     static float sk[32];
     for (int h = 0; h < 32; h++) sk[h] = (float)(-1 + 4 * t_rng_uniform(&R));
     static const int gqa[][2] = {{8, 2}, {4, 4}, {32, 8}};
-    for (int n = 0; n < 12; n++) {
+    for (int n = 0; n < 24; n++) {
         if (small && n % 2) continue;
         t_kv_spec s = t_kv_spec_of(n % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 2 + n % 2, n % 3 ? 1 : 5, gqa[n % 3][0],
-                                   gqa[n % 3][1], 96, small ? 401 : 1201 + 77 * n, (int[]){0, 16, 3}[n / 4]);
+                                   gqa[n % 3][1], n < 12 ? 96 : 80, small ? 401 : 1201 + 77 * n,
+                                   (int[]){0, 16, 3}[n / 4 % 3]);
         s.fp8 = n / 2 % 2;
         s.append = n % 4 != 3;
         s.rotary = s.append && n % 5 == 2;
         t_kv_set_mask(&s, n % 5);
         if (n % 6 == 1) s.opts.sinks = sk;
         s.kv.num_splits = (int[]){0, 1, 4, 33, 0, 2}[n % 6];
-        if (n == 10) s.kv.num_splits = 0, s.kv.split_size = 128;
-        run(ctx, cpu, &s, "d96");
+        if (n % 12 == 10) s.kv.num_splits = 0, s.kv.split_size = 128;
+        run(ctx, cpu, &s, "padded d");
     }
 }
 
@@ -847,13 +850,13 @@ int main(void) {
         return 1;
     }
     fa_context *cpu = t_cpu_ctx();
-    /* FA_GPU_TEST_ONLY=fp8: the FP8-cache suites and head dim 96 alone */
+    /* FA_GPU_TEST_ONLY=fp8: the FP8-cache suites and head dims 96 and 80 alone */
     const int only_fp8 = getenv("FA_GPU_TEST_ONLY") && !strcmp(getenv("FA_GPU_TEST_ONLY"), "fp8");
     if (only_fp8) {
         fp8(ctx, cpu, small);
         fp8_contract(ctx, cpu);
         fp8_errors(ctx);
-        dim96(ctx, cpu, small);
+        padded_dims(ctx, cpu, small);
         fa_context_destroy(ctx);
         fa_context_destroy(cpu);
         return t_finish();
@@ -875,7 +878,7 @@ int main(void) {
     fp8(ctx, cpu, small);
     fp8_contract(ctx, cpu);
     fp8_errors(ctx);
-    dim96(ctx, cpu, small);
+    padded_dims(ctx, cpu, small);
     fa_context_destroy(ctx);
     fa_context_destroy(cpu);
     return t_finish();

@@ -57,30 +57,34 @@ template <typename C> __device__ __forceinline__ double fa_kv_ld_ds(const C *x, 
  * the real values, times the sequence's descales). */
 template <int D, typename T, int DV = D, typename C = T>
 __device__ void fa_kv_exact_row(const typename fa_kv_params_of<C>::type &p, int b, int row, int hk, int i, int hq,
-                                 int lo, int hi, double (&o)[DV / 32], double *lse) {
+                                 int lo, int hi, double (&o)[(DV + 31) / 32], double *lse) {
+    /* columns lane + 32 j below D (DV); d = 80: the last j's lanes 16-31 hold none (0 in q and o) */
+    constexpr int JQ = (D + 31) / 32, JO = (DV + 31) / 32;
     const int lane = threadIdx.x & 31;
-    double q[D / 32];
+    double q[JQ];
     bool bad = false;
 #pragma unroll
-    for (int j = 0; j < D / 32; j++) {
+    for (int j = 0; j < JQ; j++) {
         const int c = lane + 32 * j;
-        q[j] = p.qrot ? (double)p.qrot[(((int64_t)b * p.sq + i) * p.hq + hq) * D + c]
-                      : (double)fa_ld((const T *)p.q + b * p.q_sb + i * p.q_ss + hq * p.q_sh + c);
+        q[j] = D % 32 && c >= D ? 0.0
+               : p.qrot         ? (double)p.qrot[(((int64_t)b * p.sq + i) * p.hq + hq) * D + c]
+                                : (double)fa_ld((const T *)p.q + b * p.q_sb + i * p.q_ss + hq * p.q_sh + c);
         bad |= !isfinite(q[j]);
-        if (DV == D) o[j < DV / 32 ? j : 0] = 0.0; /* (in this loop: the single-head-dim kernels' code as it was) */
+        if (DV == D) o[j < JO ? j : 0] = 0.0; /* (in this loop: the single-head-dim kernels' code as it was) */
     }
     if (DV != D)
 #pragma unroll
-        for (int j = 0; j < DV / 32; j++) o[j] = 0.0;
+        for (int j = 0; j < JO; j++) o[j] = 0.0;
     const C *kc = (const C *)p.kc, *vc = (const C *)p.vc;
     for (int t = lo; t < hi && !__any_sync(0xffffffffu, bad); t++) {
         const C *k = kc + fa_kv_key(p, row, t, hk, p.k_sb, p.k_ss, p.k_sh);
 #pragma unroll
-        for (int j = 0; j < D / 32; j++) bad |= !isfinite(fa_kv_ld(k + lane + 32 * j));
+        for (int j = 0; j < JQ; j++)
+            if (!(D % 32) || lane + 32 * j < D) bad |= !isfinite(fa_kv_ld(k + lane + 32 * j));
     }
     if (__any_sync(0xffffffffu, bad)) {
 #pragma unroll
-        for (int j = 0; j < DV / 32; j++) o[j] = NAN;
+        for (int j = 0; j < JO; j++) o[j] = NAN;
         *lse = NAN;
         return;
     }
@@ -94,7 +98,8 @@ __device__ void fa_kv_exact_row(const typename fa_kv_params_of<C>::type &p, int 
         const C *v = vc + fa_kv_key(p, row, t, hk, p.v_sb, p.v_ss, p.v_sh);
         double s = 0.0;
 #pragma unroll
-        for (int j = 0; j < D / 32; j++) s += q[j] * fa_kv_ld_ds(k + lane + 32 * j, kds);
+        for (int j = 0; j < JQ; j++)
+            if (!(D % 32) || lane + 32 * j < D) s += q[j] * fa_kv_ld_ds(k + lane + 32 * j, kds);
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
         s *= (double)p.scale;
@@ -104,20 +109,21 @@ __device__ void fa_kv_exact_row(const typename fa_kv_params_of<C>::type &p, int 
             const double f = exp(m - s);
             l *= f;
 #pragma unroll
-            for (int j = 0; j < DV / 32; j++) o[j] *= f;
+            for (int j = 0; j < JO; j++) o[j] *= f;
             m = s;
         }
         const double pj = exp(s - m);
         l += pj;
 #pragma unroll
-        for (int j = 0; j < DV / 32; j++) o[j] += pj * fa_kv_ld_ds(v + lane + 32 * j, vds);
+        for (int j = 0; j < JO; j++)
+            if (!(DV % 32) || lane + 32 * j < DV) o[j] += pj * fa_kv_ld_ds(v + lane + 32 * j, vds);
     }
     if (hi <= lo) {
         *lse = -INFINITY;
         return;
     }
 #pragma unroll
-    for (int j = 0; j < DV / 32; j++) o[j] /= l;
+    for (int j = 0; j < JO; j++) o[j] /= l;
     *lse = m + log(l);
 }
 

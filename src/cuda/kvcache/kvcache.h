@@ -46,7 +46,7 @@ struct fa_kv_inst {
      "cuda.kvcache.mma.e4m3.plain.d" #D}
 static constexpr fa_kv_inst fa_kv_insts[] = {
     FA_KV_INST(64, 4), FA_KV_INST(64, 8), FA_KV_INST(128, 4), FA_KV_INST(128, 8), FA_KV_INST(256, 4),
-    FA_KV_INST(96, 4), /* tile rows padded to 128 elements in shared memory (splitkv.cu, KV_DS) */
+    FA_KV_INST(96, 4), FA_KV_INST(80, 4), /* tile rows padded to 128 elements in shared memory (splitkv.cu, KV_DS) */
 };
 #undef FA_KV_INST
 #define FA_KV_NINST ((int)(sizeof fa_kv_insts / sizeof fa_kv_insts[0]))

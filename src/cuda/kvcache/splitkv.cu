@@ -83,8 +83,9 @@ template <int D, typename T> __device__ __forceinline__ void widen_tiles(uint32_
 #pragma unroll
     for (int kv = 0; kv < 2; kv++)
 #pragma unroll
-        for (int i = 0; i < KV_KT * CC / 32; i++) {
+        for (int i = 0; i < (KV_KT * CC + 31) / 32; i++) {
             const int u = lane + 32 * i, r = u % 16, c = u / 16;
+            if (KV_KT * CC % 32 && u >= KV_KT * CC) break; /* d = 80: 5 chunks a row, a part pass */
             uint32_t w[4];
             asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                          : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
@@ -175,8 +176,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2)
      * offset and NIT pairs of copies */
     /* (a row that is not a divisor of 32 chunks, d = 96: chunk u % CC of row u / CC, u = lane + 32 i, offsets per i) */
     constexpr bool EVEN = 32 % CC == 0;
-    constexpr int RP = EVEN ? 32 / CC : 1, NIT = KV_KT * CC / 32;
-    static_assert(KV_KT * CC % 32 == 0, "a tile is whole passes of the warp's copies");
+    constexpr int RP = EVEN ? 32 / CC : 1, NIT = (KV_KT * CC + 31) / 32; /* (E4M3 d = 80: 80 chunks, a part pass) */
     const int64_t lk = (int64_t)hk * p.k_sh + (EVEN ? (int64_t)(lane / CC) * p.k_ss + (lane % CC) * EC : 0),
                   lv = (int64_t)hk * p.v_sh + (EVEN ? (int64_t)(lane / CC) * p.v_ss + (lane % CC) * EC : 0);
     const int64_t stk = (int64_t)RP * p.k_ss, stv = (int64_t)RP * p.v_ss;
@@ -210,6 +210,7 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2)
 #pragma unroll
                     for (int i = 0; i < NIT; i++) {
                         const int u = lane + 32 * i, kr = u / CC, cc = u % CC;
+                        if (KV_KT * CC % 32 && u >= KV_KT * CC) break;
                         const bool ok = base + kr >= klo && base + kr < khi;
                         const uint32_t so = tile_off<D, C>(kr, cc);
                         const int64_t ko = (int64_t)kr * p.k_ss + cc * EC, vo = (int64_t)kr * p.v_ss + cc * EC;
@@ -530,15 +531,16 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2)
     for (int r = warp; r < R; r += NW) {
         if (!s_bad[r]) continue;
         const int gr = r0 + r, i = gr / p.group, hq = hk * p.group + gr % p.group;
-        double x[D / 32], lse;
+        double x[(D + 31) / 32], lse;
         fa_kv_wait_first(p); /* it reads the appended rows from the cache */
         fa_kv_exact_row<D, T, D, C>(p, b, row, hk, i, hq, s_lo[r], s_hi[r], x, &lse);
         float lf = (float)lse;
         const float f = join ? fa_sink_join_lse(lf, p.sinks[hq], &lf) : 1.f; /* as the CPU's exact row */
         const int64_t rr = ((int64_t)b * p.hq + hq) * p.sq + i;
 #pragma unroll
-        for (int j = 0; j < D / 32; j++) { /* lane: columns lane + 32 j */
+        for (int j = 0; j < (D + 31) / 32; j++) { /* lane: columns lane + 32 j (below D) */
             const int c = lane + 32 * j;
+            if (D % 32 && c >= D) continue;
             if (CL) cl_o[r * D + c] = (float)x[j];
             else if (ns == 1) fa_st((T *)p.o + b * p.o_sb + i * p.o_ss + hq * p.o_sh + c, (float)x[j] * f);
             else p.part_o[(rr * p.nsplit + s) * D + c] = (float)x[j];
@@ -657,7 +659,7 @@ template <int I, typename T> static kv_row_fns row_fns(int f8) {
 /* The instances of row inst (dtype 1 = f16, else bf16; f8: over an E4M3 cache); none where inst is not a row of the
  * table or not p's. */
 static kv_row_fns row_of(const fa_kv_params *p, int inst, int dtype, int f8) {
-    static_assert(FA_KV_NINST == 6, "one case per row of fa_kv_insts");
+    static_assert(FA_KV_NINST == 7, "one case per row of fa_kv_insts");
     if (inst < 0 || inst >= FA_KV_NINST || fa_kv_insts[inst].d != p->d || fa_kv_insts[inst].nw != p->warps) return {};
     const bool h = dtype == 1;
     switch (inst) {
@@ -667,6 +669,7 @@ static kv_row_fns row_of(const fa_kv_params *p, int inst, int dtype, int f8) {
     case 3: return h ? row_fns<3, __half>(f8) : row_fns<3, __nv_bfloat16>(f8);
     case 4: return h ? row_fns<4, __half>(f8) : row_fns<4, __nv_bfloat16>(f8);
     case 5: return h ? row_fns<5, __half>(f8) : row_fns<5, __nv_bfloat16>(f8);
+    case 6: return h ? row_fns<6, __half>(f8) : row_fns<6, __nv_bfloat16>(f8);
     default: return {};
     }
 }

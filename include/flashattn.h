@@ -373,8 +373,10 @@ typedef struct fa_kv_opts {
      * [batch][heads_k] on the call's device, NULL = 1, as flash-attn's k_descale / v_descale: the real value of a cached
      * element of sequence b (cache row batch_idx[b] or its pages), K/V head h is e4m3 · descale[b][h]. Appended rows are
      * quantised with the same factor: x / descale rounded to nearest-even in E4M3, saturating at ±448, NaN kept (as
-     * fa_quantize_fp8). A CPU context rejects a factor that is not finite and > 0; set with a 16/32-bit cache:
-     * FA_ERR_INVALID_ARGUMENT. CPU only for now (CUDA: FA_ERR_UNSUPPORTED). docs/kvcache.md ("FP8 caches"). */
+     * fa_quantize_fp8). A factor that is not finite and > 0: FA_ERR_INVALID_ARGUMENT on a CPU context (and on CUDA
+     * with check_indices; without it the call runs and fa_kvcache_check reports the entry); set with a 16/32-bit
+     * cache: FA_ERR_INVALID_ARGUMENT. CUDA decodes f16/bf16 q at its head dims with v's equal to q's (a (d, d_v) pair:
+     * FA_ERR_UNSUPPORTED). docs/kvcache.md ("FP8 caches"). */
     const float *k_descale, *v_descale;
 } fa_kv_opts;
 
@@ -404,7 +406,7 @@ static inline fa_kv_opts fa_kv_opts_default(void) {
  *   cache    the KV cache (above); heads_q % cache.k.heads == 0 (GQA/MQA), cache.k with q's dtype (or both k and v
  *            FA_DTYPE_F8_E4M3 with kv_opts.k_descale / v_descale) and head_dim,
  *            cache.v with the same shape but a head_dim of its own, Dv (up to 512: MLA decodes with 576 / 512; CUDA
- *            takes Dv = head_dim and the pairs (576, 512) and (192, 128)).
+ *            takes Dv = head_dim and, with a 16-bit cache, the pairs (576, 512) and (192, 128)).
  *   k_new, v_new  NULL (nothing appended), or both [batch, N, heads_k, head_dim | Dv] (N may differ from S:
  *            speculative decoding, chunked prefill; CUDA: N = S for now): written into the cache at keys seqlens[b] ..
  *            seqlens[b] + N - 1 of each sequence (rotated first with rotary), then attended to. Only those rows of the
@@ -430,8 +432,8 @@ FA_API fa_status fa_forward_kvcache(fa_context *ctx, const fa_attn_opts *opts, c
  * captured into a CUDA graph; after a graph's replay, it reports the replay's), reads the record and clears it:
  * FA_ERR_INVALID_ARGUMENT with a message naming the argument, its value and the sequence ("cache.seqlens[3] = 17:
  * with 1 new keys it must be in 0..15 ...", "cache.block_table: entry 0 of sequence 1's row is 99, outside 0..63 ...",
- * "cache.batch_idx[...]", "kv_opts.rotary_seqlen: ..."), or FA_OK. A CPU context validates every index before a
- * call runs: FA_OK. docs/kvcache.md ("Indices out of range"). */
+ * "cache.batch_idx[...]", "kv_opts.rotary_seqlen: ...", an FP8 cache's "kv_opts.k_descale[b][h] = nan ..."), or
+ * FA_OK. A CPU context validates every index before a call runs: FA_OK. docs/kvcache.md ("Indices out of range"). */
 FA_API fa_status fa_kvcache_check(fa_context *ctx);
 
 /* The workspace bytes the same fa_forward_kvcache call would take (CPU: split partials and per-thread scratch; CUDA:

@@ -1,7 +1,7 @@
 """flash_attn_with_kvcache from FP8 (torch.float8_e4m3fn) caches with k_descale / v_descale (float32 [batch,
-kv_heads], flash-attn's), on the CPU: against plain torch math on the dequantised cache in float64 (contiguous and
-paged, with and without the append, whose new rows the library quantises with the descale), and the argument errors.
-CUDA refuses an FP8 cache with the C library's reason."""
+kv_heads], flash-attn's), on the CPU and on CUDA: against plain torch math on the dequantised cache in float64
+(contiguous and paged, with and without the append, whose new rows the library quantises with the descale), and the
+argument errors. CUDA decodes f16 and bf16 queries at its built head dims (64, 128 here)."""
 import numpy as np
 import pytest
 
@@ -15,6 +15,7 @@ FP8 = getattr(torch, "float8_e4m3fn", None)
 pytestmark = pytest.mark.skipif(FP8 is None, reason="this torch has no float8_e4m3fn")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 HAVE_CUDA = torch.cuda.is_available() and _capi.backend_available(_capi.BACKEND_CUDA)
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device or build"))]
 
 
 def quantised(x, descale):
@@ -41,11 +42,14 @@ def torch_reference(q, kf, vf, scale, causal):
     return torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, dim=-1), v)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("append", [False, True])
 @pytest.mark.parametrize("page", [0, 16])
-@pytest.mark.parametrize("d", [128, 40])
-def test_against_dequantised_cache(dtype, append, page, d):
+@pytest.mark.parametrize("d", [128, 64, 40])
+def test_against_dequantised_cache(device, dtype, append, page, d):
+    if device == "cuda" and (dtype == "float32" or d == 40):
+        pytest.skip("CUDA KV-cache attention: f16 / bf16 queries, head dims 64, 80, 96, 128, 256")
     gen = torch.Generator().manual_seed(7)
     b, sq, hq, hk, cap, n = 2, 2, 8, 2, 64, 45
     q = torch.randn(b, sq, hq, d, generator=gen).to(DTYPES[dtype])
@@ -72,11 +76,17 @@ def test_against_dequantised_cache(dtype, append, page, d):
         vc = torch.empty_like(kc)
         kc.view(torch.uint8)[perm] = k8.view(torch.uint8).reshape(b * per, page, hk, d)
         vc.view(torch.uint8)[perm] = v8.view(torch.uint8).reshape(b * per, page, hk, d)
-    out = flashattn.flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=seqlens, block_table=table,
-                                           causal=True, k_descale=kd, v_descale=vd)
+
+    def dev(x):
+        return None if x is None else x.to(device)
+
+    kc, vc = dev(kc), dev(vc)  # written by the append: read back below
+    out = flashattn.flash_attn_with_kvcache(dev(q), kc, vc, dev(kn), dev(vn), cache_seqlens=dev(seqlens),
+                                           block_table=dev(table), causal=True, k_descale=dev(kd), v_descale=dev(vd))
     ref = torch_reference(q, ref_k[:, :L], ref_v[:, :L], d ** -0.5, causal=True)
-    assert out.dtype == q.dtype and out.shape == q.shape
-    assert_close(out.to(torch.float64).numpy(), ref.numpy(), dtype, "out")
+    assert out.dtype == q.dtype and out.shape == q.shape and out.device == kc.device
+    assert_close(out.cpu().to(torch.float64).numpy(), ref.numpy(), dtype, "out")
+    kc = kc.cpu()
     if append:  # the new rows, quantised, and nothing else of the cache written
         got_k = kc.view(torch.uint8)[table.long()].reshape(b, cap, hk, d) if page else kc.view(torch.uint8)
         want = k8.view(torch.uint8).clone() if page else None
@@ -117,9 +127,25 @@ def test_errors():
 
 
 @pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device or build")
-def test_cuda_refuses_with_the_reason():
-    q = torch.randn(1, 1, 4, 128, device="cuda", dtype=torch.bfloat16)
-    k8 = torch.zeros(1, 64, 2, 128, device="cuda").to(FP8)
-    one = torch.ones(1, 2, device="cuda")
-    with pytest.raises(flashattn.UnsupportedError, match="f8_e4m3"):
-        flashattn.flash_attn_with_kvcache(q, k8, k8, k_descale=one, v_descale=one)
+def test_cuda_matches_the_cpu():
+    """The same call on both devices (GQA, 3 new rows, 700 keys in splits): CUDA's out within bf16's rounding of the
+    CPU's, the appended bytes equal (one rounding rule)."""
+    gen = torch.Generator().manual_seed(11)
+    b, sq, hq, hk, d, cap, n = 3, 3, 16, 4, 128, 800, 700
+    q = torch.randn(b, sq, hq, d, generator=gen).to(torch.bfloat16)
+    kd, vd = torch.rand(b, hk, generator=gen) * 0.03 + 0.02, torch.rand(b, hk, generator=gen) * 0.03 + 0.02
+    k8 = quantised(torch.randn(b, cap, hk, d, generator=gen), kd)
+    v8 = quantised(torch.randn(b, cap, hk, d, generator=gen), vd)
+    kn = torch.randn(b, sq, hk, d, generator=gen).to(torch.bfloat16)
+    vn = torch.randn(b, sq, hk, d, generator=gen).to(torch.bfloat16)
+    seqlens = torch.tensor([n, 5, 0], dtype=torch.int32)
+    outs, caches = [], []
+    for device in ("cpu", "cuda"):
+        kc, vc = k8.clone().to(device), v8.clone().to(device)
+        outs.append(flashattn.flash_attn_with_kvcache(q.to(device), kc, vc, kn.to(device), vn.to(device),
+                                                      cache_seqlens=seqlens.to(device), causal=True,
+                                                      k_descale=kd.to(device), v_descale=vd.to(device),
+                                                      num_splits=3).cpu())
+        caches.append((kc.cpu().view(torch.uint8), vc.cpu().view(torch.uint8)))
+    assert_close(outs[1].to(torch.float64).numpy(), outs[0].to(torch.float64).numpy(), "bfloat16", "out")
+    assert torch.equal(caches[0][0], caches[1][0]) and torch.equal(caches[0][1], caches[1][1])

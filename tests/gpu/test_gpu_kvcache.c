@@ -8,8 +8,10 @@
  * the tables): clamped on the device, nothing out of bounds (memcheck), the faulty sequence's append skipped, the
  * other sequence's result unchanged, fa_kvcache_check naming the argument — also after a graph replay — and no
  * fault recorded by any valid case; fa_merge_states; a CUDA graph captured once and replayed at a different cache
- * length; v with a head dim of its own ((576, 512), (192, 128); other pairs refused). Run by scripts/test-gpu.sh.
- * FA_GPU_TEST_SMALL=1 keeps the shapes small (sanitizers). */
+ * length; v with a head dim of its own ((576, 512), (192, 128); other pairs refused); FP8 (E4M3) caches with device
+ * descales (the same paths, the contract against the CPU, bad descales); head dims 96 and 80. Run by
+ * scripts/test-gpu.sh. FA_GPU_TEST_SMALL=1 keeps the shapes small (sanitizers); FA_GPU_TEST_ONLY=fp8 runs the FP8 and
+ * d = 96 / 80 suites alone. */
 #include "testlib.h"
 #include "dtype.h"
 #include "kvcase.h"
@@ -44,6 +46,7 @@ typedef struct dev_case {
     void *kc, *vc, *q, *kn, *vn, *out;
     int32_t *seqlens, *bt, *bidx;
     float *cos, *sin, *lse, *sinks;
+    float *kds, *vds; /* an FP8 case's descales */
     fa_tensor qt, knt, vnt, outt;
 } dev_case;
 
@@ -73,18 +76,21 @@ static dev_case to_dev(const t_kv_case *c) {
     }
     d.lse = dup_dev(c->lse, sizeof(float) * (size_t)(s->batch * s->hq * s->sq));
     d.sinks = dup_dev(s->opts.sinks, sizeof(float) * (size_t)s->hq); /* NULL without sinks */
+    d.kds = dup_dev(c->k_descale, sizeof(float) * (size_t)(s->batch * s->hk)); /* NULL without FP8 */
+    d.vds = dup_dev(c->v_descale, sizeof(float) * (size_t)(s->batch * s->hk));
     return d;
 }
 
 static void free_dev(dev_case *d) {
     void *ps[] = {d->kc, d->vc, d->q, d->kn, d->vn, d->out, d->seqlens, d->bt, d->bidx, d->cos, d->sin, d->lse,
-                  d->sinks};
+                  d->sinks, d->kds, d->vds};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) cudaFree(ps[i]);
 }
 
 static fa_status call(fa_context *ctx, const t_kv_case *c, dev_case *d, const fa_kv_opts *extra) {
     fa_kvcache kc = t_kv_cache(c, d->kc, d->vc, d->seqlens, d->bt, d->bidx);
     fa_kv_opts ko = t_kv_opts(c, d->cos, d->sin);
+    ko.k_descale = d->kds, ko.v_descale = d->vds; /* the device copies (NULL without FP8) */
     if (extra) ko.workspace = extra->workspace, ko.workspace_bytes = extra->workspace_bytes, ko.check_indices = extra->check_indices;
     fa_attn_opts o = c->s.opts;
     o.sinks = d->sinks; /* the device copy; the oracle reads the host's */
@@ -108,10 +114,11 @@ static int fetch_verify(const t_kv_case *c, dev_case *d, fa_context *cpu) {
 static void run(fa_context *ctx, fa_context *cpu, const t_kv_spec *s, const char *what) {
     t_kv_case *c = t_kv_new(s, &R);
     snprintf(t_case_label, sizeof t_case_label,
-             "%s: %s b%d sq%d hq%d hk%d d%d cap%d page%d append%d rotary%d bidx%d causal%d window(%d,%d) softcap%g "
-             "splits %d/%d", what, fa_dtype_name(s->dt), s->batch, s->sq, s->hq, s->hk, s->d, s->capacity,
-             s->page_size, s->append, s->rotary, s->batch_idx, s->opts.causal, s->opts.window_left,
-             s->opts.window_right, s->opts.softcap, s->kv.num_splits, s->kv.split_size);
+             "%s: %s%s b%d sq%d hq%d hk%d d%d cap%d page%d append%d rotary%d bidx%d causal%d window(%d,%d) softcap%g "
+             "sinks%d splits %d/%d", what, fa_dtype_name(s->dt), s->fp8 ? " e4m3 cache" : "", s->batch, s->sq, s->hq,
+             s->hk, s->d, s->capacity, s->page_size, s->append, s->rotary, s->batch_idx, s->opts.causal,
+             s->opts.window_left, s->opts.window_right, s->opts.softcap, s->opts.sinks != NULL, s->kv.num_splits,
+             s->kv.split_size);
     dev_case d = to_dev(c);
     const fa_status st = call(ctx, c, &d, NULL);
     CHECK_MSG(st == FA_OK, "%s: %s: %s", t_case_label, fa_status_string(st), fa_context_last_error(ctx));
@@ -670,28 +677,168 @@ static void vdim_refusal(fa_context *ctx) {
     }
 }
 
-/* An FP8 (E4M3) cache with device descales: CPU only for now, so FA_ERR_UNSUPPORTED naming the dtype, with the
- * cache and out untouched. */
-static void fp8_refusal(fa_context *ctx) {
-    t_kv_spec s = t_kv_spec_of(FA_DTYPE_BF16, 2, 1, 8, 2, 128, 64, 0);
-    s.fp8 = 1, s.append = 1;
-    t_kv_case *c = t_kv_new(&s, &R);
-    snprintf(t_case_label, sizeof t_case_label, "decode fp8 cache refused");
-    dev_case d = to_dev(c);
-    void *kd = dup_dev(c->k_descale, sizeof(float) * 4), *vd = dup_dev(c->v_descale, sizeof(float) * 4);
-    fa_kvcache kc = t_kv_cache(c, d.kc, d.vc, d.seqlens, d.bt, d.bidx);
-    fa_kv_opts ko = t_kv_opts(c, d.cos, d.sin);
-    ko.k_descale = kd, ko.v_descale = vd;
-    CHECK_STATUS(fa_forward_kvcache(ctx, &c->s.opts, &ko, &d.qt, &kc, &d.knt, &d.vnt, &d.outt, d.lse),
-                 FA_ERR_UNSUPPORTED);
-    CHECK_STR_CONTAINS(fa_context_last_error(ctx), "f8_e4m3");
-    void *k = malloc(c->cache_bytes);
-    CU(cudaMemcpy(k, d.kc, c->cache_bytes, cudaMemcpyDeviceToHost));
-    CHECK(memcmp(k, c->kc, c->cache_bytes) == 0);
-    free(k);
-    cudaFree(kd), cudaFree(vd);
-    free_dev(&d);
-    t_kv_free(c);
+/* FP8 (E4M3) caches with device descales (random per sequence and K/V head), against the float64 oracle on the
+ * cache decoded with them, outputs poisoned: contiguous and paged (pages of 16, 3 and 64 keys: whole tiles, tiles
+ * over pages, several tiles a page), GQA 4, 1, 8 and 32/8, d 128, 64, 256, 1, 4 and 17 new rows, odd capacities and
+ * lengths, append (quantised with the descales: the bytes must equal core/fp8.h's rounding, as the CPU's) with and
+ * without rotary, batch_idx, every mask option and softcap, sinks, one split, the cluster merge, the last CTA's
+ * register merge (fixed splits) and tile merge (> 16 splits); then long sequences (8 warps a CTA, many splits). */
+static void fp8(fa_context *ctx, fa_context *cpu, int small) {
+    static float sk[32];
+    for (int h = 0; h < 32; h++) sk[h] = (float)(-1 + 4 * t_rng_uniform(&R));
+    static const int pages[] = {0, 16, 3, 64}, sqs[] = {1, 4, 17}, dims[] = {128, 64, 256};
+    static const int gqa[][2] = {{8, 2}, {4, 4}, {8, 1}, {32, 8}};
+    for (int n = 0; n < 36; n++) {
+        if (small && n % 3) continue;
+        t_kv_spec s = t_kv_spec_of(n % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 2 + n % 3, sqs[n / 3 % 3], gqa[n % 4][0],
+                                   gqa[n % 4][1], dims[n % 3], small ? 333 : 777 + 131 * (n % 4), pages[n / 9]);
+        s.fp8 = 1;
+        s.append = n % 4 != 3;
+        s.rotary = s.append && n % 5 == 1 ? 1 + n / 5 % 2 : 0;
+        s.batch_idx = n % 7 == 2;
+        t_kv_set_mask(&s, n % 5);
+        if (n % 6 == 5) s.opts.sinks = sk;
+        switch (n % 8) {
+        case 1: s.kv.num_splits = 4; break;  /* a cluster (or the register merge) */
+        case 3: s.kv.num_splits = 33; break; /* the tile merge */
+        case 5: s.kv.split_size = 64; break; /* fixed splits: the register or tile merge */
+        case 6: s.kv.num_splits = 1; break;
+        default: break;                      /* the plan's choice */
+        }
+        run(ctx, cpu, &s, "fp8");
+    }
+    for (int i = 0; i < 4; i++) {
+        t_kv_spec s = t_kv_spec_of(i % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 1, 1, 32, 8, i < 2 ? 128 : 64,
+                                   small ? 3001 : 9001, i % 2 ? 16 : 0);
+        s.fp8 = 1, s.append = 1, s.opts.causal = i % 2;
+        s.kv.num_splits = (int[]){0, 2, 16, 128}[i];
+        run(ctx, cpu, &s, "fp8 long");
+    }
+}
+
+/* Head dims 96 and 80 (tile rows padded to 128 elements in shared memory, copies of 12 or 10 chunks a row, E4M3's 6
+ * or 5; d = 80's float64 recompute with lanes past the row): 16-bit and E4M3 caches, contiguous and paged (16 and 3
+ * keys a page), GQA 1, 4 and 32/8, 1 and 5 new rows, append with and without rotary, masks and softcap, sinks, one
+ * split, a cluster or register merge, the tile merge, fixed splits. */
+static void padded_dims(fa_context *ctx, fa_context *cpu, int small) {
+    static float sk[32];
+    for (int h = 0; h < 32; h++) sk[h] = (float)(-1 + 4 * t_rng_uniform(&R));
+    static const int gqa[][2] = {{8, 2}, {4, 4}, {32, 8}};
+    for (int n = 0; n < 24; n++) {
+        if (small && n % 2) continue;
+        t_kv_spec s = t_kv_spec_of(n % 2 ? FA_DTYPE_F16 : FA_DTYPE_BF16, 2 + n % 2, n % 3 ? 1 : 5, gqa[n % 3][0],
+                                   gqa[n % 3][1], n < 12 ? 96 : 80, small ? 401 : 1201 + 77 * n,
+                                   (int[]){0, 16, 3}[n / 4 % 3]);
+        s.fp8 = n / 2 % 2;
+        s.append = n % 4 != 3;
+        s.rotary = s.append && n % 5 == 2;
+        t_kv_set_mask(&s, n % 5);
+        if (n % 6 == 1) s.opts.sinks = sk;
+        s.kv.num_splits = (int[]){0, 1, 4, 33, 0, 2}[n % 6];
+        if (n % 12 == 10) s.kv.num_splits = 0, s.kv.split_size = 128;
+        run(ctx, cpu, &s, "padded d");
+    }
+}
+
+/* The numerics contract on an FP8 cache against the CPU: a NaN byte (0x7f) in a cached key, in a cached value, NaN
+ * in a q row, one and several splits, contiguous and paged: NaN where the CPU has NaN (some rows, not all), the
+ * finite values within bf16's rounding. */
+static void fp8_contract(fa_context *ctx, fa_context *cpu) {
+    for (int x = 0; x < 12; x++) {
+        const int kind = x % 3;
+        t_kv_spec s = t_kv_spec_of(FA_DTYPE_BF16, 2, 3, 8, 2, 128, 300, x / 3 % 2 ? 16 : 0);
+        const int lens[2] = {250, 120};
+        s.lens = lens;
+        s.fp8 = 1, s.append = 1, s.opts.causal = 1;
+        s.kv.num_splits = x / 6 ? 3 : 1;
+        t_kv_case *c = t_kv_new(&s, &R);
+        if (kind == 0) ((uint8_t *)c->kc)[t_kv_key_off(c, 0, 1, 40) + 5] = 0x7f;
+        if (kind == 1) ((uint8_t *)c->vc)[t_kv_val_off(c, 1, 0, 100) + 7] = 0xff;
+        if (kind == 2) t_set(&c->q.t, 1, 2, 3, 9, NAN);
+        snprintf(t_case_label, sizeof t_case_label, "fp8 contract %d: splits %d page %d", kind, s.kv.num_splits,
+                 s.page_size);
+        dev_case d = to_dev(c);
+        CHECK_STATUS(call(ctx, c, &d, NULL), FA_OK);
+        CU(cudaDeviceSynchronize());
+        const int64_t nq = 2 * 3 * 8 * 128, nl = 2 * 8 * 3;
+        double *go = malloc(sizeof(double) * (size_t)nq);
+        float glse[48];
+        CU(cudaMemcpy(c->out.mem, d.out, c->out.mem_bytes, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(glse, d.lse, sizeof(float) * nl, cudaMemcpyDeviceToHost));
+        int64_t n = 0;
+        for (int b = 0; b < 2; b++)
+            for (int i = 0; i < 3; i++)
+                for (int h = 0; h < 8; h++)
+                    for (int e = 0; e < 128; e++) go[n++] = t_get(&c->out.t, b, i, h, e);
+        t_buf_poison(&c->out);
+        fa_kvcache kc = t_kv_cache(c, c->kc, c->vc, c->seqlens, c->block_table, c->batch_idx);
+        const fa_kv_opts ko = t_kv_opts(c, NULL, NULL); /* the host descales */
+        CHECK_STATUS(fa_forward_kvcache(cpu, &s.opts, &ko, &c->q.t, &kc, &c->kn.t, &c->vn.t, &c->out.t, c->lse),
+                     FA_OK);
+        int bad = 0, nan_rows = 0, fin_rows = 0;
+        n = 0;
+        for (int b = 0; b < 2; b++)
+            for (int i = 0; i < 3; i++)
+                for (int h = 0; h < 8; h++) {
+                    const int64_t r = (b * 8 + h) * 3 + i;
+                    const double lc = c->lse[r], lg = glse[r];
+                    if (isnan(lc)) nan_rows++;
+                    else fin_rows++;
+                    if (isnan(lc) != isnan(lg) || (!isnan(lc) && fabs(lg - lc) > 1e-3 * fmax(1.0, fabs(lc))))
+                        if (bad++ < 4) fprintf(stderr, "%s: row b%d i%d h%d: lse %g vs cpu %g\n", t_case_label, b, i, h, lg, lc);
+                    for (int e = 0; e < 128; e++, n++) {
+                        const double oc = t_get(&c->out.t, b, i, h, e), og = go[n];
+                        const int ok = isnan(oc) ? isnan(og)
+                                                 : isfinite(og) && fabs(og - oc) <= 1.6e-2 * fmax(1e-30, fabs(oc)) + 1e-2;
+                        if (!ok && bad++ < 4)
+                            fprintf(stderr, "%s: b%d i%d h%d col %d: %g vs cpu %g\n", t_case_label, b, i, h, e, og, oc);
+                    }
+                }
+        CHECK_MSG(bad == 0, "%s: %d values differ from the CPU's", t_case_label, bad);
+        CHECK_MSG(nan_rows > 0 && fin_rows > 0, "%s: %d NaN rows, %d finite", t_case_label, nan_rows, fin_rows);
+        free(go);
+        free_dev(&d);
+        t_kv_free(c);
+    }
+}
+
+/* An FP8 cache's bad descales and the shapes CUDA does not decode from one: a NaN or zero descale with check_indices
+ * is FA_ERR_INVALID_ARGUMENT naming the entry, with the cache and out untouched; without it the call runs and
+ * fa_kvcache_check names the entry; v of its own head dim (the pair kernel) is FA_ERR_UNSUPPORTED naming the
+ * dtype. */
+static void fp8_errors(fa_context *ctx) {
+    for (int i = 0; i < 3; i++) {
+        t_kv_spec s = t_kv_spec_of(FA_DTYPE_BF16, 2, 1, 8, 2, i == 2 ? 192 : 128, 64, 0);
+        if (i == 2) s.dv = 128;
+        s.fp8 = 1, s.append = 1;
+        t_kv_case *c = t_kv_new(&s, &R);
+        snprintf(t_case_label, sizeof t_case_label, "fp8 errors %d", i);
+        if (i < 2) c->v_descale[2] = i ? 0.f : NAN; /* [1][0] */
+        dev_case d = to_dev(c);
+        fa_kv_opts check = fa_kv_opts_default();
+        check.check_indices = 1;
+        if (i < 2) {
+            CHECK_STATUS(call(ctx, c, &d, &check), FA_ERR_INVALID_ARGUMENT);
+            CHECK_STR_CONTAINS(fa_context_last_error(ctx), "kv_opts.v_descale[1][0]");
+        } else {
+            CHECK_STATUS(call(ctx, c, &d, NULL), FA_ERR_UNSUPPORTED);
+            CHECK_STR_CONTAINS(fa_context_last_error(ctx), "f8_e4m3");
+        }
+        void *k = malloc(c->cache_bytes), *o = malloc(c->out.mem_bytes);
+        CU(cudaMemcpy(k, d.kc, c->cache_bytes, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(o, d.out, c->out.mem_bytes, cudaMemcpyDeviceToHost));
+        CHECK(memcmp(k, c->kc, c->cache_bytes) == 0);
+        CHECK(memcmp(o, c->out.mem, c->out.mem_bytes) == 0);
+        free(k), free(o);
+        if (i < 2) { /* without the check: the fault record names it */
+            CHECK_STATUS(call(ctx, c, &d, NULL), FA_OK);
+            CHECK_STATUS(fa_kvcache_check(ctx), FA_ERR_INVALID_ARGUMENT);
+            CHECK_STR_CONTAINS(fa_context_last_error(ctx), "kv_opts.v_descale[1][0]");
+            CHECK_STATUS(fa_kvcache_check(ctx), FA_OK); /* read and cleared */
+        }
+        free_dev(&d);
+        t_kv_free(c);
+    }
 }
 
 int main(void) {
@@ -703,6 +850,17 @@ int main(void) {
         return 1;
     }
     fa_context *cpu = t_cpu_ctx();
+    /* FA_GPU_TEST_ONLY=fp8: the FP8-cache suites and head dims 96 and 80 alone */
+    const int only_fp8 = getenv("FA_GPU_TEST_ONLY") && !strcmp(getenv("FA_GPU_TEST_ONLY"), "fp8");
+    if (only_fp8) {
+        fp8(ctx, cpu, small);
+        fp8_contract(ctx, cpu);
+        fp8_errors(ctx);
+        padded_dims(ctx, cpu, small);
+        fa_context_destroy(ctx);
+        fa_context_destroy(cpu);
+        return t_finish();
+    }
     check_indices(ctx);
     out_of_range(ctx);
     graph_fault(ctx);
@@ -717,7 +875,10 @@ int main(void) {
     merge(ctx);
     vdim(ctx, cpu, small);
     vdim_refusal(ctx);
-    fp8_refusal(ctx);
+    fp8(ctx, cpu, small);
+    fp8_contract(ctx, cpu);
+    fp8_errors(ctx);
+    padded_dims(ctx, cpu, small);
     fa_context_destroy(ctx);
     fa_context_destroy(cpu);
     return t_finish();

@@ -12,6 +12,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+extern "C" {
+#include "core/fp8.h"
+}
 
 /* Element c of a row x[] rotated at position pos (the pair partner read from the same row). */
 template <typename T>
@@ -36,8 +39,11 @@ __device__ __forceinline__ float rotated(const fa_kv_params &p, const T *x, int 
     return sign < 0 ? xc * cs - xp * sn : xp * sn + xc * cs;
 }
 
-template <typename T>
-__global__ void __launch_bounds__(FA_KV_THREADS) first_kernel(const fa_kv_params p, const int d_v) {
+/* C: the cache's type, T or E4M3 (uint8_t): new rows quantised with their sequence's descale, x / descale in
+ * float64 rounded by core/fp8.h as fa_quantize_fp8 and the CPU's append round (after the rotary, in fp32). */
+template <typename T, typename C>
+__global__ void __launch_bounds__(FA_KV_THREADS)
+    first_kernel(const typename fa_kv_params_of<C>::type p, const int d_v) {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     const int i = blockIdx.x, b = blockIdx.y;
     if (p.zero_arrived && i == 0) {
@@ -63,41 +69,77 @@ __global__ void __launch_bounds__(FA_KV_THREADS) first_kernel(const fa_kv_params
     if (p.batch_idx && (p.batch_idx[b] < 0 || p.batch_idx[b] >= p.cache_rows)) return;
     if (p.rcos && len > p.rot_seqlen - p.sq) return;
     if (p.paged && fa_kv_page_checked(p, row, (int)t) < 0) return;
-    if (p.kn_vec) { /* no rotary, 16-byte aligned rows: one 16-byte chunk per thread; K rows d, V rows d_v wide */
-        const int ch = p.d / 8, chv = d_v / 8;
-        for (int e = threadIdx.x; e < p.hk * (ch + chv); e += blockDim.x) {
-            const bool v = e >= p.hk * ch;
-            const int w = v ? chv : ch, f = v ? e - p.hk * ch : e, h = f / w, c = f % w * 8;
-            const T *x = v ? (const T *)p.vn + b * p.vn_sb + i * p.vn_ss + h * p.vn_sh + c
-                           : (const T *)p.kn + b * p.kn_sb + i * p.kn_ss + h * p.kn_sh + c;
-            T *dst = v ? (T *)p.vc + fa_kv_key(p, row, (int)t, h, p.v_sb, p.v_ss, p.v_sh) + c
-                       : (T *)p.kc + fa_kv_key(p, row, (int)t, h, p.k_sb, p.k_ss, p.k_sh) + c;
-            *(uint4 *)dst = *(const uint4 *)x;
+    if constexpr (sizeof(C) == 1) {
+        for (int e = threadIdx.x; e < p.hk * (p.d + d_v); e += blockDim.x) {
+            const bool v = e >= p.hk * p.d;
+            const int w = v ? d_v : p.d, f = v ? e - p.hk * p.d : e, h = f / w, c = f % w;
+            const float *ds = v ? p.ds.v : p.ds.k;
+            const double dsc = ds ? (double)ds[(int64_t)b * p.hk + h] : 1.0;
+            float x;
+            uint8_t *dst;
+            if (v) {
+                x = fa_to_f32(((const T *)p.vn + b * p.vn_sb + i * p.vn_ss + h * p.vn_sh)[c]);
+                dst = (uint8_t *)p.vc + fa_kv_key(p, row, (int)t, h, p.v_sb, p.v_ss, p.v_sh) + c;
+            } else {
+                const T *kx = (const T *)p.kn + b * p.kn_sb + i * p.kn_ss + h * p.kn_sh;
+                x = rot ? rotated(p, kx, c, (int)t) : fa_to_f32(kx[c]);
+                dst = (uint8_t *)p.kc + fa_kv_key(p, row, (int)t, h, p.k_sb, p.k_ss, p.k_sh) + c;
+            }
+            *dst = fa_f64_to_e4m3((double)x / dsc);
         }
-        return;
-    }
-    for (int e = threadIdx.x; e < p.hk * p.d; e += blockDim.x) {
-        const int h = e / p.d, c = e % p.d;
-        const T *kx = (const T *)p.kn + b * p.kn_sb + i * p.kn_ss + h * p.kn_sh;
-        T *kd = (T *)p.kc + fa_kv_key(p, row, (int)t, h, p.k_sb, p.k_ss, p.k_sh);
-        kd[c] = rot ? fa_from_f32<T>(rotated(p, kx, c, (int)t)) : kx[c];
-    }
-    for (int e = threadIdx.x; e < p.hk * d_v; e += blockDim.x) {
-        const int h = e / d_v, c = e % d_v;
-        const T *vx = (const T *)p.vn + b * p.vn_sb + i * p.vn_ss + h * p.vn_sh;
-        ((T *)p.vc + fa_kv_key(p, row, (int)t, h, p.v_sb, p.v_ss, p.v_sh))[c] = vx[c];
+    } else {
+        if (p.kn_vec) { /* no rotary, 16-byte aligned rows: a 16-byte chunk per thread; K rows d, V rows d_v wide */
+            const int ch = p.d / 8, chv = d_v / 8;
+            for (int e = threadIdx.x; e < p.hk * (ch + chv); e += blockDim.x) {
+                const bool v = e >= p.hk * ch;
+                const int w = v ? chv : ch, f = v ? e - p.hk * ch : e, h = f / w, c = f % w * 8;
+                const T *x = v ? (const T *)p.vn + b * p.vn_sb + i * p.vn_ss + h * p.vn_sh + c
+                               : (const T *)p.kn + b * p.kn_sb + i * p.kn_ss + h * p.kn_sh + c;
+                T *dst = v ? (T *)p.vc + fa_kv_key(p, row, (int)t, h, p.v_sb, p.v_ss, p.v_sh) + c
+                           : (T *)p.kc + fa_kv_key(p, row, (int)t, h, p.k_sb, p.k_ss, p.k_sh) + c;
+                *(uint4 *)dst = *(const uint4 *)x;
+            }
+            return;
+        }
+        for (int e = threadIdx.x; e < p.hk * p.d; e += blockDim.x) {
+            const int h = e / p.d, c = e % p.d;
+            const T *kx = (const T *)p.kn + b * p.kn_sb + i * p.kn_ss + h * p.kn_sh;
+            T *kd = (T *)p.kc + fa_kv_key(p, row, (int)t, h, p.k_sb, p.k_ss, p.k_sh);
+            kd[c] = rot ? fa_from_f32<T>(rotated(p, kx, c, (int)t)) : kx[c];
+        }
+        for (int e = threadIdx.x; e < p.hk * d_v; e += blockDim.x) {
+            const int h = e / d_v, c = e % d_v;
+            const T *vx = (const T *)p.vn + b * p.vn_sb + i * p.vn_ss + h * p.vn_sh;
+            ((T *)p.vc + fa_kv_key(p, row, (int)t, h, p.v_sb, p.v_ss, p.v_sh))[c] = vx[c];
+        }
     }
 }
 
-extern "C" cudaError_t fa_kv_first_launch(const fa_kv_params *p, int d_v, int dtype, cudaStream_t st) {
+template <typename T, typename C>
+static cudaError_t first_launch(const fa_kv_params *p, const fa_kv_descales *ds, int d_v, cudaStream_t st) {
     const dim3 grid(p->append ? p->sq : 1, p->batch);
     /* the attention kernel's shared-memory carveout, so that SMs need no reconfiguring between the two kernels */
-    static unsigned char ready[2][64];
-    const cudaError_t e = fa_kv_func_attr_once(
-        ready[dtype == 1], dtype == 1 ? (const void *)first_kernel<__half> : (const void *)first_kernel<__nv_bfloat16>,
-        cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    static unsigned char ready[64];
+    const cudaError_t e = fa_kv_func_attr_once(ready, (const void *)first_kernel<T, C>,
+                                               cudaFuncAttributePreferredSharedMemoryCarveout,
+                                               cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess) return e;
-    if (dtype == 1) first_kernel<__half><<<grid, FA_KV_THREADS, 0, st>>>(*p, d_v);
-    else first_kernel<__nv_bfloat16><<<grid, FA_KV_THREADS, 0, st>>>(*p, d_v);
+    if constexpr (sizeof(C) == 1) {
+        fa_kv_e4m3_params q;
+        static_cast<fa_kv_params &>(q) = *p;
+        q.ds = *ds;
+        first_kernel<T, C><<<grid, FA_KV_THREADS, 0, st>>>(q, d_v);
+    } else {
+        (void)ds;
+        first_kernel<T, C><<<grid, FA_KV_THREADS, 0, st>>>(*p, d_v);
+    }
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t fa_kv_first_launch(const fa_kv_params *p, const fa_kv_descales *ds, int d_v, int dtype,
+                                          cudaStream_t st) {
+    if (dtype == 1)
+        return ds ? first_launch<__half, uint8_t>(p, ds, d_v, st) : first_launch<__half, __half>(p, ds, d_v, st);
+    return ds ? first_launch<__nv_bfloat16, uint8_t>(p, ds, d_v, st)
+              : first_launch<__nv_bfloat16, __nv_bfloat16>(p, ds, d_v, st);
 }

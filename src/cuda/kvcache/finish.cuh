@@ -8,6 +8,10 @@
 #include "core/sink.h"
 #include "kvcache.h"
 
+extern "C" {
+#include "core/fp8.h"
+}
+
 #include <cooperative_groups.h>
 #include <math.h>
 
@@ -36,45 +40,66 @@ __device__ __forceinline__ bool fa_kv_stands(float m, float l, const float *o8) 
     return fabsf(m) <= FA_KV_LOGIT_MAX && l > 0.f && l < INFINITY && z == 0.f;
 }
 
+/* An element of a cache of type C: T, or an E4M3 byte (exact in fp32; its descale applied by the caller). */
+template <typename C> __device__ __forceinline__ float fa_kv_ld(const C *x) {
+    if constexpr (sizeof(C) == 1) return fa_e4m3_to_f32(*x);
+    else return fa_ld(x);
+}
+/* Its real value in float64: an E4M3 element times its descale ds (as the CPU's exact row), a T element as it is. */
+template <typename C> __device__ __forceinline__ double fa_kv_ld_ds(const C *x, double ds) {
+    if constexpr (sizeof(C) == 1) return (double)fa_e4m3_to_f32(*x) * ds;
+    else return (double)fa_ld(x);
+}
+
 /* Query row i of head hq over keys [lo, hi) from the definition, in float64, by one warp (lane: columns
  * lane + 32 j): o and the natural-log LSE. NaN/inf in q or a visible key makes the row NaN; logits saturate at
- * ±2^126. The same rules as the CPU's exact_row. q, k rows D wide, v and o rows DV. */
-template <int D, typename T, int DV = D>
-__device__ void fa_kv_exact_row(const fa_kv_params &p, int b, int row, int hk, int i, int hq, int lo, int hi,
-                                 double (&o)[DV / 32], double *lse) {
+ * ±2^126. The same rules as the CPU's exact_row. q, k rows D wide, v and o rows DV; C the cache's type (E4M3:
+ * the real values, times the sequence's descales). */
+template <int D, typename T, int DV = D, typename C = T>
+__device__ void fa_kv_exact_row(const typename fa_kv_params_of<C>::type &p, int b, int row, int hk, int i, int hq,
+                                 int lo, int hi, double (&o)[(DV + 31) / 32], double *lse) {
+    /* columns lane + 32 j below D (DV); d = 80: the last j's lanes 16-31 hold none (0 in q and o) */
+    constexpr int JQ = (D + 31) / 32, JO = (DV + 31) / 32;
     const int lane = threadIdx.x & 31;
-    double q[D / 32];
+    double q[JQ];
     bool bad = false;
 #pragma unroll
-    for (int j = 0; j < D / 32; j++) {
+    for (int j = 0; j < JQ; j++) {
         const int c = lane + 32 * j;
-        q[j] = p.qrot ? (double)p.qrot[(((int64_t)b * p.sq + i) * p.hq + hq) * D + c]
-                      : (double)fa_ld((const T *)p.q + b * p.q_sb + i * p.q_ss + hq * p.q_sh + c);
+        q[j] = D % 32 && c >= D ? 0.0
+               : p.qrot         ? (double)p.qrot[(((int64_t)b * p.sq + i) * p.hq + hq) * D + c]
+                                : (double)fa_ld((const T *)p.q + b * p.q_sb + i * p.q_ss + hq * p.q_sh + c);
         bad |= !isfinite(q[j]);
-        if (DV == D) o[j < DV / 32 ? j : 0] = 0.0; /* (in this loop: the single-head-dim kernels' code as it was) */
+        if (DV == D) o[j < JO ? j : 0] = 0.0; /* (in this loop: the single-head-dim kernels' code as it was) */
     }
     if (DV != D)
 #pragma unroll
-        for (int j = 0; j < DV / 32; j++) o[j] = 0.0;
-    const T *kc = (const T *)p.kc, *vc = (const T *)p.vc;
+        for (int j = 0; j < JO; j++) o[j] = 0.0;
+    const C *kc = (const C *)p.kc, *vc = (const C *)p.vc;
     for (int t = lo; t < hi && !__any_sync(0xffffffffu, bad); t++) {
-        const T *k = kc + fa_kv_key(p, row, t, hk, p.k_sb, p.k_ss, p.k_sh);
+        const C *k = kc + fa_kv_key(p, row, t, hk, p.k_sb, p.k_ss, p.k_sh);
 #pragma unroll
-        for (int j = 0; j < D / 32; j++) bad |= !isfinite(fa_ld(k + lane + 32 * j));
+        for (int j = 0; j < JQ; j++)
+            if (!(D % 32) || lane + 32 * j < D) bad |= !isfinite(fa_kv_ld(k + lane + 32 * j));
     }
     if (__any_sync(0xffffffffu, bad)) {
 #pragma unroll
-        for (int j = 0; j < DV / 32; j++) o[j] = NAN;
+        for (int j = 0; j < JO; j++) o[j] = NAN;
         *lse = NAN;
         return;
     }
-    double m = -INFINITY, l = 0.0;
+    double m = -INFINITY, l = 0.0, kds = 1.0, vds = 1.0;
+    if constexpr (sizeof(C) == 1) {
+        if (p.ds.k) kds = (double)p.ds.k[(int64_t)b * p.hk + hk];
+        if (p.ds.v) vds = (double)p.ds.v[(int64_t)b * p.hk + hk];
+    }
     for (int t = lo; t < hi; t++) {
-        const T *k = kc + fa_kv_key(p, row, t, hk, p.k_sb, p.k_ss, p.k_sh);
-        const T *v = vc + fa_kv_key(p, row, t, hk, p.v_sb, p.v_ss, p.v_sh);
+        const C *k = kc + fa_kv_key(p, row, t, hk, p.k_sb, p.k_ss, p.k_sh);
+        const C *v = vc + fa_kv_key(p, row, t, hk, p.v_sb, p.v_ss, p.v_sh);
         double s = 0.0;
 #pragma unroll
-        for (int j = 0; j < D / 32; j++) s += q[j] * (double)fa_ld(k + lane + 32 * j);
+        for (int j = 0; j < JQ; j++)
+            if (!(D % 32) || lane + 32 * j < D) s += q[j] * fa_kv_ld_ds(k + lane + 32 * j, kds);
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
         s *= (double)p.scale;
@@ -84,20 +109,21 @@ __device__ void fa_kv_exact_row(const fa_kv_params &p, int b, int row, int hk, i
             const double f = exp(m - s);
             l *= f;
 #pragma unroll
-            for (int j = 0; j < DV / 32; j++) o[j] *= f;
+            for (int j = 0; j < JO; j++) o[j] *= f;
             m = s;
         }
         const double pj = exp(s - m);
         l += pj;
 #pragma unroll
-        for (int j = 0; j < DV / 32; j++) o[j] += pj * (double)fa_ld(v + lane + 32 * j);
+        for (int j = 0; j < JO; j++)
+            if (!(DV % 32) || lane + 32 * j < DV) o[j] += pj * fa_kv_ld_ds(v + lane + 32 * j, vds);
     }
     if (hi <= lo) {
         *lse = -INFINITY;
         return;
     }
 #pragma unroll
-    for (int j = 0; j < DV / 32; j++) o[j] /= l;
+    for (int j = 0; j < JO; j++) o[j] /= l;
     *lse = m + log(l);
 }
 

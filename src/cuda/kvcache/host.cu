@@ -13,6 +13,7 @@ extern "C" {
 #include "core/kvcache.h"
 }
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +26,11 @@ extern "C" {
 #define WARP8_CONTIG_KEYS 2048 /* contiguous: keys per split up to which 8 warps beat 4 (longer read the same) */
 #define LONG_KEYS 32768       /* contiguous: capacity from which a long call's CTAs start at thirds (pick_splits) */
 
+/* 16-byte aligned rows: the data pointer, and strides of whole 16-byte chunks (8 elements of 16 bits, 16 of E4M3) */
 static int aligned16(const fa_tensor *t) {
-    return ((uintptr_t)t->data % 16) == 0 && t->stride_batch % 8 == 0 && t->stride_seq % 8 == 0 && t->stride_head % 8 == 0;
+    const int64_t n = 16 / (int64_t)fa_dtype_size(t->dtype);
+    return ((uintptr_t)t->data % 16) == 0 && t->stride_batch % n == 0 && t->stride_seq % n == 0 &&
+           t->stride_head % n == 0;
 }
 
 /* Tiles of FA_KV_ROWS query rows per K/V head: the GQA group x the new rows. */
@@ -54,9 +58,10 @@ static int supports(const fa_kv_problem *p, char *why, size_t why_len) {
         snprintf(why, why_len, "dtype: f32 KV-cache attention runs on the CPU only (CUDA: f16, bf16)");
         return 0;
     }
-    if (p->cdtype == FA_DTYPE_F8_E4M3) {
-        snprintf(why, why_len, "cache.k: dtype f8_e4m3: FP8 KV caches decode on the CPU only for now (CUDA: f16, bf16 "
-                 "caches)");
+    if (p->cdtype == FA_DTYPE_F8_E4M3 && p->d_v != p->d) {
+        snprintf(why, why_len, "cache.k: dtype f8_e4m3 with cache.v's head_dim %lld different from q's %lld: the CUDA "
+                 "kernel of such pairs reads f16 and bf16 caches only (a CPU context decodes it)", (long long)p->d_v,
+                 (long long)p->d);
         return 0;
     }
     if (p->d_v != p->d && pair_of(p->d, p->d_v) < 0) { /* the pair kernel's rows (kvcache.h) */
@@ -91,7 +96,8 @@ static int supports(const fa_kv_problem *p, char *why, size_t why_len) {
     for (int i = 0; i < 4; i++)
         if (!aligned16(ts[i])) {
             snprintf(why, why_len, "%s: CUDA KV-cache attention reads rows with 16-byte loads: the data pointer must "
-                     "be 16-byte aligned and the strides multiples of 8 elements", names[i]);
+                     "be 16-byte aligned and the strides multiples of %d elements", names[i],
+                     16 / (int)fa_dtype_size(ts[i]->dtype));
             return 0;
         }
     const int64_t tiles = row_tiles_of(p);
@@ -155,17 +161,18 @@ static int pick_warps(const fa_kv_problem *p, int ns, int sms) {
 
 /* Clusters of ns CTAs of row inst that the current device holds at once, asked once per shape. */
 static int active_clusters(const fa_kv_problem *p, int inst, int ns) {
-    static int known[64][2][FA_KV_NINST][FA_KV_CLUSTER_MAX + 1]; /* device, dtype, row, ns: the count + 1 */
+    /* device, dtype, E4M3 cache, row, ns: the count + 1 */
+    static int known[64][2][2][FA_KV_NINST][FA_KV_CLUSTER_MAX + 1];
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev >= 64) return 0;
-    const int dt = p->dtype == FA_DTYPE_F16 ? 1 : 2;
-    int *k = &known[dev][dt - 1][inst][ns];
+    const int dt = p->dtype == FA_DTYPE_F16 ? 1 : 2, f8 = p->cdtype == FA_DTYPE_F8_E4M3;
+    int *k = &known[dev][dt - 1][f8][inst][ns];
     if (!*k) {
         fa_kv_params c;
         memset(&c, 0, sizeof c);
         c.d = fa_kv_insts[inst].d, c.warps = fa_kv_insts[inst].nw, c.nsplit = ns;
         c.hk = 1, c.row_tiles = 1, c.batch = 1, c.cluster = 1;
-        *k = fa_kv_active_clusters(&c, inst, dt) + 1;
+        *k = fa_kv_active_clusters(&c, inst, dt, f8) + 1;
     }
     return *k - 1;
 }
@@ -192,7 +199,8 @@ static void layout(fa_arena *a, const fa_kv_problem *p, const fa_plan *plan, kv_
 /* ---- traffic: modelled at full capacity (the lengths are on the device); q, k rows d wide, v, out rows d_v ---- */
 static void traffic(const fa_kv_problem *p, fa_plan *plan) {
     const double e = (double)fa_dtype_size(p->dtype), d = (double)p->d, dv = (double)p->d_v;
-    plan->read_bytes = (double)p->batch * ((double)p->capacity * p->hk * (d + dv) + p->sq * p->hq * d) * e;
+    const double ce = (double)fa_dtype_size(p->cdtype); /* the cache's: 1 for E4M3 */
+    plan->read_bytes = (double)p->batch * ((double)p->capacity * p->hk * (d + dv) * ce + p->sq * p->hq * d * e);
     plan->write_bytes = (double)p->batch * p->sq * p->hq * dv * e;
 }
 
@@ -231,7 +239,9 @@ extern "C" fa_status fa_cuda_kv_plan(const fa_context *ctx, const fa_kv_problem 
          * fetch is a third of a short call's stalls) */
         plan->aux[FA_KV_AUX_PLAIN] = !p->rot_cos && !(p->softcap > 0) && (!p->paged || p->page_size % FA_KV_KEYS == 0);
         const fa_kv_inst *in = &fa_kv_insts[plan->entry];
-        plan->kernel = plan->aux[FA_KV_AUX_PLAIN] ? in->kernel_plain : in->kernel;
+        const int plain = plan->aux[FA_KV_AUX_PLAIN];
+        plan->kernel = p->cdtype == FA_DTYPE_F8_E4M3 ? (plain ? in->kernel_f8_plain : in->kernel_f8)
+                                                      : (plain ? in->kernel_plain : in->kernel);
         plan->threads = 32 * in->nw;
     }
     fa_arena a = fa_arena_dry();
@@ -289,18 +299,39 @@ static fa_status cuda_err(fa_context *ctx, const char *what, cudaError_t e) {
     return fa_fail(ctx, FA_ERR_DEVICE, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-/* check_indices: the device index arrays copied back and validated as on the CPU (synchronises). */
+/* An FP8 cache's descales (host copies, [batch][hk] each, NULL = none): finite and > 0, as a CPU context checks. */
+static fa_status check_descales(fa_context *ctx, const fa_kv_problem *p, const float *ds[2]) {
+    static const char *const names[2] = {"kv_opts.k_descale", "kv_opts.v_descale"};
+    for (int i = 0; i < 2; i++)
+        for (int64_t n = 0; ds[i] && n < p->batch * p->hk; n++)
+            if (!(isfinite(ds[i][n]) && ds[i][n] > 0))
+                return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "%s[%lld][%lld] = %g must be finite and > 0", names[i],
+                               (long long)(n / p->hk), (long long)(n % p->hk), (double)ds[i][n]);
+    return FA_OK;
+}
+
+/* check_indices: the device index arrays (and an FP8 cache's descales) copied back and validated as on the CPU
+ * (synchronises). */
 static fa_status check_device_indices(fa_context *ctx, const fa_kv_problem *p, cudaStream_t st) {
     const size_t nb = (size_t)p->batch, nbt = p->paged ? (size_t)(p->cache_rows * p->bt_stride) : 0;
-    int32_t *h = (int32_t *)malloc(sizeof(int32_t) * (2 * nb + nbt + 1));
+    const size_t nds = (size_t)(p->batch * p->hk);
+    int32_t *h = (int32_t *)malloc(sizeof(int32_t) * (2 * nb + nbt + 2 * nds + 1));
     if (!h) return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "kv_opts.check_indices: no host memory for the copies");
     int32_t *lens = h, *bidx = h + nb, *bt = h + 2 * nb;
+    float *hds = (float *)(bt + nbt);
+    const float *dds[2] = {p->k_descale, p->v_descale}, *ds[2] = {NULL, NULL};
     cudaError_t e = cudaMemcpyAsync(lens, p->seqlens, nb * 4, cudaMemcpyDeviceToHost, st);
     if (e == cudaSuccess && p->batch_idx) e = cudaMemcpyAsync(bidx, p->batch_idx, nb * 4, cudaMemcpyDeviceToHost, st);
     if (e == cudaSuccess && nbt) e = cudaMemcpyAsync(bt, p->block_table, nbt * 4, cudaMemcpyDeviceToHost, st);
+    for (int i = 0; i < 2; i++)
+        if (e == cudaSuccess && dds[i]) {
+            ds[i] = hds + i * nds;
+            e = cudaMemcpyAsync((float *)ds[i], dds[i], nds * 4, cudaMemcpyDeviceToHost, st);
+        }
     if (e == cudaSuccess) e = cudaStreamSynchronize(st);
     fa_status rc = e != cudaSuccess ? cuda_err(ctx, "kv_opts.check_indices: copying the index arrays", e)
                                     : fa_kv_check_indices(ctx, p, lens, nbt ? bt : NULL, p->batch_idx ? bidx : NULL);
+    if (rc == FA_OK) rc = check_descales(ctx, p, ds);
     free(h);
     return rc;
 }
@@ -336,14 +367,17 @@ extern "C" fa_status fa_cuda_kv_run(fa_context *ctx, const fa_kv_problem *p, con
         }
         c.zero_arrived = c.arrived && p->workspace;
         const int dt = (int)p->dtype;
+        /* an E4M3 cache: its descales go with the parameter block of its kernels */
+        const fa_kv_descales dsc = {p->k_descale, p->v_descale};
+        const fa_kv_descales *ds = p->cdtype == FA_DTYPE_F8_E4M3 ? &dsc : NULL;
         cudaError_t e;
         c.after_first = p->append || c.zero_arrived;
-        if (c.after_first && (e = fa_kv_first_launch(&c, (int)p->d_v, dt, stream)) != cudaSuccess) {
+        if (c.after_first && (e = fa_kv_first_launch(&c, ds, (int)p->d_v, dt, stream)) != cudaSuccess) {
             rc = cuda_err(ctx, "kvcache append launch", e);
             break;
         }
         e = plan->aux[FA_KV_AUX_PAIR] ? fa_kv_pair_launch(&c, (int)p->d_v, plan->entry, dt, stream)
-                                      : fa_kv_attend_launch(&c, plan->entry, dt, stream);
+                                      : fa_kv_attend_launch(&c, ds, plan->entry, dt, stream);
         if (e != cudaSuccess) {
             rc = cuda_err(ctx, "kvcache split-KV launch", e);
             break;
@@ -382,6 +416,13 @@ extern "C" fa_status fa_cuda_kv_check(fa_context *ctx) {
     case FA_KV_FAULT_ROTARY:
         return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.rotary_seqlen: %d positions, sequence %d needs %d; a "
                        "KV-cache call left its keys unrotated past the tables", lim, b, v);
+    case FA_KV_FAULT_DESCALE: {
+        float x;
+        memcpy(&x, &v, sizeof x);
+        return fa_fail(ctx, FA_ERR_INVALID_ARGUMENT, "kv_opts.%s_descale[%d][%d] = %g must be finite and > 0; a "
+                       "KV-cache call used it (kv_opts.check_indices refuses it before the call)", lim ? "v" : "k", b,
+                       col, (double)x);
+    }
     default: return fa_fail(ctx, FA_ERR_INTERNAL, "fa_kvcache_check: fault code %d", f[0]);
     }
 }

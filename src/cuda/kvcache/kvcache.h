@@ -24,7 +24,9 @@ enum {
     FA_KV_FAULT_SEQLENS = 1,     /* seqlens[b] = value < 0, or > limit = capacity - new keys (column: the new keys) */
     FA_KV_FAULT_BATCH_IDX = 2,   /* batch_idx[b] = value outside 0..limit - 1 (the rows) */
     FA_KV_FAULT_BLOCK_TABLE = 3, /* entry `column` of sequence b's block-table row = value outside 0..limit - 1 */
-    FA_KV_FAULT_ROTARY = 4       /* sequence b needs value rotary positions, the tables have limit */
+    FA_KV_FAULT_ROTARY = 4,      /* sequence b needs value rotary positions, the tables have limit */
+    FA_KV_FAULT_DESCALE = 5      /* an FP8 cache's descale [b][column] not finite and > 0: value its fp32 bits, limit
+                                  * 0 for k_descale, 1 for v_descale */
 };
 #define FA_KV_FAULT_INTS 5
 
@@ -37,10 +39,14 @@ struct fa_kv_inst {
     int d, nw;
     const char *kernel, *kernel_plain; /* the general instance's name, and the one built without rotary q, softcap
                                         * and tiles that span pages (fa_kv_params.plain) */
+    const char *kernel_f8, *kernel_f8_plain; /* the same over an FP8 (E4M3) cache */
 };
-#define FA_KV_INST(D, NW) {D, NW, "cuda.kvcache.mma.d" #D, "cuda.kvcache.mma.plain.d" #D}
+#define FA_KV_INST(D, NW)                                                                                          \
+    {D, NW, "cuda.kvcache.mma.d" #D, "cuda.kvcache.mma.plain.d" #D, "cuda.kvcache.mma.e4m3.d" #D,                  \
+     "cuda.kvcache.mma.e4m3.plain.d" #D}
 static constexpr fa_kv_inst fa_kv_insts[] = {
     FA_KV_INST(64, 4), FA_KV_INST(64, 8), FA_KV_INST(128, 4), FA_KV_INST(128, 8), FA_KV_INST(256, 4),
+    FA_KV_INST(96, 4), FA_KV_INST(80, 4), /* tile rows padded to 128 elements in shared memory (splitkv.cu, KV_DS) */
 };
 #undef FA_KV_INST
 #define FA_KV_NINST ((int)(sizeof fa_kv_insts / sizeof fa_kv_insts[0]))
@@ -95,6 +101,21 @@ typedef struct fa_kv_params {
     int *fault;              /* the context's fault record (FA_KV_FAULT_INTS ints) */
 } fa_kv_params;
 
+/* An E4M3 cache's descales (kv_opts.k_descale / v_descale): [b, hk] fp32 each, device, or NULL = 1. */
+typedef struct fa_kv_descales {
+    const float *k, *v;
+} fa_kv_descales;
+#ifdef __cplusplus
+/* The parameter block of the kernels over an E4M3 cache (kc, vc bytes, real values e4m3 x descale): the 16-bit
+ * kernels' block, whose size stays theirs (their code copies it whole), and the descales. */
+struct fa_kv_e4m3_params : fa_kv_params {
+    fa_kv_descales ds;
+};
+/* A kernel's parameter block for cache type C (T, or uint8_t: E4M3). */
+template <typename C> struct fa_kv_params_of { typedef fa_kv_params type; };
+template <> struct fa_kv_params_of<uint8_t> { typedef fa_kv_e4m3_params type; };
+#endif
+
 /* Keys of a sequence after the append, from its seqlens entry, clamped into [0, capacity] (in 64 bits: a length near
  * 2^31 plus the new keys would overflow). */
 #ifdef __CUDACC__
@@ -121,6 +142,16 @@ static __device__ __forceinline__ int fa_kv_check_seq(const fa_kv_params &p, int
     if (p.rcos && ok && len > p.rot_seqlen - p.sq)
         fa_kv_fault(p, FA_KV_FAULT_ROTARY, b, 0, len + p.sq, p.rot_seqlen), ok = 0;
     return ok;
+}
+/* An FP8 cache's descales of sequence b, checked once per sequence: one that is not finite and > 0 is recorded (the
+ * host cannot read device memory before the call; the CPU refuses such a call). */
+static __device__ __noinline__ void fa_kv_check_descales(const fa_kv_e4m3_params &p, int b) {
+    const float *ds[2] = {p.ds.k, p.ds.v};
+    for (int i = 0; i < 2; i++)
+        for (int h = 0; ds[i] && h < p.hk; h++) {
+            const float x = ds[i][(int64_t)b * p.hk + h];
+            if (!(isfinite(x) && x > 0.f)) fa_kv_fault(p, FA_KV_FAULT_DESCALE, b, h, __float_as_int(x), i);
+        }
 }
 /* Keys per split and the non-empty splits of a sequence of L keys (host/plan: the same rule as the CPU's). */
 static __device__ __forceinline__ void fa_kv_split(const fa_kv_params &p, int L, int *chunk, int *ns) {
@@ -175,19 +206,20 @@ static __device__ __forceinline__ int64_t fa_kv_key(const fa_kv_params &p, int r
 #ifdef __cplusplus
 extern "C" {
 #endif
-/* dtype 1 = f16, 2 = bf16 (merge: 0 = f32 too). */
+/* dtype 1 = f16, 2 = bf16 (merge: 0 = f32 too): q's, out's and the cache's, unless ds (non-NULL) says the cache is
+ * E4M3 with these descales. */
 /* The first kernel: append (p->append; v rows d_v wide, k rows p->d), rotated q (p->qrot), zeroed counters
  * (p->zero_arrived); needed when any is. d_v is apart from the parameter block, which the attention kernels take. */
-cudaError_t fa_kv_first_launch(const fa_kv_params *p, int d_v, int dtype, cudaStream_t st);
+cudaError_t fa_kv_first_launch(const fa_kv_params *p, const fa_kv_descales *ds, int d_v, int dtype, cudaStream_t st);
 /* The attention kernel of row inst of fa_kv_insts (whose d and warps must be p's: cudaErrorInvalidValue
  * otherwise), launched as the first kernel's programmatic dependent when p->after_first. */
-cudaError_t fa_kv_attend_launch(const fa_kv_params *p, int inst, int dtype, cudaStream_t st);
+cudaError_t fa_kv_attend_launch(const fa_kv_params *p, const fa_kv_descales *ds, int inst, int dtype, cudaStream_t st);
 /* The pair kernel of row inst of fa_kv_pair_insts (whose d and dv must be p->d and d_v: cudaErrorInvalidValue
  * otherwise), launched as the first kernel's programmatic dependent when p->after_first. */
 cudaError_t fa_kv_pair_launch(const fa_kv_params *p, int d_v, int inst, int dtype, cudaStream_t st);
-/* Clusters of p's launch shape (p->nsplit CTAs each) of row inst that the GPU holds at once; 0 when it holds none
- * (or inst is not p's row). */
-int fa_kv_active_clusters(const fa_kv_params *p, int inst, int dtype);
+/* Clusters of p's launch shape (p->nsplit CTAs each) of row inst (f8: its E4M3-cache instance) that the GPU holds
+ * at once; 0 when it holds none (or inst is not p's row). */
+int fa_kv_active_clusters(const fa_kv_params *p, int inst, int dtype, int f8);
 
 /* One launch merges n <= FA_MERGE_MAX states. More states run as chunks of them in order over an fp32 running state
  * (run_o [rows, d]: Σ e^(lse − M) · out, unnormalised; run_ml [rows, 2]: M and Σ e^(lse − M), M NaN once a NaN LSE

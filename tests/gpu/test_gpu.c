@@ -19,8 +19,8 @@
  *     AUTO runs FLASH2 forward and backward for (192, 128), STANDARD for the other pairs;
  *   - FLASH2 and FLASH3 deterministic backward: dq, dk, dv bitwise identical over two runs, the second in another
  *     context (its own workspace); FLASH3's with more key blocks than resident CTAs finishes (det_liveness);
- *   - the FLASH3 backward rows reached through FA_CUDA_FLASH3_BWD (nolock, pingpong: d = 128 with the consumer
- *     warpgroups apart) by name, and on a case set of their own (flash3_bwd_variant).
+ *   - the FLASH3 backward rows reached through FA_CUDA_FLASH3_BWD (nolock, pingpong, ppsum: d = 64 and 128 with the
+ *     consumer warpgroups apart) by name, and on a case set of their own (flash3_bwd_variant).
  * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer);
  * FA_GPU_TEST_SHARD=i/n runs every n-th of them from the i-th (parallel sanitizer runs).
  * Each case's line ends with the seconds its oracle and its device calls took. */
@@ -905,6 +905,7 @@ int main(void) {
     }
     flash3_bwd_variant("nolock", small);
     flash3_bwd_variant("pingpong", small);
+    flash3_bwd_variant("ppsum", small);
     /* attention_chunk (Llama 4's chunked local attention) on STANDARD, FLASH1, FLASH2 forward and backward: chunks
      * shorter and longer than a tile, with causal and windows, sq != sk both ways, GQA, varlen; FLASH3 refuses it
      * (cuda_runs), AUTO runs FLASH2 */

@@ -205,7 +205,8 @@ static void fa3_bwd_traffic(const fa_problem *p, fa_plan *plan) {
     plan->read_bytes = 2 * qrows * d * e + 4 * qrows + pairs * bm * (2 * d * e + 8 + 4 * d) + 2 * kvrows * d * e +
                        padded * d * 4;
     plan->write_bytes = 8 * padded + padded * d * 4 + pairs * bm * 4 * d + 2 * kvrows * d * e + qrows * d * e;
-    if (fa3_bwd_rows[plan->entry].sched != FA3B_LOCKSTEP) { /* dQi added twice per pair: each warpgroup's partial */
+    const int sched = fa3_bwd_rows[plan->entry].sched;
+    if (sched == FA3B_NOLOCK || sched == FA3B_PINGPONG) { /* dQi added twice per pair: each warpgroup's partial */
         plan->read_bytes += pairs * bm * 4 * d;
         plan->write_bytes += pairs * bm * 4 * d;
     }

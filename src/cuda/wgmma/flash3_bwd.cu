@@ -91,7 +91,7 @@ template <int D, int Br, bool F16, bool VARLEN> __global__ void fa3b_dq(const fa
 /* The row's kernel: the d = 256 split, or one CTA's 128 keys split between the warpgroups, in lockstep or apart
  * (SCHED, tiles.h). */
 template <int D, bool F16, bool DET, bool VARLEN, int SCHED> static auto fa3b_kernel() {
-    if constexpr (SCHED != FA3B_LOCKSTEP) return fa3_bwd_nolock_kernel<D, F16, DET, VARLEN, SCHED == FA3B_PINGPONG>;
+    if constexpr (SCHED != FA3B_LOCKSTEP) return fa3_bwd_nolock_kernel<D, F16, DET, VARLEN, SCHED>;
     else if constexpr (fa3b_tile<D>::WIDE) return fa3_bwd_wide_kernel<D, F16, DET, VARLEN>;
     else return fa3_bwd_kernel<D, F16, DET, VARLEN>;
 }
@@ -181,7 +181,7 @@ template <int R> static int fa3_bwd_inst(int det, fa_cuda_instance *k) {
     static_assert(fa3b_smem_of<r.d, r.sched>() + 1024 <= 232448, "over the 227 KB a block may opt into");
     return 1;
 }
-static_assert(sizeof fa3_bwd_rows / sizeof fa3_bwd_rows[0] == 7, "one case per row of fa3_bwd_rows");
+static_assert(sizeof fa3_bwd_rows / sizeof fa3_bwd_rows[0] == 9, "one case per row of fa3_bwd_rows");
 extern "C" int fa_flash3_bwd_instance(int row, int deterministic, fa_cuda_instance *k) {
     switch (row) {
     case 0: return fa3_bwd_inst<0>(deterministic, k);
@@ -191,6 +191,8 @@ extern "C" int fa_flash3_bwd_instance(int row, int deterministic, fa_cuda_instan
     case 4: return fa3_bwd_inst<4>(deterministic, k);
     case 5: return fa3_bwd_inst<5>(deterministic, k);
     case 6: return fa3_bwd_inst<6>(deterministic, k);
+    case 7: return fa3_bwd_inst<7>(deterministic, k);
+    case 8: return fa3_bwd_inst<8>(deterministic, k);
     default: return 0;
     }
 }

@@ -1,5 +1,5 @@
-/* FLASH3 backward, d = 64 and 128, with the consumer warpgroups apart (tiles.h: the rows "nolock" and "pingpong",
- * picked by FA_CUDA_FLASH3_BWD). The walk, tiles, producer and elementwise steps are fa3_bwd_kernel's (flash3_bwd.cuh);
+/* FLASH3 backward, d = 64 and 128, with the consumer warpgroups apart (tiles.h: the rows "nolock", "pingpong" and
+ * "ppsum", picked by FA_CUDA_FLASH3_BWD). The walk, tiles, producer and elementwise steps are fa3_bwd_kernel's (flash3_bwd.cuh);
  * what differs is that no barrier joins the two consumer warpgroups inside a step, so that one's elementwise work
  * (Pᵀ, dSᵀ, the dSᵀ store, the dQ hand-off) can run while the other's GEMMs keep the tensor cores busy:
  *   dQi = dS Kj is split by keys, not by rows or columns: warpgroup w computes the partial dQi_w = dS_w Kj,w (Br x D
@@ -11,12 +11,17 @@
  *     registers);
  *   the rows' LSE·log2e and D arrive with Qi and dOi (bulk copies on the stage's mbarriers), not through a
  *     barrier of the consumers.
- * PP (the pingpong row): the warpgroups take turns to issue Sᵀ and dPᵀ (named barriers, the forward's scheduler),
- * so that they stay out of phase: one's Pᵀ, dSᵀ under the other's GEMMs. */
+ * SCHED (tiles.h): NOLOCK as above; PINGPONG, the warpgroups also take turns to issue Sᵀ and dPᵀ (named barriers, the
+ * forward's scheduler), so that they stay out of phase: one's Pᵀ, dSᵀ under the other's GEMMs; PPSUM, PINGPONG with
+ * one reduce-add per step instead of two (half the L2 traffic of dQ, as the lockstep kernel's): warpgroup 1 adds
+ * warpgroup 0's partial, which it takes from shared memory (warpgroup 0 runs ahead by the turns, so it rarely
+ * waits), into its own before the hand-off; the sum of two floats is the same either way round, so deterministic
+ * mode stays bitwise reproducible. */
 #ifndef FA_WGMMA_FLASH3_BWD_NOLOCK_CUH
 #define FA_WGMMA_FLASH3_BWD_NOLOCK_CUH
 
 #include "flash3_bwd_steps.cuh"
+#include "tiles.h" /* SCHED's values */
 
 /* Shared memory: Kj, Vj; ST stages of Qi, dOi and their rows' LSE·log2e and D; dSᵀ; each warpgroup's partial dQi.
  * dSᵀ: two buffers at d = 128; one at d = 64 (two would pass the 227 KB), where a warpgroup rewrites its rows only
@@ -49,23 +54,36 @@ template <int W, bool DET> FA_DEV void fa3b_nolock_add(float *dst, uint32_t src,
 
 /* The partial dQi_w (MB blocks of 64 query rows x D) to warpgroup w's buffer: register 4j..4j+3 of block mi at float4
  * (mi·D/8 + j)·128 + ct — at d = 64, 128 the order of fa3b_put_dq's halves, which fa3b_dq (flash3_bwd.cu) reads —
- * then handed to the writer. */
-template <int D, int MB> FA_DEV void fa3b_nolock_put(uint32_t buf, const float (&dq)[MB][D / 2], int cw, int ct) {
+ * then handed to the writer. ADD (ppsum, warpgroup 1): plus warpgroup 0's partial from the same places of add, two
+ * float4 at a time, so that few registers are live beside dK, dV and dQi. */
+template <int D, int MB, bool ADD = false>
+FA_DEV void fa3b_nolock_put(uint32_t buf, const float (&dq)[MB][D / 2], int cw, int ct, const float4 *add = nullptr) {
     fa3_named_sync(FA3B_DQ_EMPTY + cw, 160);
     const uint32_t s = buf + (ct << 4);
 #pragma unroll
     for (int mi = 0; mi < MB; mi++)
 #pragma unroll
-        for (int j = 0; j < D / 8; j++)
-            fa3_st_shared4(s + ((mi * (D / 8) + j) << 11), dq[mi][4 * j], dq[mi][4 * j + 1], dq[mi][4 * j + 2],
-                           dq[mi][4 * j + 3]);
+        for (int j = 0; j < D / 8; j += 2) {
+            float4 x[2] = {};
+            if constexpr (ADD) x[0] = add[(mi * (D / 8) + j) * 128 + ct], x[1] = add[(mi * (D / 8) + j + 1) * 128 + ct];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float *r = dq[mi] + 4 * (j + h);
+                if constexpr (ADD)
+                    fa3_st_shared4(s + ((mi * (D / 8) + j + h) << 11), r[0] + x[h].x, r[1] + x[h].y, r[2] + x[h].z,
+                                   r[3] + x[h].w);
+                else
+                    fa3_st_shared4(s + ((mi * (D / 8) + j + h) << 11), r[0], r[1], r[2], r[3]);
+            }
+        }
     fa3_fence_async_smem();
     fa3_named_arrive(FA3B_DQ_FULL + cw, 160);
 }
 
 /* The dQ writer (one warp; lane 0 issues): per step, warpgroup 0's partial then warpgroup 1's, each Br·D floats,
- * into the same block of the accumulator; the walk and the deterministic turns as fa3b_dq_writer's. */
-template <int D, bool DET>
+ * into the same block of the accumulator (SUM: warpgroup 1's only, which holds both); the walk and the deterministic
+ * turns as fa3b_dq_writer's. */
+template <int D, bool DET, bool SUM>
 FA_DEV void fa3b_nolock_dq_writer(const fa3b_kparams &p, uint32_t src, int b, int hk, int nb, int nm, int mlo,
                                   int steps) {
     using T = fa3b_tile<D>;
@@ -73,7 +91,7 @@ FA_DEV void fa3b_nolock_dq_writer(const fa3b_kparams &p, uint32_t src, int b, in
     constexpr uint32_t PART = Br * D * 4; /* bytes per warpgroup */
     const bool lead = threadIdx.x % 32 == 0;
     if (steps > 0) {
-        fa3_named_arrive<FA3B_DQ_EMPTY, 160>();
+        if (!SUM) fa3_named_arrive<FA3B_DQ_EMPTY, 160>();
         fa3_named_arrive<FA3B_DQ_EMPTY + 1, 160>();
     }
     const int64_t chunk0 = (int64_t)(b * p.hq + hk * p.group) * p.nmb + mlo; /* (batch, head, query block) */
@@ -89,7 +107,7 @@ FA_DEV void fa3b_nolock_dq_writer(const fa3b_kparams &p, uint32_t src, int b, in
             }
         }
         const bool more = it + 1 < steps;
-        fa3b_nolock_add<0, DET>(dst, src, PART, lead, more);
+        if (!SUM) fa3b_nolock_add<0, DET>(dst, src, PART, lead, more);
         fa3b_nolock_add<1, DET>(dst, src + PART, PART, lead, more);
         if (DET && lead) { /* both adds are done in global memory before the next key block's turn */
             asm volatile("fence.proxy.async.global;\n" ::: "memory");
@@ -104,7 +122,7 @@ FA_DEV void fa3b_nolock_dq_writer(const fa3b_kparams &p, uint32_t src, int b, in
     if (lead) fa3_bulk_wait<0>();
 }
 
-template <int D, bool F16, bool DET, bool VARLEN, bool PP>
+template <int D, bool F16, bool DET, bool VARLEN, int SCHED>
 __global__ void __launch_bounds__(384, 1)
     fa3_bwd_nolock_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                           const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap tdo,
@@ -112,6 +130,7 @@ __global__ void __launch_bounds__(384, 1)
     using T = fa3b_tile<D>;
     static_assert(!T::WIDE && T::Bc == 128, "64 keys per consumer warpgroup: d = 64, 128");
     constexpr int Br = T::Br, Bc = T::Bc, ST = T::ST, MB = Br / 64, NDS = fa3b_nolock_shared<D>::NDS;
+    constexpr bool PP = SCHED != FA3B_NOLOCK, SUM = SCHED == FA3B_PPSUM;
     extern __shared__ uint8_t fa3b_smem_raw[];
     fa3b_nolock_shared<D> &sm =
         *reinterpret_cast<fa3b_nolock_shared<D> *>(((uintptr_t)fa3b_smem_raw + 1023) & ~(uintptr_t)1023);
@@ -160,7 +179,7 @@ __global__ void __launch_bounds__(384, 1)
                 fa3_bulk_load(fa3_smem(sm.dsum[s]), p.dsum + row, Br * 4, fd);
             }
         } else if (threadIdx.x / 32 == 1) {
-            fa3b_nolock_dq_writer<D, DET>(p, fa3_smem(sm.dq), b, hk, nb, nm, mlo, steps);
+            fa3b_nolock_dq_writer<D, DET, SUM>(p, fa3_smem(sm.dq), b, hk, nb, nm, mlo, steps);
         }
         return;
     }
@@ -175,6 +194,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.f;
     fa3_bar_wait(fa3_smem(&sm.full_kv), 0); /* also when there is no step: no TMA may land after the CTA exits */
     if (PP && cw == 1 && steps > 0) fa3_named_arrive<FA3B_TURN, 256>(); /* warpgroup 0 issues first */
+    if (SUM && cw == 1 && steps > 0) fa3_named_arrive<FA3B_DQ_EMPTY, 256>(); /* warpgroup 0's buffer is free */
 
     for (int it = 0; it < steps; it++) {
         const int m = mlo + it % nm, s = it % ST, m0 = m * Br;
@@ -246,7 +266,23 @@ __global__ void __launch_bounds__(384, 1)
         fa3_fence_regs(dk);
         fa3_release(fa3_smem(&sm.empty[s]), lane); /* Qi, dOi and their rows of this stage are read */
 
-        fa3b_nolock_put<D, MB>(fa3_smem(sm.dq[cw]), dq, cw, ct); /* the partial dQi_w to the writer */
+        if (SUM && cw == 0) { /* the partial to warpgroup 1 (barriers of both warpgroups: 256) */
+            fa3_named_sync<FA3B_DQ_EMPTY, 256>();
+            const uint32_t d0 = fa3_smem(sm.dq[0]) + (ct << 4);
+#pragma unroll
+            for (int mi = 0; mi < MB; mi++)
+#pragma unroll
+                for (int j = 0; j < D / 8; j++)
+                    fa3_st_shared4(d0 + ((mi * (D / 8) + j) << 11), dq[mi][4 * j], dq[mi][4 * j + 1], dq[mi][4 * j + 2],
+                                   dq[mi][4 * j + 3]);
+            fa3_named_arrive<FA3B_DQ_FULL, 256>();
+        } else if (SUM) { /* both partials to the writer: warpgroup 0's read where this thread's own lie */
+            fa3_named_sync<FA3B_DQ_FULL, 256>();
+            fa3b_nolock_put<D, MB, true>(fa3_smem(sm.dq[1]), dq, 1, ct, reinterpret_cast<const float4 *>(sm.dq[0]));
+            if (it + 1 < steps) fa3_named_arrive<FA3B_DQ_EMPTY, 256>(); /* read: warpgroup 0 may refill it */
+        } else {
+            fa3b_nolock_put<D, MB>(fa3_smem(sm.dq[cw]), dq, cw, ct); /* the partial dQi_w to the writer */
+        }
     }
 
     fa3b_store_dkv<D, F16, VARLEN>(p, dk, dv, b, hk, kr0, 0);

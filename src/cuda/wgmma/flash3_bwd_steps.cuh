@@ -32,7 +32,8 @@ template <int Br> struct fa3b_shared_rows {
 };
 /* Named barriers (0 is __syncthreads): dSᵀ written and a step's LSE / D copied (the 256 consumer threads); a
  * warpgroup's dQ buffer free and full (its 128 threads and the dQ writer warp: 160). flash3_bwd_nolock.cuh: a
- * warpgroup's own dSᵀ written (its 128 threads) and a warpgroup's turn to issue its GEMMs (both warpgroups: 256). */
+ * warpgroup's own dSᵀ written (its 128 threads), a warpgroup's turn to issue its GEMMs (both warpgroups: 256), and
+ * with ppsum warpgroup 0's dQ buffer free and full between the two consumer warpgroups (256). */
 enum { FA3B_DS_READY = 1, FA3B_ROWS_READY = 2, FA3B_DQ_EMPTY = 3, FA3B_DQ_FULL = 5, FA3B_WG_DS = 7, FA3B_TURN = 9 };
 
 struct fa3b_kparams {

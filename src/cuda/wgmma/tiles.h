@@ -43,9 +43,10 @@ static constexpr fa3_fwd_row fa3_fwd_rows[] = {
  * FLASH2); figures: H100, bf16, 16k tokens, TFLOP/s FLASH3 / FLASH2.
  * sched: how the two consumer warpgroups meet in a step: LOCKSTEP, both at dSᵀ's barrier (flash3_bwd.cuh, the
  * default rows); NOLOCK, never (dQi split by keys, flash3_bwd_nolock.cuh); PINGPONG, NOLOCK with the warpgroups
- * taking turns to issue their GEMMs. variant: the name FA_CUDA_FLASH3_BWD picks a row by (read at context creation;
+ * taking turns to issue their GEMMs; PPSUM, PINGPONG with warpgroup 1 adding both partials of dQi (one reduce-add
+ * per step, not two). variant: the name FA_CUDA_FLASH3_BWD picks a row by (read at context creation;
  * "" = the default rows, and the default where a head dim has no row of that name). */
-enum { FA3B_LOCKSTEP = 0, FA3B_NOLOCK = 1, FA3B_PINGPONG = 2 };
+enum { FA3B_LOCKSTEP = 0, FA3B_NOLOCK = 1, FA3B_PINGPONG = 2, FA3B_PPSUM = 3 };
 struct fa3_bwd_row {
     int d, bm, bn, threads, auto_pick, sched;
     const char *variant, *kernel, *kernel_det, *why;
@@ -66,6 +67,8 @@ static constexpr fa3_bwd_row fa3_bwd_rows[] = {
     FA3_BWD_VROW(128, 64, 128, FA3B_NOLOCK, "nolock", "not measured yet"),
     FA3_BWD_VROW(64, 128, 128, FA3B_PINGPONG, "pingpong", "not measured yet"),
     FA3_BWD_VROW(128, 64, 128, FA3B_PINGPONG, "pingpong", "not measured yet"),
+    FA3_BWD_VROW(64, 128, 128, FA3B_PPSUM, "ppsum", "not measured yet"),
+    FA3_BWD_VROW(128, 64, 128, FA3B_PPSUM, "ppsum", "not measured yet"),
 };
 #undef FA3_BWD_ROW
 #undef FA3_BWD_VROW

@@ -611,7 +611,7 @@ static void flash3_bwd_variant(const char *variant, int small) {
     }
     fa_context *keep = ctx_other;
     ctx_other = c2;
-    static const int lens[][2] = {{1, 1}, {17, 113}, {113, 17}, {239, 1023}, {1023, 300}, {1023, 1023}};
+    static const int lens[][2] = {{1, 1}, {17, 113}, {113, 17}, {239, 1023}, {1023, 300}, {700, 700}};
     for (int li = 0; li < (small ? 2 : 6); ++li)
         for (int mode = 0; mode < (small ? 2 : 5); ++mode) {
             static const int groups[3] = {1, 4, 8};

@@ -276,6 +276,58 @@ static void many_splits(fa_context *ctx, fa_context *cpu, int small) {
     }
 }
 
+/* The contract cases' comparison (2 sequences x 3 rows x 8 heads, d 128): case c on the device, then on the CPU
+ * over the host copies (its append writes the host cache the device copy was taken from; an FP8 cache's descales
+ * are the host ones): out and LSE NaN where the CPU's are, the same infinities, the finite values within bf16's
+ * rounding. Counts the CPU's NaN and finite rows; frees c. */
+static void against_cpu(fa_context *ctx, fa_context *cpu, const t_kv_spec *s, t_kv_case *c, int *nan_rows,
+                    int *fin_rows) {
+    const int64_t nq = 2 * 3 * 8 * 128, nl = 2 * 8 * 3;
+    dev_case d = to_dev(c);
+    CHECK_STATUS(call(ctx, c, &d, NULL), FA_OK);
+    CU(cudaDeviceSynchronize());
+    double *go = malloc(sizeof(double) * (size_t)nq);
+    float glse[48];
+    CU(cudaMemcpy(c->out.mem, d.out, c->out.mem_bytes, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(glse, d.lse, sizeof(float) * nl, cudaMemcpyDeviceToHost));
+    int64_t n = 0;
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < 3; i++)
+            for (int h = 0; h < 8; h++)
+                for (int e = 0; e < 128; e++) go[n++] = t_get(&c->out.t, b, i, h, e);
+    t_buf_poison(&c->out);
+    fa_kvcache kc = t_kv_cache(c, c->kc, c->vc, c->seqlens, c->block_table, c->batch_idx);
+    const fa_kv_opts ko = t_kv_opts(c, NULL, NULL);
+    CHECK_STATUS(fa_forward_kvcache(cpu, &s->opts, &ko, &c->q.t, &kc, &c->kn.t, &c->vn.t, &c->out.t, c->lse),
+                 FA_OK);
+    int bad = 0;
+    *nan_rows = *fin_rows = 0;
+    n = 0;
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < 3; i++)
+            for (int h = 0; h < 8; h++) {
+                const int64_t r = (b * 8 + h) * 3 + i;
+                const double lc = c->lse[r], lg = glse[r];
+                if (isnan(lc)) ++*nan_rows;
+                else ++*fin_rows;
+                if (isnan(lc) != isnan(lg) || (!isnan(lc) && fabs(lg - lc) > 1e-3 * fmax(1.0, fabs(lc)))) {
+                    if (bad++ < 4) fprintf(stderr, "%s: row b%d i%d h%d: lse %g vs cpu %g\n", t_case_label, b, i, h, lg, lc);
+                }
+                for (int e = 0; e < 128; e++, n++) {
+                    const double oc = t_get(&c->out.t, b, i, h, e), og = go[n];
+                    const int ok = isnan(oc) ? isnan(og)
+                                   : isinf(oc) ? og == oc
+                                               : isfinite(og) && fabs(og - oc) <= 1.6e-2 * fmax(1e-30, fabs(oc)) + 1e-2;
+                    if (!ok && bad++ < 4)
+                        fprintf(stderr, "%s: b%d i%d h%d col %d: %g vs cpu %g\n", t_case_label, b, i, h, e, og, oc);
+                }
+            }
+    CHECK_MSG(bad == 0, "%s: %d values differ from the CPU's", t_case_label, bad);
+    free(go);
+    free_dev(&d);
+    t_kv_free(c);
+}
+
 /* The numerics contract (docs/numerics.md) against the CPU backend, which holds to it: NaN in a cached key, inf in
  * a cached value, NaN in a q row, every input scaled by 1e37 (q·k beyond fp32), scale/softcap beyond fp32. NaN
  * where the CPU has NaN, the same infinities, the finite values within the dtype's rounding; one and several splits,
@@ -293,7 +345,6 @@ static void contract(fa_context *ctx, fa_context *cpu) {
         s.kv.num_splits = x % 2 ? 3 : 1;
         s.opts.scale = scales[kind][0], s.opts.softcap = scales[kind][1];
         t_kv_case *c = t_kv_new(&s, &R);
-        const int64_t nq = 2 * 3 * 8 * 128, nl = 2 * 8 * 3;
         if (kind == 0) t_store(c->kc, s.dt, t_kv_key_off(c, 0, 1, 40) + 5, NAN);
         if (kind == 1) t_store(c->vc, s.dt, t_kv_val_off(c, 1, 0, 100) + 7, INFINITY);
         if (kind == 2) t_set(&c->q.t, 1, 2, 3, 9, NAN);
@@ -315,52 +366,11 @@ static void contract(fa_context *ctx, fa_context *cpu) {
         }
         snprintf(t_case_label, sizeof t_case_label, "contract %d: splits %d page %d scale %g softcap %g sinks %d", kind,
                  s.kv.num_splits, s.page_size, s.opts.scale, s.opts.softcap, s.opts.sinks != NULL);
-        dev_case d = to_dev(c);
-        CHECK_STATUS(call(ctx, c, &d, NULL), FA_OK);
-        CU(cudaDeviceSynchronize());
-        double *go = malloc(sizeof(double) * (size_t)nq);
-        float glse[48];
-        CU(cudaMemcpy(c->out.mem, d.out, c->out.mem_bytes, cudaMemcpyDeviceToHost));
-        CU(cudaMemcpy(glse, d.lse, sizeof(float) * nl, cudaMemcpyDeviceToHost));
-        int64_t n = 0;
-        for (int b = 0; b < 2; b++)
-            for (int i = 0; i < 3; i++)
-                for (int h = 0; h < 8; h++)
-                    for (int e = 0; e < 128; e++) go[n++] = t_get(&c->out.t, b, i, h, e);
-        /* the CPU on the host copies (its append writes the host cache the device copy was taken from) */
-        t_buf_poison(&c->out);
-        fa_kvcache kc = t_kv_cache(c, c->kc, c->vc, c->seqlens, c->block_table, c->batch_idx);
-        const fa_kv_opts ko = t_kv_opts(c, NULL, NULL);
-        CHECK_STATUS(fa_forward_kvcache(cpu, &s.opts, &ko, &c->q.t, &kc, &c->kn.t, &c->vn.t, &c->out.t, c->lse),
-                     FA_OK);
-        int bad = 0, nan_rows = 0, fin_rows = 0;
-        n = 0;
-        for (int b = 0; b < 2; b++)
-            for (int i = 0; i < 3; i++)
-                for (int h = 0; h < 8; h++) {
-                    const int64_t r = (b * 8 + h) * 3 + i;
-                    const double lc = c->lse[r], lg = glse[r];
-                    if (isnan(lc)) nan_rows++;
-                    else fin_rows++;
-                    if (isnan(lc) != isnan(lg) || (!isnan(lc) && fabs(lg - lc) > 1e-3 * fmax(1.0, fabs(lc)))) {
-                        if (bad++ < 4) fprintf(stderr, "%s: row b%d i%d h%d: lse %g vs cpu %g\n", t_case_label, b, i, h, lg, lc);
-                    }
-                    for (int e = 0; e < 128; e++, n++) {
-                        const double oc = t_get(&c->out.t, b, i, h, e), og = go[n];
-                        const int ok = isnan(oc) ? isnan(og)
-                                       : isinf(oc) ? og == oc
-                                                   : isfinite(og) && fabs(og - oc) <= 1.6e-2 * fmax(1e-30, fabs(oc)) + 1e-2;
-                        if (!ok && bad++ < 4)
-                            fprintf(stderr, "%s: b%d i%d h%d col %d: %g vs cpu %g\n", t_case_label, b, i, h, e, og, oc);
-                    }
-                }
-        CHECK_MSG(bad == 0, "%s: %d values differ from the CPU's", t_case_label, bad);
+        int nan_rows, fin_rows;
+        against_cpu(ctx, cpu, &s, c, &nan_rows, &fin_rows);
         /* the poisoned input reaches some rows and only those: the test can see both kinds */
         CHECK_MSG(kind == 0 || kind == 2 ? nan_rows > 0 && fin_rows > 0 : nan_rows == 0, "%s: %d NaN rows, %d finite",
                   t_case_label, nan_rows, fin_rows);
-        free(go);
-        free_dev(&d);
-        t_kv_free(c);
     }
 }
 
@@ -757,48 +767,9 @@ static void fp8_contract(fa_context *ctx, fa_context *cpu) {
         if (kind == 2) t_set(&c->q.t, 1, 2, 3, 9, NAN);
         snprintf(t_case_label, sizeof t_case_label, "fp8 contract %d: splits %d page %d", kind, s.kv.num_splits,
                  s.page_size);
-        dev_case d = to_dev(c);
-        CHECK_STATUS(call(ctx, c, &d, NULL), FA_OK);
-        CU(cudaDeviceSynchronize());
-        const int64_t nq = 2 * 3 * 8 * 128, nl = 2 * 8 * 3;
-        double *go = malloc(sizeof(double) * (size_t)nq);
-        float glse[48];
-        CU(cudaMemcpy(c->out.mem, d.out, c->out.mem_bytes, cudaMemcpyDeviceToHost));
-        CU(cudaMemcpy(glse, d.lse, sizeof(float) * nl, cudaMemcpyDeviceToHost));
-        int64_t n = 0;
-        for (int b = 0; b < 2; b++)
-            for (int i = 0; i < 3; i++)
-                for (int h = 0; h < 8; h++)
-                    for (int e = 0; e < 128; e++) go[n++] = t_get(&c->out.t, b, i, h, e);
-        t_buf_poison(&c->out);
-        fa_kvcache kc = t_kv_cache(c, c->kc, c->vc, c->seqlens, c->block_table, c->batch_idx);
-        const fa_kv_opts ko = t_kv_opts(c, NULL, NULL); /* the host descales */
-        CHECK_STATUS(fa_forward_kvcache(cpu, &s.opts, &ko, &c->q.t, &kc, &c->kn.t, &c->vn.t, &c->out.t, c->lse),
-                     FA_OK);
-        int bad = 0, nan_rows = 0, fin_rows = 0;
-        n = 0;
-        for (int b = 0; b < 2; b++)
-            for (int i = 0; i < 3; i++)
-                for (int h = 0; h < 8; h++) {
-                    const int64_t r = (b * 8 + h) * 3 + i;
-                    const double lc = c->lse[r], lg = glse[r];
-                    if (isnan(lc)) nan_rows++;
-                    else fin_rows++;
-                    if (isnan(lc) != isnan(lg) || (!isnan(lc) && fabs(lg - lc) > 1e-3 * fmax(1.0, fabs(lc))))
-                        if (bad++ < 4) fprintf(stderr, "%s: row b%d i%d h%d: lse %g vs cpu %g\n", t_case_label, b, i, h, lg, lc);
-                    for (int e = 0; e < 128; e++, n++) {
-                        const double oc = t_get(&c->out.t, b, i, h, e), og = go[n];
-                        const int ok = isnan(oc) ? isnan(og)
-                                                 : isfinite(og) && fabs(og - oc) <= 1.6e-2 * fmax(1e-30, fabs(oc)) + 1e-2;
-                        if (!ok && bad++ < 4)
-                            fprintf(stderr, "%s: b%d i%d h%d col %d: %g vs cpu %g\n", t_case_label, b, i, h, e, og, oc);
-                    }
-                }
-        CHECK_MSG(bad == 0, "%s: %d values differ from the CPU's", t_case_label, bad);
+        int nan_rows, fin_rows;
+        against_cpu(ctx, cpu, &s, c, &nan_rows, &fin_rows); /* the CPU takes the host descales */
         CHECK_MSG(nan_rows > 0 && fin_rows > 0, "%s: %d NaN rows, %d finite", t_case_label, nan_rows, fin_rows);
-        free(go);
-        free_dev(&d);
-        t_kv_free(c);
     }
 }
 

@@ -120,7 +120,7 @@ static cudaError_t first_launch(const fa_kv_params *p, const fa_kv_descales *ds,
     const dim3 grid(p->append ? p->sq : 1, p->batch);
     /* the attention kernel's shared-memory carveout, so that SMs need no reconfiguring between the two kernels */
     static unsigned char ready[64];
-    const cudaError_t e = fa_kv_func_attr_once(ready, (const void *)first_kernel<T, C>,
+    const cudaError_t e = fa_cuda_attr_once(ready, (const void *)first_kernel<T, C>,
                                                cudaFuncAttributePreferredSharedMemoryCarveout,
                                                cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess) return e;

@@ -11,6 +11,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cuda/attr_once.h"
+
 #define FA_KV_THREADS 128 /* threads per CTA of the first kernel and the merge (the attention kernel's: its row) */
 #define FA_KV_ROWS 16     /* query rows per CTA of the attention kernel (the M of its m16n8k16 products) */
 #define FA_KV_KEYS 16     /* keys per tile of the attention kernel */
@@ -168,16 +170,6 @@ static __device__ __forceinline__ void fa_kv_split(const fa_kv_params &p, int L,
 /* The merge weight of a state of LSE lse, with M = max lse and inv = 1 / Σ e^(lse − M) (NaN: a NaN state). */
 static __device__ __forceinline__ float fa_kv_weight(float lse, float M, float inv) {
     return isnan(inv) ? NAN : lse == -INFINITY ? 0.f : expf(lse - M) * inv;
-}
-/* Once per device (ready: the caller's static flags): cudaFuncSetAttribute costs host time on every call. */
-static inline cudaError_t fa_kv_func_attr_once(unsigned char ready[64], const void *fn, cudaFuncAttribute attr,
-                                                int value) {
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess || (dev < 64 && ready[dev])) return e;
-    e = cudaFuncSetAttribute(fn, attr, value);
-    if (e == cudaSuccess && dev < 64) ready[dev] = 1;
-    return e;
 }
 /* Cache row of sequence b (batch_idx or b), clamped to the cache: core's fa_kv_row on the device. */
 static __device__ __forceinline__ int fa_kv_cache_row(const fa_kv_params &p, int b) {

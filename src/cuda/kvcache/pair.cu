@@ -288,7 +288,7 @@ template <int D, int DV, typename T> static cudaError_t launch_pair(const fa_kv_
     constexpr int smem = kv_pair_cfg<D, DV>::total;
     static unsigned char ready[64];
     const void *fn = (const void *)splitkv_pair_kernel<D, DV, T>;
-    cudaError_t e = fa_kv_func_attr_once(ready, fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    cudaError_t e = fa_cuda_attr_once(ready, fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1];

@@ -583,8 +583,8 @@ static cudaError_t config(const fa_kv_params *p, cudaStream_t st, cudaLaunchConf
     constexpr int smem = CL && SM::total < FA_KV_CLUSTER_SMEM ? FA_KV_CLUSTER_SMEM : SM::total;
     static unsigned char ready[64], wide[64];
     const void *fn = (const void *)splitkv_mma_kernel<D, NW, T, C, CL, PLAIN>;
-    cudaError_t e = fa_kv_func_attr_once(ready, fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e == cudaSuccess && CL) e = fa_kv_func_attr_once(wide, fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaError_t e = fa_cuda_attr_once(ready, fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess && CL) e = fa_cuda_attr_once(wide, fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     *cfg = cudaLaunchConfig_t{};
     cfg->gridDim = dim3(p->nsplit, p->hk * p->row_tiles, p->batch);
     cfg->blockDim = dim3(NW * 32);

@@ -18,6 +18,7 @@
  * (V1), with no atomics since this CTA is the only writer of its head's dQ. D = rowsum(dO ∘ O) comes from the
  * pre-pass (V1 computed it in the first outer step and stored it to HBM: the same traffic). */
 #include "bwd_block.cuh"
+#include "cuda/attr_once.h"
 
 #include "tiles.h"
 
@@ -214,7 +215,9 @@ __global__ void __launch_bounds__(C::NW * 32, 1) fa_flash1_bwd_kernel(const fa_c
 template <typename T, int R> static cudaError_t fa1_fwd_run(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
     constexpr fa_f1_fwd_row r = fa_f1_fwd_rows[R];
     const auto kernel = fa_flash1_fwd_kernel<T, r.d, r.bm, r.bn, r.nw, r.minb>;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan->smem_bytes);
+    static unsigned char ready[64];
+    cudaError_t e =
+        fa_cuda_attr_once(ready, (const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan->smem_bytes);
     if (e != cudaSuccess) return e;
     kernel<<<dim3(plan->grid[0], plan->grid[1], plan->grid[2]), plan->threads, plan->smem_bytes, st>>>(*p);
     return cudaGetLastError();
@@ -239,7 +242,9 @@ extern "C" int fa_flash1_fwd_instance(int row, fa_cuda_instance *k) {
 template <typename T, class C, bool SOFTCAP>
 static cudaError_t fa1_bwd_run_sc(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
     const auto kernel = fa_flash1_bwd_kernel<T, C, SOFTCAP>;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan->smem_bytes);
+    static unsigned char ready[64];
+    cudaError_t e =
+        fa_cuda_attr_once(ready, (const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan->smem_bytes);
     if (e != cudaSuccess) return e;
     kernel<<<dim3(plan->grid[0], plan->grid[1], plan->grid[2]), plan->threads, plan->smem_bytes, st>>>(*p);
     return cudaGetLastError();

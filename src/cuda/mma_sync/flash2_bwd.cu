@@ -11,6 +11,7 @@
  *   the five backward GEMMs run twice: ≈ 7/5 of the FLOPs).
  * Q, K, dQ, dK rows are D wide, V, dO, dV rows DV (D but for a pair of head dims: tiles.h). */
 #include "bwd_block.cuh"
+#include "cuda/attr_once.h"
 
 /* The last wave, split (the plan decides: plan->aux). The kernel runs one CTA per SM, so N equal K/V blocks leave
  * N mod #SMs of them alone in the last wave. The first launch takes whole = N − split blocks, one per CTA; a second
@@ -215,13 +216,15 @@ template <typename T, class C, int DQ_MODE, bool SOFTCAP>
 static cudaError_t fa2_bwd_main_sc(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
     const auto kernel = fa_flash2_bwd_kernel<T, C, DQ_MODE, SOFTCAP>;
     const int smem = (int)plan->smem_bytes;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    static unsigned char ready[64], ready_split[64];
+    cudaError_t e = fa_cuda_attr_once(ready, (const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     const fa_bwd_tail t = fa2_bwd_tail_of(p, plan);
     if (plan->grid[0] == 0) return cudaSuccess;
     kernel<<<dim3(plan->grid[0], plan->grid[1], plan->grid[2]), plan->threads, smem, st>>>(*p, t);
     if ((e = cudaGetLastError()) != cudaSuccess || DQ_MODE != FA_DQ_REDUCE || SOFTCAP || !t.pieces) return e;
-    e = cudaFuncSetAttribute(fa_flash2_bwd_split_kernel<T, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    e = fa_cuda_attr_once(ready_split, (const void *)fa_flash2_bwd_split_kernel<T, C>,
+                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     const int split = plan->aux[FA_CUDA_AUX_SPLIT];
     if ((e = cudaMemsetAsync(p->tail_acc, 0, (size_t)split * C::BN * (C::D + C::DV) * sizeof(float), st)) != cudaSuccess)
@@ -246,7 +249,9 @@ template <typename T, int R, int DET> static cudaError_t fa2_bwd_run(const fa_cu
     cudaError_t e = fa2_bwd_main<T, C, FA_DQ_NONE>(p, plan, st);
     if (e != cudaSuccess) return e;
     const int smem = (int)sizeof(fa2_dq_smem<D, DV, FA2_DQ_BM, BN>);
-    e = cudaFuncSetAttribute(fa_flash2_dq_kernel<T, D, DV, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    static unsigned char ready[64];
+    e = fa_cuda_attr_once(ready, (const void *)fa_flash2_dq_kernel<T, D, DV, BN>,
+                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     dim3 grid((p->sq + FA2_DQ_BM - 1) / FA2_DQ_BM, p->hq, p->batch);
     if (grid.x == 0) return cudaSuccess;

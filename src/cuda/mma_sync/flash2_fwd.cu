@@ -16,6 +16,7 @@
  * longest CTAs of each head start first. Q and K rows are D wide, V and O rows DV (D but for the rows of a pair,
  * MLA's 192 / 128). Tiles: tiles.h; measurements: docs/cuda-kernels.md. */
 #include "common.cuh"
+#include "cuda/attr_once.h"
 #include "core/sink.h"
 #include "tiles.h"
 
@@ -331,7 +332,9 @@ __global__ void __launch_bounds__(NW * 32, CTAS) fa_flash2_fwd_kernel(const fa_c
 template <typename T, int R> static cudaError_t fa2_fwd_run(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
     constexpr fa_f2_fwd_row r = fa_f2_fwd_rows[R];
     const auto kernel = fa_flash2_fwd_kernel<T, r.d, r.dv, r.bm, r.bn, r.nw, r.ctas, r.nst>;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan->smem_bytes);
+    static unsigned char ready[64];
+    cudaError_t e =
+        fa_cuda_attr_once(ready, (const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan->smem_bytes);
     if (e != cudaSuccess) return e;
     if (plan->grid[0] == 0) return cudaSuccess;
     kernel<<<dim3(plan->grid[0], plan->grid[1], plan->grid[2]), plan->threads, plan->smem_bytes, st>>>(*p);

@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "cuda/params.h"
+#include "cuda/attr_once.h"
 #include "cuda/sinks.h"
 #include "flash3_bwd.cuh"
 #include "flash3_bwd_nolock.cuh"
@@ -151,7 +152,9 @@ static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaSt
         kp.cap = p->softcap, kp.cap_scale = p->softcap > 0.f ? p->softcap_scale : 0.f;
         const size_t smem = plan->smem_bytes;
         auto kernel = fa3b_kernel<D, F16, DET, VARLEN, SCHED>();
-        if ((e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess)
+        static unsigned char ready[64];
+        if ((e = fa_cuda_attr_once(ready, (const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem)) != cudaSuccess)
             return e;
         const dim3 grid((unsigned)((p->sk + Bc - 1) / Bc), (unsigned)p->hk, (unsigned)p->batch);
         kernel<<<grid, T::THREADS, smem, st>>>(tq, tk, tv, tdo, kp);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cuda/params.h"
+#include "cuda/attr_once.h"
 #include "flash3_fwd.cuh"
 #include "tensor_map.h"
 #include "tiles.h"
@@ -81,8 +82,9 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
     kp.sinks = p->sinks;
     kp.qd = p->q_descale, kp.kd = p->k_descale, kp.vd = p->v_descale, kp.hk = p->hk;
     const size_t smem = plan->smem_bytes;
-    cudaError_t e = cudaFuncSetAttribute(fa3_fwd_kernel<D, WIDE, F16, F8>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    static unsigned char ready[64];
+    cudaError_t e = fa_cuda_attr_once(ready, (const void *)fa3_fwd_kernel<D, WIDE, F16, F8>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
     kp.nmb = (p->sq + T::Br - 1) / T::Br;
     kp.ntiles = kp.nmb * p->hq * p->batch;

@@ -44,10 +44,7 @@ typedef struct split_parts {
 static int rows_of(const fa_kv_problem *p) { return (int)(p->hq / p->hk * p->sq); }
 /* fa_plan.aux[AUX_HPI]: K/V heads per work item (all of them when a key's heads are adjacent in memory) */
 #define AUX_HPI 3
-/* heads per item at most: MHA's 32 heads in one item, so that each thread reads its own contiguous split (with 16, the
- * two threads' items shared every key row, 0.75-0.89x on a Zen 4, docs/kvcache.md); a chunk of 32 keys of 32 heads
- * is 512 KB of K and V, half of that L2, so more heads would not keep the prefetched chunk beside it */
-#define MAX_HPI 32
+#define MAX_HPI 16 /* heads per item at most (the kernel's per-head scratch) */
 static int padded(int64_t d) { return (int)((d + FA_KV_LANES - 1) / FA_KV_LANES * FA_KV_LANES); }
 
 static void thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *parts) {

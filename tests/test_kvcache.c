@@ -139,6 +139,20 @@ static void splits(fa_context *ctx) {
     }
 }
 
+/* More K/V heads than the grid's 8: several work items per sequence, each of up to 16 adjacent heads (12 where 16
+ * does not divide hk); each dtype, contiguous and paged, split. */
+static void many_heads(fa_context *ctx) {
+    static const int hks[] = {32, 24, 64};
+    for (int n = 0; n < 6; n++) {
+        const int hk = hks[n % 3];
+        t_kv_spec s = t_kv_spec_of((fa_dtype)(n % 3), 1 + n % 2, 1, hk * (n == 4 ? 2 : 1), hk, n % 2 ? 64 : 128,
+                                   300 + 41 * n, n >= 3 ? 16 : 0);
+        s.append = n % 2;
+        s.kv.num_splits = n % 3 == 1 ? 3 : 0;
+        run(ctx, &s, "many heads");
+    }
+}
+
 /* Fixed-split mode: a sequence's out and LSE are the same bits alone as in any batch. */
 static void batch_invariance(fa_context *ctx) {
     for (int page = 0; page <= 16; page += 16) {
@@ -454,6 +468,7 @@ int main(void) {
     widths(ctx);
     masks(ctx);
     splits(ctx);
+    many_heads(ctx);
     batch_invariance(ctx);
     merge(ctx);
     randoms(ctx);

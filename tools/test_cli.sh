@@ -31,6 +31,7 @@ expect_usage "--mode" bench --mode bogus
 expect_usage "--seqlen-k" bench --mode kvcache --seqlen-k 0
 expect_usage "--heads-q" bench --mode decode --heads-q 0   # a former spelling: the message names it as given
 expect_usage "--algo" bench --mode kvcache --algo flash2
+expect_usage "--huge-pages" bench --mode kvcache --huge-pages 2
 expect_usage "--d" io --seqlen 64
 expect_usage "--seqlen" io --d 64
 expect_usage "--sram" io --seqlen 64 --d 64 --sram 1K --block-q 16
@@ -66,6 +67,10 @@ kv_old=$("$BIN" bench --mode decode --device cpu --dtype f32 --head-dim 16 --bat
 echo "$kv_new" | tail -n +2 | grep -q ',ok,' || fail "bench --mode kvcache: no ok row: $kv_new"
 [ "$(echo "$kv_new" | cut -d, -f1-11)" = "$(echo "$kv_old" | cut -d, -f1-11)" ] ||
     fail "--mode decode with the former flags differs from --mode kvcache: $kv_old vs $kv_new"
+# --huge-pages 1: the same row in huge-page buffers, its last column 1
+kv_huge=$("$BIN" bench --mode kvcache --device cpu --dtype f32 --d 16 --batch 2 --seqlen-k 64 --heads 4 --heads-k 2 \
+    --reps 1 --warmup 0 --threads 1 --huge-pages 1 --csv) || fail "bench --mode kvcache --huge-pages 1 exited $?"
+echo "$kv_huge" | tail -n +2 | grep -q ',ok,.*,1$' || fail "bench --mode kvcache --huge-pages 1: no ok row ending in 1: $kv_huge"
 
 hdr=$("$BIN" bench --seqlen 32 --tokens 64 --heads 2 --d 16 --reps 2 --csv | head -1)
 [ "$hdr" = "device,algo,dtype,batch,heads,seqlen_q,seqlen_k,head_dim,causal,pass,ms,gflops,peak_extra_mb,slow_read_mb,slow_write_mb,head_dim_v,sinks" ] ||

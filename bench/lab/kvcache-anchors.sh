@@ -5,7 +5,7 @@
 # row once, the tools alternating; the table gives the median and the range over ROUNDS of GB/s of K+V read.
 # Usage: bench/lab/kvcache-anchors.sh BUILD OUT_DIR
 # Env: DTYPES (bf16,f16), HEADS (32/8 8/8: heads_q/heads_k), BATCH (1,4), CACHE (32768), ROUNDS (3), REPS (10),
-# THREADS (all cores), ISAS (CPU levels to pin with FA_CPU_ISA, each a row "new.<level>"; unset: the level the
+# THREADS (all cores), HUGE (1: --huge-pages 1, the cache and the anchors' buffers in transparent huge pages), ISAS (CPU levels to pin with FA_CPU_ISA, each a row "new.<level>"; unset: the level the
 # library picks, row "new"), OLD_BUILD (its rows "old.<level>" or "old"), GGML_KVCACHE (its binary) or GGML_DIR + GGML_BUILD (a ggml source tree and
 # its CPU build, to build it). OLD_BUILD must know `--mode kvcache` and its flags (older builds: `--mode decode`).
 set -uo pipefail
@@ -26,7 +26,7 @@ echo "== $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) 
   "load $(cut -d' ' -f1-3 /proc/loadavg)"
 fa() { # tag, binary, dtype, batch, cache, hq, hk: appends "tag,dtype,batch,cache,hq,hk,gbs" and the anchors
   "$2/flashattn" bench --mode kvcache --dtype "$3" --batch "$4" --seqlen-k "$5" --heads "$6" --heads-k "$7" \
-    --threads "$THREADS" --reps "$REPS" --csv 2>/dev/null | awk -F, -v t="$1" 'NR > 1 && $16 == "ok" {
+    --threads "$THREADS" --reps "$REPS" ${HUGE:+--huge-pages "$HUGE"} --csv 2>/dev/null | awk -F, -v t="$1" 'NR > 1 && $16 == "ok" {
       k = $2 "," $3 "," $4 "," $6 "," $7; print t "," k "," $13; print "memcpy," k "," $14; print "read," k "," $15 }' \
     >>"$OUT/rows.csv"
 }

@@ -19,7 +19,7 @@
 
 typedef struct kv_args {
     int_list dev, batch, seqlen_k, page, heads, heads_k, seqlen, dtype, splits, d, kv_dtype, sinks;
-    int64_t threads, reps, warmup, split_size, ragged, append, warm_table;
+    int64_t threads, reps, warmup, split_size, ragged, append, warm_table, huge_pages;
     double until_ci_pct, max_seconds; /* as in the attention mode */
     int csv, flush_read, bhsd, pages_in_order;
 } kv_args;
@@ -56,6 +56,8 @@ void bench_kvcache_help(void) {
            "                     (default), or page i of the cache at block-table entry i\n"
            "  --warm-table 0|1   CUDA: 1 reads the lengths and the block table back into the L2 after each flush\n"
            "                     (what a paged call's first lookups cost; default 0)\n"
+           "  --huge-pages 0|1   CPU: 1 allocates the cache and the anchors' buffers in transparent huge pages\n"
+           "                     (madvise; 4 KB pages stay where THP is off)  (default 0)\n"
            "  --threads N        CPU threads, 0 = all                       (default 0)\n"
            "  --reps N           timed repetitions                          (default 20)\n"
            "  --warmup N         warm-up calls                              (default 3)\n"
@@ -65,7 +67,7 @@ void bench_kvcache_help(void) {
            "  --csv              CSV with the columns\n"
            "                     device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,\n"
            "                     kv_gbs,memcpy_gbs,read_gbs,status,host_ms,append,flush,layout,page_order,warm_table,\n"
-           "                     reps,ms_ci_lo,ms_ci_hi,kv_dtype,sinks\n",
+           "                     reps,ms_ci_lo,ms_ci_hi,kv_dtype,sinks,huge_pages\n",
            BENCH_TIMES_MAX);
 }
 
@@ -151,6 +153,7 @@ static int parse(int argc, char **argv, kv_args *a) {
         ONE("--ragged", ragged, 0, 1)
         ONE("--append", append, 0, 1)
         ONE("--warm-table", warm_table, 0, 1)
+        ONE("--huge-pages", huge_pages, 0, 1)
         ONE("--threads", threads, 0, 1024)
         ONE("--reps", reps, 1, 100000)
         ONE("--warmup", warmup, 0, 1000)
@@ -195,9 +198,9 @@ typedef struct cpu_anchors {
     uint64_t sink;
 } cpu_anchors;
 
-static int cpu_anchors_init(cpu_anchors *c, size_t n, int threads, int64_t reps) {
+static int cpu_anchors_init(cpu_anchors *c, size_t n, int threads, int64_t reps, int huge) {
     memset(c, 0, sizeof *c);
-    c->a = malloc(n), c->b = malloc(n), c->tc = malloc(sizeof(double) * 2 * (size_t)reps);
+    c->a = host_alloc(n, huge), c->b = host_alloc(n, huge), c->tc = malloc(sizeof(double) * 2 * (size_t)reps);
     if (!c->a || !c->b || !c->tc) return free(c->a), free(c->b), free(c->tc), memset(c, 0, sizeof *c), 0;
     c->tr = c->tc + reps, c->n = n, c->threads = threads;
     memset(c->a, 1, n), memset(c->b, 2, n);
@@ -287,7 +290,7 @@ int kv_bench_open(fa_context *ctx, const kv_shape *s, kv_bench *kb, kv_result *r
     /* K and V in one allocation, so the read-only anchor passes over both in one launch */
     dev_buf kc, vc;
     kb->flush = (dev_buf){s->dev, NULL, 0}, kb->sink = (dev_buf){s->dev, NULL, 0};
-    int fail = dev_alloc(&kb->kv, s->dev, (size_t)(2 * n_cache * ces)) ||
+    int fail = dev_alloc_pages(&kb->kv, s->dev, (size_t)(2 * n_cache * ces), s->huge_pages) ||
                dev_alloc(&kb->q, s->dev, (size_t)(B * s->sq * s->hq * d * es)) ||
                dev_alloc(&kb->kn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
                dev_alloc(&kb->vn, s->dev, (size_t)(B * s->sq * s->hk * d * es)) ||
@@ -390,7 +393,7 @@ int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
     fa_status st = FA_OK;
     cpu_anchors anc = {0};
     if (s->anchors && s->dev == FA_BACKEND_CPU)
-        cpu_anchors_init(&anc, (size_t)(kb.kv_bytes > 64e6 ? kb.kv_bytes : 64e6), threads, most);
+        cpu_anchors_init(&anc, (size_t)(kb.kv_bytes > 64e6 ? kb.kv_bytes : 64e6), threads, most, s->huge_pages);
     int64_t reps = s->reps;
     double t0 = 0;
     for (int64_t r = -s->warmup; r < reps && st == FA_OK; r++) {
@@ -432,7 +435,8 @@ int bench_kvcache_one(fa_context *ctx, const kv_shape *s, kv_result *res) {
 
 void bench_kvcache_csv_header(FILE *f) {
     fprintf(f, "device,dtype,batch,cache,page,heads_q,heads_k,seqlen_new,head_dim,splits,kernel,ms,kv_gbs,memcpy_gbs,"
-               "read_gbs,status,host_ms,append,flush,layout,page_order,warm_table,reps,ms_ci_lo,ms_ci_hi,kv_dtype,sinks\n");
+               "read_gbs,status,host_ms,append,flush,layout,page_order,warm_table,reps,ms_ci_lo,ms_ci_hi,kv_dtype,sinks,"
+               "huge_pages\n");
 }
 
 void bench_kvcache_csv_row(FILE *f, const kv_shape *s, const kv_result *r) {
@@ -444,7 +448,7 @@ void bench_kvcache_csv_row(FILE *f, const kv_shape *s, const kv_result *r) {
             s->pages_in_order ? "in-order" : "shuffled", s->warm_table);
     if (r->status == FA_OK) fprintf(f, "%d,%.4f,%.4f,", r->reps_run, r->ci_lo, r->ci_hi);
     else fprintf(f, ",,,");
-    fprintf(f, "%s,%d\n", fa_dtype_name(s->fp8 ? FA_DTYPE_F8_E4M3 : s->dt), s->sinks);
+    fprintf(f, "%s,%d,%d\n", fa_dtype_name(s->fp8 ? FA_DTYPE_F8_E4M3 : s->dt), s->sinks, s->huge_pages);
 }
 
 static int run_one(const kv_args *A, const kv_shape *s, fa_context *ctx) {
@@ -455,10 +459,11 @@ static int run_one(const kv_args *A, const kv_shape *s, fa_context *ctx) {
         bench_kvcache_csv_row(stdout, s, &r);
     } else if (ok) {
         printf("%-4s %-4s%s b=%-3lld seqlen_k=%-6lld page=%-4lld heads=%lld/%lld seqlen=%lld d=%lld splits=%-3lld  %9.3f ms  "
-               "%7.2f GB/s K+V%s%s", fa_backend_name(s->dev), fa_dtype_name(s->dt), s->fp8 ? " kv=e4m3" : "",
+               "%7.2f GB/s K+V%s%s%s", fa_backend_name(s->dev), fa_dtype_name(s->dt), s->fp8 ? " kv=e4m3" : "",
                (long long)s->b, (long long)s->cache,
                (long long)s->page, (long long)s->hq, (long long)s->hk, (long long)s->sq, (long long)s->d,
-               (long long)s->ns, r.ms, r.gbs, s->no_append ? " (no append)" : "", s->sinks ? " sinks" : "");
+               (long long)s->ns, r.ms, r.gbs, s->no_append ? " (no append)" : "", s->sinks ? " sinks" : "",
+               s->huge_pages ? " (huge pages)" : "");
         if (s->dev == FA_BACKEND_CPU)
             printf("  | memcpy %.2f GB/s (%.0f %%), read %.2f GB/s (%.0f %%)", r.memcpy_gbs, 100 * r.gbs / r.memcpy_gbs,
                    r.read_gbs, 100 * r.gbs / r.read_gbs);
@@ -506,7 +511,7 @@ int cmd_bench_kvcache(int argc, char **argv) {
                                  A.heads_k.v[k], A.seqlen.v[s], A.splits.v[n], A.d.v[e], A.split_size, (int)A.ragged,
                                  (int)A.reps, (int)A.warmup, 1, !A.append, A.flush_read, A.bhsd, A.pages_in_order,
                                  (int)A.warm_table, A.until_ci_pct / 100, A.max_seconds, (int)A.kv_dtype.v[f],
-                                 (int)A.sinks.v[z]};
+                                 (int)A.sinks.v[z], (int)A.huge_pages};
             if (sh.sq > sh.cache || sh.hq % sh.hk) continue;
             failures += run_one(&A, &sh, ctx) != 0;
         }

@@ -47,6 +47,11 @@ typedef struct dev_buf {
 } dev_buf;
 /* 0 on success; -1 when the allocation failed (nothing printed). */
 int dev_alloc(dev_buf *b, fa_backend dev, size_t bytes);
+/* Host memory of n bytes (NULL on failure; free() releases it): with huge, 2 MB aligned and advised as transparent
+ * huge pages (MADV_HUGEPAGE: taken where /sys/kernel/mm/transparent_hugepage/enabled is always or madvise). */
+void *host_alloc(size_t n, int huge);
+/* dev_alloc; on the CPU, with huge, in host_alloc's huge pages. */
+int dev_alloc_pages(dev_buf *b, fa_backend dev, size_t bytes, int huge);
 void dev_free(dev_buf *b);
 int dev_upload(dev_buf *b, const void *host, size_t bytes);
 /* Fill all of b->bytes with copies of a host block of `block` bytes (large random caches without a host
@@ -76,6 +81,7 @@ typedef struct kv_shape {
                                      or max_seconds of calls have run (0: off), at most BENCH_TIMES_MAX calls */
     int fp8;            /* 1: the cache is FA_DTYPE_F8_E4M3 (q, out and the new rows stay dt), descales 1 */
     int sinks;          /* 1: a random fp32 sinks vector [hq] on the device (opts.sinks) */
+    int huge_pages;     /* CPU: the cache and the anchors' buffers in transparent huge pages (host_alloc) */
 } kv_shape;
 typedef struct kv_result {
     fa_status status;

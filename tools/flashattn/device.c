@@ -1,11 +1,13 @@
 /* flashattn CLI: buffers on the device a context runs on. Host memory (64-byte aligned) for the CPU backend;
  * CUDA runtime memory, copies and events for the CUDA backend when the tools are built with CUDA
  * (FA_TOOLS_CUDA), otherwise every CUDA request fails cleanly. */
+#define _DEFAULT_SOURCE /* madvise */
 #include "common.h"
 #include "cpu/simd/kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #ifdef FA_TOOLS_CUDA
@@ -41,6 +43,20 @@ int dev_alloc(dev_buf *b, fa_backend dev, size_t bytes) {
 #else
     return -1;
 #endif
+}
+
+void *host_alloc(size_t n, int huge) {
+    if (!huge) return malloc(n ? n : 1);
+    const size_t hp = (size_t)2 << 20, sz = (n + hp - 1) / hp * hp;
+    void *p = aligned_alloc(hp, sz ? sz : hp);
+    if (p) madvise(p, sz ? sz : hp, MADV_HUGEPAGE); /* advice only: without THP the pages stay 4 KB */
+    return p;
+}
+
+int dev_alloc_pages(dev_buf *b, fa_backend dev, size_t bytes, int huge) {
+    if (dev != FA_BACKEND_CPU || !huge) return dev_alloc(b, dev, bytes);
+    b->dev = dev, b->bytes = bytes, b->ptr = host_alloc(bytes, 1);
+    return b->ptr ? 0 : -1;
 }
 
 void dev_free(dev_buf *b) {

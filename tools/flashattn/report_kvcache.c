@@ -130,10 +130,10 @@ void report_measure_kvcache(report *R, fa_backend dev, dev_data *D) {
     for (int b = 0; b < 2; b++)
         for (int k = 0; k < 2; k++)
             g[b][k] = (kv_shape){dev, FA_DTYPE_BF16, batch[b], cache, 0, hq, hk, 1, 1 - k, 128, 0, 0, reps, 2, 0, 0, 1, 0, 0,
-                                 0, 0, 0, 0, 0};
+                                 0, 0, 0, 0, 0, 0};
     for (int p = 0; p < 3; p++)
         g[2][p] = (kv_shape){dev, FA_DTYPE_BF16, batch[1], cache, p == 0 ? 0 : p == 1 ? 16 : 256, hq, hk, 1, 0, 128,
-                             0, 1, reps, 2, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0};
+                             0, 1, reps, 2, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0};
     for (int j = 0; j < 3; j++) {
         char what[96];
         snprintf(what, sizeof what, "kvcache b=%lld cache=%lld %s", (long long)g[j][0].b, (long long)cache,

@@ -852,8 +852,8 @@ int main(void) {
             run_case(ctx, &c, 0);
             if (v == 2) run_case(ctx, &c, 1); /* the d = 256 backward's softcap */
         }
-        /* the rows a call reaches by its tiles only (opts.block_q / block_k, tiles.h): three consumer warpgroups
-         * at d = 64 (192 x 112); odd lengths, GQA, causal, a window, fully masked rows */
+        /* three consumer warpgroups at d = 64 (192 x 112, the default from 4096 keys on, tiles.h) at any length
+         * through opts.block_q / block_k: odd lengths, GQA, causal, a window, fully masked rows */
         flash3_row_runs(ctx, 64, 192, 112, "d64.192x112");
         for (int v = 0; v < (small ? 1 : 4); ++v) {
             static const int l3[4][2] = {{300, 457}, {1023, 1023}, {17, 113}, {450, 200}};
@@ -878,6 +878,10 @@ int main(void) {
             if (v % 3 == 2) cv.opts.window_left = 40, cv.opts.window_right = 3;
             run_case(ctx, &cv, 0);
             if (v < 3) run_case(ctx, &cv, 1);
+            if (d != 256 && !small) { /* the rows taken from 4096 keys on (tiles.h), here through their tiles */
+                cv.opts.block_q = d == 64 ? 192 : 128, cv.opts.block_k = d == 64 ? 112 : 176;
+                run_case(ctx, &cv, 0);
+            }
         }
     }
     /* FLASH3's varlen backward (flash3_bwd.cu: a CTA per key block of each sequence at max_seqlen_k, TMA boxes

@@ -14,19 +14,19 @@ struct fa3_fwd_row {
     int sk_min; /* taken only from this many keys on (seqlen_k; varlen: max_seqlen_k) */
     const char *kernel, *why;
 };
-#define FA3_FWD_ROW(D, BN, WIDE, MASKS, WHY)                                                                         \
-    {D, 128, BN, WIDE, MASKS, 384, 0, 0, "cuda.flash3.fwd.wgmma.d" #D ".128x" #BN, WHY}
+#define FA3_FWD_ROW(D, BN, WIDE, MASKS, SK_MIN, WHY)                                                                 \
+    {D, 128, BN, WIDE, MASKS, 384, 0, SK_MIN, "cuda.flash3.fwd.wgmma.d" #D ".128x" #BN, WHY}
 #define FA3_FWD_ROW8(D, BN, WIDE, SK_MIN, WHY)                                                                       \
     {D, 128, BN, WIDE, FA3_ANY_MASK, 384, 1, SK_MIN, "cuda.flash3.fwd.wgmma.e4m3.d" #D ".128x" #BN, WHY}
-#define FA3_FWD_ROW3(D, BN, MASKS, WHY) {D, 192, BN, 1, MASKS, 512, 0, 0, "cuda.flash3.fwd.wgmma.d" #D ".192x" #BN, WHY}
+#define FA3_FWD_ROW3(D, BN, SK_MIN, WHY)                                                                             \
+    {D, 192, BN, 1, FA3_ANY_MASK, 512, 0, SK_MIN, "cuda.flash3.fwd.wgmma.d" #D ".192x" #BN, WHY}
 static constexpr fa3_fwd_row fa3_fwd_rows[] = {
-    /* three consumer warpgroups at 160 registers: P stays in registers up to 112 keys (128 spill 52 bytes); reached
-     * by block_q 192 until measured against the row below */
-    FA3_FWD_ROW3(64, 112, 0, "FA3's Br = 192 at d = 64"),
-    FA3_FWD_ROW(64, 128, 0, FA3_ANY_MASK, "the wide 192 was slower below 8k (271 vs 320 at 512), equal above"),
-    FA3_FWD_ROW(128, 176, 1, FA3_UNMASKED, "630 vs 579 at 8k, 636 vs 609 at 16k against 128 keys"),
-    FA3_FWD_ROW(128, 128, 0, FA3_MASKED, "causal: ahead of 176 keys below 4k"),
-    FA3_FWD_ROW(256, 80, 1, FA3_ANY_MASK, "671 vs 619 at 16k, 623 vs 582 at 4k against 64 keys"),
+    /* three consumer warpgroups at 160 registers: P stays in registers up to 112 keys (128 spill 52 bytes) */
+    FA3_FWD_ROW3(64, 112, 4096, "H100, 16k: 492 vs 441, causal 463 vs 440 against 128 x 128; 4k even; 1k 295 vs 327"),
+    FA3_FWD_ROW(64, 128, 0, FA3_ANY_MASK, 0, "the wide 192 was slower below 8k (271 vs 320 at 512), equal above"),
+    FA3_FWD_ROW(128, 176, 1, FA3_ANY_MASK, 4096, "H100, 16k: 676 vs 648, causal 642 vs 617 against 128 keys"),
+    FA3_FWD_ROW(128, 128, 0, FA3_ANY_MASK, 0, "H100, 1k: even unmasked (457 vs 456), causal 302 vs 281 against 176"),
+    FA3_FWD_ROW(256, 80, 1, FA3_ANY_MASK, 0, "671 vs 619 at 16k, 623 vs 582 at 4k against 64 keys"),
     /* e4m3: Vᵀ in 128-key panels (192 keys: the second panel half used). 224 keys (FA3's) spill 16 bytes. Not
      * built: d = 64 (64-byte rows: another swizzle) */
     FA3_FWD_ROW8(128, 192, 1, 4096, "H100, 16k: 827 vs 790, causal 807 vs 780 against 128 keys; even at 4k"),

@@ -13,7 +13,8 @@
  *   2. fix-up (after the algorithm): one warp per query row (forward, backward dQ) or key row (backward dK, dV)
  *      of each listed item recomputes it in float64 from the definition with the contract's rules: logits
  *      saturate at ±2^126, a row whose q or any visible key is not finite is NaN, a fully masked row is O = 0,
- *      LSE = −∞. With nothing listed the fix-up kernels read one counter and exit. */
+ *      LSE = −∞. With nothing listed the fix-up kernels read one counter and exit; a forward of at most
+ *      FA_FIX_DECIDE_MAX items has no decide kernel: each fix-up CTA reads the items' flags and lists them itself. */
 #include "contract.h"
 #include "mma_sync/common.cuh"
 #include "core/sink.h"
@@ -30,6 +31,7 @@
 #define FA_SCAN_ILP 4          /* 16-byte loads in flight per scan thread */
 #define FA_NSLOT 5             /* maxima per item: q, k, v, o, dO */
 #define FA_FIX_WARPS 4
+#define FA_FIX_DECIDE_MAX 512 /* a forward's items the fix-up kernel lists itself, without the decide kernel */
 #define FA_DMAX (FA_MAX_HEAD_DIM / 32) /* elements of a row per lane */
 
 enum { SLOT_Q, SLOT_K, SLOT_V, SLOT_O, SLOT_DO };
@@ -436,12 +438,24 @@ template <typename T> __device__ void fa_fix_dkv_row(const fa_cuda_params &c, co
  * inputs, which have no backward). */
 template <typename T, typename TO = T>
 __global__ void __launch_bounds__(FA_FIX_WARPS * 32) fa_contract_fix_kernel(const fa_cuda_params c, const fa_contract_ws w,
-                                                                            int pass) {
+                                                                            int pass, int decide, int dtype) {
     const int lane = threadIdx.x & 31, nwarps = gridDim.x * FA_FIX_WARPS;
     const int wid = blockIdx.x * FA_FIX_WARPS + (threadIdx.x >> 5);
-    const unsigned n = w.scan[0];
+    __shared__ unsigned own[FA_FIX_DECIDE_MAX], own_n;
+    const unsigned *todo = w.todo;
+    unsigned n;
+    if (decide > 0) { /* a forward of at most FA_FIX_DECIDE_MAX items: each CTA lists them itself (one launch less) */
+        if (threadIdx.x == 0) own_n = 0;
+        __syncthreads();
+        for (int it = threadIdx.x; it < decide; it += blockDim.x)
+            if (!fa_certified(c, w.scan + 1 + (int64_t)it * FA_NSLOT, dtype, 0)) own[atomicAdd(&own_n, 1u)] = (unsigned)it;
+        __syncthreads();
+        todo = own, n = own_n;
+    } else {
+        n = w.scan[0];
+    }
     for (unsigned k = 0; k < n; ++k) {
-        const int64_t it = w.todo[k];
+        const int64_t it = todo[k];
         if (pass == 0) {
             const int b = (int)(it / c.hq), h = (int)(it % c.hq), sq = fa_get_seq(c, b, h).sq;
             for (int i = wid; i < sq; i += nwarps) fa_fix_fwd_row<T, TO>(c, b, h, i, lane);
@@ -510,26 +524,28 @@ cudaError_t fa_contract_fix(const fa_cuda_params *c, const fa_problem *p, const 
             const int vec = fa_scan_of(&p->o, 0, 1, 1, SLOT_O).vec;
             fa_contract_check_kernel<<<grid, 256, 0, st>>>(*c, w->scan, (int)p->dtype, vec);
         }
-        fa_contract_decide_kernel<<<(unsigned)((items + 255) / 256), 256, 0, st>>>(*c, w->scan, w->todo, items,
-                                                                                 (int)p->dtype, 0);
+        if (items > FA_FIX_DECIDE_MAX)
+            fa_contract_decide_kernel<<<(unsigned)((items + 255) / 256), 256, 0, st>>>(*c, w->scan, w->todo, items,
+                                                                                     (int)p->dtype, 0);
         const cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
+    const int decide = !p->is_backward && items <= FA_FIX_DECIDE_MAX ? (int)items : 0, dt = (int)p->dtype;
     const unsigned grid = (unsigned)(ctas > 0 ? ctas : 1), threads = FA_FIX_WARPS * 32;
     for (int pass = p->is_backward ? 1 : 0; pass <= (p->is_backward ? 2 : 0); ++pass) {
         if (p->dtype == FA_DTYPE_F8_E4M3) { /* the forward only; out f32, f16 or bf16 */
             if (p->o.dtype == FA_DTYPE_F32)
-                fa_contract_fix_kernel<__nv_fp8_e4m3, float><<<grid, threads, 0, st>>>(*c, *w, pass);
+                fa_contract_fix_kernel<__nv_fp8_e4m3, float><<<grid, threads, 0, st>>>(*c, *w, pass, decide, dt);
             else if (p->o.dtype == FA_DTYPE_F16)
-                fa_contract_fix_kernel<__nv_fp8_e4m3, __half><<<grid, threads, 0, st>>>(*c, *w, pass);
+                fa_contract_fix_kernel<__nv_fp8_e4m3, __half><<<grid, threads, 0, st>>>(*c, *w, pass, decide, dt);
             else
-                fa_contract_fix_kernel<__nv_fp8_e4m3, __nv_bfloat16><<<grid, threads, 0, st>>>(*c, *w, pass);
+                fa_contract_fix_kernel<__nv_fp8_e4m3, __nv_bfloat16><<<grid, threads, 0, st>>>(*c, *w, pass, decide, dt);
         } else if (p->dtype == FA_DTYPE_F32)
-            fa_contract_fix_kernel<float><<<grid, threads, 0, st>>>(*c, *w, pass);
+            fa_contract_fix_kernel<float><<<grid, threads, 0, st>>>(*c, *w, pass, decide, dt);
         else if (p->dtype == FA_DTYPE_F16)
-            fa_contract_fix_kernel<__half><<<grid, threads, 0, st>>>(*c, *w, pass);
+            fa_contract_fix_kernel<__half><<<grid, threads, 0, st>>>(*c, *w, pass, decide, dt);
         else
-            fa_contract_fix_kernel<__nv_bfloat16><<<grid, threads, 0, st>>>(*c, *w, pass);
+            fa_contract_fix_kernel<__nv_bfloat16><<<grid, threads, 0, st>>>(*c, *w, pass, decide, dt);
         const cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }

@@ -32,6 +32,14 @@ template <int D> struct alignas(1024) fa3b_shared {
     fa3b_kparams kp; /* varlen: the CTA's parameters (fa3b_params) */
 };
 
+/* acc += A B with A (64 keys x Br queries) from registers and B = a [query][D] tile, MN-major: a k16 slice is 16
+ * query rows = 2048 B, the next 64 columns of D are Br x 128 B further. */
+template <int D, int Br, bool F16>
+FA_DEV void fa3b_rs(float (&acc)[D / 2], const uint32_t (&a)[Br / 16][4], uint32_t b_base) {
+#pragma unroll
+    for (int kk = 0; kk < Br / 16; kk++) fa_wgmma_rs<D, F16>(acc, a[kk], fa3_desc(b_base + kk * 2048, Br * 128, 1024), 1);
+}
+
 template <int D, bool F16, bool DET, bool VARLEN>
 __global__ void __launch_bounds__(384, 1)
     fa3_bwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,

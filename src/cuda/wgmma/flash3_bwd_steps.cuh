@@ -31,10 +31,8 @@ template <int Br> struct fa3b_shared_rows {
     float lse2[2][Br], dsum[2][Br];
 };
 /* Named barriers (0 is __syncthreads): dSᵀ written and a step's LSE / D copied (the 256 consumer threads); a
- * warpgroup's dQ buffer free and full (its 128 threads and the dQ writer warp: 160). flash3_bwd_nolock.cuh: a
- * warpgroup's own dSᵀ written (its 128 threads), a warpgroup's turn to issue its GEMMs (both warpgroups: 256), and
- * with ppsum warpgroup 0's dQ buffer free and full between the two consumer warpgroups (256). */
-enum { FA3B_DS_READY = 1, FA3B_ROWS_READY = 2, FA3B_DQ_EMPTY = 3, FA3B_DQ_FULL = 5, FA3B_WG_DS = 7, FA3B_TURN = 9 };
+ * warpgroup's dQ buffer free and full (its 128 threads and the dQ writer warp: 160). */
+enum { FA3B_DS_READY = 1, FA3B_ROWS_READY = 2, FA3B_DQ_EMPTY = 3, FA3B_DQ_FULL = 5 };
 
 struct fa3b_kparams {
     uint16_t *dk, *dv;
@@ -269,14 +267,6 @@ FA_DEV void fa3b_dq_writer(const fa3b_kparams &p, uint32_t src, int b, int hk, i
         }
     }
     if (lead) fa3_bulk_wait<0>();
-}
-
-/* acc += A B with A (64 keys x Br queries) from registers and B = a [query][D] tile, MN-major: a k16 slice is 16
- * query rows = 2048 B, the next 64 columns of D are Br x 128 B further. */
-template <int D, int Br, bool F16>
-FA_DEV void fa3b_rs(float (&acc)[D / 2], const uint32_t (&a)[Br / 16][4], uint32_t b_base) {
-#pragma unroll
-    for (int kk = 0; kk < Br / 16; kk++) fa_wgmma_rs<D, F16>(acc, a[kk], fa3_desc(b_base + kk * 2048, Br * 128, 1024), 1);
 }
 
 /* dKj = scale·Σ dSᵀ Q and dVj, 16-bit, straight from the accumulators: register 4j + 2r + e is key row kr0 + 8r,

@@ -48,8 +48,6 @@ extern "C" fa_status fa_cuda_create(fa_context *ctx, int device) {
     s->tune.fwd_warps = fw ? atoi(fw) : 0;
     const char *sr = getenv("FA_CUDA_BWD_SPLIT_ROWS");
     s->tune.split_rows = sr ? atoi(sr) : FA_CUDA_BWD_SPLIT_ROWS;
-    const char *f3b = getenv("FA_CUDA_FLASH3_BWD");
-    snprintf(s->tune.flash3_bwd, sizeof s->tune.flash3_bwd, "%s", f3b ? f3b : "");
     cublasStatus_t bs = cublasCreate(&s->blas);
     cudaError_t fe = cudaMalloc((void **)&s->kv_fault, FA_KV_FAULT_INTS * sizeof(int));
     if (fe == cudaSuccess) fe = cudaMemset(s->kv_fault, 0, FA_KV_FAULT_INTS * sizeof(int));

@@ -16,8 +16,6 @@ typedef struct fa_cuda_tuning {
     int fwd_warps;  /* FA_CUDA_FLASH2_FWD_WARPS (0 = the table's default): benchmarks only */
     int split_rows; /* FA_CUDA_BWD_SPLIT_ROWS: split the FLASH2 backward's last wave for walks of at least this many
                      * query rows; < 0 = never. Tests, benchmarks */
-    char flash3_bwd[16]; /* FA_CUDA_FLASH3_BWD: the FLASH3 backward rows of this variant name (wgmma/tiles.h);
-                          * "" = the default rows. Tests, benchmarks */
 } fa_cuda_tuning;
 /* The default of split_rows (the split's measurements: docs/cuda-kernels.md). */
 #define FA_CUDA_BWD_SPLIT_ROWS 2048

@@ -18,9 +18,7 @@
  *     their tables build ((192, 128), also deterministic), FLASH1 and FLASH3 none (FA_ERR_UNSUPPORTED naming v);
  *     AUTO runs FLASH2 forward and backward for (192, 128), STANDARD for the other pairs;
  *   - FLASH2 and FLASH3 deterministic backward: dq, dk, dv bitwise identical over two runs, the second in another
- *     context (its own workspace); FLASH3's with more key blocks than resident CTAs finishes (det_liveness);
- *   - the FLASH3 backward rows reached through FA_CUDA_FLASH3_BWD (nolock, pingpong, ppsum: d = 64 and 128 with the
- *     consumer warpgroups apart) by name, and on a case set of their own (flash3_bwd_variant).
+ *     context (its own workspace); FLASH3's with more key blocks than resident CTAs finishes (det_liveness).
  * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer);
  * FA_GPU_TEST_SHARD=i/n runs every n-th of them from the i-th (parallel sanitizer runs).
  * Each case's line ends with the seconds its oracle and its device calls took. */
@@ -402,9 +400,9 @@ static t_case varlen_case(int n, const int *lq, const int *lk, int hq, int hk, i
  * 128, 384 of 64 at d = 256): key blocks wait for each other's dQ turn, so a block that waited for one not yet
  * started would hang. Two runs, the same bits; no oracle (the causal and windowed orders are what matter here, the
  * values are checked on the shapes above). */
-static void det_liveness(fa_context *ctx, int d_lo, int d_hi) {
+static void det_liveness(fa_context *ctx) {
     enum { S = 24576, H = 1 };
-    for (int d = d_lo; d <= d_hi; d *= 2)
+    for (int d = 64; d <= 256; d *= 2)
         for (int mask = 0; mask < 3; ++mask) {
             snprintf(t_case_label, sizeof t_case_label, "FLASH3 deterministic backward, %d keys, d %d, %s", S, d,
                      mask == 0 ? "no mask" : mask == 1 ? "causal" : "window (512, 0)");
@@ -566,79 +564,6 @@ static fa_context *ctx_with_env(const char *name, const char *value) {
     return st == FA_OK ? c : NULL;
 }
 
-/* The FLASH3 backward rows a context reaches by FA_CUDA_FLASH3_BWD only (src/cuda/wgmma/tiles.h: d = 64 and 128
- * with the consumer warpgroups apart, dQi split by keys, flash3_bwd_nolock.cuh): the kernel that ran, by name,
- * default and deterministic; then the oracle through run_case on odd lengths, sq != sk both ways (fully masked rows under
- * causal), every mask mode, GQA 1/4/8, softcap, layouts, both dtypes, and varlen with empty sequences, with
- * run_case's deterministic repeat in a second context of the same variant (bitwise the same); then key blocks past
- * the resident CTAs (det_liveness). */
-static void flash3_bwd_variant(const char *variant, int small) {
-    static const fa_dtype dts[2] = {FA_DTYPE_BF16, FA_DTYPE_F16};
-    fa_context *c1 = ctx_with_env("FA_CUDA_FLASH3_BWD", variant), *c2 = ctx_with_env("FA_CUDA_FLASH3_BWD", variant);
-    if (!c1 || !c2) {
-        fa_context_destroy(c1), fa_context_destroy(c2);
-        return;
-    }
-    for (int det = 0; det < 4 && shard_i == 0; ++det) { /* bit 0: deterministic; bit 1: d = 64 */
-        const int d = det & 2 ? 64 : 128;
-        snprintf(t_case_label, sizeof t_case_label, "FLASH3 backward row %s, d %d%s by FA_CUDA_FLASH3_BWD", variant, d,
-                 det & 1 ? ", deterministic" : "");
-        t_buf x = t_buf_new(FA_DTYPE_BF16, 1, 300, 2, d, T_BSHD), o = t_buf_new(FA_DTYPE_BF16, 1, 300, 2, d, T_BSHD);
-        t_buf g[3];
-        dbuf G[3];
-        t_buf_randn(&x, 1);
-        dbuf X = d_new(&x), O = d_new(&o);
-        for (int i = 0; i < 3; ++i) g[i] = t_buf_new(FA_DTYPE_BF16, 1, 300, 2, d, T_BSHD), G[i] = d_new(&g[i]);
-        d_up(&X);
-        float *lse = NULL;
-        cuda_ok(cudaMalloc((void **)&lse, sizeof(float) * 600), "cudaMalloc lse");
-        fa_attn_opts op = fa_attn_opts_default();
-        op.algo = FA_ALGO_FLASH3, op.deterministic = det & 1;
-        CHECK_STATUS(fa_forward(c1, &op, &X.t, &X.t, &X.t, &O.t, lse), FA_OK);
-        CHECK_STATUS(fa_backward(c1, &op, &X.t, &X.t, &X.t, &O.t, lse, &X.t, &G[0].t, &G[1].t, &G[2].t), FA_OK);
-        cuda_ok(cudaDeviceSynchronize(), "sync after the variant's backward");
-        fa_stats st;
-        CHECK_STATUS(fa_last_stats(c1, &st), FA_OK);
-        char want[96];
-        snprintf(want, sizeof want, "cuda.flash3.bwd.wgmma.%s%s.d%d.%dx128", det & 1 ? "deterministic." : "", variant, d,
-                 d == 64 ? 128 : 64);
-        CHECK_STR_CONTAINS(st.kernel, want);
-        cudaFree(lse);
-        d_free(&X), d_free(&O);
-        for (int i = 0; i < 3; ++i) d_free(&G[i]), t_buf_free(&g[i]);
-        t_buf_free(&x), t_buf_free(&o);
-        t_case_label[0] = 0;
-    }
-    fa_context *keep = ctx_other;
-    ctx_other = c2;
-    static const int lens[][2] = {{1, 1}, {17, 113}, {113, 17}, {239, 1023}, {1023, 300}, {700, 700}};
-    for (int li = 0; li < (small ? 2 : 6); ++li)
-        for (int mode = 0; mode < (small ? 2 : 5); ++mode) {
-            static const int groups[3] = {1, 4, 8};
-            t_case c = t_case_make(li % 2 + 1, lens[li][0], lens[li][1], 8, 8 / groups[(li + mode) % 3],
-                                   (li + mode) % 2 ? 64 : 128, dts[(li + mode / 2) & 1]);
-            if (mode == 1) c.opts.causal = 1;
-            if (mode == 2) c.opts.window_left = 37, c.opts.window_right = 5;
-            if (mode == 3) c.opts.window_left = 100, c.lay_q = T_BHSD, c.lay_kv = T_STRIDED;
-            if (mode == 4) c.opts.softcap = 20.f, c.opts.causal = 1, c.lay_o = T_STRIDED;
-            run_case(c1, &c, 1);
-        }
-    static const int lq[2][5] = {{113, 0, 239, 65, 0}, {1, 300, 130, 64, 17}};
-    static const int lk[2][5] = {{77, 5, 300, 0, 17}, {129, 64, 257, 64, 0}};
-    for (int mode = 0; mode < (small ? 1 : 4); ++mode) {
-        int32_t cq[6], ck[6];
-        t_case c = varlen_case(5, lq[mode & 1], lk[mode & 1], 8, mode < 2 ? 2 : 8, mode % 3 ? 128 : 64, dts[mode & 1],
-                               cq, ck);
-        if (mode == 1) c.opts.causal = 1;
-        if (mode == 2) c.opts.window_left = 37, c.opts.window_right = 5;
-        if (mode == 3) c.opts.softcap = 20.f, c.opts.causal = 1;
-        run_case(c1, &c, 1);
-    }
-    ctx_other = keep;
-    if (!small && shard_i == 0) det_liveness(c1, 64, 128);
-    fa_context_destroy(c1), fa_context_destroy(c2);
-}
-
 /* The split-wave cases' head dim di (64, 128, 256) and its backward tile Br x Bc. */
 static void split_tile(int di, int *d, int *bm, int *bn) {
     *d = di == 2 ? 256 : di ? 128 : 64, *bn = *d == 256 ? 64 : 128, *bm = *d == 64 ? 128 : 64;
@@ -665,7 +590,7 @@ int main(void) {
         unsupported_checks(ctx);
         varlen_graph(ctx);
     }
-    if (!small && shard_i == 0) det_liveness(ctx, 64, 256);
+    if (!small && shard_i == 0) det_liveness(ctx);
     /* fixed shapes: awkward seqlens, sq != sk, both head dims, both dtypes, masks */
     static const int shapes[][4] = {{1, 1, 64, 1},    {2, 3, 3, 64},    {1, 113, 239, 64}, {2, 239, 113, 128},
                                     {1, 128, 128, 128}, {1, 1023, 1023, 64}, {1, 256, 512, 128}, {1, 4224, 4224, 128}};
@@ -907,9 +832,17 @@ int main(void) {
                 run_case(ctx, &c, 1);
             }
     }
-    flash3_bwd_variant("nolock", small);
-    flash3_bwd_variant("pingpong", small);
-    flash3_bwd_variant("ppsum", small);
+    /* FLASH3's masked backward runs its CTAs longest first in sections of (batch, K/V head)s that share L2
+     * (fa3b_cta_of): 5 x 7 heads of 18 query blocks at d = 128 make sections of 21 and 14, GQA 2 at d = 64 with a
+     * window sections of 24 and 9 */
+    if (!small) {
+        t_case c = t_case_make(5, 1100, 1100, 7, 7, 128, FA_DTYPE_BF16);
+        c.opts.causal = 1;
+        run_case(ctx, &c, 1);
+        c = t_case_make(3, 900, 1000, 22, 11, 64, FA_DTYPE_F16);
+        c.opts.window_left = 300, c.opts.window_right = 20;
+        run_case(ctx, &c, 1);
+    }
     /* attention_chunk (Llama 4's chunked local attention) on STANDARD, FLASH1, FLASH2 forward and backward: chunks
      * shorter and longer than a tile, with causal and windows, sq != sk both ways, GQA, varlen; FLASH3 refuses it
      * (cuda_runs), AUTO runs FLASH2 */

@@ -5,7 +5,6 @@
 #include "tiles.h"
 
 #include <stdio.h>
-#include <string.h>
 
 #define FA_COUNT(a) (int)(sizeof(a) / sizeof((a)[0]))
 
@@ -145,13 +144,12 @@ const fa_cuda_family fa_cuda_flash3_fwd = {"FLASH3", FA_ALGO_FLASH3, FA_CUDA_FWD
 
 static fa_status fa3_bwd_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why,
                               size_t why_len) {
+    (void)tu;
     const fa_status rc = fa3_common(p, why, why_len);
     if (rc != FA_OK) return rc;
-    /* the head dim's row of the variant FA_CUDA_FLASH3_BWD names, else its default row ("") */
     int row = -1;
-    for (int pass = tu->flash3_bwd[0] ? 0 : 1; pass < 2 && row < 0; ++pass)
-        for (int i = 0; i < FA_COUNT(fa3_bwd_rows) && row < 0; ++i)
-            if (fa3_bwd_rows[i].d == p->d && strcmp(fa3_bwd_rows[i].variant, pass ? "" : tu->flash3_bwd) == 0) row = i;
+    for (int i = 0; i < FA_COUNT(fa3_bwd_rows) && row < 0; ++i)
+        if (fa3_bwd_rows[i].d == p->d) row = i;
     if (row < 0) return fa3_not_built(fa3_bwd_rows, p, "backward", why, why_len);
     const fa3_bwd_row *r = &fa3_bwd_rows[row];
     if (p->algo_auto && !r->auto_pick)
@@ -205,11 +203,6 @@ static void fa3_bwd_traffic(const fa_problem *p, fa_plan *plan) {
     plan->read_bytes = 2 * qrows * d * e + 4 * qrows + pairs * bm * (2 * d * e + 8 + 4 * d) + 2 * kvrows * d * e +
                        padded * d * 4;
     plan->write_bytes = 8 * padded + padded * d * 4 + pairs * bm * 4 * d + 2 * kvrows * d * e + qrows * d * e;
-    const int sched = fa3_bwd_rows[plan->entry].sched;
-    if (sched == FA3B_NOLOCK || sched == FA3B_PINGPONG) { /* dQi added twice per pair: each warpgroup's partial */
-        plan->read_bytes += pairs * bm * 4 * d;
-        plan->write_bytes += pairs * bm * 4 * d;
-    }
 }
 
 static fa_cuda_result fa3_bwd_run(const fa_cuda_launch *l) {

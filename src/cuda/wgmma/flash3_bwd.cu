@@ -2,8 +2,8 @@
  *   fa3b_prep  D = rowsum(dO ∘ O) and LSE·log2e per query row, padded to whole query blocks (D = 0, +inf past sq,
  *              so that the main kernel reads whole aligned pairs and padded rows give P = 0), and the fp32 dQ
  *              accumulator cleared (with opts.d_sinks, d sinks from D after it: sinks.h);
- *   fa3_bwd_kernel (flash3_bwd.cuh; fa3_bwd_wide_kernel, flash3_bwd_wide.cuh, at d = 256; the rows of another
- *              sched, fa3_bwd_nolock_kernel, flash3_bwd_nolock.cuh), one CTA per key block and K/V head;
+ *   fa3_bwd_kernel (flash3_bwd.cuh; fa3_bwd_wide_kernel, flash3_bwd_wide.cuh, at d = 256), one CTA per key block
+ *              and K/V head;
  *   fa3b_dq    dQ = scale·accumulator, from the accumulator's register order to the caller's layout.
  * Varlen (cu_seqlens): each launch over every sequence at the bounds max_seqlen_q/k, each block reading its
  * sequence from the device arrays; TMA boxes end at the sequence's last row (ragged maps, tensor_map.h).
@@ -15,10 +15,13 @@
 #include "cuda/attr_once.h"
 #include "cuda/sinks.h"
 #include "flash3_bwd.cuh"
-#include "flash3_bwd_nolock.cuh"
 #include "flash3_bwd_wide.cuh"
 #include "tensor_map.h"
 #include "tiles.h"
+
+/* A masked call's sections of the longest-first order: (batch, K/V head)s whose Q, dO and dQ's accumulator take at
+ * most this much of L2 (50 MB on an H100), as the forward's sections of K and V */
+#define FA3B_L2_BYTES (24u << 20)
 
 template <bool F16> FA_DEV float fa3b_f32(uint16_t x) {
     if constexpr (F16) return __half2float(__ushort_as_half(x));
@@ -69,8 +72,7 @@ __global__ void fa3b_prep(const fa_cuda_params p, int nmb, int64_t rows) {
 }
 
 /* dQ = scale·accumulator: one float4 per thread = registers 4j..4j+3 of one consumer thread, i.e. two columns of
- * two rows 8 apart (flash3_bwd.cuh's order, and flash3_bwd_nolock.cuh's: its warpgroup partials of the whole block
- * are laid out as the two halves here). Varlen: rows of sequence b only, at its packed rows. */
+ * two rows 8 apart (flash3_bwd.cuh's order). Varlen: rows of sequence b only, at its packed rows. */
 template <int D, int Br, bool F16, bool VARLEN> __global__ void fa3b_dq(const fa_cuda_params p, int nmb, int64_t n4) {
     using T = fa3b_tile<D>;
     const int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -89,18 +91,10 @@ template <int D, int Br, bool F16, bool VARLEN> __global__ void fa3b_dq(const fa
     if (row + 8 < sq) *(uint32_t *)(dq + (row + 8) * p.dq_ss) = fa3_pack<F16>(a.z * p.scale, a.w * p.scale);
 }
 
-/* The row's kernel: the d = 256 split, or one CTA's 128 keys split between the warpgroups, in lockstep or apart
- * (SCHED, tiles.h). */
-template <int D, bool F16, bool DET, bool VARLEN, int SCHED> static auto fa3b_kernel() {
-    if constexpr (SCHED != FA3B_LOCKSTEP) return fa3_bwd_nolock_kernel<D, F16, DET, VARLEN, SCHED>;
-    else if constexpr (fa3b_tile<D>::WIDE) return fa3_bwd_wide_kernel<D, F16, DET, VARLEN>;
+/* The tile's kernel: the d = 256 split, or one CTA's 128 keys split between the warpgroups. */
+template <int D, bool F16, bool DET, bool VARLEN> static auto fa3b_kernel() {
+    if constexpr (fa3b_tile<D>::WIDE) return fa3_bwd_wide_kernel<D, F16, DET, VARLEN>;
     else return fa3_bwd_kernel<D, F16, DET, VARLEN>;
-}
-/* Its shared memory. */
-template <int D, int SCHED> static constexpr size_t fa3b_smem_of() {
-    if constexpr (SCHED != FA3B_LOCKSTEP) return sizeof(fa3b_nolock_shared<D>);
-    else if constexpr (fa3b_tile<D>::WIDE) return sizeof(fa3b_wide_shared<D>);
-    else return sizeof(fa3b_shared<D>);
 }
 
 /* The four maps: [batch, rows, heads, D]; varlen: ragged maps of the packed rows (tensor_map.h), so that a box
@@ -114,7 +108,7 @@ static int fa3b_map(CUtensorMap *m, bool varlen, const fa_cuda_params *p, const 
 /* Varlen: a grid over every sequence at the bounds (max_seqlen_q/k), each CTA reading its sequence from the device
  * cu_seqlens (fa3b_seq_of); the padded rows of D, LSE·log2e and dQ's accumulator per (sequence, head) at those
  * bounds, as for fixed lengths. */
-template <int D, bool F16, bool DET, bool VARLEN, int SCHED>
+template <int D, bool F16, bool DET, bool VARLEN>
 static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
     using T = fa3b_tile<D>;
     constexpr int Br = T::Br, Bc = T::Bc;
@@ -150,8 +144,14 @@ static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaSt
         kp.wl = p->wl, kp.wr = p->wr, kp.nmb = nmb;
         kp.scale = p->scale, kp.scale_log2 = p->scale_log2;
         kp.cap = p->softcap, kp.cap_scale = p->softcap > 0.f ? p->softcap_scale : 0.f;
+        kp.sec = 0;
+        if (p->wl >= 0 || p->wr >= 0) { /* masked: key blocks of unequal work, the longest first (fa3b_cta_of) */
+            const double head_bytes = (double)(p->hq / p->hk) * nmb * Br * D * (2 + 2 + 4); /* Q, dO, dQ's fp32 */
+            const double sec = (double)FA3B_L2_BYTES / (head_bytes > 1 ? head_bytes : 1), heads = (double)p->hk * p->batch;
+            kp.sec = sec >= heads ? (int)heads : sec < 1 ? 1 : (int)sec;
+        }
         const size_t smem = plan->smem_bytes;
-        auto kernel = fa3b_kernel<D, F16, DET, VARLEN, SCHED>();
+        auto kernel = fa3b_kernel<D, F16, DET, VARLEN>();
         static unsigned char ready[64];
         if ((e = fa_cuda_attr_once(ready, (const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem)) != cudaSuccess)
@@ -168,9 +168,9 @@ static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaSt
     return e;
 }
 
-template <int D, bool F16, bool DET, int SCHED>
+template <int D, bool F16, bool DET>
 static cudaError_t fa3b_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
-    return p->cu_q ? fa3b_run<D, F16, DET, true, SCHED>(p, plan, st) : fa3b_run<D, F16, DET, false, SCHED>(p, plan, st);
+    return p->cu_q ? fa3b_run<D, F16, DET, true>(p, plan, st) : fa3b_run<D, F16, DET, false>(p, plan, st);
 }
 
 /* The tile row's instances: f16 and bf16, default and deterministic. */
@@ -178,24 +178,17 @@ template <int R> static int fa3_bwd_inst(int det, fa_cuda_instance *k) {
     constexpr fa3_bwd_row r = fa3_bwd_rows[R];
     using T = fa3b_tile<r.d>;
     static_assert(T::Br == r.bm && T::Bc == r.bn && T::THREADS == r.threads, "the row is its instance's tile");
-    if (det) k->f16 = fa3b_launch<r.d, true, true, r.sched>, k->bf16 = fa3b_launch<r.d, false, true, r.sched>;
-    else k->f16 = fa3b_launch<r.d, true, false, r.sched>, k->bf16 = fa3b_launch<r.d, false, false, r.sched>;
-    k->smem = fa3b_smem_of<r.d, r.sched>() + 1024; /* + the 1024-byte alignment of the base */
-    static_assert(fa3b_smem_of<r.d, r.sched>() + 1024 <= 232448, "over the 227 KB a block may opt into");
+    if (det) k->f16 = fa3b_launch<r.d, true, true>, k->bf16 = fa3b_launch<r.d, false, true>;
+    else k->f16 = fa3b_launch<r.d, true, false>, k->bf16 = fa3b_launch<r.d, false, false>;
+    k->smem = (T::WIDE ? sizeof(fa3b_wide_shared<r.d>) : sizeof(fa3b_shared<r.d>)) + 1024;
     return 1;
 }
-static_assert(sizeof fa3_bwd_rows / sizeof fa3_bwd_rows[0] == 9, "one case per row of fa3_bwd_rows");
+static_assert(sizeof fa3_bwd_rows / sizeof fa3_bwd_rows[0] == 3, "one case per row of fa3_bwd_rows");
 extern "C" int fa_flash3_bwd_instance(int row, int deterministic, fa_cuda_instance *k) {
     switch (row) {
     case 0: return fa3_bwd_inst<0>(deterministic, k);
     case 1: return fa3_bwd_inst<1>(deterministic, k);
     case 2: return fa3_bwd_inst<2>(deterministic, k);
-    case 3: return fa3_bwd_inst<3>(deterministic, k);
-    case 4: return fa3_bwd_inst<4>(deterministic, k);
-    case 5: return fa3_bwd_inst<5>(deterministic, k);
-    case 6: return fa3_bwd_inst<6>(deterministic, k);
-    case 7: return fa3_bwd_inst<7>(deterministic, k);
-    case 8: return fa3_bwd_inst<8>(deterministic, k);
     default: return 0;
     }
 }

@@ -32,6 +32,14 @@ template <int D> struct alignas(1024) fa3b_shared {
     fa3b_kparams kp; /* varlen: the CTA's parameters (fa3b_params) */
 };
 
+/* acc += A B with A (64 keys x Br queries) from registers and B = a [query][D] tile, MN-major: a k16 slice is 16
+ * query rows = 2048 B, the next 64 columns of D are Br x 128 B further. */
+template <int D, int Br, bool F16>
+FA_DEV void fa3b_rs(float (&acc)[D / 2], const uint32_t (&a)[Br / 16][4], uint32_t b_base) {
+#pragma unroll
+    for (int kk = 0; kk < Br / 16; kk++) fa_wgmma_rs<D, F16>(acc, a[kk], fa3_desc(b_base + kk * 2048, Br * 128, 1024), 1);
+}
+
 template <int D, bool F16, bool DET, bool VARLEN>
 __global__ void __launch_bounds__(384, 1)
     fa3_bwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
@@ -43,9 +51,10 @@ __global__ void __launch_bounds__(384, 1)
     fa3b_shared<D> &sm = *reinterpret_cast<fa3b_shared<D> *>(((uintptr_t)fa3b_smem_raw + 1023) & ~(uintptr_t)1023);
 
     fa3b_kparams own;
-    const fa3b_kparams &p0 = fa3b_seq_of<VARLEN>(pk, own); /* varlen: this sequence's lengths and rows */
-    const fa3b_walk W = fa3b_walk_of<Br, Bc, DET>(p0);
-    const int nb = W.nb, n0 = W.n0, mlo = W.mlo, nm = W.nm, steps = W.steps, hk = blockIdx.y, b = blockIdx.z;
+    const fa3b_cta C = fa3b_cta_of(pk);
+    const fa3b_kparams &p0 = fa3b_seq_of<VARLEN>(pk, own, C.b); /* varlen: this sequence's lengths and rows */
+    const fa3b_walk W = fa3b_walk_of<Br, Bc, DET>(p0, C.x);
+    const int nb = W.nb, n0 = W.n0, mlo = W.mlo, nm = W.nm, steps = W.steps, hk = C.hk, b = C.b;
     if (VARLEN && n0 >= p0.sk) return; /* past the sequence's keys (the grid is sized for the longest): no work */
 
     if (threadIdx.x == 0) {
@@ -140,11 +149,9 @@ __global__ void __launch_bounds__(384, 1)
         fa3b_rs<D, Br, F16>(dv, pa, do_base); /* dVj += Pᵀ dOi */
         fa3_wgmma_commit();
         fa3_pack_a<Br, F16>(dsa, dpt);
-        fa3_wgmma_fence();
-        fa3b_rs<D, Br, F16>(dk, dsa, q_base); /* dKj += dSᵀ Qi */
-        fa3_wgmma_commit();
 
-        /* dSᵀ to shared memory, then dQi = dS Kj, A = dS and B = Kj both MN-major */
+        /* dSᵀ to shared memory, then dQi = dS Kj (A = dS and B = Kj both MN-major), then dKj += dSᵀ Qi: dQi's copy
+         * to the writer runs under dK's GEMM (FA3's order), not after every GEMM of the step */
         const uint32_t ds_base = fa3_smem(sm.ds[it & 1]);
         fa3b_store_kq<Br / 8>(ds_base, dsa, Bc, 64 * cw + 16 * warp + g, 0);
         if (ahead) fa3b_row_store<Br>(sm.rows, it + 1, rc, next_row); /* every read of that buffer was before the last
@@ -160,15 +167,17 @@ __global__ void __launch_bounds__(384, 1)
                                     fa3_desc(k_base + b_off + kk * 2048, Bc * 128, 1024), kk > 0);
         }
         fa3_wgmma_commit();
-        fa3_wgmma_wait<0>();
+        fa3b_rs<D, Br, F16>(dk, dsa, q_base); /* dKj += dSᵀ Qi */
+        fa3_wgmma_commit();
+        fa3_wgmma_wait<1>(); /* dV and dQi done, dK in flight */
         fa3_fence_regs(dq);
+        fa3b_put_dq<NQ>(fa3_smem(sm.dq), dq, cw, ct); /* dQi to the writer */
+        fa3_wgmma_wait<0>();
         fa3_fence_regs(dk);
         fa3_fence_regs(dv);
         fa3_fence_regs(pa); /* the RS GEMMs read them until here */
         fa3_fence_regs(dsa);
         fa3_release(fa3_smem(&sm.empty[s]), lane); /* Qi, dOi of this stage are read */
-
-        fa3b_put_dq<NQ>(fa3_smem(sm.dq), dq, cw, ct); /* dQi to the writer */
     }
 
     fa3b_store_dkv<D, F16, VARLEN>(p, dk, dv, b, hk, kr0, 0);

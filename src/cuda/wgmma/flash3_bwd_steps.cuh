@@ -31,10 +31,8 @@ template <int Br> struct fa3b_shared_rows {
     float lse2[2][Br], dsum[2][Br];
 };
 /* Named barriers (0 is __syncthreads): dSᵀ written and a step's LSE / D copied (the 256 consumer threads); a
- * warpgroup's dQ buffer free and full (its 128 threads and the dQ writer warp: 160). flash3_bwd_nolock.cuh: a
- * warpgroup's own dSᵀ written (its 128 threads), a warpgroup's turn to issue its GEMMs (both warpgroups: 256), and
- * with ppsum warpgroup 0's dQ buffer free and full between the two consumer warpgroups (256). */
-enum { FA3B_DS_READY = 1, FA3B_ROWS_READY = 2, FA3B_DQ_EMPTY = 3, FA3B_DQ_FULL = 5, FA3B_WG_DS = 7, FA3B_TURN = 9 };
+ * warpgroup's dQ buffer free and full (its 128 threads and the dQ writer warp: 160). */
+enum { FA3B_DS_READY = 1, FA3B_ROWS_READY = 2, FA3B_DQ_EMPTY = 3, FA3B_DQ_FULL = 5 };
 
 struct fa3b_kparams {
     uint16_t *dk, *dv;
@@ -48,17 +46,38 @@ struct fa3b_kparams {
     const int *cu_q, *cu_k;  /* varlen: the caller's device cu_seqlens (read clamped), else NULL */
     int total_q, total_k;    /* varlen: the packed tensors' rows */
     int qrow, krow;          /* varlen, in a CTA's copy (fa3b_seq_of): its sequence's first rows; else 0 */
+    int sec;                 /* masked: (batch, K/V head)s per section of the longest-first order (fa3b_cta_of); 0:
+                              * the grid's order */
 };
 
-/* A CTA's parameters. Varlen: its sequence's (blockIdx.z's) lengths as sq, sk (bounded by the grid's, max_seqlen_q/k,
+/* A CTA's key block x (of the grid's gridDim.x), K/V head and sequence. The grid's order issues each head's key
+ * blocks one after another; masked (sec > 0), the CTAs run instead in sections of sec (batch, K/V head)s whose Q, dO
+ * and dQ's accumulator share L2, and within a section key block by key block over its heads: the longest blocks
+ * (causal: the first, which every query sees) first, and the short ones last, where they even out the last wave. A
+ * head's blocks keep their order (the deterministic adds rely on it: fa3b_walk_of). */
+struct fa3b_cta {
+    int x, hk, b;
+};
+FA_DEV fa3b_cta fa3b_cta_of(const fa3b_kparams &p) {
+    fa3b_cta c = {(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
+    if (p.sec > 0) {
+        const int nx = (int)gridDim.x, heads = (int)(gridDim.y * gridDim.z);
+        const int l = (int)blockIdx.x + nx * ((int)blockIdx.y + (int)gridDim.y * (int)blockIdx.z);
+        const int h0 = l / (nx * p.sec) * p.sec, hs = min(p.sec, heads - h0), r = l - h0 * nx; /* section: h0.. */
+        const int h = h0 + r % hs;
+        c.x = r / hs, c.hk = h % (int)gridDim.y, c.b = h / (int)gridDim.y;
+    }
+    return c;
+}
+
+/* A CTA's parameters. Varlen: its sequence's (b's) lengths as sq, sk (bounded by the grid's, max_seqlen_q/k,
  * and clamped into the packed tensors, as the forward) and its first rows; the tensors are one packed batch. Fixed
  * lengths: the parameters as they are. */
-template <bool VARLEN> FA_DEV const fa3b_kparams &fa3b_seq_of(const fa3b_kparams &p, fa3b_kparams &s) {
+template <bool VARLEN> FA_DEV const fa3b_kparams &fa3b_seq_of(const fa3b_kparams &p, fa3b_kparams &s, int b) {
     if constexpr (!VARLEN) {
         return p;
     } else {
         s = p;
-        const int b = blockIdx.z;
         const int q0 = min(max(p.cu_q[b], 0), p.total_q), q1 = min(max(p.cu_q[b + 1], q0), p.total_q);
         const int k0 = min(max(p.cu_k[b], 0), p.total_k), k1 = min(max(p.cu_k[b + 1], k0), p.total_k);
         s.qrow = q0, s.sq = min(q1 - q0, p.sq);
@@ -86,16 +105,16 @@ FA_DEV void fa3b_box(uint32_t dst, const CUtensorMap *m, uint32_t bar, int c, in
     }
 }
 
-/* A CTA's walk: key block nb (deterministic: the grid reversed, so that the key blocks start last to first — the
+/* A CTA's walk: key block nb = x (deterministic: reversed, so that the key blocks start last to first — the
  * order in which they add dQ (fa3b_dq_writer): a CTA then only ever waits for one that started before it, and a
  * block waiting for one not yet resident would hang), its keys [n0, n1), the query blocks mlo .. mlo + nm − 1 of
  * each query head that see them, and its steps (nm per query head of the group). */
 struct fa3b_walk {
     int nb, n0, mlo, nm, steps;
 };
-template <int Br, int Bc, bool DET> FA_DEV fa3b_walk fa3b_walk_of(const fa3b_kparams &p) {
+template <int Br, int Bc, bool DET> FA_DEV fa3b_walk fa3b_walk_of(const fa3b_kparams &p, int x) {
     fa3b_walk w;
-    w.nb = DET ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    w.nb = DET ? (int)gridDim.x - 1 - x : x;
     w.n0 = w.nb * Bc;
     const int n1 = w.n0 + Bc < p.sk ? w.n0 + Bc : p.sk;
     int qlo, qhi;
@@ -269,14 +288,6 @@ FA_DEV void fa3b_dq_writer(const fa3b_kparams &p, uint32_t src, int b, int hk, i
         }
     }
     if (lead) fa3_bulk_wait<0>();
-}
-
-/* acc += A B with A (64 keys x Br queries) from registers and B = a [query][D] tile, MN-major: a k16 slice is 16
- * query rows = 2048 B, the next 64 columns of D are Br x 128 B further. */
-template <int D, int Br, bool F16>
-FA_DEV void fa3b_rs(float (&acc)[D / 2], const uint32_t (&a)[Br / 16][4], uint32_t b_base) {
-#pragma unroll
-    for (int kk = 0; kk < Br / 16; kk++) fa_wgmma_rs<D, F16>(acc, a[kk], fa3_desc(b_base + kk * 2048, Br * 128, 1024), 1);
 }
 
 /* dKj = scale·Σ dSᵀ Q and dVj, 16-bit, straight from the accumulators: register 4j + 2r + e is key row kr0 + 8r,

@@ -47,13 +47,6 @@ FA_DEV void fa3_tma_load4(uint32_t dst, const CUtensorMap *map, uint32_t bar, in
                  "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                  : "memory");
 }
-/* A 1-D bulk copy: `bytes` (a multiple of 16; both addresses 16-byte aligned) from global into shared memory,
- * completing its bytes on the mbarrier, as a tensor load does. */
-FA_DEV void fa3_bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-                 "l"((uint64_t)src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
 /* Shared-memory writes of this thread (st.shared) become visible to the async proxy (wgmma, TMA) that reads them
  * after the next barrier. */
 FA_DEV void fa3_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }

@@ -40,38 +40,20 @@ static constexpr fa3_fwd_row fa3_fwd_rows[] = {
 /* The FLASH3 backward's rows: one CTA per Bc = bn keys of one K/V head, walking Br = bm query rows per step;
  * Br = 128 at d = 64 (FA3's tile), 64 at d = 128 (dK, dV, Sᵀ and dPᵀ in 240 registers), 64 x 64 at d = 256 with the
  * warpgroups splitting D (flash3_bwd_steps.cuh). auto_pick: FA_ALGO_AUTO takes the row only where it beats FLASH2's backward (else AUTO moves on to
- * FLASH2); figures: H100, bf16, 16k tokens, TFLOP/s FLASH3 / FLASH2.
- * sched: how the two consumer warpgroups meet in a step: LOCKSTEP, both at dSᵀ's barrier (flash3_bwd.cuh, the
- * default rows); NOLOCK, never (dQi split by keys, flash3_bwd_nolock.cuh); PINGPONG, NOLOCK with the warpgroups
- * taking turns to issue their GEMMs; PPSUM, PINGPONG with warpgroup 1 adding both partials of dQi (one reduce-add
- * per step, not two). variant: the name FA_CUDA_FLASH3_BWD picks a row by (read at context creation;
- * "" = the default rows, and the default where a head dim has no row of that name). */
-enum { FA3B_LOCKSTEP = 0, FA3B_NOLOCK = 1, FA3B_PINGPONG = 2, FA3B_PPSUM = 3 };
+ * FLASH2); figures: H100, bf16, 16k tokens, TFLOP/s FLASH3 / FLASH2. */
 struct fa3_bwd_row {
-    int d, bm, bn, threads, auto_pick, sched;
-    const char *variant, *kernel, *kernel_det, *why;
+    int d, bm, bn, threads, auto_pick;
+    const char *kernel, *kernel_det, *why;
 };
 #define FA3_BWD_ROW(D, BM, BN, AUTO, WHY)                                                                            \
-    {D, BM, BN, 384, AUTO, FA3B_LOCKSTEP, "", "cuda.flash3.bwd.wgmma.d" #D "." #BM "x" #BN,                         \
+    {D, BM, BN, 384, AUTO, "cuda.flash3.bwd.wgmma.d" #D "." #BM "x" #BN,                                            \
      "cuda.flash3.bwd.wgmma.deterministic.d" #D "." #BM "x" #BN, WHY}
-#define FA3_BWD_VROW(D, BM, BN, SCHED, V, WHY)                                                                       \
-    {D, BM, BN, 384, 1, SCHED, V, "cuda.flash3.bwd.wgmma." V ".d" #D "." #BM "x" #BN,                               \
-     "cuda.flash3.bwd.wgmma.deterministic." V ".d" #D "." #BM "x" #BN, WHY}
 static constexpr fa3_bwd_row fa3_bwd_rows[] = {
     FA3_BWD_ROW(64, 128, 128, 1, "FA3's d = 64 tile; 294 / 269 at 4k, 330 / 296 at 16k, causal 1k 139 / 140 (a tie)"),
     FA3_BWD_ROW(128, 64, 128, 1, "FA3's d = 128 tile; 421 / 309 at 4k, 480 / 336 at 16k, causal 16k 461 / 322"),
     FA3_BWD_ROW(256, 64, 64, 1, "FA3's d = 256 tile; 382 / 253 at 4k, 437 / 259 at 16k, causal 1k 191 / 156"),
-    /* the lockstep rows' tiles with the warpgroups apart (ncu, lockstep, d = 128, 8k: the tensor pipe 59.8 %
-     * busy); opt-in until measured against them */
-    FA3_BWD_VROW(64, 128, 128, FA3B_NOLOCK, "nolock", "not measured yet"),
-    FA3_BWD_VROW(128, 64, 128, FA3B_NOLOCK, "nolock", "not measured yet"),
-    FA3_BWD_VROW(64, 128, 128, FA3B_PINGPONG, "pingpong", "not measured yet"),
-    FA3_BWD_VROW(128, 64, 128, FA3B_PINGPONG, "pingpong", "not measured yet"),
-    FA3_BWD_VROW(64, 128, 128, FA3B_PPSUM, "ppsum", "not measured yet"),
-    FA3_BWD_VROW(128, 64, 128, FA3B_PPSUM, "ppsum", "not measured yet"),
 };
 #undef FA3_BWD_ROW
-#undef FA3_BWD_VROW
 /* plan->aux[FA3_BWD_AUX_DET]: 1 = the deterministic instance (key blocks add dQ in ascending order) */
 enum { FA3_BWD_AUX_DET = 0 };
 

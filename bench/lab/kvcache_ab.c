@@ -11,6 +11,7 @@
  * (`cmake --build <dir> --target kvcache_ab`). */
 #define _GNU_SOURCE /* madvise, RTLD_* */
 #include "flashattn.h"
+#include "lab_time.h"
 
 #include <dlfcn.h>
 #include <stdint.h>
@@ -37,19 +38,10 @@ typedef struct build {
     opts_fn opts;
 } build;
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static int by_value(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 static double median(const double *x, int n, double *lo, double *hi) {
     double *y = malloc(sizeof *y * (size_t)n);
     memcpy(y, x, sizeof *y * (size_t)n);
-    qsort(y, (size_t)n, sizeof *y, by_value);
+    qsort(y, (size_t)n, sizeof *y, lab_by_value);
     const double m = n % 2 ? y[n / 2] : (y[n / 2 - 1] + y[n / 2]) / 2;
     if (lo) *lo = y[0], *hi = y[n - 1];
     free(y);
@@ -74,21 +66,21 @@ static uint64_t read_sum(const char *p, size_t n) {
 }
 static volatile uint64_t sink;
 static double read_pass(const char *p, size_t n, int threads) {
-    const double t0 = now();
+    const double t0 = lab_now();
     uint64_t s = 0;
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : s)
     for (int t = 0; t < threads; t++) s += read_sum(p + n / (size_t)threads * (size_t)t, n / (size_t)threads);
     sink += s;
-    return now() - t0;
+    return lab_now() - t0;
 }
 static double copy_pass(char *dst, const char *src, size_t n, int threads) {
-    const double t0 = now();
+    const double t0 = lab_now();
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int t = 0; t < threads; t++) {
         const size_t lo = n / (size_t)threads * (size_t)t, hi = t == threads - 1 ? n : lo + n / (size_t)threads;
         memcpy(dst + lo, src + lo, hi - lo);
     }
-    return now() - t0;
+    return lab_now() - t0;
 }
 
 static int open_build(build *b, const char *path, int threads) {
@@ -139,10 +131,10 @@ int main(int argc, char **argv) {
         for (int k = 0; k < 2; k++) {
             const int w = (r & 1) ? 1 - k : k; /* ABBA */
             read_pass(fl, anc, threads);
-            const double t0 = now();
+            const double t0 = lab_now();
             if (B[w].run(B[w].ctx, &opts, NULL, &tq, &c, NULL, NULL, &to, NULL) != FA_OK)
                 return fprintf(stderr, "%s: %s\n", B[w].path, B[w].err(B[w].ctx)), 1;
-            t[w] = now() - t0;
+            t[w] = lab_now() - t0;
         }
         const double tc = copy_pass(cp, fl, anc, threads), tr = read_pass(fl, anc, threads);
         if (r < 0) continue;

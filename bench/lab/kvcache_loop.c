@@ -8,6 +8,7 @@
  * e4m3: an FP8 cache, descales 1, against bf16 q) */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "flashattn.h"
+#include "lab_time.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -15,15 +16,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static int by_value(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 /* x in (-0.5, 0.5) stored as the dtype */
 static void fill(void *p, fa_dtype dt, size_t n, uint32_t *seed) {
     for (size_t i = 0; i < n; i++) {
@@ -90,14 +82,14 @@ int main(int argc, char **argv) {
     const fa_tensor tq = fa_tensor_bshd(q, dt, B, 1, hq, d), to = fa_tensor_bshd(o, dt, B, 1, hq, d);
     const fa_attn_opts opts = fa_attn_opts_default();
     for (int r = -3; r < reps; r++) { /* three warm-up calls */
-        const double t0 = now();
+        const double t0 = lab_now();
         if (fa_forward_kvcache(ctx, &opts, NULL, &tq, &cache, NULL, NULL, &to, NULL) != FA_OK) {
             fprintf(stderr, "fa_forward_kvcache: %s\n", fa_context_last_error(ctx));
             goto done;
         }
-        if (r >= 0) t[r] = now() - t0;
+        if (r >= 0) t[r] = lab_now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof(double), by_value);
+    qsort(t, (size_t)reps, sizeof(double), lab_by_value);
     const double med = t[reps / 2];
     printf("%s batch %lld cache %lld hq/hk %lld/%lld threads %d: %.1f us, %.2f GB/s K+V, %.1f ns per K/V head and key "
            "per thread (fastest call: %.1f)\n",

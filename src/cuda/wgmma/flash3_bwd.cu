@@ -19,10 +19,6 @@
 #include "tensor_map.h"
 #include "tiles.h"
 
-/* A masked call's sections of the longest-first order: (batch, K/V head)s whose Q, dO and dQ's accumulator take at
- * most this much of L2 (50 MB on an H100), as the forward's sections of K and V */
-#define FA3B_L2_BYTES (24u << 20)
-
 template <bool F16> FA_DEV float fa3b_f32(uint16_t x) {
     if constexpr (F16) return __half2float(__ushort_as_half(x));
     else return __bfloat162float(__ushort_as_bfloat16(x));
@@ -147,8 +143,7 @@ static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaSt
         kp.sec = 0;
         if (p->wl >= 0 || p->wr >= 0) { /* masked: key blocks of unequal work, the longest first (fa3b_cta_of) */
             const double head_bytes = (double)(p->hq / p->hk) * nmb * Br * D * (2 + 2 + 4); /* Q, dO, dQ's fp32 */
-            const double sec = (double)FA3B_L2_BYTES / (head_bytes > 1 ? head_bytes : 1), heads = (double)p->hk * p->batch;
-            kp.sec = sec >= heads ? (int)heads : sec < 1 ? 1 : (int)sec;
+            kp.sec = fa3_l2_section(head_bytes, (long long)p->hk * p->batch);
         }
         const size_t smem = plan->smem_bytes;
         auto kernel = fa3b_kernel<D, F16, DET, VARLEN>();

@@ -12,9 +12,6 @@
 #include "tensor_map.h"
 #include "tiles.h"
 
-/* K/V bytes a section of the masked order may take: about half the H200's 50 MB L2. */
-#define FA3_L2_KV_BYTES (24u << 20)
-
 /* causal is folded into the right window (wr = 0) */
 static bool fa3_masked(const fa_cuda_params *p) { return p->wl >= 0 || p->wr >= 0; }
 
@@ -91,11 +88,7 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
     kp.bh = p->hq * p->batch;
     kp.sec_heads = 0, kp.mb_up = 0, kp.counter = NULL;
     if (fa3_masked(p) && p->tile_counter) { /* tiles differ in work: longest first, dynamically (the .cuh) */
-        /* sections of (batch, head)s whose K and V take at most FA3_L2_KV_BYTES, so that the tiles in flight
-         * share their K/V in L2 */
-        const double kv_bytes = (F8 ? 2.0 : 4.0) * (double)p->sk * D;
-        const double sec = (double)FA3_L2_KV_BYTES / (kv_bytes > 1 ? kv_bytes : 1);
-        kp.sec_heads = sec >= kp.bh ? kp.bh : sec < 1 ? 1 : (int)sec;
+        kp.sec_heads = fa3_l2_section((F8 ? 2.0 : 4.0) * (double)p->sk * D, kp.bh); /* K and V of a head */
         kp.mb_up = fa3_blocks_of(p, T::Br, T::Bc, 0) > fa3_blocks_of(p, T::Br, T::Bc, kp.nmb - 1);
         kp.counter = p->tile_counter;
     }

@@ -119,6 +119,7 @@ static void run(fa_context *ctx, fa_context *cpu, const t_kv_spec *s, const char
              s->hk, s->d, s->capacity, s->page_size, s->append, s->rotary, s->batch_idx, s->opts.causal,
              s->opts.window_left, s->opts.window_right, s->opts.softcap, s->opts.sinks != NULL, s->kv.num_splits,
              s->kv.split_size);
+    t_trace_case();
     dev_case d = to_dev(c);
     const fa_status st = call(ctx, c, &d, NULL);
     CHECK_MSG(st == FA_OK, "%s: %s: %s", t_case_label, fa_status_string(st), fa_context_last_error(ctx));
@@ -283,6 +284,7 @@ static void many_splits(fa_context *ctx, fa_context *cpu, int small) {
 static void against_cpu(fa_context *ctx, fa_context *cpu, const t_kv_spec *s, t_kv_case *c, int *nan_rows,
                     int *fin_rows) {
     const int64_t nq = 2 * 3 * 8 * 128, nl = 2 * 8 * 3;
+    t_trace_case();
     dev_case d = to_dev(c);
     CHECK_STATUS(call(ctx, c, &d, NULL), FA_OK);
     CU(cudaDeviceSynchronize());
@@ -786,6 +788,7 @@ static void fp8_errors(fa_context *ctx) {
         s.fp8 = 1, s.append = 1;
         t_kv_case *c = t_kv_new(&s, &R);
         snprintf(t_case_label, sizeof t_case_label, "fp8 errors %d", i);
+        t_trace_case();
         if (i < 2) c->v_descale[2] = i ? 0.f : NAN; /* [1][0] */
         dev_case d = to_dev(c);
         fa_kv_opts check = fa_kv_opts_default();

@@ -16,6 +16,8 @@ extern char t_case_label[512];
 
 void t_fail_at(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int t_finish(void);
+/* FA_TEST_TRACE=1: print t_case_label to stderr as a case starts (which case a hung or crashed run was in) */
+void t_trace_case(void);
 /* Seeds the default random stream from FA_TEST_SEED or the clock, and prints "name: seed S (replay:
  * FA_TEST_SEED=S)". */
 uint64_t t_init(const char *name);

@@ -37,6 +37,12 @@ int t_finish(void) {
     return t_failures ? 1 : 0;
 }
 
+void t_trace_case(void) {
+    static int on = -1;
+    if (on < 0) on = getenv("FA_TEST_TRACE") && *getenv("FA_TEST_TRACE") && strcmp(getenv("FA_TEST_TRACE"), "0");
+    if (on) fprintf(stderr, "trace: %s\n", t_case_label);
+}
+
 uint64_t t_init(const char *name) {
     t_name = name;
     uint64_t seed;

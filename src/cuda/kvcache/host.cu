@@ -126,9 +126,13 @@ static int pick_splits(const fa_kv_problem *p, int sms, fa_plan *plan) {
      * second split per SM only adds partials to merge. Within 3 % of the best wave: at the CPU's 85 %, batch 1
      * leaves SMs idle for part of a bandwidth-bound call. */
     const int64_t items = p->batch * p->hk * row_tiles_of(p);
+    /* An E4M3 cache's worker is two CTAs per SM: one CTA widening its tiles in shared memory reads below the SM's
+     * share (H100, 32/8 heads, d = 128: batch 16 at 64k keys 0.72 ms in 2 splits, 1.13 in 1; batch 4 0.20 in 8,
+     * 0.30 in 4) */
+    const int workers = p->cdtype == FA_DTYPE_F8_E4M3 && !p->paged ? 2 * sms : sms;
     /* Splits of at least SPLIT_KEYS keys, down to MIN_SPLIT_KEYS where that leaves fewer CTAs than half the SMs:
      * fewer, longer splits have fewer CTAs to start and merge. */
-    int ns = fa_kv_split_heuristic(items, sms, (p->capacity + SPLIT_KEYS - 1) / SPLIT_KEYS, FA_KV_MAX_SPLITS, 0.97);
+    int ns = fa_kv_split_heuristic(items, workers, (p->capacity + SPLIT_KEYS - 1) / SPLIT_KEYS, FA_KV_MAX_SPLITS, 0.97);
     if (ns * items < sms / 2) {
         const int64_t most = (p->capacity + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS, fill = sms / 2 / items;
         const int64_t more = most < fill ? most : fill;

@@ -236,11 +236,12 @@ __global__ void __launch_bounds__(NW * 32, NW == 8 ? 1 : CL ? 0 : 2)
                 }
             } else { /* pages that split a tile: each row's page by shuffle */
 #pragma unroll
-                for (int c = lane; c < KV_KT * CC; c += 32) {
-                    const int kr = c / CC, cc = c % CC, t = base + kr;
-                    const bool ok = t >= klo && t < khi;
+                for (int i = 0; i < NIT; i++) { /* every lane takes every shuffle (E4M3 d = 80: 80 chunks a tile) */
+                    const int c = lane + 32 * i, kr = min(c / CC, KV_KT - 1), cc = c % CC, t = base + kr;
                     const int64_t pk = __shfl_sync(0xffffffffu, pg_cur, half + kr),
                                   ik = __shfl_sync(0xffffffffu, ip_cur, half + kr);
+                    if (KV_KT * CC % 32 && c >= KV_KT * CC) break;
+                    const bool ok = t >= klo && t < khi;
                     int64_t ko = pk * p.k_sb + ik * p.k_ss + (int64_t)hk * p.k_sh;
                     int64_t vo = pk * p.v_sb + ik * p.v_ss + (int64_t)hk * p.v_sh;
                     if (!ok) ko = vo = 0;

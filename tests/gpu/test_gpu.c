@@ -832,17 +832,6 @@ int main(void) {
                 run_case(ctx, &c, 1);
             }
     }
-    /* FLASH3's masked backward runs its CTAs longest first in sections of (batch, K/V head)s that share L2
-     * (fa3b_cta_of): 5 x 7 heads of 18 query blocks at d = 128 make sections of 21 and 14, GQA 2 at d = 64 with a
-     * window sections of 24 and 9 */
-    if (!small) {
-        t_case c = t_case_make(5, 1100, 1100, 7, 7, 128, FA_DTYPE_BF16);
-        c.opts.causal = 1;
-        run_case(ctx, &c, 1);
-        c = t_case_make(3, 900, 1000, 22, 11, 64, FA_DTYPE_F16);
-        c.opts.window_left = 300, c.opts.window_right = 20;
-        run_case(ctx, &c, 1);
-    }
     /* attention_chunk (Llama 4's chunked local attention) on STANDARD, FLASH1, FLASH2 forward and backward: chunks
      * shorter and longer than a tile, with causal and windows, sq != sk both ways, GQA, varlen; FLASH3 refuses it
      * (cuda_runs), AUTO runs FLASH2 */

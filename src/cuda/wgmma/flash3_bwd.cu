@@ -140,11 +140,6 @@ static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaSt
         kp.wl = p->wl, kp.wr = p->wr, kp.nmb = nmb;
         kp.scale = p->scale, kp.scale_log2 = p->scale_log2;
         kp.cap = p->softcap, kp.cap_scale = p->softcap > 0.f ? p->softcap_scale : 0.f;
-        kp.sec = 0;
-        if (p->wl >= 0 || p->wr >= 0) { /* masked: key blocks of unequal work, the longest first (fa3b_cta_of) */
-            const double head_bytes = (double)(p->hq / p->hk) * nmb * Br * D * (2 + 2 + 4); /* Q, dO, dQ's fp32 */
-            kp.sec = fa3_l2_section(head_bytes, (long long)p->hk * p->batch);
-        }
         const size_t smem = plan->smem_bytes;
         auto kernel = fa3b_kernel<D, F16, DET, VARLEN>();
         static unsigned char ready[64];

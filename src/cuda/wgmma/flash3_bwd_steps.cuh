@@ -46,38 +46,17 @@ struct fa3b_kparams {
     const int *cu_q, *cu_k;  /* varlen: the caller's device cu_seqlens (read clamped), else NULL */
     int total_q, total_k;    /* varlen: the packed tensors' rows */
     int qrow, krow;          /* varlen, in a CTA's copy (fa3b_seq_of): its sequence's first rows; else 0 */
-    int sec;                 /* masked: (batch, K/V head)s per section of the longest-first order (fa3b_cta_of); 0:
-                              * the grid's order */
 };
 
-/* A CTA's key block x (of the grid's gridDim.x), K/V head and sequence. The grid's order issues each head's key
- * blocks one after another; masked (sec > 0), the CTAs run instead in sections of sec (batch, K/V head)s whose Q, dO
- * and dQ's accumulator share L2, and within a section key block by key block over its heads: the longest blocks
- * (causal: the first, which every query sees) first, and the short ones last, where they even out the last wave. A
- * head's blocks keep their order (the deterministic adds rely on it: fa3b_walk_of). */
-struct fa3b_cta {
-    int x, hk, b;
-};
-FA_DEV fa3b_cta fa3b_cta_of(const fa3b_kparams &p) {
-    fa3b_cta c = {(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
-    if (p.sec > 0) {
-        const int nx = (int)gridDim.x, heads = (int)(gridDim.y * gridDim.z);
-        const int l = (int)blockIdx.x + nx * ((int)blockIdx.y + (int)gridDim.y * (int)blockIdx.z);
-        const int h0 = l / (nx * p.sec) * p.sec, hs = min(p.sec, heads - h0), r = l - h0 * nx; /* section: h0.. */
-        const int h = h0 + r % hs;
-        c.x = r / hs, c.hk = h % (int)gridDim.y, c.b = h / (int)gridDim.y;
-    }
-    return c;
-}
-
-/* A CTA's parameters. Varlen: its sequence's (b's) lengths as sq, sk (bounded by the grid's, max_seqlen_q/k,
+/* A CTA's parameters. Varlen: its sequence's (blockIdx.z's) lengths as sq, sk (bounded by the grid's, max_seqlen_q/k,
  * and clamped into the packed tensors, as the forward) and its first rows; the tensors are one packed batch. Fixed
  * lengths: the parameters as they are. */
-template <bool VARLEN> FA_DEV const fa3b_kparams &fa3b_seq_of(const fa3b_kparams &p, fa3b_kparams &s, int b) {
+template <bool VARLEN> FA_DEV const fa3b_kparams &fa3b_seq_of(const fa3b_kparams &p, fa3b_kparams &s) {
     if constexpr (!VARLEN) {
         return p;
     } else {
         s = p;
+        const int b = blockIdx.z;
         const int q0 = min(max(p.cu_q[b], 0), p.total_q), q1 = min(max(p.cu_q[b + 1], q0), p.total_q);
         const int k0 = min(max(p.cu_k[b], 0), p.total_k), k1 = min(max(p.cu_k[b + 1], k0), p.total_k);
         s.qrow = q0, s.sq = min(q1 - q0, p.sq);
@@ -105,16 +84,16 @@ FA_DEV void fa3b_box(uint32_t dst, const CUtensorMap *m, uint32_t bar, int c, in
     }
 }
 
-/* A CTA's walk: key block nb = x (deterministic: reversed, so that the key blocks start last to first — the
+/* A CTA's walk: key block nb (deterministic: the grid reversed, so that the key blocks start last to first — the
  * order in which they add dQ (fa3b_dq_writer): a CTA then only ever waits for one that started before it, and a
  * block waiting for one not yet resident would hang), its keys [n0, n1), the query blocks mlo .. mlo + nm − 1 of
  * each query head that see them, and its steps (nm per query head of the group). */
 struct fa3b_walk {
     int nb, n0, mlo, nm, steps;
 };
-template <int Br, int Bc, bool DET> FA_DEV fa3b_walk fa3b_walk_of(const fa3b_kparams &p, int x) {
+template <int Br, int Bc, bool DET> FA_DEV fa3b_walk fa3b_walk_of(const fa3b_kparams &p) {
     fa3b_walk w;
-    w.nb = DET ? (int)gridDim.x - 1 - x : x;
+    w.nb = DET ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     w.n0 = w.nb * Bc;
     const int n1 = w.n0 + Bc < p.sk ? w.n0 + Bc : p.sk;
     int qlo, qhi;

@@ -38,10 +38,9 @@ __global__ void __launch_bounds__(384, 1)
         *reinterpret_cast<fa3b_wide_shared<D> *>(((uintptr_t)fa3bw_smem_raw + 1023) & ~(uintptr_t)1023);
 
     fa3b_kparams own;
-    const fa3b_cta C = fa3b_cta_of(pk);
-    const fa3b_kparams &p0 = fa3b_seq_of<VARLEN>(pk, own, C.b); /* varlen: this sequence's lengths and rows */
-    const fa3b_walk W = fa3b_walk_of<Br, Bc, DET>(p0, C.x);
-    const int nb = W.nb, n0 = W.n0, mlo = W.mlo, nm = W.nm, steps = W.steps, hk = C.hk, b = C.b;
+    const fa3b_kparams &p0 = fa3b_seq_of<VARLEN>(pk, own); /* varlen: this sequence's lengths and rows */
+    const fa3b_walk W = fa3b_walk_of<Br, Bc, DET>(p0);
+    const int nb = W.nb, n0 = W.n0, mlo = W.mlo, nm = W.nm, steps = W.steps, hk = blockIdx.y, b = blockIdx.z;
     if (VARLEN && n0 >= p0.sk) return; /* past the sequence's keys (the grid is sized for the longest): no work */
 
     if (threadIdx.x == 0) {

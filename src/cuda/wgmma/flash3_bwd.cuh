@@ -33,8 +33,9 @@ template <int D> struct alignas(1024) fa3b_shared {
 };
 
 /* Of every 8 Pᵀ registers, how many take exp2 on the FMA pipe (fa3_exp2_poly) instead of MUFU, at d = 64, where MUFU's
- * exp2 is ~40 % of a step's tensor time and overlaps only dPᵀ's GEMM; the H100 A/B of 0 / 2 / 4 decides the value. */
-constexpr int FA3B_EXP2_POLY = 2;
+ * exp2 is ~40 % of a step's tensor time and overlaps only dPᵀ's GEMM. 0 (all MUFU, the kernels as before) until an
+ * H100 A/B of 0 / 2 / 4 shows a gain: the same idea lost 3 % in the FLASH2 backward, whose steps are issue-bound. */
+constexpr int FA3B_EXP2_POLY = 0;
 static_assert(FA3B_EXP2_POLY >= 0 && FA3B_EXP2_POLY <= 8, "FA3B_EXP2_POLY: registers out of 8");
 
 /* acc += A B with A (64 keys x Br queries) from registers and B = a [query][D] tile, MN-major: a k16 slice is 16

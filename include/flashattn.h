@@ -206,7 +206,7 @@ typedef struct fa_attn_opts {
      * memory on a CPU context (checked) and DEVICE memory on a CUDA context (read by the kernels only, clamped into
      * 0..the span). Sequence s is then its first seqused_q[s] query rows against its first seqused_k[s] keys (masks
      * align to these lengths); the rest of its span is padding: its out rows are 0, its LSE -INFINITY, and the
-     * backward writes 0 to dq of the padding query rows and to dk, dv of the padding keys. FLASH3 takes no seqused. */
+     * backward writes 0 to dq of the padding query rows and to dk, dv of the padding keys. */
     const int32_t *seqused_q, *seqused_k;
     /* FP8 inputs (q, k, v of dtype FA_DTYPE_F8_E4M3; fa_forward only): the fp32 factors that turn the stored values
      * back into real ones, as flash-attn's q_descale/k_descale/v_descale: each NULL (= 1) or fp32 [batch][heads_k]
@@ -253,7 +253,7 @@ static inline fa_attn_opts fa_attn_opts_default(void) {
  *         head h / (Hq / Hk)). q, k, v, out share one dtype; q and k share D, v and out share Dv, which may differ
  *         (MLA: D 192, Dv 128). Each of D, Dv is 1..256 on the CPU (any pair); on CUDA: STANDARD any D and Dv,
  *         FLASH1 f16/bf16 with D 32, 64, 96 or 128, FLASH2 f16/bf16 with D 32, 64, 96, 128 or 256, FLASH3
- *         f16/bf16 with D 64, 128 or 256 (varlen too; the forward also e4m3 at D 128, 256), no seqused or chunk,
+ *         f16/bf16 with D 64, 128 or 256 (varlen and seqused too; the forward also e4m3 at D 128, 256), no chunk,
  *         16-byte aligned rows, no broadcast (stride 0) views; the flash algorithms with Dv = D but for FLASH2's
  *         (D, Dv) = (192, 128), forward and backward (another pair is FA_ERR_UNSUPPORTED naming v).
  *   out   [B, Sq, Hq, Dv], written in full. Must not overlap q, k, v or lse.

@@ -16,8 +16,8 @@ lib = ctypes.CDLL(_LIB_PATH)
 DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_F8_E4M3 = 0, 1, 2, 3
 BACKEND_CPU, BACKEND_CUDA = 0, 1
 ALGOS = {"auto": 0, "standard": 1, "flash1": 2, "flash2": 3, "flash3": 4}
-# "flash3": the backward AUTO picks from the same out and LSE (FLASH3's at head_dim 64, 128, 256, varlen too but not
-# seqused, else FLASH2's)
+# "flash3": the backward AUTO picks from the same out and LSE (FLASH3's at head_dim 64, 128, 256, varlen and seqused
+# too, else FLASH2's)
 BACKWARD_ALGO = {4: 0}
 
 

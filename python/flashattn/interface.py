@@ -51,7 +51,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
 
     softmax_scale None = 1/sqrt(q's head_dim); causal is bottom-right aligned; window_size (left, right), -1 unbounded;
     softcap 0 = off; algo "auto", "standard", "flash1", "flash2" or "flash3" (CUDA, Hopper; its backward is
-    the one "auto" picks: FLASH3's at head_dim 64, 128, 256 (varlen too, not seqused), else FLASH2's);
+    the one "auto" picks: FLASH3's at head_dim 64, 128, 256 (varlen and seqused too), else FLASH2's);
     deterministic applies to the backward.
     dropout_p and alibi_slopes exist for flash-attn's positional order and must stay 0.0 / None.
     learnable_sink (FA4's name): None, or a float32 [heads] tensor/array on q's device, one logit per query head

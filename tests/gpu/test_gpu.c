@@ -5,10 +5,10 @@
  * and FLASH3 through the public API on a CUDA context, copies the allocations back and checks, against the float64
  * oracle (tests/lib/oracle.h):
  *   - status FA_OK, or FA_ERR_UNSUPPORTED exactly when the request is outside what the CUDA kernels are built for
- *     (dtype f32 or head_dim not 32/64/96/128 — FLASH2 also 256; FLASH3 64/128/256, no seqused — or rows not
+ *     (dtype f32 or head_dim not 32/64/96/128 — FLASH2 also 256; FLASH3 64/128/256 — or rows not
  *     16-byte aligned or explicit tiles for the flash kernels), with a reason;
- *   - FLASH3's backward runs from FLASH3's out and lse where it is built (head_dim 64/128/256, varlen too, no
- *     seqused, every view TMA-addressable), FLASH2's elsewhere (an explicit FLASH3 backward is refused there with a
+ *   - FLASH3's backward runs from FLASH3's out and lse where it is built (head_dim 64/128/256, varlen and seqused
+ *     too, every view TMA-addressable), FLASH2's elsewhere (an explicit FLASH3 backward is refused there with a
  *     reason);
  *     FA_ALGO_AUTO runs FLASH3 exactly where it can, forward and backward;
  *   - every output element written (outputs poisoned with NaN before each call), nothing outside the views written;
@@ -108,9 +108,8 @@ static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     if (a == FA_ALGO_STANDARD) return 1;
     const int pair = t_case_dv(c) != c->d;
     if (pair && !flash_pair_built(a, c->d, t_case_dv(c), 0)) return 0;
-    if (a == FA_ALGO_FLASH3) { /* varlen without seqused */
-        if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.seqused_q ||
-            c->opts.seqused_k || c->opts.attention_chunk)
+    if (a == FA_ALGO_FLASH3) { /* varlen and seqused too */
+        if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.attention_chunk)
             return 0;
         for (int i = 0; i < 4; ++i) /* TMA: 16-byte aligned rows, no broadcast (a zero stride over an extent > 1) */
             if (!aligned16(bufs[i]) || (bufs[i]->t.stride_batch == 0 && bufs[i]->t.batch > 1)) return 0;
@@ -132,11 +131,11 @@ static int bwd_runs(fa_algo a, const t_case *c, dbuf **bufs) {
     return t_case_dv(c) != c->d && a != FA_ALGO_STANDARD && !flash_pair_built(a, c->d, t_case_dv(c), 1) ? 0 : r;
 }
 
-/* FLASH3's backward: head_dim 64, 128 or 256 (varlen too), no seqused, all 8 views TMA-addressable; explicit tiles:
+/* FLASH3's backward: head_dim 64, 128 or 256 (varlen and seqused too), all 8 views TMA-addressable; explicit tiles:
  * -1 (either) */
 static int flash3_bwd_runs(const t_case *c, dbuf **bufs) {
-    if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.seqused_q ||
-        c->opts.seqused_k || c->opts.attention_chunk || t_case_dv(c) != c->d)
+    if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.attention_chunk ||
+        t_case_dv(c) != c->d)
         return 0;
     for (int i = 0; i < 8; ++i)
         if (!aligned16(bufs[i]) || (bufs[i]->t.stride_batch == 0 && bufs[i]->t.batch > 1)) return 0;
@@ -695,8 +694,8 @@ int main(void) {
                 run_case(ctx, &c, 1);
             }
     }
-    /* seqused_q/k (used lengths inside the spans, 0 and whole spans too): FLASH1, FLASH2 and STANDARD against the
-     * oracle, the padding rows 0 / -inf and zero gradients of padding keys (every output is poisoned first) */
+    /* seqused_q/k (used lengths inside the spans, 0 and whole spans too): every algorithm against the oracle, the
+     * padding rows 0 / -inf and zero gradients of padding keys (every output is poisoned first) */
     {
         int32_t cq[5], ck[5];
         static const int lq[4] = {17, 0, 130, 64}, lk[4] = {33, 5, 64, 200};

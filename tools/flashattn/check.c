@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* FLASH3 (Hopper) on CUDA only; where its backward is not built (other head dims, seqused), FLASH2's runs from
+/* FLASH3 (Hopper) on CUDA only; where its backward is not built (other head dims, a pair), FLASH2's runs from
  * FLASH3's out and lse */
 #define N_ALGOS 4
 static const fa_algo ALGOS[N_ALGOS] = {FA_ALGO_STANDARD, FA_ALGO_FLASH1, FA_ALGO_FLASH2, FA_ALGO_FLASH3};

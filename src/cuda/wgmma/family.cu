@@ -31,7 +31,7 @@ static fa_status fa3_not_built(const Row (&rows)[N], const fa_problem *p, const 
 }
 
 /* What both passes need: 16-bit inputs (the forward also e4m3 with f16/bf16 out), one head_dim, views TMA can
- * address; varlen (forward, e4m3 forward and backward), no seqused. */
+ * address; varlen with or without seqused (forward, e4m3 forward and backward). */
 static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
     if (p->dtype == FA_DTYPE_F8_E4M3 && !p->is_backward) {
         if (p->o.dtype != FA_DTYPE_F16 && p->o.dtype != FA_DTYPE_BF16)
@@ -47,9 +47,6 @@ static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
                                    "take one head_dim for q, k, v and out; FA_ALGO_FLASH2 (or FA_ALGO_AUTO) runs the "
                                    "pair where built, FA_ALGO_STANDARD any pair",
                                    (long long)p->d_v, (long long)p->d);
-    if (p->used_q || p->used_k)
-        return fa_cuda_unsupported(why, why_len, "opts.seqused_%s: FA_ALGO_FLASH3 takes no seqused yet (FA_ALGO_FLASH2 "
-                                   "does)", p->used_q ? "q" : "k");
     if (p->chunk > 0)
         return fa_cuda_unsupported(why, why_len, "opts.attention_chunk: %d: FA_ALGO_FLASH3 has no chunked local "
                                    "attention yet (FA_ALGO_FLASH2 has)", p->chunk);

@@ -24,12 +24,13 @@ template <bool F16> FA_DEV float fa3b_f32(uint16_t x) {
     else return __bfloat162float(__ushort_as_bfloat16(x));
 }
 
-/* Varlen: sequence b's first row in the packed tensors and its length (bounded by the grid's sq), clamped as the
- * kernels read cu_seqlens (fa3b_seq_of). */
+/* Varlen: sequence b's first row in the packed tensors and its length (bounded by the grid's sq; with seqused_q its
+ * used rows), clamped as the kernels read cu_seqlens (fa3b_seq_of). */
 FA_DEV int fa3b_seq_rows(const fa_cuda_params &p, int b, int *q0) {
     const int a = min(max(p.cu_q[b], 0), p.total_q), e = min(max(p.cu_q[b + 1], a), p.total_q);
     *q0 = a;
-    return min(e - a, p.sq);
+    const int n = min(e - a, p.sq);
+    return p.used_q ? min(n, max(p.used_q[b], 0)) : n;
 }
 
 /* One query row (padded layout: [batch][hq][nmb·Br], also under varlen, with the grid's bounds) per TPR = D/8
@@ -136,6 +137,7 @@ static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaSt
         kp.lse2 = p->lse2, kp.dsum = p->dsum, kp.dq_acc = p->dq_acc, kp.turns = DET ? p->dq_turns : NULL;
         kp.sq = p->sq, kp.sk = p->sk, kp.hq = p->hq, kp.group = p->hq / p->hk;
         kp.cu_q = VARLEN ? p->cu_q : NULL, kp.cu_k = VARLEN ? p->cu_k : NULL;
+        kp.used_q = VARLEN ? p->used_q : NULL, kp.used_k = VARLEN ? p->used_k : NULL;
         kp.total_q = p->total_q, kp.total_k = p->total_k, kp.qrow = kp.krow = 0;
         kp.wl = p->wl, kp.wr = p->wr, kp.nmb = nmb;
         kp.scale = p->scale, kp.scale_log2 = p->scale_log2;

@@ -45,12 +45,13 @@ struct fa3b_kparams {
     float scale, scale_log2; /* scale_log2 = log2 e with softcap (the scale is inside the cap) */
     float cap, cap_scale;    /* softcap: score = cap·tanh(s·cap_scale); cap_scale 0 = off */
     const int *cu_q, *cu_k;  /* varlen: the caller's device cu_seqlens (read clamped), else NULL */
+    const int *used_q, *used_k; /* varlen: opts.seqused_q/k (device), else NULL: a sequence's used rows */
     int total_q, total_k;    /* varlen: the packed tensors' rows */
     int qrow, krow;          /* varlen, in a CTA's copy (fa3b_seq_of): its sequence's first rows; else 0 */
 };
 
 /* A CTA's parameters. Varlen: its sequence's (blockIdx.z's) lengths as sq, sk (bounded by the grid's, max_seqlen_q/k,
- * and clamped into the packed tensors, as the forward) and its first rows; the tensors are one packed batch. Fixed
+ * and clamped into the packed tensors, as the forward; with seqused its used rows) and its first rows; the tensors are one packed batch. Fixed
  * lengths: the parameters as they are. */
 template <bool VARLEN> FA_DEV const fa3b_kparams &fa3b_seq_of(const fa3b_kparams &p, fa3b_kparams &s) {
     if constexpr (!VARLEN) {
@@ -62,6 +63,8 @@ template <bool VARLEN> FA_DEV const fa3b_kparams &fa3b_seq_of(const fa3b_kparams
         const int k0 = min(max(p.cu_k[b], 0), p.total_k), k1 = min(max(p.cu_k[b + 1], k0), p.total_k);
         s.qrow = q0, s.sq = min(q1 - q0, p.sq);
         s.krow = k0, s.sk = min(k1 - k0, p.sk);
+        if (p.used_q) s.sq = min(s.sq, max(p.used_q[b], 0)); /* seqused: the rest is padding (seqused.cu) */
+        if (p.used_k) s.sk = min(s.sk, max(p.used_k[b], 0));
         return s;
     }
 }

@@ -47,13 +47,15 @@ template <int Bc> FA_DEV void fa3_pack_a8(uint32_t (&a)[Bc / 32][4], const float
 
 /* Vᵀ for the FP8 forward: v [batch][sk][hk][D] (strides in elements) into vt [batch][hk][D][skp], skp = sk rounded up
  * to 32, each key at 32·(key / 32) + fa3_key_slot(key % 32); keys sk .. skp − 1 are zero. Varlen (cu_k, the device
- * cu_seqlens_k, read clamped to [0, total_k]): sequence b's keys from row cu_k[b] of the packed v, sk the bound. One
+ * cu_seqlens_k, read clamped to [0, total_k]): sequence b's keys from row cu_k[b] of the packed v, sk the bound, and
+ * with used_k (seqused_k) its first used_k[b] keys only. One
  * CTA per 64 keys of one (batch, K/V head): 64 rows of v into shared memory, then D rows of 64 slots out, 16 bytes a
  * thread at a time. */
 #define FA3_VT_KEYS 64
 template <int D>
 __global__ void __launch_bounds__(256) fa3_vt_kernel(const uint8_t *__restrict__ v, int64_t sb, int64_t ss, int64_t sh,
-                                                    int sk, int skp, const int *__restrict__ cu_k, int total_k,
+                                                    int sk, int skp, const int *__restrict__ cu_k,
+                                                    const int *__restrict__ used_k, int total_k,
                                                     uint8_t *__restrict__ vt) {
     __shared__ __align__(16) uint8_t tile[FA3_VT_KEYS][D + 16];
     const int k0 = blockIdx.x * FA3_VT_KEYS, hk = blockIdx.y, b = blockIdx.z, hks = gridDim.y;
@@ -62,6 +64,7 @@ __global__ void __launch_bounds__(256) fa3_vt_kernel(const uint8_t *__restrict__
         const int r0 = min(max(cu_k[b], 0), total_k), r1 = min(max(cu_k[b + 1], r0), total_k);
         src = v + (int64_t)r0 * ss + (int64_t)hk * sh;
         sk = min(r1 - r0, sk);
+        if (used_k) sk = min(sk, max(used_k[b], 0)); /* seqused_k: the keys past it are padding, zeros here */
     }
     for (int c = threadIdx.x; c < FA3_VT_KEYS * D / 16; c += blockDim.x) {
         const int r = c / (D / 16), x = c % (D / 16), key = k0 + r;

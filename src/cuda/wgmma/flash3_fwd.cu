@@ -41,20 +41,25 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
         if (skp == 0 || !p->v_t) return cudaErrorInvalidValue;
         fa3_vt_kernel<D><<<dim3((unsigned)((skp + FA3_VT_KEYS - 1) / FA3_VT_KEYS), (unsigned)p->hk, (unsigned)p->batch),
                            256, 0, stream>>>((const uint8_t *)p->v, p->v_sb, p->v_ss, p->v_sh, p->sk, skp, p->cu_k,
-                                             p->total_k, (uint8_t *)p->v_t);
+                                             p->cu_k ? p->used_k : NULL, p->total_k, (uint8_t *)p->v_t);
         const cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
         const int64_t half = skp / 2; /* Vᵀ's rows in 16-bit columns */
         if (fa3_map(&tq, p->q, FA_DTYPE_BF16, D / 2, p->total_q, p->hq, tb, p->q_ss / 2, p->q_sh / 2, p->q_sb / 2,
                     T::Br) ||
-            fa3_map(&tk, p->k, FA_DTYPE_BF16, D / 2, p->total_k, p->hk, tb, p->k_ss / 2, p->k_sh / 2, p->k_sb / 2,
-                    T::Bc) ||
+            (p->cu_q ? fa3_map_ragged(&tk, p->k, FA_DTYPE_BF16, D / 2, p->total_k, p->hk, p->k_ss / 2, p->k_sh / 2,
+                                      T::Bc)
+                     : fa3_map(&tk, p->k, FA_DTYPE_BF16, D / 2, p->total_k, p->hk, tb, p->k_ss / 2, p->k_sh / 2,
+                               p->k_sb / 2, T::Bc)) ||
             fa3_map(&tv, p->v_t, FA_DTYPE_BF16, (int)half, D, p->hk, p->batch, half, D * half, p->hk * D * half, D))
             return cudaErrorInvalidValue;
-    } else if (fa3_map(&tq, p->q, p->dtype, D, p->total_q, p->hq, tb, p->q_ss, p->q_sh, p->q_sb, T::Br) ||
-               fa3_map(&tk, p->k, p->dtype, D, p->total_k, p->hk, tb, p->k_ss, p->k_sh, p->k_sb, T::Bc) ||
-               fa3_map(&tv, p->v, p->dtype, D, p->total_k, p->hk, tb, p->v_ss, p->v_sh, p->v_sb, T::Bc)) {
+    } else if (fa3_map(&tq, p->q, p->dtype, D, p->total_q, p->hq, tb, p->q_ss, p->q_sh, p->q_sb, T::Br)) {
         return cudaErrorInvalidValue;
+    } else if (p->cu_q ? fa3_map_ragged(&tk, p->k, p->dtype, D, p->total_k, p->hk, p->k_ss, p->k_sh, T::Bc) ||
+                             fa3_map_ragged(&tv, p->v, p->dtype, D, p->total_k, p->hk, p->v_ss, p->v_sh, T::Bc)
+                       : fa3_map(&tk, p->k, p->dtype, D, p->total_k, p->hk, tb, p->k_ss, p->k_sh, p->k_sb, T::Bc) ||
+                             fa3_map(&tv, p->v, p->dtype, D, p->total_k, p->hk, tb, p->v_ss, p->v_sh, p->v_sb, T::Bc)) {
+        return cudaErrorInvalidValue; /* varlen: ragged K and V maps (the producer's boxes stop at a sequence's keys) */
     }
     fa3_kparams kp;
     kp.o = (uint16_t *)p->out;
@@ -65,6 +70,7 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
     kp.sq = p->sq;
     kp.sk = p->sk;
     kp.cu_q = p->cu_q, kp.cu_k = p->cu_k;
+    kp.used_q = p->cu_q ? p->used_q : NULL, kp.used_k = p->cu_q ? p->used_k : NULL;
     kp.total_q = p->total_q, kp.total_k = p->total_k;
     kp.hq = p->hq;
     kp.group = p->hq / p->hk;

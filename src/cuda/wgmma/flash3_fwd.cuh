@@ -65,6 +65,7 @@ struct fa3_kparams {
     int64_t o_batch_stride, o_row_stride, o_head_stride;
     int sq, sk, hq, group, wl, wr; /* varlen: sq, sk are the bounds the grid is sized for (max_seqlen_q/k) */
     const int *cu_q, *cu_k;        /* varlen: the caller's device cu_seqlens (read clamped), else NULL */
+    const int *used_q, *used_k;    /* varlen: opts.seqused_q/k (device), else NULL: a sequence's used rows */
     int total_q, total_k;          /* rows of the packed tensors */
     int nmb, ntiles; /* query blocks per head; tiles = nmb * heads_q * batch */
     int bh;          /* heads_q * batch */
@@ -232,6 +233,8 @@ template <int Br, int Bc> FA_DEV fa3_work fa3_work_at(int tile, const fa3_kparam
         const int k0 = min(max(p.cu_k[w.b], 0), p.total_k), k1 = min(max(p.cu_k[w.b + 1], k0), p.total_k);
         w.qrow = q0, w.sq = min(q1 - q0, p.sq);
         w.krow = k0, w.sk = min(k1 - k0, p.sk);
+        if (p.used_q) w.sq = min(w.sq, max(p.used_q[w.b], 0)); /* seqused: the rest is padding (seqused.cu) */
+        if (p.used_k) w.sk = min(w.sk, max(p.used_k[w.b], 0));
     }
     int lo = 0, hi = 0;
     if (w.m0 < w.sq) {
@@ -312,8 +315,9 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                 const int hk = w.h / p.group;
                 fa3_bar_expect_tx(fq, Br * DP * 2);
 #pragma unroll
-                for (int c = 0; c < DP / 64; c++) /* varlen: rows past the sequence are its neighbour's (the rows
-                                                  * of out beyond sq are not written; a key beyond sk is masked) */
+                for (int c = 0; c < DP / 64; c++) /* varlen: rows past the sequence are its neighbour's (a row of
+                                                  * out depends on its own q row only; those beyond sq are not
+                                                  * written) */
                     fa3_tma_load4(fa3_smem(sm.q) + c * Br * 128, &tq, fq, 64 * c, w.qrow + w.m0, w.h,
                                   p.cu_q ? 0 : w.b);
                 qi++;
@@ -321,12 +325,15 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                     const int s = kv % ST, n = w.n_hi - 1 - it;
                     const uint32_t ph = (kv / ST) & 1;
                     const uint32_t fk = fa3_smem(&sm.full_k[s]), fv = fa3_smem(&sm.full_v[s]);
+                    /* K and V boxes: (row, batch); varlen, a ragged box (tensor_map.h) of the sequence's keys from
+                     * n·Bc on and zeros after them, never the next sequence's or seqused's padding rows (0·NaN) */
+                    const int left = min(w.sk - n * Bc, Bc);
+                    const int ky = p.cu_q ? Bc - left : n * Bc, kz = p.cu_q ? w.krow + n * Bc + left : w.b;
                     fa3_bar_wait(fa3_smem(&sm.empty_k[s]), ph ^ 1);
                     fa3_bar_expect_tx(fk, KV_STAGE);
 #pragma unroll
                     for (int c = 0; c < DP / 64; c++)
-                        fa3_tma_load4(fa3_smem(sm.k[s]) + c * Bc * 128, &tk, fk, 64 * c, w.krow + n * Bc, hk,
-                                      p.cu_q ? 0 : w.b);
+                        fa3_tma_load4(fa3_smem(sm.k[s]) + c * Bc * 128, &tk, fk, 64 * c, ky, hk, kz);
                     fa3_bar_wait(fa3_smem(&sm.empty_v[s]), ph ^ 1);
                     fa3_bar_expect_tx(fv, V_STAGE);
                     if constexpr (F8) { /* Vᵀ [b][hk][D][keys]: 128 keys (64 16-bit columns) a panel of D rows */
@@ -337,8 +344,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                     } else {
 #pragma unroll
                         for (int c = 0; c < D / 64; c++)
-                            fa3_tma_load4(fa3_smem(sm.v[s]) + c * Bc * 128, &tv, fv, 64 * c, w.krow + n * Bc, hk,
-                                          p.cu_q ? 0 : w.b);
+                            fa3_tma_load4(fa3_smem(sm.v[s]) + c * Bc * 128, &tv, fv, 64 * c, ky, hk, kz);
                     }
                 }
             }

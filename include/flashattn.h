@@ -218,8 +218,8 @@ typedef struct fa_attn_opts {
     /* Chunked local attention (Llama 4; flash-attn's attention_chunk): 0 = off; c > 0 = query row i sees only the keys
      * of its own chunk of c positions, those j with floor(j / c) == floor(diag / c), diag = i + seqlen_k − seqlen_q the
      * row's bottom-right diagonal (the chunks start at key 0 of each sequence). It narrows causal and the window (both
-     * still apply). Every entry point that takes a mask takes it (fa_forward, fa_backward, fa_forward_kvcache); FLASH3
-     * refuses it (FA_ALGO_AUTO then runs FLASH2); the ring refuses it. Must be >= 0. */
+     * still apply). Every entry point that takes a mask takes it (fa_forward, fa_backward, fa_forward_kvcache); the FLASH3
+     * backward refuses it (FA_ALGO_AUTO then runs FLASH2's); the ring refuses it. Must be >= 0. */
     int attention_chunk;
 } fa_attn_opts;
 
@@ -253,7 +253,7 @@ static inline fa_attn_opts fa_attn_opts_default(void) {
  *         head h / (Hq / Hk)). q, k, v, out share one dtype; q and k share D, v and out share Dv, which may differ
  *         (MLA: D 192, Dv 128). Each of D, Dv is 1..256 on the CPU (any pair); on CUDA: STANDARD any D and Dv,
  *         FLASH1 f16/bf16 with D 32, 64, 96 or 128, FLASH2 f16/bf16 with D 32, 64, 96, 128 or 256, FLASH3
- *         f16/bf16 with D 64, 128 or 256 (varlen and seqused too; the forward also e4m3 at D 128, 256), no chunk,
+ *         f16/bf16 with D 64, 128 or 256 (varlen and seqused too; the forward also e4m3 at D 128, 256; chunk: forward),
  *         16-byte aligned rows, no broadcast (stride 0) views; the flash algorithms with Dv = D but for FLASH2's
  *         (D, Dv) = (192, 128), forward and backward (another pair is FA_ERR_UNSUPPORTED naming v).
  *   out   [B, Sq, Hq, Dv], written in full. Must not overlap q, k, v or lse.

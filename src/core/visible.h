@@ -43,7 +43,7 @@ FA_HD void fa_visible_keys(int64_t i, int64_t sq, int64_t sk, int wl, int wr, in
 }
 
 /* The same in 32-bit arithmetic, for kernels whose sequences are below 2^30 rows (the CUDA plan checks it); without
- * attention_chunk (FLASH3 refuses it): fa_chunk_keys32 narrows a range to the chunk. */
+ * attention_chunk: fa_chunk_keys32 narrows a range to the chunk. */
 FA_HD void fa_visible_keys32(int i, int sq, int sk, int wl, int wr, int *lo, int *hi) {
     const int diag = i + sk - sq;
     int l = 0, h = sk;

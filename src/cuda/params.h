@@ -43,7 +43,7 @@ typedef struct fa_cuda_params {
                              * after the kernel and the contract's fix-up (sinks.h) */
     const int *used_q, *used_k; /* opts.seqused_q/k (device, with cu_q), or NULL: read through fa_get_seq, clamped */
     int chunk;              /* attention_chunk, 0 = off (core/visible.h; at most 2^30: the same keys as any larger
-                             * chunk for sequences below 2^30); FLASH3 refuses it */
+                             * chunk for sequences below 2^30); the FLASH3 backward refuses it */
     unsigned chunk_mul;     /* diag / chunk = umulhi(diag, chunk_mul) >> chunk_shift for 0 <= diag < 2^31 (a division
                              * costs the flash kernels' masked steps registers they do not have); 0: chunk 1 */
     int chunk_shift;

@@ -108,8 +108,8 @@ static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     if (a == FA_ALGO_STANDARD) return 1;
     const int pair = t_case_dv(c) != c->d;
     if (pair && !flash_pair_built(a, c->d, t_case_dv(c), 0)) return 0;
-    if (a == FA_ALGO_FLASH3) { /* varlen and seqused too */
-        if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.attention_chunk)
+    if (a == FA_ALGO_FLASH3) { /* varlen, seqused and attention_chunk too */
+        if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256))
             return 0;
         for (int i = 0; i < 4; ++i) /* TMA: 16-byte aligned rows, no broadcast (a zero stride over an extent > 1) */
             if (!aligned16(bufs[i]) || (bufs[i]->t.stride_batch == 0 && bufs[i]->t.batch > 1)) return 0;
@@ -131,8 +131,8 @@ static int bwd_runs(fa_algo a, const t_case *c, dbuf **bufs) {
     return t_case_dv(c) != c->d && a != FA_ALGO_STANDARD && !flash_pair_built(a, c->d, t_case_dv(c), 1) ? 0 : r;
 }
 
-/* FLASH3's backward: head_dim 64, 128 or 256 (varlen and seqused too), all 8 views TMA-addressable; explicit tiles:
- * -1 (either) */
+/* FLASH3's backward: head_dim 64, 128 or 256 (varlen and seqused too, not attention_chunk), all 8 views
+ * TMA-addressable; explicit tiles: -1 (either) */
 static int flash3_bwd_runs(const t_case *c, dbuf **bufs) {
     if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.attention_chunk ||
         t_case_dv(c) != c->d)
@@ -831,9 +831,9 @@ int main(void) {
                 run_case(ctx, &c, 1);
             }
     }
-    /* attention_chunk (Llama 4's chunked local attention) on STANDARD, FLASH1, FLASH2 forward and backward: chunks
-     * shorter and longer than a tile, with causal and windows, sq != sk both ways, GQA, varlen; FLASH3 refuses it
-     * (cuda_runs), AUTO runs FLASH2 */
+    /* attention_chunk (Llama 4's chunked local attention) on STANDARD, FLASH1, FLASH2 forward and backward and the
+     * FLASH3 forward (its backward refuses it: FLASH2's runs from FLASH3's out and lse): chunks shorter and longer
+     * than a tile, with causal and windows, sq != sk both ways, GQA, varlen */
     {
         static const int cs[][6] = {{64, 0, 200, 200, 64, 1},  {37, 1, 300, 300, 128, 4}, {128, 1, 113, 517, 64, 1},
                                     {16, 0, 517, 113, 96, 2},  {5, 1, 239, 239, 32, 8},   {200, 1, 1023, 1023, 128, 1}};

@@ -31,7 +31,7 @@ static fa_status fa3_not_built(const Row (&rows)[N], const fa_problem *p, const 
 }
 
 /* What both passes need: 16-bit inputs (the forward also e4m3 with f16/bf16 out), one head_dim, views TMA can
- * address; varlen with or without seqused (forward, e4m3 forward and backward). */
+ * address; varlen with or without seqused (forward, e4m3 forward and backward); attention_chunk: the forward only. */
 static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
     if (p->dtype == FA_DTYPE_F8_E4M3 && !p->is_backward) {
         if (p->o.dtype != FA_DTYPE_F16 && p->o.dtype != FA_DTYPE_BF16)
@@ -47,9 +47,6 @@ static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
                                    "take one head_dim for q, k, v and out; FA_ALGO_FLASH2 (or FA_ALGO_AUTO) runs the "
                                    "pair where built, FA_ALGO_STANDARD any pair",
                                    (long long)p->d_v, (long long)p->d);
-    if (p->chunk > 0)
-        return fa_cuda_unsupported(why, why_len, "opts.attention_chunk: %d: FA_ALGO_FLASH3 has no chunked local "
-                                   "attention yet (FA_ALGO_FLASH2 has)", p->chunk);
     const char *name;
     if (fa_cuda_view_failing(p, fa3_tma_ok, &name))
         return fa_cuda_unsupported(why, why_len,
@@ -62,7 +59,8 @@ static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
 static fa_status fa3_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
     const fa_status rc = fa3_common(p, why, why_len);
     if (rc != FA_OK) return rc;
-    const int masks = p->wl >= 0 || p->wr >= 0 ? FA3_MASKED : FA3_UNMASKED, f8 = p->dtype == FA_DTYPE_F8_E4M3;
+    const int masks = p->wl >= 0 || p->wr >= 0 || p->chunk > 0 ? FA3_MASKED : FA3_UNMASKED,
+              f8 = p->dtype == FA_DTYPE_F8_E4M3;
     int row = -1;
     /* block_q / block_k: the row of those tiles, for any mask and length; else (or none has them) the first row
      * taking the call's masks and seqlen_k */
@@ -113,7 +111,7 @@ static int64_t fa3_vt_keys(const fa_problem *p) { return (p->sk_max + 31) / 32 *
 /* The dynamic scheduler's tile counter (masked calls: their tiles differ in work); FP8: Vᵀ. */
 static void fa3_ws(fa_arena *a, const fa_problem *p, const fa_plan *plan, fa_cuda_ws *w) {
     (void)plan;
-    if (p->wl >= 0 || p->wr >= 0) w->tile_counter = (int *)fa_arena_take(a, sizeof(int), 256);
+    if (p->wl >= 0 || p->wr >= 0 || p->chunk > 0) w->tile_counter = (int *)fa_arena_take(a, sizeof(int), 256);
     if (p->dtype == FA_DTYPE_F8_E4M3)
         w->v_t = fa_arena_take(a, (size_t)(p->batch * p->hk * p->d * fa3_vt_keys(p)), 1024);
 }
@@ -144,6 +142,10 @@ static fa_status fa3_bwd_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_
     (void)tu;
     const fa_status rc = fa3_common(p, why, why_len);
     if (rc != FA_OK) return rc;
+    if (p->chunk > 0) /* its walks and masks take the window's bands only (the forward takes the chunk) */
+        return fa_cuda_unsupported(why, why_len, "opts.attention_chunk: %d: the FA_ALGO_FLASH3 backward has no "
+                                   "chunked local attention yet (FA_ALGO_FLASH2's backward has; FA_ALGO_AUTO runs it "
+                                   "from FLASH3's out and lse)", p->chunk);
     int row = -1;
     for (int i = 0; i < FA_COUNT(fa3_bwd_rows) && row < 0; ++i)
         if (fa3_bwd_rows[i].d == p->d) row = i;

@@ -13,13 +13,14 @@
 #include "tiles.h"
 
 /* causal is folded into the right window (wr = 0) */
-static bool fa3_masked(const fa_cuda_params *p) { return p->wl >= 0 || p->wr >= 0; }
+static bool fa3_masked(const fa_cuda_params *p) { return p->wl >= 0 || p->wr >= 0 || p->chunk > 0; }
 
 /* Key blocks query block mb visits (the kernel's fa3_work_at; varlen: of a sequence at the grid's bounds). */
 static int fa3_blocks_of(const fa_cuda_params *p, int Br, int Bc, int mb) {
     const int m0 = mb * Br, m1 = m0 + Br < p->sq ? m0 + Br : p->sq;
     int lo, hi;
     fa_visible_block32(m0, m1, p->sq, p->sk, p->wl, p->wr, &lo, &hi);
+    fa_chunk_keys32(m0 + p->sk - p->sq, m1 - 1 + p->sk - p->sq, p->chunk, &lo, &hi);
     return hi > lo ? (hi + Bc - 1) / Bc - lo / Bc : 0;
 }
 
@@ -76,6 +77,7 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
     kp.group = p->hq / p->hk;
     kp.wl = p->wl;
     kp.wr = p->wr;
+    kp.chunk = p->chunk;
     const bool cap = p->softcap > 0.f;
     kp.scale = cap ? 1.f : p->scale;
     kp.scale_log2 = (cap ? 1.f : p->scale) * 1.44269504088896340736f;

@@ -64,6 +64,7 @@ struct fa3_kparams {
     float *lse;
     int64_t o_batch_stride, o_row_stride, o_head_stride;
     int sq, sk, hq, group, wl, wr; /* varlen: sq, sk are the bounds the grid is sized for (max_seqlen_q/k) */
+    int chunk;                     /* attention_chunk (core/visible.h), 0 = off: narrows each row's keys per tile */
     const int *cu_q, *cu_k;        /* varlen: the caller's device cu_seqlens (read clamped), else NULL */
     const int *used_q, *used_k;    /* varlen: opts.seqused_q/k (device), else NULL: a sequence's used rows */
     int total_q, total_k;          /* rows of the packed tensors */
@@ -240,6 +241,7 @@ template <int Br, int Bc> FA_DEV fa3_work fa3_work_at(int tile, const fa3_kparam
     if (w.m0 < w.sq) {
         const int m1 = w.m0 + Br < w.sq ? w.m0 + Br : w.sq;
         fa_visible_block32(w.m0, m1, w.sq, w.sk, p.wl, p.wr, &lo, &hi);
+        fa_chunk_keys32(w.m0 + w.sk - w.sq, m1 - 1 + w.sk - w.sq, p.chunk, &lo, &hi);
     }
     w.n_hi = (hi + Bc - 1) / Bc;
     w.nblk = hi > lo ? w.n_hi - lo / Bc : 0;
@@ -367,6 +369,8 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
         fa3_rows R;
         fa_visible_keys32(r0, w.sq, w.sk, p.wl, p.wr, &R.lo0, &R.hi0);
         fa_visible_keys32(r1, w.sq, w.sk, p.wl, p.wr, &R.lo1, &R.hi1);
+        fa_chunk_keys32(r0 + w.sk - w.sq, r0 + w.sk - w.sq, p.chunk, &R.lo0, &R.hi0); /* once a tile: no division */
+        fa_chunk_keys32(r1 + w.sk - w.sq, r1 + w.sk - w.sq, p.chunk, &R.lo1, &R.hi1); /* in the key loop */
         /* F8: the descales of the tile's (batch, K/V head) join the scale (S = qd·kd·q·k) and 1/ℓ (O = vd·P V) */
         float qk, vs; /* read again for the epilogue: fewer registers live through the key loop */
         fa3_descales<F8>(p, w, qk, vs);
@@ -383,6 +387,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
         if (w.m0 > 0 && p.cap_scale == 0.f) {
             int plo, phi;
             fa_visible_block32(w.m0 - Br, w.m0, w.sq, w.sk, p.wl, p.wr, &plo, &phi);
+            fa_chunk_keys32(w.m0 - Br + w.sk - w.sq, w.m0 - 1 + w.sk - w.sq, p.chunk, &plo, &phi);
             if (phi > plo) R.n_test = (phi + Bc - 1) / Bc * Bc; /* in keys, as kbase */
         }
         float o[D / 2];

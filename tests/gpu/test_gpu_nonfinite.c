@@ -7,7 +7,8 @@
  *   - the same for a key row inside a packed (varlen) batch with GQA, an empty query sequence, fully masked rows
  *     and padded rows (odd strides for STANDARD): out, LSE and dQ of exactly the rows that see it are NaN, fully
  *     masked rows stay O = 0 / LSE = −∞, every other row and gradient as in the clean run (FLASH3's tiles cover
- *     rows of the next sequence: its TMA boxes must stop at the sequence's end).
+ *     rows of the next sequence: its TMA boxes must stop at the sequence's end); NaN/inf in a value there reaches
+ *     exactly one column of exactly the rows that see it (forward).
  * Each failure prints one line "FAIL <case>: <what>"; the summary line counts them. Exit 1 on any failure. */
 #include <float.h>
 #include <math.h>
@@ -279,9 +280,12 @@ static fa_status pk_run(packed *x, const fa_attn_opts *o, int backward) {
     return st;
 }
 
-static void packed_bad_key(fa_dtype dt, fa_algo a, float bad, int causal) {
-    snprintf(label, sizeof label, "packed GQA k[seq 2][5] = %g%s %s %s", bad, causal ? " causal" : "", fa_dtype_name(dt),
-             fa_algo_name(a));
+/* in_v: the value in v[seq 2][5] column 1 instead, forward only: column 1 of exactly the rows that see the key is
+ * not finite, everything else as in the clean run — the rows of sequence 0, whose key tiles reach past its end into
+ * that row, included (0·NaN: a tile must not read the next sequence's v) */
+static void packed_bad_input(fa_dtype dt, fa_algo a, int in_v, float bad, int causal) {
+    snprintf(label, sizeof label, "packed GQA %s[seq 2][5] = %g%s %s %s", in_v ? "v" : "k", bad, causal ? " causal" : "",
+             fa_dtype_name(dt), fa_algo_name(a));
     packed x;
     memset(&x, 0, sizeof x);
     x.dt = dt;
@@ -305,14 +309,14 @@ static void packed_bad_key(fa_dtype dt, fa_algo a, float bad, int causal) {
     fa_attn_opts o = fa_attn_opts_default();
     o.algo = a, o.causal = causal, o.cu_seqlens_q = cu_d, o.cu_seqlens_k = cu_d + 4, o.n_seqs = 3;
     o.max_seqlen_q = 40, o.max_seqlen_k = 30; /* cuq: 24, 0, 40; cuk: 30, 5, 29 */
-    float *bad_elem = pk_row(&x, 1, cuk[BAD_SEQ] + BAD_KEY, BAD_HK) + 1;
+    float *bad_elem = pk_row(&x, in_v ? 2 : 1, cuk[BAD_SEQ] + BAD_KEY, BAD_HK) + 1;
     *bad_elem = 0.5f;
     static float clean[8][TQ * (PQ * D + 8)], clse[PQ * TQ];
-    int ok = pk_run(&x, &o, 0) == FA_OK && pk_run(&x, &o, 1) == FA_OK;
+    int ok = pk_run(&x, &o, 0) == FA_OK && (in_v || pk_run(&x, &o, 1) == FA_OK);
     for (int i = 3; i < 8; i++) memcpy(clean[i], x.h[i], pk_elems(&x, i) * sizeof(float));
     memcpy(clse, x.lse, sizeof clse);
     *bad_elem = bad;
-    ok = ok && pk_run(&x, &o, 0) == FA_OK && pk_run(&x, &o, 1) == FA_OK;
+    ok = ok && pk_run(&x, &o, 0) == FA_OK && (in_v || pk_run(&x, &o, 1) == FA_OK);
     if (!ok) {
         EXPECT(0, "a call failed");
     } else {
@@ -322,9 +326,13 @@ static void packed_bad_key(fa_dtype dt, fa_algo a, float bad, int causal) {
                 const int s = seq_of(cuq, r), i = r - cuq[s];
                 const int hit = s == BAD_SEQ && h / (PQ / PK) == BAD_HK && sees(s, i, BAD_KEY, causal);
                 const float l = x.lse[h * TQ + r], cl = clse[h * TQ + r];
-                int row_bad = hit ? !isnan(l) : !close_to(l, cl, 3e-2f);
+                int row_bad = hit && !in_v ? !isnan(l) : !close_to(l, cl, 3e-2f);
                 if (!sees_any(s, i, causal)) row_bad |= !(l == -INFINITY);
-                for (int e = 0; e < D; e++) {
+                for (int e = 0; in_v && e < D; e++) { /* out only: column 1 of the hit rows not finite */
+                    const float v = pk_row(&x, 3, r, h)[e], c = clean[3][(size_t)r * x.ldq + h * D + e];
+                    row_bad |= hit && e == 1 ? isfinite(v) : !close_to(v, c, 3e-2f);
+                }
+                for (int e = 0; !in_v && e < D; e++) {
                     const float v = pk_row(&x, 3, r, h)[e], c = clean[3][(size_t)r * x.ldq + h * D + e];
                     const float g = pk_row(&x, 5, r, h)[e], cg = clean[5][(size_t)r * x.ldq + h * D + e];
                     row_bad |= hit ? !isnan(v) || !isnan(g) : !close_to(v, c, 3e-2f) || !close_to(g, cg, 5e-2f);
@@ -338,7 +346,7 @@ static void packed_bad_key(fa_dtype dt, fa_algo a, float bad, int causal) {
             }
         EXPECT(wrong == 0, "%d query rows break the contract", wrong);
         wrong = 0;
-        for (int r = 0; r < TK; r++)
+        for (int r = 0; !in_v && r < TK; r++)
             for (int hk = 0; hk < PK; hk++) {
                 const int s = seq_of(cuk, r), item = s == BAD_SEQ && hk == BAD_HK;
                 int row_bad = 0;
@@ -391,8 +399,10 @@ int main(void) {
                         for (int cap = 0; cap <= 1; cap++) bad_input_rows(dt, a, in_k, bads[b], m, cap ? 30.f : 0.f);
                 bad_v(dt, a, INFINITY, m);
                 bad_v(dt, a, NAN, m);
-                packed_bad_key(dt, a, INFINITY, m);
-                packed_bad_key(dt, a, NAN, m);
+                for (int in_v = 0; in_v <= 1; in_v++) {
+                    packed_bad_input(dt, a, in_v, INFINITY, m);
+                    packed_bad_input(dt, a, in_v, NAN, m);
+                }
             }
         }
     for (int i = 0; i < 8; i++) cudaFree(*dev[i]);

@@ -369,8 +369,9 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
         fa3_rows R;
         fa_visible_keys32(r0, w.sq, w.sk, p.wl, p.wr, &R.lo0, &R.hi0);
         fa_visible_keys32(r1, w.sq, w.sk, p.wl, p.wr, &R.lo1, &R.hi1);
-        fa_chunk_keys32(r0 + w.sk - w.sq, r0 + w.sk - w.sq, p.chunk, &R.lo0, &R.hi0); /* once a tile: no division */
-        fa_chunk_keys32(r1 + w.sk - w.sq, r1 + w.sk - w.sq, p.chunk, &R.lo1, &R.hi1); /* in the key loop */
+        /* attention_chunk: once a tile, so that the key loop holds no division */
+        fa_chunk_keys32(r0 + w.sk - w.sq, r0 + w.sk - w.sq, p.chunk, &R.lo0, &R.hi0);
+        fa_chunk_keys32(r1 + w.sk - w.sq, r1 + w.sk - w.sq, p.chunk, &R.lo1, &R.hi1);
         /* F8: the descales of the tile's (batch, K/V head) join the scale (S = qd·kd·q·k) and 1/ℓ (O = vd·P V) */
         float qk, vs; /* read again for the epilogue: fewer registers live through the key loop */
         fa3_descales<F8>(p, w, qk, vs);

@@ -6,17 +6,8 @@
 #include "ggml.h"
 
 #include <stdlib.h>
-#include <time.h>
 
-static inline double lab_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static inline int lab_cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "lab_time.h"
 
 /* The median time of computing node o (and what it depends on) with `threads` threads. */
 static inline double lab_ggml_median(struct ggml_context *ctx, struct ggml_tensor *o, int threads, int reps) {
@@ -30,7 +21,7 @@ static inline double lab_ggml_median(struct ggml_context *ctx, struct ggml_tenso
         ggml_graph_compute_with_ctx(ctx, gf, threads);
         t[r] = lab_now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof(double), lab_cmp_double);
+    qsort(t, (size_t)reps, sizeof(double), lab_by_value);
     const double med = t[reps / 2];
     free(t);
     return med;

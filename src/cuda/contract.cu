@@ -104,9 +104,7 @@ __global__ void __launch_bounds__(256) fa_contract_scan_kernel(const fa_scan_arg
     const int *cu = t.is_k ? a.cu_k : a.cu_q;
     int64_t row0 = 0;
     int rows = t.is_k ? a.sk : a.sq;
-    if (cu) fa_packed_rows(cu, b, t.is_k ? a.total_k : a.total_q, rows, &row0, &rows);
-    const int *used = t.is_k ? a.used_k : a.used_q;
-    if (cu && used) rows = min(rows, max(used[b], 0));
+    if (cu) rows = fa_packed_seq(cu, t.is_k ? a.used_k : a.used_q, b, t.is_k ? a.total_k : a.total_q, rows, &row0);
     const int r0 = chunk * FA_SCAN_ROWS;
     if (r0 >= rows) return;
     const int nr = min(FA_SCAN_ROWS, rows - r0), es = a.dtype == 0 ? 4 : 2;

@@ -1,7 +1,7 @@
 /* seqused_q / seqused_k on CUDA (fa_attn_opts): the kernels see each packed sequence as its used rows (fa_get_seq),
  * so the rest of each span — padding — is written here after them, as the header defines it: out rows 0 and LSE -inf
  * (forward), dq rows 0 and dk, dv rows of the padding keys 0 (backward). One CTA per sequence; the device arrays are
- * clamped as fa_packed_rows does, so no value writes outside the tensors. Kernels only: graph-capturable. */
+ * clamped as fa_packed_seq (packed.cuh) does, so no value writes outside the tensors. Kernels only: graph-capturable. */
 #include "plan.h"
 
 #include <math.h>

@@ -168,7 +168,7 @@ static size_t fa_standard_ws_bytes(int hq, int d, int dv, int group, int64_t sq,
 }
 
 /* Packed rows [*row, *row + *n) of sequence b: clamped into the tensor and to the bound the workspace was sized
- * for, as the kernels' fa_packed_rows (the arrays are the caller's, copied back unchecked). */
+ * for, as the kernels' fa_packed_seq (the arrays are the caller's, copied back unchecked). */
 static void fa_std_rows(const int *cu, int b, int total, int bound, int64_t *row, int *n) {
     const int lo = cu[b] < 0 ? 0 : cu[b] > total ? total : cu[b];
     const int hi = cu[b + 1] < lo ? lo : cu[b + 1] > total ? total : cu[b + 1];

@@ -7,6 +7,7 @@
 
 #include "mma.cuh"
 #include "core/visible.h"
+#include "cuda/packed.cuh"
 #include "cuda/params.h"
 
 #include <math.h>
@@ -21,21 +22,11 @@ struct fa_seq {
     int64_t stat0;      /* index of row 0 of (b, h) in the fp32 [b, hq, sq] row statistics (LSE, D) */
 };
 
-/* Varlen: the caller's device arrays, read nowhere else: clamped into the packed tensors and to the bounds the grid
- * was sized for (p.sq, p.sk: opts.max_seqlen_q/k), so that no value reads or writes out of bounds. */
-FA_DEV void fa_packed_rows(const int *cu, int b, int total, int bound, int64_t *row, int *n) {
-    const int lo = min(max(cu[b], 0), total), hi = min(max(cu[b + 1], lo), total);
-    *row = lo;
-    *n = min(hi - lo, bound);
-}
 FA_DEV fa_seq fa_get_seq(const fa_cuda_params &p, int b, int h) {
     fa_seq s;
     if (p.cu_q) {
-        fa_packed_rows(p.cu_q, b, p.total_q, p.sq, &s.qrow, &s.sq);
-        fa_packed_rows(p.cu_k, b, p.total_k, p.sk, &s.krow, &s.sk);
-        /* seqused: the sequence's first used rows, clamped into the span (seqused.cu writes the rest) */
-        if (p.used_q) s.sq = min(s.sq, max(p.used_q[b], 0));
-        if (p.used_k) s.sk = min(s.sk, max(p.used_k[b], 0));
+        s.sq = fa_packed_seq(p.cu_q, p.used_q, b, p.total_q, p.sq, &s.qrow);
+        s.sk = fa_packed_seq(p.cu_k, p.used_k, b, p.total_k, p.sk, &s.krow);
         s.stat0 = (int64_t)h * p.total_q + s.qrow;
     } else {
         s.qrow = 0;

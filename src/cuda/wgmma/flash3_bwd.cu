@@ -27,10 +27,7 @@ template <bool F16> FA_DEV float fa3b_f32(uint16_t x) {
 /* Varlen: sequence b's first row in the packed tensors and its length (bounded by the grid's sq; with seqused_q its
  * used rows), clamped as the kernels read cu_seqlens (fa3b_seq_of). */
 FA_DEV int fa3b_seq_rows(const fa_cuda_params &p, int b, int *q0) {
-    const int a = min(max(p.cu_q[b], 0), p.total_q), e = min(max(p.cu_q[b + 1], a), p.total_q);
-    *q0 = a;
-    const int n = min(e - a, p.sq);
-    return p.used_q ? min(n, max(p.used_q[b], 0)) : n;
+    return fa_packed_seq(p.cu_q, p.used_q, b, p.total_q, p.sq, q0);
 }
 
 /* One query row (padded layout: [batch][hq][nmb·Br], also under varlen, with the grid's bounds) per TPR = D/8

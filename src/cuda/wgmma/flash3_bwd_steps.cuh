@@ -5,6 +5,7 @@
 #define FA_WGMMA_FLASH3_BWD_STEPS_CUH
 
 #include "../../core/visible.h"
+#include "../packed.cuh"
 #include "exp2_poly.h"
 #include "frag.cuh"
 #include "ptx.cuh"
@@ -59,12 +60,8 @@ template <bool VARLEN> FA_DEV const fa3b_kparams &fa3b_seq_of(const fa3b_kparams
     } else {
         s = p;
         const int b = blockIdx.z;
-        const int q0 = min(max(p.cu_q[b], 0), p.total_q), q1 = min(max(p.cu_q[b + 1], q0), p.total_q);
-        const int k0 = min(max(p.cu_k[b], 0), p.total_k), k1 = min(max(p.cu_k[b + 1], k0), p.total_k);
-        s.qrow = q0, s.sq = min(q1 - q0, p.sq);
-        s.krow = k0, s.sk = min(k1 - k0, p.sk);
-        if (p.used_q) s.sq = min(s.sq, max(p.used_q[b], 0)); /* seqused: the rest is padding (seqused.cu) */
-        if (p.used_k) s.sk = min(s.sk, max(p.used_k[b], 0));
+        s.sq = fa_packed_seq(p.cu_q, p.used_q, b, p.total_q, p.sq, &s.qrow);
+        s.sk = fa_packed_seq(p.cu_k, p.used_k, b, p.total_k, p.sk, &s.krow);
         return s;
     }
 }

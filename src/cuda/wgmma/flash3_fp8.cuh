@@ -11,6 +11,7 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
+#include "../packed.cuh"
 #include "ptx.cuh"
 
 /* Slot of key a (0..31 of its group) in the A fragment's column order: byte i of register 0 or 2 (h = 0, 1) of
@@ -61,10 +62,9 @@ __global__ void __launch_bounds__(256) fa3_vt_kernel(const uint8_t *__restrict__
     const int k0 = blockIdx.x * FA3_VT_KEYS, hk = blockIdx.y, b = blockIdx.z, hks = gridDim.y;
     const uint8_t *src = v + (int64_t)b * sb + (int64_t)hk * sh;
     if (cu_k) { /* the sequence's rows, clamped into the packed tensor and to the bound */
-        const int r0 = min(max(cu_k[b], 0), total_k), r1 = min(max(cu_k[b + 1], r0), total_k);
+        int r0;
+        sk = fa_packed_seq(cu_k, used_k, b, total_k, sk, &r0); /* seqused_k: the keys past it are padding, zeros */
         src = v + (int64_t)r0 * ss + (int64_t)hk * sh;
-        sk = min(r1 - r0, sk);
-        if (used_k) sk = min(sk, max(used_k[b], 0)); /* seqused_k: the keys past it are padding, zeros here */
     }
     for (int c = threadIdx.x; c < FA3_VT_KEYS * D / 16; c += blockDim.x) {
         const int r = c / (D / 16), x = c % (D / 16), key = k0 + r;

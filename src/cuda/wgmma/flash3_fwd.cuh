@@ -19,6 +19,7 @@
 #include "../../core/sink.h"
 #include "../../core/visible.h"
 #include "../contract.h"
+#include "../packed.cuh"
 #include "flash3_fp8.cuh"
 #include "frag.cuh"
 #include "ptx.cuh"
@@ -230,12 +231,8 @@ template <int Br, int Bc> FA_DEV fa3_work fa3_work_at(int tile, const fa3_kparam
     w.b = bh / p.hq;
     w.sq = p.sq, w.sk = p.sk, w.qrow = w.krow = 0;
     if (p.cu_q) { /* varlen: the sequence's rows, clamped into the packed tensors and to the grid's bounds */
-        const int q0 = min(max(p.cu_q[w.b], 0), p.total_q), q1 = min(max(p.cu_q[w.b + 1], q0), p.total_q);
-        const int k0 = min(max(p.cu_k[w.b], 0), p.total_k), k1 = min(max(p.cu_k[w.b + 1], k0), p.total_k);
-        w.qrow = q0, w.sq = min(q1 - q0, p.sq);
-        w.krow = k0, w.sk = min(k1 - k0, p.sk);
-        if (p.used_q) w.sq = min(w.sq, max(p.used_q[w.b], 0)); /* seqused: the rest is padding (seqused.cu) */
-        if (p.used_k) w.sk = min(w.sk, max(p.used_k[w.b], 0));
+        w.sq = fa_packed_seq(p.cu_q, p.used_q, w.b, p.total_q, p.sq, &w.qrow);
+        w.sk = fa_packed_seq(p.cu_k, p.used_k, w.b, p.total_k, p.sk, &w.krow);
     }
     int lo = 0, hi = 0;
     if (w.m0 < w.sq) {

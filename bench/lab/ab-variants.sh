@@ -50,25 +50,4 @@ for r in $(seq "$ROUNDS"); do
         "$OUT/bin/$n" bench "$@" --csv 2>>"$OUT/$n.err" | tail -n +2 >>"$OUT/$n.csv"
     done
 done
-python3 - "$OUT" "${names[@]}" <<'PY' | tee "$OUT/ab.md"
-import csv, sys
-out, names = sys.argv[1], sys.argv[2:]
-def best(path):
-    res = {}
-    for row in csv.reader(open(path)):
-        if len(row) < 12: continue
-        try: g = float(row[11])
-        except ValueError: continue
-        k = (row[1], row[7], row[8], row[9], int(row[5]))  # algo, head_dim, causal, pass, seqlen_q
-        res[k] = max(res.get(k, 0.0), g)
-    return res
-b = {n: best(f"{out}/{n}.csv") for n in names}
-print("| algo | d | causal | pass | seqlen | " + " | ".join(f"{n} TFLOP/s" for n in names) + " | " +
-      " | ".join(f"{n}/base" for n in names[1:]) + " |")
-print("|---" * (5 + 2 * len(names) - 1) + "|")
-for k in sorted(b["base"]):
-    if not all(k in b[n] for n in names): continue
-    vals = " | ".join(f"{b[n][k] / 1e3:.4g}" for n in names)
-    rat = " | ".join(f"{b[n][k] / b['base'][k]:.3f}" for n in names[1:])
-    print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {vals} | {rat} |")
-PY
+python3 "$(dirname "$0")/best_table.py" "$OUT" "${names[@]}" | tee "$OUT/ab.md"

@@ -21,27 +21,4 @@ for r in $(seq "$ROUNDS"); do
     done
   done
 done
-python3 - "$OUT/old.csv" "$OUT/new.csv" <<'PY' | tee "$OUT/compare.md"
-import csv, sys
-cols = "device,algo,dtype,batch,heads,seqlen_q,seqlen_k,head_dim,causal,pass,ms,gflops".split(",")
-def best(path):
-    out = {}
-    for row in csv.reader(open(path)):
-        r = dict(zip(cols, row))
-        try: g = float(r["gflops"])
-        except (KeyError, ValueError): continue
-        k = (r["algo"], r["head_dim"], r["causal"], r["pass"], int(r["seqlen_q"]))
-        out[k] = max(out.get(k, 0.0), g)
-    return out
-old, new = best(sys.argv[1]), best(sys.argv[2])
-print("| algo | d | causal | pass | seqlen | old TFLOP/s | new TFLOP/s | new/old |")
-print("|---|---|---|---|---|---|---|---|")
-ratios = []
-for k in sorted(old):
-    if k not in new: continue
-    q = new[k] / old[k]
-    ratios.append(q)
-    print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {old[k]/1e3:.1f} | {new[k]/1e3:.1f} | {q:.3f} |")
-if ratios:
-    print(f"\n{len(ratios)} shapes: new/old min {min(ratios):.3f}, max {max(ratios):.3f}")
-PY
+python3 "$(dirname "$0")/best_table.py" "$OUT" old new | tee "$OUT/compare.md"

@@ -7,7 +7,8 @@
 #   bench/lab/ab-variants.sh BUILD OUT VARIANT_DIR... -- BENCH_ARGS...
 #   e.g. bench/lab/ab-variants.sh build-cuda ab /tmp/v/poly2 /tmp/v/poly4 -- --device cuda --algo flash3 --pass bwd \
 #        --d 64 --seqlen 1024,4096,16384 --causal 0,1 --reps 5
-# Env: ROUNDS (2), TARGET (flashattn_cli). Run from the repository root; the tree is restored even on failure.
+# Env: ROUNDS (2), TARGET (flashattn_cli), PHASE (all; build = binaries only, e.g. while the GPU is busy; run = bench
+# the binaries a build phase left in OUT). Run from the repository root; the tree is restored even on failure.
 set -euo pipefail
 BUILD=$1 OUT=$2
 shift 2
@@ -15,8 +16,9 @@ VARIANTS=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do VARIANTS+=("$1"); shift; done
 [ "${1:-}" = "--" ] || { echo "usage: $0 BUILD OUT VARIANT_DIR... -- BENCH_ARGS..." >&2; exit 2; }
 shift
-ROUNDS=${ROUNDS:-2} TARGET=${TARGET:-flashattn_cli}
+ROUNDS=${ROUNDS:-2} TARGET=${TARGET:-flashattn_cli} PHASE=${PHASE:-all}
 mkdir -p "$OUT/bin" "$OUT/orig"
+if [ "$PHASE" != run ]; then
 cmake --build "$BUILD" --target "$TARGET" -j "$(nproc)" >"$OUT/build-base.log" 2>&1
 cp "$BUILD/flashattn" "$OUT/bin/base"
 
@@ -41,6 +43,8 @@ for v in "${VARIANTS[@]}"; do
     restore
 done
 cmake --build "$BUILD" --target "$TARGET" -j "$(nproc)" >"$OUT/build-restore.log" 2>&1
+fi
+[ "$PHASE" != build ] || exit 0
 
 names=(base)
 for v in "${VARIANTS[@]}"; do names+=("$(basename "$v")"); done

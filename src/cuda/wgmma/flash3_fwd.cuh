@@ -255,14 +255,7 @@ template <int Br, int Bc, bool UNMASKED = false> FA_DEV fa3_work fa3_work_at(int
     return w;
 }
 
-/* The producer's side of a K/V stage: CL = 2 waits for the releases of both CTAs' consumers (some arrive from the
- * peer: acquire at cluster scope) and multicasts its boxes to both CTAs (mask 0b11). */
-template <int CL> FA_DEV void fa3_wait_empty(uint32_t bar, uint32_t parity) {
-    if constexpr (CL == 2)
-        fa3_bar_wait_cluster(bar, parity);
-    else
-        fa3_bar_wait(bar, parity);
-}
+/* A K or V box: CL = 2 multicasts it to both CTAs of the cluster (mask 0b11). */
 template <int CL>
 FA_DEV void fa3_kv_box(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1, int c2, int c3) {
     if constexpr (CL == 2)
@@ -379,12 +372,12 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                      * expects the whole stage, half of it from the peer (fixed lengths only: kz = w.b) */
                     const int ky = p.cu_q ? Bc - left : n * Bc + rank * HB, kz = p.cu_q ? w.krow + n * Bc + left : w.b;
                     const uint32_t half = rank * HB * 128;
-                    fa3_wait_empty<CL>(fa3_smem(&sm.empty_k[s]), ph ^ 1);
+                    fa3_bar_wait(fa3_smem(&sm.empty_k[s]), ph ^ 1);
                     fa3_bar_expect_tx(fk, KV_STAGE);
 #pragma unroll
                     for (int c = 0; c < DP / 64; c++)
                         fa3_kv_box<CL>(fa3_smem(sm.k[s]) + c * Bc * 128 + half, &tk, fk, 64 * c, ky, hk, kz);
-                    fa3_wait_empty<CL>(fa3_smem(&sm.empty_v[s]), ph ^ 1);
+                    fa3_bar_wait(fa3_smem(&sm.empty_v[s]), ph ^ 1);
                     fa3_bar_expect_tx(fv, V_STAGE);
                     if constexpr (F8) { /* Vᵀ [b][hk][D][keys]: 128 keys (64 16-bit columns) a panel of D rows */
 #pragma unroll

@@ -68,24 +68,15 @@ FA_DEV uint32_t fa3_cluster_rank() {
 FA_DEV void fa3_cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
-/* One arrival, release at cluster scope, on the mbarrier at bar's offset in CTA `cta` of the cluster (this CTA's
- * own rank included). */
+/* One arrival on the mbarrier at bar's offset in CTA `cta` of the cluster (this CTA's own rank included), with the
+ * PTX default semantics (release at CTA scope), as fa3_bar_arrive. What it orders is the warp's wgmma reads, complete
+ * at wgmma.wait_group before it; .release.cluster would add a MEMBAR.ALL.GPU to every arrival (and .acquire.cluster
+ * on the wait an L1 invalidation), for generic-proxy data no other CTA reads. */
 FA_DEV void fa3_bar_arrive_cta(uint32_t bar, uint32_t cta) {
     asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+                 "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
                  "r"(cta)
                  : "memory");
-}
-/* fa3_bar_wait with acquire at cluster scope: for a phase that the other CTA's arrivals complete too. */
-FA_DEV void fa3_bar_wait_cluster(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 "
-                     "p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
 }
 
 /* Shared-memory writes of this thread (st.shared) become visible to the async proxy (wgmma, TMA) that reads them

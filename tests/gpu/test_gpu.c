@@ -19,7 +19,8 @@
  *     AUTO runs FLASH2 forward and backward for (192, 128), STANDARD for the other pairs;
  *   - FLASH2 and FLASH3 deterministic backward: dq, dk, dv bitwise identical over two runs, the second in another
  *     context (its own workspace); FLASH3's with more key blocks than resident CTAs finishes (det_liveness);
- *   - the FLASH3 forward's 2-CTA cluster instance runs exactly where the plan should pick it, and is checked as above.
+ *   - the FLASH3 forward's 2-CTA cluster instance runs exactly where the plan should pick it, is checked as above,
+ *     and gives out and LSE bit for bit as the single-CTA kernel does (FA_CUDA_FLASH3_CLUSTER=0).
  * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer);
  * FA_GPU_TEST_SHARD=i/n runs every n-th of them from the i-th (parallel sanitizer runs).
  * Each case's line ends with the seconds its oracle and its device calls took. */
@@ -187,6 +188,40 @@ static void flash3_cluster_pick(fa_context *ctx, int d, int sq, int causal, int 
     CHECK_MSG((strstr(st.kernel, ".cl2") != NULL) == want, "kernel %s, cluster instance expected: %d", st.kernel, want);
     d_free(&dq), d_free(&dout);
     t_buf_free(&q), t_buf_free(&o);
+    t_case_label[0] = 0;
+}
+
+/* The cluster instance (ctx) and the single-CTA one (c1: FA_CUDA_FLASH3_CLUSTER=0) give out and LSE bit for bit
+ * alike: a tile's arithmetic and key order do not depend on which CTA runs it. */
+static void flash3_cluster_same(fa_context *ctx, fa_context *c1, int b, int sq, int sk, int hq, int hk, int d) {
+    snprintf(t_case_label, sizeof t_case_label, "FLASH3 clusters against one CTA: b %d, sq %d, sk %d, d %d", b, sq,
+             sk, d);
+    t_buf q = t_buf_new(FA_DTYPE_BF16, b, sq, hq, d, T_BSHD), k = t_buf_new(FA_DTYPE_BF16, b, sk, hk, d, T_BSHD);
+    t_buf v = t_buf_new(FA_DTYPE_BF16, b, sk, hk, d, T_BSHD), o = t_buf_new(FA_DTYPE_BF16, b, sq, hq, d, T_BSHD);
+    t_buf_randn(&q, 1), t_buf_randn(&k, 1), t_buf_randn(&v, 1);
+    dbuf Q = d_new(&q), K = d_new(&k), V = d_new(&v), O = d_new(&o);
+    d_up(&Q), d_up(&K), d_up(&V);
+    const size_t nl = (size_t)b * hq * sq, no = o.mem_bytes;
+    float *dl = NULL, *l2 = malloc(2 * nl * sizeof(float));
+    unsigned char *o2 = malloc(2 * no);
+    cuda_ok(cudaMalloc((void **)&dl, nl * sizeof(float)), "cudaMalloc lse");
+    fa_attn_opts op = fa_attn_opts_default();
+    op.algo = FA_ALGO_FLASH3;
+    for (int i = 0; i < 2; ++i) { /* each run on poisoned outputs (0xffff: NaN) */
+        cuda_ok(cudaMemset(O.mem, 0xff, no), "poison out");
+        cuda_ok(cudaMemset(dl, 0xff, nl * sizeof(float)), "poison lse");
+        CHECK_STATUS(fa_forward(i ? c1 : ctx, &op, &Q.t, &K.t, &V.t, &O.t, dl), FA_OK);
+        fa_stats st;
+        CHECK_STATUS(fa_last_stats(i ? c1 : ctx, &st), FA_OK);
+        CHECK_MSG((strstr(st.kernel, ".cl2") != NULL) == !i, "kernel %s, run %d", st.kernel, i);
+        cuda_ok(cudaMemcpy(o2 + i * no, O.mem, no, cudaMemcpyDeviceToHost), "out down");
+        cuda_ok(cudaMemcpy(l2 + i * nl, dl, nl * sizeof(float), cudaMemcpyDeviceToHost), "lse down");
+    }
+    CHECK_MSG(memcmp(o2, o2 + no, no) == 0, "out differs between the cluster and the single-CTA kernel");
+    CHECK_MSG(memcmp(l2, l2 + nl, nl * sizeof(float)) == 0, "LSE differs between the cluster and the single-CTA kernel");
+    free(o2), free(l2), cudaFree(dl);
+    d_free(&Q), d_free(&K), d_free(&V), d_free(&O);
+    t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&o);
     t_case_label[0] = 0;
 }
 
@@ -857,6 +892,9 @@ int main(void) {
             flash3_cluster_pick(c0, 128, 256, 0, 0);
             t_case c = t_case_make(2, 256, 500, 4, 2, 128, FA_DTYPE_BF16); /* the same call without clusters */
             run_case(c0, &c, 0);
+            flash3_cluster_same(ctx, c0, 2, 1024, 700, 16, 4, 128); /* several waves of pairs */
+            flash3_cluster_same(ctx, c0, 1, 512, 4500, 4, 4, 128);  /* the 176-key row */
+            flash3_cluster_same(ctx, c0, 3, 256, 333, 8, 2, 256);
             fa_context_destroy(c0);
         }
     }

@@ -43,11 +43,14 @@ extern "C" fa_status fa_cuda_create(fa_context *ctx, int device) {
         return fa_fail(ctx, FA_ERR_OUT_OF_MEMORY, "backend: out of host memory for the CUDA state");
     }
     s->device = device;
+    s->tune.device = device;
     s->tune.sm_count = prop.multiProcessorCount;
     const char *fw = getenv("FA_CUDA_FLASH2_FWD_WARPS"); /* read once here, never in a call */
     s->tune.fwd_warps = fw ? atoi(fw) : 0;
     const char *sr = getenv("FA_CUDA_BWD_SPLIT_ROWS");
     s->tune.split_rows = sr ? atoi(sr) : FA_CUDA_BWD_SPLIT_ROWS;
+    const char *fc = getenv("FA_CUDA_FLASH3_CLUSTER");
+    s->tune.flash3_cluster = fc ? atoi(fc) != 0 : 1;
     cublasStatus_t bs = cublasCreate(&s->blas);
     cudaError_t fe = cudaMalloc((void **)&s->kv_fault, FA_KV_FAULT_INTS * sizeof(int));
     if (fe == cudaSuccess) fe = cudaMemset(s->kv_fault, 0, FA_KV_FAULT_INTS * sizeof(int));

@@ -82,6 +82,9 @@ cudaError_t fa_flash1_bwd_launch(const fa_cuda_params *p, const fa_plan *plan, i
 cudaError_t fa_flash2_bwd_launch(const fa_cuda_params *p, const fa_plan *plan, int dtype, cudaStream_t st);
 int fa_flash3_fwd_instance(int row, fa_cuda_instance *k);
 cudaError_t fa_flash3_fwd_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st);
+/* 2-CTA clusters of FLASH3 forward row `row`'s cluster instance that device holds at once (asked once per device
+ * and row); 0 where the row has none or the query failed */
+int fa_flash3_fwd_clusters(int row, int device);
 int fa_flash3_bwd_instance(int row, int deterministic, fa_cuda_instance *k);
 cudaError_t fa_flash3_bwd_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st);
 

@@ -12,10 +12,13 @@ extern "C" {
 
 /* Settings read once at context creation and consulted by the plan. */
 typedef struct fa_cuda_tuning {
+    int device;     /* the context's device (queries the plan makes once per device and kernel) */
     int sm_count;   /* the device's SMs (FLASH3's persistent grid, the FLASH2 backward's last-wave split) */
     int fwd_warps;  /* FA_CUDA_FLASH2_FWD_WARPS (0 = the table's default): benchmarks only */
     int split_rows; /* FA_CUDA_BWD_SPLIT_ROWS: split the FLASH2 backward's last wave for walks of at least this many
                      * query rows; < 0 = never. Tests, benchmarks */
+    int flash3_cluster; /* FA_CUDA_FLASH3_CLUSTER (default 1; 0 = off): the FLASH3 forward's 2-CTA clusters where its
+                         * rows have them (wgmma/tiles.h). Benchmarks (A/B), tests */
 } fa_cuda_tuning;
 /* The default of split_rows (the split's measurements: docs/cuda-kernels.md). */
 #define FA_CUDA_BWD_SPLIT_ROWS 2048

@@ -18,7 +18,9 @@
  *     their tables build ((192, 128), also deterministic), FLASH1 and FLASH3 none (FA_ERR_UNSUPPORTED naming v);
  *     AUTO runs FLASH2 forward and backward for (192, 128), STANDARD for the other pairs;
  *   - FLASH2 and FLASH3 deterministic backward: dq, dk, dv bitwise identical over two runs, the second in another
- *     context (its own workspace); FLASH3's with more key blocks than resident CTAs finishes (det_liveness).
+ *     context (its own workspace); FLASH3's with more key blocks than resident CTAs finishes (det_liveness);
+ *   - the FLASH3 forward's 2-CTA cluster instance runs exactly where the plan should pick it, is checked as above,
+ *     and gives out and LSE bit for bit as the single-CTA kernel does (FA_CUDA_FLASH3_CLUSTER=0).
  * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer);
  * FA_GPU_TEST_SHARD=i/n runs every n-th of them from the i-th (parallel sanitizer runs).
  * Each case's line ends with the seconds its oracle and its device calls took. */
@@ -167,6 +169,59 @@ static void flash3_row_runs(fa_context *ctx, int d, int bq, int bk, const char *
     CHECK_STR_CONTAINS(st.kernel, kernel);
     d_free(&dq), d_free(&dout);
     t_buf_free(&q), t_buf_free(&o);
+    t_case_label[0] = 0;
+}
+
+/* The FLASH3 forward of (d, sq, one head, causal or not) runs the 2-CTA cluster instance (kernel "….cl2") exactly when
+ * want says: unmasked, an even number of 128-row query blocks, d 128 or 256, clusters on in ctx. */
+static void flash3_cluster_pick(fa_context *ctx, int d, int sq, int causal, int want) {
+    snprintf(t_case_label, sizeof t_case_label, "FLASH3 forward clusters: d %d, sq %d, causal %d", d, sq, causal);
+    t_buf q = t_buf_new(FA_DTYPE_BF16, 1, sq, 1, d, T_BSHD), o = t_buf_new(FA_DTYPE_BF16, 1, sq, 1, d, T_BSHD);
+    t_buf_randn(&q, 1);
+    dbuf dq = d_new(&q), dout = d_new(&o);
+    d_up(&dq);
+    fa_attn_opts op = fa_attn_opts_default();
+    op.algo = FA_ALGO_FLASH3, op.causal = causal;
+    CHECK_STATUS(fa_forward(ctx, &op, &dq.t, &dq.t, &dq.t, &dout.t, NULL), FA_OK);
+    fa_stats st;
+    CHECK_STATUS(fa_last_stats(ctx, &st), FA_OK);
+    CHECK_MSG((strstr(st.kernel, ".cl2") != NULL) == want, "kernel %s, cluster instance expected: %d", st.kernel, want);
+    d_free(&dq), d_free(&dout);
+    t_buf_free(&q), t_buf_free(&o);
+    t_case_label[0] = 0;
+}
+
+/* The cluster instance (ctx) and the single-CTA one (c1: FA_CUDA_FLASH3_CLUSTER=0) give out and LSE bit for bit
+ * alike: a tile's arithmetic and key order do not depend on which CTA runs it. */
+static void flash3_cluster_same(fa_context *ctx, fa_context *c1, int b, int sq, int sk, int hq, int hk, int d) {
+    snprintf(t_case_label, sizeof t_case_label, "FLASH3 clusters against one CTA: b %d, sq %d, sk %d, d %d", b, sq,
+             sk, d);
+    t_buf q = t_buf_new(FA_DTYPE_BF16, b, sq, hq, d, T_BSHD), k = t_buf_new(FA_DTYPE_BF16, b, sk, hk, d, T_BSHD);
+    t_buf v = t_buf_new(FA_DTYPE_BF16, b, sk, hk, d, T_BSHD), o = t_buf_new(FA_DTYPE_BF16, b, sq, hq, d, T_BSHD);
+    t_buf_randn(&q, 1), t_buf_randn(&k, 1), t_buf_randn(&v, 1);
+    dbuf Q = d_new(&q), K = d_new(&k), V = d_new(&v), O = d_new(&o);
+    d_up(&Q), d_up(&K), d_up(&V);
+    const size_t nl = (size_t)b * hq * sq, no = o.mem_bytes;
+    float *dl = NULL, *l2 = malloc(2 * nl * sizeof(float));
+    unsigned char *o2 = malloc(2 * no);
+    cuda_ok(cudaMalloc((void **)&dl, nl * sizeof(float)), "cudaMalloc lse");
+    fa_attn_opts op = fa_attn_opts_default();
+    op.algo = FA_ALGO_FLASH3;
+    for (int i = 0; i < 2; ++i) { /* each run on poisoned outputs (0xffff: NaN) */
+        cuda_ok(cudaMemset(O.mem, 0xff, no), "poison out");
+        cuda_ok(cudaMemset(dl, 0xff, nl * sizeof(float)), "poison lse");
+        CHECK_STATUS(fa_forward(i ? c1 : ctx, &op, &Q.t, &K.t, &V.t, &O.t, dl), FA_OK);
+        fa_stats st;
+        CHECK_STATUS(fa_last_stats(i ? c1 : ctx, &st), FA_OK);
+        CHECK_MSG((strstr(st.kernel, ".cl2") != NULL) == !i, "kernel %s, run %d", st.kernel, i);
+        cuda_ok(cudaMemcpy(o2 + i * no, O.mem, no, cudaMemcpyDeviceToHost), "out down");
+        cuda_ok(cudaMemcpy(l2 + i * nl, dl, nl * sizeof(float), cudaMemcpyDeviceToHost), "lse down");
+    }
+    CHECK_MSG(memcmp(o2, o2 + no, no) == 0, "out differs between the cluster and the single-CTA kernel");
+    CHECK_MSG(memcmp(l2, l2 + nl, nl * sizeof(float)) == 0, "LSE differs between the cluster and the single-CTA kernel");
+    free(o2), free(l2), cudaFree(dl);
+    d_free(&Q), d_free(&K), d_free(&V), d_free(&O);
+    t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&o);
     t_case_label[0] = 0;
 }
 
@@ -806,6 +861,43 @@ int main(void) {
                 cv.opts.block_q = d == 64 ? 192 : 128, cv.opts.block_k = d == 64 ? 112 : 176;
                 run_case(ctx, &cv, 0);
             }
+        }
+    }
+    /* FLASH3's 2-CTA clusters (K and V loaded half by each CTA and multicast to both): unmasked fixed-length calls
+     * with an even number of query blocks per head at d = 128 and 256. One key block of fewer keys than half of it
+     * (the second CTA's half all zeros), a partial last block, many blocks, the wide key block (explicit and from
+     * 4096 keys on), more tiles than the grid (several waves of pairs), GQA and MQA, batches, query rows past sq in the
+     * last block, softcap, both dtypes; the pick (an odd number of query blocks, causal, d = 64 and
+     * FA_CUDA_FLASH3_CLUSTER=0 run the single-CTA kernel) */
+    {
+        static const int cc[][7] = {/* b, sq, sk, hq, hk, d, block_k */
+                                    {2, 256, 64, 8, 2, 128, 0},    {1, 250, 33, 4, 4, 256, 0},
+                                    {1, 512, 1000, 4, 1, 128, 0},  {2, 256, 500, 4, 2, 128, 176},
+                                    {1, 256, 4500, 2, 1, 128, 0},  {1, 512, 2000, 2, 2, 256, 0},
+                                    {2, 1024, 130, 16, 8, 128, 0}, {2, 768, 90, 16, 4, 256, 0}};
+        for (int i = 0; i < 8; ++i) {
+            if (small && i > 1 && i != 6) continue; /* the sanitizer's: one key block, and several waves */
+            t_case c = t_case_make(cc[i][0], cc[i][1], cc[i][2], cc[i][3], cc[i][4], cc[i][5], dts[i & 1]);
+            c.opts.block_k = cc[i][6], c.opts.block_q = cc[i][6] ? 128 : 0;
+            if (i == 2 || i == 5) c.opts.softcap = 20.f;
+            run_case(ctx, &c, 0);
+        }
+        flash3_cluster_pick(ctx, 128, 256, 0, 1);
+        flash3_cluster_pick(ctx, 256, 1024, 0, 1);
+        flash3_cluster_pick(ctx, 128, 300, 0, 0);
+        flash3_cluster_pick(ctx, 128, 256, 1, 0);
+        flash3_cluster_pick(ctx, 64, 256, 0, 0);
+        fa_context *c0 = ctx_with_env("FA_CUDA_FLASH3_CLUSTER", "0");
+        if (c0) {
+            flash3_cluster_pick(c0, 128, 256, 0, 0);
+            t_case c = t_case_make(2, 256, 500, 4, 2, 128, FA_DTYPE_BF16); /* the same call without clusters */
+            run_case(c0, &c, 0);
+            if (shard_i == 0) { /* once over the sanitizers' shards */
+                flash3_cluster_same(ctx, c0, 2, 1024, 700, 16, 4, 128); /* several waves of pairs */
+                flash3_cluster_same(ctx, c0, 1, 512, 4500, 4, 4, 128);  /* the 176-key row */
+                flash3_cluster_same(ctx, c0, 3, 256, 333, 8, 2, 256);
+            }
+            fa_context_destroy(c0);
         }
     }
     /* FLASH3's varlen backward (flash3_bwd.cu: a CTA per key block of each sequence at max_seqlen_k, TMA boxes

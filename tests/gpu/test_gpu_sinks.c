@@ -322,13 +322,15 @@ int main(void) {
     CHECK_STATUS(fa_context_create(&gpu, FA_BACKEND_CUDA, 0), FA_OK);
     if (!gpu) return t_finish();
     const fa_dtype F16 = FA_DTYPE_F16, BF16 = FA_DTYPE_BF16;
-    t_case cs[6] = {t_case_make(2, 128, 128, 8, 2, 64, BF16), t_case_make(1, 200, 77, 4, 4, 128, F16),
+    /* the last two: FLASH3's forward in 2-CTA clusters (unmasked, two query blocks per head, d = 128 and 256) */
+    t_case cs[8] = {t_case_make(2, 128, 128, 8, 2, 64, BF16), t_case_make(1, 200, 77, 4, 4, 128, F16),
                     t_case_make(2, 65, 300, 4, 1, 128, BF16), t_case_make(1, 256, 256, 2, 2, 64, F16),
-                    t_case_make(3, 1, 513, 8, 8, 128, BF16), t_case_make(1, 96, 96, 4, 2, 256, BF16)};
+                    t_case_make(3, 1, 513, 8, 8, 128, BF16), t_case_make(1, 96, 96, 4, 2, 256, BF16),
+                    t_case_make(2, 256, 300, 4, 2, 128, BF16), t_case_make(1, 250, 90, 2, 1, 256, F16)};
     cs[1].opts.causal = 1; /* rows 0..122 see no key */
     cs[2].opts.window_left = 31, cs[2].opts.window_right = 5;
     cs[3].opts.softcap = 30, cs[3].opts.causal = 1;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 8; i++) {
         t_case_sinks(&cs[i], &r, -2, 4);
         t_case_bind(&cs[i]);
         snprintf(t_case_label, sizeof t_case_label, "gpu sinks case %d", i);

@@ -102,6 +102,19 @@ static fa_status fa3_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan
     plan->block_q = r->bm, plan->block_k = r->bn, plan->threads = r->threads;
     plan->grid[0] = (int)(tiles < tu->sm_count ? tiles : tu->sm_count), plan->grid[1] = plan->grid[2] = 1;
     plan->smem_bytes = k.smem;
+    /* 2-CTA clusters sharing K and V (README.md): where the row has them, for unmasked fixed-length calls with an
+     * even number of query blocks per head (a cluster takes two of one head, which visit the same keys), unless
+     * FA_CUDA_FLASH3_CLUSTER=0; the grid is whole clusters, at most those the GPU holds at once (its GPCs need not
+     * hold SMs / 2) */
+    const long long nmb = (p->sq_max + r->bm - 1) / r->bm;
+    const int clusters = r->cl == 2 && tu->flash3_cluster && masks == FA3_UNMASKED && !p->cu_q && nmb % 2 == 0
+                             ? fa_flash3_fwd_clusters(row, tu->device)
+                             : 0;
+    if (clusters > 0) {
+        plan->kernel = r->kernel_cl;
+        plan->aux[FA3_FWD_AUX_CL] = 2;
+        plan->grid[0] = 2 * (int)(tiles / 2 < clusters ? tiles / 2 : clusters);
+    }
     return FA_OK;
 }
 

@@ -24,17 +24,41 @@ static int fa3_blocks_of(const fa_cuda_params *p, int Br, int Bc, int mb) {
     return hi > lo ? (hi + Bc - 1) / Bc - lo / Bc : 0;
 }
 
+/* An instance's dynamic shared memory limit, set once per device. */
+template <int D, bool WIDE, bool F16, bool F8, int CL> static cudaError_t fa3_smem_attr(size_t smem) {
+    static unsigned char ready[64];
+    return fa_cuda_attr_once(ready, (const void *)fa3_fwd_kernel<D, WIDE, F16, F8, CL>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+/* The launch of a CL = 2 instance: clusters of two consecutive CTAs along x. */
+template <int D, bool WIDE>
+static cudaLaunchConfig_t fa3_cl2_config(int grid, size_t smem, cudaStream_t st, cudaLaunchAttribute *at) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)grid);
+    cfg.blockDim = dim3(fa3_tile<D, WIDE>::THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    at->id = cudaLaunchAttributeClusterDimension;
+    at->val.clusterDim.x = 2, at->val.clusterDim.y = 1, at->val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
 /* The plan's grid (min(tiles, SMs): persistent), threads and shared memory (this row's fa3_shared + 1024 for the
  * swizzle's alignment). Varlen: tiles for every sequence at the grid's bounds (max_seqlen_q), each tile reading its
  * sequence's rows from the device cu_seqlens (a tile past its sequence's end has no work); the tensors are one
  * packed batch, so the tensor maps have batch 1. */
 /* F8: e4m3 q, k (mapped as 16-bit tensors of half the columns: TMA moves bytes) and Vᵀ, written first by
  * fa3_vt_kernel into the workspace (varlen: one padded Vᵀ per sequence, at the bound max_seqlen_k); F16 is then out's
- * type. */
-template <int D, bool WIDE, bool F16, bool F8>
+ * type. CL = 2: the row also has the cluster instance, which runs where the plan says (plan->aux[FA3_FWD_AUX_CL]),
+ * its K and V boxes half a block's rows (each CTA loads and multicasts one half). */
+template <int D, bool WIDE, bool F16, bool F8, int CL>
 static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t stream) {
     using T = fa3_tile<D, WIDE, F8>;
     if (p->batch == 0 || p->total_q == 0 || p->sq == 0) return cudaSuccess;
+    const bool cl2 = CL == 2 && plan->aux[FA3_FWD_AUX_CL] == 2;
+    const int kv_rows = cl2 ? T::Bc / 2 : T::Bc;
     CUtensorMap tq, tk, tv;
     const int tb = p->cu_q ? 1 : p->batch; /* the tensors' batch */
     if constexpr (F8) {
@@ -58,8 +82,8 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
         return cudaErrorInvalidValue;
     } else if (p->cu_q ? fa3_map_ragged(&tk, p->k, p->dtype, D, p->total_k, p->hk, p->k_ss, p->k_sh, T::Bc) ||
                              fa3_map_ragged(&tv, p->v, p->dtype, D, p->total_k, p->hk, p->v_ss, p->v_sh, T::Bc)
-                       : fa3_map(&tk, p->k, p->dtype, D, p->total_k, p->hk, tb, p->k_ss, p->k_sh, p->k_sb, T::Bc) ||
-                             fa3_map(&tv, p->v, p->dtype, D, p->total_k, p->hk, tb, p->v_ss, p->v_sh, p->v_sb, T::Bc)) {
+                       : fa3_map(&tk, p->k, p->dtype, D, p->total_k, p->hk, tb, p->k_ss, p->k_sh, p->k_sb, kv_rows) ||
+                             fa3_map(&tv, p->v, p->dtype, D, p->total_k, p->hk, tb, p->v_ss, p->v_sh, p->v_sb, kv_rows)) {
         return cudaErrorInvalidValue; /* varlen: ragged K and V maps (the producer's boxes stop at a sequence's keys) */
     }
     fa3_kparams kp;
@@ -87,10 +111,6 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
     kp.sinks = p->sinks;
     kp.qd = p->q_descale, kp.kd = p->k_descale, kp.vd = p->v_descale, kp.hk = p->hk;
     const size_t smem = plan->smem_bytes;
-    static unsigned char ready[64];
-    cudaError_t e = fa_cuda_attr_once(ready, (const void *)fa3_fwd_kernel<D, WIDE, F16, F8>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e != cudaSuccess) return e;
     kp.nmb = (p->sq + T::Br - 1) / T::Br;
     kp.ntiles = kp.nmb * p->hq * p->batch;
     kp.bh = p->hq * p->batch;
@@ -101,6 +121,19 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
         kp.counter = p->tile_counter;
     }
     /* persistent: one CTA per SM (the register budget allows no second), tiles handed out round-robin */
+    if constexpr (CL == 2) {
+        if (cl2) { /* the kernel walks pairs of query blocks of one head, all keys, fixed lengths (the plan's) */
+            if (fa3_masked(p) || p->cu_q || kp.nmb % 2 || plan->grid[0] % 2) return cudaErrorInvalidValue;
+            cudaError_t e = fa3_smem_attr<D, WIDE, F16, F8, 2>(smem);
+            if (e != cudaSuccess) return e;
+            cudaLaunchAttribute at;
+            const cudaLaunchConfig_t cfg = fa3_cl2_config<D, WIDE>(plan->grid[0], smem, stream, &at);
+            e = cudaLaunchKernelEx(&cfg, fa3_fwd_kernel<D, WIDE, F16, F8, 2>, tq, tk, tv, kp);
+            return e != cudaSuccess ? e : cudaGetLastError();
+        }
+    }
+    const cudaError_t e = fa3_smem_attr<D, WIDE, F16, F8, 1>(smem);
+    if (e != cudaSuccess) return e;
     fa3_fwd_kernel<D, WIDE, F16, F8><<<plan->grid[0], plan->threads, smem, stream>>>(tq, tk, tv, kp);
     return cudaGetLastError();
 }
@@ -111,9 +144,48 @@ template <int R> static int fa3_fwd_inst(fa_cuda_instance *k) {
     constexpr bool W = r.wide, F8 = r.f8;
     using T = fa3_tile<r.d, W, F8>;
     static_assert(T::Br == r.bm && T::Bc == r.bn && T::THREADS == r.threads, "the row is its instance's tile");
-    k->f16 = fa3_launch<r.d, W, true, F8>, k->bf16 = fa3_launch<r.d, W, false, F8>;
+    static_assert(r.cl == 1 || (r.cl == 2 && !F8), "clusters: 16-bit rows only");
+    k->f16 = fa3_launch<r.d, W, true, F8, r.cl>, k->bf16 = fa3_launch<r.d, W, false, F8, r.cl>;
     k->smem = sizeof(fa3_shared<r.d, W, F8>) + 1024;
     return 1;
+}
+
+/* Row R's clusters the current device holds at once, asked of its bf16 cluster instance (the f16 one takes the same
+ * shared memory and registers); 0 for a row without one. */
+template <int R> static int fa3_fwd_clusters_of() {
+    constexpr fa3_fwd_row r = fa3_fwd_rows[R];
+    if constexpr (r.cl != 2) {
+        return 0;
+    } else {
+        constexpr bool W = r.wide;
+        const size_t smem = sizeof(fa3_shared<r.d, W>) + 1024;
+        cudaLaunchAttribute at;
+        const cudaLaunchConfig_t cfg = fa3_cl2_config<r.d, W>(2, smem, 0, &at);
+        int n = 0;
+        if (fa3_smem_attr<r.d, W, false, false, 2>(smem) != cudaSuccess ||
+            cudaOccupancyMaxActiveClusters(&n, fa3_fwd_kernel<r.d, W, false, false, 2>, &cfg) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+        return n;
+    }
+}
+extern "C" int fa_flash3_fwd_clusters(int row, int device) {
+    static int (*const of[8])(void) = {fa3_fwd_clusters_of<0>, fa3_fwd_clusters_of<1>, fa3_fwd_clusters_of<2>,
+                                       fa3_fwd_clusters_of<3>, fa3_fwd_clusters_of<4>, fa3_fwd_clusters_of<5>,
+                                       fa3_fwd_clusters_of<6>, fa3_fwd_clusters_of<7>};
+    static int known[64][8]; /* the count + 1; a race stores the same value twice */
+    if (row < 0 || row >= 8 || device < 0 || device >= 64) return 0;
+    if (!known[device][row]) {
+        int prev = 0;
+        if (cudaGetDevice(&prev) != cudaSuccess || (prev != device && cudaSetDevice(device) != cudaSuccess)) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+        known[device][row] = of[row]() + 1;
+        if (prev != device) cudaSetDevice(prev);
+    }
+    return known[device][row] - 1;
 }
 static_assert(sizeof fa3_fwd_rows / sizeof fa3_fwd_rows[0] == 8, "one case per row of fa3_fwd_rows");
 extern "C" int fa_flash3_fwd_instance(int row, fa_cuda_instance *k) {

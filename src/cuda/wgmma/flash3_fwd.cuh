@@ -209,12 +209,20 @@ template <int D> FA_DEV void fa3_rescale(float (&o)[D / 2], float c0, float c1) 
 FA_DEV int fa3_tile_of(int wave) {
     return wave * (int)gridDim.x + ((wave & 1) ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x);
 }
+/* 2-CTA clusters (unmasked, an even number of query blocks per head): the same snake over clusters, whose unit is
+ * a pair of tiles (query blocks 2i and 2i + 1 of one head: the same keys), the CTA of rank r taking tile 2·pair + r,
+ * so that both CTAs walk the same key blocks in the same order. */
+FA_DEV int fa3_pair_tile_of(int wave, int rank) {
+    const int n = (int)gridDim.x / 2, c = (int)blockIdx.x / 2;
+    return 2 * (wave * n + ((wave & 1) ? n - 1 - c : c)) + rank;
+}
 struct fa3_work {
     int m0, h, b, n_hi, nblk;
     int sq, sk;     /* the sequence's lengths */
     int qrow, krow; /* its first rows in the packed tensors (varlen), else 0 */
 };
-template <int Br, int Bc> FA_DEV fa3_work fa3_work_at(int tile, const fa3_kparams &p) {
+/* UNMASKED: the call has no mask and fixed lengths (the clusters' calls), so that every tile visits all keys. */
+template <int Br, int Bc, bool UNMASKED = false> FA_DEV fa3_work fa3_work_at(int tile, const fa3_kparams &p) {
     fa3_work w;
     int mb, bh;
     if (p.sec_heads > 0) {
@@ -230,12 +238,14 @@ template <int Br, int Bc> FA_DEV fa3_work fa3_work_at(int tile, const fa3_kparam
     w.h = bh % p.hq;
     w.b = bh / p.hq;
     w.sq = p.sq, w.sk = p.sk, w.qrow = w.krow = 0;
-    if (p.cu_q) { /* varlen: the sequence's rows, clamped into the packed tensors and to the grid's bounds */
+    if (!UNMASKED && p.cu_q) { /* varlen: the sequence's rows, clamped into the packed tensors and to the bounds */
         w.sq = fa_packed_seq(p.cu_q, p.used_q, w.b, p.total_q, p.sq, &w.qrow);
         w.sk = fa_packed_seq(p.cu_k, p.used_k, w.b, p.total_k, p.sk, &w.krow);
     }
     int lo = 0, hi = 0;
-    if (w.m0 < w.sq) {
+    if (UNMASKED) {
+        hi = w.sk;
+    } else if (w.m0 < w.sq) {
         const int m1 = w.m0 + Br < w.sq ? w.m0 + Br : w.sq;
         fa_visible_block32(w.m0, m1, w.sq, w.sk, p.wl, p.wr, &lo, &hi);
         fa_chunk_keys32(w.m0 + w.sk - w.sq, m1 - 1 + w.sk - w.sq, p.chunk, &lo, &hi);
@@ -243,6 +253,25 @@ template <int Br, int Bc> FA_DEV fa3_work fa3_work_at(int tile, const fa3_kparam
     w.n_hi = (hi + Bc - 1) / Bc;
     w.nblk = hi > lo ? w.n_hi - lo / Bc : 0;
     return w;
+}
+
+/* A K or V box: CL = 2 multicasts it to both CTAs of the cluster (mask 0b11). */
+template <int CL>
+FA_DEV void fa3_kv_box(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1, int c2, int c3) {
+    if constexpr (CL == 2)
+        fa3_tma_load4_mc(dst, map, bar, c0, c1, c2, c3, 3);
+    else
+        fa3_tma_load4(dst, map, bar, c0, c1, c2, c3);
+}
+/* The consumers' release of a K/V stage: CL = 2, one arrival on each CTA's empty barrier (lane r on rank r's), as
+ * both producers write into it. */
+template <int CL> FA_DEV void fa3_release_kv(uint32_t bar, int lane) {
+    if constexpr (CL == 2) {
+        __syncwarp();
+        if (lane < 2) fa3_bar_arrive_cta(bar, lane);
+    } else {
+        fa3_release(bar, lane);
+    }
 }
 
 /* F8: the descales of the tile's (batch, K/V head), S's (qd·kd) and O's (vd); 1 and 1 otherwise */
@@ -257,14 +286,20 @@ template <bool F8> FA_DEV void fa3_descales(const fa3_kparams &p, const fa3_work
 
 /* The schedule: intra-warpgroup overlap plus ping-pong between the warpgroups (README.md; the serial and the
  * overlap-only schedules measured slower: bench/lab/flash3/results). */
-/* F8: e4m3 q, k, v (tv maps Vᵀ, flash3_fp8.cuh); F16 then says out's type. */
-template <int D, bool WIDE, bool F16, bool F8>
+/* F8: e4m3 q, k, v (tv maps Vᵀ, flash3_fp8.cuh); F16 then says out's type. CL = 2: launched in clusters of two
+ * CTAs that share the loads of Kj and Vj (16-bit, unmasked, fixed lengths; README.md): each producer loads half of
+ * a block's rows (tk and tv then have boxes of Bc/2 rows) and multicasts them to both CTAs, so a stage is free
+ * only once the consumers of both have released it. */
+template <int D, bool WIDE, bool F16, bool F8, int CL = 1>
 __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
     fa3_fwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                    const __grid_constant__ CUtensorMap tv, const fa3_kparams p) {
     using T = fa3_tile<D, WIDE, F8>;
     constexpr int Br = T::Br, Bc = T::Bc, ST = T::ST, DP = T::DP, KS = F8 ? 32 : 16;
     constexpr uint32_t KV_STAGE = Bc * DP * 2, V_STAGE = T::VS * 2; /* bytes of a K and of a V stage */
+    /* a half block's box starts at a whole 8-row swizzle atom, so it is laid out as in the whole block */
+    static_assert(CL == 1 || (CL == 2 && !F8 && Bc % 16 == 0), "2-CTA clusters: 16-bit, Bc/2 a multiple of 8");
+    constexpr int HB = Bc / CL; /* rows of the K and V boxes a producer loads */
     extern __shared__ uint8_t fa3_smem_raw[];
     fa3_shared<D, WIDE, F8> &sm =
         *reinterpret_cast<fa3_shared<D, WIDE, F8> *>(((uintptr_t)fa3_smem_raw + 1023) & ~(uintptr_t)1023);
@@ -275,12 +310,16 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
         for (int s = 0; s < ST; s++) {
             fa3_bar_init(fa3_smem(&sm.full_k[s]), 1);
             fa3_bar_init(fa3_smem(&sm.full_v[s]), 1);
-            fa3_bar_init(fa3_smem(&sm.empty_k[s]), 4 * T::NW);
-            fa3_bar_init(fa3_smem(&sm.empty_v[s]), 4 * T::NW);
+            fa3_bar_init(fa3_smem(&sm.empty_k[s]), 4 * T::NW * CL); /* every consumer warp of the cluster */
+            fa3_bar_init(fa3_smem(&sm.empty_v[s]), 4 * T::NW * CL);
         }
         fa3_bar_init_fence();
     }
-    __syncthreads();
+    /* CL = 2: the peer's barriers are initialised before any multicast or remote arrival reaches them */
+    if constexpr (CL == 2)
+        fa3_cluster_sync();
+    else
+        __syncthreads();
 
     /* The producer picks each tile and writes it to sm.tile before its arrival on full_q (release; the consumers'
      * wait acquires), one Q phase per tile — a tile without keys or the end (tile >= ntiles) is a plain arrival
@@ -293,11 +332,13 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
             fa3_prefetch_map(&tq);
             fa3_prefetch_map(&tk);
             fa3_prefetch_map(&tv);
+            const int rank = CL == 2 ? (int)fa3_cluster_rank() : 0;
             int qi = 0, kv = 0;
             for (int wave = 0;; wave++) {
                 const uint32_t fq = fa3_smem(&sm.full_q);
                 fa3_bar_wait(fa3_smem(&sm.empty_q), (qi & 1) ^ 1); /* the consumers have read the last sm.tile */
-                const int tile = wave == 0 ? (int)blockIdx.x
+                const int tile = CL == 2      ? fa3_pair_tile_of(wave, rank)
+                                 : wave == 0  ? (int)blockIdx.x
                                  : p.counter ? atomicAdd(p.counter, 1) + (int)gridDim.x
                                              : fa3_tile_of(wave);
                 atomicExch(&sm.tile, tile);
@@ -305,7 +346,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                     fa3_bar_arrive(fq);
                     break;
                 }
-                const fa3_work w = fa3_work_at<Br, Bc>(tile, p);
+                const fa3_work w = fa3_work_at<Br, Bc, CL == 2>(tile, p);
                 if (w.nblk == 0) {
                     fa3_bar_arrive(fq);
                     qi++;
@@ -327,12 +368,15 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                     /* K and V boxes: (row, batch); varlen, a ragged box (tensor_map.h) of the sequence's keys from
                      * n·Bc on and zeros after them, never the next sequence's or seqused's padding rows (0·NaN) */
                     const int left = min(w.sk - n * Bc, Bc);
-                    const int ky = p.cu_q ? Bc - left : n * Bc, kz = p.cu_q ? w.krow + n * Bc + left : w.b;
+                    /* CL = 2: this CTA's half of the rows (rank·Bc/2 on), into both CTAs; each full barrier still
+                     * expects the whole stage, half of it from the peer (fixed lengths only: kz = w.b) */
+                    const int ky = p.cu_q ? Bc - left : n * Bc + rank * HB, kz = p.cu_q ? w.krow + n * Bc + left : w.b;
+                    const uint32_t half = rank * HB * 128;
                     fa3_bar_wait(fa3_smem(&sm.empty_k[s]), ph ^ 1);
                     fa3_bar_expect_tx(fk, KV_STAGE);
 #pragma unroll
                     for (int c = 0; c < DP / 64; c++)
-                        fa3_tma_load4(fa3_smem(sm.k[s]) + c * Bc * 128, &tk, fk, 64 * c, ky, hk, kz);
+                        fa3_kv_box<CL>(fa3_smem(sm.k[s]) + c * Bc * 128 + half, &tk, fk, 64 * c, ky, hk, kz);
                     fa3_bar_wait(fa3_smem(&sm.empty_v[s]), ph ^ 1);
                     fa3_bar_expect_tx(fv, V_STAGE);
                     if constexpr (F8) { /* Vᵀ [b][hk][D][keys]: 128 keys (64 16-bit columns) a panel of D rows */
@@ -343,11 +387,12 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                     } else {
 #pragma unroll
                         for (int c = 0; c < D / 64; c++)
-                            fa3_tma_load4(fa3_smem(sm.v[s]) + c * Bc * 128, &tv, fv, 64 * c, ky, hk, kz);
+                            fa3_kv_box<CL>(fa3_smem(sm.v[s]) + c * Bc * 128 + half, &tv, fv, 64 * c, ky, hk, kz);
                     }
                 }
             }
         }
+        if constexpr (CL == 2) fa3_cluster_sync(); /* the exit's (the consumers' below says why) */
         return;
     }
 
@@ -360,7 +405,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
         fa3_bar_wait(fa3_smem(&sm.full_q), qi & 1);
         const int tile = atomicOr(&sm.tile, 0);
         if (tile >= p.ntiles) break;
-        const fa3_work w = fa3_work_at<Br, Bc>(tile, p);
+        const fa3_work w = fa3_work_at<Br, Bc, CL == 2>(tile, p);
         const int nblk = w.nblk, n_hi = w.n_hi;
         const int r0 = w.m0 + 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
         fa3_rows R;
@@ -409,7 +454,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
             fa3_named_arrive(other_turn, 256);
             fa3_wgmma_wait<0>();
             fa3_fence_regs(sacc);
-            fa3_release(fa3_smem(&sm.empty_k[kv % ST]), lane);
+            fa3_release_kv<CL>(fa3_smem(&sm.empty_k[kv % ST]), lane);
             fa3_softmax<Bc, F8>(sacc, (n_hi - 1) * Bc, R, p.cap, c0, c1);
             fa3_pack_p<Bc, F16, F8>(pa, sacc);
             for (int it = 1; it < nblk; it++) {
@@ -425,12 +470,12 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                 fa3_named_arrive(other_turn, 256);
                 fa3_wgmma_wait<1>();
                 fa3_fence_regs(sacc);
-                fa3_release(fa3_smem(&sm.empty_k[s]), lane);
+                fa3_release_kv<CL>(fa3_smem(&sm.empty_k[s]), lane);
                 fa3_softmax<Bc, F8>(sacc, (n_hi - 1 - it) * Bc, R, p.cap, c0, c1);
                 fa3_wgmma_wait<0>();
                 fa3_fence_regs(o);
                 fa3_fence_regs(pa);
-                fa3_release(fa3_smem(&sm.empty_v[sp]), lane);
+                fa3_release_kv<CL>(fa3_smem(&sm.empty_v[sp]), lane);
                 fa3_rescale<D>(o, c0, c1);
                 fa3_pack_p<Bc, F16, F8>(pa, sacc);
             }
@@ -446,7 +491,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
             if (cw < T::NW - 1) fa3_named_arrive(other_turn, 256);
             fa3_wgmma_wait<0>();
             fa3_fence_regs(o);
-            fa3_release(fa3_smem(&sm.empty_v[s]), lane);
+            fa3_release_kv<CL>(fa3_smem(&sm.empty_v[s]), lane);
             kv += nblk;
         }
         qi++;
@@ -505,6 +550,9 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                 atomicOr(p.check + ((int64_t)w.b * p.hq + w.h) * FA_CONTRACT_STRIDE, 1u);
         }
     }
+    /* CL = 2: a CTA leaves only after the peer's consumers have made their last arrivals on its empty barriers (the
+     * peer's multicasts into it have all landed: its own consumers waited for them on its full barriers) */
+    if constexpr (CL == 2) fa3_cluster_sync();
 }
 
 #endif

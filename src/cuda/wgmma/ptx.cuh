@@ -1,7 +1,7 @@
-/* The Hopper (sm_90a) PTX the FLASH3 kernels use, as small inline-asm wrappers: mbarriers, TMA tensor loads, wgmma
- * fences and shared-memory descriptors, setmaxnreg, named barriers, ex2; the async-proxy fence, vector reductions
- * and an acquire load for the backward. The wgmma instructions themselves are in
- * wgmma.cuh (generated). */
+/* The Hopper (sm_90a) PTX the FLASH3 kernels use, as small inline-asm wrappers: mbarriers, TMA tensor loads (also
+ * multicast), cluster barriers and remote arrivals, wgmma fences and shared-memory descriptors, setmaxnreg, named
+ * barriers, ex2; the async-proxy fence, vector reductions and an acquire load for the backward. The wgmma
+ * instructions themselves are in wgmma.cuh (generated). */
 #ifndef FA_WGMMA_PTX_CUH
 #define FA_WGMMA_PTX_CUH
 
@@ -47,6 +47,38 @@ FA_DEV void fa3_tma_load4(uint32_t dst, const CUtensorMap *map, uint32_t bar, in
                  "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                  : "memory");
 }
+/* The same box multicast to the CTAs of cta_mask in the cluster: it lands at dst's offset in each and completes its
+ * bytes on the mbarrier at bar's offset in each. */
+FA_DEV void fa3_tma_load4_mc(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1, int c2, int c3,
+                             uint16_t cta_mask) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%3, %4, %5, %6}], [%2], %7;\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "h"(cta_mask)
+                 : "memory");
+}
+
+/* ---- thread-block clusters ---- */
+FA_DEV uint32_t fa3_cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+/* Every non-exited thread of the cluster arrives (release) and waits (acquire): barrier inits and shared-memory
+ * accesses before it are ordered cluster-wide before everything after it. Not .aligned: callers may be divergent. */
+FA_DEV void fa3_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+/* One arrival on the mbarrier at bar's offset in CTA `cta` of the cluster (this CTA's own rank included), with the
+ * PTX default semantics (release at CTA scope), as fa3_bar_arrive. What it orders is the warp's wgmma reads, complete
+ * at wgmma.wait_group before it; .release.cluster would add a MEMBAR.ALL.GPU to every arrival (and .acquire.cluster
+ * on the wait an L1 invalidation), for generic-proxy data no other CTA reads. */
+FA_DEV void fa3_bar_arrive_cta(uint32_t bar, uint32_t cta) {
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+                 "r"(cta)
+                 : "memory");
+}
+
 /* Shared-memory writes of this thread (st.shared) become visible to the async proxy (wgmma, TMA) that reads them
  * after the next barrier. */
 FA_DEV void fa3_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }

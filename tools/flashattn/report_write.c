@@ -239,17 +239,20 @@ int report_write(report *R) {
                      : "");
     /* the machine's own speed (probe.c): a shared VM changes it without other processes */
     probe_span run = {0};
-    if (R->cpu.present && probe_range(&R->probe, 0, R->probe.n, quiet, &run) > 0) {
-        const int moved = probe_kind(V_HOLDS, &run, R->probe.bound) == V_NOT_SETTLED;
+    if (R->cpu.present && R->probe.n > 0) {
         snprintf(path, sizeof path, "%s/probe_cpu.csv", R->out);
-        const int csv = probe_write_csv(&R->probe, path) == 0;
-        fprintf(f, "- the machine's speed: a fixed reference (%s) read before every timed CPU point, %d readings%s: "
-                   "%.2f–%.2f ms (median %.2f; each reading the median of it and its neighbours)%s. A timed claim "
-                   "whose measurements saw it move by more than %.0f %% reads not settled; the others state it, so "
-                   "that two reports can be compared%s\n",
-                R->probe.what, R->probe.n, csv ? " ([probe_cpu.csv](probe_cpu.csv))" : "", run.lo, run.hi, run.med,
-                moved ? ". **The machine's speed changed during this run**" : "", 100 * R->probe.bound,
-                moved ? " (docs/benchmarks.md, \"The report\")" : "");
+        const char *csv = probe_write_csv(&R->probe, path) == 0 ? " ([probe_cpu.csv](probe_cpu.csv))" : "";
+        fprintf(f, "- the machine's speed: a fixed reference (%s) read before every timed CPU point, %d readings%s",
+                R->probe.what, R->probe.n, csv);
+        if (probe_range(&R->probe, 0, R->probe.n, quiet, &run) > 0) {
+            const int moved = probe_kind(V_HOLDS, &run, R->probe.bound) == V_NOT_SETTLED;
+            fprintf(f, ": %.2f–%.2f ms (median %.2f; each reading the median of it and its neighbours)%s. A timed "
+                       "claim whose measurements saw it move by more than %.0f %% reads not settled; the others state "
+                       "it, so that two reports can be compared\n",
+                    run.lo, run.hi, run.med, moved ? ". **The machine's speed changed during this run**" : "",
+                    100 * R->probe.bound);
+        } else
+            fprintf(f, ", all taken while other processes kept the CPUs busy: they tell nothing of its own speed\n");
     }
     if (!R->gnuplot)
         fprintf(f, "- **no plots**: gnuplot was not found (or --no-plots). Install it (`apt-get install gnuplot-nox`) "

@@ -4,6 +4,7 @@
  * were busy, and readings outside the claim's stretch do not count. No timing: the readings are given. */
 #include "report.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -117,7 +118,7 @@ int main(void) {
 
     /* readings that are not times are refused; a full probe takes no more */
     fill(&p, NULL, NULL, 0);
-    CHECK(probe_add(&p, 0.0) == -1 && probe_add(&p, -1.0) == -1 && probe_add(&p, 0.0 / 0.0) == -1 && p.n == 0);
+    CHECK(probe_add(&p, 0.0) == -1 && probe_add(&p, -1.0) == -1 && probe_add(&p, NAN) == -1 && p.n == 0);
     for (int i = 0; i < FA_PROBE_MAX; i++) probe_add(&p, 1.0);
     CHECK(probe_add(&p, 1.0) == -1 && p.n == FA_PROBE_MAX);
 

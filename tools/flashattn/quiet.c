@@ -94,7 +94,7 @@ void report_window_row(report *R, rows_t *rows, int i, double *slot) {
 /* A point is about to be measured. A window at least FA_WINDOW_S long is closed; if other processes kept the CPUs
  * busy in it, first wait for them to leave (each wait at most a quarter of the run's allowance, so that one long job
  * does not use all of it at once). Then the point joins the open window, or opens one. */
-void report_point_begin(report *R) {
+static void window_begin(report *R) {
     if (R->window.wall >= 0) {
         cpu_clock now;
         cpu_clock_now(&now);
@@ -109,4 +109,16 @@ void report_point_begin(report *R) {
         }
     }
     cpu_clock_now(&R->window);
+}
+
+void report_probe_reading(report *R) {
+    if (!R->probe.ctx) return;
+    const int i = probe_add(&R->probe, probe_time(&R->probe));
+    if (i >= 0) report_window_row(R, NULL, 0, &R->probe.others[i]);
+}
+
+/* The speed probe is read in the point's window, so that a reading taken while others were busy is known. */
+void report_point_begin(report *R) {
+    window_begin(R);
+    report_probe_reading(R);
 }

@@ -86,7 +86,9 @@ static void report_bench(report *R, rows_t *dst, FILE *csv, const char *csvname,
     snprintf(x.label, sizeof x.label, "%s", label);
     bench_sink sink = {NULL, on_group, on_row, NULL, &x};
     double before = R->work_done;
+    if (dst->probe_to == 0) dst->probe_from = R->probe.n; /* the reading before its first point */
     int rc = bench_run_args(argc, argv, &sink);
+    dst->probe_to = R->probe.n + 1; /* and the next one, after its last point */
     if (rc == CLI_EXIT_USAGE) fprintf(stderr, "flashattn report: internal: bad bench arguments: %s\n", args);
     R->work_done = before + est;
     report_progress(R, label);
@@ -379,7 +381,9 @@ static void report_help(void) {
            "Each timed point is repeated until its median's 95%% confidence interval is within a few %% (or its time\n"
            "budget ends), the algorithms interleaved; every verdict carries its interval, and one that the intervals\n"
            "do not settle reads 'not settled'. The run first waits (a bounded time) while other processes keep the\n"
-           "CPUs busy, and reports how busy they were while it measured.\n"
+           "CPUs busy, and reports how busy they were while it measured. A small fixed FLASH1 call is timed\n"
+           "before every CPU point: a timed claim during whose measurements it moved by more than 10%% (a shared\n"
+           "VM changes speed by itself) reads 'not settled'.\n"
            "\n"
            "  --quick      small problems (model dim 256, 2048 tokens), points to 5%%: about 40 s on a 2-core CPU\n"
            "               (default); on a faster CPU the tokens grow with its measured peak, so that calls stay\n"
@@ -475,8 +479,16 @@ int cmd_report(int argc, char **argv) {
     R.load_start = load_avg();
     report_progress(&R, "start");
     if (!no_cpu) {
+        if (probe_open(&R.probe, R.threads) != 0)
+            fprintf(stderr, "flashattn report: no speed probe (%s): verdicts cannot tell a change of the machine's speed\n",
+                    fa_create_error()[0] ? fa_create_error() : "out of memory");
         measure_device(&R, FA_BACKEND_CPU, &R.cpu);
+        R.cpu.kv_probe_from = R.probe.n;
         report_measure_kvcache(&R, FA_BACKEND_CPU, &R.cpu);
+        report_point_begin(&R); /* a reading after the last timed CPU point, in a window of its own */
+        report_window_close(&R);
+        R.cpu.kv_probe_to = R.probe.n;
+        probe_close(&R.probe);
         measure_io(&R);
     }
     if (R.cuda) {

@@ -11,6 +11,7 @@ typedef struct rows_t {
     double *others; /* per row: other processes' CPU use (cores) in the window it was measured in (quiet.c), -1
                        unknown */
     int n, cap;
+    int probe_from, probe_to; /* the speed probe's readings taken while these rows were measured: [from, to) */
 } rows_t;
 
 typedef struct io_rows_t {
@@ -33,6 +34,49 @@ double quiet_wait(double max_wait_s, double *waited_s);
 /* A measured row is disturbed when other processes kept the CPUs busier than quiet_threshold() while it ran: the
  * claims leave it out (and are not settled when too few rows remain). */
 int row_disturbed(double others);
+
+/* A verdict's kind: what two runs of the report must agree on. A verdict is settled when the kind is the same at
+ * both ends of the measurements' 95 % intervals; otherwise it is NOT_SETTLED, whatever the point estimates say. */
+typedef enum verdict_kind { V_NOT_MEASURED, V_DOES_NOT_HOLD, V_PARTLY, V_DEPENDS, V_HOLDS, V_NOT_SETTLED } verdict_kind;
+
+/* ---- probe.c: the machine's speed state ---- */
+/* A shared VM changes speed on its own (docs/benchmarks.md, "The report"): a fixed reference is timed before every
+ * point, and a claim whose measurements saw the reference move by more than FA_PROBE_BOUND reads not settled. */
+enum { FA_PROBE_MAX = 512 };
+#define FA_PROBE_BOUND 0.10
+typedef struct speed_probe {
+    fa_context *ctx; /* NULL: no probe (not opened, or it failed) */
+    float *buf;      /* q, k, v, out */
+    int heads;
+    char what[128];            /* the reference in words */
+    double bound;              /* the most the reference may move within a claim's measurements (fraction) */
+    double t0;                 /* now_ms() when it was opened */
+    double ms[FA_PROBE_MAX];     /* the readings, in order */
+    double at[FA_PROBE_MAX];     /* when each was taken: seconds after t0 */
+    double others[FA_PROBE_MAX]; /* other processes' CPU use in each reading's window (quiet.c), -1 unknown */
+    int n;
+} speed_probe;
+/* The readings of [from, to) taken on a quiet machine (others <= quiet), each as the median of it and its two
+ * neighbours (a lone slow reading is an interruption, not a state): how many, their range and median, the first,
+ * and the one furthest from it. */
+typedef struct probe_span {
+    int n;
+    double lo, hi, med, first, far;
+} probe_span;
+int probe_open(speed_probe *p, int threads); /* 0, or -1 (no probe: the report runs without) */
+void probe_close(speed_probe *p);
+double probe_time(speed_probe *p);          /* one reading (ms), NAN without a probe */
+int probe_add(speed_probe *p, double ms);   /* its index, or -1 (full, or not a time) */
+int probe_range(const speed_probe *p, int from, int to, double quiet, probe_span *s);
+int probe_write_csv(const speed_probe *p, const char *path); /* the readings: 0, or -1 (errno) */
+/* The decision: a timed claim of kind k keeps it while the reference stayed within (1 + bound) of its lowest
+ * reading; otherwise it is NOT_SETTLED (fewer than 2 readings: k, as nothing can be told). */
+verdict_kind probe_kind(verdict_kind k, const probe_span *s, double bound);
+struct claim;
+/* A timed claim's verdict with the probe: NOT_SETTLED with the reason ("the machine's speed changed during these
+ * measurements: reference X ms → Y ms") when it moved, the verdict read alone kept after it; otherwise the verdict
+ * as it was, with the reference's value appended, so that two reports can be compared. */
+void probe_verdict(struct claim *c, const probe_span *s, double bound);
 
 /* What one preset (--smoke, --quick, --full) measures. */
 typedef struct preset {
@@ -72,6 +116,7 @@ typedef struct dev_data {
     rows_t speed, par, blocks, mem;
     kv_row kv[8]; /* the decoding section (report_kvcache.c) */
     int n_kv;
+    int kv_probe_from, kv_probe_to; /* the speed probe's readings while the decoding section ran (as rows_t's) */
     int64_t probe_n;       /* the length at which STANDARD was predicted not to fit (0 = not probed) */
     double probe_need, probe_limit;
 } dev_data;
@@ -116,6 +161,7 @@ typedef struct report {
     double work_total, work_done;
     char last_section[128];
     FILE *repro;
+    speed_probe probe; /* the CPU's speed reference (probe.c), read before every point */
     dev_data cpu, gpu;
     io_rows_t io_seqlen, io_sram;
     ncu_row ncu[8];
@@ -143,18 +189,18 @@ void report_progress(report *R, const char *what);
  * closes a window that is long enough and, if it was busy, waits for the machine to be quiet again (within the
  * preset's allowance); report_window_close closes the last one when the measurements end. */
 void report_point_begin(report *R);
+/* One reading of the speed probe (when open), tagged with its window's other processes' use; report_point_begin
+ * takes one before every point, and the report one after the last. */
+void report_probe_reading(report *R);
 void report_window_row(report *R, rows_t *rows, int i, double *slot);
 void report_window_close(report *R);
 
 /* GPU extras (report_gpu.c): ncu DRAM bytes and the PyTorch SDPA reference; each sets its *_status line. */
 void report_ncu(report *R);
 void report_torch(report *R);
-/* A verdict's kind: what two runs of the report must agree on. A verdict is settled when the kind is the same at
- * both ends of the measurements' 95 % intervals; otherwise it is NOT_SETTLED, whatever the point estimates say. */
-typedef enum verdict_kind { V_NOT_MEASURED, V_DOES_NOT_HOLD, V_PARTLY, V_DEPENDS, V_HOLDS, V_NOT_SETTLED } verdict_kind;
 const char *verdict_word(verdict_kind k); /* "holds", "does not hold", ... (report_claims.c) */
 
-typedef struct claim {
+typedef struct claim { /* (probe.c: probe_verdict) */
     const char *claim;
     char measured[512];
     char result[1024];

@@ -338,6 +338,15 @@ static verdict_kind par_kind(double small, double large) {
     return small > 1.2 * large && small > 1.2 ? V_HOLDS : V_DOES_NOT_HOLD;
 }
 
+/* A timed CPU claim whose measurements ran while the speed probe took readings [from, to): probe_verdict (probe.c).
+ * The probe reads the CPU only, so GPU claims keep their verdicts. */
+static void with_probe(const report *R, const dev_data *D, claim *c, int from, int to) {
+    if (D->dev != FA_BACKEND_CPU) return;
+    probe_span sp;
+    probe_range(&R->probe, from, to, quiet_threshold(), &sp);
+    probe_verdict(c, &sp, R->probe.bound);
+}
+
 /* Fast-memory working set of one FLASH2 step (fp32): Qi, Kj, Vj, S/P, Oi. */
 double tile_bytes(int br, int bc, int d) { return 4.0 * ((double)br * d * 2 + 2.0 * bc * d + (double)br * bc); }
 
@@ -357,6 +366,7 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
     snprintf(cl[n].measured, sizeof cl[n].measured, "median time of FLASH1 / FLASH2, same inputs, interleaved (%s)", dn);
     collect(&both, FA_ALGO_FLASH1, FA_ALGO_FLASH2, &s);
     speed_claim(&cl[n], &s, 1.5, 2.0, "FLASH2", "FLASH1", where);
+    with_probe(R, D, &cl[n], D->speed.probe_from, D->par.probe_to); /* speed, then par: one stretch */
     n++;
 
     /* 2. V1 is 2–4× standard */
@@ -364,6 +374,7 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
     snprintf(cl[n].measured, sizeof cl[n].measured, "median time of STANDARD / FLASH1 (%s)", dn);
     collect(&both, FA_ALGO_STANDARD, FA_ALGO_FLASH1, &s);
     speed_claim(&cl[n], &s, 2.0, 4.0, "FLASH1", "STANDARD", where);
+    with_probe(R, D, &cl[n], D->speed.probe_from, D->par.probe_to);
     n++;
 
     /* 3. memory linear instead of quadratic */
@@ -613,6 +624,7 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
                                : "no swept tile overflowed it",
                      spread);
     }
+    with_probe(R, D, &cl[n], D->blocks.probe_from, D->blocks.probe_to);
     n++;
 
     /* 6. at 512 tokens standard may be faster */
@@ -675,6 +687,7 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
                      "**does not hold here**: STANDARD was not faster by more than 5 %% in any of the %d, beyond the "
                      "95 %% intervals", tot);
     }
+    with_probe(R, D, &cl[n], D->speed.probe_from, D->speed.probe_to);
     n++;
 
     /* 7. V2's sequence parallelism matters when batch × heads is small */
@@ -727,9 +740,11 @@ int build_claims(report *R, const dev_data *D, claim *cl, int *ncl) {
                          large, s.lo[is], s.hi[is], s.lo[il], s.hi[il]);
         }
     }
+    with_probe(R, D, &cl[n], D->par.probe_from, D->par.probe_to);
     n++;
     /* 8, 9. decoding: split-KV and the paged cache */
-    n += report_kvcache_claims(D, cl + n);
+    for (int k = report_kvcache_claims(D, cl + n); k > 0; k--, n++)
+        with_probe(R, D, &cl[n], D->kv_probe_from, D->kv_probe_to);
 
     /* 10 (GPU). V3: the FlashAttention-3 paper reports 1.5–2.0× FlashAttention-2 on an H100 (forward; 1.5–1.75×
      * backward), from Hopper's asynchrony (TMA, wgmma, warp specialisation) */

@@ -237,6 +237,23 @@ int report_write(report *R) {
                        "and a claim left with too little reads not settled (counted bytes and memory are not affected); "
                        "run again on a quiet machine"
                      : "");
+    /* the machine's own speed (probe.c): a shared VM changes it without other processes */
+    probe_span run = {0};
+    if (R->cpu.present && R->probe.n > 0) {
+        snprintf(path, sizeof path, "%s/probe_cpu.csv", R->out);
+        const char *csv = probe_write_csv(&R->probe, path) == 0 ? " ([probe_cpu.csv](probe_cpu.csv))" : "";
+        fprintf(f, "- the machine's speed: a fixed reference (%s) read before every timed CPU point, %d readings%s",
+                R->probe.what, R->probe.n, csv);
+        if (probe_range(&R->probe, 0, R->probe.n, quiet, &run) > 0) {
+            const int moved = probe_kind(V_HOLDS, &run, R->probe.bound) == V_NOT_SETTLED;
+            fprintf(f, ": %.2f–%.2f ms (median %.2f; each reading the median of it and its neighbours)%s. A timed "
+                       "claim whose measurements saw it move by more than %.0f %% reads not settled; the others state "
+                       "it, so that two reports can be compared\n",
+                    run.lo, run.hi, run.med, moved ? ". **The machine's speed changed during this run**" : "",
+                    100 * R->probe.bound);
+        } else
+            fprintf(f, ", all taken while other processes kept the CPUs busy: they tell nothing of its own speed\n");
+    }
     if (!R->gnuplot)
         fprintf(f, "- **no plots**: gnuplot was not found (or --no-plots). Install it (`apt-get install gnuplot-nox`) "
                    "and run again, or run `gnuplot NAME.gp` in this directory: the scripts are written.\n");
@@ -319,6 +336,10 @@ int report_write(report *R) {
         printf("other processes: %.2f cores before measuring, %.2f on average while measuring (%d of %d windows above "
                "%.2f); waited %.1f s for a quiet machine%s\n", R->others_start, R->others_mean, R->busy_windows,
                R->windows, quiet, R->waited, busy ? ": the claims leave out what was measured while busy" : "");
+    if (R->cpu.present && run.n > 0)
+        printf("speed reference (%s): %.2f–%.2f ms over %d readings, median %.2f%s\n", R->probe.what, run.lo, run.hi,
+               R->probe.n, run.med,
+               probe_kind(V_HOLDS, &run, R->probe.bound) == V_NOT_SETTLED ? ": the machine's speed changed" : "");
     for (int i = 0; i < n_cpu; i++) printf("cpu %d. %s: %s\n", i + 1, cpu_cl[i].claim, cpu_cl[i].verdict);
     for (int i = 0; i < n_gpu; i++) printf("gpu %d. %s: %s\n", i + 1, gpu_cl[i].claim, gpu_cl[i].verdict);
     return 0;

@@ -76,7 +76,8 @@ static void plain(fa_context *ctx) {
     }
 }
 
-/* Packed batches: chunks align to each sequence's own ends, also with seqused (used lengths inside the spans). */
+/* Packed batches: chunks align to each sequence's own ends, also with seqused (used lengths inside the spans; NaN and
+ * ±inf in the padding). */
 static void packed(fa_context *ctx) {
     static const int lq[4] = {40, 0, 17, 64}, lk[4] = {55, 9, 17, 30}, uq[4] = {33, 0, 17, 50}, uk[4] = {50, 9, 0, 30};
     int32_t cuq[5] = {0}, cuk[5] = {0}, used_q[4], used_k[4];
@@ -86,7 +87,7 @@ static void packed(fa_context *ctx) {
         c.opts.cu_seqlens_q = cuq, c.opts.cu_seqlens_k = cuk, c.opts.n_seqs = 4;
         c.opts.causal = v != 1;
         c.opts.attention_chunk = v == 3 ? 3 : 16;
-        if (v >= 2) c.opts.seqused_q = used_q, c.opts.seqused_k = used_k;
+        if (v >= 2) c.opts.seqused_q = used_q, c.opts.seqused_k = used_k, c.nonfinite_padding = 1;
         t_run_forward(ctx, &c, T_ALL_ALGOS);
         t_run_backward(ctx, &c, T_ALL_ALGOS);
     }

@@ -3,7 +3,7 @@
  * gradients), causal/window masks aligned per sequence, GQA, strided layouts, all dtypes. The oracle's own varlen
  * indexing is checked against per-sequence calls on slices of the packed tensors. seqused_q/k (flash-attn's used
  * lengths inside the spans): every algorithm against the oracle, padding rows 0 / -inf, zero gradients of padding
- * keys, and the argument checks. */
+ * rows and keys, with NaN and ±inf in the padding of the inputs, and the argument checks. */
 #include "testlib.h"
 
 #include <math.h>
@@ -71,7 +71,8 @@ static void oracle_slices(const t_case *c) {
 #define ALL (T_ALL_ALGOS | T_ALGO_BIT(FA_ALGO_AUTO))
 
 /* seqused_q / seqused_k: used lengths of 0, the whole span and in between, with causal and windows (aligned to the
- * used lengths), every dtype; then the checks, each naming its argument. */
+ * used lengths), every dtype, NaN and ±inf in the padding rows of q, k, v and dout; then the checks, each naming its
+ * argument. */
 static void seqused(fa_context *ctx) {
     int32_t cuq[8], cuk[8];
     static const int lq[] = {9, 0, 17, 30, 4, 64}, lk[] = {12, 3, 20, 5, 0, 100};
@@ -81,6 +82,7 @@ static void seqused(fa_context *ctx) {
         for (int m = 0; m < 3; m++) {
             t_case c = packed(6, lq, lk, cuq, cuk, 4, 2, 32, dts[i]);
             c.opts.seqused_q = m == 1 ? NULL : uq, c.opts.seqused_k = m == 2 ? NULL : uk;
+            c.nonfinite_padding = 1;
             c.opts.causal = i == 1, c.opts.window_left = i == 2 ? 6 : -1;
             c.lay_q = (t_layout)m, c.lay_kv = (t_layout)((m + 1) % 3), c.lay_o = (t_layout)((m + 2) % 3);
             t_run_forward(ctx, &c, ALL);

@@ -12,6 +12,7 @@
  *     reason);
  *     FA_ALGO_AUTO runs FLASH3 exactly where it can, forward and backward;
  *   - every output element written (outputs poisoned with NaN before each call), nothing outside the views written;
+ *   - seqused cases: NaN and ±inf in the padding rows of q, k, v and dout (t_case_pad) reach no output;
  *   - out, lse, dq, dk, dv within the rule of tests/lib/tolerance.h: max|x − ref| ≤ 2·max|standard − ref| + atol
  *     (STANDARD = our cuBLAS path in the same dtype);
  *   - v with a head_dim of its own (dv != dqk): STANDARD runs any pair, the FLASH2 forward and backward the pairs
@@ -247,6 +248,7 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
     t_buf_randn(&k, sigma);
     t_buf_randn(&v, 1);
     t_buf_randn(&dout, 1);
+    t_case_pad(c, &q, &k, &v, &dout);
     dbuf Q = d_new(&q), K = d_new(&k), V = d_new(&v), O = d_new(&o), DO = d_new(&dout), DQ = d_new(&dq), DK = d_new(&dk),
          DV = d_new(&dv);
     d_up(&Q), d_up(&K), d_up(&V), d_up(&DO);
@@ -259,6 +261,8 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
     fa_attn_opts opts = c->opts;
     const double t0 = now_s();
     CHECK_STATUS(t_oracle_forward(&opts, &q.t, &k.t, &v.t, ref, rlse), FA_OK);
+    CHECK_MSG(!c->nonfinite_padding || (t_all_finite(ref, no, 0) && t_all_finite(rlse, nl, 1)),
+              "the oracle's out or lse is not finite: it read padding");
     const double refmax = t_max_abs(ref, no);
     double lscale = t_max_abs(rlse, nl);
     if (!(lscale > 1)) lscale = 1;
@@ -268,6 +272,9 @@ static void run_case(fa_context *ctx, t_case *c, int backward) {
         rdk = malloc(sizeof(double) * (size_t)(nk > 0 ? nk : 1));
         rdv = malloc(sizeof(double) * (size_t)(nv > 0 ? nv : 1));
         CHECK_STATUS(t_oracle_backward(&opts, &q.t, &k.t, &v.t, &dout.t, rdq, rdk, rdv), FA_OK);
+        CHECK_MSG(!c->nonfinite_padding ||
+                      (t_all_finite(rdq, nq, 0) && t_all_finite(rdk, nk, 0) && t_all_finite(rdv, nv, 0)),
+                  "the oracle's gradients are not finite: it read padding");
         mq = t_max_abs(rdq, nq), mk = t_max_abs(rdk, nk), mv = t_max_abs(rdv, nv);
         gmax = fmax(mq, fmax(mk, mv));
     }
@@ -750,7 +757,8 @@ int main(void) {
             }
     }
     /* seqused_q/k (used lengths inside the spans, 0 and whole spans too): every algorithm against the oracle, the
-     * padding rows 0 / -inf and zero gradients of padding keys (every output is poisoned first) */
+     * padding rows 0 / -inf and zero gradients of padding rows and keys (every output is poisoned first), with NaN
+     * and ±inf in the padding rows of q, k, v and dout, which must reach no output */
     {
         int32_t cq[5], ck[5];
         static const int lq[4] = {17, 0, 130, 64}, lk[4] = {33, 5, 64, 200};
@@ -761,6 +769,7 @@ int main(void) {
                 t_case c = varlen_case(4, lq, lk, 4, 2, vd[di], dts[di & 1], cq, ck);
                 c.opts.causal = m == 1, c.opts.window_left = m == 2 ? 16 : -1;
                 c.opts.seqused_q = m == 2 ? NULL : uq, c.opts.seqused_k = uk;
+                c.nonfinite_padding = 1;
                 run_case(ctx, &c, 0);
                 run_case(ctx, &c, 1);
             }

@@ -48,7 +48,31 @@ void t_case_describe(const t_case *c, char *buf, size_t n) {
         w += snprintf(buf + w, (size_t)w < n ? n - (size_t)w : 0, "]");
     }
     if (c->with_sinks && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " sinks");
+    if (c->nonfinite_padding && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " padding:nan/inf");
     if (c->sigma != 1 && (size_t)w < n) snprintf(buf + w, n - (size_t)w, " sigma%g", c->sigma);
+}
+
+/* Padding values: NaN, +inf and -inf element by element, and on every third row one of them throughout (whole rows
+ * of one infinity, not only NaN). */
+static double pad_value(int64_t row, int64_t h, int64_t x) {
+    static const double vals[3] = {NAN, INFINITY, -INFINITY};
+    return vals[(row % 3 == 2 ? row / 3 + h : row + h + x) % 3];
+}
+
+/* Rows [cu[s] + used[s], cu[s + 1]) of every sequence s of t (batch 1: a packed batch) := pad_value. */
+static void pad_rows(const t_case *c, const int32_t *cu, const int32_t *used, t_buf *t) {
+    if (!t || !cu || !used) return;
+    for (int64_t s = 0; s < c->opts.n_seqs; s++)
+        for (int64_t row = cu[s] + used[s]; row < cu[s + 1]; row++)
+            for (int64_t h = 0; h < t->t.heads; h++)
+                for (int64_t x = 0; x < t->t.head_dim; x++) t_set(&t->t, 0, row, h, x, pad_value(row, h, x));
+}
+
+void t_case_pad(const t_case *c, t_buf *q, t_buf *k, t_buf *v, t_buf *dout) {
+    if (!c->nonfinite_padding) return;
+    const fa_attn_opts *o = &c->opts;
+    pad_rows(c, o->cu_seqlens_q, o->seqused_q, q), pad_rows(c, o->cu_seqlens_q, o->seqused_q, dout);
+    pad_rows(c, o->cu_seqlens_k, o->seqused_k, k), pad_rows(c, o->cu_seqlens_k, o->seqused_k, v);
 }
 
 /* One packed batch of 1-4 sequences of 0-48 rows each; the key side repeats the query lengths half the time. A

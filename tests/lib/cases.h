@@ -24,6 +24,7 @@ typedef struct t_case {
                                     * ill-conditioned cases (logits of 1e4) where rounding S alone moves P by ~1% */
     int32_t cu_q[T_MAX_SEQS + 1], cu_k[T_MAX_SEQS + 1]; /* a drawn varlen case's offsets (see t_case_bind) */
     int with_sinks;                /* opts.sinks = sinks (see t_case_bind) */
+    int nonfinite_padding;         /* seqused: the padding rows of q, k, v and dout hold NaN and ±inf (t_case_pad) */
     float sinks[T_MAX_SINK_HEADS];
 } t_case;
 
@@ -35,6 +36,11 @@ t_case t_case_make(int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hk, in
 t_case t_case_laid(int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hk, int64_t d, fa_dtype dt, t_layout lq,
                    t_layout lkv, t_layout lo);
 void t_case_describe(const t_case *c, char *buf, size_t n);
+
+/* With c->nonfinite_padding set, fills the rows of each sequence's span at and past its used length (opts.seqused_q
+ * for q and dout, seqused_k for k and v; host arrays) with NaN, +inf and -inf, mixed: that padding may hold anything
+ * and must reach no output. Call after the inputs are drawn; dout may be NULL (a forward). */
+void t_case_pad(const t_case *c, t_buf *q, t_buf *k, t_buf *v, t_buf *dout);
 
 /* What t_case_draw may produce. */
 typedef struct t_space {

@@ -77,6 +77,7 @@ int t_run_forward(fa_context *ctx, const t_case *c, unsigned algos) {
     t_buf_randn(&q, sigma);
     t_buf_randn(&k, sigma);
     t_buf_randn(&v, 1);
+    t_case_pad(c, &q, &k, &v, NULL);
     unsigned char *q0, *k0, *v0;
     snapshot(&q, &q0), snapshot(&k, &k0), snapshot(&v, &v0);
 
@@ -85,6 +86,9 @@ int t_run_forward(fa_context *ctx, const t_case *c, unsigned algos) {
     float *lse = xmalloc(sizeof(float) * (size_t)n_lse);
     fa_attn_opts opts = c->opts;
     CHECK_STATUS(t_oracle_forward(&opts, &q.t, &k.t, &v.t, ref, ref_lse), FA_OK);
+    /* NaN/inf in q, k, v reach the oracle only through padding here, which it must not read either */
+    CHECK_MSG(!c->nonfinite_padding || (t_all_finite(ref, n_out, 0) && t_all_finite(ref_lse, n_lse, 1)),
+              "the oracle's out or lse is not finite: it read padding");
     double refmax = t_max_abs(ref, n_out), lscale = t_lse_scale(ref_lse, n_lse);
 
     double err_std = 0, lse_std = 0;
@@ -134,6 +138,7 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
     t_buf_randn(&k, sigma);
     t_buf_randn(&v, 1);
     t_buf_randn(&dout, 1);
+    t_case_pad(c, &q, &k, &v, &dout);
     unsigned char *q0, *k0, *v0, *do0;
     snapshot(&q, &q0), snapshot(&k, &k0), snapshot(&v, &v0), snapshot(&dout, &do0);
 
@@ -148,6 +153,9 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
     float ds[T_MAX_SINK_HEADS];
     CHECK_STATUS(t_oracle_backward_sinks(&opts, &q.t, &k.t, &v.t, &dout.t, rdq, rdk, rdv, rdvm,
                                          opts.sinks ? rds : NULL), FA_OK);
+    CHECK_MSG(!c->nonfinite_padding ||
+                  (t_all_finite(rdq, nq, 0) && t_all_finite(rdk, nk, 0) && t_all_finite(rdv, nv, 0)),
+              "the oracle's gradients are not finite: it read padding");
     double mq = t_max_abs(rdq, nq), mk = t_max_abs(rdk, nk), mv = t_max_abs(rdv, nv), mvm = t_max_abs(rdvm, nv);
     const double mds = opts.sinks ? t_max_abs(rds, c->hq) : 0;
     opts.d_sinks = opts.sinks ? ds : NULL;

@@ -145,6 +145,12 @@ double t_max_abs(const double *x, int64_t n) {
     return m;
 }
 
+int t_all_finite(const double *x, int64_t n, int neg_inf_ok) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]) && !(neg_inf_ok && x[i] == -INFINITY)) return 0;
+    return 1;
+}
+
 double t_max_diff_f(const float *a, const double *b, int64_t n) {
     double m = 0;
     for (int64_t i = 0; i < n; i++) {

@@ -43,6 +43,8 @@ int64_t t_buf_check_written(const t_buf *x);
 /* max over the view of |t - ref| (ref contiguous [b, s, h, d]); +inf if any is NaN. */
 double t_max_diff(const fa_tensor *t, const double *ref);
 double t_max_abs(const double *x, int64_t n);
+/* 1 if every x[i] is finite (-inf allowed with neg_inf_ok: an LSE of a row without keys). */
+int t_all_finite(const double *x, int64_t n, int neg_inf_ok);
 /* NaN-aware max |a - b| over n floats; matching infinities count as equal. */
 double t_max_diff_f(const float *a, const double *b, int64_t n);
 

@@ -40,6 +40,9 @@ __device__ static void fa_q_item(const fa_quant_args &a, int64_t it, int64_t *b,
     *s1 = min(*s0 + a.block_rows, a.S);
 }
 
+/* x / d to e4m3, the CPU's arithmetic; out of line: inlined, its double division spilled the kernel's registers */
+__device__ __noinline__ static uint8_t fa_q_e4m3(double x, double d) { return fa_f64_to_e4m3(x / d); }
+
 /* Row n of the item (heads fastest) into row[], rotated when asked; its (s, h). */
 __device__ static void fa_q_row(const fa_quant_args &a, int64_t b, int64_t h0, int64_t s0, int64_t n, double *row,
                                 int64_t *s, int64_t *h) {
@@ -83,7 +86,7 @@ __global__ void __launch_bounds__(FA_Q_THREADS) fa_quantize_kernel(const fa_quan
         for (int64_t n = threadIdx.x; n < rows; n += blockDim.x) {
             fa_q_row(a, b, h0, s0, n, row, &s, &h);
             uint8_t *dst = a.y + b * a.ysb + s * a.yss + h * a.ysh;
-            for (int64_t j = 0; j < a.D; j++) dst[j] = fa_f64_to_e4m3(row[j] / (double)d);
+            for (int64_t j = 0; j < a.D; j++) dst[j] = fa_q_e4m3(row[j], (double)d);
         }
         __syncthreads(); /* amax_bits is reset for the next item */
     }

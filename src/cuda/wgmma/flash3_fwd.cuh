@@ -1,6 +1,6 @@
 /* FLASH3 forward kernel (sm_90a). A persistent grid, one CTA per SM; a tile = Br = 128 query rows of one
  * (batch, head):
- *   warpgroup 0, the producer, gives its registers away (setmaxnreg 24); one thread issues the TMA loads of Qi and,
+ *   warpgroup 0, the producer, gives its registers away (setmaxnreg 32); one thread issues the TMA loads of Qi and,
  *     key block after key block (last to first), of Kj and Vj into ST shared-memory stages, each guarded by a full
  *     barrier (TMA bytes landed) and an empty barrier (every consumer warp has finished reading it);
  *   warpgroups 1 and 2, the consumers (setmaxnreg 240), own 64 rows each: S = Qi Kjᵀ by wgmma with both operands
@@ -39,8 +39,10 @@ template <int D, bool WIDE, bool F8 = false> struct fa3_tile {
                                  : WIDE ? (D == 64 ? 112 : D == 128 ? 176 : 80) : (D == 256 ? 64 : 128);
     static constexpr int ST = 2;
     static constexpr int THREADS = 128 * (NW + 1);
-    /* setmaxnreg: the producer's and each consumer's registers (64K a CTA) */
-    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = NW == 3 ? 160 : 240;
+    /* setmaxnreg: the producer's and each consumer's registers, all 64K of the SM (FA3's 32 + 3 x 160 takes them
+     * all too): 24 for the producer spilled 8 bytes once it kept the next tile's index through a tile */
+    static constexpr int PRODUCER_REGS = 32, CONSUMER_REGS = NW == 3 ? 160 : 240;
+    static_assert(128 * (PRODUCER_REGS + NW * CONSUMER_REGS) <= 65536, "the SM's register file");
     static constexpr int DP = F8 ? D / 2 : D;
     /* a V stage in 16-bit words: F8 holds whole 128-key panels of Vᵀ (D rows each; keys past Bc are loaded, unused) */
     static constexpr int VS = F8 ? D * ((Bc + 127) / 128) * 64 : Bc * DP;
@@ -225,10 +227,15 @@ FA_DEV int fa3_pair_tile_of(int wave, int rank) {
     return 2 * (wave * n + ((wave & 1) ? n - 1 - c : c)) + rank;
 }
 /* The producer's tile of a wave after the first: the CTA's next slot of the snake, or the dynamic scheduler's
- * next tile (an atomic on the counter in global memory: a round trip to L2, which p.early hides under a tile). */
-template <int CL> FA_DEV int fa3_take_tile(const fa3_kparams &p, int wave, int rank) {
+ * next tile (an atomic on the counter in global memory: a round trip to L2, which p.early hides under a tile).
+ * RAW: the counter's value without the + gridDim.x, which fa3_raw_tile adds where the tile is used: an add next to
+ * the atomic makes the thread wait there for its result (SASS). */
+template <int CL, bool RAW = false> FA_DEV int fa3_take_tile(const fa3_kparams &p, int wave, int rank) {
     if constexpr (CL == 2) return fa3_pair_tile_of(wave, rank);
-    return p.counter ? atomicAdd(p.counter, 1) + (int)gridDim.x : fa3_tile_of(wave);
+    return p.counter ? atomicAdd(p.counter, 1) + (RAW ? 0 : (int)gridDim.x) : fa3_tile_of(wave);
+}
+template <int CL> FA_DEV int fa3_raw_tile(const fa3_kparams &p, int raw) {
+    return CL == 1 && p.counter ? raw + (int)gridDim.x : raw;
 }
 struct fa3_work {
     int m0, h, b, n_hi, nblk;
@@ -352,7 +359,8 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
             fa3_prefetch_map(&tk);
             fa3_prefetch_map(&tv);
             const int rank = CL == 2 ? (int)fa3_cluster_rank() : 0;
-            /* wave counts the Q phases (one a tile) */
+            /* wave counts the Q phases (one a tile); early, tile holds the next one as fa3_take_tile<CL, true> gave
+             * it from the end of a wave to the start of the next */
             int kv = 0, tile = CL == 2 ? fa3_pair_tile_of(0, rank) : (int)blockIdx.x;
             for (int wave = 0;; wave++) {
                 const int qs = wave & QSH;
@@ -360,10 +368,10 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                 /* the consumers have read the slot's last sm.tile and finished with its Q */
                 fa3_bar_wait(fa3_smem(sm.empty_q) + 8 * qs, ((wave >> QSH) & 1) ^ 1);
                 /* !q_ahead: also wait for the tile before to release its slot, as a single buffer does (the slots
-                 * stay in shared memory: a run-time switch costs the 24-register producer nothing) */
+                 * stay in shared memory: a run-time buffer count made the producer spill) */
                 if (QSH && !p.q_ahead && wave > 0)
                     fa3_bar_wait(fa3_smem(sm.empty_q) + 8 * (qs ^ 1), ((wave - 1) >> 1) & 1);
-                if (wave > 0 && !p.early) tile = fa3_take_tile<CL>(p, wave, rank);
+                if (wave > 0) tile = p.early ? fa3_raw_tile<CL>(p, tile) : fa3_take_tile<CL>(p, wave, rank);
                 atomicExch(&sm.tile[qs], tile);
                 if (tile >= p.ntiles) {
                     fa3_bar_arrive(fq);
@@ -386,7 +394,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                  * (used at the next Q phase). A CTA so holds one tile ahead: in the longest-first order the last
                  * tiles are the shortest, so what it holds while another CTA runs dry is a short one. The end
                  * condition is unchanged: a CTA takes a next tile only after a valid one. */
-                if (p.early) tile = fa3_take_tile<CL>(p, wave + 1, rank);
+                if (p.early) tile = fa3_take_tile<CL, true>(p, wave + 1, rank);
                 for (int it = 0; it < w.nblk; it++, kv++) {
                     const int s = kv % ST, n = w.n_hi - 1 - it;
                     const uint32_t ph = (kv / ST) & 1;

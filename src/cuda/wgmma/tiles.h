@@ -12,7 +12,8 @@ enum { FA3_UNMASKED = 1, FA3_MASKED = 2, FA3_ANY_MASK = 3 };
  * (out f16 or bf16), V transposed first (flash3_fp8.cuh); cl: 2 = also built for 2-CTA clusters sharing K and V
  * (README.md), taken by unmasked fixed-length calls with an even number of query blocks per head (kernel_cl). */
 /* qb: the Q buffers its shared memory holds (fa3_tile::QB, checked): 2 where two fit in 227 KB beside the K/V
- * stages, so that the next tile's Q loads under this one's last GEMMs (README.md; FA_CUDA_FLASH3_QBUF=0: one). */
+ * stages, so that the next tile's Q loads under this one's last GEMMs (README.md; FA_CUDA_FLASH3_QBUF=0: the
+ * one-buffer timing). */
 struct fa3_fwd_row {
     int d, bm, bn, wide, masks, threads, f8;
     int sk_min; /* taken only from this many keys on (seqlen_k; varlen: max_seqlen_k) */

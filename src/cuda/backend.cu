@@ -51,6 +51,10 @@ extern "C" fa_status fa_cuda_create(fa_context *ctx, int device) {
     s->tune.split_rows = sr ? atoi(sr) : FA_CUDA_BWD_SPLIT_ROWS;
     const char *fc = getenv("FA_CUDA_FLASH3_CLUSTER");
     s->tune.flash3_cluster = fc ? atoi(fc) != 0 : 1;
+    const char *fq = getenv("FA_CUDA_FLASH3_QBUF");
+    s->tune.flash3_qbuf = fq ? atoi(fq) != 0 : 1;
+    const char *ft = getenv("FA_CUDA_FLASH3_EARLY_TILE");
+    s->tune.flash3_early = ft ? atoi(ft) != 0 : 1;
     cublasStatus_t bs = cublasCreate(&s->blas);
     cudaError_t fe = cudaMalloc((void **)&s->kv_fault, FA_KV_FAULT_INTS * sizeof(int));
     if (fe == cudaSuccess) fe = cudaMemset(s->kv_fault, 0, FA_KV_FAULT_INTS * sizeof(int));

@@ -192,11 +192,15 @@ static void flash3_cluster_pick(fa_context *ctx, int d, int sq, int causal, int 
     t_case_label[0] = 0;
 }
 
-/* The cluster instance (ctx) and the single-CTA one (c1: FA_CUDA_FLASH3_CLUSTER=0) give out and LSE bit for bit
- * alike: a tile's arithmetic and key order do not depend on which CTA runs it. */
-static void flash3_cluster_same(fa_context *ctx, fa_context *c1, int b, int sq, int sk, int hq, int hk, int d) {
-    snprintf(t_case_label, sizeof t_case_label, "FLASH3 clusters against one CTA: b %d, sq %d, sk %d, d %d", b, sq,
-             sk, d);
+/* One FLASH3 forward call (opts op, explicit tiles bq x bk or 0) in ctx and in each of the n contexts cs, out and
+ * LSE bit for bit alike: a tile's arithmetic and key order do not depend on which CTA runs it, on its Q buffer or on
+ * when its index was taken. cl: whether ctx's run is the 2-CTA cluster instance and the others' are not; -1: not
+ * checked. */
+static void flash3_same(fa_context *ctx, fa_context *const *cs, int n, const char *what, int b, int sq, int sk, int hq,
+                        int hk, int d, const fa_attn_opts *op, int cl) {
+    snprintf(t_case_label, sizeof t_case_label, "FLASH3 %s: b %d, sq %d, sk %d, hq %d, d %d, causal %d, window (%d, "
+             "%d), tiles %d x %d", what, b, sq, sk, hq, d, op->causal, op->window_left, op->window_right, op->block_q,
+             op->block_k);
     t_buf q = t_buf_new(FA_DTYPE_BF16, b, sq, hq, d, T_BSHD), k = t_buf_new(FA_DTYPE_BF16, b, sk, hk, d, T_BSHD);
     t_buf v = t_buf_new(FA_DTYPE_BF16, b, sk, hk, d, T_BSHD), o = t_buf_new(FA_DTYPE_BF16, b, sq, hq, d, T_BSHD);
     t_buf_randn(&q, 1), t_buf_randn(&k, 1), t_buf_randn(&v, 1);
@@ -206,24 +210,34 @@ static void flash3_cluster_same(fa_context *ctx, fa_context *c1, int b, int sq, 
     float *dl = NULL, *l2 = malloc(2 * nl * sizeof(float));
     unsigned char *o2 = malloc(2 * no);
     cuda_ok(cudaMalloc((void **)&dl, nl * sizeof(float)), "cudaMalloc lse");
-    fa_attn_opts op = fa_attn_opts_default();
-    op.algo = FA_ALGO_FLASH3;
-    for (int i = 0; i < 2; ++i) { /* each run on poisoned outputs (0xffff: NaN) */
+    for (int i = 0; i <= n; ++i) { /* each run on poisoned outputs (0xffff: NaN); run 0 in ctx, kept */
+        fa_context *c = i ? cs[i - 1] : ctx;
         cuda_ok(cudaMemset(O.mem, 0xff, no), "poison out");
         cuda_ok(cudaMemset(dl, 0xff, nl * sizeof(float)), "poison lse");
-        CHECK_STATUS(fa_forward(i ? c1 : ctx, &op, &Q.t, &K.t, &V.t, &O.t, dl), FA_OK);
+        CHECK_STATUS(fa_forward(c, op, &Q.t, &K.t, &V.t, &O.t, dl), FA_OK);
         fa_stats st;
-        CHECK_STATUS(fa_last_stats(i ? c1 : ctx, &st), FA_OK);
-        CHECK_MSG((strstr(st.kernel, ".cl2") != NULL) == !i, "kernel %s, run %d", st.kernel, i);
-        cuda_ok(cudaMemcpy(o2 + i * no, O.mem, no, cudaMemcpyDeviceToHost), "out down");
-        cuda_ok(cudaMemcpy(l2 + i * nl, dl, nl * sizeof(float), cudaMemcpyDeviceToHost), "lse down");
+        CHECK_STATUS(fa_last_stats(c, &st), FA_OK);
+        if (cl >= 0) CHECK_MSG((strstr(st.kernel, ".cl2") != NULL) == (cl && !i), "kernel %s, run %d", st.kernel, i);
+        const int j = i ? 1 : 0;
+        cuda_ok(cudaMemcpy(o2 + j * no, O.mem, no, cudaMemcpyDeviceToHost), "out down");
+        cuda_ok(cudaMemcpy(l2 + j * nl, dl, nl * sizeof(float), cudaMemcpyDeviceToHost), "lse down");
+        if (!i) continue;
+        CHECK_MSG(memcmp(o2, o2 + no, no) == 0, "out differs between the contexts (run %d, kernel %s)", i, st.kernel);
+        CHECK_MSG(memcmp(l2, l2 + nl, nl * sizeof(float)) == 0, "LSE differs between the contexts (run %d, kernel %s)",
+                  i, st.kernel);
     }
-    CHECK_MSG(memcmp(o2, o2 + no, no) == 0, "out differs between the cluster and the single-CTA kernel");
-    CHECK_MSG(memcmp(l2, l2 + nl, nl * sizeof(float)) == 0, "LSE differs between the cluster and the single-CTA kernel");
     free(o2), free(l2), cudaFree(dl);
     d_free(&Q), d_free(&K), d_free(&V), d_free(&O);
     t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&o);
     t_case_label[0] = 0;
+}
+
+/* The cluster instance (ctx) and the single-CTA one (c1: FA_CUDA_FLASH3_CLUSTER=0) give out and LSE bit for bit
+ * alike. */
+static void flash3_cluster_same(fa_context *ctx, fa_context *c1, int b, int sq, int sk, int hq, int hk, int d) {
+    fa_attn_opts op = fa_attn_opts_default();
+    op.algo = FA_ALGO_FLASH3;
+    flash3_same(ctx, &c1, 1, "clusters against one CTA", b, sq, sk, hq, hk, d, &op, 1);
 }
 
 static void run_case(fa_context *ctx, t_case *c, int backward) {
@@ -624,6 +638,14 @@ static fa_context *ctx_with_env(const char *name, const char *value) {
     CHECK(st == FA_OK);
     return st == FA_OK ? c : NULL;
 }
+/* A context created with FA_CUDA_FLASH3_QBUF=qbuf and FA_CUDA_FLASH3_EARLY_TILE=early (the FLASH3 forward's tile
+ * boundary, src/cuda/wgmma/README.md) */
+static fa_context *ctx_flash3_boundary(int qbuf, int early) {
+    setenv("FA_CUDA_FLASH3_EARLY_TILE", early ? "1" : "0", 1);
+    fa_context *c = ctx_with_env("FA_CUDA_FLASH3_QBUF", qbuf ? "1" : "0");
+    unsetenv("FA_CUDA_FLASH3_EARLY_TILE");
+    return c;
+}
 
 /* The split-wave cases' head dim di (64, 128, 256) and its backward tile Br x Bc. */
 static void split_tile(int di, int *d, int *bm, int *bn) {
@@ -908,6 +930,54 @@ int main(void) {
             }
             fa_context_destroy(c0);
         }
+    }
+    /* FLASH3 forward's tile boundary (two Q buffers where the row has them, the next tile's index a tile ahead; both
+     * on by default, so every FLASH3 case above runs them): many tiles per CTA (more than the SMs: several waves),
+     * 1-2 and many key blocks, causal (the dynamic longest-first order), windows, no mask (the static snake, with and
+     * without clusters), tiles without keys right after full ones (causal with sq > sk: the longest-first order
+     * hands them out last; varlen: empty sequences and tiles past a sequence's end), d = 64 (both rows), 128, 256
+     * (one Q buffer: the early index only). Checked against the oracle on and off, and bit for bit against the three
+     * other settings of FA_CUDA_FLASH3_QBUF / FA_CUDA_FLASH3_EARLY_TILE. */
+    {
+        fa_context *cb[3] = {ctx_flash3_boundary(0, 0), ctx_flash3_boundary(0, 1), ctx_flash3_boundary(1, 0)};
+        if (cb[0] && cb[1] && cb[2]) {
+            /* b, sq, sk, hq, hk, d, causal, window_left, window_right, block_q, block_k */
+            static const int bc[][11] = {{2, 1000, 1000, 16, 4, 64, 1, -1, -1, 0, 0},
+                                         {1, 2000, 300, 16, 16, 128, 1, -1, -1, 0, 0},
+                                         {4, 300, 100, 40, 8, 128, 0, -1, -1, 0, 0},
+                                         {4, 256, 100, 40, 8, 128, 0, -1, -1, 0, 0},
+                                         {2, 700, 900, 20, 5, 64, 0, 37, 5, 0, 0},
+                                         {2, 1500, 1500, 12, 4, 64, 1, -1, -1, 192, 112},
+                                         {1, 1024, 1024, 20, 4, 256, 1, -1, -1, 0, 0},
+                                         {1, 1000, 200, 24, 8, 64, 0, 0, 0, 0, 0},
+                                         {3, 600, 4200, 16, 2, 128, 1, -1, -1, 128, 128}};
+            for (int i = 0; i < (int)(sizeof bc / sizeof bc[0]); ++i) {
+                if (small && i != 1 && i != 3) continue; /* the sanitizer's: empty tiles after full ones; clusters */
+                fa_attn_opts op = fa_attn_opts_default();
+                op.algo = FA_ALGO_FLASH3, op.causal = bc[i][6], op.window_left = bc[i][7];
+                op.window_right = bc[i][8], op.block_q = bc[i][9], op.block_k = bc[i][10];
+                if (shard_i == 0)
+                    flash3_same(ctx, cb, 3, "tile boundary", bc[i][0], bc[i][1], bc[i][2], bc[i][3], bc[i][4],
+                                bc[i][5], &op, -1);
+                if (small || bc[i][1] * (int64_t)bc[i][2] > 1 << 21) continue; /* the oracle's time */
+                t_case c = t_case_make(bc[i][0], bc[i][1], bc[i][2], bc[i][3], bc[i][4], bc[i][5], dts[i & 1]);
+                c.opts.causal = op.causal, c.opts.window_left = op.window_left, c.opts.window_right = op.window_right;
+                c.opts.block_q = op.block_q, c.opts.block_k = op.block_k;
+                run_case(ctx, &c, 0);
+                run_case(cb[0], &c, 0);
+            }
+            /* varlen, several waves: empty sequences (q, k), one row, tiles past a sequence's end; no mask (the
+             * static snake) and causal (the counter) */
+            for (int v = 0; v < (small ? 1 : 4); ++v) {
+                int32_t cq[6], ck[6];
+                static const int lq[5] = {300, 0, 700, 1, 513}, lk[5] = {500, 7, 700, 0, 129};
+                t_case c = varlen_case(5, lq, lk, 16, 4, v % 2 ? 64 : 128, dts[v & 1], cq, ck);
+                c.opts.causal = v >= 2;
+                run_case(ctx, &c, 0);
+                if (!small) run_case(cb[v % 3], &c, 0);
+            }
+        }
+        for (int i = 0; i < 3; ++i) fa_context_destroy(cb[i]);
     }
     /* FLASH3's varlen backward (flash3_bwd.cu: a CTA per key block of each sequence at max_seqlen_k, TMA boxes
      * that end at the sequence's last row): odd lengths across block edges, an empty sequence (q, k or both) in the

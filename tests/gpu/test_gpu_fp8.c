@@ -217,6 +217,12 @@ int main(void) {
     fwd8(gpu, 1, 300, 517, 4, 2, 256, T_BSHD, o, FA_DTYPE_BF16, 1);
     o = o0, o.window_left = 40, o.window_right = 7, o.softcap = 15;
     fwd8(gpu, 1, 250, 250, 2, 2, 256, T_BSHD, o, FA_DTYPE_F16, 1);
+    /* more tiles than SMs (the tile boundary: two Q buffers, the next tile's index a tile early): causal with sq > sk
+     * (tiles without keys handed out after the full ones), and the static order at d = 256 */
+    o = o0, o.causal = 1;
+    fwd8(gpu, 1, 1200, 300, 24, 8, 128, T_BSHD, o, FA_DTYPE_BF16, 1);
+    o = o0;
+    fwd8(gpu, 2, 600, 200, 16, 4, 256, T_BSHD, o, FA_DTYPE_F16, 1);
     /* varlen: an empty sequence, one row, lengths across block edges, sq != sk (bottom-right causal per sequence) */
     {
         static const int lq[4] = {100, 0, 300, 1}, lk[4] = {64, 7, 517, 200}, lq2[3] = {257, 1, 130}, lk2[3] = {700, 0, 129};

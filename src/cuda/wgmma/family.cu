@@ -102,6 +102,10 @@ static fa_status fa3_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan
     plan->block_q = r->bm, plan->block_k = r->bn, plan->threads = r->threads;
     plan->grid[0] = (int)(tiles < tu->sm_count ? tiles : tu->sm_count), plan->grid[1] = plan->grid[2] = 1;
     plan->smem_bytes = k.smem;
+    /* the tile boundary (README.md): two Q buffers where the row holds them, the next tile's index a tile ahead;
+     * FA_CUDA_FLASH3_QBUF=0 / FA_CUDA_FLASH3_EARLY_TILE=0 turn them off (A/B runs) */
+    plan->aux[FA3_FWD_AUX_QBUF] = tu->flash3_qbuf ? r->qb : 1;
+    plan->aux[FA3_FWD_AUX_EARLY] = tu->flash3_early;
     /* 2-CTA clusters sharing K and V (README.md): where the row has them, for unmasked fixed-length calls with an
      * even number of query blocks per head (a cluster takes two of one head, which visit the same keys), unless
      * FA_CUDA_FLASH3_CLUSTER=0; the grid is whole clusters, at most those the GPU holds at once (its GPCs need not

@@ -115,6 +115,8 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
     kp.ntiles = kp.nmb * p->hq * p->batch;
     kp.bh = p->hq * p->batch;
     kp.sec_heads = 0, kp.mb_up = 0, kp.counter = NULL;
+    kp.q_ahead = plan->aux[FA3_FWD_AUX_QBUF] == 2; /* the plan's: the row's qb (tiles.h), or 1 */
+    kp.early = plan->aux[FA3_FWD_AUX_EARLY] != 0;
     if (fa3_masked(p) && p->tile_counter) { /* tiles differ in work: longest first, dynamically (the .cuh) */
         kp.sec_heads = fa3_l2_section((F8 ? 2.0 : 4.0) * (double)p->sk * D, kp.bh); /* K and V of a head */
         kp.mb_up = fa3_blocks_of(p, T::Br, T::Bc, 0) > fa3_blocks_of(p, T::Br, T::Bc, kp.nmb - 1);
@@ -145,6 +147,8 @@ template <int R> static int fa3_fwd_inst(fa_cuda_instance *k) {
     using T = fa3_tile<r.d, W, F8>;
     static_assert(T::Br == r.bm && T::Bc == r.bn && T::THREADS == r.threads, "the row is its instance's tile");
     static_assert(r.cl == 1 || (r.cl == 2 && !F8), "clusters: 16-bit rows only");
+    static_assert(r.qb == T::QB, "the row's Q buffers are the ones its shared memory holds");
+    static_assert(sizeof(fa3_shared<r.d, W, F8>) + 1024 <= 232448, "the opt-in 227 KB of shared memory a block");
     k->f16 = fa3_launch<r.d, W, true, F8, r.cl>, k->bf16 = fa3_launch<r.d, W, false, F8, r.cl>;
     k->smem = sizeof(fa3_shared<r.d, W, F8>) + 1024;
     return 1;

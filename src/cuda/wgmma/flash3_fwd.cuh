@@ -1,6 +1,6 @@
 /* FLASH3 forward kernel (sm_90a). A persistent grid, one CTA per SM; a tile = Br = 128 query rows of one
  * (batch, head):
- *   warpgroup 0, the producer, gives its registers away (setmaxnreg 24); one thread issues the TMA loads of Qi and,
+ *   warpgroup 0, the producer, gives its registers away (setmaxnreg 32); one thread issues the TMA loads of Qi and,
  *     key block after key block (last to first), of Kj and Vj into ST shared-memory stages, each guarded by a full
  *     barrier (TMA bytes landed) and an empty barrier (every consumer warp has finished reading it);
  *   warpgroups 1 and 2, the consumers (setmaxnreg 240), own 64 rows each: S = Qi Kjᵀ by wgmma with both operands
@@ -39,25 +39,32 @@ template <int D, bool WIDE, bool F8 = false> struct fa3_tile {
                                  : WIDE ? (D == 64 ? 112 : D == 128 ? 176 : 80) : (D == 256 ? 64 : 128);
     static constexpr int ST = 2;
     static constexpr int THREADS = 128 * (NW + 1);
-    /* setmaxnreg: the producer's and each consumer's registers (64K a CTA) */
-    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = NW == 3 ? 160 : 240;
+    /* setmaxnreg: the producer's and each consumer's registers, all 64K of the SM (FA3's 32 + 3 x 160 takes them
+     * all too): 24 for the producer spilled 8 bytes once it kept the next tile's index through a tile */
+    static constexpr int PRODUCER_REGS = 32, CONSUMER_REGS = NW == 3 ? 160 : 240;
+    static_assert(128 * (PRODUCER_REGS + NW * CONSUMER_REGS) <= 65536, "the SM's register file");
     static constexpr int DP = F8 ? D / 2 : D;
     /* a V stage in 16-bit words: F8 holds whole 128-key panels of Vᵀ (D rows each; keys past Bc are loaded, unused) */
     static constexpr int VS = F8 ? D * ((Bc + 127) / 128) * 64 : Bc * DP;
+    /* Q buffers: two where they fit in 227 KB beside the K/V stages (+ 1024 B of barriers and 1024 of alignment
+     * slack), so that the producer loads the next tile's Q while the consumers still read this one's (README.md).
+     * Two at d = 64 and 128 with 128 keys, d = 64 192 x 112 and every e4m3 row; one at d = 128 x 176, d = 256. */
+    static constexpr int Q_BYTES = Br * DP * 2, KV_BYTES = ST * (Bc * DP + VS) * 2;
+    static constexpr int QB = 2 * Q_BYTES + KV_BYTES + 2048 <= 232448 ? 2 : 1;
 };
 
 template <int D, bool WIDE, bool F8 = false> struct alignas(1024) fa3_shared {
     using T = fa3_tile<D, WIDE, F8>;
-    uint16_t q[T::Br * T::DP];
+    uint16_t q[T::QB][T::Br * T::DP]; /* Q phase qi in slot qi % QB */
     uint16_t k[T::ST][T::Bc * T::DP];
     uint16_t v[T::ST][T::VS]; /* F8: Vᵀ, panels of D rows x 128 keys */
-    uint64_t full_q, empty_q;
+    uint64_t full_q[T::QB], empty_q[T::QB];
     uint64_t full_k[T::ST], full_v[T::ST];
     uint64_t empty_k[T::ST], empty_v[T::ST];
-    /* the tile of the current Q phase, written by the producer before it arrives on full_q. Ordered by full_q and
-     * empty_q, and accessed with shared-memory atomics: racecheck does not model mbarrier ordering and took plain
-     * accesses to it for races (README.md) */
-    int tile;
+    /* the tile of a slot's Q phase, written by the producer before it arrives on the slot's full_q. Ordered by
+     * full_q and empty_q, and accessed with shared-memory atomics: racecheck does not model mbarrier ordering and
+     * took plain accesses to it for races (README.md) */
+    int tile[T::QB];
 };
 
 struct fa3_kparams {
@@ -74,6 +81,9 @@ struct fa3_kparams {
     int sec_heads;   /* > 0: longest-first order inside sections of this many (batch, head)s; 0: query block fastest */
     int mb_up;       /* with sec_heads: 1 = query blocks in ascending order (the low ones see the most keys) */
     int *counter;    /* NULL: the static snake; else a zeroed int, the dynamic scheduler's next tile - gridDim.x */
+    int q_ahead;     /* two Q buffers (fa3_tile::QB): 1 = the next tile's Q loads while this one's last S GEMMs run;
+                      * 0 (A/B runs) = only after them, as with one buffer */
+    int early;       /* 1: the producer takes tile t + 1's index as soon as tile t's Q load is issued */
     float scale, scale_log2; /* LSE = m·scale + ln ℓ; P = exp2(S·scale_log2 − m·scale_log2) */
     float cap, cap_scale;    /* softcap: S = cap·tanh(s·cap_scale) first (cap_scale = scale / cap; 0 = off), then
                               * scale = 1 and scale_log2 = log2 e */
@@ -216,6 +226,17 @@ FA_DEV int fa3_pair_tile_of(int wave, int rank) {
     const int n = (int)gridDim.x / 2, c = (int)blockIdx.x / 2;
     return 2 * (wave * n + ((wave & 1) ? n - 1 - c : c)) + rank;
 }
+/* The producer's tile of a wave after the first: the CTA's next slot of the snake, or the dynamic scheduler's
+ * next tile (an atomic on the counter in global memory: a round trip to L2, which p.early hides under a tile).
+ * RAW: the counter's value without the + gridDim.x, which fa3_raw_tile adds where the tile is used: an add next to
+ * the atomic makes the thread wait there for its result (SASS). */
+template <int CL, bool RAW = false> FA_DEV int fa3_take_tile(const fa3_kparams &p, int wave, int rank) {
+    if constexpr (CL == 2) return fa3_pair_tile_of(wave, rank);
+    return p.counter ? atomicAdd(p.counter, 1) + (RAW ? 0 : (int)gridDim.x) : fa3_tile_of(wave);
+}
+template <int CL> FA_DEV int fa3_raw_tile(const fa3_kparams &p, int raw) {
+    return CL == 1 && p.counter ? raw + (int)gridDim.x : raw;
+}
 struct fa3_work {
     int m0, h, b, n_hi, nblk;
     int sq, sk;     /* the sequence's lengths */
@@ -305,8 +326,10 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
         *reinterpret_cast<fa3_shared<D, WIDE, F8> *>(((uintptr_t)fa3_smem_raw + 1023) & ~(uintptr_t)1023);
 
     if (threadIdx.x == 0) {
-        fa3_bar_init(fa3_smem(&sm.full_q), 1);
-        fa3_bar_init(fa3_smem(&sm.empty_q), 4 * T::NW); /* one arrival per consumer warp */
+        for (int s = 0; s < T::QB; s++) {
+            fa3_bar_init(fa3_smem(&sm.full_q[s]), 1);
+            fa3_bar_init(fa3_smem(&sm.empty_q[s]), 4 * T::NW); /* one arrival per consumer warp */
+        }
         for (int s = 0; s < ST; s++) {
             fa3_bar_init(fa3_smem(&sm.full_k[s]), 1);
             fa3_bar_init(fa3_smem(&sm.full_v[s]), 1);
@@ -321,10 +344,13 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
     else
         __syncthreads();
 
-    /* The producer picks each tile and writes it to sm.tile before its arrival on full_q (release; the consumers'
-     * wait acquires), one Q phase per tile — a tile without keys or the end (tile >= ntiles) is a plain arrival
-     * without bytes. qi counts the Q phases, kv the K/V blocks, so that the stage of K/V block kv is kv % ST and its
-     * phase parity (kv / ST) & 1 on both sides. */
+    /* The producer picks each tile and writes it to its Q slot's sm.tile before its arrival on the slot's full_q
+     * (release; the consumers' wait acquires), one Q phase per tile — a tile without keys or the end (tile >=
+     * ntiles) is a plain arrival without bytes. qi counts the Q phases, kv the K/V blocks: Q phase qi is slot qi &
+     * QSH and that slot's phase qi >> QSH, K/V block kv is stage kv % ST and parity (kv / ST) & 1, on both sides.
+     * With two Q slots the next tile's Q (and, as stages free, its first K/V blocks) loads while the consumers still
+     * work on this tile: its slot was released at the end of the tile before. */
+    constexpr int QSH = T::QB - 1;
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         fa3_regs_dec<T::PRODUCER_REGS>();
@@ -333,34 +359,42 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
             fa3_prefetch_map(&tk);
             fa3_prefetch_map(&tv);
             const int rank = CL == 2 ? (int)fa3_cluster_rank() : 0;
-            int qi = 0, kv = 0;
+            /* wave counts the Q phases (one a tile); early, tile holds the next one as fa3_take_tile<CL, true> gave
+             * it from the end of a wave to the start of the next */
+            int kv = 0, tile = CL == 2 ? fa3_pair_tile_of(0, rank) : (int)blockIdx.x;
             for (int wave = 0;; wave++) {
-                const uint32_t fq = fa3_smem(&sm.full_q);
-                fa3_bar_wait(fa3_smem(&sm.empty_q), (qi & 1) ^ 1); /* the consumers have read the last sm.tile */
-                const int tile = CL == 2      ? fa3_pair_tile_of(wave, rank)
-                                 : wave == 0  ? (int)blockIdx.x
-                                 : p.counter ? atomicAdd(p.counter, 1) + (int)gridDim.x
-                                             : fa3_tile_of(wave);
-                atomicExch(&sm.tile, tile);
+                const int qs = wave & QSH;
+                const uint32_t fq = fa3_smem(sm.full_q) + 8 * qs;
+                /* the consumers have read the slot's last sm.tile and finished with its Q */
+                fa3_bar_wait(fa3_smem(sm.empty_q) + 8 * qs, ((wave >> QSH) & 1) ^ 1);
+                /* !q_ahead: also wait for the tile before to release its slot, as a single buffer does (the slots
+                 * stay in shared memory: a run-time buffer count made the producer spill) */
+                if (QSH && !p.q_ahead && wave > 0)
+                    fa3_bar_wait(fa3_smem(sm.empty_q) + 8 * (qs ^ 1), ((wave - 1) >> 1) & 1);
+                if (wave > 0) tile = p.early ? fa3_raw_tile<CL>(p, tile) : fa3_take_tile<CL>(p, wave, rank);
+                atomicExch(&sm.tile[qs], tile);
                 if (tile >= p.ntiles) {
                     fa3_bar_arrive(fq);
                     break;
                 }
                 const fa3_work w = fa3_work_at<Br, Bc, CL == 2>(tile, p);
+                const int hk = w.h / p.group;
                 if (w.nblk == 0) {
                     fa3_bar_arrive(fq);
-                    qi++;
-                    continue;
-                }
-                const int hk = w.h / p.group;
-                fa3_bar_expect_tx(fq, Br * DP * 2);
+                } else {
+                    fa3_bar_expect_tx(fq, Br * DP * 2);
 #pragma unroll
-                for (int c = 0; c < DP / 64; c++) /* varlen: rows past the sequence are its neighbour's (a row of
-                                                  * out depends on its own q row only; those beyond sq are not
-                                                  * written) */
-                    fa3_tma_load4(fa3_smem(sm.q) + c * Br * 128, &tq, fq, 64 * c, w.qrow + w.m0, w.h,
-                                  p.cu_q ? 0 : w.b);
-                qi++;
+                    for (int c = 0; c < DP / 64; c++) /* varlen: rows past the sequence are its neighbour's (a row
+                                                      * of out depends on its own q row only; those beyond sq are
+                                                      * not written) */
+                        fa3_tma_load4(fa3_smem(sm.q) + qs * T::Q_BYTES + c * Br * 128, &tq, fq, 64 * c,
+                                      w.qrow + w.m0, w.h, p.cu_q ? 0 : w.b);
+                }
+                /* early: the next tile's index now, its atomic's latency hidden under this tile's loads and work
+                 * (used at the next Q phase). A CTA so holds one tile ahead: in the longest-first order the last
+                 * tiles are the shortest, so what it holds while another CTA runs dry is a short one. The end
+                 * condition is unchanged: a CTA takes a next tile only after a valid one. */
+                if (p.early) tile = fa3_take_tile<CL, true>(p, wave + 1, rank);
                 for (int it = 0; it < w.nblk; it++, kv++) {
                     const int s = kv % ST, n = w.n_hi - 1 - it;
                     const uint32_t ph = (kv / ST) & 1;
@@ -398,13 +432,14 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
 
     fa3_regs_inc<T::CONSUMER_REGS>();
     const int cw = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, t = lane % 4;
-    const uint32_t q_base = fa3_smem(sm.q) + cw * 64 * 128;
     const uint32_t k0 = fa3_smem(sm.k[0]), v0 = fa3_smem(sm.v[0]);
     int qi = 0, kv = 0;
     for (;;) {
-        fa3_bar_wait(fa3_smem(&sm.full_q), qi & 1);
-        const int tile = atomicOr(&sm.tile, 0);
+        const int qs = qi & QSH;
+        fa3_bar_wait(fa3_smem(&sm.full_q[qs]), (qi >> QSH) & 1);
+        const int tile = atomicOr(&sm.tile[qs], 0);
         if (tile >= p.ntiles) break;
+        const uint32_t q_base = fa3_smem(sm.q[qs]) + cw * 64 * 128, empty_q = fa3_smem(&sm.empty_q[qs]);
         const fa3_work w = fa3_work_at<Br, Bc, CL == 2>(tile, p);
         const int nblk = w.nblk, n_hi = w.n_hi;
         const int r0 = w.m0 + 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
@@ -440,7 +475,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
         uint32_t pa[Bc / KS][4];
         float c0, c1;
 
-        if (nblk == 0) fa3_release(fa3_smem(&sm.empty_q), lane); /* nothing loaded: sm.tile is read */
+        if (nblk == 0) fa3_release(empty_q, lane); /* nothing loaded: sm.tile is read */
         if (nblk > 0) {
             /* overlapped: S_{j+1} = Qi K_{j+1}ᵀ and O += P_j V_j are issued together and the softmax of
              * block j+1 runs while P_j V_j is still in the tensor cores; ping-pong: the two warpgroups take
@@ -479,8 +514,8 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                 fa3_rescale<D>(o, c0, c1);
                 fa3_pack_p<Bc, F16, F8>(pa, sacc);
             }
-            /* every S GEMM of the tile has completed: the producer may load the next Qi */
-            fa3_release(fa3_smem(&sm.empty_q), lane);
+            /* every S GEMM of the tile has completed: the producer may load the slot's next Qi */
+            fa3_release(empty_q, lane);
             const int g = kv + nblk - 1, s = g % ST;
             fa3_named_sync(my_turn, 256);
             fa3_bar_wait(fa3_smem(&sm.full_v[s]), (g / ST) & 1);

@@ -11,29 +11,34 @@ enum { FA3_UNMASKED = 1, FA3_MASKED = 2, FA3_ANY_MASK = 3 };
  * (fa3_tile's WIDE); threads: one producer and two consumer warpgroups, one persistent CTA per SM; f8: e4m3 q, k, v
  * (out f16 or bf16), V transposed first (flash3_fp8.cuh); cl: 2 = also built for 2-CTA clusters sharing K and V
  * (README.md), taken by unmasked fixed-length calls with an even number of query blocks per head (kernel_cl). */
+/* qb: the Q buffers its shared memory holds (fa3_tile::QB, checked): 2 where two fit in 227 KB beside the K/V
+ * stages, so that the next tile's Q loads under this one's last GEMMs (README.md; FA_CUDA_FLASH3_QBUF=0: the
+ * one-buffer timing). */
 struct fa3_fwd_row {
     int d, bm, bn, wide, masks, threads, f8;
     int sk_min; /* taken only from this many keys on (seqlen_k; varlen: max_seqlen_k) */
-    int cl;
+    int cl, qb;
     const char *kernel, *kernel_cl, *why;
 };
-#define FA3_FWD_ROW(D, BN, WIDE, MASKS, SK_MIN, CL, WHY)                                                             \
-    {D, 128, BN, WIDE, MASKS, 384, 0, SK_MIN, CL, "cuda.flash3.fwd.wgmma.d" #D ".128x" #BN,                          \
+#define FA3_FWD_ROW(D, BN, WIDE, MASKS, SK_MIN, CL, QB, WHY)                                                         \
+    {D, 128, BN, WIDE, MASKS, 384, 0, SK_MIN, CL, QB, "cuda.flash3.fwd.wgmma.d" #D ".128x" #BN,                      \
      "cuda.flash3.fwd.wgmma.d" #D ".128x" #BN ".cl2", WHY}
 #define FA3_FWD_ROW8(D, BN, WIDE, SK_MIN, WHY)                                                                       \
-    {D, 128, BN, WIDE, FA3_ANY_MASK, 384, 1, SK_MIN, 1, "cuda.flash3.fwd.wgmma.e4m3.d" #D ".128x" #BN, nullptr, WHY}
+    {D, 128, BN, WIDE, FA3_ANY_MASK, 384, 1, SK_MIN, 1, 2, "cuda.flash3.fwd.wgmma.e4m3.d" #D ".128x" #BN, nullptr,    \
+     WHY}
 #define FA3_FWD_ROW3(D, BN, SK_MIN, WHY)                                                                             \
-    {D, 192, BN, 1, FA3_ANY_MASK, 512, 0, SK_MIN, 1, "cuda.flash3.fwd.wgmma.d" #D ".192x" #BN, nullptr, WHY}
+    {D, 192, BN, 1, FA3_ANY_MASK, 512, 0, SK_MIN, 1, 2, "cuda.flash3.fwd.wgmma.d" #D ".192x" #BN, nullptr, WHY}
 static constexpr fa3_fwd_row fa3_fwd_rows[] = {
     /* three consumer warpgroups at 160 registers: P stays in registers up to 112 keys (128 spill 52 bytes) */
     FA3_FWD_ROW3(64, 112, 4096, "H100, 16k: 492 vs 441, causal 463 vs 440 against 128 x 128; 4k even; 1k 295 vs 327"),
-    FA3_FWD_ROW(64, 128, 0, FA3_ANY_MASK, 0, 1, "the wide 192 was slower below 8k (271 vs 320 at 512), equal above"),
+    FA3_FWD_ROW(64, 128, 0, FA3_ANY_MASK, 0, 1, 2, "the wide 192 was slower below 8k (271 vs 320 at 512), equal above"),
     /* cl 2 at d = 128 and 256 (FA3's choice: 16-bit, head_dim >= 128): at peak the K/V blocks the CTAs read are
      * ~7.7 TB/s of L2-to-SM traffic over 132 SMs (1 byte per Br FLOPs), a large share of the L2's bandwidth; the
      * multicast halves it */
-    FA3_FWD_ROW(128, 176, 1, FA3_ANY_MASK, 4096, 2, "H100, 16k: 676 vs 648, causal 642 vs 617 against 128 keys"),
-    FA3_FWD_ROW(128, 128, 0, FA3_ANY_MASK, 0, 2, "H100, 1k: even unmasked (457 vs 456), causal 302 vs 281 against 176"),
-    FA3_FWD_ROW(256, 80, 1, FA3_ANY_MASK, 0, 2, "671 vs 619 at 16k, 623 vs 582 at 4k against 64 keys"),
+    FA3_FWD_ROW(128, 176, 1, FA3_ANY_MASK, 4096, 2, 1, "H100, 16k: 676 vs 648, causal 642 vs 617 against 128 keys"),
+    FA3_FWD_ROW(128, 128, 0, FA3_ANY_MASK, 0, 2, 2,
+                "H100, 1k: even unmasked (457 vs 456), causal 302 vs 281 against 176"),
+    FA3_FWD_ROW(256, 80, 1, FA3_ANY_MASK, 0, 2, 1, "671 vs 619 at 16k, 623 vs 582 at 4k against 64 keys"),
     /* e4m3: Vᵀ in 128-key panels (192 keys: the second panel half used). 224 keys (FA3's) spill 16 bytes. Not
      * built: d = 64 (64-byte rows: another swizzle) */
     FA3_FWD_ROW8(128, 192, 1, 4096, "H100, 16k: 827 vs 790, causal 807 vs 780 against 128 keys; even at 4k"),
@@ -63,8 +68,10 @@ static constexpr fa3_bwd_row fa3_bwd_rows[] = {
 #undef FA3_BWD_ROW
 /* plan->aux[FA3_BWD_AUX_DET]: 1 = the deterministic instance (key blocks add dQ in ascending order) */
 enum { FA3_BWD_AUX_DET = 0 };
-/* plan->aux[FA3_FWD_AUX_CL]: 2 = the forward row's 2-CTA cluster instance (cl), in a grid of whole clusters */
-enum { FA3_FWD_AUX_CL = 0 };
+/* plan->aux[FA3_FWD_AUX_CL]: 2 = the forward row's 2-CTA cluster instance (cl), in a grid of whole clusters;
+ * [FA3_FWD_AUX_QBUF]: the Q buffers the kernel uses (1, or the row's qb); [FA3_FWD_AUX_EARLY]: 1 = the producer takes
+ * the next tile's index a tile ahead (README.md) */
+enum { FA3_FWD_AUX_CL = 0, FA3_FWD_AUX_QBUF = 1, FA3_FWD_AUX_EARLY = 2 };
 
 /* The masked forward's longest-first order runs in sections of (batch, head)s whose K and V take at most about half
  * of the H100's and H200's 50 MB L2, so that the tiles in flight share them there: the heads a section takes,

@@ -22,6 +22,12 @@ extern "C" int fa_cuda_device_count(void) {
     return n;
 }
 
+/* An environment variable's integer, or dflt where it is unset. */
+static int fa_env_int(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v ? atoi(v) : dflt;
+}
+
 extern "C" fa_status fa_cuda_create(fa_context *ctx, int device) {
     int n = fa_cuda_device_count();
     if (n == 0) return fa_fail(ctx, FA_ERR_BACKEND_UNAVAILABLE, "backend: no CUDA device is present");
@@ -45,16 +51,12 @@ extern "C" fa_status fa_cuda_create(fa_context *ctx, int device) {
     s->device = device;
     s->tune.device = device;
     s->tune.sm_count = prop.multiProcessorCount;
-    const char *fw = getenv("FA_CUDA_FLASH2_FWD_WARPS"); /* read once here, never in a call */
-    s->tune.fwd_warps = fw ? atoi(fw) : 0;
-    const char *sr = getenv("FA_CUDA_BWD_SPLIT_ROWS");
-    s->tune.split_rows = sr ? atoi(sr) : FA_CUDA_BWD_SPLIT_ROWS;
-    const char *fc = getenv("FA_CUDA_FLASH3_CLUSTER");
-    s->tune.flash3_cluster = fc ? atoi(fc) != 0 : 1;
-    const char *fq = getenv("FA_CUDA_FLASH3_QBUF");
-    s->tune.flash3_qbuf = fq ? atoi(fq) != 0 : 1;
-    const char *ft = getenv("FA_CUDA_FLASH3_EARLY_TILE");
-    s->tune.flash3_early = ft ? atoi(ft) != 0 : 1;
+    /* the tuning switches, read once here, never in a call */
+    s->tune.fwd_warps = fa_env_int("FA_CUDA_FLASH2_FWD_WARPS", 0);
+    s->tune.split_rows = fa_env_int("FA_CUDA_BWD_SPLIT_ROWS", FA_CUDA_BWD_SPLIT_ROWS);
+    s->tune.flash3_cluster = fa_env_int("FA_CUDA_FLASH3_CLUSTER", 1) != 0;
+    s->tune.flash3_qbuf = fa_env_int("FA_CUDA_FLASH3_QBUF", 1) != 0;
+    s->tune.flash3_early = fa_env_int("FA_CUDA_FLASH3_EARLY_TILE", 1) != 0;
     cublasStatus_t bs = cublasCreate(&s->blas);
     cudaError_t fe = cudaMalloc((void **)&s->kv_fault, FA_KV_FAULT_INTS * sizeof(int));
     if (fe == cudaSuccess) fe = cudaMemset(s->kv_fault, 0, FA_KV_FAULT_INTS * sizeof(int));

@@ -78,8 +78,8 @@ FA_API const char *fa_ring_create_error(void);
 /* Forward of this rank's rows of softmax(scale · Q Kᵀ + mask) V over the whole sequence.
  *   ctx   this rank's context; comm  this rank's comm.
  *   opts  as fa_forward (NULL = defaults): scale, causal (with the zigzag layout above), softcap, algo (each
- *         block's fa_forward), block_q/block_k, GQA, sinks (on the context's device; joined once per row after
- *         the ring's merge, the same on every rank). A sliding window and varlen (cu_seqlens) are
+ *         block's fa_forward), block_q/block_k, GQA, sinks (on the context's device; joined by step 0's call,
+ *         which has every local row, so the merge counts each once; the same on every rank). A sliding window and varlen (cu_seqlens) are
  *         FA_ERR_UNSUPPORTED.
  *   q     [B, S_local, Hq, D];  k, v  [B, S_local, Hk, D], Hq % Hk == 0; the same S_local on every rank, even
  *         with causal. Any strides (as fa_forward).

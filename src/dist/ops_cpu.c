@@ -3,7 +3,6 @@
  * attention of each step, so plain loops. */
 #include "dist/ring.h"
 #include "core/half.h"
-#include "core/sink.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -118,21 +117,7 @@ static fa_status cpu_lse_rows(fa_context *ctx, float *dst, const float *src, int
     return FA_OK;
 }
 
-static fa_status cpu_sink_join(fa_context *ctx, float *O, float *L, int64_t B, int64_t S, int64_t H, int64_t D,
-                               const float *sinks) {
-    (void)ctx;
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t i = 0; i < S; i++) {
-                float *Lr = L + (b * H + h) * S + i, *Or = O + ((b * S + i) * H + h) * D;
-                const float f = fa_sink_join_lse(*Lr, sinks[h], Lr);
-                for (int64_t e = 0; e < D; e++) Or[e] *= f;
-            }
-    return FA_OK;
-}
-
-static const fa_ring_ops cpu_ops = {cpu_alloc, cpu_release, cpu_zero,  cpu_copy,     cpu_sync,
-                                    cpu_pack,  cpu_merge,   cpu_accum, cpu_round,    cpu_lse_rows,
-                                    cpu_sink_join};
+static const fa_ring_ops cpu_ops = {cpu_alloc, cpu_release, cpu_zero,  cpu_copy,  cpu_sync,
+                                    cpu_pack,  cpu_merge,   cpu_accum, cpu_round, cpu_lse_rows};
 
 const fa_ring_ops *fa_ring_ops_cpu(void) { return &cpu_ops; }

@@ -3,7 +3,6 @@
 #include "cuda/convert.cuh"
 #include "cuda/state.h"
 #include "dist/ring.h"
-#include "core/sink.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -73,22 +72,6 @@ __global__ void merge_kernel(float *O, float *L, const T *o, const float *l, int
     for (int64_t e = lane; e < D; e += 32) Or[e] = first ? fa_ld(orow + e) : wa * Or[e] + ws * fa_ld(orow + e);
     __syncwarp();
     if (lane == 0) *Lr = lnew;
-}
-
-/* One warp per row (b, h, i) of the merged state: the sink joins it (ops_cpu.c's cpu_sink_join); lane 0 writes L
- * after the warp has read it. */
-__global__ void sink_join_kernel(float *O, float *L, const float *sinks, int64_t S, int64_t H, int64_t D,
-                                 int64_t rows) {
-    const int64_t r = (int64_t)blockIdx.x * (FA_RING_THREADS / 32) + threadIdx.x / 32;
-    const int lane = threadIdx.x & 31;
-    if (r >= rows) return;
-    const int64_t i = r % S, h = r / S % H, b = r / (S * H);
-    float lse;
-    const float f = fa_sink_join_lse(L[r], sinks[h], &lse);
-    float *Or = O + ((b * S + i) * H + h) * D;
-    for (int64_t e = lane; e < D; e += 32) Or[e] *= f;
-    __syncwarp();
-    if (lane == 0) L[r] = lse;
 }
 
 static unsigned grid_for(int64_t n) {
@@ -213,17 +196,7 @@ static fa_status cuda_lse_rows(fa_context *ctx, float *dst, const float *src, in
                                            cudaMemcpyDefault, fa_cuda_stream_of(ctx)), "cudaMemcpy2DAsync");
 }
 
-static fa_status cuda_sink_join(fa_context *ctx, float *O, float *L, int64_t B, int64_t S, int64_t H, int64_t D,
-                                const float *sinks) {
-    on_device d = enter(ctx);
-    const int64_t rows = B * H * S, per = FA_RING_THREADS / 32;
-    sink_join_kernel<<<(unsigned)((rows + per - 1) / per), FA_RING_THREADS, 0, fa_cuda_stream_of(ctx)>>>(O, L, sinks, S,
-                                                                                                        H, D, rows);
-    return leave(ctx, d, cudaGetLastError(), "sink join");
-}
-
 static const fa_ring_ops cuda_ops = {cuda_alloc, cuda_release, cuda_zero,  cuda_copy,  cuda_sync,
-                                     cuda_pack,  cuda_merge,   cuda_accum, cuda_round, cuda_lse_rows,
-                                     cuda_sink_join};
+                                     cuda_pack,  cuda_merge,   cuda_accum, cuda_round, cuda_lse_rows};
 
 extern "C" const fa_ring_ops *fa_ring_ops_cuda(void) { return &cuda_ops; }

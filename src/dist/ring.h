@@ -34,10 +34,6 @@ typedef struct fa_ring_ops {
     /* dst [BH, n] := src [BH, S] columns [row0, row0 + n) */
     fa_status (*lse_rows)(fa_context *ctx, float *dst, const float *src, int64_t BH, int64_t S, int64_t row0,
                           int64_t n);
-    /* The merged state (O fp32 [B, S, H, D], L fp32 [B, H, S], over every key) joined by the sinks (fp32 [H]) once
-     * per row, core/sink.h's rule: O *= e^(L − L'), L := L' = log(e^L + e^sink). */
-    fa_status (*sink_join)(fa_context *ctx, float *O, float *L, int64_t B, int64_t S, int64_t H, int64_t D,
-                           const float *sinks);
 } fa_ring_ops;
 
 FA_HIDDEN const fa_ring_ops *fa_ring_ops_cpu(void);

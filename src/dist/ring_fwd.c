@@ -1,6 +1,6 @@
 /* The ring forward: W steps; at step s a rank attends its rows to the K/V block of rank (rank − s) mod W while the
  * next block travels from its left neighbour (double-buffered), and merges the step's (out, LSE) into an fp32
- * running state by LSE; the sinks join the merged state once; out is rounded once at the end. docs/ring.md. */
+ * running state by LSE; the sinks join step 0's call only; out is rounded from the state at the end. docs/ring.md. */
 #include "dist/ring.h"
 #include "core/arena.h"
 
@@ -32,13 +32,18 @@ static void kv_views(void *kv, const fa_ring_shape *s, fa_tensor *k, fa_tensor *
 
 /* Step s: out_s, lse_s = attention(q rows, the block's keys), merged into the running state. */
 static fa_status fwd_step(fa_context *ctx, const fa_ring_comm *comm, const fa_ring_ops *ops, fa_attn_opts *opts,
-                          const fa_ring_shape *s, const fa_tensor *q, void *kv, const fwd_ws *w, int step) {
+                          const fa_ring_shape *s, const fa_tensor *q, const float *sinks, void *kv, const fwd_ws *w,
+                          int step) {
     const fa_ring_step st = fa_ring_step_of(comm->rank, comm->world, step, s->causal, s->S);
     fa_tensor k, v;
     kv_views(kv, s, &k, &v);
     const fa_tensor qs = fa_ring_rows(q, st.q0, st.nq), ks = fa_ring_rows(&k, 0, st.nk), vs = fa_ring_rows(&v, 0, st.nk);
     const fa_tensor os = fa_tensor_bshd(w->o, s->dt, s->B, st.nq, s->Hq, s->D);
     opts->causal = st.causal;
+    /* The merge adds the steps' denominators, so a sink joins exactly one step: step 0, which has every local row
+     * (q0 = 0, nq = S). Joined inside the call, before its out is rounded, it costs no rounding of its own: at
+     * W = 1 out, LSE (and the backward's d sinks) are a plain fa_forward's, bit for bit. */
+    opts->sinks = step == 0 ? sinks : NULL;
     fa_status rc = fa_forward(ctx, opts, &qs, &ks, &vs, &os, w->l);
     if (rc != FA_OK) return fa_ring_step_fail(ctx, rc, step, st.src, "fa_forward");
     return ops->merge(ctx, w->O, w->L, s->B, s->S, s->Hq, s->D, w->o, w->l, s->dt, st.q0, st.nq, step == 0);
@@ -63,9 +68,7 @@ fa_status fa_ring_forward(fa_context *ctx, fa_ring_comm *comm, const fa_attn_opt
         }
     }
     if ((rc = fa_ring_agree(ctx, comm, rc, &s, "rejected its arguments")) != FA_OK) return rc;
-    /* the steps attend over keys only: a sink in each step's call would be counted once per step by the merge */
-    const float *sinks = opts.sinks;
-    opts.sinks = NULL;
+    const float *const sinks = opts.sinks; /* fwd_step hands them to step 0's call only */
 
     /* From here every rank runs every exchange, so that none waits for a neighbour that stopped; the first failure
      * is kept and agreed on at the end, before anything is written. */
@@ -83,13 +86,12 @@ fa_status fa_ring_forward(fa_context *ctx, fa_ring_comm *comm, const fa_attn_opt
             const fa_status t = tr->vt->start(tr, ctx, ops, &x, 1);
             if (err == FA_OK) err = t;
         }
-        if (err == FA_OK) err = fwd_step(ctx, comm, ops, &opts, &s, q, cur, &w, step);
+        if (err == FA_OK) err = fwd_step(ctx, comm, ops, &opts, &s, q, sinks, cur, &w, step);
         if (more) {
             const fa_status t = tr->vt->wait(tr, ctx, ops);
             if (err == FA_OK) err = t;
         }
     }
-    if (err == FA_OK && sinks) err = ops->sink_join(ctx, w.O, w.L, s.B, s.S, s.Hq, s.D, sinks);
     if ((rc = fa_ring_agree(ctx, comm, err, NULL, "failed during the call")) != FA_OK) return rc;
     if ((rc = ops->round(ctx, w.O, out)) != FA_OK) return rc;
     if (lse) rc = ops->copy(ctx, lse, w.L, sizeof(float) * (size_t)(s.B * s.Hq * s.S));

@@ -4,7 +4,8 @@
  *    transport (docs/ring.md): bf16/f16, d 64/128, causal (zigzag) and not, GQA, FLASH2 and AUTO (FLASH3 forward).
  *    Each rank's out, LSE, dq, dk, dv (poisoned before the call, strided shards) are gathered into the whole
  *    sequence and judged against the float64 oracle by the rule of tests/lib/tolerance.h, the baseline being CUDA
- *    STANDARD (cuBLAS) in the same dtype on the whole sequence; uneven shards are rejected on every rank.
+ *    STANDARD (cuBLAS) in the same dtype on the whole sequence; uneven shards are rejected on every rank. With
+ *    sinks (opts.sinks on each rank's device), each rank's d sinks is its rows' share: their sum is judged.
  * 2. NCCL, when this build has it and >= 2 GPUs are present: 2 ranks (ncclCommInitAll in this process, one thread
  *    per GPU), bf16 d128 causal and not, against the oracle and against single-GPU attention (FLASH2 / AUTO) on the
  *    whole sequence. NCCL_NVLS_ENABLE=0 is set before NCCL starts.
@@ -70,6 +71,8 @@ typedef struct rank_t {
     fa_ring_comm *comm;
     cudaStream_t stream;
     const fa_attn_opts *opts;
+    fa_attn_opts own; /* opts with this rank's device sinks and d sinks */
+    float *sinks_d, *dsinks_d;
     dbuf q, k, v, o, dout, dq, dk, dv;
     float *lse_d, *lse_h;
     int64_t n_lse;
@@ -100,15 +103,31 @@ typedef struct gcase {
     int W, nccl;
     int64_t B, S, Hq, Hk, D;
     fa_dtype dt;
-    fa_attn_opts opts;
+    fa_attn_opts opts;      /* opts.sinks stays NULL: with_sinks puts the logits in sinks */
+    int with_sinks;
+    float sinks[8];
     t_layout lay;
 } gcase;
 
+/* A float [n] copy of h on device dev (NULL for h == NULL). */
+static float *dev_floats(int dev, const float *h, int64_t n) {
+    if (!h) return NULL;
+    float *d;
+    cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
+    cuda_ok(cudaMalloc((void **)&d, sizeof(float) * (size_t)n), "cudaMalloc");
+    cuda_ok(cudaMemcpy(d, h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice), "sinks up");
+    return d;
+}
+
 /* The whole sequence on device 0 with algorithm a: out, lse (host copies) and, with dq != NULL, the gradients. */
 static void whole(fa_context *ctx, const gcase *c, fa_algo a, t_buf *q, t_buf *k, t_buf *v, t_buf *dout, t_buf *o,
-                  float *lse, t_buf *dq, t_buf *dk, t_buf *dv) {
+                  float *lse, t_buf *dq, t_buf *dk, t_buf *dv, float *dsinks) {
     fa_attn_opts so = c->opts;
     so.algo = a;
+    float nan8[8];
+    for (int h = 0; h < 8; h++) nan8[h] = t_nanf();
+    float *sk = dev_floats(0, c->with_sinks ? c->sinks : NULL, c->Hq), *dsk = dev_floats(0, sk ? nan8 : NULL, c->Hq);
+    so.sinks = sk;
     dbuf Q = d_new(0, c->dt, c->B, c->S, c->Hq, c->D, T_BSHD), K = d_new(0, c->dt, c->B, c->S, c->Hk, c->D, T_BSHD);
     dbuf V = d_new(0, c->dt, c->B, c->S, c->Hk, c->D, T_BSHD), O = d_new(0, c->dt, c->B, c->S, c->Hq, c->D, T_BSHD);
     memcpy(Q.h.mem, q->mem, q->mem_bytes), memcpy(K.h.mem, k->mem, k->mem_bytes), memcpy(V.h.mem, v->mem, v->mem_bytes);
@@ -126,13 +145,15 @@ static void whole(fa_context *ctx, const gcase *c, fa_algo a, t_buf *q, t_buf *k
         dbuf DK = d_new(0, c->dt, c->B, c->S, c->Hk, c->D, T_BSHD), DV = d_new(0, c->dt, c->B, c->S, c->Hk, c->D, T_BSHD);
         memcpy(DO.h.mem, dout->mem, dout->mem_bytes);
         d_up(&DO);
+        so.d_sinks = dsk;
         CHECK_STATUS(fa_backward(ctx, &so, &Q.t, &K.t, &V.t, &O.t, L, &DO.t, &DQ.t, &DK.t, &DV.t), FA_OK);
+        if (dsk) cuda_ok(cudaMemcpy(dsinks, dsk, sizeof(float) * (size_t)c->Hq, cudaMemcpyDeviceToHost), "d sinks down");
         d_down(&DQ), d_down(&DK), d_down(&DV);
         memcpy(dq->mem, DQ.h.mem, dq->mem_bytes), memcpy(dk->mem, DK.h.mem, dk->mem_bytes);
         memcpy(dv->mem, DV.h.mem, dv->mem_bytes);
         d_free(&DO), d_free(&DQ), d_free(&DK), d_free(&DV);
     }
-    cudaFree(L);
+    cudaFree(L), cudaFree(sk), cudaFree(dsk);
     d_free(&Q), d_free(&K), d_free(&V), d_free(&O);
 }
 
@@ -141,15 +162,18 @@ static void run_case(const gcase *c, fa_ring_comm **comms, const int *devs) {
     const int W = c->W, causal = c->opts.causal;
     const int64_t B = c->B, S = c->S, S_l = S / W, Hq = c->Hq, Hk = c->Hk, D = c->D;
     char desc[256];
-    snprintf(desc, sizeof desc, "gpu ring %s W%d %s b%lld S%lld h%lld/%lld d%lld %s%s algo %s", c->nccl ? "nccl" : "loopback",
-             W, fa_dtype_name(c->dt), (long long)B, (long long)S, (long long)Hq, (long long)Hk, (long long)D,
-             t_layout_name(c->lay), causal ? " causal" : "", fa_algo_name(c->opts.algo));
+    snprintf(desc, sizeof desc, "gpu ring %s W%d %s b%lld S%lld h%lld/%lld d%lld %s%s%s algo %s",
+             c->nccl ? "nccl" : "loopback", W, fa_dtype_name(c->dt), (long long)B, (long long)S, (long long)Hq,
+             (long long)Hk, (long long)D, t_layout_name(c->lay), causal ? " causal" : "", c->with_sinks ? " sinks" : "",
+             fa_algo_name(c->opts.algo));
     snprintf(t_case_label, sizeof t_case_label, "%s", desc);
     printf("%s:", desc);
     fflush(stdout);
 
     t_whole seq;
-    CHECK_STATUS(t_whole_new(&seq, &c->opts, c->dt, B, S, Hq, Hk, D), FA_OK);
+    fa_attn_opts ho = c->opts; /* the oracle's: host sinks */
+    ho.sinks = c->with_sinks ? c->sinks : NULL;
+    CHECK_STATUS(t_whole_new(&seq, &ho, c->dt, B, S, Hq, Hk, D), FA_OK);
     t_buf q = seq.q, k = seq.k, v = seq.v, dout = seq.dout; /* views of seq's buffers (freed with it) */
     const double *ref = seq.out, *rlse = seq.lse, *rdq = seq.dq, *rdk = seq.dk, *rdv = seq.dv;
     const int64_t nq = B * S * Hq * D, nk = B * S * Hk * D, nl = B * Hq * S;
@@ -162,11 +186,13 @@ static void run_case(const gcase *c, fa_ring_comm **comms, const int *devs) {
     }
     t_buf so = t_buf_new(c->dt, B, S, Hq, D, T_BSHD), sdq = t_buf_new(c->dt, B, S, Hq, D, T_BSHD);
     t_buf sdk = t_buf_new(c->dt, B, S, Hk, D, T_BSHD), sdv = t_buf_new(c->dt, B, S, Hk, D, T_BSHD);
-    float *sl = malloc(sizeof(float) * (size_t)nl);
-    whole(c0, c, FA_ALGO_STANDARD, &q, &k, &v, &dout, &so, sl, &sdq, &sdk, &sdv);
+    float *sl = malloc(sizeof(float) * (size_t)nl), sds[8];
+    whole(c0, c, FA_ALGO_STANDARD, &q, &k, &v, &dout, &so, sl, &sdq, &sdk, &sdv, sds);
     const double e_std = t_max_diff(&so.t, ref), l_std = t_max_diff_f(sl, rlse, nl);
     const double g_std[3] = {t_max_diff(&sdq.t, rdq), t_max_diff(&sdk.t, rdk), t_max_diff(&sdv.t, rdv)};
-    whole(c0, c, c->opts.algo, &q, &k, &v, &dout, &so, sl, &sdq, &sdk, &sdv);
+    double ds_std = 0;
+    for (int64_t h = 0; c->with_sinks && h < Hq; h++) ds_std = fmax(ds_std, fabs(sds[h] - seq.dsinks[h]));
+    whole(c0, c, c->opts.algo, &q, &k, &v, &dout, &so, sl, &sdq, &sdk, &sdv, sds);
     const double e_one = t_max_diff(&so.t, ref);
     const double g_one[3] = {t_max_diff(&sdq.t, rdq), t_max_diff(&sdk.t, rdk), t_max_diff(&sdv.t, rdv)};
 
@@ -174,7 +200,13 @@ static void run_case(const gcase *c, fa_ring_comm **comms, const int *devs) {
     for (int r = 0; r < W; r++) {
         rank_t *x = &R[r];
         memset(x, 0, sizeof *x);
-        x->rank = r, x->dev = devs[r], x->comm = comms[r], x->opts = &c->opts;
+        x->rank = r, x->dev = devs[r], x->comm = comms[r], x->own = c->opts, x->opts = &x->own;
+        if (c->with_sinks) { /* d sinks poisoned: each rank writes its share */
+            float nan8[8];
+            for (int h = 0; h < 8; h++) nan8[h] = t_nanf();
+            x->own.sinks = x->sinks_d = dev_floats(x->dev, c->sinks, Hq);
+            x->own.d_sinks = x->dsinks_d = dev_floats(x->dev, nan8, Hq);
+        }
         if (fa_context_create(&x->ctx, FA_BACKEND_CUDA, x->dev) != FA_OK) {
             fprintf(stderr, "cannot create a CUDA context on device %d: %s\n", x->dev, fa_create_error());
             exit(2);
@@ -233,14 +265,26 @@ static void run_case(const gcase *c, fa_ring_comm **comms, const int *devs) {
     t_check_err("dq", FA_ALGO_FLASH2, c->dt, eg[0], g_std[0], gm, 1, 1);
     t_check_err("dk", FA_ALGO_FLASH2, c->dt, eg[1], g_std[1], gm, 1, 1);
     t_check_err("dv", FA_ALGO_FLASH2, c->dt, eg[2], g_std[2], gm, 1, 1);
-    printf(" bwd %.1e/%.1e/%.1e (standard %.1e/%.1e/%.1e, one GPU %.1e/%.1e/%.1e)\n", eg[0], eg[1], eg[2], g_std[0],
+    printf(" bwd %.1e/%.1e/%.1e (standard %.1e/%.1e/%.1e, one GPU %.1e/%.1e/%.1e)", eg[0], eg[1], eg[2], g_std[0],
            g_std[1], g_std[2], g_one[0], g_one[1], g_one[2]);
+    if (c->with_sinks) { /* each rank's share of d sinks; their sum is the whole sequence's */
+        double sum[8] = {0}, eds = 0;
+        for (int r = 0; r < W; r++) {
+            float ds[8];
+            cuda_ok(cudaMemcpy(ds, R[r].dsinks_d, sizeof(float) * (size_t)Hq, cudaMemcpyDeviceToHost), "d sinks down");
+            for (int64_t h = 0; h < Hq; h++) sum[h] += ds[h];
+        }
+        for (int64_t h = 0; h < Hq; h++) eds = isnan(sum[h]) ? INFINITY : fmax(eds, fabs(sum[h] - seq.dsinks[h]));
+        t_check_err("d_sinks", FA_ALGO_FLASH2, c->dt, eds, ds_std, fmax(gm, t_max_abs(seq.dsinks, Hq)), 1, 1);
+        printf(" d_sinks %.1e (standard %.1e)", eds, ds_std);
+    }
+    printf("\n");
 
     for (int r = 0; r < W; r++) {
         rank_t *x = &R[r];
         d_free(&x->q), d_free(&x->k), d_free(&x->v), d_free(&x->o), d_free(&x->dout), d_free(&x->dq), d_free(&x->dk);
         d_free(&x->dv);
-        cudaFree(x->lse_d);
+        cudaFree(x->lse_d), cudaFree(x->sinks_d), cudaFree(x->dsinks_d);
         free(x->lse_h);
         fa_context_destroy(x->ctx);
         cudaStreamDestroy(x->stream);
@@ -260,6 +304,14 @@ static gcase gc(int W, int64_t B, int64_t S, int64_t Hq, int64_t Hk, int64_t D, 
     c.opts = fa_attn_opts_default();
     c.opts.causal = causal;
     c.opts.algo = a;
+    return c;
+}
+
+/* Sinks in [-2, 4] (as test_ring.c), none on head 1 (d sinks 0 there). */
+static gcase sunk(gcase c) {
+    c.with_sinks = 1;
+    for (int h = 0; h < 8; h++) c.sinks[h] = (float)t_randint(-20, 40) / 10;
+    if (c.Hq > 1) c.sinks[1] = -INFINITY;
     return c;
 }
 
@@ -360,6 +412,12 @@ int main(void) {
     c = gc(3, 1, 384, 4, 4, 128, BF16, 1, AUTO, T_BSHD);
     loopback(&c);
     c = gc(4, 1, 512, 4, 2, 64, F16, 1, F2, T_BHSD);
+    loopback(&c);
+    c = sunk(gc(1, 1, 256, 4, 2, 128, BF16, 1, AUTO, T_BSHD));
+    loopback(&c);
+    c = sunk(gc(2, 1, 384, 8, 2, 64, F16, 0, F2, T_BSHD));
+    loopback(&c);
+    c = sunk(gc(3, 2, 384, 4, 4, 128, BF16, 1, AUTO, T_BHSD));
     loopback(&c);
     if (!small) {
         c = gc(4, 2, 1024, 8, 2, 128, BF16, 1, AUTO, T_BSHD);

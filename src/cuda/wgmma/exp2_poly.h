@@ -1,4 +1,4 @@
-/* 2^x on the FMA pipe, for the part of the FLASH3 backward's Pᵀ = exp2(…) not given to MUFU (16 ex2 per clock per
+/* 2^x on the FMA pipe, for the part of the FLASH3 backward's Pᵀ = exp2(…) (and the forward's P) not given to MUFU (16 ex2 per clock per
  * SM, against 128 FMA): Cody–Waite, x = n + f with n = floor(x), f in [0, 1]; 2^f by a degree-3 polynomial in Horner
  * form; 2^n built from n's bits and multiplied in. C and CUDA: tests/test_exp2_poly.c checks this same code on the
  * host against exp2 in double (max relative error 8.6e-5 = 2^-13.5, below f16's rounding of Pᵀ, 2^-11).
@@ -57,5 +57,14 @@ FA_EXP2_HD float fa3_exp2_poly(float x) {
     memcpy(&s, &tb, 4);
     return p * s;
 }
+
+/* Whether accumulator register i takes exp2 on the FMA pipe (fa3_exp2_poly) when POLY of every 8 do: ranked so that
+ * each row's pass through a group (registers 0, 1, 4, 5, then 2, 3, 6, 7) mixes both pipes. */
+#ifdef __CUDACC__
+__host__ __device__ constexpr bool fa3_poly_reg(int i, int POLY) {
+    constexpr int rank[8] = {4, 0, 7, 3, 6, 2, 5, 1}; /* POLY = 2: registers 1, 7; 4: 1, 3, 5, 7 */
+    return rank[i % 8] < POLY;
+}
+#endif
 
 #endif

@@ -141,15 +141,9 @@ FA_DEV fa3b_band fa3b_band_of(const fa3b_kparams &p, int kr, int q0) {
     if (kr < p.sk) fa_visible_queries32(kr, kr + 1, p.sq, p.sk, p.wl, p.wr, &lo, &hi);
     return {q0 - lo, (unsigned)(hi - lo)};
 }
-/* Whether accumulator register i takes exp2 on the FMA pipe (fa3_exp2_poly) when POLY of every 8 do: ranked so that
- * each key row's pass through a group (registers 0, 1, 4, 5, then 2, 3, 6, 7) mixes both pipes. */
-FA_DEV constexpr bool fa3b_poly_reg(int i, int POLY) {
-    constexpr int rank[8] = {4, 0, 7, 3, 6, 2, 5, 1}; /* POLY = 2: registers 1, 7; 4: 1, 3, 5, 7 */
-    return rank[i % 8] < POLY;
-}
 /* Sᵀ -> Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e); MASK: 0 where masked (query rows past sq have LSE·log2e = +inf: 0).
  * Element e of block j is key row kr0 + 8·(e / 2), query column q0 + 8j + (e % 2); one key row at a time, so that one
- * band is live. POLY of every 8 registers take exp2 on the FMA pipe, the rest on MUFU (fa3b_poly_reg). */
+ * band is live. POLY of every 8 registers take exp2 on the FMA pipe, the rest on MUFU (fa3_poly_reg). */
 template <int Br, bool MASK, int POLY = 0>
 FA_DEV void fa3b_p(float (&st)[Br / 2], const fa3b_kparams &p, const fa3b_rows &R) {
 #pragma unroll
@@ -163,7 +157,7 @@ FA_DEV void fa3b_p(float (&st)[Br / 2], const fa3b_kparams &p, const fa3b_rows &
                 const float x = fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x));
                 float pv;
                 if constexpr (POLY == 0) pv = fa3_ex2(x); /* without the select: d = 128, 256 compile as before */
-                else pv = fa3b_poly_reg(4 * j + e, POLY) ? fa3_exp2_poly(x) : fa3_ex2(x);
+                else pv = fa3_poly_reg(4 * j + e, POLY) ? fa3_exp2_poly(x) : fa3_ex2(x);
                 st[4 * j + e] = !MASK || (unsigned)(B.base + 8 * j + (e & 1)) < B.count ? pv : 0.f;
             }
         }

@@ -20,6 +20,7 @@
 #include "../../core/visible.h"
 #include "../contract.h"
 #include "../packed.cuh"
+#include "exp2_poly.h"
 #include "flash3_fp8.cuh"
 #include "frag.cuh"
 #include "ptx.cuh"
@@ -121,9 +122,18 @@ FA_DEV void fa3_pv(float (&o)[D / 2], const uint32_t (&pa)[Bc / (F8 ? 32 : 16)][
     fa3_wgmma_commit();
 }
 
+/* Of every 8 P registers, how many take exp2 on the FMA pipe (fa3_exp2_poly) instead of MUFU, at d = 64 and d = 128
+ * (16-bit): MUFU's 16 ex2 per clock per SM take as long as the 256 tensor FLOPs per score at d = 64 (half at 128).
+ * 0 (all MUFU: the kernels as before) until an H100 A/B shows a gain. */
+constexpr int FA3F_EXP2_POLY_D64 = 0, FA3F_EXP2_POLY_D128 = 0;
+template <int D, bool F8> FA_DEV constexpr int fa3f_poly() {
+    return F8 ? 0 : D == 64 ? FA3F_EXP2_POLY_D64 : D == 128 ? FA3F_EXP2_POLY_D128 : 0;
+}
+
 /* Mask, then the online-softmax step on S (in place to P, fp32): m_new = max(m, rowmax S); P = exp2(S·scale·log2e −
- * m_new·scale·log2e); l = l·corr + rowsum P (thread-local); corr = exp2((m − m_new)·scale·log2e) is returned for O. */
-template <int Bc, bool F8>
+ * m_new·scale·log2e); l = l·corr + rowsum P (thread-local); corr = exp2((m − m_new)·scale·log2e) is returned for O.
+ * POLY of every 8 P registers take exp2 on the FMA pipe (16-bit only: P ≤ 1 there). */
+template <int Bc, bool F8, int POLY = 0>
 FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_rows &R, float cap, float &c0, float &c1) {
     constexpr float p_log2 = F8 ? 8.f : 0.f; /* P = 2^p_log2 at the row's max: e4m3's normal range starts at 2^-6, so
                                               * P up to 256 (FA3's max offset) keeps weights down to 2^-17 normal */
@@ -172,10 +182,19 @@ FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_rows &R, float cap
     float ps0 = 0.f, ps1 = 0.f;
 #pragma unroll
     for (int j = 0; j < Bc / 8; j++) {
-        sacc[4 * j] = fa3_ex2(fmaf(sacc[4 * j], R.sl2, -ms0));
-        sacc[4 * j + 1] = fa3_ex2(fmaf(sacc[4 * j + 1], R.sl2, -ms0));
-        sacc[4 * j + 2] = fa3_ex2(fmaf(sacc[4 * j + 2], R.sl2, -ms1));
-        sacc[4 * j + 3] = fa3_ex2(fmaf(sacc[4 * j + 3], R.sl2, -ms1));
+        if constexpr (POLY == 0) { /* without the select: the kernels compile as before */
+            sacc[4 * j] = fa3_ex2(fmaf(sacc[4 * j], R.sl2, -ms0));
+            sacc[4 * j + 1] = fa3_ex2(fmaf(sacc[4 * j + 1], R.sl2, -ms0));
+            sacc[4 * j + 2] = fa3_ex2(fmaf(sacc[4 * j + 2], R.sl2, -ms1));
+            sacc[4 * j + 3] = fa3_ex2(fmaf(sacc[4 * j + 3], R.sl2, -ms1));
+        } else {
+            static_assert(!F8, "the FMA-pipe exp2 takes x <= 0: F8's P reaches 2^8");
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float x = fmaf(sacc[4 * j + e], R.sl2, e < 2 ? -ms0 : -ms1);
+                sacc[4 * j + e] = fa3_poly_reg(4 * j + e, POLY) ? fa3_exp2_poly(x) : fa3_ex2(x);
+            }
+        }
         ps0 += sacc[4 * j] + sacc[4 * j + 1];
         ps1 += sacc[4 * j + 2] + sacc[4 * j + 3];
     }
@@ -490,7 +509,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
             fa3_wgmma_wait<0>();
             fa3_fence_regs(sacc);
             fa3_release_kv<CL>(fa3_smem(&sm.empty_k[kv % ST]), lane);
-            fa3_softmax<Bc, F8>(sacc, (n_hi - 1) * Bc, R, p.cap, c0, c1);
+            fa3_softmax<Bc, F8, fa3f_poly<D, F8>()>(sacc, (n_hi - 1) * Bc, R, p.cap, c0, c1);
             fa3_pack_p<Bc, F16, F8>(pa, sacc);
             for (int it = 1; it < nblk; it++) {
                 const int g = kv + it, s = g % ST, sp = (g - 1) % ST;
@@ -506,7 +525,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                 fa3_wgmma_wait<1>();
                 fa3_fence_regs(sacc);
                 fa3_release_kv<CL>(fa3_smem(&sm.empty_k[s]), lane);
-                fa3_softmax<Bc, F8>(sacc, (n_hi - 1 - it) * Bc, R, p.cap, c0, c1);
+                fa3_softmax<Bc, F8, fa3f_poly<D, F8>()>(sacc, (n_hi - 1 - it) * Bc, R, p.cap, c0, c1);
                 fa3_wgmma_wait<0>();
                 fa3_fence_regs(o);
                 fa3_fence_regs(pa);

@@ -669,7 +669,7 @@ static inline void key_rows(const fa_kv_args *a, int64_t j0, int n, const char *
 /* Keys per chunk: FA_KV_BC, or half of it where FA_KV_BC keys' K and V rows would span more than FA_KV_SPAN bytes.
  * The chunk being read and the next one being prefetched share the L2: MHA 32/32 bf16 rows are 8 KB of K and 8 KB of
  * V a key, so two chunks of 32 keys are 1 MB, a Zen 4's whole L2, and the prefetched lines evicted the ones about to
- * be read (docs/kvcache.md). 16 keys is the smallest chunk whose QKᵀ groups of one row (VW keys) stay full. */
+ * be read (docs/kvcache.md). Not below 16: a QKᵀ group of one row takes VW keys (16 on AVX-512). */
 #ifndef FA_KV_SPAN
 #define FA_KV_SPAN (256 << 10)
 #endif

@@ -139,8 +139,8 @@ static void splits(fa_context *ctx) {
     }
 }
 
-/* More K/V heads than the grid's 8: several work items per sequence, each of up to 16 adjacent heads (12 where 16
- * does not divide hk); each dtype, contiguous and paged, split. */
+/* More K/V heads than the grid's 8: one work item of up to 32 adjacent heads (all 24 of hk 24; hk 64 in two), whose
+ * wide key rows the kernel walks in chunks of 16 keys; each dtype, contiguous and paged, split. */
 static void many_heads(fa_context *ctx) {
     static const int hks[] = {32, 24, 64};
     for (int n = 0; n < 6; n++) {

@@ -44,7 +44,10 @@ typedef struct split_parts {
 static int rows_of(const fa_kv_problem *p) { return (int)(p->hq / p->hk * p->sq); }
 /* fa_plan.aux[AUX_HPI]: K/V heads per work item (all of them when a key's heads are adjacent in memory) */
 #define AUX_HPI 3
-#define MAX_HPI 16 /* heads per item at most (the kernel's per-head scratch) */
+/* heads per item at most: MHA's 32 heads in one item, so that each thread reads its own contiguous split of whole key
+ * rows, which the kernel walks 16 keys at a time (FA_KV_SPAN: with 32-key chunks two of them filled a Zen 4's L2);
+ * docs/kvcache.md */
+#define MAX_HPI 32
 static int padded(int64_t d) { return (int)((d + FA_KV_LANES - 1) / FA_KV_LANES * FA_KV_LANES); }
 
 static void thread_layout(fa_arena *a, const void *problem, const fa_plan *pl, void *parts) {

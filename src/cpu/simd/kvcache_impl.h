@@ -371,12 +371,12 @@ static inline int pf_runs(const char *const *rows, int n, int bytes, pf_run *out
 
 /* S = Qi Kjᵀ for rows [r0, r0 + NR) of head hh and the chunk's keys: NR·NK = VW raw dots per group of NK keys,
  * each key's vectors converted once for the NR rows, the group's VW sums in one sum_lanes. */
-AI void qk(const fa_kv_args *a, const char *const *kr, int hh, int r0, const int NR, const int MODE, float *tmp,
+AI void qk(const fa_kv_args *a, const char *const *kr, int n, int hh, int r0, const int NR, const int MODE, float *tmp,
           pf_rows *pf, int cnt) {
     const int NK = VW / NR, NV = a->dp / VW, dp = a->dp, STEP = VSTEP(MODE);
     const float *q = a->qs + ((size_t)hh * a->R + r0) * dp;
     float *S = a->S + ((size_t)hh * a->R + r0) * FA_KV_BC;
-    for (int j0 = 0; j0 < FA_KV_BC; j0 += NK) {
+    for (int j0 = 0; j0 < n; j0 += NK) {
         if (cnt) pf_lines_at(pf, cnt, 1);
         vf acc[VW] = {{0}}; /* acc[r·NK + j]: row r0 + r, key j0 + j */
 #ifdef __AVX512BF16__
@@ -607,7 +607,7 @@ AI void chunk(const fa_kv_args *a, int64_t j0, int n, const char *const *kr, con
     const int R = a->R, k_bytes = a->d * es, v_bytes = a->dv * es;
     /* PV key steps of a head: (groups of rows) x (pieces of dv) x keys */
     const int groups = R / 4 + (R % 4) / 2 + (R % 2), W = PV_WIDTH(R >= 4 ? 4 : R >= 2 ? 2 : 1);
-    const int sites = groups * ((NV + W - 1) / W) * FA_KV_BC;
+    const int sites = groups * ((NV + W - 1) / W) * n;
     _Alignas(64) float tmp[FA_KV_MAX_D];
     /* the prefetch of the next chunk (pf_rows): whole rows (all heads), K's spread over every head's QKᵀ steps, into
      * L2 on every ISA (into L1, MHA's many lines per QKᵀ step held up the demand loads), and V's over every head's
@@ -616,8 +616,8 @@ AI void chunk(const fa_kv_args *a, int64_t j0, int n, const char *const *kr, con
     const int kb = whole ? k_bytes * a->nh : k_bytes, vb = whole ? v_bytes * a->nh : v_bytes;
     const int steps = whole ? sites * a->nh : sites;
     const int klines = nn * ((kb + 63) / 64), vlines = nn * ((vb + 63) / 64);
-    /* QKᵀ steps of all heads: a group of NR rows takes FA_KV_BC / (VW / NR) steps, so R rows FA_KV_BC · R / VW */
-    const int qsteps = a->nh * R * (FA_KV_BC / VW);
+    /* QKᵀ steps of all heads: a group of NR rows takes n / (VW / NR) steps, so R rows about n · R / VW */
+    const int qsteps = a->nh * ((R * n + VW - 1) / VW);
     int qc = whole ? (klines + qsteps - 1) / qsteps : 0;
     if (qc > FA_KV_QK_PF_MAX) qc = FA_KV_QK_PF_MAX;
     const int left = whole && klines > qc * qsteps ? klines - qc * qsteps : 0; /* K's lines the QKᵀ steps leave */
@@ -628,9 +628,9 @@ AI void chunk(const fa_kv_args *a, int64_t j0, int n, const char *const *kr, con
     pf_start(&pf, a, 0);
     for (int hh = 0; hh < a->nh; hh++) {
         for (int r = 0; r < R;) {
-            if (R - r >= 4) qk(a, kr, hh, r, 4, MODE, tmp, &pf, qc), r += 4;
-            else if (R - r >= 2) qk(a, kr, hh, r, 2, MODE, tmp, &pf, qc), r += 2;
-            else qk(a, kr, hh, r, 1, MODE, tmp, &pf, qc), r += 1;
+            if (R - r >= 4) qk(a, kr, n, hh, r, 4, MODE, tmp, &pf, qc), r += 4;
+            else if (R - r >= 2) qk(a, kr, n, hh, r, 2, MODE, tmp, &pf, qc), r += 2;
+            else qk(a, kr, n, hh, r, 1, MODE, tmp, &pf, qc), r += 1;
         }
         for (int r = 0; r < R; r++) softmax_row(a, hh * R + r, j0, n, MODE);
     }
@@ -666,6 +666,13 @@ static inline void key_rows(const fa_kv_args *a, int64_t j0, int n, const char *
 #ifndef FA_KV_F8_AHEAD
 #define FA_KV_F8_AHEAD 2
 #endif
+/* Keys per chunk: FA_KV_BC, or half of it where FA_KV_BC keys' K and V rows would span more than FA_KV_SPAN bytes.
+ * The chunk being read and the next one being prefetched share the L2: MHA 32/32 bf16 rows are 8 KB of K and 8 KB of
+ * V a key, so two chunks of 32 keys are 1 MB, a Zen 4's whole L2, and the prefetched lines evicted the ones about to
+ * be read (docs/kvcache.md). Not below 16: a QKᵀ group of one row takes VW keys (16 on AVX-512). */
+#ifndef FA_KV_SPAN
+#define FA_KV_SPAN (256 << 10)
+#endif
 #define FA_KV_PF_AHEAD(MODE) ((MODE) == M_F8 ? FA_KV_F8_AHEAD : 1)
 
 /* The keys of the item chunk by chunk, with the row format and vector count fixed at compile time. */
@@ -677,10 +684,11 @@ AI void walk(const fa_kv_args *a, const int MODE) {
         l[0] = a->l[row];
         ST(a->Lv + (size_t)row * 16, l);
     }
-    for (int64_t j0 = a->k0; j0 < a->k1; j0 += FA_KV_BC) {
-        const int n = (int)(a->k1 - j0 < FA_KV_BC ? a->k1 - j0 : FA_KV_BC);
-        const int64_t jp = j0 + FA_KV_PF_AHEAD(MODE) * FA_KV_BC;
-        const int np = (int)(a->k1 - jp < FA_KV_BC ? (a->k1 > jp ? a->k1 - jp : 0) : FA_KV_BC);
+    const int BC = FA_KV_BC * (a->k_ss + a->v_ss) > FA_KV_SPAN ? FA_KV_BC / 2 : FA_KV_BC;
+    for (int64_t j0 = a->k0; j0 < a->k1; j0 += BC) {
+        const int n = (int)(a->k1 - j0 < BC ? a->k1 - j0 : BC);
+        const int64_t jp = j0 + FA_KV_PF_AHEAD(MODE) * BC;
+        const int np = (int)(a->k1 - jp < BC ? (a->k1 > jp ? a->k1 - jp : 0) : BC);
         key_rows(a, j0, n, kr, vr);
         if (np) key_rows(a, jp, np, kp, vp);
         chunk(a, j0, n, kr, vr, kp, vp, np, MODE);

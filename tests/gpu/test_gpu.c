@@ -931,15 +931,15 @@ int main(void) {
             fa_context_destroy(c0);
         }
     }
-    /* FLASH3 forward's tile boundary (two Q buffers where the row has them, the next tile's index a tile ahead; both
-     * on by default, so every FLASH3 case above runs them): many tiles per CTA (more than the SMs: several waves),
+    /* FLASH3 forward's tile boundary (two Q buffers where the build and the row have them, on by default; the next
+     * tile's index a tile ahead, off by default): many tiles per CTA (more than the SMs: several waves),
      * 1-2 and many key blocks, causal (the dynamic longest-first order), windows, no mask (the static snake, with and
      * without clusters), tiles without keys right after full ones (causal with sq > sk: the longest-first order
      * hands them out last; varlen: empty sequences and tiles past a sequence's end), d = 64 (both rows), 128, 256
      * (one Q buffer: the early index only). Checked against the oracle on and off, and bit for bit against the three
      * other settings of FA_CUDA_FLASH3_QBUF / FA_CUDA_FLASH3_EARLY_TILE. */
     {
-        fa_context *cb[3] = {ctx_flash3_boundary(0, 0), ctx_flash3_boundary(0, 1), ctx_flash3_boundary(1, 0)};
+        fa_context *cb[3] = {ctx_flash3_boundary(0, 0), ctx_flash3_boundary(0, 1), ctx_flash3_boundary(1, 1)};
         if (cb[0] && cb[1] && cb[2]) {
             /* b, sq, sk, hq, hk, d, causal, window_left, window_right, block_q, block_k */
             static const int bc[][11] = {{2, 1000, 1000, 16, 4, 64, 1, -1, -1, 0, 0},

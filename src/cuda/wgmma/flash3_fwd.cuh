@@ -1,6 +1,6 @@
 /* FLASH3 forward kernel (sm_90a). A persistent grid, one CTA per SM; a tile = Br = 128 query rows of one
  * (batch, head):
- *   warpgroup 0, the producer, gives its registers away (setmaxnreg 32); one thread issues the TMA loads of Qi and,
+ *   warpgroup 0, the producer, gives its registers away (setmaxnreg 24); one thread issues the TMA loads of Qi and,
  *     key block after key block (last to first), of Kj and Vj into ST shared-memory stages, each guarded by a full
  *     barrier (TMA bytes landed) and an empty barrier (every consumer warp has finished reading it);
  *   warpgroups 1 and 2, the consumers (setmaxnreg 240), own 64 rows each: S = Qi Kjᵀ by wgmma with both operands
@@ -24,6 +24,7 @@
 #include "flash3_fp8.cuh"
 #include "frag.cuh"
 #include "ptx.cuh"
+#include "tiles.h"
 #include "wgmma.cuh"
 
 /* Tiles: Br = 64·NW query rows (NW consumer warpgroups x 64, wgmma M = 64), Bc keys per block, ST K/V stages.
@@ -40,10 +41,6 @@ template <int D, bool WIDE, bool F8 = false> struct fa3_tile {
                                  : WIDE ? (D == 64 ? 112 : D == 128 ? 176 : 80) : (D == 256 ? 64 : 128);
     static constexpr int ST = 2;
     static constexpr int THREADS = 128 * (NW + 1);
-    /* setmaxnreg: the producer's and each consumer's registers, all 64K of the SM (FA3's 32 + 3 x 160 takes them
-     * all too): 24 for the producer spilled 8 bytes once it kept the next tile's index through a tile */
-    static constexpr int PRODUCER_REGS = 32, CONSUMER_REGS = NW == 3 ? 160 : 240;
-    static_assert(128 * (PRODUCER_REGS + NW * CONSUMER_REGS) <= 65536, "the SM's register file");
     static constexpr int DP = F8 ? D / 2 : D;
     /* a V stage in 16-bit words: F8 holds whole 128-key panels of Vᵀ (D rows each; keys past Bc are loaded, unused) */
     static constexpr int VS = F8 ? D * ((Bc + 127) / 128) * 64 : Bc * DP;
@@ -51,7 +48,17 @@ template <int D, bool WIDE, bool F8 = false> struct fa3_tile {
      * slack), so that the producer loads the next tile's Q while the consumers still read this one's (README.md).
      * Two at d = 64 and 128 with 128 keys, d = 64 192 x 112 and every e4m3 row; one at d = 128 x 176, d = 256. */
     static constexpr int Q_BYTES = Br * DP * 2, KV_BYTES = ST * (Bc * DP + VS) * 2;
-    static constexpr int QB = 2 * Q_BYTES + KV_BYTES + 2048 <= 232448 ? 2 : 1;
+    static constexpr int QB = FA3_FWD_Q_BUFFERS > 1 && 2 * Q_BYTES + KV_BYTES + 2048 <= 232448 ? 2 : 1;
+    /* setmaxnreg moves registers only within the CTA's launch allocation: per thread, 65536 / THREADS rounded down to
+     * 8 (what ptxas gives under __launch_bounds__(THREADS, 1): 168 at 384 threads, 128 at 512). A request above it
+     * never completes: with 32 + 2 x 240 > 3 x 168 the consumers' setmaxnreg.inc waited forever (FA3's 24 / 240 and
+     * 32 / 160 fill it exactly) */
+    static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
+    /* two Q buffers: the producer holds the next tile through this one's loads (24 spilled 8 bytes there), so 32,
+     * and two consumer warpgroups 232 */
+    static constexpr int PRODUCER_REGS = QB == 2 ? 32 : 24;
+    static constexpr int CONSUMER_REGS = NW == 3 ? 160 : QB == 2 ? 232 : 240;
+    static_assert(PRODUCER_REGS + NW * CONSUMER_REGS <= (NW + 1) * LAUNCH_REGS, "the CTA's launch registers");
 };
 
 template <int D, bool WIDE, bool F8 = false> struct alignas(1024) fa3_shared {

@@ -1,9 +1,9 @@
-/* 2^x on the FMA pipe, for the part of the FLASH3 backward's Pᵀ = exp2(…) (and the forward's P) not given to MUFU (16 ex2 per clock per
- * SM, against 128 FMA): Cody–Waite, x = n + f with n = floor(x), f in [0, 1]; 2^f by a degree-3 polynomial in Horner
- * form; 2^n built from n's bits and multiplied in. C and CUDA: tests/test_exp2_poly.c checks this same code on the
- * host against exp2 in double (max relative error 8.6e-5 = 2^-13.5, below f16's rounding of Pᵀ, 2^-11).
- * What MUFU's ex2.approx.ftz gives, it gives for x <= 0: 2^x normal down to x = −126, +0 below it (its denormals
- * flushed) and for −inf, NaN for NaN; x > 0, which Pᵀ only reaches by rounding, is taken as 0 (1, not 2^x). */
+/* 2^x on the FMA pipe, for the part of the FLASH3 backward's Pᵀ = exp2(…) (and the forward's P) not given to MUFU (16
+ * ex2 per clock per SM, against 128 FMA): Cody–Waite, x = n + f with n = floor(x), f in [0, 1]; 2^f by a degree-3
+ * polynomial in Horner form; 2^n built from n's bits and multiplied in. C and CUDA: tests/test_exp2_poly.c checks this
+ * same code on the host against exp2 in double (max relative error 8.6e-5 = 2^-13.5, below f16's rounding of Pᵀ,
+ * 2^-11). What MUFU's ex2.approx.ftz gives, it gives for x <= 0: 2^x normal down to x = −126, +0 below it (its
+ * denormals flushed) and for −inf, NaN for NaN; x > 0, which Pᵀ only reaches by rounding, is taken as 0 (1, not 2^x). */
 #ifndef FA_WGMMA_EXP2_POLY_H
 #define FA_WGMMA_EXP2_POLY_H
 

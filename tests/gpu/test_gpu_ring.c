@@ -109,13 +109,13 @@ typedef struct gcase {
     t_layout lay;
 } gcase;
 
-/* A float [n] copy of h on device dev (NULL for h == NULL). */
+/* A float [n] (n <= 8) on device dev: a copy of h, or NaN where h is NULL (an output, poisoned). */
 static float *dev_floats(int dev, const float *h, int64_t n) {
-    if (!h) return NULL;
-    float *d;
+    float nan8[8], *d;
+    for (int i = 0; i < 8; i++) nan8[i] = t_nanf();
     cuda_ok(cudaSetDevice(dev), "cudaSetDevice");
     cuda_ok(cudaMalloc((void **)&d, sizeof(float) * (size_t)n), "cudaMalloc");
-    cuda_ok(cudaMemcpy(d, h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice), "sinks up");
+    cuda_ok(cudaMemcpy(d, h ? h : nan8, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice), "sinks up");
     return d;
 }
 
@@ -124,9 +124,7 @@ static void whole(fa_context *ctx, const gcase *c, fa_algo a, t_buf *q, t_buf *k
                   float *lse, t_buf *dq, t_buf *dk, t_buf *dv, float *dsinks) {
     fa_attn_opts so = c->opts;
     so.algo = a;
-    float nan8[8];
-    for (int h = 0; h < 8; h++) nan8[h] = t_nanf();
-    float *sk = dev_floats(0, c->with_sinks ? c->sinks : NULL, c->Hq), *dsk = dev_floats(0, sk ? nan8 : NULL, c->Hq);
+    float *sk = c->with_sinks ? dev_floats(0, c->sinks, c->Hq) : NULL, *dsk = sk ? dev_floats(0, NULL, c->Hq) : NULL;
     so.sinks = sk;
     dbuf Q = d_new(0, c->dt, c->B, c->S, c->Hq, c->D, T_BSHD), K = d_new(0, c->dt, c->B, c->S, c->Hk, c->D, T_BSHD);
     dbuf V = d_new(0, c->dt, c->B, c->S, c->Hk, c->D, T_BSHD), O = d_new(0, c->dt, c->B, c->S, c->Hq, c->D, T_BSHD);
@@ -202,10 +200,8 @@ static void run_case(const gcase *c, fa_ring_comm **comms, const int *devs) {
         memset(x, 0, sizeof *x);
         x->rank = r, x->dev = devs[r], x->comm = comms[r], x->own = c->opts, x->opts = &x->own;
         if (c->with_sinks) { /* d sinks poisoned: each rank writes its share */
-            float nan8[8];
-            for (int h = 0; h < 8; h++) nan8[h] = t_nanf();
             x->own.sinks = x->sinks_d = dev_floats(x->dev, c->sinks, Hq);
-            x->own.d_sinks = x->dsinks_d = dev_floats(x->dev, nan8, Hq);
+            x->own.d_sinks = x->dsinks_d = dev_floats(x->dev, NULL, Hq);
         }
         if (fa_context_create(&x->ctx, FA_BACKEND_CUDA, x->dev) != FA_OK) {
             fprintf(stderr, "cannot create a CUDA context on device %d: %s\n", x->dev, fa_create_error());
@@ -309,6 +305,10 @@ static gcase gc(int W, int64_t B, int64_t S, int64_t Hq, int64_t Hk, int64_t D, 
 
 /* Sinks in [-2, 4] (as test_ring.c), none on head 1 (d sinks 0 there). */
 static gcase sunk(gcase c) {
+    if (c.Hq > 8) {
+        fprintf(stderr, "test_gpu_ring: a case with sinks takes at most 8 query heads (gcase.sinks)\n");
+        exit(2);
+    }
     c.with_sinks = 1;
     for (int h = 0; h < 8; h++) c.sinks[h] = (float)t_randint(-20, 40) / 10;
     if (c.Hq > 1) c.sinks[1] = -INFINITY;

@@ -142,6 +142,7 @@ template <int D, bool F8> FA_DEV constexpr int fa3f_poly() {
  * POLY of every 8 P registers take exp2 on the FMA pipe (16-bit only: P ≤ 1 there). */
 template <int Bc, bool F8, int POLY = 0>
 FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_rows &R, float cap, float &c0, float &c1) {
+    static_assert(!F8 || POLY == 0, "the FMA-pipe exp2 takes x <= 0: F8's P reaches 2^8");
     constexpr float p_log2 = F8 ? 8.f : 0.f; /* P = 2^p_log2 at the row's max: e4m3's normal range starts at 2^-6, so
                                               * P up to 256 (FA3's max offset) keeps weights down to 2^-17 normal */
     /* the contract's logit test (contract.h): a −inf logit is a weight of 0 and a softcap makes ±inf finite, so an
@@ -189,18 +190,10 @@ FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_rows &R, float cap
     float ps0 = 0.f, ps1 = 0.f;
 #pragma unroll
     for (int j = 0; j < Bc / 8; j++) {
-        if constexpr (POLY == 0) { /* without the select: the kernels compile as before */
-            sacc[4 * j] = fa3_ex2(fmaf(sacc[4 * j], R.sl2, -ms0));
-            sacc[4 * j + 1] = fa3_ex2(fmaf(sacc[4 * j + 1], R.sl2, -ms0));
-            sacc[4 * j + 2] = fa3_ex2(fmaf(sacc[4 * j + 2], R.sl2, -ms1));
-            sacc[4 * j + 3] = fa3_ex2(fmaf(sacc[4 * j + 3], R.sl2, -ms1));
-        } else {
-            static_assert(!F8, "the FMA-pipe exp2 takes x <= 0: F8's P reaches 2^8");
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float x = fmaf(sacc[4 * j + e], R.sl2, e < 2 ? -ms0 : -ms1);
-                sacc[4 * j + e] = fa3_poly_reg(4 * j + e, POLY) ? fa3_exp2_poly(x) : fa3_ex2(x);
-            }
+        for (int e = 0; e < 4; e++) {
+            const float x = fmaf(sacc[4 * j + e], R.sl2, e < 2 ? -ms0 : -ms1);
+            sacc[4 * j + e] = fa3_poly_reg(4 * j + e, POLY) ? fa3_exp2_poly(x) : fa3_ex2(x);
         }
         ps0 += sacc[4 * j] + sacc[4 * j + 1];
         ps1 += sacc[4 * j + 2] + sacc[4 * j + 3];

@@ -9,7 +9,7 @@
 # Exits non-zero on any failure.
 # Env: STAGES (default "tests sanitizers python": which parts run), BUILD (default build-cuda), JOBS (default nproc),
 # LOG_DIR (copies of the logs), SANITIZERS (default
-# "memcheck racecheck"; empty = none).
+# "memcheck racecheck"; empty = none), SKIP_BUILD=1 (run the binaries already in BUILD, e.g. built on another machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off on these machines (docs/ring.md)
@@ -17,8 +17,10 @@ BUILD=${BUILD:-build-cuda}
 JOBS=${JOBS:-$(nproc)}
 LOG_DIR=${LOG_DIR:-$BUILD/gpu-logs}
 mkdir -p "$LOG_DIR"
-cmake -S . -B "$BUILD" -DFA_CUDA=ON -DCMAKE_BUILD_TYPE=Release >"$LOG_DIR/cmake.log"
-cmake --build "$BUILD" -j "$JOBS" 2>&1 | tee "$LOG_DIR/build.log" | grep -E "error|warning|spill" || true
+if [ -z "${SKIP_BUILD:-}" ]; then
+  cmake -S . -B "$BUILD" -DFA_CUDA=ON -DCMAKE_BUILD_TYPE=Release >"$LOG_DIR/cmake.log"
+  cmake --build "$BUILD" -j "$JOBS" 2>&1 | tee "$LOG_DIR/build.log" | grep -E "error|warning|spill" || true
+fi
 test -x "$BUILD/tests/gpu/test_gpu"
 test -x "$BUILD/tests/gpu/test_gpu_nonfinite"
 test -x "$BUILD/tests/gpu/test_gpu_kvcache"

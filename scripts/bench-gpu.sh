@@ -5,7 +5,7 @@
 # Env: BUILD (default build-cuda), OUT_DIR (CSV + logs, default $BUILD/bench-gpu), SEQLENS, DIMS, PASSES, REPS,
 #      STD_MAX_SEQLEN (STANDARD materialises Hq·S² fp32 per sequence: skipped above this, default 8192; 0 = skip
 #      STANDARD), ALGOS (our flash algorithms, default flash3,flash2,flash1), FP8_DIMS (head dims of the e4m3
-#      forward, ours beside FA3's, default 128,256; empty = none).
+#      forward, ours beside FA3's, default 128,256; empty = none; one outside DIMS adds both bf16 forwards there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-cuda}
@@ -38,6 +38,11 @@ ours="$OUT_DIR/ours.csv"
   tail -n +2 >>"$ours" || true; }
 [ -n "$FP8_DIMS" ] && case ",$PASSES," in *,fwd,*) "$BUILD/flashattn" bench --device cuda --dtype f8_e4m3 --algo flash3 \
   --d "$FP8_DIMS" --seqlen "$SEQLENS" --causal 0,1 --pass fwd --reps "$REPS" --warmup 2 --csv 2>>"$OUT_DIR/ours.err" |
+  tail -n +2 >>"$ours" || true ;; esac
+# FP8 head dims outside DIMS: our bf16 FLASH3 forward there too, for the FP8 table's e4m3/bf16 column
+fp8_only=$(echo "$FP8_DIMS" | tr ',' '\n' | grep -vxF -f <(echo "$DIMS" | tr ',' '\n') | paste -sd, - || true)
+[ -n "$fp8_only" ] && case ",$PASSES," in *,fwd,*) "$BUILD/flashattn" bench --device cuda --dtype bf16 --algo flash3 \
+  --d "$fp8_only" --seqlen "$SEQLENS" --causal 0,1 --pass fwd --reps "$REPS" --warmup 2 --csv 2>>"$OUT_DIR/ours.err" |
   tail -n +2 >>"$ours" || true ;; esac
 PYTHONUNBUFFERED=1 python3 scripts/bench_gpu_torch.py run --out "$OUT_DIR/torch.csv" --d "$DIMS" --seqlen "$SEQLENS" \
   --causal 0,1 --pass "$PASSES" --reps "$REPS" --fp8 "$FP8_DIMS" >"$OUT_DIR/torch.log" 2>&1 || true

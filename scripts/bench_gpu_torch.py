@@ -43,7 +43,10 @@ def run(args):
         fa3 = None
         print("fa3: absent (%s)" % ex, flush=True)
     rows = []
-    for d in map(int, opts["d"].split(",")):
+    dims = [int(x) for x in opts["d"].split(",")]
+    fp8_only = [int(x) for x in opts["fp8"].split(",") if x and int(x) not in dims]
+    for d in dims + fp8_only:  # an FP8 head dim outside --d: the forward only, for the FP8 table's anchors
+        passes = opts["pass"].split(",") if d in dims else ["fwd"]
         h = int(opts["heads"]) if opts["heads"] else 2048 // d
         dv = int(opts["dv"]) if opts["dv"] else d
         for s in map(int, opts["seqlen"].split(",")):
@@ -53,7 +56,7 @@ def run(args):
                            for x in (d, d, dv))
                 dout = torch.randn(b, h, s, dv, device="cuda", dtype=torch.bfloat16)
                 for name, be in backends:
-                    for pas in opts["pass"].split(","):
+                    for pas in passes:
                         try:
                             with sdpa_kernel([be]):
                                 def fwd():
@@ -72,7 +75,7 @@ def run(args):
                         except Exception as ex:  # a backend that refuses a shape
                             rows.append([name, d, s, causal, pas, b, h, "error", str(ex).split("\n")[0][:60], dv])
                         print(",".join(map(str, rows[-1])), flush=True)
-                if fa3 is not None and dv == d and "fwd" in opts["pass"].split(","):  # the real FA3 forward, [B, S, H, D]
+                if fa3 is not None and dv == d and "fwd" in passes:  # the real FA3 forward, [B, S, H, D]
                     qt, kt, vt = (x.detach().transpose(1, 2).contiguous() for x in (q, k, v))
                     try:
                         ms = cuda_median_ms(lambda: fa3(qt, kt, vt, causal=bool(causal)), reps)

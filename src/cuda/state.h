@@ -20,9 +20,9 @@ typedef struct fa_cuda_tuning {
     int flash3_cluster; /* FA_CUDA_FLASH3_CLUSTER (default 1; 0 = off): the FLASH3 forward's 2-CTA clusters where its
                          * rows have them (wgmma/tiles.h). Benchmarks (A/B), tests */
     int flash3_qbuf;  /* FA_CUDA_FLASH3_QBUF (default 1; 0 = off): the FLASH3 forward's two Q buffers where its rows
-                       * hold them (wgmma/tiles.h qb; none while FA3_FWD_Q_BUFFERS is 1). Benchmarks (A/B), tests */
-    int flash3_early; /* FA_CUDA_FLASH3_EARLY_TILE (default 0 until it has run on a GPU; 1 = on): the FLASH3
-                       * forward's producer takes the next tile's index a tile ahead. Benchmarks (A/B), tests */
+                       * hold them (wgmma/tiles.h qb). Benchmarks (A/B), tests */
+    int flash3_early; /* FA_CUDA_FLASH3_EARLY_TILE (default 0: slower at d = 128 causal from 2k keys; 1 = on): the
+                       * FLASH3 forward's producer takes the next tile's index a tile ahead. Benchmarks (A/B), tests */
 } fa_cuda_tuning;
 /* The default of split_rows (the split's measurements: docs/cuda-kernels.md). */
 #define FA_CUDA_BWD_SPLIT_ROWS 2048

@@ -32,12 +32,6 @@ template <int D> struct alignas(1024) fa3b_shared {
     fa3b_kparams kp; /* varlen: the CTA's parameters (fa3b_params) */
 };
 
-/* Of every 8 Pᵀ registers, how many take exp2 on the FMA pipe (fa3_exp2_poly) instead of MUFU, at d = 64, where MUFU's
- * exp2 is ~40 % of a step's tensor time and overlaps only dPᵀ's GEMM. 0 (all MUFU, the kernels as before) until an
- * H100 A/B of 0 / 2 / 4 shows a gain: the same idea lost 3 % in the FLASH2 backward, whose steps are issue-bound. */
-constexpr int FA3B_EXP2_POLY = 0;
-static_assert(FA3B_EXP2_POLY >= 0 && FA3B_EXP2_POLY <= 8, "FA3B_EXP2_POLY: registers out of 8");
-
 /* acc += A B with A (64 keys x Br queries) from registers and B = a [query][D] tile, MN-major: a k16 slice is 16
  * query rows = 2048 B, the next 64 columns of D are Br x 128 B further. */
 template <int D, int Br, bool F16>
@@ -53,7 +47,6 @@ __global__ void __launch_bounds__(384, 1)
                    const fa3b_kparams pk) {
     using T = fa3b_tile<D>;
     constexpr int Br = T::Br, Bc = T::Bc, ST = T::ST, NQ = T::NQ, NQN = T::NQN;
-    constexpr int POLY = D == 64 ? FA3B_EXP2_POLY : 0;
     extern __shared__ uint8_t fa3b_smem_raw[];
     fa3b_shared<D> &sm = *reinterpret_cast<fa3b_shared<D> *>(((uintptr_t)fa3b_smem_raw + 1023) & ~(uintptr_t)1023);
 
@@ -139,8 +132,8 @@ __global__ void __launch_bounds__(384, 1)
                                    * over 240 registers at d = 128: ptxas then serialises every wgmma (C7512) */
             fa3_wgmma_wait<1>();
             fa3_fence_regs(st);
-            if (R.full) fa3b_p<Br, false, POLY>(st, p, R); /* uniform: the mask's arithmetic only where it masks */
-            else fa3b_p<Br, true, POLY>(st, p, R);
+            if (R.full) fa3b_p<Br, false>(st, p, R); /* uniform: the mask's arithmetic only where it masks */
+            else fa3b_p<Br, true>(st, p, R);
             fa3_wgmma_wait<0>();
             fa3_fence_regs(dpt);
             fa3b_ds<Br>(dpt, st, p, R);

@@ -6,7 +6,6 @@
 
 #include "../../core/visible.h"
 #include "../packed.cuh"
-#include "exp2_poly.h"
 #include "frag.cuh"
 #include "ptx.cuh"
 #include "wgmma.cuh"
@@ -143,8 +142,8 @@ FA_DEV fa3b_band fa3b_band_of(const fa3b_kparams &p, int kr, int q0) {
 }
 /* Sᵀ -> Pᵀ = exp2(Sᵀ·scale·log2e − LSE·log2e); MASK: 0 where masked (query rows past sq have LSE·log2e = +inf: 0).
  * Element e of block j is key row kr0 + 8·(e / 2), query column q0 + 8j + (e % 2); one key row at a time, so that one
- * band is live. POLY of every 8 registers take exp2 on the FMA pipe, the rest on MUFU (fa3_poly_reg). */
-template <int Br, bool MASK, int POLY = 0>
+ * band is live. */
+template <int Br, bool MASK>
 FA_DEV void fa3b_p(float (&st)[Br / 2], const fa3b_kparams &p, const fa3b_rows &R) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -154,10 +153,7 @@ FA_DEV void fa3b_p(float (&st)[Br / 2], const fa3b_kparams &p, const fa3b_rows &
             const float2 L = *reinterpret_cast<const float2 *>(R.lse2 + 8 * j);
 #pragma unroll
             for (int e = 2 * r; e < 2 * r + 2; e++) {
-                const float x = fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x));
-                float pv;
-                if constexpr (POLY == 0) pv = fa3_ex2(x); /* without the select: d = 128, 256 compile as before */
-                else pv = fa3_poly_reg(4 * j + e, POLY) ? fa3_exp2_poly(x) : fa3_ex2(x);
+                const float pv = fa3_ex2(fmaf(st[4 * j + e], p.scale_log2, -((e & 1) ? L.y : L.x)));
                 st[4 * j + e] = !MASK || (unsigned)(B.base + 8 * j + (e & 1)) < B.count ? pv : 0.f;
             }
         }

@@ -20,7 +20,6 @@
 #include "../../core/visible.h"
 #include "../contract.h"
 #include "../packed.cuh"
-#include "exp2_poly.h"
 #include "flash3_fp8.cuh"
 #include "frag.cuh"
 #include "ptx.cuh"
@@ -45,10 +44,13 @@ template <int D, bool WIDE, bool F8 = false> struct fa3_tile {
     /* a V stage in 16-bit words: F8 holds whole 128-key panels of Vᵀ (D rows each; keys past Bc are loaded, unused) */
     static constexpr int VS = F8 ? D * ((Bc + 127) / 128) * 64 : Bc * DP;
     /* Q buffers: two where they fit in 227 KB beside the K/V stages (+ 1024 B of barriers and 1024 of alignment
-     * slack), so that the producer loads the next tile's Q while the consumers still read this one's (README.md).
-     * Two at d = 64 and 128 with 128 keys, d = 64 192 x 112 and every e4m3 row; one at d = 128 x 176, d = 256. */
+     * slack), so that the producer loads the next tile's Q while the consumers still read this one's (README.md):
+     * d = 64 and 128 with 128 keys (H200, bf16: causal 512-2k 1.03-1.09x, long sequences even); one at d = 128 x 176
+     * and d = 256 (no room), at d = 64 192 x 112 (two were 0.95-0.99x from 4k keys on) and on the e4m3 rows (not
+     * measured with two). */
     static constexpr int Q_BYTES = Br * DP * 2, KV_BYTES = ST * (Bc * DP + VS) * 2;
-    static constexpr int QB = FA3_FWD_Q_BUFFERS > 1 && 2 * Q_BYTES + KV_BYTES + 2048 <= 232448 ? 2 : 1;
+    static constexpr int QB =
+        FA3_FWD_Q_BUFFERS > 1 && NW == 2 && !F8 && 2 * Q_BYTES + KV_BYTES + 2048 <= 232448 ? 2 : 1;
     /* setmaxnreg moves registers only within the CTA's launch allocation: per thread, 65536 / THREADS rounded down to
      * 8 (what ptxas gives under __launch_bounds__(THREADS, 1): 168 at 384 threads, 128 at 512). A request above it
      * never completes: with 32 + 2 x 240 > 3 x 168 the consumers' setmaxnreg.inc waited forever (FA3's 24 / 240 and
@@ -129,20 +131,10 @@ FA_DEV void fa3_pv(float (&o)[D / 2], const uint32_t (&pa)[Bc / (F8 ? 32 : 16)][
     fa3_wgmma_commit();
 }
 
-/* Of every 8 P registers, how many take exp2 on the FMA pipe (fa3_exp2_poly) instead of MUFU, at d = 64 and d = 128
- * (16-bit): MUFU's 16 ex2 per clock per SM take as long as the 256 tensor FLOPs per score at d = 64 (half at 128).
- * 0 (all MUFU: the kernels as before) until an H100 A/B shows a gain. */
-constexpr int FA3F_EXP2_POLY_D64 = 0, FA3F_EXP2_POLY_D128 = 0;
-template <int D, bool F8> FA_DEV constexpr int fa3f_poly() {
-    return F8 ? 0 : D == 64 ? FA3F_EXP2_POLY_D64 : D == 128 ? FA3F_EXP2_POLY_D128 : 0;
-}
-
 /* Mask, then the online-softmax step on S (in place to P, fp32): m_new = max(m, rowmax S); P = exp2(S·scale·log2e −
- * m_new·scale·log2e); l = l·corr + rowsum P (thread-local); corr = exp2((m − m_new)·scale·log2e) is returned for O.
- * POLY of every 8 P registers take exp2 on the FMA pipe (16-bit only: P ≤ 1 there). */
-template <int Bc, bool F8, int POLY = 0>
+ * m_new·scale·log2e); l = l·corr + rowsum P (thread-local); corr = exp2((m − m_new)·scale·log2e) is returned for O. */
+template <int Bc, bool F8>
 FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_rows &R, float cap, float &c0, float &c1) {
-    static_assert(!F8 || POLY == 0, "the FMA-pipe exp2 takes x <= 0: F8's P reaches 2^8");
     constexpr float p_log2 = F8 ? 8.f : 0.f; /* P = 2^p_log2 at the row's max: e4m3's normal range starts at 2^-6, so
                                               * P up to 256 (FA3's max offset) keeps weights down to 2^-17 normal */
     /* the contract's logit test (contract.h): a −inf logit is a weight of 0 and a softcap makes ±inf finite, so an
@@ -191,10 +183,7 @@ FA_DEV void fa3_softmax(float (&sacc)[Bc / 2], int kbase, fa3_rows &R, float cap
 #pragma unroll
     for (int j = 0; j < Bc / 8; j++) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const float x = fmaf(sacc[4 * j + e], R.sl2, e < 2 ? -ms0 : -ms1);
-            sacc[4 * j + e] = fa3_poly_reg(4 * j + e, POLY) ? fa3_exp2_poly(x) : fa3_ex2(x);
-        }
+        for (int e = 0; e < 4; e++) sacc[4 * j + e] = fa3_ex2(fmaf(sacc[4 * j + e], R.sl2, e < 2 ? -ms0 : -ms1));
         ps0 += sacc[4 * j] + sacc[4 * j + 1];
         ps1 += sacc[4 * j + 2] + sacc[4 * j + 3];
     }
@@ -509,7 +498,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
             fa3_wgmma_wait<0>();
             fa3_fence_regs(sacc);
             fa3_release_kv<CL>(fa3_smem(&sm.empty_k[kv % ST]), lane);
-            fa3_softmax<Bc, F8, fa3f_poly<D, F8>()>(sacc, (n_hi - 1) * Bc, R, p.cap, c0, c1);
+            fa3_softmax<Bc, F8>(sacc, (n_hi - 1) * Bc, R, p.cap, c0, c1);
             fa3_pack_p<Bc, F16, F8>(pa, sacc);
             for (int it = 1; it < nblk; it++) {
                 const int g = kv + it, s = g % ST, sp = (g - 1) % ST;
@@ -525,7 +514,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                 fa3_wgmma_wait<1>();
                 fa3_fence_regs(sacc);
                 fa3_release_kv<CL>(fa3_smem(&sm.empty_k[s]), lane);
-                fa3_softmax<Bc, F8, fa3f_poly<D, F8>()>(sacc, (n_hi - 1 - it) * Bc, R, p.cap, c0, c1);
+                fa3_softmax<Bc, F8>(sacc, (n_hi - 1 - it) * Bc, R, p.cap, c0, c1);
                 fa3_wgmma_wait<0>();
                 fa3_fence_regs(o);
                 fa3_fence_regs(pa);

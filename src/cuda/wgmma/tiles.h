@@ -11,12 +11,10 @@ enum { FA3_UNMASKED = 1, FA3_MASKED = 2, FA3_ANY_MASK = 3 };
  * (fa3_tile's WIDE); threads: one producer and two consumer warpgroups, one persistent CTA per SM; f8: e4m3 q, k, v
  * (out f16 or bf16), V transposed first (flash3_fp8.cuh); cl: 2 = also built for 2-CTA clusters sharing K and V
  * (README.md), taken by unmasked fixed-length calls with an even number of query blocks per head (kernel_cl). */
-/* qb: the Q buffers its shared memory holds (fa3_tile::QB, checked): 2 where two fit in 227 KB beside the K/V
- * stages, so that the next tile's Q loads under this one's last GEMMs (README.md; FA_CUDA_FLASH3_QBUF=0: the
- * one-buffer timing), at most FA3_FWD_Q_BUFFERS. */
-/* 1 until the two-buffer kernels have passed test_gpu on a GPU: their first run hung (32 + 2 x 240 registers asked
- * of a CTA launched with 3 x 168, fixed in fa3_tile) and the fix has not run yet; 2 builds them */
-#define FA3_FWD_Q_BUFFERS 1
+/* qb: the Q buffers its shared memory holds (fa3_tile::QB, checked): 2 on the 16-bit two-warpgroup rows where two
+ * fit in 227 KB beside the K/V stages, so that the next tile's Q loads under this one's last GEMMs (README.md;
+ * FA_CUDA_FLASH3_QBUF=0: the one-buffer timing), at most FA3_FWD_Q_BUFFERS (1 builds none: A/B builds). */
+#define FA3_FWD_Q_BUFFERS 2
 #define FA3_QB(N) ((N) < FA3_FWD_Q_BUFFERS ? (N) : FA3_FWD_Q_BUFFERS)
 struct fa3_fwd_row {
     int d, bm, bn, wide, masks, threads, f8;
@@ -28,10 +26,10 @@ struct fa3_fwd_row {
     {D, 128, BN, WIDE, MASKS, 384, 0, SK_MIN, CL, FA3_QB(QB), "cuda.flash3.fwd.wgmma.d" #D ".128x" #BN,           \
      "cuda.flash3.fwd.wgmma.d" #D ".128x" #BN ".cl2", WHY}
 #define FA3_FWD_ROW8(D, BN, WIDE, SK_MIN, WHY)                                                                       \
-    {D, 128, BN, WIDE, FA3_ANY_MASK, 384, 1, SK_MIN, 1, FA3_QB(2), "cuda.flash3.fwd.wgmma.e4m3.d" #D ".128x" #BN, \
+    {D, 128, BN, WIDE, FA3_ANY_MASK, 384, 1, SK_MIN, 1, 1, "cuda.flash3.fwd.wgmma.e4m3.d" #D ".128x" #BN,         \
      nullptr, WHY}
 #define FA3_FWD_ROW3(D, BN, SK_MIN, WHY)                                                                             \
-    {D, 192, BN, 1, FA3_ANY_MASK, 512, 0, SK_MIN, 1, FA3_QB(2), "cuda.flash3.fwd.wgmma.d" #D ".192x" #BN,         \
+    {D, 192, BN, 1, FA3_ANY_MASK, 512, 0, SK_MIN, 1, 1, "cuda.flash3.fwd.wgmma.d" #D ".192x" #BN,                 \
      nullptr, WHY}
 static constexpr fa3_fwd_row fa3_fwd_rows[] = {
     /* three consumer warpgroups at 160 registers: P stays in registers up to 112 keys (128 spill 52 bytes) */

@@ -9,7 +9,8 @@
 # Exits non-zero on any failure.
 # Env: STAGES (default "tests sanitizers python": which parts run), BUILD (default build-cuda), JOBS (default nproc),
 # LOG_DIR (copies of the logs), SANITIZERS (default
-# "memcheck racecheck"; empty = none), SKIP_BUILD=1 (run the binaries already in BUILD, e.g. built on another machine).
+# "memcheck racecheck"; empty = none), SAN_TESTS / SAN_SHARDS (a part of the sanitizer stage, below), SKIP_BUILD=1
+# (run the binaries already in BUILD, e.g. built on another machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off on these machines (docs/ring.md)
@@ -79,7 +80,8 @@ if ! has_stage sanitizers; then
   :
 elif command -v compute-sanitizer >/dev/null; then
   # Every sanitizer run at once (SAN_JOBS at a time): they spend their time in the tool, not on the GPU. test_gpu's
-  # small set is split into TEST_GPU_SHARDS (FA_GPU_TEST_SHARD) runs per tool.
+  # small set is split into TEST_GPU_SHARDS (FA_GPU_TEST_SHARD) runs per tool; SAN_TESTS (default every test below)
+  # and SAN_SHARDS (default all: e.g. "0 1" of 8) pick a part, so that a slow tool's run can be split over calls.
   SAN_JOBS=${SAN_JOBS:-$(nproc)}
   SHARDS=${TEST_GPU_SHARDS:-4}
   san_names=()
@@ -93,9 +95,9 @@ elif command -v compute-sanitizer >/dev/null; then
     san_pids+=($!)
   }
   for tool in ${SANITIZERS-memcheck racecheck}; do
-    for t in test_gpu test_gpu_kvcache test_gpu_empty test_gpu_sinks test_gpu_merge test_gpu_fp8; do
+    for t in ${SAN_TESTS:-test_gpu test_gpu_kvcache test_gpu_empty test_gpu_sinks test_gpu_merge test_gpu_fp8}; do
       if [ "$t" = test_gpu ]; then
-        for ((i = 0; i < SHARDS; i++)); do
+        for i in ${SAN_SHARDS:-$(seq 0 $((SHARDS - 1)))}; do
           san "sanitizer-$tool-$t.$i.log" FA_GPU_TEST_SMALL=1 FA_GPU_TEST_SHARD="$i/$SHARDS" \
             compute-sanitizer --tool "$tool" --error-exitcode 3 "$BUILD/tests/gpu/$t"
         done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU binaries of a CUDA build in one archive, for a GPU host that should not spend its time building: the CLI,
 # tests/gpu/*, bench/bench_bwd_det, stripped, at their build-directory paths, in one xz stream whose large dictionary
-# stores the static library they all contain once (14 binaries: ~14 MB, against ~5-11 MB each compressed alone).
+# stores the static library they all contain once (10 binaries: ~13 MB, against 5-12 MB each compressed alone).
 #   scripts/pack-gpu.sh ARCHIVE [BUILD (default build-cuda)] [FILE...]   (FILE: more binaries, e.g. A/B variants'
 #   CLIs, packed at the top level under their own names)
 # On the GPU host: mkdir B && tar -xJf ARCHIVE -C B, then SKIP_BUILD=1 BUILD=B scripts/test-gpu.sh, or
@@ -18,7 +18,9 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/tests/gpu" "$stage/bench"
 strip -o "$stage/flashattn" "$BUILD/flashattn"
 strip -o "$stage/bench/bench_bwd_det" "$BUILD/bench/bench_bwd_det"
-for t in "$BUILD"/tests/gpu/test_gpu*; do if [ -f "$t" ] && [ -x "$t" ]; then strip -o "$stage/tests/gpu/$(basename "$t")" "$t"; fi; done
+for t in "$BUILD"/tests/gpu/test_gpu*; do
+  if [ -f "$t" ] && [ -x "$t" ]; then strip -o "$stage/tests/gpu/$(basename "$t")" "$t"; fi
+done
 for f in "$@"; do strip -o "$stage/$(basename "$f")" "$f"; done
 tar -cf - -C "$stage" . | xz -T1 -9 --lzma2=preset=9,dict=768MiB >"$ARCHIVE"
 ls -la "$ARCHIVE"

@@ -936,8 +936,8 @@ int main(void) {
      * 1-2 and many key blocks, causal (the dynamic longest-first order), windows, no mask (the static snake, with and
      * without clusters), tiles without keys right after full ones (causal with sq > sk: the longest-first order
      * hands them out last; varlen: empty sequences and tiles past a sequence's end), d = 64 (both rows), 128, 256
-     * (one Q buffer: the early index only). Checked against the oracle on and off, and bit for bit against the three
-     * other settings of FA_CUDA_FLASH3_QBUF / FA_CUDA_FLASH3_EARLY_TILE. */
+     * (rows with one Q buffer: the early index only). Checked against the oracle on and off, and bit for bit against
+     * the three other settings of FA_CUDA_FLASH3_QBUF / FA_CUDA_FLASH3_EARLY_TILE. */
     {
         fa_context *cb[3] = {ctx_flash3_boundary(0, 0), ctx_flash3_boundary(0, 1), ctx_flash3_boundary(1, 1)};
         if (cb[0] && cb[1] && cb[2]) {

@@ -217,7 +217,7 @@ int main(void) {
     fwd8(gpu, 1, 300, 517, 4, 2, 256, T_BSHD, o, FA_DTYPE_BF16, 1);
     o = o0, o.window_left = 40, o.window_right = 7, o.softcap = 15;
     fwd8(gpu, 1, 250, 250, 2, 2, 256, T_BSHD, o, FA_DTYPE_F16, 1);
-    /* more tiles than SMs (the tile boundary: two Q buffers, the next tile's index a tile early): causal with sq > sk
+    /* more tiles than SMs (the tile boundary: the producer's hand-off from one tile to the next): causal with sq > sk
      * (tiles without keys handed out after the full ones), and the static order at d = 256 */
     o = o0, o.causal = 1;
     fwd8(gpu, 1, 1200, 300, 24, 8, 128, T_BSHD, o, FA_DTYPE_BF16, 1);

@@ -16,8 +16,10 @@
  *   - out, lse, dq, dk, dv within the rule of tests/lib/tolerance.h: max|x − ref| ≤ 2·max|standard − ref| + atol
  *     (STANDARD = our cuBLAS path in the same dtype);
  *   - v with a head_dim of its own (dv != dqk): STANDARD runs any pair, the FLASH2 forward and backward the pairs
- *     their tables build ((192, 128), also deterministic), FLASH1 and FLASH3 none (FA_ERR_UNSUPPORTED naming v);
- *     AUTO runs FLASH2 forward and backward for (192, 128), STANDARD for the other pairs;
+ *     their tables build ((192, 128), also deterministic), the FLASH3 forward (192, 128) in 16 bits with
+ *     FA_CUDA_FLASH3_PAIRS=1 (scripts/test-gpu.sh sets it), FLASH1 none (FA_ERR_UNSUPPORTED naming v); AUTO runs
+ *     FLASH3's forward (FLASH2's without the switch) and FLASH2's backward for (192, 128), STANDARD for the other
+ *     pairs;
  *   - FLASH2 and FLASH3 deterministic backward: dq, dk, dv bitwise identical over two runs, the second in another
  *     context (its own workspace); FLASH3's with more key blocks than resident CTAs finishes (det_liveness);
  *   - the FLASH3 forward's 2-CTA cluster instance runs exactly where the plan should pick it, is checked as above,
@@ -98,11 +100,13 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The (dqk, dv) pairs with dv != dqk the mma.sync tables build (src/cuda/mma_sync/tiles.h): (192, 128) for the
- * FLASH2 forward and backward; no FLASH1 or FLASH3 row. */
+/* The (dqk, dv) pairs with dv != dqk the tile tables build (src/cuda/mma_sync/tiles.h, src/cuda/wgmma/tiles.h):
+ * (192, 128) for the FLASH2 forward and backward and, taken with FA_CUDA_FLASH3_PAIRS=1 (read by the contexts at
+ * creation, as here), the FLASH3 forward (16-bit); no FLASH1 row. */
 static int flash_pair_built(fa_algo a, int64_t d, int64_t dv, int backward) {
-    (void)backward;
-    return a == FA_ALGO_FLASH2 && d == 192 && dv == 128;
+    const char *pairs = getenv("FA_CUDA_FLASH3_PAIRS");
+    const int f3 = pairs && atoi(pairs) != 0;
+    return d == 192 && dv == 128 && (a == FA_ALGO_FLASH2 || (a == FA_ALGO_FLASH3 && !backward && f3));
 }
 
 /* Expected: does the CUDA backend run algo a on this case? (nb = 8: the backward's tensors; FLASH3 runs the forward
@@ -112,7 +116,7 @@ static int cuda_runs(fa_algo a, const t_case *c, dbuf **bufs, int nb) {
     const int pair = t_case_dv(c) != c->d;
     if (pair && !flash_pair_built(a, c->d, t_case_dv(c), 0)) return 0;
     if (a == FA_ALGO_FLASH3) { /* varlen, seqused and attention_chunk too */
-        if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256))
+        if (c->dt == FA_DTYPE_F32 || !(pair || c->d == 64 || c->d == 128 || c->d == 256))
             return 0;
         for (int i = 0; i < 4; ++i) /* TMA: 16-byte aligned rows, no broadcast (a zero stride over an extent > 1) */
             if (!aligned16(bufs[i]) || (bufs[i]->t.stride_batch == 0 && bufs[i]->t.batch > 1)) return 0;
@@ -1038,6 +1042,12 @@ int main(void) {
                 run_case(ctx, &c, 0);
                 run_case(ctx, &c, 1);
             }
+        /* more tiles than SMs (the FLASH3 forward's persistent CTAs take several, their stages' phases carried on) */
+        for (int causal = 0; causal < (small ? 0 : 2); ++causal) {
+            t_case c = t_case_make(2, 700, 700, 16, 4, 192, causal ? FA_DTYPE_F16 : FA_DTYPE_BF16);
+            c.dv = 128, c.opts.causal = causal;
+            run_case(ctx, &c, 0);
+        }
         int32_t cq[5], ck[5];
         static const int lq[4] = {17, 0, 130, 64}, lk[4] = {33, 5, 64, 200};
         t_case c = varlen_case(4, lq, lk, 4, 2, 192, FA_DTYPE_BF16, cq, ck);

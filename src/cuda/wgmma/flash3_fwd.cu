@@ -25,9 +25,9 @@ static int fa3_blocks_of(const fa_cuda_params *p, int Br, int Bc, int mb) {
 }
 
 /* An instance's dynamic shared memory limit, set once per device. */
-template <int D, bool WIDE, bool F16, bool F8, int CL> static cudaError_t fa3_smem_attr(size_t smem) {
+template <int D, bool WIDE, bool F16, bool F8, int CL, int DV = D> static cudaError_t fa3_smem_attr(size_t smem) {
     static unsigned char ready[64];
-    return fa_cuda_attr_once(ready, (const void *)fa3_fwd_kernel<D, WIDE, F16, F8, CL>,
+    return fa_cuda_attr_once(ready, (const void *)fa3_fwd_kernel<D, WIDE, F16, F8, CL, DV>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 }
 /* The launch of a CL = 2 instance: clusters of two consecutive CTAs along x. */
@@ -53,9 +53,9 @@ static cudaLaunchConfig_t fa3_cl2_config(int grid, size_t smem, cudaStream_t st,
  * fa3_vt_kernel into the workspace (varlen: one padded Vᵀ per sequence, at the bound max_seqlen_k); F16 is then out's
  * type. CL = 2: the row also has the cluster instance, which runs where the plan says (plan->aux[FA3_FWD_AUX_CL]),
  * its K and V boxes half a block's rows (each CTA loads and multicasts one half). */
-template <int D, bool WIDE, bool F16, bool F8, int CL>
+template <int D, bool WIDE, bool F16, bool F8, int CL, int DV>
 static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t stream) {
-    using T = fa3_tile<D, WIDE, F8>;
+    using T = fa3_tile<D, WIDE, F8, DV>;
     if (p->batch == 0 || p->total_q == 0 || p->sq == 0) return cudaSuccess;
     const bool cl2 = CL == 2 && plan->aux[FA3_FWD_AUX_CL] == 2;
     const int kv_rows = cl2 ? T::Bc / 2 : T::Bc;
@@ -81,9 +81,9 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
     } else if (fa3_map(&tq, p->q, p->dtype, D, p->total_q, p->hq, tb, p->q_ss, p->q_sh, p->q_sb, T::Br)) {
         return cudaErrorInvalidValue;
     } else if (p->cu_q ? fa3_map_ragged(&tk, p->k, p->dtype, D, p->total_k, p->hk, p->k_ss, p->k_sh, T::Bc) ||
-                             fa3_map_ragged(&tv, p->v, p->dtype, D, p->total_k, p->hk, p->v_ss, p->v_sh, T::Bc)
+                             fa3_map_ragged(&tv, p->v, p->dtype, DV, p->total_k, p->hk, p->v_ss, p->v_sh, T::Bc)
                        : fa3_map(&tk, p->k, p->dtype, D, p->total_k, p->hk, tb, p->k_ss, p->k_sh, p->k_sb, kv_rows) ||
-                             fa3_map(&tv, p->v, p->dtype, D, p->total_k, p->hk, tb, p->v_ss, p->v_sh, p->v_sb, kv_rows)) {
+                             fa3_map(&tv, p->v, p->dtype, DV, p->total_k, p->hk, tb, p->v_ss, p->v_sh, p->v_sb, kv_rows)) {
         return cudaErrorInvalidValue; /* varlen: ragged K and V maps (the producer's boxes stop at a sequence's keys) */
     }
     fa3_kparams kp;
@@ -118,7 +118,7 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
     kp.q_ahead = plan->aux[FA3_FWD_AUX_QBUF] == 2; /* the plan's: the row's qb (tiles.h), or 1 */
     kp.early = plan->aux[FA3_FWD_AUX_EARLY] != 0;
     if (fa3_masked(p) && p->tile_counter) { /* tiles differ in work: longest first, dynamically (the .cuh) */
-        kp.sec_heads = fa3_l2_section((F8 ? 2.0 : 4.0) * (double)p->sk * D, kp.bh); /* K and V of a head */
+        kp.sec_heads = fa3_l2_section((F8 ? 1.0 : 2.0) * (double)p->sk * (D + DV), kp.bh); /* K and V of a head */
         kp.mb_up = fa3_blocks_of(p, T::Br, T::Bc, 0) > fa3_blocks_of(p, T::Br, T::Bc, kp.nmb - 1);
         kp.counter = p->tile_counter;
     }
@@ -134,9 +134,9 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
             return e != cudaSuccess ? e : cudaGetLastError();
         }
     }
-    const cudaError_t e = fa3_smem_attr<D, WIDE, F16, F8, 1>(smem);
+    const cudaError_t e = fa3_smem_attr<D, WIDE, F16, F8, 1, DV>(smem);
     if (e != cudaSuccess) return e;
-    fa3_fwd_kernel<D, WIDE, F16, F8><<<plan->grid[0], plan->threads, smem, stream>>>(tq, tk, tv, kp);
+    fa3_fwd_kernel<D, WIDE, F16, F8, 1, DV><<<plan->grid[0], plan->threads, smem, stream>>>(tq, tk, tv, kp);
     return cudaGetLastError();
 }
 
@@ -144,13 +144,13 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
 template <int R> static int fa3_fwd_inst(fa_cuda_instance *k) {
     constexpr fa3_fwd_row r = fa3_fwd_rows[R];
     constexpr bool W = r.wide, F8 = r.f8;
-    using T = fa3_tile<r.d, W, F8>;
+    using T = fa3_tile<r.d, W, F8, r.dv>;
     static_assert(T::Br == r.bm && T::Bc == r.bn && T::THREADS == r.threads, "the row is its instance's tile");
-    static_assert(r.cl == 1 || (r.cl == 2 && !F8), "clusters: 16-bit rows only");
+    static_assert(r.cl == 1 || (r.cl == 2 && !F8 && r.dv == r.d), "clusters: 16-bit rows of one head dim only");
     static_assert(r.qb == T::QB, "the row's Q buffers are the ones its shared memory holds");
-    static_assert(sizeof(fa3_shared<r.d, W, F8>) + 1024 <= 232448, "the opt-in 227 KB of shared memory a block");
-    k->f16 = fa3_launch<r.d, W, true, F8, r.cl>, k->bf16 = fa3_launch<r.d, W, false, F8, r.cl>;
-    k->smem = sizeof(fa3_shared<r.d, W, F8>) + 1024;
+    static_assert(sizeof(fa3_shared<r.d, W, F8, r.dv>) + 1024 <= 232448, "the opt-in 227 KB of shared memory a block");
+    k->f16 = fa3_launch<r.d, W, true, F8, r.cl, r.dv>, k->bf16 = fa3_launch<r.d, W, false, F8, r.cl, r.dv>;
+    k->smem = sizeof(fa3_shared<r.d, W, F8, r.dv>) + 1024;
     return 1;
 }
 
@@ -175,11 +175,11 @@ template <int R> static int fa3_fwd_clusters_of() {
     }
 }
 extern "C" int fa_flash3_fwd_clusters(int row, int device) {
-    static int (*const of[8])(void) = {fa3_fwd_clusters_of<0>, fa3_fwd_clusters_of<1>, fa3_fwd_clusters_of<2>,
+    static int (*const of[9])(void) = {fa3_fwd_clusters_of<0>, fa3_fwd_clusters_of<1>, fa3_fwd_clusters_of<2>,
                                        fa3_fwd_clusters_of<3>, fa3_fwd_clusters_of<4>, fa3_fwd_clusters_of<5>,
-                                       fa3_fwd_clusters_of<6>, fa3_fwd_clusters_of<7>};
-    static int known[64][8]; /* the count + 1; a race stores the same value twice */
-    if (row < 0 || row >= 8 || device < 0 || device >= 64) return 0;
+                                       fa3_fwd_clusters_of<6>, fa3_fwd_clusters_of<7>, fa3_fwd_clusters_of<8>};
+    static int known[64][9]; /* the count + 1; a race stores the same value twice */
+    if (row < 0 || row >= 9 || device < 0 || device >= 64) return 0;
     if (!known[device][row]) {
         int prev = 0;
         if (cudaGetDevice(&prev) != cudaSuccess || (prev != device && cudaSetDevice(device) != cudaSuccess)) {
@@ -191,7 +191,7 @@ extern "C" int fa_flash3_fwd_clusters(int row, int device) {
     }
     return known[device][row] - 1;
 }
-static_assert(sizeof fa3_fwd_rows / sizeof fa3_fwd_rows[0] == 8, "one case per row of fa3_fwd_rows");
+static_assert(sizeof fa3_fwd_rows / sizeof fa3_fwd_rows[0] == 9, "one case per row of fa3_fwd_rows");
 extern "C" int fa_flash3_fwd_instance(int row, fa_cuda_instance *k) {
     switch (row) {
     case 0: return fa3_fwd_inst<0>(k);
@@ -202,6 +202,7 @@ extern "C" int fa_flash3_fwd_instance(int row, fa_cuda_instance *k) {
     case 5: return fa3_fwd_inst<5>(k);
     case 6: return fa3_fwd_inst<6>(k);
     case 7: return fa3_fwd_inst<7>(k);
+    case 8: return fa3_fwd_inst<8>(k);
     default: return 0;
     }
 }

@@ -33,7 +33,7 @@
  * Bc = 128 (one 128-byte panel of Vᵀ's keys) or WIDE 192 (S, O and P in 184 registers; FA3's 224 spills here); 96
  * at d = 256 (188; 128 spills). DP: a row's 16-bit columns, d/2 for e4m3 (its tiles are laid out as 16-bit ones of
  * half the columns: the same bytes, panels and swizzle). */
-template <int D, bool WIDE, bool F8 = false> struct fa3_tile {
+template <int D, bool WIDE, bool F8 = false, int DV = D> struct fa3_tile {
     static constexpr int NW = D == 64 && WIDE && !F8 ? 3 : 2; /* consumer warpgroups, 64 query rows each */
     static constexpr int Br = 64 * NW;
     static constexpr int Bc = F8 ? (D == 256 ? 96 : WIDE ? 192 : 128)
@@ -41,8 +41,10 @@ template <int D, bool WIDE, bool F8 = false> struct fa3_tile {
     static constexpr int ST = 2;
     static constexpr int THREADS = 128 * (NW + 1);
     static constexpr int DP = F8 ? D / 2 : D;
-    /* a V stage in 16-bit words: F8 holds whole 128-key panels of Vᵀ (D rows each; keys past Bc are loaded, unused) */
-    static constexpr int VS = F8 ? D * ((Bc + 127) / 128) * 64 : Bc * DP;
+    /* a V stage in 16-bit words: F8 holds whole 128-key panels of Vᵀ (D rows each; keys past Bc are loaded, unused);
+     * DV: v's head dim (MLA's pairs, 16-bit only) */
+    static_assert(DV == D || (!F8 && DV % 64 == 0 && DV < D), "a V head dim of its own: 16-bit, 64-column panels");
+    static constexpr int VS = F8 ? D * ((Bc + 127) / 128) * 64 : Bc * DV;
     /* Q buffers: two where they fit in 227 KB beside the K/V stages (+ 1024 B of barriers and 1024 of alignment
      * slack), so that the producer loads the next tile's Q while the consumers still read this one's (README.md):
      * d = 64 and 128 with 128 keys (H200, bf16: causal 512-2k 1.03-1.09x, long sequences even); one at d = 128 x 176
@@ -63,8 +65,8 @@ template <int D, bool WIDE, bool F8 = false> struct fa3_tile {
     static_assert(PRODUCER_REGS + NW * CONSUMER_REGS <= (NW + 1) * LAUNCH_REGS, "the CTA's launch registers");
 };
 
-template <int D, bool WIDE, bool F8 = false> struct alignas(1024) fa3_shared {
-    using T = fa3_tile<D, WIDE, F8>;
+template <int D, bool WIDE, bool F8 = false, int DV = D> struct alignas(1024) fa3_shared {
+    using T = fa3_tile<D, WIDE, F8, DV>;
     uint16_t q[T::QB][T::Br * T::DP]; /* Q phase qi in slot qi % QB */
     uint16_t k[T::ST][T::Bc * T::DP];
     uint16_t v[T::ST][T::VS]; /* F8: Vᵀ, panels of D rows x 128 keys */
@@ -315,23 +317,24 @@ template <bool F8> FA_DEV void fa3_descales(const fa3_kparams &p, const fa3_work
 
 /* The schedule: intra-warpgroup overlap plus ping-pong between the warpgroups (README.md; the serial and the
  * overlap-only schedules measured slower: bench/lab/flash3/results). */
-/* F8: e4m3 q, k, v (tv maps Vᵀ, flash3_fp8.cuh); F16 then says out's type. CL = 2: launched in clusters of two
+/* DV: v's and out's head dim where it differs from q's and k's (MLA's pairs, 16-bit): V stages and O of DV columns.
+ * F8: e4m3 q, k, v (tv maps Vᵀ, flash3_fp8.cuh); F16 then says out's type. CL = 2: launched in clusters of two
  * CTAs that share the loads of Kj and Vj (16-bit, unmasked, fixed lengths; README.md): each producer loads half of
  * a block's rows (tk and tv then have boxes of Bc/2 rows) and multicasts them to both CTAs, so a stage is free
  * only once the consumers of both have released it. */
-template <int D, bool WIDE, bool F16, bool F8, int CL = 1>
-__global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
+template <int D, bool WIDE, bool F16, bool F8, int CL = 1, int DV = D>
+__global__ void __launch_bounds__(fa3_tile<D, WIDE, F8, DV>::THREADS, 1)
     fa3_fwd_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                    const __grid_constant__ CUtensorMap tv, const fa3_kparams p) {
-    using T = fa3_tile<D, WIDE, F8>;
+    using T = fa3_tile<D, WIDE, F8, DV>;
     constexpr int Br = T::Br, Bc = T::Bc, ST = T::ST, DP = T::DP, KS = F8 ? 32 : 16;
     constexpr uint32_t KV_STAGE = Bc * DP * 2, V_STAGE = T::VS * 2; /* bytes of a K and of a V stage */
     /* a half block's box starts at a whole 8-row swizzle atom, so it is laid out as in the whole block */
     static_assert(CL == 1 || (CL == 2 && !F8 && Bc % 16 == 0), "2-CTA clusters: 16-bit, Bc/2 a multiple of 8");
     constexpr int HB = Bc / CL; /* rows of the K and V boxes a producer loads */
     extern __shared__ uint8_t fa3_smem_raw[];
-    fa3_shared<D, WIDE, F8> &sm =
-        *reinterpret_cast<fa3_shared<D, WIDE, F8> *>(((uintptr_t)fa3_smem_raw + 1023) & ~(uintptr_t)1023);
+    fa3_shared<D, WIDE, F8, DV> &sm =
+        *reinterpret_cast<fa3_shared<D, WIDE, F8, DV> *>(((uintptr_t)fa3_smem_raw + 1023) & ~(uintptr_t)1023);
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < T::QB; s++) {
@@ -428,7 +431,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                                           w.b);
                     } else {
 #pragma unroll
-                        for (int c = 0; c < D / 64; c++)
+                        for (int c = 0; c < DV / 64; c++)
                             fa3_kv_box<CL>(fa3_smem(sm.v[s]) + c * Bc * 128 + half, &tv, fv, 64 * c, ky, hk, kz);
                     }
                 }
@@ -476,9 +479,9 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
             fa_chunk_keys32(w.m0 - Br + w.sk - w.sq, w.m0 - 1 + w.sk - w.sq, p.chunk, &plo, &phi);
             if (phi > plo) R.n_test = (phi + Bc - 1) / Bc * Bc; /* in keys, as kbase */
         }
-        float o[D / 2];
+        float o[DV / 2];
 #pragma unroll
-        for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+        for (int i = 0; i < DV / 2; i++) o[i] = 0.f;
         float sacc[Bc / 2];
         uint32_t pa[Bc / KS][4];
         float c0, c1;
@@ -509,7 +512,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                 fa3_bar_wait(fa3_smem(&sm.full_v[sp]), php);
                 fa3_fence_regs(o);
                 fa3_fence_regs(pa);
-                fa3_pv<D, Bc, F16, F8>(o, pa, v0 + sp * V_STAGE);
+                fa3_pv<DV, Bc, F16, F8>(o, pa, v0 + sp * V_STAGE);
                 fa3_named_arrive(other_turn, 256);
                 fa3_wgmma_wait<1>();
                 fa3_fence_regs(sacc);
@@ -519,7 +522,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
                 fa3_fence_regs(o);
                 fa3_fence_regs(pa);
                 fa3_release_kv<CL>(fa3_smem(&sm.empty_v[sp]), lane);
-                fa3_rescale<D>(o, c0, c1);
+                fa3_rescale<DV>(o, c0, c1);
                 fa3_pack_p<Bc, F16, F8>(pa, sacc);
             }
             /* every S GEMM of the tile has completed: the producer may load the slot's next Qi */
@@ -529,7 +532,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
             fa3_bar_wait(fa3_smem(&sm.full_v[s]), (g / ST) & 1);
             fa3_fence_regs(o);
             fa3_fence_regs(pa);
-            fa3_pv<D, Bc, F16, F8>(o, pa, v0 + s * V_STAGE);
+            fa3_pv<DV, Bc, F16, F8>(o, pa, v0 + s * V_STAGE);
             /* the last warpgroup's last turn of the tile is not passed on: each sync has one arrive */
             if (cw < T::NW - 1) fa3_named_arrive(other_turn, 256);
             fa3_wgmma_wait<0>();
@@ -566,7 +569,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
         if (r0 < w.sq) {
             uint16_t *orow = ob + (int64_t)r0 * p.o_row_stride;
 #pragma unroll
-            for (int j = 0; j < D / 8; j++) {
+            for (int j = 0; j < DV / 8; j++) {
                 const uint32_t x = fa3_pack<F16>(o[4 * j] * inv0, o[4 * j + 1] * inv0);
                 *reinterpret_cast<uint32_t *>(orow + 8 * j) = x;
                 nf |= fa3_exp_carry<F16>(x);
@@ -575,7 +578,7 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8>::THREADS, 1)
         if (r1 < w.sq) {
             uint16_t *orow = ob + (int64_t)r1 * p.o_row_stride;
 #pragma unroll
-            for (int j = 0; j < D / 8; j++) {
+            for (int j = 0; j < DV / 8; j++) {
                 const uint32_t x = fa3_pack<F16>(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
                 *reinterpret_cast<uint32_t *>(orow + 8 * j) = x;
                 nf |= fa3_exp_carry<F16>(x);

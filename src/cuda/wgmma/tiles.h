@@ -1,5 +1,5 @@
-/* The FLASH3 forward's tile table: data, one row per built (head dim, key block). The plan takes a head dim's first
- * row whose masks include the call's; flash3_fwd.cu reaches the row's template instance through a plain switch on
+/* The FLASH3 forward's tile table: data, one row per built (head dims, key block). The plan takes the first row of
+ * the call's (d, dv) whose masks include the call's; flash3_fwd.cu reaches the row's template instance through a plain switch on
  * the row index (and checks the numbers against fa3_tile), so the head dims FLASH3 supports are the ones listed here.
  * Figures: H200, bf16, TFLOP/s at 16k tokens (README.md beside this file has the sweep). */
 #ifndef FA_CUDA_WGMMA_TILES_H
@@ -17,20 +17,24 @@ enum { FA3_UNMASKED = 1, FA3_MASKED = 2, FA3_ANY_MASK = 3 };
 #define FA3_FWD_Q_BUFFERS 2
 #define FA3_QB(N) ((N) < FA3_FWD_Q_BUFFERS ? (N) : FA3_FWD_Q_BUFFERS)
 struct fa3_fwd_row {
-    int d, bm, bn, wide, masks, threads, f8;
+    int d, dv, bm, bn, wide, masks, threads, f8; /* dv: v's and out's head dim (MLA's 192 / 128), else d */
     int sk_min; /* taken only from this many keys on (seqlen_k; varlen: max_seqlen_k) */
     int cl, qb;
     const char *kernel, *kernel_cl, *why;
 };
 #define FA3_FWD_ROW(D, BN, WIDE, MASKS, SK_MIN, CL, QB, WHY)                                                         \
-    {D, 128, BN, WIDE, MASKS, 384, 0, SK_MIN, CL, FA3_QB(QB), "cuda.flash3.fwd.wgmma.d" #D ".128x" #BN,           \
+    {D, D, 128, BN, WIDE, MASKS, 384, 0, SK_MIN, CL, FA3_QB(QB), "cuda.flash3.fwd.wgmma.d" #D ".128x" #BN,        \
      "cuda.flash3.fwd.wgmma.d" #D ".128x" #BN ".cl2", WHY}
 #define FA3_FWD_ROW8(D, BN, WIDE, SK_MIN, WHY)                                                                       \
-    {D, 128, BN, WIDE, FA3_ANY_MASK, 384, 1, SK_MIN, 1, 1, "cuda.flash3.fwd.wgmma.e4m3.d" #D ".128x" #BN,         \
+    {D, D, 128, BN, WIDE, FA3_ANY_MASK, 384, 1, SK_MIN, 1, 1, "cuda.flash3.fwd.wgmma.e4m3.d" #D ".128x" #BN,      \
      nullptr, WHY}
 #define FA3_FWD_ROW3(D, BN, SK_MIN, WHY)                                                                             \
-    {D, 192, BN, 1, FA3_ANY_MASK, 512, 0, SK_MIN, 1, 1, "cuda.flash3.fwd.wgmma.d" #D ".192x" #BN,                 \
+    {D, D, 192, BN, 1, FA3_ANY_MASK, 512, 0, SK_MIN, 1, 1, "cuda.flash3.fwd.wgmma.d" #D ".192x" #BN,              \
      nullptr, WHY}
+/* v's head dim of its own (dv < d): Q and K tiles of d columns, V and O of dv (MLA's 192 / 128: Q 48 KB and two
+ * stages of K 48 KB + V 32 KB, one Q buffer) */
+#define FA3_FWD_ROWV(D, DV, BN, WHY)                                                                                 \
+    {D, DV, 128, BN, 0, FA3_ANY_MASK, 384, 0, 0, 1, 1, "cuda.flash3.fwd.wgmma.d" #D "v" #DV ".128x" #BN, nullptr, WHY}
 static constexpr fa3_fwd_row fa3_fwd_rows[] = {
     /* three consumer warpgroups at 160 registers: P stays in registers up to 112 keys (128 spill 52 bytes) */
     FA3_FWD_ROW3(64, 112, 4096, "H100, 16k: 492 vs 441, causal 463 vs 440 against 128 x 128; 4k even; 1k 295 vs 327"),
@@ -47,10 +51,13 @@ static constexpr fa3_fwd_row fa3_fwd_rows[] = {
     FA3_FWD_ROW8(128, 192, 1, 4096, "H100, 16k: 827 vs 790, causal 807 vs 780 against 128 keys; even at 4k"),
     FA3_FWD_ROW8(128, 128, 0, 0, "H100, 1k: 483 vs 445, causal 310 vs 294 against 192 keys"),
     FA3_FWD_ROW8(256, 96, 0, 0, "128 keys spill 28 bytes (S, O and P: 208 registers); Vᵀ's panel three quarters used"),
+    /* S (64) + O (64) + P (32) registers; 176 keys leave no room for a second K/V stage */
+    FA3_FWD_ROWV(192, 128, 128, "MLA's pair: the (128, 128) row's loop with 192-column Q and K tiles"),
 };
 #undef FA3_FWD_ROW
 #undef FA3_FWD_ROW8
 #undef FA3_FWD_ROW3
+#undef FA3_FWD_ROWV
 
 /* The FLASH3 backward's rows: one CTA per Bc = bn keys of one K/V head, walking Br = bm query rows per step;
  * Br = 128 at d = 64 (FA3's tile), 64 at d = 128 (dK, dV, Sᵀ and dPᵀ in 240 registers), 64 x 64 at d = 256 with the

@@ -36,8 +36,9 @@ template <int D> struct alignas(1024) fa3b_shared {
  * query rows = 2048 B, the next 64 columns of D are Br x 128 B further. */
 template <int D, int Br, bool F16>
 FA_DEV void fa3b_rs(float (&acc)[D / 2], const uint32_t (&a)[Br / 16][4], uint32_t b_base) {
+    const fa3_operand B(b_base, Br * 128, 1024);
 #pragma unroll
-    for (int kk = 0; kk < Br / 16; kk++) fa_wgmma_rs<D, F16>(acc, a[kk], fa3_desc(b_base + kk * 2048, Br * 128, 1024), 1);
+    for (int kk = 0; kk < Br / 16; kk++) fa_wgmma_rs<D, F16>(acc, a[kk], B.at(kk * 2048), 1);
 }
 
 template <int D, bool F16, bool DET, bool VARLEN>
@@ -69,7 +70,7 @@ __global__ void __launch_bounds__(384, 1)
     __syncthreads();
     const fa3b_kparams &p = fa3b_params<VARLEN>(pk, sm.kp);
 
-    const int wg = threadIdx.x / 128;
+    const int wg = fa3_warpgroup(); /* warp-uniform: the addresses made from it stay in uniform registers */
     if (wg == 0) {
         fa3_regs_dec<24>();
         if (threadIdx.x == 0) {
@@ -162,8 +163,8 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int kk = 0; kk < Bc / 16; kk++) {
             const uint32_t a_off = Br == 128 ? cw * Bc * 128 : 0, b_off = Br == 128 ? 0 : cw * Bc * 128;
-            fa_wgmma_sstt<NQN, F16>(dq, fa3_desc(ds_base + a_off + kk * 2048, Bc * 128, 1024),
-                                    fa3_desc(k_base + b_off + kk * 2048, Bc * 128, 1024), kk > 0);
+            const fa3_operand A(ds_base + a_off, Bc * 128, 1024), B(k_base + b_off, Bc * 128, 1024);
+            fa_wgmma_sstt<NQN, F16>(dq, A.at(kk * 2048), B.at(kk * 2048), kk > 0);
         }
         fa3_wgmma_commit();
         fa3b_rs<D, Br, F16>(dk, dsa, q_base); /* dKj += dSᵀ Qi */

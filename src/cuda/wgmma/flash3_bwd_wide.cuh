@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(384, 1)
     __syncthreads();
     const fa3b_kparams &p = fa3b_params<VARLEN>(pk, sm.kp);
 
-    const int wg = threadIdx.x / 128;
+    const int wg = fa3_warpgroup(); /* warp-uniform: the addresses made from it stay in uniform registers */
     if (wg == 0) {
         fa3_regs_dec<24>();
         if (threadIdx.x == 0) {
@@ -142,20 +142,23 @@ __global__ void __launch_bounds__(384, 1)
          * columns of Qi, dOi (panels 2w, 2w + 1), MN-major: a k16 slice is 16 query rows */
         fa3_wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < Br / 16; kk++) /* dKj += dSᵀ Qi */
-            fa_wgmma_sst<H, F16>(dk, fa3_desc(ds_base + kk * 32, 16, 1024),
-                                 fa3_desc(q_base + 2 * cw * Br * 128 + kk * 2048, Br * 128, 1024), 1);
+        for (int kk = 0; kk < Br / 16; kk++) { /* dKj += dSᵀ Qi */
+            const fa3_operand A(ds_base, 16, 1024), B(q_base + 2 * cw * Br * 128, Br * 128, 1024);
+            fa_wgmma_sst<H, F16>(dk, A.at(kk * 32), B.at(kk * 2048), 1);
+        }
         fa3_wgmma_commit();
 #pragma unroll
-        for (int kk = 0; kk < Br / 16; kk++) /* dVj += Pᵀ dOi */
-            fa_wgmma_sst<H, F16>(dv, fa3_desc(pt_base + kk * 32, 16, 1024),
-                                 fa3_desc(do_base + 2 * cw * Br * 128 + kk * 2048, Br * 128, 1024), 1);
+        for (int kk = 0; kk < Br / 16; kk++) { /* dVj += Pᵀ dOi */
+            const fa3_operand A(pt_base, 16, 1024), B(do_base + 2 * cw * Br * 128, Br * 128, 1024);
+            fa_wgmma_sst<H, F16>(dv, A.at(kk * 32), B.at(kk * 2048), 1);
+        }
         fa3_wgmma_commit();
         float dq[NQ];
 #pragma unroll
-        for (int kk = 0; kk < Bc / 16; kk++) /* dQi = dS Kj: A = dS, B = Kj's columns, both MN-major */
-            fa_wgmma_sstt<NQN, F16>(dq, fa3_desc(ds_base + kk * 2048, Bc * 128, 1024),
-                                    fa3_desc(k_base + 2 * cw * Bc * 128 + kk * 2048, Bc * 128, 1024), kk > 0);
+        for (int kk = 0; kk < Bc / 16; kk++) { /* dQi = dS Kj: A = dS, B = Kj's columns, both MN-major */
+            const fa3_operand A(ds_base, Bc * 128, 1024), B(k_base + 2 * cw * Bc * 128, Bc * 128, 1024);
+            fa_wgmma_sstt<NQN, F16>(dq, A.at(kk * 2048), B.at(kk * 2048), kk > 0);
+        }
         fa3_wgmma_commit();
         fa3_wgmma_wait<2>();
         fa3_fence_regs(dk);

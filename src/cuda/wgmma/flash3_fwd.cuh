@@ -122,13 +122,13 @@ template <int D, int Bc, bool F16, bool F8 = false>
 FA_DEV void fa3_pv(float (&o)[D / 2], const uint32_t (&pa)[Bc / (F8 ? 32 : 16)][4], uint32_t v_base) {
     fa3_wgmma_fence();
     if constexpr (F8) {
+        const fa3_operand V(v_base, 16, 1024);
 #pragma unroll
-        for (int kk = 0; kk < Bc / 32; kk++)
-            fa_wgmma_rs8<D>(o, pa[kk], fa3_desc(v_base + (kk / 4) * D * 128 + (kk % 4) * 32, 16, 1024), 1);
+        for (int kk = 0; kk < Bc / 32; kk++) fa_wgmma_rs8<D>(o, pa[kk], V.at((kk / 4) * D * 128 + (kk % 4) * 32), 1);
     } else {
+        const fa3_operand V(v_base, Bc * 128, 1024);
 #pragma unroll
-        for (int kk = 0; kk < Bc / 16; kk++)
-            fa_wgmma_rs<D, F16>(o, pa[kk], fa3_desc(v_base + kk * 2048, Bc * 128, 1024), 1);
+        for (int kk = 0; kk < Bc / 16; kk++) fa_wgmma_rs<D, F16>(o, pa[kk], V.at(kk * 2048), 1);
     }
     fa3_wgmma_commit();
 }
@@ -362,7 +362,9 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8, DV>::THREADS, 1)
      * With two Q slots the next tile's Q (and, as stages free, its first K/V blocks) loads while the consumers still
      * work on this tile: its slot was released at the end of the tile before. */
     constexpr int QSH = T::QB - 1;
-    const int wg = threadIdx.x / 128;
+    /* warp-uniform with FA3_UNIFORM_DESC (ptx.cuh); F8 keeps the plain division (uniform, ptxas spilled 12 bytes at
+     * d = 128 x 192) */
+    const int wg = F8 ? (int)(threadIdx.x / 128) : fa3_warpgroup();
     if (wg == 0) {
         fa3_regs_dec<T::PRODUCER_REGS>();
         if (threadIdx.x == 0) {
@@ -448,7 +450,10 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8, DV>::THREADS, 1)
     for (;;) {
         const int qs = qi & QSH;
         fa3_bar_wait(fa3_smem(&sm.full_q[qs]), (qi >> QSH) & 1);
-        const int tile = atomicOr(&sm.tile[qs], 0);
+        /* FA3_UNIFORM_DESC: one value for the warp, and said so (a shfl from lane 0), so that the tile's key blocks,
+         * the stage indices and the shared addresses they give are warp-uniform too (F8: not, as wg) */
+        int tile = atomicOr(&sm.tile[qs], 0);
+        if constexpr (!F8 && FA3_UNIFORM_DESC) tile = __shfl_sync(0xffffffffu, tile, 0);
         if (tile >= p.ntiles) break;
         const uint32_t q_base = fa3_smem(sm.q[qs]) + cw * 64 * 128, empty_q = fa3_smem(&sm.empty_q[qs]);
         const fa3_work w = fa3_work_at<Br, Bc, CL == 2>(tile, p);

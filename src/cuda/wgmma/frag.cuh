@@ -16,10 +16,11 @@
 template <int D, int N, int A_ROWS, int B_ROWS, bool F16, bool F8 = false>
 FA_DEV void fa3_gemm_abt(float (&acc)[N / 2], uint32_t a_base, uint32_t b_base) {
     fa3_wgmma_fence();
+    const fa3_operand A(a_base, 16, 1024), B(b_base, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
-        const uint64_t da = fa3_desc(a_base + (kk / 4) * A_ROWS * 128 + (kk % 4) * 32, 16, 1024);
-        const uint64_t db = fa3_desc(b_base + (kk / 4) * B_ROWS * 128 + (kk % 4) * 32, 16, 1024);
+        const uint64_t da = A.at((kk / 4) * A_ROWS * 128 + (kk % 4) * 32);
+        const uint64_t db = B.at((kk / 4) * B_ROWS * 128 + (kk % 4) * 32);
         if constexpr (F8)
             fa_wgmma_ss8<N>(acc, da, db, kk > 0);
         else

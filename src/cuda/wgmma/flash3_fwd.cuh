@@ -362,8 +362,8 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8, DV>::THREADS, 1)
      * With two Q slots the next tile's Q (and, as stages free, its first K/V blocks) loads while the consumers still
      * work on this tile: its slot was released at the end of the tile before. */
     constexpr int QSH = T::QB - 1;
-    /* warp-uniform with FA3_UNIFORM_DESC (ptx.cuh); F8 keeps the plain division (uniform, ptxas spilled 12 bytes at
-     * d = 128 x 192) */
+    /* warp-uniform with FA3_UNIFORM_DESC (ptx.cuh); F8 keeps the plain division (a uniform one made ptxas spill
+     * 4-12 bytes at d = 128 x 192 and 256 x 96) */
     const int wg = F8 ? (int)(threadIdx.x / 128) : fa3_warpgroup();
     if (wg == 0) {
         fa3_regs_dec<T::PRODUCER_REGS>();
@@ -451,9 +451,9 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8, DV>::THREADS, 1)
         const int qs = qi & QSH;
         fa3_bar_wait(fa3_smem(&sm.full_q[qs]), (qi >> QSH) & 1);
         /* FA3_UNIFORM_DESC: one value for the warp, and said so (a shfl from lane 0), so that the tile's key blocks,
-         * the stage indices and the shared addresses they give are warp-uniform too (F8: not, as wg) */
+         * the stage indices and the shared addresses they give are warp-uniform too */
         int tile = atomicOr(&sm.tile[qs], 0);
-        if constexpr (!F8 && FA3_UNIFORM_DESC) tile = __shfl_sync(0xffffffffu, tile, 0);
+        if constexpr (FA3_UNIFORM_DESC) tile = __shfl_sync(0xffffffffu, tile, 0);
         if (tile >= p.ntiles) break;
         const uint32_t q_base = fa3_smem(sm.q[qs]) + cw * 64 * 128, empty_q = fa3_smem(&sm.empty_q[qs]);
         const fa3_work w = fa3_work_at<Br, Bc, CL == 2>(tile, p);

@@ -80,10 +80,11 @@ static cudaError_t fa3_launch(const fa_cuda_params *p, const fa_plan *plan, cuda
             return cudaErrorInvalidValue;
     } else if (fa3_map(&tq, p->q, p->dtype, D, p->total_q, p->hq, tb, p->q_ss, p->q_sh, p->q_sb, T::Br)) {
         return cudaErrorInvalidValue;
-    } else if (p->cu_q ? fa3_map_ragged(&tk, p->k, p->dtype, D, p->total_k, p->hk, p->k_ss, p->k_sh, T::Bc) ||
-                             fa3_map_ragged(&tv, p->v, p->dtype, DV, p->total_k, p->hk, p->v_ss, p->v_sh, T::Bc)
-                       : fa3_map(&tk, p->k, p->dtype, D, p->total_k, p->hk, tb, p->k_ss, p->k_sh, p->k_sb, kv_rows) ||
-                             fa3_map(&tv, p->v, p->dtype, DV, p->total_k, p->hk, tb, p->v_ss, p->v_sh, p->v_sb, kv_rows)) {
+    } else if (p->cu_q
+                   ? fa3_map_ragged(&tk, p->k, p->dtype, D, p->total_k, p->hk, p->k_ss, p->k_sh, T::Bc) ||
+                         fa3_map_ragged(&tv, p->v, p->dtype, DV, p->total_k, p->hk, p->v_ss, p->v_sh, T::Bc)
+                   : fa3_map(&tk, p->k, p->dtype, D, p->total_k, p->hk, tb, p->k_ss, p->k_sh, p->k_sb, kv_rows) ||
+                         fa3_map(&tv, p->v, p->dtype, DV, p->total_k, p->hk, tb, p->v_ss, p->v_sh, p->v_sb, kv_rows)) {
         return cudaErrorInvalidValue; /* varlen: ragged K and V maps (the producer's boxes stop at a sequence's keys) */
     }
     fa3_kparams kp;

@@ -1,6 +1,7 @@
 /* The FLASH3 forward's tile table: data, one row per built (head dims, key block). The plan takes the first row of
- * the call's (d, dv) whose masks include the call's; flash3_fwd.cu reaches the row's template instance through a plain switch on
- * the row index (and checks the numbers against fa3_tile), so the head dims FLASH3 supports are the ones listed here.
+ * the call's (d, dv) whose masks include the call's; flash3_fwd.cu reaches the row's template instance through a
+ * plain switch on the row index (and checks the numbers against fa3_tile), so the head dims FLASH3 supports are the
+ * ones listed here.
  * Figures: H200, bf16, TFLOP/s at 16k tokens (README.md beside this file has the sweep). */
 #ifndef FA_CUDA_WGMMA_TILES_H
 #define FA_CUDA_WGMMA_TILES_H

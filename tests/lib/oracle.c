@@ -271,12 +271,12 @@ fa_status t_oracle_backward(const fa_attn_opts *opts, const fa_tensor *q, const 
 
 fa_status t_oracle_backward_mag(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                                 const fa_tensor *dout, double *dq, double *dk, double *dv, double *dv_mag) {
-    return t_oracle_backward_sinks(opts, q, k, v, dout, dq, dk, dv, dv_mag, NULL);
+    return t_oracle_backward_sinks(opts, q, k, v, dout, dq, dk, dv, dv_mag, NULL, NULL);
 }
 
 fa_status t_oracle_backward_sinks(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                                   const fa_tensor *dout, double *dq, double *dk, double *dvo, double *dv_mag,
-                                  double *dsinks) {
+                                  double *dsinks, double *dsinks_mag) {
     if (!q || !k || !v || !dout || !dq || !dk || !dvo) return FA_ERR_INVALID_ARGUMENT;
     fa_attn_opts o = opts ? *opts : fa_attn_opts_default();
     const int64_t d = q->head_dim, dv = v->head_dim, H = q->heads, Hk = k->heads, group = H / Hk, Sq = q->seqlen;
@@ -385,10 +385,15 @@ fa_status t_oracle_backward_sinks(const fa_attn_opts *opts, const fa_tensor *q, 
         free(idx2);
     }
     dense_free(&Q), dense_free(&K), dense_free(&V), dense_free(&dO);
-    for (int64_t h = 0; dsinks && h < H; h++) { /* summed over batch and rows, in order */
-        dsinks[h] = 0;
+    for (int64_t h = 0; h < H; h++) { /* summed over batch and rows, in order */
+        double g = 0, mag = 0;
         for (int64_t b = 0; ok && b < q->batch; b++)
-            for (int64_t s = 0; s < Sq; s++) dsinks[h] += ml[4 * ((b * H + h) * Sq + s) + 3];
+            for (int64_t s = 0; s < Sq; s++) {
+                const double t = ml[4 * ((b * H + h) * Sq + s) + 3];
+                g += t, mag += fabs(t);
+            }
+        if (dsinks) dsinks[h] = g;
+        if (dsinks_mag) dsinks_mag[h] = mag;
     }
     free(ml);
     return oom ? FA_ERR_OUT_OF_MEMORY : FA_OK;

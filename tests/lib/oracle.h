@@ -22,9 +22,12 @@ fa_status t_oracle_backward(const fa_attn_opts *opts, const fa_tensor *q, const 
  * dv sums. Where they cancel, max|dv| can be far below it, and so can a relative bound on it. */
 fa_status t_oracle_backward_mag(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                                 const fa_tensor *dout, double *dq, double *dk, double *dv, double *dv_mag);
-/* The same, and (dsinks non-NULL, with opts.sinks) the sinks' gradient: dsinks [q.heads]. */
+/* The same, and (dsinks non-NULL, with opts.sinks) the sinks' gradient: dsinks [q.heads] = −Σ_{b,i} exp(sink −
+ * LSE_i) D_i, D_i = dO_i · O_i; with dsinks_mag non-NULL also the size of its terms, Σ_{b,i} |exp(sink − LSE_i) D_i|
+ * [q.heads]. A kernel that rounds P to 16 bits before P V carries one relative rounding of P into each row's O, so
+ * into each term, coherently over the row (one key: every column): its d sinks error scales with this sum. */
 fa_status t_oracle_backward_sinks(const fa_attn_opts *opts, const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
                                   const fa_tensor *dout, double *dq, double *dk, double *dv, double *dv_mag,
-                                  double *dsinks);
+                                  double *dsinks, double *dsinks_mag);
 
 #endif

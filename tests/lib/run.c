@@ -149,15 +149,16 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
     float *lse = xmalloc(sizeof(float) * (size_t)n_lse);
     fa_attn_opts opts = c->opts;
     /* with sinks, d sinks too: poisoned before each call, against the oracle's like a gradient */
-    double rds[T_MAX_SINK_HEADS];
+    double rds[T_MAX_SINK_HEADS], rdsm[T_MAX_SINK_HEADS];
     float ds[T_MAX_SINK_HEADS];
     CHECK_STATUS(t_oracle_backward_sinks(&opts, &q.t, &k.t, &v.t, &dout.t, rdq, rdk, rdv, rdvm,
-                                         opts.sinks ? rds : NULL), FA_OK);
+                                         opts.sinks ? rds : NULL, opts.sinks ? rdsm : NULL), FA_OK);
     CHECK_MSG(!c->nonfinite_padding ||
                   (t_all_finite(rdq, nq, 0) && t_all_finite(rdk, nk, 0) && t_all_finite(rdv, nv, 0)),
               "the oracle's gradients are not finite: it read padding");
     double mq = t_max_abs(rdq, nq), mk = t_max_abs(rdk, nk), mv = t_max_abs(rdv, nv), mvm = t_max_abs(rdvm, nv);
-    const double mds = opts.sinks ? t_max_abs(rds, c->hq) : 0;
+    /* d sinks against the larger of its size and its terms' (t_oracle_backward_sinks: a kernel's 16-bit P) */
+    const double mds = opts.sinks ? fmax(t_max_abs(rds, c->hq), t_max_abs(rdsm, c->hq)) : 0;
     opts.d_sinks = opts.sinks ? ds : NULL;
 
     double sq_ = 0, sk_ = 0, sv_ = 0, ss_ = 0;

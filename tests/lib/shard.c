@@ -59,7 +59,7 @@ fa_status t_whole_new(t_whole *w, const fa_attn_opts *opts, fa_dtype dt, int64_t
     fa_status st = t_oracle_forward(opts, &w->q.t, &w->k.t, &w->v.t, w->out, w->lse);
     if (st == FA_OK)
         st = t_oracle_backward_sinks(opts, &w->q.t, &w->k.t, &w->v.t, &w->dout.t, w->dq, w->dk, w->dv, NULL,
-                                     w->dsinks);
+                                     w->dsinks, NULL);
     return st;
 }
 

@@ -56,14 +56,19 @@ fa_status t_whole_new(t_whole *w, const fa_attn_opts *opts, fa_dtype dt, int64_t
     w->out = malloc(sizeof(double) * nq), w->lse = malloc(sizeof(double) * nl);
     w->dq = malloc(sizeof(double) * nq), w->dk = malloc(sizeof(double) * nk), w->dv = malloc(sizeof(double) * nk);
     w->dsinks = opts->sinks ? malloc(sizeof(double) * (size_t)Hq) : NULL;
+    w->dsinks_mag = opts->sinks ? malloc(sizeof(double) * (size_t)Hq) : NULL;
     fa_status st = t_oracle_forward(opts, &w->q.t, &w->k.t, &w->v.t, w->out, w->lse);
     if (st == FA_OK)
         st = t_oracle_backward_sinks(opts, &w->q.t, &w->k.t, &w->v.t, &w->dout.t, w->dq, w->dk, w->dv, NULL,
-                                     w->dsinks, NULL);
+                                     w->dsinks, w->dsinks_mag);
     return st;
 }
 
+double t_whole_dsinks_scale(const t_whole *w, int64_t Hq, double gm) {
+    return fmax(gm, fmax(t_max_abs(w->dsinks, Hq), t_max_abs(w->dsinks_mag, Hq)));
+}
+
 void t_whole_free(t_whole *w) {
-    free(w->out), free(w->lse), free(w->dq), free(w->dk), free(w->dv), free(w->dsinks);
+    free(w->out), free(w->lse), free(w->dq), free(w->dk), free(w->dv), free(w->dsinks), free(w->dsinks_mag);
     t_buf_free(&w->q), t_buf_free(&w->k), t_buf_free(&w->v), t_buf_free(&w->dout);
 }

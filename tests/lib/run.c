@@ -157,8 +157,6 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
                   (t_all_finite(rdq, nq, 0) && t_all_finite(rdk, nk, 0) && t_all_finite(rdv, nv, 0)),
               "the oracle's gradients are not finite: it read padding");
     double mq = t_max_abs(rdq, nq), mk = t_max_abs(rdk, nk), mv = t_max_abs(rdv, nv), mvm = t_max_abs(rdvm, nv);
-    /* d sinks against the larger of its size and its terms' (t_oracle_backward_sinks: a kernel's 16-bit P) */
-    const double mds = opts.sinks ? fmax(t_max_abs(rds, c->hq), t_max_abs(rdsm, c->hq)) : 0;
     opts.d_sinks = opts.sinks ? ds : NULL;
 
     double sq_ = 0, sk_ = 0, sv_ = 0, ss_ = 0;
@@ -211,7 +209,7 @@ int t_run_backward(fa_context *ctx, const t_case *c, unsigned algos) {
         if (opts.d_sinks) {
             double es = t_max_diff_f(ds, rds, c->hq);
             if (a == FA_ALGO_STANDARD) ss_ = es;
-            t_check_err("d_sinks", a, c->dt, es, ss_, mds > gm ? mds : gm, 1, c->relax);
+            t_check_err("d_sinks", a, c->dt, es, ss_, t_dsinks_scale(rds, rdsm, c->hq, gm), 1, c->relax);
             printf("/%.1e", es);
         }
     }

@@ -64,10 +64,6 @@ fa_status t_whole_new(t_whole *w, const fa_attn_opts *opts, fa_dtype dt, int64_t
     return st;
 }
 
-double t_whole_dsinks_scale(const t_whole *w, int64_t Hq, double gm) {
-    return fmax(gm, fmax(t_max_abs(w->dsinks, Hq), t_max_abs(w->dsinks_mag, Hq)));
-}
-
 void t_whole_free(t_whole *w) {
     free(w->out), free(w->lse), free(w->dq), free(w->dk), free(w->dv), free(w->dsinks), free(w->dsinks_mag);
     t_buf_free(&w->q), t_buf_free(&w->k), t_buf_free(&w->v), t_buf_free(&w->dout);

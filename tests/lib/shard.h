@@ -25,8 +25,7 @@ typedef struct t_whole {
     t_buf q, k, v, dout;
     double *out, *lse, *dq, *dk, *dv, *dsinks, *dsinks_mag;
 } t_whole;
-/* The size d sinks is held against: the larger of max|dsinks| and max dsinks_mag, and gm (the other gradients'). */
-double t_whole_dsinks_scale(const t_whole *w, int64_t Hq, double gm);
+
 fa_status t_whole_new(t_whole *w, const fa_attn_opts *opts, fa_dtype dt, int64_t B, int64_t S, int64_t Hq, int64_t Hk,
                       int64_t D);
 void t_whole_free(t_whole *w);

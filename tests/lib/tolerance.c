@@ -53,6 +53,11 @@ double t_lse_scale(const double *lse_ref, int64_t n) {
     return m > 1 ? m : 1;
 }
 
+double t_dsinks_scale(const double *ds, const double *ds_mag, int64_t n, double gm) {
+    for (int64_t h = 0; h < n; h++) gm = fmax(gm, fmax(fabs(ds[h]), ds_mag[h]));
+    return gm;
+}
+
 int t_check_err(const char *what, fa_algo algo, fa_dtype dt, double err, double err_std, double refmax,
                 int is_grad, double relax) {
     double ceiling = t_ceiling(dt, is_grad, refmax, relax), atol = t_std_atol(dt, refmax, relax);

@@ -32,6 +32,11 @@ t_verdict t_judge(fa_dtype dt, int is_standard, int is_grad, double err, double 
 t_verdict t_judge_lse(int is_standard, double err, double err_std, double scale);
 double t_lse_scale(const double *lse_ref, int64_t n);
 
+/* The max|ref| d sinks is held against: the largest of max|ds| (the oracle's d sinks), max ds_mag (its terms' size,
+ * t_oracle_backward_sinks: a cancelling sum, into whose terms a 16-bit P carries its rounding) and gm (the other
+ * gradients'); n heads. */
+double t_dsinks_scale(const double *ds, const double *ds_mag, int64_t n, double gm);
+
 /* t_judge reported through the harness: a failure is counted and printed. Returns 1 if it passed. */
 int t_check_err(const char *what, fa_algo algo, fa_dtype dt, double err, double err_std, double refmax,
                 int is_grad, double relax);

@@ -271,7 +271,8 @@ static void run_case(const gcase *c, fa_ring_comm **comms, const int *devs) {
             for (int64_t h = 0; h < Hq; h++) sum[h] += ds[h];
         }
         for (int64_t h = 0; h < Hq; h++) eds = isnan(sum[h]) ? INFINITY : fmax(eds, fabs(sum[h] - seq.dsinks[h]));
-        t_check_err("d_sinks", FA_ALGO_FLASH2, c->dt, eds, ds_std, t_dsinks_scale(seq.dsinks, seq.dsinks_mag, Hq, gm), 1, 1);
+        t_check_err("d_sinks", FA_ALGO_FLASH2, c->dt, eds, ds_std, t_dsinks_scale(seq.dsinks, seq.dsinks_mag, Hq, gm),
+                    1, 1);
         printf(" d_sinks %.1e (standard %.1e)", eds, ds_std);
     }
     printf("\n");

@@ -116,8 +116,8 @@ static void one_case(fa_context *cpu, fa_context *gpu, t_case *c) {
         const t_verdict lv = t_judge_lse(0, e[1], base[1], ls);
         CHECK_MSG(lv.ok, "%s lse: err %.3e, allowed %.3e", fa_algo_name(a), e[1], lv.allowed);
         static const char *const gn[4] = {"dq", "dk", "dv", "d_sinks"};
-        for (int g = 0; g < 4; g++)
-            t_check_err(gn[g], a, c->dt, e[2 + g], base[2 + g], g == 3 ? t_dsinks_scale(rds, rdsm, c->hq, gm) : gm, 1, 1);
+        const double dsm = t_dsinks_scale(rds, rdsm, c->hq, gm);
+        for (int g = 0; g < 4; g++) t_check_err(gn[g], a, c->dt, e[2 + g], base[2 + g], g == 3 ? dsm : gm, 1, 1);
         printf(" %s %.1e/%.1e/%.1e", fa_algo_name(a), e[0], e[1], e[5]);
     }
     printf("\n");

@@ -19,16 +19,17 @@ static int fa3_tma_ok(const fa_tensor *t) {
            fa3_stride_ok(t->stride_seq, t->seqlen, e) && fa3_stride_ok(t->stride_head, t->heads, e);
 }
 
-/* A row's head dim for q, k, v and out alike, or 0 (a pair's row). */
-static int fa3_one_dim(const fa3_fwd_row &r) { return r.dv == r.d ? r.d : 0; }
-static int fa3_one_dim(const fa3_bwd_row &r) { return r.d; }
+/* A row's head dim for q, k, v and out alike among the rows of the call's input type (f8: e4m3), or 0 (a pair's
+ * row, or another type's). */
+static int fa3_one_dim(const fa3_fwd_row &r, int f8) { return r.dv == r.d && r.f8 == f8 ? r.d : 0; }
+static int fa3_one_dim(const fa3_bwd_row &r, int) { return r.d; }
 
-/* The reason for a head dim a tile table (either pass's) does not list, with the ones it does. */
+/* The reason for a head dim a tile table (either pass's) does not list, with the ones it does for the call's type. */
 template <class Row, int N>
 static fa_status fa3_not_built(const Row (&rows)[N], const fa_problem *p, const char *pass, char *why, size_t why_len) {
     int d[N];
     char dims[64];
-    for (int i = 0; i < N; ++i) d[i] = fa3_one_dim(rows[i]);
+    for (int i = 0; i < N; ++i) d[i] = fa3_one_dim(rows[i], p->dtype == FA_DTYPE_F8_E4M3);
     fa_cuda_dims_list(d, N, dims, sizeof dims);
     return fa_cuda_unsupported(why, why_len, "head_dim %lld is not built for the CUDA FA_ALGO_FLASH3 %s (built: %s)",
                                (long long)p->d, pass, dims);
@@ -86,15 +87,7 @@ static fa_status fa3_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan
                            : (r->masks & masks) != 0 && p->sk_max >= r->sk_min))
                 row = i;
         }
-    if (row < 0 && f8) {
-        int d[FA_COUNT(fa3_fwd_rows)];
-        char dims[64];
-        for (int i = 0; i < FA_COUNT(fa3_fwd_rows); ++i) d[i] = fa3_fwd_rows[i].f8 ? fa3_fwd_rows[i].d : 0;
-        fa_cuda_dims_list(d, FA_COUNT(fa3_fwd_rows), dims, sizeof dims);
-        return fa_cuda_unsupported(why, why_len, "head_dim %lld is not built for the CUDA FA_ALGO_FLASH3 FP8 forward "
-                                   "(built: %s)", (long long)p->d, dims);
-    }
-    if (row < 0) return fa3_not_built(fa3_fwd_rows, p, "forward", why, why_len);
+    if (row < 0) return fa3_not_built(fa3_fwd_rows, p, f8 ? "FP8 forward" : "forward", why, why_len);
     const fa3_fwd_row *r = &fa3_fwd_rows[row];
     if ((p->block_q && p->block_q != r->bm) || (p->block_k && p->block_k != r->bn))
         return fa_cuda_unsupported(why, why_len,

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The FLASH3 (wgmma) kernels as ptxas builds them: no register spills, and no wgmma serialised for want of registers
 # (ptxas info C7512: each wgmma then waits for the last, which cost the backward 0.6x of its speed). Compiles each
-# source with `-Xptxas -v` for sm_90a and fails on either; needs no GPU. -D arguments go to nvcc (a build variant,
-# e.g. -DFA3_UNIFORM_DESC=1).
+# source with `-Xptxas -v` for sm_90a and fails on either; needs no GPU. -D arguments go to nvcc (a build
+# variant of a compile-time switch).
 #   check_wgmma_registers.sh NVCC SOURCE_DIR [-DNAME=VALUE...] FILE.cu...
 set -uo pipefail
 nvcc=$1 src=$2

@@ -16,10 +16,9 @@
  *   - out, lse, dq, dk, dv within the rule of tests/lib/tolerance.h: max|x − ref| ≤ 2·max|standard − ref| + atol
  *     (STANDARD = our cuBLAS path in the same dtype);
  *   - v with a head_dim of its own (dv != dqk): STANDARD runs any pair, the FLASH2 forward and backward the pairs
- *     their tables build ((192, 128), also deterministic), the FLASH3 forward (192, 128) in 16 bits with
- *     FA_CUDA_FLASH3_PAIRS=1 (scripts/test-gpu.sh sets it), FLASH1 none (FA_ERR_UNSUPPORTED naming v); AUTO runs
- *     FLASH3's forward (FLASH2's without the switch) and FLASH2's backward for (192, 128), STANDARD for the other
- *     pairs;
+ *     their tables build ((192, 128), also deterministic), the FLASH3 forward (192, 128) in 16 bits, FLASH1 none
+ *     (FA_ERR_UNSUPPORTED naming v); AUTO runs FLASH3's forward and FLASH2's backward for (192, 128), STANDARD for
+ *     the other pairs;
  *   - FLASH2 and FLASH3 deterministic backward: dq, dk, dv bitwise identical over two runs, the second in another
  *     context (its own workspace); FLASH3's with more key blocks than resident CTAs finishes (det_liveness);
  *   - the FLASH3 forward's 2-CTA cluster instance runs exactly where the plan should pick it, is checked as above,
@@ -101,12 +100,9 @@ static double now_s(void) {
 }
 
 /* The (dqk, dv) pairs with dv != dqk the tile tables build (src/cuda/mma_sync/tiles.h, src/cuda/wgmma/tiles.h):
- * (192, 128) for the FLASH2 forward and backward and, taken with FA_CUDA_FLASH3_PAIRS=1 (read by the contexts at
- * creation, as here), the FLASH3 forward (16-bit); no FLASH1 row. */
+ * (192, 128) for the FLASH2 forward and backward and the FLASH3 forward (16-bit); no FLASH1 row. */
 static int flash_pair_built(fa_algo a, int64_t d, int64_t dv, int backward) {
-    const char *pairs = getenv("FA_CUDA_FLASH3_PAIRS");
-    const int f3 = pairs && atoi(pairs) != 0;
-    return d == 192 && dv == 128 && (a == FA_ALGO_FLASH2 || (a == FA_ALGO_FLASH3 && !backward && f3));
+    return d == 192 && dv == 128 && (a == FA_ALGO_FLASH2 || (a == FA_ALGO_FLASH3 && !backward));
 }
 
 /* Expected: does the CUDA backend run algo a on this case? (nb = 8: the backward's tensors; FLASH3 runs the forward
@@ -866,13 +862,13 @@ int main(void) {
             run_case(ctx, &c, 0);
             if (v == 2) run_case(ctx, &c, 1); /* the d = 256 backward's softcap */
         }
-        /* three consumer warpgroups at d = 64 (192 x 112, the default from 4096 keys on, tiles.h) at any length
+        /* three consumer warpgroups at d = 64 (192 x 128, the default from 4096 keys on, tiles.h) at any length
          * through opts.block_q / block_k: odd lengths, GQA, causal, a window, fully masked rows */
-        flash3_row_runs(ctx, 64, 192, 112, "d64.192x112");
+        flash3_row_runs(ctx, 64, 192, 128, "d64.192x128");
         for (int v = 0; v < (small ? 1 : 4); ++v) {
             static const int l3[4][2] = {{300, 457}, {1023, 1023}, {17, 113}, {450, 200}};
             t_case c = t_case_make(v % 2 + 1, l3[v][0], l3[v][1], 8, v == 1 ? 2 : 8, 64, dts[v & 1]);
-            c.opts.block_q = 192, c.opts.block_k = 112;
+            c.opts.block_q = 192, c.opts.block_k = 128;
             if (v == 1) c.opts.causal = 1;
             if (v == 2) c.opts.window_left = 37, c.opts.window_right = 5;
             if (v == 3) c.opts.causal = 1, c.lay_q = T_BHSD; /* sq > sk: fully masked rows */
@@ -893,7 +889,7 @@ int main(void) {
             run_case(ctx, &cv, 0);
             if (v < 3) run_case(ctx, &cv, 1);
             if (d != 256 && !small) { /* the rows taken from 4096 keys on (tiles.h), here through their tiles */
-                cv.opts.block_q = d == 64 ? 192 : 128, cv.opts.block_k = d == 64 ? 112 : 176;
+                cv.opts.block_q = d == 64 ? 192 : 128, cv.opts.block_k = d == 64 ? 128 : 176;
                 run_case(ctx, &cv, 0);
             }
         }
@@ -951,7 +947,7 @@ int main(void) {
                                          {4, 300, 100, 40, 8, 128, 0, -1, -1, 0, 0},
                                          {4, 256, 100, 40, 8, 128, 0, -1, -1, 0, 0},
                                          {2, 700, 900, 20, 5, 64, 0, 37, 5, 0, 0},
-                                         {2, 1500, 1500, 12, 4, 64, 1, -1, -1, 192, 112},
+                                         {2, 1500, 1500, 12, 4, 64, 1, -1, -1, 192, 128},
                                          {1, 1024, 1024, 20, 4, 256, 1, -1, -1, 0, 0},
                                          {1, 1000, 200, 24, 8, 64, 0, 0, 0, 0, 0},
                                          {3, 600, 4200, 16, 2, 128, 1, -1, -1, 128, 128}};

@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(384, 1)
     __syncthreads();
     const fa3b_kparams &p = fa3b_params<VARLEN>(pk, sm.kp);
 
-    const int wg = fa3_warpgroup(); /* warp-uniform with FA3_UNIFORM_DESC (ptx.cuh) */
+    const int wg = fa3_warpgroup(); /* warp-uniform (ptx.cuh) */
     if (wg == 0) {
         fa3_regs_dec<24>();
         if (threadIdx.x == 0) {

@@ -29,7 +29,7 @@
 /* Tiles: Br = 64·NW query rows (NW consumer warpgroups x 64, wgmma M = 64), Bc keys per block, ST K/V stages.
  * Bc keeps S (Bc/2) + O (D/2) + P (Bc/4) registers per thread under the consumers' setmaxnreg and the stages in
  * 227 KB. WIDE is the row's larger tile: FA3's key blocks at d = 128 and 256 (176, 80); at d = 64 three consumer
- * warpgroups (Br = 192, FA3's) at 160 registers, where P stays in registers up to 112 keys. F8 (e4m3 inputs):
+ * warpgroups (Br = 192, FA3's) at 160 registers, where P stays in registers up to 128 keys. F8 (e4m3 inputs):
  * Bc = 128 (one 128-byte panel of Vᵀ's keys) or WIDE 192 (S, O and P in 184 registers; FA3's 224 spills here); 96
  * at d = 256 (188; 128 spills). DP: a row's 16-bit columns, d/2 for e4m3 (its tiles are laid out as 16-bit ones of
  * half the columns: the same bytes, panels and swizzle). */
@@ -37,7 +37,7 @@ template <int D, bool WIDE, bool F8 = false, int DV = D> struct fa3_tile {
     static constexpr int NW = D == 64 && WIDE && !F8 ? 3 : 2; /* consumer warpgroups, 64 query rows each */
     static constexpr int Br = 64 * NW;
     static constexpr int Bc = F8 ? (D == 256 ? 96 : WIDE ? 192 : 128)
-                                 : WIDE ? (D == 64 ? 112 : D == 128 ? 176 : 80) : (D == 256 ? 64 : 128);
+                                 : WIDE ? (D == 64 ? 128 : D == 128 ? 176 : 80) : (D == 256 ? 64 : 128);
     static constexpr int ST = 2;
     static constexpr int THREADS = 128 * (NW + 1);
     static constexpr int DP = F8 ? D / 2 : D;
@@ -48,8 +48,8 @@ template <int D, bool WIDE, bool F8 = false, int DV = D> struct fa3_tile {
     /* Q buffers: two where they fit in 227 KB beside the K/V stages (+ 1024 B of barriers and 1024 of alignment
      * slack), so that the producer loads the next tile's Q while the consumers still read this one's (README.md):
      * d = 64 and 128 with 128 keys (H200, bf16: causal 512-2k 1.03-1.09x, long sequences even); one at d = 128 x 176
-     * and d = 256 (no room), at d = 64 192 x 112 (two were 0.95-0.99x from 4k keys on) and on the e4m3 rows (not
-     * measured with two). */
+     * and d = 256 (no room), at d = 64 192 x 128 (two, at 112 keys, were 0.95-0.99x from 4k keys on) and on the
+     * e4m3 rows (not measured with two). */
     static constexpr int Q_BYTES = Br * DP * 2, KV_BYTES = ST * (Bc * DP + VS) * 2;
     static constexpr int QB =
         FA3_FWD_Q_BUFFERS > 1 && NW == 2 && !F8 && 2 * Q_BYTES + KV_BYTES + 2048 <= 232448 ? 2 : 1;
@@ -362,8 +362,8 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8, DV>::THREADS, 1)
      * With two Q slots the next tile's Q (and, as stages free, its first K/V blocks) loads while the consumers still
      * work on this tile: its slot was released at the end of the tile before. */
     constexpr int QSH = T::QB - 1;
-    /* warp-uniform with FA3_UNIFORM_DESC (ptx.cuh); F8 keeps the plain division (a uniform one made ptxas spill
-     * 4-12 bytes at d = 128 x 192 and 256 x 96) */
+    /* warp-uniform (ptx.cuh); F8 keeps the plain division (a uniform one made ptxas spill 4-12 bytes at
+     * d = 128 x 192 and 256 x 96) */
     const int wg = F8 ? (int)(threadIdx.x / 128) : fa3_warpgroup();
     if (wg == 0) {
         fa3_regs_dec<T::PRODUCER_REGS>();
@@ -450,10 +450,9 @@ __global__ void __launch_bounds__(fa3_tile<D, WIDE, F8, DV>::THREADS, 1)
     for (;;) {
         const int qs = qi & QSH;
         fa3_bar_wait(fa3_smem(&sm.full_q[qs]), (qi >> QSH) & 1);
-        /* FA3_UNIFORM_DESC: one value for the warp, and said so (a shfl from lane 0), so that the tile's key blocks,
-         * the stage indices and the shared addresses they give are warp-uniform too */
-        int tile = atomicOr(&sm.tile[qs], 0);
-        if constexpr (FA3_UNIFORM_DESC) tile = __shfl_sync(0xffffffffu, tile, 0);
+        /* one value for the warp, and said so (a shfl from lane 0), so that the tile's key blocks, the stage
+         * indices and the shared addresses they give are warp-uniform too */
+        const int tile = __shfl_sync(0xffffffffu, atomicOr(&sm.tile[qs], 0), 0);
         if (tile >= p.ntiles) break;
         const uint32_t q_base = fa3_smem(sm.q[qs]) + cw * 64 * 128, empty_q = fa3_smem(&sm.empty_q[qs]);
         const fa3_work w = fa3_work_at<Br, Bc, CL == 2>(tile, p);

@@ -130,29 +130,20 @@ FA_DEV uint64_t fa3_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) |
            (1ull << 62);
 }
-/* A GEMM operand's descriptors: at(off) is the k-slice at byte offset off from base. FA3_UNIFORM_DESC 1: the
- * descriptor of base, made once, plus off >> 4 (off a multiple of 16: the start address field is address >> 4 in
- * bits 0-13, and a shared-window address is below 2^18, so the add never carries out of it), with the warpgroup
- * index and the forward's tile warp-uniform (fa3_warpgroup): the descriptors then live in uniform registers, one add
- * per slice instead of a mask, shift, merge and two R2UR (SASS: 4-15 % fewer instructions per kernel, the same
- * HGMMAs; README.md). 0: fa3_desc of base + off per slice, the kernels as they last ran on a GPU; 1 has not yet. */
-#ifndef FA3_UNIFORM_DESC
-#define FA3_UNIFORM_DESC 0
-#endif
+/* A GEMM operand's descriptors: at(off) is the k-slice at byte offset off from base, the descriptor of base made
+ * once plus off >> 4 (off a multiple of 16: the start address field is address >> 4 in bits 0-13, and a
+ * shared-window address is below 2^18, so the add never carries out of it). With the warpgroup index and the
+ * forward's tile warp-uniform (fa3_warpgroup) the descriptors live in uniform registers: one add per slice instead
+ * of a mask, shift, merge and two R2UR (README.md, Descriptors). */
 struct fa3_operand {
-    uint32_t base, lbo, sbo;
     uint64_t d0;
-    FA_DEV fa3_operand(uint32_t b, uint32_t l, uint32_t s) : base(b), lbo(l), sbo(s), d0(fa3_desc(b, l, s)) {}
-    FA_DEV uint64_t at(uint32_t off) const {
-        return FA3_UNIFORM_DESC ? d0 + (off >> 4) : fa3_desc(base + off, lbo, sbo);
-    }
+    FA_DEV fa3_operand(uint32_t base, uint32_t lbo, uint32_t sbo) : d0(fa3_desc(base, lbo, sbo)) {}
+    FA_DEV uint64_t at(uint32_t off) const { return d0 + (off >> 4); }
 };
 
-/* The thread's warpgroup. FA3_UNIFORM_DESC: a shfl from lane 0, so that the compiler knows it is the same in every
- * lane and keeps the shared addresses and descriptors made from it in uniform registers. */
-FA_DEV int fa3_warpgroup() {
-    return FA3_UNIFORM_DESC ? __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0) : (int)(threadIdx.x / 128);
-}
+/* The thread's warpgroup, as a shfl from lane 0, so that the compiler knows it is the same in every lane and keeps
+ * the shared addresses and descriptors made from it in uniform registers. */
+FA_DEV int fa3_warpgroup() { return __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0); }
 
 /* ---- registers, barriers, math ---- */
 template <int R> FA_DEV void fa3_regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R)); }

@@ -37,8 +37,9 @@ struct fa3_fwd_row {
 #define FA3_FWD_ROWV(D, DV, BN, WHY)                                                                                 \
     {D, DV, 128, BN, 0, FA3_ANY_MASK, 384, 0, 0, 1, 1, "cuda.flash3.fwd.wgmma.d" #D "v" #DV ".128x" #BN, nullptr, WHY}
 static constexpr fa3_fwd_row fa3_fwd_rows[] = {
-    /* three consumer warpgroups at 160 registers: P stays in registers up to 112 keys (128 spill 52 bytes) */
-    FA3_FWD_ROW3(64, 112, 4096, "H100, 16k: 492 vs 441, causal 463 vs 440 against 128 x 128; 4k even; 1k 295 vs 327"),
+    /* three consumer warpgroups at 160 registers: P stays in registers up to 128 keys (ptx.cuh keeps the descriptors
+     * in uniform registers; without that 128 keys spilled 48 bytes) */
+    FA3_FWD_ROW3(64, 128, 4096, "H100, 16k: 561 vs 546, causal 520 vs 510 against 192 x 112 (which beat 128 x 128)"),
     FA3_FWD_ROW(64, 128, 0, FA3_ANY_MASK, 0, 1, 2, "the wide 192 was slower below 8k (271 vs 320 at 512), equal above"),
     /* cl 2 at d = 128 and 256 (FA3's choice: 16-bit, head_dim >= 128): at peak the K/V blocks the CTAs read are
      * ~7.7 TB/s of L2-to-SM traffic over 132 SMs (1 byte per Br FLOPs), a large share of the L2's bandwidth; the

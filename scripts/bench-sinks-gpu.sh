@@ -9,6 +9,7 @@
 # Env: BUILD (default build-cuda), OUT_DIR (CSVs, default $BUILD/bench-sinks), SEQLENS, DIMS, REPS, ALGOS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export FA_CUDA_FLASH3_BWD_PAIRS=${FA_CUDA_FLASH3_BWD_PAIRS:-1} # the FLASH3 backward's (192, 128) row (off by default)
 BUILD=${BUILD:-build-cuda}
 OUT_DIR=${OUT_DIR:-$BUILD/bench-sinks}
 SEQLENS=${SEQLENS:-512,1024,2048,4096,8192,16384}

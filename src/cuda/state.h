@@ -23,6 +23,8 @@ typedef struct fa_cuda_tuning {
                        * hold them (wgmma/tiles.h qb). Benchmarks (A/B), tests */
     int flash3_early; /* FA_CUDA_FLASH3_EARLY_TILE (default 0: slower at d = 128 causal from 2k keys; 1 = on): the
                        * FLASH3 forward's producer takes the next tile's index a tile ahead. Benchmarks (A/B), tests */
+    int flash3_bwd_pairs; /* FA_CUDA_FLASH3_BWD_PAIRS (default 0; 1 = on): the FLASH3 backward's rows for v with a
+                           * head_dim of its own ((192, 128), wgmma/tiles.h), off until they have run on a GPU. Tests */
 } fa_cuda_tuning;
 /* The default of split_rows (the split's measurements: docs/cuda-kernels.md). */
 #define FA_CUDA_BWD_SPLIT_ROWS 2048

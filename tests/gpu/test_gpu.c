@@ -16,9 +16,10 @@
  *   - out, lse, dq, dk, dv within the rule of tests/lib/tolerance.h: max|x − ref| ≤ 2·max|standard − ref| + atol
  *     (STANDARD = our cuBLAS path in the same dtype);
  *   - v with a head_dim of its own (dv != dqk): STANDARD runs any pair, the FLASH2 forward and backward the pairs
- *     their tables build ((192, 128), also deterministic), the FLASH3 forward (192, 128) in 16 bits, FLASH1 none
- *     (FA_ERR_UNSUPPORTED naming v); AUTO runs FLASH3's forward and FLASH2's backward for (192, 128), STANDARD for
- *     the other pairs;
+ *     their tables build ((192, 128), also deterministic), the FLASH3 forward (192, 128) in 16 bits and its backward
+ *     with FA_CUDA_FLASH3_BWD_PAIRS=1 (scripts/test-gpu.sh sets it), FLASH1 none (FA_ERR_UNSUPPORTED naming v); AUTO
+ *     runs FLASH3's forward and FLASH3's backward (FLASH2's without the switch) for (192, 128), STANDARD for the
+ *     other pairs;
  *   - FLASH2 and FLASH3 deterministic backward: dq, dk, dv bitwise identical over two runs, the second in another
  *     context (its own workspace); FLASH3's with more key blocks than resident CTAs finishes (det_liveness);
  *   - the FLASH3 forward's 2-CTA cluster instance runs exactly where the plan should pick it, is checked as above,
@@ -99,10 +100,17 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* FA_CUDA_FLASH3_BWD_PAIRS=1 (read by the contexts at creation, as here): the FLASH3 backward's (192, 128) row. */
+static int flash3_bwd_pairs(void) {
+    const char *e = getenv("FA_CUDA_FLASH3_BWD_PAIRS");
+    return e && atoi(e) != 0;
+}
 /* The (dqk, dv) pairs with dv != dqk the tile tables build (src/cuda/mma_sync/tiles.h, src/cuda/wgmma/tiles.h):
- * (192, 128) for the FLASH2 forward and backward and the FLASH3 forward (16-bit); no FLASH1 row. */
+ * (192, 128) for the FLASH2 forward and backward, the FLASH3 forward (16-bit) and, with the switch, its backward;
+ * no FLASH1 row. */
 static int flash_pair_built(fa_algo a, int64_t d, int64_t dv, int backward) {
-    return d == 192 && dv == 128 && (a == FA_ALGO_FLASH2 || (a == FA_ALGO_FLASH3 && !backward));
+    return d == 192 && dv == 128 &&
+           (a == FA_ALGO_FLASH2 || (a == FA_ALGO_FLASH3 && (!backward || flash3_bwd_pairs())));
 }
 
 /* Expected: does the CUDA backend run algo a on this case? (nb = 8: the backward's tensors; FLASH3 runs the forward
@@ -134,11 +142,13 @@ static int bwd_runs(fa_algo a, const t_case *c, dbuf **bufs) {
     return t_case_dv(c) != c->d && a != FA_ALGO_STANDARD && !flash_pair_built(a, c->d, t_case_dv(c), 1) ? 0 : r;
 }
 
-/* FLASH3's backward: head_dim 64, 128 or 256 (varlen and seqused too, not attention_chunk), all 8 views
- * TMA-addressable; explicit tiles: -1 (either) */
+/* FLASH3's backward: head_dim 64, 128 or 256 (varlen and seqused too, not attention_chunk) or a pair it builds, all
+ * 8 views TMA-addressable; explicit tiles: -1 (either) */
 static int flash3_bwd_runs(const t_case *c, dbuf **bufs) {
-    if (c->dt == FA_DTYPE_F32 || !(c->d == 64 || c->d == 128 || c->d == 256) || c->opts.attention_chunk ||
-        t_case_dv(c) != c->d)
+    const int pair = t_case_dv(c) != c->d;
+    if (c->dt == FA_DTYPE_F32 || c->opts.attention_chunk ||
+        (pair ? !flash_pair_built(FA_ALGO_FLASH3, c->d, t_case_dv(c), 1)
+              : !(c->d == 64 || c->d == 128 || c->d == 256)))
         return 0;
     for (int i = 0; i < 8; ++i)
         if (!aligned16(bufs[i]) || (bufs[i]->t.stride_batch == 0 && bufs[i]->t.batch > 1)) return 0;
@@ -1038,11 +1048,13 @@ int main(void) {
                 run_case(ctx, &c, 0);
                 run_case(ctx, &c, 1);
             }
-        /* more tiles than SMs (the FLASH3 forward's persistent CTAs take several, their stages' phases carried on) */
+        /* more tiles than SMs (the FLASH3 forward's persistent CTAs take several, their stages' phases carried on);
+         * the backward's 64 x 64 tiles over 11 key blocks and GQA's 4 query heads a K/V head */
         for (int causal = 0; causal < (small ? 0 : 2); ++causal) {
             t_case c = t_case_make(2, 700, 700, 16, 4, 192, causal ? FA_DTYPE_F16 : FA_DTYPE_BF16);
             c.dv = 128, c.opts.causal = causal;
             run_case(ctx, &c, 0);
+            run_case(ctx, &c, 1);
         }
         int32_t cq[5], ck[5];
         static const int lq[4] = {17, 0, 130, 64}, lk[4] = {33, 5, 64, 200};

@@ -22,7 +22,7 @@ static int fa3_tma_ok(const fa_tensor *t) {
 /* A row's head dim for q, k, v and out alike among the rows of the call's input type (f8: e4m3), or 0 (a pair's
  * row, or another type's). */
 static int fa3_one_dim(const fa3_fwd_row &r, int f8) { return r.dv == r.d && r.f8 == f8 ? r.d : 0; }
-static int fa3_one_dim(const fa3_bwd_row &r, int) { return r.d; }
+static int fa3_one_dim(const fa3_bwd_row &r, int) { return r.dv == r.d ? r.d : 0; }
 
 /* The reason for a head dim a tile table (either pass's) does not list, with the ones it does for the call's type. */
 template <class Row, int N>
@@ -35,9 +35,15 @@ static fa_status fa3_not_built(const Row (&rows)[N], const fa_problem *p, const 
                                (long long)p->d, pass, dims);
 }
 
-/* A (d, dv) pair with dv != d that the forward's table builds (the backward builds none): 16-bit inputs. */
-static int fa3_pair_built(const fa_problem *p) {
-    if (p->is_backward || p->dtype == FA_DTYPE_F8_E4M3) return 0;
+/* A (d, dv) pair with dv != d that the pass's table builds: 16-bit inputs; the backward's only with
+ * FA_CUDA_FLASH3_BWD_PAIRS=1 until its row has run on a GPU (tu->flash3_bwd_pairs). */
+static int fa3_pair_built(const fa_cuda_tuning *tu, const fa_problem *p) {
+    if (p->dtype == FA_DTYPE_F8_E4M3) return 0;
+    if (p->is_backward) {
+        for (int i = 0; tu->flash3_bwd_pairs && i < FA_COUNT(fa3_bwd_rows); ++i)
+            if (fa3_bwd_rows[i].d == p->d && fa3_bwd_rows[i].dv == p->d_v) return 1;
+        return 0;
+    }
     for (int i = 0; i < FA_COUNT(fa3_fwd_rows); ++i)
         if (fa3_fwd_rows[i].d == p->d && fa3_fwd_rows[i].dv == p->d_v) return 1;
     return 0;
@@ -45,7 +51,7 @@ static int fa3_pair_built(const fa_problem *p) {
 
 /* What both passes need: 16-bit inputs (the forward also e4m3 with f16/bf16 out), one head_dim, views TMA can
  * address; varlen with or without seqused (forward, e4m3 forward and backward); attention_chunk: the forward only. */
-static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
+static fa_status fa3_common(const fa_cuda_tuning *tu, const fa_problem *p, char *why, size_t why_len) {
     if (p->dtype == FA_DTYPE_F8_E4M3 && !p->is_backward) {
         if (p->o.dtype != FA_DTYPE_F16 && p->o.dtype != FA_DTYPE_BF16)
             return fa_cuda_unsupported(why, why_len, "out: dtype %s: the FA_ALGO_FLASH3 FP8 forward writes f16 or bf16",
@@ -55,10 +61,11 @@ static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
                                    fa_dtype_name(p->dtype),
                                    p->dtype == FA_DTYPE_F8_E4M3 ? "; f8_e4m3 in the forward only" : "");
     }
-    if (p->d_v != p->d && !fa3_pair_built(p)) /* the tiles, TMA boxes and warpgroup split of a row's pair */
+    if (p->d_v != p->d && !fa3_pair_built(tu, p)) /* the tiles, TMA boxes and warpgroup split of a row's pair */
         return fa_cuda_unsupported(why, why_len, "v: head_dim %lld differs from q's %lld: FA_ALGO_FLASH3 builds the "
-                                   "pair (192, 128) in the 16-bit forward only; FA_ALGO_FLASH2 (or FA_ALGO_AUTO) "
-                                   "runs the pairs of its tables, FA_ALGO_STANDARD any pair",
+                                   "pair (192, 128) in 16 bits, the backward's taken with FA_CUDA_FLASH3_BWD_PAIRS=1 "
+                                   "(not yet run on a GPU); FA_ALGO_FLASH2 (or FA_ALGO_AUTO) runs the pairs of its "
+                                   "tables, FA_ALGO_STANDARD any pair",
                                    (long long)p->d_v, (long long)p->d);
     const char *name;
     if (fa_cuda_view_failing(p, fa3_tma_ok, &name))
@@ -70,7 +77,7 @@ static fa_status fa3_common(const fa_problem *p, char *why, size_t why_len) {
 }
 
 static fa_status fa3_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why, size_t why_len) {
-    const fa_status rc = fa3_common(p, why, why_len);
+    const fa_status rc = fa3_common(tu, p, why, why_len);
     if (rc != FA_OK) return rc;
     const int masks = p->wl >= 0 || p->wr >= 0 || p->chunk > 0 ? FA3_MASKED : FA3_UNMASKED,
               f8 = p->dtype == FA_DTYPE_F8_E4M3;
@@ -161,8 +168,7 @@ const fa_cuda_family fa_cuda_flash3_fwd = {"FLASH3", FA_ALGO_FLASH3, FA_CUDA_FWD
 
 static fa_status fa3_bwd_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_plan *plan, char *why,
                               size_t why_len) {
-    (void)tu;
-    const fa_status rc = fa3_common(p, why, why_len);
+    const fa_status rc = fa3_common(tu, p, why, why_len);
     if (rc != FA_OK) return rc;
     if (p->chunk > 0) /* its walks and masks take the window's bands only (the forward takes the chunk) */
         return fa_cuda_unsupported(why, why_len, "opts.attention_chunk: %d: the FA_ALGO_FLASH3 backward has no "
@@ -170,7 +176,7 @@ static fa_status fa3_bwd_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_
                                    "from FLASH3's out and lse)", p->chunk);
     int row = -1;
     for (int i = 0; i < FA_COUNT(fa3_bwd_rows) && row < 0; ++i)
-        if (fa3_bwd_rows[i].d == p->d) row = i;
+        if (fa3_bwd_rows[i].d == p->d && fa3_bwd_rows[i].dv == p->d_v) row = i;
     if (row < 0) return fa3_not_built(fa3_bwd_rows, p, "backward", why, why_len);
     const fa3_bwd_row *r = &fa3_bwd_rows[row];
     if (p->algo_auto && !r->auto_pick)

@@ -30,11 +30,13 @@ FA_DEV int fa3b_seq_rows(const fa_cuda_params &p, int b, int *q0) {
     return fa_packed_seq(p.cu_q, p.used_q, b, p.total_q, p.sq, q0);
 }
 
-/* One query row (padded layout: [batch][hq][nmb·Br], also under varlen, with the grid's bounds) per TPR = D/8
- * threads, 8 elements (16 bytes) each. Varlen: row i of sequence b is packed row q0 + i; LSE is [hq][total_q]. */
-template <int D, int Br, bool F16, bool VARLEN>
+/* One query row (padded layout: [batch][hq][nmb·Br], also under varlen, with the grid's bounds) per TPR = DV/8
+ * threads, 8 elements (16 bytes) of O and dO each, D/TPR floats of dQ's accumulator cleared each. Varlen: row i of
+ * sequence b is packed row q0 + i; LSE is [hq][total_q]. */
+template <int D, int Br, bool F16, bool VARLEN, int DV = D>
 __global__ void fa3b_prep(const fa_cuda_params p, int nmb, int64_t rows) {
-    constexpr int TPR = D / 8;
+    constexpr int TPR = DV / 8, CF = D / TPR;
+    static_assert((TPR & (TPR - 1)) == 0 && CF % 4 == 0, "the row's threads a power of two, whole float4s");
     const int64_t r = (int64_t)blockIdx.x * (blockDim.x / TPR) + threadIdx.x / TPR;
     const int c = (threadIdx.x % TPR) * 8;
     const int64_t per = (int64_t)nmb * Br;
@@ -53,8 +55,9 @@ __global__ void fa3b_prep(const fa_cuda_params p, int nmb, int64_t rows) {
 #pragma unroll
             for (int k = 0; k < 8; ++k) acc += fa3b_f32<F16>(oe[k]) * fa3b_f32<F16>(ge[k]);
         }
-        float4 *q = (float4 *)(p.dq_acc + r * D + c);
-        q[0] = q[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        float4 *q = (float4 *)(p.dq_acc + r * D + (c / 8) * CF);
+#pragma unroll
+        for (int k = 0; k < CF / 4; ++k) q[k] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
     for (int o = TPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -66,17 +69,22 @@ __global__ void fa3b_prep(const fa_cuda_params p, int nmb, int64_t rows) {
 }
 
 /* dQ = scale·accumulator: one float4 per thread = registers 4j..4j+3 of one consumer thread, i.e. two columns of
- * two rows 8 apart (flash3_bwd.cuh's order). Varlen: rows of sequence b only, at its packed rows. */
-template <int D, int Br, bool F16, bool VARLEN> __global__ void fa3b_dq(const fa_cuda_params p, int nmb, int64_t n4) {
-    using T = fa3b_tile<D>;
+ * two rows 8 apart (flash3_bwd.cuh's order; the pair: warpgroup 0's T::NQ·128 floats of columns 0.. DQ0 − 1, then
+ * warpgroup 1's from column DQ0). Varlen: rows of sequence b only, at its packed rows. */
+template <int D, int Br, bool F16, bool VARLEN, int DV = D>
+__global__ void fa3b_dq(const fa_cuda_params p, int nmb, int64_t n4) {
+    using T = fa3b_tile<D, DV>;
     const int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (x >= n4) return;
     const int64_t chunk = x / (Br * D / 4);
     const int q4 = (int)(x % (Br * D / 4)), per_wg = T::NQ / 4 * 128;
-    const int w = q4 / per_wg, j = (q4 % per_wg) / 128, ct = q4 % 128, lane = ct % 32;
+    int w, j, c0;
+    if constexpr (T::PAIR) w = q4 >= per_wg, j = (q4 - w * per_wg) / 128, c0 = w * T::DQ0;
+    else w = q4 / per_wg, j = (q4 % per_wg) / 128, c0 = Br == 128 ? 0 : w * (D / 2);
+    const int ct = q4 % 128, lane = ct % 32;
     const int m = (int)(chunk % nmb), h = (int)((chunk / nmb) % p.hq), b = (int)(chunk / nmb / p.hq);
     const int row = m * Br + (Br == 128 ? 64 * w : 0) + 16 * (ct / 32) + lane / 4;
-    const int col = (Br == 128 ? 0 : w * (D / 2)) + 8 * j + 2 * (lane % 4);
+    const int col = c0 + 8 * j + 2 * (lane % 4);
     int q0 = 0, sq = p.total_q;
     if (VARLEN) sq = fa3b_seq_rows(p, b, &q0);
     const float4 a = *(const float4 *)(p.dq_acc + 4 * x);
@@ -85,9 +93,9 @@ template <int D, int Br, bool F16, bool VARLEN> __global__ void fa3b_dq(const fa
     if (row + 8 < sq) *(uint32_t *)(dq + (row + 8) * p.dq_ss) = fa3_pack<F16>(a.z * p.scale, a.w * p.scale);
 }
 
-/* The tile's kernel: the d = 256 split, or one CTA's 128 keys split between the warpgroups. */
-template <int D, bool F16, bool DET, bool VARLEN> static auto fa3b_kernel() {
-    if constexpr (fa3b_tile<D>::WIDE) return fa3_bwd_wide_kernel<D, F16, DET, VARLEN>;
+/* The tile's kernel: the d = 256 split (and the pair's), or one CTA's 128 keys split between the warpgroups. */
+template <int D, bool F16, bool DET, bool VARLEN, int DV = D> static auto fa3b_kernel() {
+    if constexpr (fa3b_tile<D, DV>::WIDE) return fa3_bwd_wide_kernel<D, F16, DET, VARLEN, DV>;
     else return fa3_bwd_kernel<D, F16, DET, VARLEN>;
 }
 
@@ -102,17 +110,18 @@ static int fa3b_map(CUtensorMap *m, bool varlen, const fa_cuda_params *p, const 
 /* Varlen: a grid over every sequence at the bounds (max_seqlen_q/k), each CTA reading its sequence from the device
  * cu_seqlens (fa3b_seq_of); the padded rows of D, LSE·log2e and dQ's accumulator per (sequence, head) at those
  * bounds, as for fixed lengths. */
-template <int D, bool F16, bool DET, bool VARLEN>
+template <int D, bool F16, bool DET, bool VARLEN, int DV = D>
 static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
-    using T = fa3b_tile<D>;
+    using T = fa3b_tile<D, DV>;
     constexpr int Br = T::Br, Bc = T::Bc;
     if (p->batch == 0 || p->hq == 0) return cudaSuccess;
     const int nmb = (p->sq + Br - 1) / Br;
     const int64_t rows = (int64_t)p->batch * p->hq * nmb * Br;
     cudaError_t e = cudaSuccess;
     if (rows > 0) {
-        const int per_block = 256 / (D / 8);
-        fa3b_prep<D, Br, F16, VARLEN><<<(unsigned)((rows + per_block - 1) / per_block), 256, 0, st>>>(*p, nmb, rows);
+        const int per_block = 256 / (DV / 8);
+        fa3b_prep<D, Br, F16, VARLEN, DV><<<(unsigned)((rows + per_block - 1) / per_block), 256, 0, st>>>(*p, nmb,
+                                                                                                            rows);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
         /* d sinks from the padded D (sinks.h) */
         if ((e = fa_cuda_sinks_grad(p, p->batch, p->total_q, (int64_t)nmb * Br, p->total_q, st)) != cudaSuccess)
@@ -123,9 +132,9 @@ static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaSt
     if (p->sk > 0 && p->total_k > 0) {
         CUtensorMap tq, tk, tv, tdo;
         if (fa3b_map(&tq, VARLEN, p, p->q, p->total_q, p->hq, p->q_ss, p->q_sh, p->q_sb, Br, D) ||
-            fa3b_map(&tdo, VARLEN, p, p->dout, p->total_q, p->hq, p->do_ss, p->do_sh, p->do_sb, Br, D) ||
+            fa3b_map(&tdo, VARLEN, p, p->dout, p->total_q, p->hq, p->do_ss, p->do_sh, p->do_sb, Br, DV) ||
             fa3b_map(&tk, VARLEN, p, p->k, p->total_k, p->hk, p->k_ss, p->k_sh, p->k_sb, Bc, D) ||
-            fa3b_map(&tv, VARLEN, p, p->v, p->total_k, p->hk, p->v_ss, p->v_sh, p->v_sb, Bc, D))
+            fa3b_map(&tv, VARLEN, p, p->v, p->total_k, p->hk, p->v_ss, p->v_sh, p->v_sb, Bc, DV))
             return cudaErrorInvalidValue;
         fa3b_kparams kp;
         kp.dk = (uint16_t *)p->dk, kp.dv = (uint16_t *)p->dv;
@@ -140,7 +149,7 @@ static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaSt
         kp.scale = p->scale, kp.scale_log2 = p->scale_log2;
         kp.cap = p->softcap, kp.cap_scale = p->softcap > 0.f ? p->softcap_scale : 0.f;
         const size_t smem = plan->smem_bytes;
-        auto kernel = fa3b_kernel<D, F16, DET, VARLEN>();
+        auto kernel = fa3b_kernel<D, F16, DET, VARLEN, DV>();
         static unsigned char ready[64];
         if ((e = fa_cuda_attr_once(ready, (const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem)) != cudaSuccess)
@@ -151,33 +160,34 @@ static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaSt
     }
     if (rows > 0) {
         const int64_t n4 = rows * D / 4;
-        fa3b_dq<D, Br, F16, VARLEN><<<(unsigned)((n4 + 255) / 256), 256, 0, st>>>(*p, nmb, n4);
+        fa3b_dq<D, Br, F16, VARLEN, DV><<<(unsigned)((n4 + 255) / 256), 256, 0, st>>>(*p, nmb, n4);
         e = cudaGetLastError();
     }
     return e;
 }
 
-template <int D, bool F16, bool DET>
+template <int D, bool F16, bool DET, int DV = D>
 static cudaError_t fa3b_launch(const fa_cuda_params *p, const fa_plan *plan, cudaStream_t st) {
-    return p->cu_q ? fa3b_run<D, F16, DET, true>(p, plan, st) : fa3b_run<D, F16, DET, false>(p, plan, st);
+    return p->cu_q ? fa3b_run<D, F16, DET, true, DV>(p, plan, st) : fa3b_run<D, F16, DET, false, DV>(p, plan, st);
 }
 
 /* The tile row's instances: f16 and bf16, default and deterministic. */
 template <int R> static int fa3_bwd_inst(int det, fa_cuda_instance *k) {
     constexpr fa3_bwd_row r = fa3_bwd_rows[R];
-    using T = fa3b_tile<r.d>;
+    using T = fa3b_tile<r.d, r.dv>;
     static_assert(T::Br == r.bm && T::Bc == r.bn && T::THREADS == r.threads, "the row is its instance's tile");
-    if (det) k->f16 = fa3b_launch<r.d, true, true>, k->bf16 = fa3b_launch<r.d, false, true>;
-    else k->f16 = fa3b_launch<r.d, true, false>, k->bf16 = fa3b_launch<r.d, false, false>;
-    k->smem = (T::WIDE ? sizeof(fa3b_wide_shared<r.d>) : sizeof(fa3b_shared<r.d>)) + 1024;
+    if (det) k->f16 = fa3b_launch<r.d, true, true, r.dv>, k->bf16 = fa3b_launch<r.d, false, true, r.dv>;
+    else k->f16 = fa3b_launch<r.d, true, false, r.dv>, k->bf16 = fa3b_launch<r.d, false, false, r.dv>;
+    k->smem = (T::WIDE ? sizeof(fa3b_wide_shared<r.d, r.dv>) : sizeof(fa3b_shared<r.d>)) + 1024;
     return 1;
 }
-static_assert(sizeof fa3_bwd_rows / sizeof fa3_bwd_rows[0] == 3, "one case per row of fa3_bwd_rows");
+static_assert(sizeof fa3_bwd_rows / sizeof fa3_bwd_rows[0] == 4, "one case per row of fa3_bwd_rows");
 extern "C" int fa_flash3_bwd_instance(int row, int deterministic, fa_cuda_instance *k) {
     switch (row) {
     case 0: return fa3_bwd_inst<0>(deterministic, k);
     case 1: return fa3_bwd_inst<1>(deterministic, k);
     case 2: return fa3_bwd_inst<2>(deterministic, k);
+    case 3: return fa3_bwd_inst<3>(deterministic, k);
     default: return 0;
     }
 }

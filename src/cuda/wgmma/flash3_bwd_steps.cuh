@@ -14,17 +14,21 @@
  *   d = 64, 128: Bc = 128, 64 keys per consumer warpgroup (flash3_bwd.cuh);
  *   d = 256: Bc = 64, both warpgroups on the same keys, each with half of the step's query rows in Sᵀ and dPᵀ and
  *     half of the D columns of dK, dV and dQi (flash3_bwd_wide.cuh): 64 x 128 accumulators each, where 64 x 256
- *     would not fit in registers.
+ *     would not fit in registers;
+ *   (D, DV) = (192, 128), v with a head dim of its own (PAIR): the d = 256 kernel's tile with the columns split at
+ *     64-column panels, DQ0 of dK and dQi to warpgroup 0, the rest of them and dV to warpgroup 1 (flash3_bwd_wide.cuh).
  * dQi's GEMM is split between the warpgroups by rows (Br = 128: 64 query rows each) or by columns (Br = 64: D/2
- * columns each); NQ is its accumulators per thread. */
-template <int D> struct fa3b_tile {
-    static constexpr bool WIDE = D == 256;
+ * columns each, the pair DQ0 and D − DQ0); NQ is its accumulators per thread (the pair: warpgroup 0's). */
+template <int D, int DV = D> struct fa3b_tile {
+    static constexpr bool PAIR = DV != D;
+    static constexpr int DQ0 = PAIR ? 128 : D / 2; /* the pair: dK and dQ columns of warpgroup 0 */
+    static constexpr bool WIDE = D == 256 || PAIR;
     static constexpr int Br = D == 64 ? 128 : 64;
     static constexpr int Bc = WIDE ? 64 : 128;
     static constexpr int ST = WIDE ? 1 : 2;
     static constexpr int THREADS = 384;
-    static constexpr int NQ = Br * D / 256;
-    static constexpr int NQN = Br == 128 ? D : D / 2; /* N of the dQ GEMM */
+    static constexpr int NQ = PAIR ? Br * DQ0 / 128 : Br * D / 256;
+    static constexpr int NQN = Br == 128 ? D : PAIR ? DQ0 : D / 2; /* N of the dQ GEMM (the pair: warpgroup 0's) */
 };
 
 /* A step's LSE·log2e and D, two steps' worth: the consumers copy step it + 1's in while step it reads its own. */
@@ -104,20 +108,22 @@ template <int Br, int Bc, bool DET> FA_DEV fa3b_walk fa3b_walk_of(const fa3b_kpa
     return w;
 }
 
-/* The producer thread's first loads: the four tensor maps prefetched, then Kj and Vj (D/64 panels of Bc rows each)
- * on one barrier. */
-template <int D, int Bc, bool VARLEN>
+/* The producer thread's first loads: the four tensor maps prefetched, then Kj and Vj (D/64 and DV/64 panels of Bc
+ * rows each) on one barrier. */
+template <int D, int Bc, bool VARLEN, int DV = D>
 FA_DEV void fa3b_load_kv(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, const CUtensorMap *tdo,
                          uint32_t k, uint32_t v, uint32_t full_kv, int n0, int hk, int b, const fa3b_kparams &p) {
     fa3_prefetch_map(tq);
     fa3_prefetch_map(tk);
     fa3_prefetch_map(tv);
     fa3_prefetch_map(tdo);
-    fa3_bar_expect_tx(full_kv, 2 * Bc * D * 2);
+    fa3_bar_expect_tx(full_kv, Bc * (D + DV) * 2);
 #pragma unroll
-    for (int c = 0; c < D / 64; c++) {
-        fa3b_box<Bc, VARLEN>(k + c * Bc * 128, tk, full_kv, 64 * c, VARLEN ? p.krow + n0 : n0, hk, b, p.sk - n0);
-        fa3b_box<Bc, VARLEN>(v + c * Bc * 128, tv, full_kv, 64 * c, VARLEN ? p.krow + n0 : n0, hk, b, p.sk - n0);
+    for (int c = 0; c < (D > DV ? D : DV) / 64; c++) {
+        if (c < D / 64)
+            fa3b_box<Bc, VARLEN>(k + c * Bc * 128, tk, full_kv, 64 * c, VARLEN ? p.krow + n0 : n0, hk, b, p.sk - n0);
+        if (c < DV / 64)
+            fa3b_box<Bc, VARLEN>(v + c * Bc * 128, tv, full_kv, 64 * c, VARLEN ? p.krow + n0 : n0, hk, b, p.sk - n0);
     }
 }
 
@@ -215,14 +221,14 @@ FA_DEV int fa3b_rows_first(SM &sm, const fa3b_kparams &p, int b, int hk, int nm,
     return rc;
 }
 
-/* The dQ writer (one warp; lane 0 issues): per step, each warpgroup's half of dQi is one bulk reduce-add into the
+/* The dQ writer (one warp; lane 0 issues): per step, each warpgroup's part of dQi is one bulk reduce-add into the
  * accumulator, and the buffer is handed back once the copy has read it. Its first hand-back is before the first
  * step, and none after the last, so every barrier phase completes. */
-template <int D, bool DET>
+template <int D, bool DET, int DV = D>
 FA_DEV void fa3b_dq_writer(const fa3b_kparams &p, uint32_t src, int b, int hk, int nb, int nm, int mlo, int steps) {
-    using T = fa3b_tile<D>;
+    using T = fa3b_tile<D, DV>;
     constexpr int Br = T::Br, Bc = T::Bc;
-    constexpr uint32_t HALF = Br * D / 2; /* floats per warpgroup */
+    constexpr uint32_t HALF = T::NQ * 128, REST = Br * D - HALF; /* floats of warpgroup 0, 1 */
     const bool lead = threadIdx.x % 32 == 0;
     if (steps > 0) {
         fa3_named_arrive<FA3B_DQ_EMPTY, 160>();
@@ -248,7 +254,7 @@ FA_DEV void fa3b_dq_writer(const fa3b_kparams &p, uint32_t src, int b, int hk, i
         __syncwarp();
         fa3_named_sync<FA3B_DQ_FULL + 1, 160>();
         if (lead) {
-            fa3_bulk_add_f32(dst + HALF, src + HALF * 4, HALF * 4), fa3_bulk_commit();
+            fa3_bulk_add_f32(dst + HALF, src + HALF * 4, REST * 4), fa3_bulk_commit();
             if (DET) { /* the adds are done in global memory before the next key block's turn */
                 fa3_bulk_wait<0>();
                 asm volatile("fence.proxy.async.global;\n" ::: "memory");
@@ -296,6 +302,25 @@ FA_DEV void fa3b_store_dkv(const fa3b_kparams &p, const float (&dk)[N / 2], cons
     }
 }
 
+/* One of them alone, for the pair's split (a warpgroup's dK and dV columns differ there): acc·scale into dst (strides
+ * sb, ss, sh) in the same order. */
+template <int N, bool F16, bool VARLEN>
+FA_DEV void fa3b_store_one(const fa3b_kparams &p, uint16_t *dst, int64_t sb, int64_t ss, int64_t sh,
+                           const float (&acc)[N / 2], float scale, int b, int hk, int kr0, int c0) {
+    int64_t base = (int64_t)b * sb + (int64_t)hk * sh + c0 + 2 * (threadIdx.x % 4);
+    if constexpr (VARLEN) base += (int64_t)p.krow * ss - (int64_t)b * sb;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int kr = kr0 + 8 * r;
+        if (kr >= p.sk) continue;
+        uint16_t *row = dst + base + (int64_t)kr * ss;
+#pragma unroll
+        for (int j = 0; j < N / 8; j++)
+            *reinterpret_cast<uint32_t *>(row + 8 * j) =
+                fa3_pack<F16>(acc[4 * j + 2 * r] * scale, acc[4 * j + 2 * r + 1] * scale);
+    }
+}
+
 /* dSᵀ or Pᵀ (packed A fragments of 64 keys x 8·NJ queries from query column 8·j0) to a [key][query] tile of 64-query
  * panels in the 128-byte swizzle wgmma reads: 16-byte chunk j % 8 of row r at chunk (j % 8) ^ (r % 8) — conflict-free. */
 template <int NJ>
@@ -312,10 +337,11 @@ FA_DEV void fa3b_store_kq(uint32_t base, const uint32_t (&a)[NJ / 2][4], int row
 }
 
 /* dQi (NQ accumulators) to the writer's buffer: thread ct's registers 4j..4j+3 at float4 j·128 + ct of its
- * warpgroup's half (consecutive threads, consecutive 16 bytes: no bank conflict), then handed to the writer. */
-template <int NQ> FA_DEV void fa3b_put_dq(uint32_t dq_base, const float (&dq)[NQ], int cw, int ct) {
+ * warpgroup's part, which starts after warpgroup 0's NQ0 · 128 floats (consecutive threads, consecutive 16 bytes:
+ * no bank conflict), then handed to the writer. */
+template <int NQ, int NQ0 = NQ> FA_DEV void fa3b_put_dq(uint32_t dq_base, const float (&dq)[NQ], int cw, int ct) {
     fa3_named_sync(FA3B_DQ_EMPTY + cw, 160);
-    const uint32_t dq_s = dq_base + ((cw * (NQ / 4) * 128 + ct) << 4);
+    const uint32_t dq_s = dq_base + ((cw * (NQ0 / 4) * 128 + ct) << 4);
 #pragma unroll
     for (int j = 0; j < NQ / 4; j++) fa3_st_shared4(dq_s + (j << 11), dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
     fa3_fence_async_smem();

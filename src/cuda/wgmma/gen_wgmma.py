@@ -6,7 +6,7 @@ Run: python3 src/cuda/wgmma/gen_wgmma.py > src/cuda/wgmma/wgmma.cuh"""
 
 NS = (32, 64, 80, 96, 112, 128, 176, 192, 256)
 NS_TT = (64, 128)  # both operands MN-major: the backward's dQ = dS K
-NS_T = (128,)  # A K-major, B MN-major: the d = 256 backward's dK += dS^T Q, dV += P^T dO with P^T, dS^T in shared memory
+NS_T = (64, 128)  # A K-major, B MN-major: the wide backward's dK += dS^T Q, dV += P^T dO (P^T, dS^T in shared memory)
 TYPES = (("bf16", "bf16"), ("f16", "f16"))
 NS_E4M3 = (64, 96, 128, 192, 256)  # the FP8 forward: S = Q K^T (N = Bc), O += P V^T (N = head_dim, V transposed in memory)
 

@@ -66,18 +66,24 @@ static constexpr fa3_fwd_row fa3_fwd_rows[] = {
  * warpgroups splitting D (flash3_bwd_steps.cuh). auto_pick: FA_ALGO_AUTO takes the row only where it beats FLASH2's backward (else AUTO moves on to
  * FLASH2); figures: H100, bf16, 16k tokens, TFLOP/s FLASH3 / FLASH2. */
 struct fa3_bwd_row {
-    int d, bm, bn, threads, auto_pick;
+    int d, dv, bm, bn, threads, auto_pick;
     const char *kernel, *kernel_det, *why;
 };
 #define FA3_BWD_ROW(D, BM, BN, AUTO, WHY)                                                                            \
-    {D, BM, BN, 384, AUTO, "cuda.flash3.bwd.wgmma.d" #D "." #BM "x" #BN,                                            \
+    {D, D, BM, BN, 384, AUTO, "cuda.flash3.bwd.wgmma.d" #D "." #BM "x" #BN,                                         \
      "cuda.flash3.bwd.wgmma.deterministic.d" #D "." #BM "x" #BN, WHY}
+/* v with a head dim of its own: the d = 256 kernel's tile, its columns split at panels (flash3_bwd_wide.cuh) */
+#define FA3_BWD_ROWV(D, DV, WHY)                                                                                     \
+    {D, DV, 64, 64, 384, 1, "cuda.flash3.bwd.wgmma.d" #D "v" #DV ".64x64",                                           \
+     "cuda.flash3.bwd.wgmma.deterministic.d" #D "v" #DV ".64x64", WHY}
 static constexpr fa3_bwd_row fa3_bwd_rows[] = {
     FA3_BWD_ROW(64, 128, 128, 1, "FA3's d = 64 tile; 294 / 269 at 4k, 330 / 296 at 16k, causal 1k 139 / 140 (a tie)"),
     FA3_BWD_ROW(128, 64, 128, 1, "FA3's d = 128 tile; 421 / 309 at 4k, 480 / 336 at 16k, causal 16k 461 / 322"),
     FA3_BWD_ROW(256, 64, 64, 1, "FA3's d = 256 tile; 382 / 253 at 4k, 437 / 259 at 16k, causal 1k 191 / 156"),
+    FA3_BWD_ROWV(192, 128, "MLA's pair: 64 x 128 of dK + dQ and 64 x 64 of dK + dQ with 64 x 128 of dV a warpgroup"),
 };
 #undef FA3_BWD_ROW
+#undef FA3_BWD_ROWV
 /* plan->aux[FA3_BWD_AUX_DET]: 1 = the deterministic instance (key blocks add dQ in ascending order) */
 enum { FA3_BWD_AUX_DET = 0 };
 /* plan->aux[FA3_FWD_AUX_CL]: 2 = the forward row's 2-CTA cluster instance (cl), in a grid of whole clusters;

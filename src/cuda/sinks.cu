@@ -45,31 +45,38 @@ __global__ void fa_sinks_join_kernel(const fa_sink_rows a) {
     if (a.lse && lane == 0) a.lse[r] = lse;
 }
 
-constexpr int FA_SINK_GRAD_THREADS = 256;
+/* One CTA per head: enough warps to keep the rows' loads in flight (a 256-thread CTA walking 16k rows with a 64-bit
+ * division per row took ~60 µs, 4 % of an H100's FLASH3 backward at 4k). */
+constexpr int FA_SINK_GRAD_THREADS = 1024;
 
-/* d sinks[h] = −Σ exp(sink − LSE) · D over the rows of head h: row i of batch b at dsum[(b·hq + h)·ds + i] and
- * lse[(b·hq + h)·ls + i]. Float64 partials per thread, summed in a fixed order: the same bits on every run. A row
- * with LSE = −∞ (no key and no sink, or seqused's padding) has no weight on the sink. */
+/* d sinks[h] = −Σ exp(sink − L·lse_scale) · D over the rows of head h: row i of batch b at dsum[(b·hq + h)·ds + i]
+ * and L at lse[(b·hq + h)·ls + i] (lse_scale 1: the LSE; ln 2: LSE·log2 e). Float64 partials per thread, summed in
+ * a fixed tree (the warps' shuffles, then the warps' partials): the same bits on every run. A row with L = −∞ (no
+ * key and no sink, or seqused's padding) has no weight on the sink; FLASH3's padding rows (L = +∞, D = 0) add 0. */
 __global__ void __launch_bounds__(FA_SINK_GRAD_THREADS) fa_sinks_grad_kernel(const float *dsum, const float *lse,
-                                                                              const float *sinks, float *d_sinks,
-                                                                              int hq, int nb, int n, int64_t ds,
-                                                                              int64_t ls) {
-    __shared__ double part[FA_SINK_GRAD_THREADS];
+                                                                              double lse_scale, const float *sinks,
+                                                                              float *d_sinks, int hq, int nb, int n,
+                                                                              int64_t ds, int64_t ls) {
+    __shared__ double part[FA_SINK_GRAD_THREADS / 32];
     const int h = blockIdx.x, t = threadIdx.x;
     const double sink = sinks[h];
     double g = 0;
-    for (int64_t x = t; sink != -INFINITY && x < (int64_t)nb * n; x += FA_SINK_GRAD_THREADS) {
-        const int64_t b = x / n, i = x % n, bh = b * hq + h;
-        const float L = lse[bh * ls + i];
-        if (L != -INFINITY) g -= exp(sink - (double)L) * (double)dsum[bh * ds + i];
+    for (int b = 0; sink != -INFINITY && b < nb; ++b) {
+        const int64_t bh = (int64_t)b * hq + h;
+        const float *L = lse + bh * ls, *D = dsum + bh * ds;
+        for (int i = t; i < n; i += FA_SINK_GRAD_THREADS) {
+            const float l = L[i];
+            if (l != -INFINITY) g -= exp(sink - (double)l * lse_scale) * (double)D[i];
+        }
     }
-    part[t] = g;
+    for (int o = 16; o > 0; o >>= 1) g += __shfl_down_sync(0xffffffffu, g, o);
+    if (t % 32 == 0) part[t / 32] = g;
     __syncthreads();
-    for (int s = FA_SINK_GRAD_THREADS / 2; s > 0; s >>= 1) { /* a fixed tree */
-        if (t < s) part[t] += part[t + s];
-        __syncthreads();
+    if (t < 32) {
+        g = part[t];
+        for (int o = 16; o > 0; o >>= 1) g += __shfl_down_sync(0xffffffffu, g, o);
+        if (t == 0) d_sinks[h] = (float)g;
     }
-    if (t == 0) d_sinks[h] = (float)part[0];
 }
 
 fa_sink_rows rows_of(const fa_problem *p, float *lse) {
@@ -90,10 +97,10 @@ cudaError_t fa_cuda_sinks_join(const fa_problem *p, float *lse, cudaStream_t st)
     return cudaGetLastError();
 }
 
-cudaError_t fa_cuda_sinks_grad(const fa_cuda_params *c, int nb, int n, int64_t dsum_stride, int64_t lse_stride,
-                               cudaStream_t st) {
+cudaError_t fa_cuda_sinks_grad(const fa_cuda_params *c, const float *lse, double lse_scale, int nb, int n,
+                               int64_t dsum_stride, int64_t lse_stride, cudaStream_t st) {
     if (!c->d_sinks || c->hq == 0) return cudaSuccess;
-    fa_sinks_grad_kernel<<<(unsigned)c->hq, FA_SINK_GRAD_THREADS, 0, st>>>(c->dsum, c->lse, c->sinks, c->d_sinks, c->hq,
-                                                                         nb, n, dsum_stride, lse_stride);
+    fa_sinks_grad_kernel<<<(unsigned)c->hq, FA_SINK_GRAD_THREADS, 0, st>>>(
+        c->dsum, lse, lse_scale, c->sinks, c->d_sinks, c->hq, nb, n, dsum_stride, lse_stride);
     return cudaGetLastError();
 }

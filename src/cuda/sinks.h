@@ -22,9 +22,10 @@ extern "C" {
 cudaError_t fa_cuda_sinks_join(const fa_problem *p, float *lse, cudaStream_t st);
 /* c->d_sinks[h] = −Σ_{b,i} exp(sinks[h] − LSE) · D (nothing without d_sinks), after a backward pre-pass has written
  * D = rowsum(dO ∘ O) to c->dsum: row i < n of batch b < nb at c->dsum[(b·hq + h)·dsum_stride + i], its LSE (with
- * the sink) at c->lse[(b·hq + h)·lse_stride + i]. One CTA per head, summed in a fixed order (deterministic);
- * written, not accumulated into. */
-cudaError_t fa_cuda_sinks_grad(const fa_cuda_params *c, int nb, int n, int64_t dsum_stride, int64_t lse_stride,
-                               cudaStream_t st);
+ * the sink) as lse[(b·hq + h)·lse_stride + i] · lse_scale (1: the caller's LSE; ln 2: FLASH3's LSE·log2 e, in D's
+ * padded layout, +∞ on padding rows). One CTA per head, summed in a fixed order (deterministic); written, not
+ * accumulated into. */
+cudaError_t fa_cuda_sinks_grad(const fa_cuda_params *c, const float *lse, double lse_scale, int nb, int n,
+                               int64_t dsum_stride, int64_t lse_stride, cudaStream_t st);
 
 #endif

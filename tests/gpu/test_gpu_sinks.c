@@ -43,7 +43,8 @@ static void *d_copy(const void *x, size_t n) {
 }
 
 /* Forward and backward of one case on the CPU (STANDARD: the baseline errors) or CUDA (algorithm a) into the host
- * buffers o, lse, dq, dk, dv, ds. Returns the status of the first failing call. */
+ * buffers o, lse, dq, dk, dv, ds (varlen: cu_seqlens copied to the device too). Returns the status of the first
+ * failing call. */
 static fa_status run(fa_context *ctx, int cuda, fa_attn_opts opts, t_buf *q, t_buf *k, t_buf *v, t_buf *dout, t_buf *o,
                      float *lse, t_buf *dq, t_buf *dk, t_buf *dv, float *ds, int64_t nl, int64_t hq) {
     fa_status st;
@@ -56,6 +57,11 @@ static fa_status run(fa_context *ctx, int cuda, fa_attn_opts opts, t_buf *q, t_b
          DV = d_new(dv);
     float *dl = d_copy(lse, sizeof(float) * (size_t)nl), *dsk = d_copy(opts.sinks, sizeof(float) * (size_t)hq);
     float *dds = d_copy(ds, sizeof(float) * (size_t)hq);
+    int32_t *dcq = NULL, *dck = NULL;
+    if (opts.cu_seqlens_q) {
+        const size_t nc = sizeof(int32_t) * (size_t)(opts.n_seqs + 1);
+        opts.cu_seqlens_q = dcq = d_copy(opts.cu_seqlens_q, nc), opts.cu_seqlens_k = dck = d_copy(opts.cu_seqlens_k, nc);
+    }
     opts.sinks = dsk, opts.d_sinks = dds;
     st = fa_forward(ctx, &opts, &Q.t, &K.t, &V.t, &O.t, dl);
     if (st == FA_OK) /* each backward from its own forward's out and LSE */
@@ -65,7 +71,7 @@ static fa_status run(fa_context *ctx, int cuda, fa_attn_opts opts, t_buf *q, t_b
     cuda_ok(cudaMemcpy(lse, dl, sizeof(float) * (size_t)nl, cudaMemcpyDeviceToHost), "lse down");
     cuda_ok(cudaMemcpy(ds, dds, sizeof(float) * (size_t)hq, cudaMemcpyDeviceToHost), "d_sinks down");
     cudaFree(Q.mem), cudaFree(K.mem), cudaFree(V.mem), cudaFree(DO.mem), cudaFree(O.mem), cudaFree(DQ.mem);
-    cudaFree(DK.mem), cudaFree(DV.mem), cudaFree(dl), cudaFree(dsk), cudaFree(dds);
+    cudaFree(DK.mem), cudaFree(DV.mem), cudaFree(dl), cudaFree(dsk), cudaFree(dds), cudaFree(dcq), cudaFree(dck);
     return st;
 }
 
@@ -146,7 +152,8 @@ static void auto_pick(fa_context *gpu) {
 }
 
 /* The packed forward of FLASH2 and FLASH3 with sinks against the oracle: GQA, causal (the first sequence's first
- * rows see no key: O = 0, LSE = the sink), a sequence of one row; the CPU's STANDARD is the pass rule's baseline. */
+ * rows see no key: O = 0, LSE = the sink), a sequence of one row; the CPU's STANDARD is the pass rule's baseline.
+ * Then every algorithm's packed forward and backward (d sinks from a packed LSE and, FLASH3, its padded rows). */
 static void varlen_fwd(fa_context *cpu, fa_context *gpu, t_rng *r) {
     enum { N = 3, HQ = 4, HK = 2, D = 128 };
     static const int lq[N] = {70, 1, 130}, lk[N] = {50, 90, 130};
@@ -208,6 +215,7 @@ static void varlen_fwd(fa_context *cpu, fa_context *gpu, t_rng *r) {
     printf("\n");
     free(ref), free(rl), free(lse);
     t_buf_free(&q), t_buf_free(&k), t_buf_free(&v), t_buf_free(&o);
+    one_case(cpu, gpu, &c);
 }
 
 /* d sinks twice from the same out, LSE and dO: the same bits (the pre-pass's reduction sums in a fixed order), for

@@ -160,7 +160,7 @@ extern "C" cudaError_t fa_bwd_dsum_launch(const fa_cuda_params *p, int dtype, in
     if (e != cudaSuccess || !p->d_sinks) return e;
     /* d sinks from D, laid out like LSE: [B, Hq, Sq], or [Hq, total_q] under varlen */
     const int nb = p->cu_q ? 1 : p->batch, n = p->cu_q ? p->total_q : p->sq;
-    return fa_cuda_sinks_grad(p, nb, n, n, n, st);
+    return fa_cuda_sinks_grad(p, p->lse, 1.0, nb, n, n, n, st);
 }
 extern "C" cudaError_t fa_bwd_dq_convert_launch(const fa_cuda_params *p, int dtype, cudaStream_t st) {
     const int64_t n = fa_q_rows(p) * p->d;

@@ -123,9 +123,12 @@ static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaSt
         fa3b_prep<D, Br, F16, VARLEN, DV><<<(unsigned)((rows + per_block - 1) / per_block), 256, 0, st>>>(*p, nmb,
                                                                                                             rows);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
-        /* d sinks from the padded D (sinks.h) */
-        if ((e = fa_cuda_sinks_grad(p, p->batch, p->total_q, (int64_t)nmb * Br, p->total_q, st)) != cudaSuccess)
-            return e;
+        /* d sinks from the padded D (sinks.h); varlen: with the padded LSE·log2 e beside it (the caller's LSE is
+         * packed: [hq][total_q]) */
+        const int64_t pad = (int64_t)nmb * Br;
+        e = VARLEN ? fa_cuda_sinks_grad(p, p->lse2, 0.69314718055994530942, p->batch, (int)pad, pad, pad, st)
+                   : fa_cuda_sinks_grad(p, p->lse, 1.0, p->batch, p->total_q, pad, p->total_q, st);
+        if (e != cudaSuccess) return e;
         if (DET && (e = cudaMemsetAsync(p->dq_turns, 0, (size_t)(rows / Br) * sizeof(int), st)) != cudaSuccess)
             return e;
     }

@@ -34,7 +34,7 @@ template <int D, int DV = D> struct alignas(1024) fa3b_wide_shared {
  * whole in shared memory. */
 template <int D, int DV, bool F16, bool VARLEN, class SM>
 FA_DEV void fa3bw_pds(SM &sm, const fa3b_kparams &p, int it, int steps, int nm, int mlo, int b, int hk, int n0,
-                  int off0, int kr0, int rc, int cw, int warp, int g, int t) {
+                      int off0, int kr0, int rc, int cw, int warp, int g, int t) {
     constexpr int Br = 64, Bc = 64;
     const int qc = 32 * cw; /* this warpgroup's first query row of a step in Sᵀ, dPᵀ */
     const uint32_t k_base = fa3_smem(sm.k), v_base = fa3_smem(sm.v), q_base = fa3_smem(sm.q);

@@ -60,7 +60,8 @@ static fa_status run(fa_context *ctx, int cuda, fa_attn_opts opts, t_buf *q, t_b
     int32_t *dcq = NULL, *dck = NULL;
     if (opts.cu_seqlens_q) {
         const size_t nc = sizeof(int32_t) * (size_t)(opts.n_seqs + 1);
-        opts.cu_seqlens_q = dcq = d_copy(opts.cu_seqlens_q, nc), opts.cu_seqlens_k = dck = d_copy(opts.cu_seqlens_k, nc);
+        dcq = d_copy(opts.cu_seqlens_q, nc), dck = d_copy(opts.cu_seqlens_k, nc);
+        opts.cu_seqlens_q = dcq, opts.cu_seqlens_k = dck;
     }
     opts.sinks = dsk, opts.d_sinks = dds;
     st = fa_forward(ctx, &opts, &Q.t, &K.t, &V.t, &O.t, dl);

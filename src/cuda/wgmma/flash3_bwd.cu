@@ -1,15 +1,18 @@
-/* FLASH3 backward: the host side and its two small kernels. A call is three launches:
+/* FLASH3 backward: the host side and its two small kernels. A call is two or three launches:
  *   fa3b_prep  D = rowsum(dO ∘ O) and LSE·log2e per query row, padded to whole query blocks (D = 0, +inf past sq,
- *              so that the main kernel reads whole aligned pairs and padded rows give P = 0), and the fp32 dQ
- *              accumulator cleared (with opts.d_sinks, d sinks from D after it: sinks.h);
+ *              so that the main kernel reads whole aligned pairs and padded rows give P = 0), the fp32 dQ
+ *              accumulator and its counters cleared (with opts.d_sinks, d sinks from D after it: sinks.h);
  *   fa3_bwd_kernel (flash3_bwd.cuh; fa3_bwd_wide_kernel, flash3_bwd_wide.cuh, at d = 256), one CTA per key block
- *              and K/V head;
- *   fa3b_dq    dQ = scale·accumulator, from the accumulator's register order to the caller's layout.
+ *              and K/V head; at d = 64, 128 it also converts dQ (fused, flash3_bwd_dq.cuh: the plan's
+ *              FA3_BWD_AUX_FUSED), saving a pass that reads the accumulator back from memory;
+ *   fa3b_dq    otherwise: dQ = scale·accumulator, from the accumulator's register order to the caller's layout.
  * Varlen (cu_seqlens): each launch over every sequence at the bounds max_seqlen_q/k, each block reading its
  * sequence from the device arrays; TMA boxes end at the sequence's last row (ragged maps, tensor_map.h).
  * The plan's row (wgmma/family.cu) has checked everything the launch relies on. */
 #include <cudaTypedefs.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 
 #include "cuda/params.h"
 #include "cuda/attr_once.h"
@@ -31,10 +34,12 @@ FA_DEV int fa3b_seq_rows(const fa_cuda_params &p, int b, int *q0) {
 }
 
 /* One query row (padded layout: [batch][hq][nmb·Br], also under varlen, with the grid's bounds) per TPR = DV/8
- * threads, 8 elements (16 bytes) of O and dO each, D/TPR floats of dQ's accumulator cleared each. Varlen: row i of
- * sequence b is packed row q0 + i; LSE is [hq][total_q]. */
+ * threads, 8 elements (16 bytes) of O and dO each, D/TPR floats of dQ's accumulator cleared each; the counters of
+ * dQ's adds (p.dq_turns, one per query block) cleared. Fused (the main kernel converts dQ): a row that sees no key
+ * has no key block to convert it, so its dQ is written 0 here. Varlen: row i of sequence b is packed row q0 + i;
+ * LSE is [hq][total_q]. */
 template <int D, int Br, bool F16, bool VARLEN, int DV = D>
-__global__ void fa3b_prep(const fa_cuda_params p, int nmb, int64_t rows) {
+__global__ void fa3b_prep(const fa_cuda_params p, int nmb, int64_t rows, int fused) {
     constexpr int TPR = DV / 8, CF = D / TPR;
     static_assert((TPR & (TPR - 1)) == 0 && CF % 4 == 0, "the row's threads a power of two, whole float4s");
     const int64_t r = (int64_t)blockIdx.x * (blockDim.x / TPR) + threadIdx.x / TPR;
@@ -47,6 +52,17 @@ __global__ void fa3b_prep(const fa_cuda_params p, int nmb, int64_t rows) {
     if (VARLEN && r < rows) sq = fa3b_seq_rows(p, b, &q0);
     const int ib = VARLEN ? q0 + i : i, bb = VARLEN ? 0 : b; /* the row and batch in the tensors */
     float acc = 0.f;
+    if (r < rows && p.dq_turns && i % Br == 0 && c == 0) p.dq_turns[r / Br] = 0;
+    if (r < rows && fused && i < sq) {
+        int k0, sk = p.sk, lo, hi;
+        if (VARLEN) sk = fa_packed_seq(p.cu_k, p.used_k, b, p.total_k, p.sk, &k0);
+        fa_visible_keys32(i, sq, sk, p.wl, p.wr, &lo, &hi);
+        if (hi <= lo) {
+            uint32_t *dq = (uint32_t *)((uint16_t *)p.dq + bb * p.dq_sb + ib * p.dq_ss + h * p.dq_sh + (c / 8) * CF);
+#pragma unroll
+            for (int k = 0; k < CF / 2; ++k) dq[k] = 0u;
+        }
+    }
     if (r < rows) {
         if (i < sq) {
             const uint4 o = *(const uint4 *)((const uint16_t *)p.o + bb * p.o_sb + ib * p.o_ss + h * p.o_sh + c);
@@ -73,18 +89,13 @@ __global__ void fa3b_prep(const fa_cuda_params p, int nmb, int64_t rows) {
  * warpgroup 1's from column DQ0). Varlen: rows of sequence b only, at its packed rows. */
 template <int D, int Br, bool F16, bool VARLEN, int DV = D>
 __global__ void fa3b_dq(const fa_cuda_params p, int nmb, int64_t n4) {
-    using T = fa3b_tile<D, DV>;
     const int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (x >= n4) return;
     const int64_t chunk = x / (Br * D / 4);
-    const int q4 = (int)(x % (Br * D / 4)), per_wg = T::NQ / 4 * 128;
-    int w, j, c0;
-    if constexpr (T::PAIR) w = q4 >= per_wg, j = (q4 - w * per_wg) / 128, c0 = w * T::DQ0;
-    else w = q4 / per_wg, j = (q4 % per_wg) / 128, c0 = Br == 128 ? 0 : w * (D / 2);
-    const int ct = q4 % 128, lane = ct % 32;
     const int m = (int)(chunk % nmb), h = (int)((chunk / nmb) % p.hq), b = (int)(chunk / nmb / p.hq);
-    const int row = m * Br + (Br == 128 ? 64 * w : 0) + 16 * (ct / 32) + lane / 4;
-    const int col = c0 + 8 * j + 2 * (lane % 4);
+    int row, col;
+    fa3b_dq_place<D, DV>((int)(x % (Br * D / 4)), row, col); /* flash3_bwd_dq.cuh */
+    row += m * Br;
     int q0 = 0, sq = p.total_q;
     if (VARLEN) sq = fa3b_seq_rows(p, b, &q0);
     const float4 a = *(const float4 *)(p.dq_acc + 4 * x);
@@ -107,6 +118,15 @@ static int fa3b_map(CUtensorMap *m, bool varlen, const fa_cuda_params *p, const 
                   : fa3_map(m, base, p->dtype, D, rows, heads, p->batch, ss, sh, sb, box);
 }
 
+/* The converters' 32-bit offsets (flash3_bwd_dq.cuh) hold: the accumulator's floats and the farthest dQ element
+ * their arithmetic reaches (a block's rows padded, 8 below) are below 2^31. */
+static bool fa3b_fits32(const fa_cuda_params *p, int64_t rows, int nmb, int Br, int D, bool varlen) {
+    const int64_t r = (varlen ? (int64_t)p->total_q : 0) + (int64_t)nmb * Br + 8;
+    const int64_t span = (varlen ? 0 : (int64_t)(p->batch - 1) * llabs(p->dq_sb)) + r * llabs(p->dq_ss) +
+                         (int64_t)(p->hq - 1) * llabs(p->dq_sh) + D;
+    return rows * D < INT32_MAX && span < INT32_MAX;
+}
+
 /* Varlen: a grid over every sequence at the bounds (max_seqlen_q/k), each CTA reading its sequence from the device
  * cu_seqlens (fa3b_seq_of); the padded rows of D, LSE·log2e and dQ's accumulator per (sequence, head) at those
  * bounds, as for fixed lengths. */
@@ -117,11 +137,13 @@ static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaSt
     if (p->batch == 0 || p->hq == 0) return cudaSuccess;
     const int nmb = (p->sq + Br - 1) / Br;
     const int64_t rows = (int64_t)p->batch * p->hq * nmb * Br;
+    /* the main kernel converts dQ (flash3_bwd_dq.cuh) */
+    const int fused = T::FUSE && plan->aux[FA3_BWD_AUX_FUSED] && fa3b_fits32(p, rows, nmb, Br, D, VARLEN);
     cudaError_t e = cudaSuccess;
     if (rows > 0) {
         const int per_block = 256 / (DV / 8);
-        fa3b_prep<D, Br, F16, VARLEN, DV><<<(unsigned)((rows + per_block - 1) / per_block), 256, 0, st>>>(*p, nmb,
-                                                                                                            rows);
+        fa3b_prep<D, Br, F16, VARLEN, DV><<<(unsigned)((rows + per_block - 1) / per_block), 256, 0, st>>>(
+            *p, nmb, rows, fused);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
         /* d sinks from the padded D (sinks.h); varlen: with the padded LSE·log2 e beside it (the caller's LSE is
          * packed: [hq][total_q]) */
@@ -129,8 +151,6 @@ static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaSt
         e = VARLEN ? fa_cuda_sinks_grad(p, p->lse2, 0.69314718055994530942, p->batch, (int)pad, pad, pad, st)
                    : fa_cuda_sinks_grad(p, p->lse, 1.0, p->batch, p->total_q, pad, p->total_q, st);
         if (e != cudaSuccess) return e;
-        if (DET && (e = cudaMemsetAsync(p->dq_turns, 0, (size_t)(rows / Br) * sizeof(int), st)) != cudaSuccess)
-            return e;
     }
     if (p->sk > 0 && p->total_k > 0) {
         CUtensorMap tq, tk, tv, tdo;
@@ -143,7 +163,8 @@ static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaSt
         kp.dk = (uint16_t *)p->dk, kp.dv = (uint16_t *)p->dv;
         kp.dk_sb = p->dk_sb, kp.dk_ss = p->dk_ss, kp.dk_sh = p->dk_sh;
         kp.dv_sb = p->dv_sb, kp.dv_ss = p->dv_ss, kp.dv_sh = p->dv_sh;
-        kp.lse2 = p->lse2, kp.dsum = p->dsum, kp.dq_acc = p->dq_acc, kp.turns = DET ? p->dq_turns : NULL;
+        kp.lse2 = p->lse2, kp.dsum = p->dsum, kp.dq_acc = p->dq_acc, kp.turns = p->dq_turns;
+        kp.dq = (uint16_t *)p->dq, kp.dq_sb = p->dq_sb, kp.dq_ss = p->dq_ss, kp.dq_sh = p->dq_sh, kp.fuse_dq = fused;
         kp.sq = p->sq, kp.sk = p->sk, kp.hq = p->hq, kp.group = p->hq / p->hk;
         kp.cu_q = VARLEN ? p->cu_q : NULL, kp.cu_k = VARLEN ? p->cu_k : NULL;
         kp.used_q = VARLEN ? p->used_q : NULL, kp.used_k = VARLEN ? p->used_k : NULL;
@@ -161,7 +182,7 @@ static cudaError_t fa3b_run(const fa_cuda_params *p, const fa_plan *plan, cudaSt
         kernel<<<grid, T::THREADS, smem, st>>>(tq, tk, tv, tdo, kp);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
-    if (rows > 0) {
+    if (rows > 0 && !fused) {
         const int64_t n4 = rows * D / 4;
         fa3b_dq<D, Br, F16, VARLEN, DV><<<(unsigned)((n4 + 255) / 256), 256, 0, st>>>(*p, nmb, n4);
         e = cudaGetLastError();
@@ -182,6 +203,7 @@ template <int R> static int fa3_bwd_inst(int det, fa_cuda_instance *k) {
     if (det) k->f16 = fa3b_launch<r.d, true, true, r.dv>, k->bf16 = fa3b_launch<r.d, false, true, r.dv>;
     else k->f16 = fa3b_launch<r.d, true, false, r.dv>, k->bf16 = fa3b_launch<r.d, false, false, r.dv>;
     k->smem = (T::WIDE ? sizeof(fa3b_wide_shared<r.d, r.dv>) : sizeof(fa3b_shared<r.d>)) + 1024;
+    static_assert(T::WIDE || sizeof(fa3b_shared<r.d>) + 1024 <= 232448, "the tiles fit the 227 KB of an SM");
     return 1;
 }
 static_assert(sizeof fa3_bwd_rows / sizeof fa3_bwd_rows[0] == 4, "one case per row of fa3_bwd_rows");

@@ -18,7 +18,7 @@
 #ifndef FA_WGMMA_FLASH3_BWD_CUH
 #define FA_WGMMA_FLASH3_BWD_CUH
 
-#include "flash3_bwd_steps.cuh"
+#include "flash3_bwd_dq.cuh"
 
 /* Shared memory: Kj, Vj; ST stages of Qi, dOi; dSᵀ; dQi for the writer; the rows' LSE·log2e and D. */
 template <int D> struct alignas(1024) fa3b_shared {
@@ -30,6 +30,8 @@ template <int D> struct alignas(1024) fa3b_shared {
     fa3b_shared_rows<T::Br> rows;
     uint64_t full_kv, full_q[T::ST], full_do[T::ST], empty[T::ST];
     fa3b_kparams kp; /* varlen: the CTA's parameters (fa3b_params) */
+    float cv[T::Br * D / FA3B_CV_PARTS]; /* fused: a part of a query block's dQ accumulator, for the converters */
+    fa3b_jobs jobs;                      /* fused: the writer's hand-offs to them */
 };
 
 /* acc += A B with A (64 keys x Br queries) from registers and B = a [query][D] tile, MN-major: a k16 slice is 16
@@ -64,6 +66,7 @@ __global__ void __launch_bounds__(384, 1)
             fa3_bar_init(fa3_smem(&sm.full_do[s]), 1);
             fa3_bar_init(fa3_smem(&sm.empty[s]), 8); /* one arrival per consumer warp */
         }
+        fa3b_jobs_init(fa3_smem(&sm.jobs));
         fa3_bar_init_fence();
         if constexpr (VARLEN) sm.kp = own;
     }
@@ -92,7 +95,9 @@ __global__ void __launch_bounds__(384, 1)
                                          VARLEN ? p.qrow + m * Br : m * Br, h, b, p.sq - m * Br);
             }
         } else if (threadIdx.x / 32 == 1) {
-            fa3b_dq_writer<D, DET>(p, fa3_smem(sm.dq), b, hk, nb, nm, mlo, steps);
+            fa3b_dq_writer<D, DET>(p, fa3_smem(sm.dq), fa3_smem(&sm.jobs), b, hk, nb, nm, mlo, steps);
+        } else if (threadIdx.x >= 64) {
+            fa3b_dq_converter<D, F16, VARLEN>(pk, p, fa3_smem(&sm.jobs), fa3_smem(sm.cv));
         }
         return;
     }

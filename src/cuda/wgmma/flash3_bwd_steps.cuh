@@ -27,6 +27,7 @@ template <int D, int DV = D> struct fa3b_tile {
     static constexpr int Bc = WIDE ? 64 : 128;
     static constexpr int ST = WIDE ? 1 : 2;
     static constexpr int THREADS = 384;
+    static constexpr bool FUSE = !WIDE; /* room for dQ's staging buffer beside the tiles (flash3_bwd_dq.cuh) */
     static constexpr int NQ = PAIR ? Br * DQ0 / 128 : Br * D / 256;
     static constexpr int NQN = Br == 128 ? D : PAIR ? DQ0 : D / 2; /* N of the dQ GEMM (the pair: warpgroup 0's) */
 };
@@ -36,15 +37,16 @@ template <int Br> struct fa3b_shared_rows {
     float lse2[2][Br], dsum[2][Br];
 };
 /* Named barriers (0 is __syncthreads): dSᵀ written and a step's LSE / D copied (the 256 consumer threads); a
- * warpgroup's dQ buffer free and full (its 128 threads and the dQ writer warp: 160). */
-enum { FA3B_DS_READY = 1, FA3B_ROWS_READY = 2, FA3B_DQ_EMPTY = 3, FA3B_DQ_FULL = 5 };
+ * warpgroup's dQ buffer free and full (its 128 threads and the dQ writer warp: 160); the converters' staging buffer
+ * read (their 64 threads, flash3_bwd_dq.cuh). */
+enum { FA3B_DS_READY = 1, FA3B_ROWS_READY = 2, FA3B_DQ_EMPTY = 3, FA3B_DQ_FULL = 5, FA3B_CV_READ = 7 };
 
 struct fa3b_kparams {
     uint16_t *dk, *dv;
     int64_t dk_sb, dk_ss, dk_sh, dv_sb, dv_ss, dv_sh;
     const float *lse2, *dsum; /* [batch][hq][nmb·Br]: LSE·log2e (+inf past sq: P = 0), D (0 past sq); 8-byte pairs */
     float *dq_acc;            /* [batch][hq][nmb][Br·D] in accumulator order, zeroed */
-    int *turns;               /* deterministic: [batch][hq][nmb] zeroed counters; else NULL */
+    int *turns;               /* deterministic or fused: [batch][hq][nmb] zeroed counters of dQ's adds; else NULL */
     int sq, sk, hq, group, wl, wr, nmb;
     float scale, scale_log2; /* scale_log2 = log2 e with softcap (the scale is inside the cap) */
     float cap, cap_scale;    /* softcap: score = cap·tanh(s·cap_scale); cap_scale 0 = off */
@@ -52,6 +54,10 @@ struct fa3b_kparams {
     const int *used_q, *used_k; /* varlen: opts.seqused_q/k (device), else NULL: a sequence's used rows */
     int total_q, total_k;    /* varlen: the packed tensors' rows */
     int qrow, krow;          /* varlen, in a CTA's copy (fa3b_seq_of): its sequence's first rows; else 0 */
+    /* last: the fields above keep their offsets (moved, the d = 64 kernels' registers spilled) */
+    uint16_t *dq;            /* fused (fuse_dq): dQ, the caller's, written by the converter warps (flash3_bwd_dq.cuh) */
+    int64_t dq_sb, dq_ss, dq_sh;
+    int fuse_dq;             /* 1: the last key block of a query block converts it; 0: flash3_bwd.cu's fa3b_dq */
 };
 
 /* A CTA's parameters. Varlen: its sequence's (blockIdx.z's) lengths as sq, sk (bounded by the grid's, max_seqlen_q/k,
@@ -221,61 +227,6 @@ FA_DEV int fa3b_rows_first(SM &sm, const fa3b_kparams &p, int b, int hk, int nm,
     return rc;
 }
 
-/* The dQ writer (one warp; lane 0 issues): per step, each warpgroup's part of dQi is one bulk reduce-add into the
- * accumulator, and the buffer is handed back once the copy has read it. Its first hand-back is before the first
- * step, and none after the last, so every barrier phase completes. */
-template <int D, bool DET, int DV = D>
-FA_DEV void fa3b_dq_writer(const fa3b_kparams &p, uint32_t src, int b, int hk, int nb, int nm, int mlo, int steps) {
-    using T = fa3b_tile<D, DV>;
-    constexpr int Br = T::Br, Bc = T::Bc;
-    constexpr uint32_t HALF = T::NQ * 128, REST = Br * D - HALF; /* floats of warpgroup 0, 1 */
-    const bool lead = threadIdx.x % 32 == 0;
-    if (steps > 0) {
-        fa3_named_arrive<FA3B_DQ_EMPTY, 160>();
-        fa3_named_arrive<FA3B_DQ_EMPTY + 1, 160>();
-    }
-    const int64_t chunk0 = (int64_t)(b * p.hq + hk * p.group) * p.nmb + mlo; /* (batch, head, query block) */
-    float *dst = p.dq_acc + chunk0 * (Br * D);
-    int *turn = DET ? p.turns + chunk0 : nullptr;
-    int m = mlo, left = nm; /* query block m of the current head; blocks left in it */
-    for (int it = 0; it < steps; it++) {
-        if (DET && lead) { /* key blocks add in descending order, the order in which a mask's diagonal brings them to
-                            * query block m (the last key block sees it first): this one's turn is its rank from the
-                            * last key block m sees */
-            const int m0 = m * Br;
-            int klo, khi;
-            fa_visible_block32(m0, m0 + Br < p.sq ? m0 + Br : p.sq, p.sq, p.sk, p.wl, p.wr, &klo, &khi);
-            while (fa3_ld_acquire(turn) != (khi - 1) / Bc - nb) {
-            }
-        }
-        __syncwarp(); /* bar.sync is warp-aligned: the lanes meet before each barrier */
-        fa3_named_sync<FA3B_DQ_FULL, 160>();
-        if (lead) fa3_bulk_add_f32(dst, src, HALF * 4), fa3_bulk_commit();
-        __syncwarp();
-        fa3_named_sync<FA3B_DQ_FULL + 1, 160>();
-        if (lead) {
-            fa3_bulk_add_f32(dst + HALF, src + HALF * 4, REST * 4), fa3_bulk_commit();
-            if (DET) { /* the adds are done in global memory before the next key block's turn */
-                fa3_bulk_wait<0>();
-                asm volatile("fence.proxy.async.global;\n" ::: "memory");
-                __threadfence();
-                atomicAdd(turn, 1);
-            } else {
-                fa3_bulk_wait_read<0>();
-            }
-        }
-        __syncwarp();
-        dst += Br * D, turn += DET; /* the next block, or the next head's first (nmb − nm blocks on) */
-        m++;
-        if (--left == 0) dst += (int64_t)(p.nmb - nm) * (Br * D), turn += DET ? p.nmb - nm : 0, m = mlo, left = nm;
-        if (it + 1 < steps) {
-            fa3_named_arrive<FA3B_DQ_EMPTY, 160>();
-            fa3_named_arrive<FA3B_DQ_EMPTY + 1, 160>();
-        }
-    }
-    if (lead) fa3_bulk_wait<0>();
-}
-
 /* dKj = scale·Σ dSᵀ Q and dVj, 16-bit, straight from the accumulators: register 4j + 2r + e is key row kr0 + 8r,
  * column c0 + 8j + 2t + e (rows past sk are not written; varlen: rows of the sequence, from its first packed row). */
 template <int N, bool F16, bool VARLEN>
@@ -334,18 +285,6 @@ FA_DEV void fa3b_store_kq(uint32_t base, const uint32_t (&a)[NJ / 2][4], int row
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0), "r"(v[0]) : "memory");
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a0 + 8 * 128), "r"(v[1]) : "memory");
     }
-}
-
-/* dQi (NQ accumulators) to the writer's buffer: thread ct's registers 4j..4j+3 at float4 j·128 + ct of its
- * warpgroup's part, which starts after warpgroup 0's NQ0 · 128 floats (consecutive threads, consecutive 16 bytes:
- * no bank conflict), then handed to the writer. */
-template <int NQ, int NQ0 = NQ> FA_DEV void fa3b_put_dq(uint32_t dq_base, const float (&dq)[NQ], int cw, int ct) {
-    fa3_named_sync(FA3B_DQ_EMPTY + cw, 160);
-    const uint32_t dq_s = dq_base + ((cw * (NQ0 / 4) * 128 + ct) << 4);
-#pragma unroll
-    for (int j = 0; j < NQ / 4; j++) fa3_st_shared4(dq_s + (j << 11), dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
-    fa3_fence_async_smem();
-    fa3_named_arrive(FA3B_DQ_FULL + cw, 160);
 }
 
 #endif

@@ -14,7 +14,7 @@
 #ifndef FA_WGMMA_FLASH3_BWD_WIDE_CUH
 #define FA_WGMMA_FLASH3_BWD_WIDE_CUH
 
-#include "flash3_bwd_steps.cuh"
+#include "flash3_bwd_dq.cuh"
 
 /* Shared memory: Kj, Vj, Qi, dOi; Pᵀ and dSᵀ twice (a warpgroup writes step it + 1's while the other may still be
  * reading step it's); dQi for the writer; the rows' LSE·log2e and D. */
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(384, 1)
                     fa3b_box<Br, VARLEN>(fa3_smem(sm.dout) + c * Br * 128, &tdo, fd, 64 * c, r, h, b, p.sq - m * Br);
             }
         } else if (threadIdx.x / 32 == 1) {
-            fa3b_dq_writer<D, DET, DV>(p, fa3_smem(sm.dq), b, hk, nb, nm, mlo, steps);
+            fa3b_dq_writer<D, DET, DV>(p, fa3_smem(sm.dq), 0, b, hk, nb, nm, mlo, steps); /* no converters */
         }
         return;
     }

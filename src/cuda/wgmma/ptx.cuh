@@ -93,6 +93,23 @@ FA_DEV void fa3_bulk_add_f32(float *dst, uint32_t src, uint32_t bytes) {
                  "r"(bytes)
                  : "memory");
 }
+/* Bulk copy: `bytes` (a multiple of 16, both ends 16-byte aligned) from global into shared memory by the async proxy,
+ * counted on mbarrier bar's transactions (fa3_bar_expect_tx first). */
+FA_DEV void fa3_bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+/* Generic-proxy accesses of global memory before it ordered with the async proxy's after it. */
+FA_DEV void fa3_fence_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+FA_DEV float4 fa3_ld_shared4(uint32_t a) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(a)
+                 : "memory");
+    return v;
+}
 FA_DEV void fa3_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 template <int N> FA_DEV void fa3_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory"); }
 template <int N> FA_DEV void fa3_bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory"); }

@@ -84,8 +84,9 @@ static constexpr fa3_bwd_row fa3_bwd_rows[] = {
 };
 #undef FA3_BWD_ROW
 #undef FA3_BWD_ROWV
-/* plan->aux[FA3_BWD_AUX_DET]: 1 = the deterministic instance (key blocks add dQ in ascending order) */
-enum { FA3_BWD_AUX_DET = 0 };
+/* plan->aux[FA3_BWD_AUX_DET]: 1 = the deterministic instance (key blocks add dQ in descending order);
+ * [FA3_BWD_AUX_FUSED]: 1 = the main kernel converts dQ (flash3_bwd_dq.cuh), no separate pass */
+enum { FA3_BWD_AUX_DET = 0, FA3_BWD_AUX_FUSED = 1 };
 /* plan->aux[FA3_FWD_AUX_CL]: 2 = the forward row's 2-CTA cluster instance (cl), in a grid of whole clusters;
  * [FA3_FWD_AUX_QBUF]: the Q buffers the kernel uses (1, or the row's qb); [FA3_FWD_AUX_EARLY]: 1 = the producer takes
  * the next tile's index a tile ahead (README.md) */

@@ -144,8 +144,8 @@ typedef struct fa_context fa_context;
  * FA_CUDA_FLASH3_EARLY_TILE=1 has its producer take the next tile's index a tile early (default 0); the results are
  * the same bits either way. FA_CUDA_FLASH3_BWD_PAIRS=1 lets the FLASH3 backward take (dqk, dv) = (192, 128) (default
  * 0: its kernel has not yet run on a GPU; FLASH2's backward runs the pair). FA_CUDA_FLASH3_BWD_FUSED_DQ=0|1|2: the
- * FLASH3 backward converts dQ in a pass of its own (0), in its main kernel (1, default), there also when deterministic
- * (2); the deterministic bits are the same either way. */
+ * FLASH3 backward converts dQ in a pass of its own (0, default until it has run on a GPU), in its main kernel (1),
+ * there also when deterministic (2); the deterministic bits are the same either way. */
 FA_API fa_status fa_context_create(fa_context **ctx, fa_backend backend, int device_or_threads);
 /* Message of the last failed fa_context_create in this thread ("" if none). Thread-local static storage. */
 FA_API const char *fa_create_error(void);

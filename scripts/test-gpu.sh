@@ -16,6 +16,8 @@ cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 # NVLink multicast stays off on these machines (docs/ring.md)
 # the FLASH3 backward's (192, 128) row, off by default until it has run on a GPU: the tests take it
 export FA_CUDA_FLASH3_BWD_PAIRS=${FA_CUDA_FLASH3_BWD_PAIRS:-1}
+# the FLASH3 backward's dQ converted in its main kernel, off by default until it has run on a GPU: the tests take it
+export FA_CUDA_FLASH3_BWD_FUSED_DQ=${FA_CUDA_FLASH3_BWD_FUSED_DQ:-1}
 BUILD=${BUILD:-build-cuda}
 JOBS=${JOBS:-$(nproc)}
 LOG_DIR=${LOG_DIR:-$BUILD/gpu-logs}

@@ -58,7 +58,7 @@ extern "C" fa_status fa_cuda_create(fa_context *ctx, int device) {
     s->tune.flash3_qbuf = fa_env_int("FA_CUDA_FLASH3_QBUF", 1) != 0;
     s->tune.flash3_early = fa_env_int("FA_CUDA_FLASH3_EARLY_TILE", 0) != 0;
     s->tune.flash3_bwd_pairs = fa_env_int("FA_CUDA_FLASH3_BWD_PAIRS", 0) != 0;
-    s->tune.flash3_bwd_fused_dq = fa_env_int("FA_CUDA_FLASH3_BWD_FUSED_DQ", 1);
+    s->tune.flash3_bwd_fused_dq = fa_env_int("FA_CUDA_FLASH3_BWD_FUSED_DQ", 0);
     cublasStatus_t bs = cublasCreate(&s->blas);
     cudaError_t fe = cudaMalloc((void **)&s->kv_fault, FA_KV_FAULT_INTS * sizeof(int));
     if (fe == cudaSuccess) fe = cudaMemset(s->kv_fault, 0, FA_KV_FAULT_INTS * sizeof(int));

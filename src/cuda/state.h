@@ -25,9 +25,10 @@ typedef struct fa_cuda_tuning {
                        * FLASH3 forward's producer takes the next tile's index a tile ahead. Benchmarks (A/B), tests */
     int flash3_bwd_pairs; /* FA_CUDA_FLASH3_BWD_PAIRS (default 0; 1 = on): the FLASH3 backward's rows for v with a
                            * head_dim of its own ((192, 128), wgmma/tiles.h), off until they have run on a GPU. Tests */
-    int flash3_bwd_fused_dq; /* FA_CUDA_FLASH3_BWD_FUSED_DQ (default 1): the FLASH3 backward's main kernel converts dQ
+    int flash3_bwd_fused_dq; /* FA_CUDA_FLASH3_BWD_FUSED_DQ: the FLASH3 backward's main kernel converts dQ
                               * (wgmma/flash3_bwd_dq.cuh) in the default backward (1), also the deterministic (2), or
-                              * neither (0: the separate conversion pass). Benchmarks (A/B), tests */
+                              * neither (0: the separate conversion pass; the default until it has run on a GPU).
+                              * Benchmarks (A/B), tests */
 } fa_cuda_tuning;
 /* The default of split_rows (the split's measurements: docs/cuda-kernels.md). */
 #define FA_CUDA_BWD_SPLIT_ROWS 2048

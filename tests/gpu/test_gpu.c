@@ -22,8 +22,8 @@
  *     other pairs;
  *   - FLASH2 and FLASH3 deterministic backward: dq, dk, dv bitwise identical over two runs, the second in another
  *     context (its own workspace); FLASH3's with more key blocks than resident CTAs finishes (det_liveness);
- *   - FLASH3's backward with dQ converted in its main kernel (the default) and by its own pass
- *     (FA_CUDA_FLASH3_BWD_FUSED_DQ), the deterministic instance bit for bit the same either way;
+ *   - FLASH3's backward with dQ converted by its own pass and in its main kernel (FA_CUDA_FLASH3_BWD_FUSED_DQ;
+ *     scripts/test-gpu.sh sets 1), the deterministic instance bit for bit the same either way;
  *   - the FLASH3 forward's 2-CTA cluster instance runs exactly where the plan should pick it, is checked as above,
  *     and gives out and LSE bit for bit as the single-CTA kernel does (FA_CUDA_FLASH3_CLUSTER=0).
  * Seeds are printed; replay with FA_TEST_SEED. FA_GPU_TEST_SMALL=1 runs a few small cases (compute-sanitizer);
@@ -1014,18 +1014,18 @@ int main(void) {
                 run_case(ctx, &c, 1);
             }
     }
-    /* FLASH3's backward with dQ converted by its own pass (FA_CUDA_FLASH3_BWD_FUSED_DQ=0) and with the deterministic
-     * instance converting it in the main kernel as well (=2; by default only the default instance does,
-     * flash3_bwd_dq.cuh): d 64 and 128, causal with sq > sk (rows that see no key: their dQ 0 from the pre-pass),
-     * GQA, windows, several query blocks a key block, varlen with empty sequences. run_case checks both instances
-     * against the oracle, and the deterministic one bit for bit against its run in ctx_other (the default setting:
-     * both conversions give the same bits). The small set keeps one case of each setting. */
+    /* FLASH3's backward with dQ converted by its own pass (FA_CUDA_FLASH3_BWD_FUSED_DQ=0), in the main kernel (=1)
+     * and there for the deterministic instance as well (=2; flash3_bwd_dq.cuh): d 64 and 128, causal with sq > sk
+     * (rows that see no key: their dQ 0 from the pre-pass), GQA, windows, several query blocks a key block, varlen
+     * with empty sequences. run_case checks both instances against the oracle, and the deterministic one bit for bit
+     * against its run in ctx_other (the environment's setting: every conversion gives the same bits). The small set
+     * keeps one case of each setting. */
     {
-        static const char *set[2] = {"0", "2"};
+        static const char *set[3] = {"0", "1", "2"};
         /* b, sq, sk, hq, hk, d, mode (0 none, 1 causal, 2 window) */
         static const int fc[][7] = {{2, 700, 300, 8, 2, 128, 1}, {1, 1000, 1000, 4, 4, 64, 0},
                                     {2, 239, 513, 4, 1, 64, 2},  {1, 300, 900, 8, 8, 128, 0}};
-        for (int si = 0; si < 2; ++si) {
+        for (int si = 0; si < 3; ++si) {
             fa_context *cf = ctx_with_env("FA_CUDA_FLASH3_BWD_FUSED_DQ", set[si]);
             if (!cf) continue;
             for (int i = 0; i < (small ? 1 : 4); ++i) {
@@ -1037,7 +1037,7 @@ int main(void) {
             if (!small) {
                 int32_t cq[6], ck[6];
                 static const int lq[5] = {300, 0, 129, 1, 700}, lk[5] = {100, 9, 0, 64, 650};
-                t_case c = varlen_case(5, lq, lk, 8, 2, si ? 64 : 128, dts[si], cq, ck);
+                t_case c = varlen_case(5, lq, lk, 8, 2, si % 2 ? 64 : 128, dts[si & 1], cq, ck);
                 c.opts.causal = 1;
                 run_case(cf, &c, 1);
             }

@@ -30,8 +30,9 @@ template <int D> struct alignas(1024) fa3b_shared {
     fa3b_shared_rows<T::Br> rows;
     uint64_t full_kv, full_q[T::ST], full_do[T::ST], empty[T::ST];
     fa3b_kparams kp; /* varlen: the CTA's parameters (fa3b_params) */
-    float cv[T::Br * D / FA3B_CV_PARTS]; /* fused: a part of a query block's dQ accumulator, for the converters */
-    fa3b_jobs jobs;                      /* fused: the writer's hand-offs to them */
+    alignas(128) float cv[T::Br * D / FA3B_CV_PARTS]; /* fused: a part of a query block's dQ accumulator, for the
+                                                       * converters (a bulk copy's and ld.shared.v4's alignment) */
+    fa3b_jobs jobs;                                   /* fused: the writer's hand-offs to them */
 };
 
 /* acc += A B with A (64 keys x Br queries) from registers and B = a [query][D] tile, MN-major: a k16 slice is 16

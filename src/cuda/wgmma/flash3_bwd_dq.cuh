@@ -1,6 +1,6 @@
 /* The FLASH3 backward's dQ path, shared by its two kernels: the consumers hand each step's dQi to the dQ writer warp
  * (fa3b_put_dq), which adds it into the fp32 accumulator in global memory with bulk reduce-adds (fa3b_dq_writer);
- * fused (kp.fuse_dq), the key block that adds last into a query block hands that block to two converter warps
+ * fused (fa3b_kparams::fuse_dq), the key block that adds last into a query block hands that block to two converter warps
  * (fa3b_dq_converter), which write dQ = scale·accumulator into the caller's layout while the CTA computes on, so
  * that no separate conversion pass reads the accumulator back from memory (flash3_bwd.cu's fa3b_dq does it
  * otherwise). FA3 paper Algorithm 3. */
@@ -60,6 +60,13 @@ FA_DEV void fa3b_post(uint32_t J, int n, int b, int h, int m) {
     fa3_bar_arrive(J + offsetof(fa3b_jobs, full) + 8 * s);
 }
 
+/* Key blocks klo/Bc .. (khi − 1)/Bc see query block m: [klo, khi) are its rows' visible keys (p: the CTA's
+ * sequence). */
+template <int Br> FA_DEV void fa3b_block_keys(const fa3b_kparams &p, int m, int &klo, int &khi) {
+    const int m0 = m * Br;
+    fa_visible_block32(m0, m0 + Br < p.sq ? m0 + Br : p.sq, p.sq, p.sk, p.wl, p.wr, &klo, &khi);
+}
+
 /* The dQ writer (one warp; lane 0 issues): per step, each warpgroup's part of dQi is one bulk reduce-add into the
  * accumulator, and the buffer is handed back once the copy has read it. Its first hand-back is before the first
  * step, and none after the last, so every barrier phase completes.
@@ -68,13 +75,6 @@ FA_DEV void fa3b_post(uint32_t J, int n, int b, int h, int m) {
  * counter, so the last is key block klo/Bc. Fused (not deterministic): each counts its add, once complete in global
  * memory, on the block's counter, and the one that counts last has the whole sum. Fused, the last hands the block to
  * the converters. */
-/* Key blocks klo/Bc .. (khi − 1)/Bc see query block m: [klo, khi) are its rows' visible keys (p: the CTA's
- * sequence). */
-template <int Br> FA_DEV void fa3b_block_keys(const fa3b_kparams &p, int m, int &klo, int &khi) {
-    const int m0 = m * Br;
-    fa_visible_block32(m0, m0 + Br < p.sq ? m0 + Br : p.sq, p.sq, p.sk, p.wl, p.wr, &klo, &khi);
-}
-
 template <int D, bool DET, int DV = D>
 FA_DEV void fa3b_dq_writer(const fa3b_kparams &p, uint32_t src, uint32_t J, int b, int hk, int nb, int nm, int mlo,
                            int steps) {

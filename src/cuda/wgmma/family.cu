@@ -196,9 +196,8 @@ static fa_status fa3_bwd_pick(const fa_cuda_tuning *tu, const fa_problem *p, fa_
     plan->entry = row;
     plan->kernel = p->deterministic ? r->kernel_det : r->kernel;
     plan->aux[FA3_BWD_AUX_DET] = p->deterministic ? 1 : 0;
-    /* the d = 64, 128 tiles: dQ's staging buffer fits beside them, not beside d = 256's (flash3_bwd_dq.cuh) */
     plan->aux[FA3_BWD_AUX_FUSED] =
-        r->d <= 128 && r->dv == r->d && tu->flash3_bwd_fused_dq > plan->aux[FA3_BWD_AUX_DET];
+        fa3_bwd_fuses_dq(r->d, r->dv) && tu->flash3_bwd_fused_dq > plan->aux[FA3_BWD_AUX_DET];
     plan->block_q = r->bm, plan->block_k = r->bn, plan->threads = r->threads;
     /* varlen: every sequence at the bounds (max_seqlen_k), batch = the sequences */
     plan->grid[0] = (int)((p->sk_max + r->bn - 1) / r->bn), plan->grid[1] = (int)p->hk, plan->grid[2] = (int)p->batch;

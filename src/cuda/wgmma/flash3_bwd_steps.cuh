@@ -8,6 +8,7 @@
 #include "../packed.cuh"
 #include "frag.cuh"
 #include "ptx.cuh"
+#include "tiles.h"
 #include "wgmma.cuh"
 
 /* Tiles (tiles.h has the rows): Bc keys per CTA, Br query rows per step, ST stages of Qi and dOi.
@@ -27,7 +28,8 @@ template <int D, int DV = D> struct fa3b_tile {
     static constexpr int Bc = WIDE ? 64 : 128;
     static constexpr int ST = WIDE ? 1 : 2;
     static constexpr int THREADS = 384;
-    static constexpr bool FUSE = !WIDE; /* room for dQ's staging buffer beside the tiles (flash3_bwd_dq.cuh) */
+    static constexpr bool FUSE = fa3_bwd_fuses_dq(D, DV); /* dQ converted in the main kernel (tiles.h) */
+    static_assert(!FUSE || !WIDE, "the staging buffer sits beside the d = 64, 128 tiles only");
     static constexpr int NQ = PAIR ? Br * DQ0 / 128 : Br * D / 256;
     static constexpr int NQN = Br == 128 ? D : PAIR ? DQ0 : D / 2; /* N of the dQ GEMM (the pair: warpgroup 0's) */
 };

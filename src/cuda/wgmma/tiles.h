@@ -84,6 +84,9 @@ static constexpr fa3_bwd_row fa3_bwd_rows[] = {
 };
 #undef FA3_BWD_ROW
 #undef FA3_BWD_ROWV
+/* The backward rows whose main kernel can convert dQ (flash3_bwd_dq.cuh): d = 64, 128, where its staging buffer fits
+ * beside the tiles (not beside d = 256's or the pair's). The plan and the kernel's tile (fa3b_tile::FUSE) both ask. */
+constexpr bool fa3_bwd_fuses_dq(int d, int dv) { return d <= 128 && dv == d; }
 /* plan->aux[FA3_BWD_AUX_DET]: 1 = the deterministic instance (key blocks add dQ in descending order);
  * [FA3_BWD_AUX_FUSED]: 1 = the main kernel converts dQ (flash3_bwd_dq.cuh), no separate pass */
 enum { FA3_BWD_AUX_DET = 0, FA3_BWD_AUX_FUSED = 1 };
